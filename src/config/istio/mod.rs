@@ -1,0 +1,24 @@
+//! Istio `networking.istio.io` kinds (v1, v1beta1 and v1alpha3 share one shape).
+//!
+//! Field names follow Istio's YAML exactly (camelCase), so existing manifests
+//! parse unchanged. Matching fields Istio has but meshpush does not act on are
+//! accepted and reported as ignored by the parser.
+
+mod destination_rule;
+mod gateway;
+mod service_entry;
+mod sidecar;
+mod virtual_service;
+
+pub use destination_rule::*;
+pub use gateway::*;
+pub use service_entry::*;
+pub use sidecar::*;
+pub use virtual_service::*;
+
+/// The `exportTo` value meaning "every namespace".
+pub const EXPORT_ALL: &str = "*";
+/// The `exportTo` value meaning "only the object's own namespace".
+pub const EXPORT_SAME_NAMESPACE: &str = ".";
+/// The reserved gateway name for sidecars.
+pub const MESH_GATEWAY: &str = "mesh";

@@ -1,0 +1,179 @@
+//! Kubernetes kinds: `v1 Service`, `v1 Pod`, `discovery.k8s.io/v1 EndpointSlice`.
+//!
+//! Only the fields that decide Envoy configuration are modelled; others are
+//! accepted and ignored (the parser reports them at debug level).
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+use super::ObjectMeta;
+
+/// `v1 Service`.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct Service {
+    /// Metadata; the `networking.istio.io/exportTo` annotation is read from here.
+    pub metadata: ObjectMeta,
+    /// Spec.
+    pub spec: ServiceSpec,
+}
+
+/// `Service.spec`.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct ServiceSpec {
+    /// Ports.
+    pub ports: Vec<ServicePort>,
+    /// Pod selector; empty means endpoints come only from EndpointSlices.
+    pub selector: BTreeMap<String, String>,
+    /// Cluster IP (`None` or empty for headless services).
+    #[serde(rename = "clusterIP")]
+    pub cluster_ip: Option<String>,
+    /// `ClusterIP`, `NodePort`, `LoadBalancer` or `ExternalName`.
+    #[serde(rename = "type")]
+    pub service_type: Option<String>,
+}
+
+/// One port of a Service.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct ServicePort {
+    /// Port name; its prefix (`http-`, `grpc-`, `tcp-`…) gives the protocol
+    /// when `appProtocol` is absent, as in Istio.
+    pub name: Option<String>,
+    /// The service port.
+    pub port: u32,
+    /// The workload port: a number, or a container port name.
+    pub target_port: Option<IntOrString>,
+    /// Explicit application protocol (`http`, `http2`, `grpc`, `tcp`…).
+    pub app_protocol: Option<String>,
+    /// `TCP` (default), `UDP` or `SCTP`; only TCP is served.
+    pub protocol: Option<String>,
+}
+
+/// A Kubernetes int-or-string field (`targetPort`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum IntOrString {
+    /// A number.
+    Int(u32),
+    /// A name.
+    String(String),
+}
+
+/// `v1 Pod`.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct Pod {
+    /// Metadata; labels select the pod into Services and subsets.
+    pub metadata: ObjectMeta,
+    /// Spec.
+    pub spec: PodSpec,
+    /// Status; `podIP` is the endpoint address.
+    pub status: PodStatus,
+}
+
+/// `Pod.spec` (the part meshpush reads).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct PodSpec {
+    /// Service account.
+    pub service_account_name: Option<String>,
+    /// Containers, for named target ports.
+    pub containers: Vec<Container>,
+    /// Node name (unused for routing, kept for display).
+    pub node_name: Option<String>,
+}
+
+/// A container (only its ports).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct Container {
+    /// Container name.
+    pub name: String,
+    /// Declared ports.
+    pub ports: Vec<ContainerPort>,
+}
+
+/// A declared container port.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct ContainerPort {
+    /// Port name (target of a Service's named `targetPort`).
+    pub name: Option<String>,
+    /// Port number.
+    pub container_port: u32,
+}
+
+/// `Pod.status`.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct PodStatus {
+    /// The pod's IP; a pod without one has no endpoint.
+    #[serde(rename = "podIP")]
+    pub pod_ip: Option<String>,
+    /// `Running`, `Pending`…; pods in `Succeeded` or `Failed` have no endpoint.
+    pub phase: Option<String>,
+}
+
+/// `discovery.k8s.io/v1 EndpointSlice`.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct EndpointSlice {
+    /// Metadata; label `kubernetes.io/service-name` names the Service.
+    pub metadata: ObjectMeta,
+    /// `IPv4`, `IPv6` or `FQDN`.
+    pub address_type: Option<String>,
+    /// Endpoints.
+    pub endpoints: Vec<SliceEndpoint>,
+    /// Ports, matched to Service ports by name.
+    pub ports: Vec<SlicePort>,
+}
+
+/// Label on an EndpointSlice naming its Service.
+pub const SERVICE_NAME_LABEL: &str = "kubernetes.io/service-name";
+
+/// One endpoint of an EndpointSlice.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct SliceEndpoint {
+    /// Addresses (the first is used).
+    pub addresses: Vec<String>,
+    /// Conditions; `ready: false` endpoints are left out.
+    pub conditions: SliceConditions,
+    /// The backing object, when it is a Pod (its labels are then used).
+    pub target_ref: Option<ObjectReference>,
+    /// Zone, for locality.
+    pub zone: Option<String>,
+}
+
+/// EndpointSlice endpoint conditions.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct SliceConditions {
+    /// Ready; absent means ready.
+    pub ready: Option<bool>,
+}
+
+/// A reference to another object.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct ObjectReference {
+    /// Kind.
+    pub kind: Option<String>,
+    /// Name.
+    pub name: Option<String>,
+    /// Namespace.
+    pub namespace: Option<String>,
+}
+
+/// One port of an EndpointSlice.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct SlicePort {
+    /// Name, matched to a Service port name (empty matches an unnamed port).
+    pub name: Option<String>,
+    /// The workload port.
+    pub port: Option<u32>,
+}

@@ -1,0 +1,215 @@
+//! Typed input objects: the Kubernetes and Istio kinds meshpush reads.
+//!
+//! Role in the data flow: a *source* (a watched directory of YAML, later the
+//! registry API) parses documents into [`ConfigObject`]s, validates them and
+//! hands them to the [`crate::model::ConfigStore`]. Everything downstream works
+//! on these typed values, never on raw YAML.
+//!
+//! Invariant: a `ConfigObject` that reached the store has passed
+//! [`validate`](crate::config::validate) — generators may rely on its fields
+//! being well-formed (weights non-negative, ports in range, durations parsed).
+
+pub mod duration;
+pub mod k8s;
+pub mod istio;
+pub mod parse;
+pub mod validate;
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::sync::Arc;
+
+use serde::{Deserialize, Serialize};
+
+pub use duration::Duration;
+
+/// The kinds of object meshpush understands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub enum ConfigKind {
+    /// `v1 Service`.
+    Service,
+    /// `v1 Pod`.
+    Pod,
+    /// `discovery.k8s.io/v1 EndpointSlice`.
+    EndpointSlice,
+    /// `networking.istio.io ServiceEntry`.
+    ServiceEntry,
+    /// `networking.istio.io WorkloadEntry`.
+    WorkloadEntry,
+    /// `networking.istio.io VirtualService`.
+    VirtualService,
+    /// `networking.istio.io DestinationRule`.
+    DestinationRule,
+    /// `networking.istio.io Gateway`.
+    Gateway,
+    /// `networking.istio.io Sidecar`.
+    Sidecar,
+}
+
+impl ConfigKind {
+    /// Every kind, in a fixed order.
+    pub const ALL: [ConfigKind; 9] = [
+        ConfigKind::Service,
+        ConfigKind::Pod,
+        ConfigKind::EndpointSlice,
+        ConfigKind::ServiceEntry,
+        ConfigKind::WorkloadEntry,
+        ConfigKind::VirtualService,
+        ConfigKind::DestinationRule,
+        ConfigKind::Gateway,
+        ConfigKind::Sidecar,
+    ];
+
+    /// The Kubernetes `kind` string.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ConfigKind::Service => "Service",
+            ConfigKind::Pod => "Pod",
+            ConfigKind::EndpointSlice => "EndpointSlice",
+            ConfigKind::ServiceEntry => "ServiceEntry",
+            ConfigKind::WorkloadEntry => "WorkloadEntry",
+            ConfigKind::VirtualService => "VirtualService",
+            ConfigKind::DestinationRule => "DestinationRule",
+            ConfigKind::Gateway => "Gateway",
+            ConfigKind::Sidecar => "Sidecar",
+        }
+    }
+
+    /// Kinds that only move endpoints: a change to one of these can take the
+    /// fast lane (no debounce wait, only the endpoint index is rebuilt).
+    pub fn is_endpoint_kind(self) -> bool {
+        matches!(self, ConfigKind::Pod | ConfigKind::EndpointSlice | ConfigKind::WorkloadEntry)
+    }
+}
+
+impl fmt::Display for ConfigKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// Identity of one config object: what a change is about.
+///
+/// Every write to the store yields `ConfigKey`s; there is no "something
+/// changed" flag anywhere in meshpush.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct ConfigKey {
+    /// The object's kind.
+    pub kind: ConfigKind,
+    /// Its namespace (`default` when the document names none).
+    pub namespace: Arc<str>,
+    /// Its name.
+    pub name: Arc<str>,
+}
+
+impl ConfigKey {
+    /// Builds a key.
+    pub fn new(kind: ConfigKind, namespace: &str, name: &str) -> Self {
+        ConfigKey { kind, namespace: namespace.into(), name: name.into() }
+    }
+}
+
+impl fmt::Display for ConfigKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} {}/{}", self.kind, self.namespace, self.name)
+    }
+}
+
+/// Kubernetes object metadata (the part meshpush reads).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct ObjectMeta {
+    /// Object name.
+    pub name: String,
+    /// Namespace; empty means `default`.
+    pub namespace: String,
+    /// Labels.
+    pub labels: BTreeMap<String, String>,
+    /// Annotations (`networking.istio.io/exportTo` is read from here).
+    pub annotations: BTreeMap<String, String>,
+}
+
+impl ObjectMeta {
+    /// The namespace, with Kubernetes' default applied.
+    pub fn namespace(&self) -> &str {
+        if self.namespace.is_empty() { "default" } else { &self.namespace }
+    }
+}
+
+/// Where an object came from: shown in every message about it.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize)]
+pub struct SourceRef {
+    /// File path (or `registry` for objects applied through the API).
+    pub file: Arc<str>,
+    /// 0-based index of the YAML document in the file.
+    pub doc: usize,
+}
+
+impl fmt::Display for SourceRef {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} doc {}", self.file, self.doc)
+    }
+}
+
+/// One typed config object.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(tag = "kind")]
+#[allow(clippy::large_enum_variant)]
+pub enum ConfigObject {
+    /// `v1 Service`.
+    Service(k8s::Service),
+    /// `v1 Pod`.
+    Pod(k8s::Pod),
+    /// `discovery.k8s.io/v1 EndpointSlice`.
+    EndpointSlice(k8s::EndpointSlice),
+    /// Istio ServiceEntry.
+    ServiceEntry(istio::ServiceEntry),
+    /// Istio WorkloadEntry.
+    WorkloadEntry(istio::WorkloadEntry),
+    /// Istio VirtualService.
+    VirtualService(istio::VirtualService),
+    /// Istio DestinationRule.
+    DestinationRule(istio::DestinationRule),
+    /// Istio Gateway.
+    Gateway(istio::Gateway),
+    /// Istio Sidecar.
+    Sidecar(istio::Sidecar),
+}
+
+impl ConfigObject {
+    /// The object's kind.
+    pub fn kind(&self) -> ConfigKind {
+        match self {
+            ConfigObject::Service(_) => ConfigKind::Service,
+            ConfigObject::Pod(_) => ConfigKind::Pod,
+            ConfigObject::EndpointSlice(_) => ConfigKind::EndpointSlice,
+            ConfigObject::ServiceEntry(_) => ConfigKind::ServiceEntry,
+            ConfigObject::WorkloadEntry(_) => ConfigKind::WorkloadEntry,
+            ConfigObject::VirtualService(_) => ConfigKind::VirtualService,
+            ConfigObject::DestinationRule(_) => ConfigKind::DestinationRule,
+            ConfigObject::Gateway(_) => ConfigKind::Gateway,
+            ConfigObject::Sidecar(_) => ConfigKind::Sidecar,
+        }
+    }
+
+    /// The object's metadata.
+    pub fn meta(&self) -> &ObjectMeta {
+        match self {
+            ConfigObject::Service(o) => &o.metadata,
+            ConfigObject::Pod(o) => &o.metadata,
+            ConfigObject::EndpointSlice(o) => &o.metadata,
+            ConfigObject::ServiceEntry(o) => &o.metadata,
+            ConfigObject::WorkloadEntry(o) => &o.metadata,
+            ConfigObject::VirtualService(o) => &o.metadata,
+            ConfigObject::DestinationRule(o) => &o.metadata,
+            ConfigObject::Gateway(o) => &o.metadata,
+            ConfigObject::Sidecar(o) => &o.metadata,
+        }
+    }
+
+    /// The key this object is stored under.
+    pub fn key(&self) -> ConfigKey {
+        let meta = self.meta();
+        ConfigKey::new(self.kind(), meta.namespace(), &meta.name)
+    }
+}

@@ -1,0 +1,1 @@
+//! YAML parsing (filled in below).

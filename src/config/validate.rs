@@ -1,0 +1,1 @@
+//! Validation (filled in below).

@@ -1,0 +1,38 @@
+//! `Endpoint`: one workload address behind a service port.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use serde::Serialize;
+
+/// One workload instance reachable for a service.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize)]
+pub struct Endpoint {
+    /// IP address (or DNS name for DNS-resolved ServiceEntries).
+    pub address: Arc<str>,
+    /// Service port number → port on this workload.
+    pub ports: BTreeMap<u32, u32>,
+    /// Labels; DestinationRule subsets select on them.
+    pub labels: BTreeMap<String, String>,
+    /// Locality `region/zone/subzone` (may be empty).
+    pub locality: Arc<str>,
+    /// Load-balancing weight (≥ 1).
+    pub weight: u32,
+    /// Service account (for display; no mTLS yet).
+    pub service_account: Option<Arc<str>>,
+}
+
+impl Endpoint {
+    /// Whether every `selector` label is present with the same value.
+    pub fn matches(&self, selector: &BTreeMap<String, String>) -> bool {
+        selector.iter().all(|(k, v)| self.labels.get(k) == Some(v))
+    }
+}
+
+/// All endpoints of one service, sorted by address so that the same set
+/// always encodes to the same bytes.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Hash, Serialize)]
+pub struct ServiceEndpoints {
+    /// The endpoints.
+    pub endpoints: Vec<Endpoint>,
+}

@@ -1,0 +1,62 @@
+//! Host names: resolving short names, and Istio's wildcard matching.
+
+use std::sync::Arc;
+
+/// A fully qualified host name (`reviews.default.svc.cluster.local`), interned by `Arc`.
+pub type Hostname = Arc<str>;
+
+/// The cluster domain suffix Kubernetes services live under.
+pub const CLUSTER_DOMAIN: &str = "svc.cluster.local";
+
+/// The FQDN of a Kubernetes service.
+pub fn service_fqdn(name: &str, namespace: &str) -> Hostname {
+    format!("{name}.{namespace}.{CLUSTER_DOMAIN}").into()
+}
+
+/// Resolves a host as written in a rule of `namespace` to an FQDN, as Istio does:
+/// a name without dots is a service in the rule's namespace; `name.ns` is
+/// completed with the cluster domain; anything else (FQDNs, wildcards) is kept.
+pub fn resolve(host: &str, namespace: &str) -> Hostname {
+    if host == "*" || host.starts_with("*.") {
+        return host.into();
+    }
+    match host.matches('.').count() {
+        0 => service_fqdn(host, namespace),
+        1 => format!("{host}.{CLUSTER_DOMAIN}").into(),
+        _ => host.into(),
+    }
+}
+
+/// Whether `pattern` (an FQDN or a `*.suffix` / `*` wildcard) matches `host`.
+pub fn matches(pattern: &str, host: &str) -> bool {
+    if pattern == "*" {
+        return true;
+    }
+    if let Some(suffix) = pattern.strip_prefix('*') {
+        // `*.example.com` matches `a.example.com` and also a wildcard host
+        // that is at least as specific (`*.b.example.com`).
+        return host.ends_with(suffix) && host.len() > suffix.len();
+    }
+    pattern == host
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn short_names_resolve_in_the_rule_namespace() {
+        assert_eq!(&*resolve("reviews", "default"), "reviews.default.svc.cluster.local");
+        assert_eq!(&*resolve("reviews.prod", "default"), "reviews.prod.svc.cluster.local");
+        assert_eq!(&*resolve("api.example.com", "default"), "api.example.com");
+        assert_eq!(&*resolve("*.example.com", "default"), "*.example.com");
+    }
+
+    #[test]
+    fn wildcards_match_subdomains_only() {
+        assert!(matches("*.example.com", "api.example.com"));
+        assert!(!matches("*.example.com", "example.com"));
+        assert!(matches("*", "anything"));
+        assert!(!matches("a.example.com", "b.example.com"));
+    }
+}

@@ -1,0 +1,23 @@
+//! The service model: what the mesh *is*, derived from the typed config.
+//!
+//! * [`ConfigStore`] holds every config object by [`ConfigKey`](crate::config::ConfigKey),
+//!   with its source and revision; writes yield typed change sets.
+//! * [`Service`], [`Endpoint`] and [`Proxy`] are the shapes generators read:
+//!   Kubernetes Services and ServiceEntries both become `Service`s; Pods,
+//!   EndpointSlices, WorkloadEntries and inline ServiceEntry endpoints all
+//!   become `Endpoint`s.
+//!
+//! Invariant: model values are immutable once built and shared through `Arc`;
+//! a change produces new values, never edits old ones in place.
+
+pub mod endpoint;
+pub mod host;
+pub mod proxy;
+pub mod service;
+pub mod store;
+
+pub use endpoint::{Endpoint, ServiceEndpoints};
+pub use host::Hostname;
+pub use proxy::{InterceptionMode, NodeError, Proxy, ProxyKind};
+pub use service::{Protocol, Resolution, Service, ServicePort};
+pub use store::{ChangeSet, ConfigStore, StoreSnapshot, StoredObject};

@@ -1,0 +1,237 @@
+//! `Proxy`: the Envoy on the other end of an ADS stream, parsed once from its `node`.
+//!
+//! Node ids follow Istio: `TYPE~IP~POD.NAMESPACE~NAMESPACE.svc.cluster.local`,
+//! TYPE being `sidecar` or `router`. Metadata keys follow Istio too
+//! (`NAMESPACE`, `LABELS`, `INTERCEPTION_MODE`, `ISTIO_VERSION`, `CLUSTER_ID`).
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use envoy_types::pb::envoy::config::core::v3::Node;
+use envoy_types::pb::google::protobuf::{Struct, Value, value::Kind};
+use serde::Serialize;
+
+/// What kind of proxy it is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+pub enum ProxyKind {
+    /// A workload's sidecar.
+    Sidecar,
+    /// A gateway (ingress or egress).
+    Router,
+}
+
+/// How traffic reaches the sidecar.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+pub enum InterceptionMode {
+    /// iptables REDIRECT (Istio's default): virtualOutbound on 15001, virtualInbound on 15006.
+    Redirect,
+    /// TPROXY: like REDIRECT for configuration purposes.
+    Tproxy,
+    /// No capture: outbound listeners bind `127.0.0.1:<port>`; the application
+    /// talks to them directly.
+    None,
+}
+
+/// Why a node was refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum NodeError {
+    /// The request carried no node on the first message.
+    #[error("the first request of the stream has no node")]
+    Missing,
+    /// The node id is not `type~ip~id~domain`.
+    #[error("node id {0:?} is not of the form TYPE~IP~POD.NAMESPACE~DOMAIN (TYPE sidecar or router)")]
+    BadId(String),
+    /// A metadata value could not be read.
+    #[error("node {id:?}: metadata {key}: {reason}")]
+    BadMetadata {
+        /// The node id.
+        id: String,
+        /// The metadata key.
+        key: &'static str,
+        /// What was wrong.
+        reason: String,
+    },
+}
+
+/// A connected proxy, as far as configuration generation is concerned.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Proxy {
+    /// The full node id.
+    pub id: Arc<str>,
+    /// Sidecar or router.
+    pub kind: ProxyKind,
+    /// The workload IP from the node id.
+    pub ip: Arc<str>,
+    /// `pod.namespace` part of the id.
+    pub workload: Arc<str>,
+    /// Namespace (metadata `NAMESPACE`, else from the id).
+    pub namespace: Arc<str>,
+    /// Workload labels (metadata `LABELS`).
+    pub labels: BTreeMap<String, String>,
+    /// Interception mode (metadata `INTERCEPTION_MODE`, default REDIRECT).
+    pub interception: InterceptionMode,
+    /// Envoy's `node.cluster` (shown by proxy-status).
+    pub cluster: Arc<str>,
+    /// Every metadata value, flattened to strings.
+    pub metadata: BTreeMap<String, String>,
+}
+
+impl Proxy {
+    /// Parses an Envoy node. This is the one place node ids are read.
+    pub fn from_node(node: &Node) -> Result<Proxy, NodeError> {
+        let bad_id = || NodeError::BadId(node.id.clone());
+        let parts: Vec<&str> = node.id.split('~').collect();
+        let [kind, ip, workload, domain] = parts[..] else { return Err(bad_id()) };
+        let kind = match kind {
+            "sidecar" => ProxyKind::Sidecar,
+            "router" => ProxyKind::Router,
+            _ => return Err(bad_id()),
+        };
+        if ip.is_empty() || workload.is_empty() {
+            return Err(bad_id());
+        }
+        let metadata = node.metadata.as_ref().map(flatten).unwrap_or_default();
+        let namespace = metadata
+            .get("NAMESPACE")
+            .cloned()
+            .or_else(|| workload.split_once('.').map(|(_, ns)| ns.to_string()))
+            .or_else(|| domain.split('.').next().filter(|s| !s.is_empty()).map(str::to_string))
+            .unwrap_or_else(|| "default".to_string());
+        let labels = match node.metadata.as_ref().and_then(|m| m.fields.get("LABELS")) {
+            None => BTreeMap::new(),
+            Some(v) => labels_from(v).map_err(|reason| NodeError::BadMetadata {
+                id: node.id.clone(),
+                key: "LABELS",
+                reason,
+            })?,
+        };
+        let interception = match metadata.get("INTERCEPTION_MODE").map(String::as_str) {
+            None | Some("REDIRECT") => InterceptionMode::Redirect,
+            Some("TPROXY") => InterceptionMode::Tproxy,
+            Some("NONE") => InterceptionMode::None,
+            Some(other) => {
+                return Err(NodeError::BadMetadata {
+                    id: node.id.clone(),
+                    key: "INTERCEPTION_MODE",
+                    reason: format!("{other:?} is not REDIRECT, TPROXY or NONE"),
+                });
+            }
+        };
+        Ok(Proxy {
+            id: node.id.as_str().into(),
+            kind,
+            ip: ip.into(),
+            workload: workload.into(),
+            namespace: namespace.into(),
+            labels,
+            interception,
+            cluster: node.cluster.as_str().into(),
+            metadata,
+        })
+    }
+}
+
+/// Flattens metadata to strings: strings stay, numbers and booleans print,
+/// lists and structs become JSON.
+fn flatten(s: &Struct) -> BTreeMap<String, String> {
+    s.fields.iter().map(|(k, v)| (k.clone(), value_to_string(v))).collect()
+}
+
+fn value_to_string(v: &Value) -> String {
+    match &v.kind {
+        Some(Kind::StringValue(s)) => s.clone(),
+        Some(Kind::BoolValue(b)) => b.to_string(),
+        Some(Kind::NumberValue(n)) => n.to_string(),
+        Some(Kind::NullValue(_)) | None => String::new(),
+        Some(Kind::ListValue(_)) | Some(Kind::StructValue(_)) => value_to_json(v).to_string(),
+    }
+}
+
+fn value_to_json(v: &Value) -> serde_json::Value {
+    match &v.kind {
+        Some(Kind::StringValue(s)) => serde_json::Value::String(s.clone()),
+        Some(Kind::BoolValue(b)) => serde_json::Value::Bool(*b),
+        Some(Kind::NumberValue(n)) => serde_json::json!(n),
+        Some(Kind::NullValue(_)) | None => serde_json::Value::Null,
+        Some(Kind::ListValue(l)) => l.values.iter().map(value_to_json).collect(),
+        Some(Kind::StructValue(s)) => {
+            s.fields.iter().map(|(k, v)| (k.clone(), value_to_json(v))).collect()
+        }
+    }
+}
+
+/// `LABELS` is a struct of strings in Istio; a JSON string of an object is accepted too.
+fn labels_from(v: &Value) -> Result<BTreeMap<String, String>, String> {
+    match &v.kind {
+        Some(Kind::StructValue(s)) => Ok(flatten(s)),
+        Some(Kind::StringValue(text)) if text.trim().is_empty() => Ok(BTreeMap::new()),
+        Some(Kind::StringValue(text)) => serde_json::from_str(text)
+            .map_err(|e| format!("not a JSON object of strings: {e}")),
+        _ => Err("expected a struct of strings".into()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn node(id: &str, meta: &[(&str, Value)]) -> Node {
+        Node {
+            id: id.into(),
+            cluster: "reviews.default".into(),
+            metadata: Some(Struct {
+                fields: meta.iter().map(|(k, v)| (k.to_string(), v.clone())).collect(),
+            }),
+            ..Default::default()
+        }
+    }
+
+    fn s(v: &str) -> Value {
+        Value { kind: Some(Kind::StringValue(v.into())) }
+    }
+
+    #[test]
+    fn parses_istio_sidecar_node() {
+        let labels = Value {
+            kind: Some(Kind::StructValue(Struct {
+                fields: [("app".to_string(), s("reviews")), ("version".to_string(), s("v1"))].into(),
+            })),
+        };
+        let p = Proxy::from_node(&node(
+            "sidecar~10.1.2.3~reviews-v1-abc.default~default.svc.cluster.local",
+            &[("LABELS", labels), ("INTERCEPTION_MODE", s("NONE"))],
+        ))
+        .unwrap();
+        assert_eq!(p.kind, ProxyKind::Sidecar);
+        assert_eq!(&*p.ip, "10.1.2.3");
+        assert_eq!(&*p.namespace, "default");
+        assert_eq!(p.labels["version"], "v1");
+        assert_eq!(p.interception, InterceptionMode::None);
+    }
+
+    #[test]
+    fn namespace_metadata_wins_over_id() {
+        let p = Proxy::from_node(&node(
+            "router~10.0.0.1~gw.istio-system~istio-system.svc.cluster.local",
+            &[("NAMESPACE", s("edge"))],
+        ))
+        .unwrap();
+        assert_eq!(p.kind, ProxyKind::Router);
+        assert_eq!(&*p.namespace, "edge");
+        assert_eq!(p.interception, InterceptionMode::Redirect);
+    }
+
+    #[test]
+    fn refuses_malformed_ids() {
+        for id in ["", "sidecar", "sidecar~1.2.3.4~x", "gateway~1.2.3.4~a.b~b.svc", "sidecar~~a.b~c"] {
+            assert!(matches!(Proxy::from_node(&node(id, &[])), Err(NodeError::BadId(_))), "{id}");
+        }
+    }
+
+    #[test]
+    fn refuses_unknown_interception_mode() {
+        let err = Proxy::from_node(&node("sidecar~1.1.1.1~a.b~b.svc.cluster.local", &[("INTERCEPTION_MODE", s("MAGIC"))]))
+            .unwrap_err();
+        assert!(err.to_string().contains("INTERCEPTION_MODE"), "{err}");
+    }
+}

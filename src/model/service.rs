@@ -1,0 +1,181 @@
+//! `Service`: one host the mesh can route to, from a Kubernetes Service or a ServiceEntry host.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use serde::Serialize;
+
+use super::Hostname;
+use crate::config::ConfigKey;
+
+/// Application protocol of a port, as Istio infers it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+pub enum Protocol {
+    /// HTTP/1.1.
+    Http,
+    /// HTTP/2 (cleartext).
+    Http2,
+    /// gRPC (HTTP/2).
+    Grpc,
+    /// Opaque TCP.
+    Tcp,
+    /// TLS (passed through by SNI; treated as TCP).
+    Tls,
+    /// Not declared: Istio sniffs; meshpush treats it as TCP on outbound
+    /// listeners and HTTP in route configs is not generated for it.
+    Unknown,
+}
+
+impl Protocol {
+    /// Parses an Istio protocol name or a port-name prefix (`http`, `http-web`, `grpc-x`).
+    pub fn from_name(name: &str) -> Protocol {
+        let lower = name.to_ascii_lowercase();
+        let prefix = lower.split(['-', '_']).next().unwrap_or("");
+        match prefix {
+            "http" => Protocol::Http,
+            "http2" | "h2c" => Protocol::Http2,
+            "grpc" | "grpc-web" => Protocol::Grpc,
+            "tcp" | "mongo" | "redis" | "mysql" => Protocol::Tcp,
+            "tls" | "https" => Protocol::Tls,
+            _ => Protocol::Unknown,
+        }
+    }
+
+    /// Whether traffic on this port goes through an HTTP connection manager.
+    pub fn is_http(self) -> bool {
+        matches!(self, Protocol::Http | Protocol::Http2 | Protocol::Grpc)
+    }
+
+    /// Whether the upstream speaks HTTP/2.
+    pub fn is_http2(self) -> bool {
+        matches!(self, Protocol::Http2 | Protocol::Grpc)
+    }
+}
+
+/// One port of a service.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize)]
+pub struct ServicePort {
+    /// Port name (`http`, `grpc-api`…; may be empty for a single unnamed port).
+    pub name: Arc<str>,
+    /// The service port (what clients connect to).
+    pub port: u32,
+    /// Protocol.
+    pub protocol: Protocol,
+    /// The port on the workload, when the service names one explicitly by number.
+    pub target_port: Option<u32>,
+}
+
+/// How endpoints of a service are found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+pub enum Resolution {
+    /// Endpoints are known IPs, delivered by EDS.
+    Static,
+    /// Endpoints are DNS names Envoy resolves itself (STRICT_DNS cluster).
+    Dns,
+    /// No endpoints: traffic goes to the original destination (ORIGINAL_DST cluster).
+    Passthrough,
+}
+
+/// Where a service lives relative to the mesh.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+pub enum Location {
+    /// Inside the mesh (Kubernetes services, MESH_INTERNAL entries).
+    MeshInternal,
+    /// Outside the mesh.
+    MeshExternal,
+}
+
+/// Namespaces a service (or rule) is visible to.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize)]
+pub enum ExportTo {
+    /// Every namespace (`*`, the default).
+    All,
+    /// Only these namespaces (`.` already resolved to the owner's namespace).
+    Namespaces(Vec<Arc<str>>),
+}
+
+impl ExportTo {
+    /// Parses Istio's `exportTo` list for an object in `namespace`.
+    pub fn parse(list: &[String], namespace: &str) -> ExportTo {
+        if list.is_empty() || list.iter().any(|e| e == "*") {
+            return ExportTo::All;
+        }
+        let mut out: Vec<Arc<str>> = list
+            .iter()
+            .map(|e| if e == "." { namespace.into() } else { Arc::<str>::from(e.as_str()) })
+            .collect();
+        out.sort();
+        out.dedup();
+        ExportTo::Namespaces(out)
+    }
+
+    /// Whether a proxy in `namespace` may see the object.
+    pub fn visible_to(&self, namespace: &str) -> bool {
+        match self {
+            ExportTo::All => true,
+            ExportTo::Namespaces(list) => list.iter().any(|n| &**n == namespace),
+        }
+    }
+}
+
+/// One routable host.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Service {
+    /// Fully qualified host name.
+    pub hostname: Hostname,
+    /// Namespace of the object that defined it.
+    pub namespace: Arc<str>,
+    /// The object that defined it (Service or ServiceEntry).
+    pub source: ConfigKey,
+    /// Ports, sorted by port number.
+    pub ports: Vec<ServicePort>,
+    /// Virtual IPs (cluster IP or ServiceEntry addresses); used as route domains.
+    pub addresses: Vec<Arc<str>>,
+    /// How endpoints are found.
+    pub resolution: Resolution,
+    /// Inside or outside the mesh.
+    pub location: Location,
+    /// Namespaces it is exported to.
+    pub export_to: ExportTo,
+    /// Workload selector (Kubernetes `spec.selector` or ServiceEntry `workloadSelector`).
+    pub selector: BTreeMap<String, String>,
+}
+
+impl Service {
+    /// The port with this number.
+    pub fn port(&self, number: u32) -> Option<&ServicePort> {
+        self.ports.iter().find(|p| p.port == number)
+    }
+
+    /// Short name (first label) of the host: `reviews` for `reviews.default.svc.cluster.local`.
+    pub fn short_name(&self) -> &str {
+        self.hostname.split('.').next().unwrap_or(&self.hostname)
+    }
+
+    /// Whether this is a Kubernetes service (so `name` and `name.namespace` are route domains).
+    pub fn is_kubernetes(&self) -> bool {
+        self.source.kind == crate::config::ConfigKind::Service
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn protocol_comes_from_port_name_prefix() {
+        assert_eq!(Protocol::from_name("http-web"), Protocol::Http);
+        assert_eq!(Protocol::from_name("grpc"), Protocol::Grpc);
+        assert_eq!(Protocol::from_name("HTTP2"), Protocol::Http2);
+        assert_eq!(Protocol::from_name("tcp-db"), Protocol::Tcp);
+        assert_eq!(Protocol::from_name("web"), Protocol::Unknown);
+    }
+
+    #[test]
+    fn export_to_dot_means_own_namespace() {
+        let e = ExportTo::parse(&[".".into()], "a");
+        assert!(e.visible_to("a"));
+        assert!(!e.visible_to("b"));
+        assert!(ExportTo::parse(&[], "a").visible_to("b"));
+    }
+}

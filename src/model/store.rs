@@ -1,0 +1,196 @@
+//! `ConfigStore`: every config object by key, with its source and revision.
+//!
+//! Writers (sources) apply batches; each batch yields a [`ChangeSet`] naming
+//! exactly the keys whose content changed — an unchanged re-apply yields
+//! nothing. Readers take a [`StoreSnapshot`], which is a handful of `Arc`
+//! clones: one copy-on-write map per kind, so a write to Pods never copies
+//! the VirtualServices.
+//!
+//! Invariant: a snapshot never changes after it is taken.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use parking_lot::Mutex;
+use serde::Serialize;
+
+use crate::config::{ConfigKey, ConfigKind, ConfigObject, SourceRef};
+
+/// One object in the store.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct StoredObject {
+    /// The object.
+    pub object: ConfigObject,
+    /// Where it came from.
+    pub source: SourceRef,
+    /// Store revision at which this version was written.
+    pub revision: u64,
+}
+
+/// Objects of one kind.
+pub type KindMap = BTreeMap<ConfigKey, Arc<StoredObject>>;
+
+/// An immutable view of the whole store.
+#[derive(Debug, Clone, Default)]
+pub struct StoreSnapshot {
+    kinds: [Arc<KindMap>; ConfigKind::ALL.len()],
+    revision: u64,
+}
+
+impl StoreSnapshot {
+    /// Objects of one kind, ordered by key.
+    pub fn kind(&self, kind: ConfigKind) -> &Arc<KindMap> {
+        &self.kinds[kind as usize]
+    }
+
+    /// One object.
+    pub fn get(&self, key: &ConfigKey) -> Option<&Arc<StoredObject>> {
+        self.kinds[key.kind as usize].get(key)
+    }
+
+    /// The revision of the last write included.
+    pub fn revision(&self) -> u64 {
+        self.revision
+    }
+
+    /// Number of objects of all kinds.
+    pub fn len(&self) -> usize {
+        self.kinds.iter().map(|k| k.len()).sum()
+    }
+
+    /// Whether the store holds nothing.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// All objects, kind by kind.
+    pub fn iter(&self) -> impl Iterator<Item = &Arc<StoredObject>> {
+        self.kinds.iter().flat_map(|k| k.values())
+    }
+}
+
+/// One write of a batch.
+#[derive(Debug, Clone)]
+pub enum Write {
+    /// Insert or replace an object.
+    Put(ConfigObject, SourceRef),
+    /// Remove an object (absent keys are ignored).
+    Delete(ConfigKey),
+}
+
+/// The keys a batch changed.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ChangeSet {
+    /// Changed keys, each once.
+    pub keys: Vec<ConfigKey>,
+    /// The store revision after the batch.
+    pub revision: u64,
+}
+
+impl ChangeSet {
+    /// Whether nothing changed.
+    pub fn is_empty(&self) -> bool {
+        self.keys.is_empty()
+    }
+}
+
+/// The config store. Cheap to share (`Arc<ConfigStore>`); writes are serialized.
+#[derive(Debug, Default)]
+pub struct ConfigStore {
+    current: Mutex<StoreSnapshot>,
+}
+
+impl ConfigStore {
+    /// An empty store.
+    pub fn new() -> ConfigStore {
+        ConfigStore::default()
+    }
+
+    /// The current contents.
+    pub fn snapshot(&self) -> StoreSnapshot {
+        self.current.lock().clone()
+    }
+
+    /// Applies a batch atomically: readers see all of it or none of it.
+    /// Returns the keys whose content changed (a `Put` of an identical object,
+    /// even from another source position, changes nothing).
+    pub fn apply(&self, writes: impl IntoIterator<Item = Write>) -> ChangeSet {
+        let mut current = self.current.lock();
+        let revision = current.revision + 1;
+        let mut keys = Vec::new();
+        for write in writes {
+            match write {
+                Write::Put(object, source) => {
+                    let key = object.key();
+                    let map = Arc::make_mut(&mut current.kinds[key.kind as usize]);
+                    match map.get(&key) {
+                        Some(old) if old.object == object => {
+                            if old.source != source {
+                                let kept = StoredObject { object, source, revision: old.revision };
+                                map.insert(key, Arc::new(kept));
+                            }
+                        }
+                        _ => {
+                            map.insert(key.clone(), Arc::new(StoredObject { object, source, revision }));
+                            keys.push(key);
+                        }
+                    }
+                }
+                Write::Delete(key) => {
+                    let map = &mut current.kinds[key.kind as usize];
+                    if map.contains_key(&key) {
+                        Arc::make_mut(map).remove(&key);
+                        keys.push(key);
+                    }
+                }
+            }
+        }
+        keys.sort();
+        keys.dedup();
+        if !keys.is_empty() {
+            current.revision = revision;
+        }
+        ChangeSet { keys, revision: current.revision }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::{ObjectMeta, istio};
+
+    fn vs(name: &str, host: &str) -> ConfigObject {
+        ConfigObject::VirtualService(istio::VirtualService {
+            metadata: ObjectMeta { name: name.into(), namespace: "default".into(), ..Default::default() },
+            spec: istio::VirtualServiceSpec { hosts: vec![host.into()], ..Default::default() },
+        })
+    }
+
+    fn src() -> SourceRef {
+        SourceRef { file: "a.yaml".into(), doc: 0 }
+    }
+
+    #[test]
+    fn identical_put_changes_nothing() {
+        let store = ConfigStore::new();
+        let first = store.apply([Write::Put(vs("r", "reviews"), src())]);
+        assert_eq!(first.keys.len(), 1);
+        let again = store.apply([Write::Put(vs("r", "reviews"), src())]);
+        assert!(again.is_empty());
+        assert_eq!(again.revision, first.revision);
+    }
+
+    #[test]
+    fn snapshots_do_not_see_later_writes() {
+        let store = ConfigStore::new();
+        store.apply([Write::Put(vs("r", "reviews"), src())]);
+        let before = store.snapshot();
+        let changes = store.apply([Write::Put(vs("r", "ratings"), src()), Write::Delete(vs("x", "y").key())]);
+        assert_eq!(changes.keys, vec![vs("r", "").key()]);
+        let ConfigObject::VirtualService(old) = &before.get(&vs("r", "").key()).unwrap().object else {
+            panic!("wrong kind")
+        };
+        assert_eq!(old.spec.hosts, vec!["reviews".to_string()]);
+        assert_eq!(store.snapshot().len(), 1);
+    }
+}
