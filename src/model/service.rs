@@ -63,6 +63,8 @@ pub struct ServicePort {
     pub protocol: Protocol,
     /// The port on the workload, when the service names one explicitly by number.
     pub target_port: Option<u32>,
+    /// The container port name, when `targetPort` is a name (resolved per Pod).
+    pub target_port_name: Option<Arc<str>>,
 }
 
 /// How endpoints of a service are found.

@@ -78,13 +78,19 @@ pub enum Write {
     Delete(ConfigKey),
 }
 
-/// The keys a batch changed.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+/// The keys a batch changed, and the store as it was right after the batch.
+///
+/// Carrying the snapshot lets the push engine build from exactly the state
+/// the merged keys describe, never from a newer one whose changes it has not
+/// been told about yet.
+#[derive(Debug, Clone, Default)]
 pub struct ChangeSet {
     /// Changed keys, each once.
     pub keys: Vec<ConfigKey>,
     /// The store revision after the batch.
     pub revision: u64,
+    /// The store right after the batch.
+    pub snapshot: StoreSnapshot,
 }
 
 impl ChangeSet {
@@ -150,7 +156,7 @@ impl ConfigStore {
         if !keys.is_empty() {
             current.revision = revision;
         }
-        ChangeSet { keys, revision: current.revision }
+        ChangeSet { keys, revision: current.revision, snapshot: current.clone() }
     }
 }
 

@@ -1,0 +1,284 @@
+//! `PushContext`: an immutable snapshot of everything generation reads.
+//!
+//! A `PushContext` is built once, published through `ArcSwap`, and never
+//! mutated afterwards (its scope memo only fills in values that are a pure
+//! function of the snapshot). [`PushContext::next`] builds the successor for
+//! a [`PushRequest`]: it rebuilds only the indexes the changed keys touch,
+//! shares the others with the previous snapshot by `Arc`, and reports what
+//! changed as [`PushChanges`] — the hosts whose output may differ and the
+//! scopes that must be regenerated.
+
+use std::collections::{BTreeSet, HashMap, HashSet};
+use std::sync::Arc;
+
+use parking_lot::RwLock;
+use serde::Serialize;
+
+use super::PushRequest;
+use super::index::{
+    DestinationRuleIndex, EndpointIndex, GatewayIndex, ServiceIndex, SidecarIndex, VirtualServiceIndex, Workload,
+    WorkloadIndex,
+};
+use super::scope::{self, Scope, ScopeId, ScopeInterner, ScopeKey};
+use crate::config::{ConfigKey, ConfigKind, ConfigObject, k8s};
+use crate::model::{Hostname, Proxy, StoreSnapshot, host};
+
+/// What a new snapshot changed, for cache invalidation and push targeting.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct PushChanges {
+    /// Hosts whose clusters, endpoints or routes may differ.
+    pub dirty_hosts: HashSet<Hostname>,
+    /// Hosts whose endpoints really changed.
+    pub endpoint_hosts: HashSet<Hostname>,
+    /// Kinds that changed.
+    pub kinds: BTreeSet<ConfigKind>,
+    /// Whether only endpoints moved (no scope needs regenerating).
+    pub endpoint_only: bool,
+    /// Namespaces whose Sidecars or Services changed: every scope of these
+    /// namespaces is regenerated.
+    pub namespaces: HashSet<Arc<str>>,
+    /// Whether Gateways changed (every router scope is regenerated).
+    pub gateways: bool,
+    /// Whether this is a full rebuild (every scope is regenerated).
+    pub full: bool,
+}
+
+impl PushChanges {
+    /// Whether a scope of the *previous* or *new* snapshot must be regenerated.
+    pub fn touches_scope(&self, scope: &Scope) -> bool {
+        if self.full {
+            return true;
+        }
+        if self.endpoint_only {
+            return false;
+        }
+        (self.gateways && scope.key.kind == crate::model::ProxyKind::Router)
+            || self.namespaces.contains(&scope.key.namespace)
+            || self.dirty_hosts.iter().any(|h| scope.visible_hosts.contains(h))
+    }
+}
+
+/// An immutable snapshot of the mesh, ready for generation.
+#[derive(Debug)]
+pub struct PushContext {
+    /// Monotonic snapshot version; cache entries carry the version they were built for.
+    pub version: u64,
+    /// The store contents this snapshot was built from.
+    pub store: StoreSnapshot,
+    /// Services by host.
+    pub services: Arc<ServiceIndex>,
+    /// Pods and WorkloadEntries.
+    pub workloads: Arc<WorkloadIndex>,
+    /// Endpoints by host.
+    pub endpoints: Arc<EndpointIndex>,
+    /// VirtualServices.
+    pub virtual_services: Arc<VirtualServiceIndex>,
+    /// DestinationRules.
+    pub destination_rules: Arc<DestinationRuleIndex>,
+    /// Gateways.
+    pub gateways: Arc<GatewayIndex>,
+    /// Sidecars.
+    pub sidecars: Arc<SidecarIndex>,
+    interner: Arc<ScopeInterner>,
+    scopes: RwLock<HashMap<ScopeId, Arc<Scope>>>,
+}
+
+impl PushContext {
+    /// An empty snapshot (version 0), before the first build.
+    pub fn empty(interner: Arc<ScopeInterner>) -> PushContext {
+        PushContext::build(StoreSnapshot::default(), 0, interner)
+    }
+
+    /// Builds a snapshot from scratch; independent indexes build in parallel.
+    pub fn build(store: StoreSnapshot, version: u64, interner: Arc<ScopeInterner>) -> PushContext {
+        let ((services, workloads), ((vs, dr), (gw, sc))) = rayon::join(
+            || rayon::join(|| ServiceIndex::build(&store), || WorkloadIndex::build(&store)),
+            || {
+                rayon::join(
+                    || rayon::join(|| VirtualServiceIndex::build(&store), || DestinationRuleIndex::build(&store)),
+                    || rayon::join(|| GatewayIndex::build(&store), || SidecarIndex::build(&store)),
+                )
+            },
+        );
+        let endpoints = EndpointIndex::build(&store, &services, &workloads);
+        PushContext {
+            version,
+            store,
+            services: Arc::new(services),
+            workloads: Arc::new(workloads),
+            endpoints: Arc::new(endpoints),
+            virtual_services: Arc::new(vs),
+            destination_rules: Arc::new(dr),
+            gateways: Arc::new(gw),
+            sidecars: Arc::new(sc),
+            interner,
+            scopes: RwLock::new(HashMap::new()),
+        }
+    }
+
+    /// Builds the successor of `prev` for `request`, rebuilding only what the
+    /// changed keys touch.
+    pub fn next(prev: &PushContext, store: StoreSnapshot, request: &PushRequest) -> (PushContext, PushChanges) {
+        let kinds: BTreeSet<ConfigKind> = request.keys.iter().map(|k| k.kind).collect();
+        let changed = |k: ConfigKind| kinds.contains(&k);
+        let services_changed = changed(ConfigKind::Service) || changed(ConfigKind::ServiceEntry);
+        let workloads_changed = changed(ConfigKind::Pod) || changed(ConfigKind::WorkloadEntry);
+
+        let services =
+            if services_changed { Arc::new(ServiceIndex::build(&store)) } else { prev.services.clone() };
+        let workloads =
+            if workloads_changed { Arc::new(WorkloadIndex::build(&store)) } else { prev.workloads.clone() };
+        let rebuild = |k: ConfigKind| changed(k);
+        let virtual_services = if rebuild(ConfigKind::VirtualService) {
+            Arc::new(VirtualServiceIndex::build(&store))
+        } else {
+            prev.virtual_services.clone()
+        };
+        let destination_rules = if rebuild(ConfigKind::DestinationRule) {
+            Arc::new(DestinationRuleIndex::build(&store))
+        } else {
+            prev.destination_rules.clone()
+        };
+        let gateways =
+            if rebuild(ConfigKind::Gateway) { Arc::new(GatewayIndex::build(&store)) } else { prev.gateways.clone() };
+        let sidecars =
+            if rebuild(ConfigKind::Sidecar) { Arc::new(SidecarIndex::build(&store)) } else { prev.sidecars.clone() };
+
+        let mut changes = PushChanges {
+            kinds: kinds.clone(),
+            endpoint_only: request.is_endpoint_only(),
+            gateways: changed(ConfigKind::Gateway),
+            ..Default::default()
+        };
+        for key in &request.keys {
+            let old = prev.store.get(key).map(|s| &s.object);
+            let new = store.get(key).map(|s| &s.object);
+            for object in [old, new].into_iter().flatten() {
+                affected_hosts(object, &prev.services, &services, &mut changes.dirty_hosts);
+            }
+            if matches!(key.kind, ConfigKind::Sidecar | ConfigKind::Service | ConfigKind::ServiceEntry) {
+                changes.namespaces.insert(key.namespace.clone());
+            }
+        }
+
+        // Endpoints: rebuild the dirty hosts only (a service change can move
+        // its endpoints too: new selector, new ports).
+        let endpoints = if services_changed || workloads_changed || changed(ConfigKind::EndpointSlice) {
+            let (index, moved) =
+                EndpointIndex::update(&prev.endpoints, &store, &services, &workloads, &changes.dirty_hosts);
+            changes.endpoint_hosts = moved;
+            Arc::new(index)
+        } else {
+            prev.endpoints.clone()
+        };
+
+        let next = PushContext {
+            version: prev.version + 1,
+            store,
+            services,
+            workloads,
+            endpoints,
+            virtual_services,
+            destination_rules,
+            gateways,
+            sidecars,
+            interner: prev.interner.clone(),
+            scopes: RwLock::new(HashMap::new()),
+        };
+        // Carry over every scope the change does not touch.
+        {
+            let prev_scopes = prev.scopes.read();
+            let mut scopes = next.scopes.write();
+            for (id, scope) in prev_scopes.iter() {
+                if !changes.touches_scope(scope) {
+                    scopes.insert(*id, scope.clone());
+                }
+            }
+        }
+        (next, changes)
+    }
+
+    /// The scope key of a proxy in this snapshot.
+    pub fn scope_key(&self, proxy: &Proxy) -> ScopeKey {
+        scope::scope_key(self, proxy)
+    }
+
+    /// The scope of a proxy in this snapshot (computed once per scope).
+    pub fn scope_for(&self, proxy: &Proxy) -> Arc<Scope> {
+        let key = self.scope_key(proxy);
+        let id = self.interner.intern(&key);
+        if let Some(scope) = self.scopes.read().get(&id) {
+            return scope.clone();
+        }
+        let scope = Arc::new(scope::compute(self, id, key));
+        self.scopes.write().entry(id).or_insert(scope).clone()
+    }
+
+    /// A scope already computed in this snapshot.
+    pub fn scope(&self, id: ScopeId) -> Option<Arc<Scope>> {
+        self.scopes.read().get(&id).cloned()
+    }
+
+    /// Scopes computed in this snapshot so far.
+    pub fn scopes(&self) -> Vec<Arc<Scope>> {
+        self.scopes.read().values().cloned().collect()
+    }
+
+    /// The shared interner.
+    pub fn interner(&self) -> &Arc<ScopeInterner> {
+        &self.interner
+    }
+}
+
+/// Adds the hosts an object (one version of it) affects.
+fn affected_hosts(object: &ConfigObject, old: &ServiceIndex, new: &ServiceIndex, out: &mut HashSet<Hostname>) {
+    let ns = object.meta().namespace();
+    let mut add_matching = |pattern: &str| {
+        for index in [old, new] {
+            if pattern.starts_with('*') {
+                out.extend(index.all().iter().filter(|s| host::matches(pattern, &s.hostname)).map(|s| s.hostname.clone()));
+            } else if index.get(pattern).is_some() {
+                out.insert(pattern.into());
+            }
+        }
+        if !pattern.starts_with('*') {
+            out.insert(pattern.into());
+        }
+    };
+    match object {
+        ConfigObject::Service(svc) => add_matching(&host::service_fqdn(&svc.metadata.name, ns)),
+        ConfigObject::ServiceEntry(se) => se.spec.hosts.iter().for_each(|h| add_matching(h)),
+        ConfigObject::VirtualService(vs) => {
+            vs.spec.hosts.iter().for_each(|h| add_matching(&host::resolve(h, ns)));
+            // Destinations change which clusters routes use.
+            for d in vs.spec.http.iter().flat_map(|r| r.route.iter().map(|d| &d.destination.host)) {
+                add_matching(&host::resolve(d, ns));
+            }
+        }
+        ConfigObject::DestinationRule(dr) => add_matching(&host::resolve(&dr.spec.host, ns)),
+        ConfigObject::EndpointSlice(slice) => {
+            if let Some(svc) = slice.metadata.labels.get(k8s::SERVICE_NAME_LABEL) {
+                add_matching(&host::service_fqdn(svc, ns));
+            }
+        }
+        ConfigObject::Pod(_) | ConfigObject::WorkloadEntry(_) => {
+            if let Some(w) = Workload::from_object(object) {
+                for index in [old, new] {
+                    out.extend(
+                        index
+                            .all()
+                            .iter()
+                            .filter(|s| &*s.namespace == &*w.namespace && !s.selector.is_empty() && w.matches(&s.selector))
+                            .map(|s| s.hostname.clone()),
+                    );
+                }
+            }
+        }
+        ConfigObject::Gateway(_) | ConfigObject::Sidecar(_) => {}
+    }
+}
+
+/// Keys of every object in a snapshot (a from-scratch request).
+pub fn all_keys(store: &StoreSnapshot) -> Vec<ConfigKey> {
+    store.iter().map(|s| s.object.key()).collect()
+}

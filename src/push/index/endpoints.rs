@@ -1,0 +1,238 @@
+//! `EndpointIndex`: the endpoints of every service, by host.
+//!
+//! Each service's endpoints are one `Arc<ServiceEndpoints>`, so an endpoint
+//! change rebuilds only the services it touches and shares every other entry
+//! with the previous index.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::Arc;
+
+use rayon::prelude::*;
+
+use super::{ServiceIndex, Workload, WorkloadIndex};
+use crate::config::{ConfigKind, ConfigObject, k8s};
+use crate::model::{Endpoint, Hostname, Resolution, Service, ServiceEndpoints, StoreSnapshot};
+
+/// Endpoints by service host.
+#[derive(Debug, Default, Clone)]
+pub struct EndpointIndex {
+    by_host: HashMap<Hostname, Arc<ServiceEndpoints>>,
+}
+
+/// EndpointSlices by `(namespace, service name)`.
+type SliceMap<'a> = HashMap<(&'a str, &'a str), Vec<&'a k8s::EndpointSlice>>;
+
+fn slices_by_service(snapshot: &StoreSnapshot) -> SliceMap<'_> {
+    let mut map: SliceMap<'_> = HashMap::new();
+    for stored in snapshot.kind(ConfigKind::EndpointSlice).values() {
+        if let ConfigObject::EndpointSlice(slice) = &stored.object
+            && let Some(svc) = slice.metadata.labels.get(k8s::SERVICE_NAME_LABEL)
+        {
+            map.entry((slice.metadata.namespace(), svc.as_str())).or_default().push(slice);
+        }
+    }
+    map
+}
+
+impl EndpointIndex {
+    /// Builds endpoints for every service, in parallel.
+    pub fn build(snapshot: &StoreSnapshot, services: &ServiceIndex, workloads: &WorkloadIndex) -> EndpointIndex {
+        let slices = slices_by_service(snapshot);
+        let by_host = services
+            .all()
+            .par_iter()
+            .map(|svc| (svc.hostname.clone(), Arc::new(endpoints_of(svc, snapshot, workloads, &slices))))
+            .collect();
+        EndpointIndex { by_host }
+    }
+
+    /// A copy of `prev` with the endpoints of `hosts` rebuilt (or removed, for
+    /// hosts that no longer exist). Returns the index and the hosts whose
+    /// endpoints really changed.
+    pub fn update(
+        prev: &EndpointIndex,
+        snapshot: &StoreSnapshot,
+        services: &ServiceIndex,
+        workloads: &WorkloadIndex,
+        hosts: &HashSet<Hostname>,
+    ) -> (EndpointIndex, HashSet<Hostname>) {
+        let slices = slices_by_service(snapshot);
+        let mut next = prev.clone();
+        let mut changed = HashSet::new();
+        for host in hosts {
+            match services.get(host) {
+                Some(svc) => {
+                    let eps = endpoints_of(svc, snapshot, workloads, &slices);
+                    if prev.by_host.get(host).is_none_or(|old| **old != eps) {
+                        next.by_host.insert(host.clone(), Arc::new(eps));
+                        changed.insert(host.clone());
+                    }
+                }
+                None => {
+                    if next.by_host.remove(host).is_some() {
+                        changed.insert(host.clone());
+                    }
+                }
+            }
+        }
+        (next, changed)
+    }
+
+    /// Endpoints of a host (empty when the host is unknown).
+    pub fn get(&self, host: &str) -> Option<&Arc<ServiceEndpoints>> {
+        self.by_host.get(host)
+    }
+
+    /// Total endpoints.
+    pub fn endpoint_count(&self) -> usize {
+        self.by_host.values().map(|e| e.endpoints.len()).sum()
+    }
+}
+
+/// The port a workload serves a service port on.
+fn workload_port(port: &crate::model::ServicePort, w: &Workload) -> Option<u32> {
+    if w.is_workload_entry {
+        // A WorkloadEntry maps *service* port names to its own ports.
+        if let Some(p) = w.named_ports.get(&*port.name) {
+            return Some(*p);
+        }
+        return Some(port.target_port.unwrap_or(port.port));
+    }
+    match port.target_port {
+        Some(p) => Some(p),
+        // Named targetPort: look the name up in the pod's container ports.
+        None => port.target_port_name.as_deref().and_then(|n| w.named_ports.get(n).copied()),
+    }
+}
+
+fn endpoint_from_workload(svc: &Service, w: &Workload) -> Option<Endpoint> {
+    let ports: BTreeMap<u32, u32> =
+        svc.ports.iter().filter_map(|p| workload_port(p, w).map(|wp| (p.port, wp))).collect();
+    if ports.is_empty() {
+        return None;
+    }
+    Some(Endpoint {
+        address: w.address.clone(),
+        ports,
+        labels: w.labels.clone(),
+        locality: w.locality.clone(),
+        weight: w.weight,
+        service_account: w.service_account.clone(),
+    })
+}
+
+/// Computes one service's endpoints from every source Kubernetes and Istio use.
+fn endpoints_of(svc: &Service, snapshot: &StoreSnapshot, workloads: &WorkloadIndex, slices: &SliceMap<'_>) -> ServiceEndpoints {
+    let mut out: Vec<Endpoint> = Vec::new();
+    let mut seen: HashSet<Arc<str>> = HashSet::new();
+    let mut push = |e: Endpoint, out: &mut Vec<Endpoint>| {
+        if seen.insert(e.address.clone()) {
+            out.push(e);
+        }
+    };
+
+    // Pods and WorkloadEntries selected by the service's selector.
+    for w in workloads.select(&svc.namespace, &svc.selector) {
+        if let Some(e) = endpoint_from_workload(svc, w) {
+            push(e, &mut out);
+        }
+    }
+
+    match svc.source.kind {
+        ConfigKind::Service => {
+            if let Some(list) = slices.get(&(&*svc.namespace, &*svc.source.name)) {
+                for slice in list {
+                    for ep in &slice.endpoints {
+                        if ep.conditions.ready == Some(false) {
+                            continue;
+                        }
+                        let Some(addr) = ep.addresses.first() else { continue };
+                        let ports: BTreeMap<u32, u32> = svc
+                            .ports
+                            .iter()
+                            .filter_map(|sp| {
+                                slice
+                                    .ports
+                                    .iter()
+                                    .find(|p| p.name.as_deref().unwrap_or("") == &*sp.name || slice.ports.len() == 1)
+                                    .and_then(|p| p.port)
+                                    .map(|wp| (sp.port, wp))
+                            })
+                            .collect();
+                        if ports.is_empty() {
+                            continue;
+                        }
+                        // A slice endpoint backed by a Pod carries that Pod's labels.
+                        let labels = ep
+                            .target_ref
+                            .as_ref()
+                            .filter(|r| r.kind.as_deref() == Some("Pod"))
+                            .and_then(|r| r.name.as_deref())
+                            .and_then(|name| {
+                                let ns = ep.target_ref.as_ref().and_then(|r| r.namespace.as_deref()).unwrap_or(&svc.namespace);
+                                workloads.get(&crate::config::ConfigKey::new(ConfigKind::Pod, ns, name))
+                            })
+                            .map(|w| w.labels.clone())
+                            .unwrap_or_default();
+                        push(
+                            Endpoint {
+                                address: addr.as_str().into(),
+                                ports,
+                                labels,
+                                locality: ep.zone.clone().unwrap_or_default().into(),
+                                weight: 1,
+                                service_account: None,
+                            },
+                            &mut out,
+                        );
+                    }
+                }
+            }
+        }
+        ConfigKind::ServiceEntry => {
+            if let Some(stored) = snapshot.get(&svc.source)
+                && let ConfigObject::ServiceEntry(se) = &stored.object
+            {
+                for e in inline_endpoints(svc, se) {
+                    push(e, &mut out);
+                }
+            }
+        }
+        _ => {}
+    }
+    out.sort_by(|a, b| a.address.cmp(&b.address));
+    ServiceEndpoints { endpoints: out }
+}
+
+/// Inline endpoints of a ServiceEntry host, and the host itself for DNS
+/// entries without endpoints.
+fn inline_endpoints(svc: &Service, se: &crate::config::istio::ServiceEntry) -> Vec<Endpoint> {
+    let mut out: Vec<Endpoint> = se
+        .spec
+        .endpoints
+        .iter()
+        .map(|e| Endpoint {
+            address: e.address.as_str().into(),
+            ports: svc
+                .ports
+                .iter()
+                .map(|p| (p.port, e.ports.get(&*p.name).copied().unwrap_or(p.target_port.unwrap_or(p.port))))
+                .collect(),
+            labels: e.labels.clone(),
+            locality: e.locality.clone().unwrap_or_default().into(),
+            weight: e.weight.unwrap_or(1).max(1),
+            service_account: e.service_account.as_deref().map(Arc::from),
+        })
+        .collect();
+    if out.is_empty() && svc.resolution == Resolution::Dns && !svc.hostname.starts_with('*') {
+        out.push(Endpoint {
+            address: svc.hostname.clone(),
+            ports: svc.ports.iter().map(|p| (p.port, p.target_port.unwrap_or(p.port))).collect(),
+            labels: BTreeMap::new(),
+            locality: Arc::from(""),
+            weight: 1,
+            service_account: None,
+        });
+    }
+    out
+}

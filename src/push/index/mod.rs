@@ -1,0 +1,15 @@
+//! The indexes a [`PushContext`](super::PushContext) is made of.
+//!
+//! Each index is built from a [`StoreSnapshot`](crate::model::StoreSnapshot)
+//! and held behind its own `Arc`, so `PushContext::next` can share every index
+//! a change did not touch with the previous snapshot.
+
+mod endpoints;
+mod rules;
+mod services;
+mod workloads;
+
+pub use endpoints::EndpointIndex;
+pub use rules::{DestinationRuleIndex, GatewayIndex, ResolvedGateway, ResolvedVirtualService, SidecarIndex, VirtualServiceIndex};
+pub use services::ServiceIndex;
+pub use workloads::{Workload, WorkloadIndex};

@@ -1,0 +1,305 @@
+//! Indexes of the Istio traffic rules: VirtualService, DestinationRule,
+//! Gateway and Sidecar, with host names resolved once at build time.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+
+use crate::config::{ConfigKey, ConfigKind, ConfigObject, istio};
+use crate::model::service::ExportTo;
+use crate::model::{Hostname, StoreSnapshot, host};
+
+/// A VirtualService with its hosts and gateways resolved.
+#[derive(Debug)]
+pub struct ResolvedVirtualService {
+    /// The rule.
+    pub key: ConfigKey,
+    /// Hosts as FQDNs or wildcards.
+    pub hosts: Vec<Hostname>,
+    /// Gateways as `namespace/name`, or `mesh`.
+    pub gateways: Vec<Arc<str>>,
+    /// Visibility.
+    pub export_to: ExportTo,
+    /// The spec as written.
+    pub spec: istio::VirtualServiceSpec,
+}
+
+impl ResolvedVirtualService {
+    /// Whether the rule binds to `gateway` (`mesh` or `ns/name`).
+    pub fn binds(&self, gateway: &str) -> bool {
+        self.gateways.iter().any(|g| &**g == gateway)
+    }
+
+    /// Whether any of the rule's hosts matches `hostname`.
+    pub fn matches_host(&self, hostname: &str) -> bool {
+        self.hosts.iter().any(|h| host::matches(h, hostname))
+    }
+}
+
+/// Resolves a gateway reference of a rule in `namespace` to `ns/name`.
+pub fn resolve_gateway_ref(gw: &str, namespace: &str) -> Arc<str> {
+    if gw == istio::MESH_GATEWAY || gw.contains('/') {
+        return gw.into();
+    }
+    // `name.namespace` is an older form Istio still accepts.
+    if let Some((name, ns)) = gw.split_once('.') {
+        return format!("{ns}/{name}").into();
+    }
+    format!("{namespace}/{gw}").into()
+}
+
+/// VirtualServices in key order (the order decides conflicts: the first wins).
+#[derive(Debug, Default)]
+pub struct VirtualServiceIndex {
+    all: Vec<Arc<ResolvedVirtualService>>,
+}
+
+impl VirtualServiceIndex {
+    /// Builds the index.
+    pub fn build(snapshot: &StoreSnapshot) -> VirtualServiceIndex {
+        let all = snapshot
+            .kind(ConfigKind::VirtualService)
+            .values()
+            .filter_map(|stored| match &stored.object {
+                ConfigObject::VirtualService(vs) => Some(Arc::new(resolve_virtual_service(vs))),
+                _ => None,
+            })
+            .collect();
+        VirtualServiceIndex { all }
+    }
+
+    /// Every rule.
+    pub fn all(&self) -> &[Arc<ResolvedVirtualService>] {
+        &self.all
+    }
+
+    /// The rule that routes `hostname` for proxies of `namespace` bound to
+    /// `gateway`: the first visible rule, in key order, naming the host.
+    /// Exact host matches win over wildcard ones.
+    pub fn for_host(&self, gateway: &str, namespace: &str, hostname: &str) -> Option<&Arc<ResolvedVirtualService>> {
+        let visible = |vs: &&Arc<ResolvedVirtualService>| vs.binds(gateway) && vs.export_to.visible_to(namespace);
+        self.all
+            .iter()
+            .filter(visible)
+            .find(|vs| vs.hosts.iter().any(|h| &**h == hostname))
+            .or_else(|| self.all.iter().filter(visible).find(|vs| vs.matches_host(hostname)))
+    }
+
+    /// Rules bound to `gateway`.
+    pub fn for_gateway<'a>(&'a self, gateway: &'a str) -> impl Iterator<Item = &'a Arc<ResolvedVirtualService>> + 'a {
+        self.all.iter().filter(move |vs| vs.binds(gateway))
+    }
+}
+
+/// Resolves one VirtualService.
+pub fn resolve_virtual_service(vs: &istio::VirtualService) -> ResolvedVirtualService {
+    let ns = vs.metadata.namespace();
+    let gateways = if vs.spec.gateways.is_empty() {
+        vec![Arc::from(istio::MESH_GATEWAY)]
+    } else {
+        vs.spec.gateways.iter().map(|g| resolve_gateway_ref(g, ns)).collect()
+    };
+    ResolvedVirtualService {
+        key: ConfigKey::new(ConfigKind::VirtualService, ns, &vs.metadata.name),
+        hosts: vs.spec.hosts.iter().map(|h| host::resolve(h, ns)).collect(),
+        gateways,
+        export_to: ExportTo::parse(&vs.spec.export_to, ns),
+        spec: vs.spec.clone(),
+    }
+}
+
+/// A DestinationRule with its host resolved.
+#[derive(Debug)]
+pub struct ResolvedDestinationRule {
+    /// The rule.
+    pub key: ConfigKey,
+    /// Host (FQDN or wildcard).
+    pub host: Hostname,
+    /// Visibility.
+    pub export_to: ExportTo,
+    /// The spec as written.
+    pub spec: istio::DestinationRuleSpec,
+}
+
+/// DestinationRules by host.
+#[derive(Debug, Default)]
+pub struct DestinationRuleIndex {
+    by_host: HashMap<Hostname, Vec<Arc<ResolvedDestinationRule>>>,
+    wildcards: Vec<Arc<ResolvedDestinationRule>>,
+}
+
+impl DestinationRuleIndex {
+    /// Builds the index.
+    pub fn build(snapshot: &StoreSnapshot) -> DestinationRuleIndex {
+        let mut index = DestinationRuleIndex::default();
+        for stored in snapshot.kind(ConfigKind::DestinationRule).values() {
+            if let ConfigObject::DestinationRule(dr) = &stored.object {
+                let ns = dr.metadata.namespace();
+                let rule = Arc::new(ResolvedDestinationRule {
+                    key: ConfigKey::new(ConfigKind::DestinationRule, ns, &dr.metadata.name),
+                    host: host::resolve(&dr.spec.host, ns),
+                    export_to: ExportTo::parse(&dr.spec.export_to, ns),
+                    spec: dr.spec.clone(),
+                });
+                if rule.host.starts_with('*') {
+                    index.wildcards.push(rule);
+                } else {
+                    index.by_host.entry(rule.host.clone()).or_default().push(rule);
+                }
+            }
+        }
+        index
+    }
+
+    /// The rule that applies to `hostname` (a service of `service_namespace`)
+    /// for a proxy in `proxy_namespace`, as Istio picks it: a visible rule in
+    /// the proxy's namespace, then one in the service's namespace, then any
+    /// other visible rule; exact hosts before wildcards.
+    pub fn for_host(&self, proxy_namespace: &str, service_namespace: &str, hostname: &str) -> Option<&Arc<ResolvedDestinationRule>> {
+        let exact = self.by_host.get(hostname).map(Vec::as_slice).unwrap_or(&[]);
+        let wild = self.wildcards.iter().filter(|r| host::matches(&r.host, hostname));
+        let candidates: Vec<&Arc<ResolvedDestinationRule>> =
+            exact.iter().chain(wild).filter(|r| r.export_to.visible_to(proxy_namespace)).collect();
+        candidates
+            .iter()
+            .find(|r| &*r.key.namespace == proxy_namespace)
+            .or_else(|| candidates.iter().find(|r| &*r.key.namespace == service_namespace))
+            .or_else(|| candidates.first())
+            .copied()
+    }
+
+    /// Every rule naming `hostname` exactly (for reverse lookups).
+    pub fn exact(&self, hostname: &str) -> &[Arc<ResolvedDestinationRule>] {
+        self.by_host.get(hostname).map(Vec::as_slice).unwrap_or(&[])
+    }
+}
+
+/// A Gateway server with its hosts split into namespace and host.
+#[derive(Debug, Clone)]
+pub struct GatewayServer {
+    /// Port number the router listens on.
+    pub port: u32,
+    /// Protocol (upper case).
+    pub protocol: Arc<str>,
+    /// Port name.
+    pub port_name: Arc<str>,
+    /// `(namespace or "*", host pattern)`.
+    pub hosts: Vec<(Arc<str>, Hostname)>,
+}
+
+/// A Gateway, resolved.
+#[derive(Debug)]
+pub struct ResolvedGateway {
+    /// The object.
+    pub key: ConfigKey,
+    /// `namespace/name`, as VirtualServices refer to it.
+    pub name: Arc<str>,
+    /// Router labels it applies to.
+    pub selector: BTreeMap<String, String>,
+    /// Servers.
+    pub servers: Vec<GatewayServer>,
+}
+
+/// Gateways in key order.
+#[derive(Debug, Default)]
+pub struct GatewayIndex {
+    all: Vec<Arc<ResolvedGateway>>,
+}
+
+impl GatewayIndex {
+    /// Builds the index.
+    pub fn build(snapshot: &StoreSnapshot) -> GatewayIndex {
+        let all = snapshot
+            .kind(ConfigKind::Gateway)
+            .values()
+            .filter_map(|stored| match &stored.object {
+                ConfigObject::Gateway(gw) => {
+                    let ns = gw.metadata.namespace();
+                    Some(Arc::new(ResolvedGateway {
+                        key: ConfigKey::new(ConfigKind::Gateway, ns, &gw.metadata.name),
+                        name: format!("{ns}/{}", gw.metadata.name).into(),
+                        selector: gw.spec.selector.clone(),
+                        servers: gw
+                            .spec
+                            .servers
+                            .iter()
+                            .map(|s| GatewayServer {
+                                port: s.port.number,
+                                protocol: s.port.protocol.to_ascii_uppercase().into(),
+                                port_name: s.port.name.as_str().into(),
+                                hosts: s
+                                    .hosts
+                                    .iter()
+                                    .map(|h| match h.split_once('/') {
+                                        Some((n, hst)) => (Arc::from(if n == "." { ns } else { n }), Arc::from(hst)),
+                                        None => (Arc::from("*"), Arc::from(h.as_str())),
+                                    })
+                                    .collect(),
+                            })
+                            .collect(),
+                    }))
+                }
+                _ => None,
+            })
+            .collect();
+        GatewayIndex { all }
+    }
+
+    /// Gateways whose selector matches a router's labels. An empty selector
+    /// matches no proxy (Istio requires one).
+    pub fn matching(&self, labels: &BTreeMap<String, String>) -> Vec<Arc<ResolvedGateway>> {
+        self.all
+            .iter()
+            .filter(|g| !g.selector.is_empty() && g.selector.iter().all(|(k, v)| labels.get(k) == Some(v)))
+            .cloned()
+            .collect()
+    }
+
+    /// A gateway by `namespace/name`.
+    pub fn get(&self, name: &str) -> Option<&Arc<ResolvedGateway>> {
+        self.all.iter().find(|g| &*g.name == name)
+    }
+
+    /// Every gateway.
+    pub fn all(&self) -> &[Arc<ResolvedGateway>] {
+        &self.all
+    }
+}
+
+/// Sidecars by namespace, in key order.
+#[derive(Debug, Default)]
+pub struct SidecarIndex {
+    by_namespace: HashMap<Arc<str>, Vec<(ConfigKey, Arc<istio::Sidecar>)>>,
+}
+
+impl SidecarIndex {
+    /// Builds the index.
+    pub fn build(snapshot: &StoreSnapshot) -> SidecarIndex {
+        let mut index = SidecarIndex::default();
+        for stored in snapshot.kind(ConfigKind::Sidecar).values() {
+            if let ConfigObject::Sidecar(sc) = &stored.object {
+                let key = stored.object.key();
+                index.by_namespace.entry(key.namespace.clone()).or_default().push((key, Arc::new(sc.clone())));
+            }
+        }
+        index
+    }
+
+    /// A Sidecar by key.
+    pub fn get(&self, key: &ConfigKey) -> Option<&Arc<istio::Sidecar>> {
+        self.by_namespace.get(&key.namespace)?.iter().find(|(k, _)| k == key).map(|(_, sc)| sc)
+    }
+
+    /// The Sidecar that applies to a workload: one whose selector matches its
+    /// labels, else the namespace's selector-less one.
+    pub fn for_workload(&self, namespace: &str, labels: &BTreeMap<String, String>) -> Option<&(ConfigKey, Arc<istio::Sidecar>)> {
+        let list = self.by_namespace.get(namespace)?;
+        list.iter()
+            .find(|(_, sc)| {
+                sc.spec
+                    .workload_selector
+                    .as_ref()
+                    .is_some_and(|sel| !sel.labels.is_empty() && sel.labels.iter().all(|(k, v)| labels.get(k) == Some(v)))
+            })
+            .or_else(|| list.iter().find(|(_, sc)| sc.spec.workload_selector.as_ref().is_none_or(|s| s.labels.is_empty())))
+    }
+}

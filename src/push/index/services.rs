@@ -1,0 +1,162 @@
+//! `ServiceIndex`: every routable host, from Kubernetes Services and ServiceEntries.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+
+use crate::config::{ConfigKind, ConfigObject, istio, k8s};
+use crate::model::service::{ExportTo, Location};
+use crate::model::{Hostname, Protocol, Resolution, Service, ServicePort, StoreSnapshot, host};
+
+/// Annotation carrying a Kubernetes Service's `exportTo`.
+pub const EXPORT_TO_ANNOTATION: &str = "networking.istio.io/exportTo";
+
+/// All services, by host and in host order.
+#[derive(Debug, Default)]
+pub struct ServiceIndex {
+    by_host: HashMap<Hostname, Arc<Service>>,
+    sorted: Vec<Arc<Service>>,
+}
+
+impl ServiceIndex {
+    /// Builds the index. A host defined twice keeps the Kubernetes Service,
+    /// then the first ServiceEntry by key (Istio keeps the oldest; meshpush
+    /// has no creation time, so the order is by kind and key — stable).
+    pub fn build(snapshot: &StoreSnapshot) -> ServiceIndex {
+        let mut by_host: HashMap<Hostname, Arc<Service>> = HashMap::new();
+        for stored in snapshot.kind(ConfigKind::Service).values() {
+            if let ConfigObject::Service(svc) = &stored.object {
+                let s = Arc::new(from_kubernetes(svc));
+                by_host.entry(s.hostname.clone()).or_insert(s);
+            }
+        }
+        for stored in snapshot.kind(ConfigKind::ServiceEntry).values() {
+            if let ConfigObject::ServiceEntry(se) = &stored.object {
+                for s in from_service_entry(se) {
+                    by_host.entry(s.hostname.clone()).or_insert_with(|| Arc::new(s));
+                }
+            }
+        }
+        let mut sorted: Vec<Arc<Service>> = by_host.values().cloned().collect();
+        sorted.sort_by(|a, b| a.hostname.cmp(&b.hostname));
+        ServiceIndex { by_host, sorted }
+    }
+
+    /// The service for an FQDN.
+    pub fn get(&self, host: &str) -> Option<&Arc<Service>> {
+        self.by_host.get(host)
+    }
+
+    /// Every service, sorted by host.
+    pub fn all(&self) -> &[Arc<Service>] {
+        &self.sorted
+    }
+
+    /// Number of services.
+    pub fn len(&self) -> usize {
+        self.sorted.len()
+    }
+
+    /// Whether there are none.
+    pub fn is_empty(&self) -> bool {
+        self.sorted.is_empty()
+    }
+}
+
+fn protocol_of(app_protocol: Option<&str>, name: Option<&str>) -> Protocol {
+    match app_protocol {
+        Some(p) => Protocol::from_name(p),
+        None => name.map(Protocol::from_name).unwrap_or(Protocol::Unknown),
+    }
+}
+
+/// A Kubernetes Service as a mesh service.
+pub fn from_kubernetes(svc: &k8s::Service) -> Service {
+    let namespace = svc.metadata.namespace();
+    let mut ports: Vec<ServicePort> = svc
+        .spec
+        .ports
+        .iter()
+        .filter(|p| p.protocol.as_deref().is_none_or(|p| p.eq_ignore_ascii_case("TCP")))
+        .map(|p| ServicePort {
+            name: p.name.clone().unwrap_or_default().into(),
+            port: p.port,
+            protocol: protocol_of(p.app_protocol.as_deref(), p.name.as_deref()),
+            target_port: match &p.target_port {
+                None => Some(p.port),
+                Some(k8s::IntOrString::Int(n)) => Some(*n),
+                Some(k8s::IntOrString::String(_)) => None,
+            },
+            target_port_name: match &p.target_port {
+                Some(k8s::IntOrString::String(name)) => Some(name.as_str().into()),
+                _ => None,
+            },
+        })
+        .collect();
+    ports.sort_by_key(|p| p.port);
+    let headless = matches!(svc.spec.cluster_ip.as_deref(), Some("None"));
+    let addresses = match svc.spec.cluster_ip.as_deref() {
+        Some(ip) if !ip.is_empty() && ip != "None" => vec![Arc::from(ip)],
+        _ => Vec::new(),
+    };
+    let export = svc
+        .metadata
+        .annotations
+        .get(EXPORT_TO_ANNOTATION)
+        .map(|v| v.split(',').map(|s| s.trim().to_string()).filter(|s| !s.is_empty()).collect::<Vec<_>>())
+        .unwrap_or_default();
+    Service {
+        hostname: host::service_fqdn(&svc.metadata.name, namespace),
+        namespace: namespace.into(),
+        source: crate::config::ConfigKey::new(ConfigKind::Service, namespace, &svc.metadata.name),
+        ports,
+        addresses,
+        resolution: if headless && svc.spec.selector.is_empty() { Resolution::Passthrough } else { Resolution::Static },
+        location: Location::MeshInternal,
+        export_to: ExportTo::parse(&export, namespace),
+        selector: svc.spec.selector.clone(),
+    }
+}
+
+/// A ServiceEntry as one mesh service per host.
+pub fn from_service_entry(se: &istio::ServiceEntry) -> Vec<Service> {
+    let namespace = se.metadata.namespace();
+    let spec = &se.spec;
+    let mut ports: Vec<ServicePort> = spec
+        .ports
+        .iter()
+        .map(|p| ServicePort {
+            name: p.name.as_str().into(),
+            port: p.number,
+            protocol: protocol_of(p.protocol.as_deref(), Some(&p.name)),
+            target_port: p.target_port,
+            target_port_name: None,
+        })
+        .collect();
+    ports.sort_by_key(|p| p.port);
+    let resolution = match spec.resolution.as_deref() {
+        Some("STATIC") => Resolution::Static,
+        Some("DNS") | Some("DNS_ROUND_ROBIN") => Resolution::Dns,
+        _ => Resolution::Passthrough,
+    };
+    let location = match spec.location.as_deref() {
+        Some("MESH_EXTERNAL") => Location::MeshExternal,
+        _ => Location::MeshInternal,
+    };
+    let selector: BTreeMap<String, String> =
+        spec.workload_selector.as_ref().map(|w| w.labels.clone()).unwrap_or_default();
+    let key = crate::config::ConfigKey::new(ConfigKind::ServiceEntry, namespace, &se.metadata.name);
+    spec.hosts
+        .iter()
+        .map(|h| Service {
+            hostname: h.as_str().into(),
+            namespace: namespace.into(),
+            source: key.clone(),
+            ports: ports.clone(),
+            addresses: spec.addresses.iter().map(|a| Arc::from(a.as_str())).collect(),
+            resolution,
+            location,
+            export_to: ExportTo::parse(&spec.export_to, namespace),
+            selector: selector.clone(),
+        })
+        .collect()
+}

@@ -1,0 +1,17 @@
+//! The push engine's model side: change requests, snapshots, scopes.
+//!
+//! * [`PushRequest`]: merged change keys.
+//! * [`PushContext`]: the immutable snapshot generators read, published with `ArcSwap`.
+//! * [`Scope`]: what decides a proxy's output, interned as [`ScopeId`].
+//! * [`Debouncer`]: turns a stream of change sets into push requests.
+
+pub mod context;
+pub mod debounce;
+pub mod index;
+pub mod request;
+pub mod scope;
+
+pub use context::{PushChanges, PushContext};
+pub use debounce::{DebounceConfig, Debouncer};
+pub use request::PushRequest;
+pub use scope::{Scope, ScopeId, ScopeInterner, ScopeKey};

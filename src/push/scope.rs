@@ -1,0 +1,231 @@
+//! `Scope`: everything that decides a proxy's generated configuration.
+//!
+//! Proxies with equal [`ScopeKey`]s get byte-identical configuration, so the
+//! key is interned as a small [`ScopeId`] and every generated resource is
+//! cached per scope: ten thousand sidecars in a hundred namespaces are about
+//! a hundred scopes, and a full push generates per scope, not per proxy.
+//!
+//! Invariants: a `ScopeId` names the same `ScopeKey` for the life of the
+//! process (the interner never forgets or reuses ids); a [`Scope`] is
+//! computed from one `PushContext` and never changes afterwards.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
+
+use parking_lot::Mutex;
+use serde::Serialize;
+
+use super::PushContext;
+use super::index::ResolvedGateway;
+use crate::config::ConfigKey;
+use crate::model::{Hostname, InterceptionMode, Protocol, Proxy, ProxyKind, Service, host};
+
+/// Interned [`ScopeKey`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+pub struct ScopeId(pub u32);
+
+/// One inbound port of a workload: the port the application listens on.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+pub struct InboundPort {
+    /// The workload (target) port.
+    pub port: u32,
+    /// Protocol, from the service port that targets it.
+    pub protocol: Protocol,
+}
+
+/// The inputs that decide a proxy's configuration.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+pub struct ScopeKey {
+    /// Sidecar or router.
+    pub kind: ProxyKind,
+    /// The proxy's namespace (visibility, rule selection).
+    pub namespace: Arc<str>,
+    /// Interception mode (listener shapes).
+    pub interception: InterceptionMode,
+    /// The Sidecar resource that applies, if any.
+    pub sidecar: Option<ConfigKey>,
+    /// For routers: the Gateways whose selector matches it.
+    pub gateways: Vec<ConfigKey>,
+    /// For sidecars: the workload's own ports (inbound listeners and clusters).
+    pub inbound: Vec<InboundPort>,
+}
+
+/// Hands out [`ScopeId`]s; shared by every `PushContext` of a server.
+#[derive(Debug, Default)]
+pub struct ScopeInterner {
+    ids: Mutex<HashMap<ScopeKey, ScopeId>>,
+}
+
+impl ScopeInterner {
+    /// The id for `key`, allocating one the first time.
+    pub fn intern(&self, key: &ScopeKey) -> ScopeId {
+        let mut ids = self.ids.lock();
+        if let Some(id) = ids.get(key) {
+            return *id;
+        }
+        let id = ScopeId(ids.len() as u32 + 1);
+        ids.insert(key.clone(), id);
+        id
+    }
+
+    /// Number of scopes ever interned.
+    pub fn len(&self) -> usize {
+        self.ids.lock().len()
+    }
+
+    /// Whether none was interned.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+/// How a sidecar handles traffic to destinations it does not know.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub enum OutboundPolicy {
+    /// Forward to the original destination (PassthroughCluster).
+    AllowAny,
+    /// Refuse (BlackHoleCluster).
+    RegistryOnly,
+}
+
+/// One egress listener of a scope (the default one when no Sidecar applies).
+#[derive(Debug, Clone, Serialize)]
+pub struct EgressListener {
+    /// Only this port, when set.
+    pub port: Option<u32>,
+    /// Bind address, when the Sidecar sets one.
+    pub bind: Option<Arc<str>>,
+    /// Whether outbound listeners bind directly (`captureMode: NONE`, or a
+    /// NONE-mode proxy) instead of taking redirected traffic.
+    pub capture_none: bool,
+    /// Services this listener makes visible, sorted by host.
+    pub services: Vec<Arc<Service>>,
+}
+
+/// A computed scope: what proxies of one [`ScopeKey`] see.
+#[derive(Debug, Serialize)]
+pub struct Scope {
+    /// Its id.
+    pub id: ScopeId,
+    /// Its key.
+    pub key: ScopeKey,
+    /// Every visible service, sorted by host.
+    pub services: Vec<Arc<Service>>,
+    /// Hosts of `services`, for membership tests.
+    #[serde(skip)]
+    pub visible_hosts: HashSet<Hostname>,
+    /// Egress listeners (sidecars).
+    pub egress: Vec<EgressListener>,
+    /// Unknown-destination policy (sidecars).
+    pub outbound_policy: OutboundPolicy,
+    /// Gateways served (routers).
+    #[serde(skip)]
+    pub gateways: Vec<Arc<ResolvedGateway>>,
+}
+
+impl Scope {
+    /// The egress listener that serves `port`: a port-specific one, else the catch-all.
+    pub fn egress_for(&self, port: u32) -> Option<&EgressListener> {
+        self.egress.iter().find(|e| e.port == Some(port)).or_else(|| self.egress.iter().find(|e| e.port.is_none()))
+    }
+}
+
+/// Computes the key for a proxy against a snapshot.
+pub fn scope_key(ctx: &PushContext, proxy: &Proxy) -> ScopeKey {
+    match proxy.kind {
+        ProxyKind::Router => ScopeKey {
+            kind: ProxyKind::Router,
+            namespace: proxy.namespace.clone(),
+            interception: proxy.interception,
+            sidecar: None,
+            gateways: ctx.gateways.matching(&proxy.labels).iter().map(|g| g.key.clone()).collect(),
+            inbound: Vec::new(),
+        },
+        ProxyKind::Sidecar => {
+            let mut inbound: Vec<InboundPort> = Vec::new();
+            for svc in ctx.services.all() {
+                if &*svc.namespace != &*proxy.namespace
+                    || svc.selector.is_empty()
+                    || !svc.selector.iter().all(|(k, v)| proxy.labels.get(k) == Some(v))
+                {
+                    continue;
+                }
+                for p in &svc.ports {
+                    let port = p.target_port.unwrap_or(p.port);
+                    if !inbound.iter().any(|i| i.port == port) {
+                        inbound.push(InboundPort { port, protocol: p.protocol });
+                    }
+                }
+            }
+            inbound.sort();
+            ScopeKey {
+                kind: ProxyKind::Sidecar,
+                namespace: proxy.namespace.clone(),
+                interception: proxy.interception,
+                sidecar: ctx.sidecars.for_workload(&proxy.namespace, &proxy.labels).map(|(k, _)| k.clone()),
+                gateways: Vec::new(),
+                inbound,
+            }
+        }
+    }
+}
+
+/// Whether a Sidecar egress host pattern (`ns/host`) admits `svc` for a proxy in `namespace`.
+fn egress_admits(pattern: &str, namespace: &str, svc: &Service) -> bool {
+    let (ns, h) = pattern.split_once('/').unwrap_or(("*", pattern));
+    let ns_ok = match ns {
+        "*" => true,
+        "." => &*svc.namespace == namespace,
+        "~" => false,
+        other => &*svc.namespace == other,
+    };
+    ns_ok && (h == "*" || host::matches(h, &svc.hostname))
+}
+
+/// Computes the scope for `key` in `ctx`.
+pub fn compute(ctx: &PushContext, id: ScopeId, key: ScopeKey) -> Scope {
+    let exported: Vec<Arc<Service>> =
+        ctx.services.all().iter().filter(|s| s.export_to.visible_to(&key.namespace)).cloned().collect();
+    let none_mode = key.interception == InterceptionMode::None;
+    let sidecar = key.sidecar.as_ref().and_then(|k| ctx.sidecars.get(k)).cloned();
+
+    let (egress, outbound_policy) = match (&key.kind, sidecar) {
+        (ProxyKind::Sidecar, Some(sc)) => {
+            let listeners = if sc.spec.egress.is_empty() {
+                vec![EgressListener { port: None, bind: None, capture_none: none_mode, services: exported.clone() }]
+            } else {
+                sc.spec
+                    .egress
+                    .iter()
+                    .map(|e| EgressListener {
+                        port: e.port.as_ref().map(|p| p.number),
+                        bind: e.bind.as_deref().map(Arc::from),
+                        capture_none: none_mode || e.capture_mode.as_deref() == Some("NONE"),
+                        services: exported
+                            .iter()
+                            .filter(|s| e.hosts.iter().any(|h| egress_admits(h, &key.namespace, s)))
+                            .filter(|s| e.port.as_ref().is_none_or(|p| s.port(p.number).is_some()))
+                            .cloned()
+                            .collect(),
+                    })
+                    .collect()
+            };
+            let policy = match sc.spec.outbound_traffic_policy.as_ref().and_then(|p| p.mode.as_deref()) {
+                Some("REGISTRY_ONLY") => OutboundPolicy::RegistryOnly,
+                _ => OutboundPolicy::AllowAny,
+            };
+            (listeners, policy)
+        }
+        _ => (
+            vec![EgressListener { port: None, bind: None, capture_none: none_mode, services: exported.clone() }],
+            OutboundPolicy::AllowAny,
+        ),
+    };
+
+    let mut services: Vec<Arc<Service>> = egress.iter().flat_map(|e| e.services.iter().cloned()).collect();
+    services.sort_by(|a, b| a.hostname.cmp(&b.hostname));
+    services.dedup_by(|a, b| a.hostname == b.hostname);
+    let visible_hosts = services.iter().map(|s| s.hostname.clone()).collect();
+    let gateways = key.gateways.iter().filter_map(|k| ctx.gateways.all().iter().find(|g| &g.key == k).cloned()).collect();
+    Scope { id, key, services, visible_hosts, egress, outbound_policy, gateways }
+}
