@@ -1,8 +1,16 @@
 //! meshpush: an xDS control plane for Envoy service meshes.
 //!
 //! Data flows one way: [`source`] → [`model::ConfigStore`] → [`push::Debouncer`]
-//! → [`push::PushContext`] → [`gen`] (cached, pre-encoded) → [`xds`] streams.
-//! ARCHITECTURE.md at the repository root walks through it.
+//! → [`push::PushEngine`] (publishes [`push::PushContext`]) → [`generate`]
+//! (cached, pre-encoded) → [`xds`] streams. ARCHITECTURE.md at the repository
+//! root walks through it.
 
+pub mod admin;
+pub mod bootstrap;
 pub mod config;
+pub mod generate;
 pub mod model;
+pub mod push;
+pub mod serve;
+pub mod source;
+pub mod xds;

@@ -1,1 +1,163 @@
-fn main() {}
+//! The `meshpush` command: serve, validate, bootstrap, version.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use clap::{Parser, Subcommand, ValueEnum};
+
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
+/// meshpush: an xDS control plane for Envoy service meshes.
+#[derive(Debug, Parser)]
+#[command(name = "meshpush", version, about)]
+struct Cli {
+    /// Log level or tracing filter (`info`, `debug`, `meshpush=debug,h2=info`).
+    #[arg(long, global = true, default_value = "info", env = "MESHPUSH_LOG")]
+    log_level: String,
+    /// Log format.
+    #[arg(long, global = true, value_enum, default_value_t = LogFormat::Text)]
+    log_format: LogFormat,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Clone, Copy, ValueEnum)]
+enum LogFormat {
+    Text,
+    Json,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Serve xDS for the mesh described by a directory of YAML.
+    Serve(ServeArgs),
+    /// Check a directory of YAML: print every problem, exit 1 on any error.
+    Validate {
+        /// The directory (read recursively).
+        dir: PathBuf,
+    },
+    /// Print an Envoy bootstrap that connects to meshpush.
+    Bootstrap(BootstrapArgs),
+    /// Print the version.
+    Version,
+}
+
+#[derive(Debug, clap::Args)]
+struct ServeArgs {
+    /// Directory of Kubernetes-style YAML (read recursively, watched).
+    #[arg(long, default_value = "examples/bookinfo")]
+    config: PathBuf,
+    /// ADS gRPC address.
+    #[arg(long, default_value = "127.0.0.1:15010")]
+    xds_addr: SocketAddr,
+    /// Admin HTTP address (`/ready`).
+    #[arg(long, default_value = "127.0.0.1:15014")]
+    admin_addr: SocketAddr,
+    /// Quiet time that ends a burst of config changes.
+    #[arg(long, default_value = "100ms", value_parser = parse_duration)]
+    debounce_after: Duration,
+    /// Longest a burst of config changes is held back.
+    #[arg(long, default_value = "10s", value_parser = parse_duration)]
+    debounce_max: Duration,
+}
+
+#[derive(Debug, clap::Args)]
+struct BootstrapArgs {
+    /// Istio node id: `sidecar~IP~POD.NAMESPACE~NAMESPACE.svc.cluster.local` (or `router~…`).
+    #[arg(long)]
+    node_id: String,
+    /// Envoy `node.cluster` (default: the workload's `app.namespace`, as Istio).
+    #[arg(long)]
+    cluster: Option<String>,
+    /// meshpush's ADS address.
+    #[arg(long, default_value = "127.0.0.1:15010")]
+    xds_addr: String,
+    /// Envoy admin port (on 127.0.0.1).
+    #[arg(long, default_value_t = 15000)]
+    admin_port: u16,
+    /// Workload label `k=v` (repeatable).
+    #[arg(long = "label")]
+    labels: Vec<String>,
+    /// Node metadata `K=V` (repeatable).
+    #[arg(long = "meta")]
+    meta: Vec<String>,
+    /// Interception mode.
+    #[arg(long, default_value = "REDIRECT", value_parser = ["REDIRECT", "NONE", "TPROXY"])]
+    interception: String,
+}
+
+fn parse_duration(s: &str) -> Result<Duration, String> {
+    s.parse::<meshpush::config::Duration>().map(|d| d.0).map_err(|e| e.to_string())
+}
+
+fn init_tracing(level: &str, format: LogFormat) {
+    let filter = tracing_subscriber::EnvFilter::try_new(level).unwrap_or_else(|e| {
+        eprintln!("meshpush: --log-level {level:?} is not a tracing filter ({e}); using info");
+        tracing_subscriber::EnvFilter::new("info")
+    });
+    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
+    match format {
+        LogFormat::Text => builder.init(),
+        LogFormat::Json => builder.json().init(),
+    }
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    match cli.command {
+        Command::Version => {
+            println!("meshpush {}", env!("CARGO_PKG_VERSION"));
+            ExitCode::SUCCESS
+        }
+        Command::Validate { dir } => {
+            init_tracing(&cli.log_level, cli.log_format);
+            let problems = meshpush::source::validate_dir(&dir);
+            ExitCode::from(meshpush::source::print_report(&problems) as u8)
+        }
+        Command::Bootstrap(args) => match bootstrap(args) {
+            Ok(yaml) => {
+                print!("{yaml}");
+                ExitCode::SUCCESS
+            }
+            Err(e) => {
+                eprintln!("meshpush bootstrap: {e}");
+                ExitCode::from(2)
+            }
+        },
+        Command::Serve(args) => {
+            init_tracing(&cli.log_level, cli.log_format);
+            let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().expect("tokio runtime");
+            let options = meshpush::serve::ServeOptions {
+                config_dir: args.config,
+                xds_addr: args.xds_addr,
+                admin_addr: args.admin_addr,
+                debounce: meshpush::push::DebounceConfig { after: args.debounce_after, max: args.debounce_max },
+            };
+            match runtime.block_on(meshpush::serve::run(options)) {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(e) => {
+                    tracing::error!("{e:#}");
+                    ExitCode::FAILURE
+                }
+            }
+        }
+    }
+}
+
+fn bootstrap(args: BootstrapArgs) -> Result<String, meshpush::bootstrap::BootstrapError> {
+    use meshpush::bootstrap::parse_key_value;
+    let opts = meshpush::bootstrap::BootstrapOptions {
+        node_id: args.node_id,
+        cluster: args.cluster,
+        xds_addr: args.xds_addr,
+        admin_port: args.admin_port,
+        labels: args.labels.iter().map(|l| parse_key_value("label", l)).collect::<Result<_, _>>()?,
+        meta: args.meta.iter().map(|m| parse_key_value("meta", m)).collect::<Result<_, _>>()?,
+        interception: args.interception,
+        delta: false,
+    };
+    meshpush::bootstrap::render(&opts)
+}

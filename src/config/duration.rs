@@ -55,7 +55,7 @@ impl FromStr for Duration {
 impl fmt::Display for Duration {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let ms = self.0.as_millis();
-        if ms % 1000 == 0 { write!(f, "{}s", ms / 1000) } else { write!(f, "{ms}ms") }
+        if ms.is_multiple_of(1000) { write!(f, "{}s", ms / 1000) } else { write!(f, "{ms}ms") }
     }
 }
 

@@ -1,1 +1,267 @@
-//! Validation (filled in below).
+//! Semantic checks on typed config objects, as Istio's validation webhook makes them.
+//!
+//! Role in the data flow: [`parse_documents`](super::parse::parse_documents)
+//! runs [`validate`] on every object it reads; an object with an Error never
+//! reaches the store, so generators may rely on its fields being well-formed.
+//! [`check_references`] runs afterwards on a whole store snapshot and reports
+//! dangling references (unknown hosts, subsets, gateways) as warnings: like
+//! Istio, meshpush accepts such objects and the route fails at run time.
+//!
+//! This module owns the rules; the per-kind checks live in `k8s` and `istio`
+//! beside it. Invariant: [`validate`] looks at one object only and is a pure
+//! function of it, so the same object always gets the same verdict whichever
+//! file or order it came in.
+
+use std::net::IpAddr;
+
+use serde::Serialize;
+
+use super::parse::Severity;
+use super::{ConfigKind, ConfigObject, ObjectMeta};
+
+mod istio;
+mod k8s;
+mod references;
+#[cfg(test)]
+mod test;
+mod virtual_service;
+
+pub use references::check_references;
+
+/// One finding about a field of an object.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct FieldError {
+    /// Field path inside the object (`spec.http[0].route[1].weight`); empty for the whole object.
+    pub path: String,
+    /// What value was wrong and why.
+    pub message: String,
+    /// Error (the object is refused) or warning.
+    pub severity: Severity,
+}
+
+/// Checks one object; returns every problem found (empty when it is fine).
+pub fn validate(object: &ConfigObject) -> Vec<FieldError> {
+    let mut check = Checker::default();
+    check.meta(object.kind(), object.meta());
+    match object {
+        ConfigObject::Service(o) => k8s::service(&mut check, o),
+        ConfigObject::Pod(o) => k8s::pod(&mut check, o),
+        ConfigObject::EndpointSlice(o) => k8s::endpoint_slice(&mut check, o),
+        ConfigObject::ServiceEntry(o) => istio::service_entry(&mut check, o),
+        ConfigObject::WorkloadEntry(o) => istio::workload_entry(&mut check, o),
+        ConfigObject::VirtualService(o) => virtual_service::virtual_service(&mut check, o),
+        ConfigObject::DestinationRule(o) => istio::destination_rule(&mut check, o),
+        ConfigObject::Gateway(o) => istio::gateway(&mut check, o),
+        ConfigObject::Sidecar(o) => istio::sidecar(&mut check, o),
+    }
+    check.found
+}
+
+/// Collects findings; the per-kind checks report through it.
+#[derive(Debug, Default)]
+struct Checker {
+    found: Vec<FieldError>,
+}
+
+impl Checker {
+    fn error(&mut self, path: impl Into<String>, message: impl Into<String>) {
+        self.push(Severity::Error, path.into(), message.into());
+    }
+
+    fn warning(&mut self, path: impl Into<String>, message: impl Into<String>) {
+        self.push(Severity::Warning, path.into(), message.into());
+    }
+
+    fn push(&mut self, severity: Severity, path: String, message: String) {
+        self.found.push(FieldError {
+            path,
+            message,
+            severity,
+        });
+    }
+
+    fn meta(&mut self, kind: ConfigKind, meta: &ObjectMeta) {
+        // Kubernetes names Services by DNS-1035 label (they become DNS names);
+        // every other kind here by DNS-1123 subdomain.
+        if kind == ConfigKind::Service {
+            if !is_dns1035_label(&meta.name) {
+                let why = "a Service name must be a DNS-1035 label: at most 63 lower-case letters, \
+                           digits and '-', starting with a letter and ending with a letter or digit";
+                self.error(
+                    "metadata.name",
+                    format!("{:?} is not a valid name: {why}", meta.name),
+                );
+            }
+        } else if !is_dns1123_subdomain(&meta.name) {
+            let why = "names must be DNS-1123 subdomains: lower-case letters, digits, '-' and '.', \
+                       starting and ending with a letter or digit, at most 253 characters";
+            self.error(
+                "metadata.name",
+                format!("{:?} is not a valid name: {why}", meta.name),
+            );
+        }
+        if !meta.namespace.is_empty() && !is_dns1123_label(&meta.namespace) {
+            self.error(
+                "metadata.namespace",
+                format!(
+                    "{:?} is not a valid namespace: {LABEL_RULE}",
+                    meta.namespace
+                ),
+            );
+        }
+    }
+
+    /// A port number must be 1..=65535.
+    fn port(&mut self, path: impl Into<String>, number: u32) {
+        if !(1..=65535).contains(&number) {
+            self.error(
+                path,
+                format!("{number} is not a valid port number: ports are 1..65535"),
+            );
+        }
+    }
+
+    /// A count or limit must not be negative.
+    fn non_negative(&mut self, path: impl Into<String>, value: Option<i64>) {
+        if let Some(v) = value.filter(|v| *v < 0) {
+            self.error(path, format!("{v} is negative"));
+        }
+    }
+
+    /// A value must be one of a closed set (compared exactly, as Istio does).
+    fn one_of(&mut self, path: impl Into<String>, value: &str, allowed: &[&str]) {
+        if !allowed.contains(&value) {
+            self.error(
+                path,
+                format!("{value:?} is not one of {}", allowed.join(", ")),
+            );
+        }
+    }
+
+    /// `exportTo` entries: `.`, `*` or a namespace.
+    fn export_to(&mut self, list: &[String]) {
+        for (i, entry) in list.iter().enumerate() {
+            if entry != "." && entry != "*" && !is_dns1123_label(entry) {
+                self.error(
+                    format!("spec.exportTo[{i}]"),
+                    format!(
+                        "{entry:?} is neither \".\", \"*\" nor a namespace name ({LABEL_RULE})"
+                    ),
+                );
+            }
+        }
+    }
+}
+
+const LABEL_RULE: &str = "a DNS-1123 label is at most 63 lower-case letters, digits and '-', \
+                          starting and ending with a letter or digit";
+
+/// Kubernetes' DNS-1123 label: namespaces, subset names, port names.
+fn is_dns1123_label(s: &str) -> bool {
+    !s.is_empty()
+        && s.len() <= 63
+        && s.bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+        && !s.starts_with('-')
+        && !s.ends_with('-')
+}
+
+/// Kubernetes' DNS-1035 label: a DNS-1123 label that starts with a letter.
+fn is_dns1035_label(s: &str) -> bool {
+    is_dns1123_label(s) && s.starts_with(|c: char| c.is_ascii_lowercase())
+}
+
+/// Kubernetes' DNS-1123 subdomain: object names.
+fn is_dns1123_subdomain(s: &str) -> bool {
+    !s.is_empty() && s.len() <= 253 && s.split('.').all(is_dns1123_label)
+}
+
+/// A host as Istio accepts it in rules: `*`, `*.suffix`, or a (short or
+/// fully qualified) DNS name; letters may be upper-case, as in DNS.
+fn is_wildcard_host(s: &str) -> bool {
+    if s == "*" {
+        return true;
+    }
+    let name = s.strip_prefix("*.").unwrap_or(s);
+    !name.is_empty()
+        && name.len() <= 255
+        && name.split('.').all(|label| {
+            !label.is_empty()
+                && label.len() <= 63
+                && label
+                    .bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b == b'-')
+                && !label.starts_with('-')
+                && !label.ends_with('-')
+        })
+}
+
+fn is_ip(s: &str) -> bool {
+    s.parse::<IpAddr>().is_ok()
+}
+
+/// An IP address or a CIDR block (`10.0.0.0/8`).
+fn is_ip_or_cidr(s: &str) -> bool {
+    match s.split_once('/') {
+        None => is_ip(s),
+        Some((ip, bits)) => match (ip.parse::<IpAddr>(), bits.parse::<u8>()) {
+            (Ok(IpAddr::V4(_)), Ok(bits)) => bits <= 32,
+            (Ok(IpAddr::V6(_)), Ok(bits)) => bits <= 128,
+            _ => false,
+        },
+    }
+}
+
+/// Checks a `namespace/host` entry (Sidecar egress, Gateway server hosts).
+/// `allow_bare` accepts a plain host (Gateway); `allow_tilde` accepts `~/`
+/// (Sidecar: "no namespace").
+fn check_namespaced_host(
+    check: &mut Checker,
+    path: String,
+    entry: &str,
+    allow_bare: bool,
+    allow_tilde: bool,
+) {
+    let (namespace, host) = match entry.split_once('/') {
+        Some(parts) => parts,
+        None if allow_bare => ("*", entry),
+        None => {
+            return check.error(
+                path,
+                format!(
+                    "{entry:?} is not of the form namespace/host (for example ./* or */reviews)"
+                ),
+            );
+        }
+    };
+    let namespace_ok = matches!(namespace, "*" | ".")
+        || (allow_tilde && namespace == "~")
+        || is_dns1123_label(namespace);
+    if !namespace_ok {
+        let allowed = if allow_tilde {
+            "\".\", \"*\", \"~\""
+        } else {
+            "\".\", \"*\""
+        };
+        check.error(
+            path.clone(),
+            format!("{entry:?}: namespace {namespace:?} is neither {allowed} nor a namespace name ({LABEL_RULE})"),
+        );
+    }
+    if !is_wildcard_host(host) {
+        check.error(
+            path,
+            format!("{entry:?}: {host:?} is not a host name or wildcard (*, *.example.com)"),
+        );
+    }
+}
+
+/// The last line of an error message (the `regex` crate's are multi-line, with the cause last).
+fn one_line(message: &str) -> String {
+    let last = message
+        .lines()
+        .rev()
+        .find(|l| !l.trim().is_empty())
+        .unwrap_or(message);
+    last.trim().trim_start_matches("error: ").to_string()
+}

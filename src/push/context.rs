@@ -159,6 +159,25 @@ impl PushContext {
             if matches!(key.kind, ConfigKind::Sidecar | ConfigKind::Service | ConfigKind::ServiceEntry) {
                 changes.namespaces.insert(key.namespace.clone());
             }
+            // A rule bound to a gateway changes router output whatever its hosts.
+            let binds_gateway = |o: Option<&ConfigObject>| {
+                matches!(o, Some(ConfigObject::VirtualService(vs))
+                    if vs.spec.gateways.iter().any(|g| g != crate::config::istio::MESH_GATEWAY))
+            };
+            if binds_gateway(old) || binds_gateway(new) {
+                changes.gateways = true;
+            }
+        }
+        // A host that appeared or disappeared changes what scopes see: every
+        // scope is regenerated (adding a service is rare next to endpoint churn).
+        if services_changed
+            && (services.len() != prev.services.len()
+                || changes.dirty_hosts.iter().any(|h| services.get(h).is_some() != prev.services.get(h).is_some()))
+        {
+            changes.full = true;
+        }
+        if prev.version == 0 {
+            changes.full = true;
         }
 
         // Endpoints: rebuild the dirty hosts only (a service change can move

@@ -7,11 +7,15 @@
 
 pub mod context;
 pub mod debounce;
+pub mod engine;
 pub mod index;
+pub mod queue;
 pub mod request;
 pub mod scope;
 
 pub use context::{PushChanges, PushContext};
-pub use debounce::{DebounceConfig, Debouncer};
+pub use debounce::{DebounceConfig, Debouncer, PushSlot};
+pub use engine::PushEngine;
+pub use queue::{ConnId, PendingPush, PushQueue};
 pub use request::PushRequest;
 pub use scope::{Scope, ScopeId, ScopeInterner, ScopeKey};

@@ -10,6 +10,9 @@ mod services;
 mod workloads;
 
 pub use endpoints::EndpointIndex;
-pub use rules::{DestinationRuleIndex, GatewayIndex, ResolvedGateway, ResolvedVirtualService, SidecarIndex, VirtualServiceIndex};
+pub use rules::{
+    DestinationRuleIndex, GatewayIndex, GatewayServer, ResolvedGateway, ResolvedVirtualService, SidecarIndex, VirtualServiceIndex,
+    resolve_gateway_ref,
+};
 pub use services::ServiceIndex;
 pub use workloads::{Workload, WorkloadIndex};

@@ -1,0 +1,472 @@
+//! Envoy bootstrap: the static YAML a sidecar or gateway Envoy starts from.
+//!
+//! Role: the one way meshpush tells an Envoy who it is and where its control plane
+//! lives. Everything else an Envoy runs with arrives over ADS; the bootstrap only
+//! carries the `node` (id, cluster, Istio-style metadata), the `ads_config` that
+//! points at the static `xds-grpc` cluster, and a loopback-only admin listener.
+//! `meshpush bootstrap` prints [`render`]'s output; the end-to-end tests start real
+//! Envoys from it.
+//!
+//! Invariant: [`render`] either returns a bootstrap whose node id
+//! [`Proxy::from_node`] accepts — so the server will accept the stream — or an
+//! error naming the flag that was wrong. The YAML is built as a value tree and
+//! serialized, never spliced from strings, so user-supplied labels and metadata
+//! cannot break its structure.
+
+use std::collections::BTreeMap;
+use std::net::IpAddr;
+
+use envoy_types::pb::envoy::config::core::v3::Node;
+use envoy_types::pb::google::protobuf::{Struct, Value, value::Kind};
+use serde_json::{Map, json};
+
+use crate::model::{NodeError, Proxy};
+
+/// Name of the static cluster that carries ADS. Istio uses the same name, so
+/// `istioctl proxy-config cluster` output looks familiar.
+pub const XDS_CLUSTER: &str = "xds-grpc";
+
+/// Metadata keys the bootstrap derives itself; `--meta` may not set them.
+const DERIVED_META: [&str; 4] = ["NAMESPACE", "LABELS", "INTERCEPTION_MODE", "ISTIO_VERSION"];
+
+/// Labels Istio reads, in order, to name a workload's canonical service
+/// (which becomes `node.cluster` as `NAME.NAMESPACE`).
+const CANONICAL_NAME_LABELS: [&str; 3] = [
+    "service.istio.io/canonical-name",
+    "app.kubernetes.io/name",
+    "app",
+];
+
+/// What a bootstrap is made from: the flags of `meshpush bootstrap`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BootstrapOptions {
+    /// Istio node id: `sidecar~IP~POD.NAMESPACE~NAMESPACE.svc.cluster.local`
+    /// (or `router~…` for a gateway).
+    pub node_id: String,
+    /// `node.cluster`; when `None`, derived as Istio does: `APP.NAMESPACE`, APP being
+    /// the canonical-name, `app.kubernetes.io/name` or `app` label, else the pod name.
+    pub cluster: Option<String>,
+    /// The meshpush xDS address as `host:port` (`127.0.0.1:15010`, `[::1]:15010`,
+    /// `meshpush.mesh.svc:15010`). An IP gives a STATIC cluster, a name STRICT_DNS.
+    pub xds_addr: String,
+    /// Envoy's admin port; the admin listener binds 127.0.0.1 only.
+    pub admin_port: u16,
+    /// Workload labels (metadata `LABELS`); they select the proxy into subsets,
+    /// Gateways and Sidecars.
+    pub labels: BTreeMap<String, String>,
+    /// Extra metadata, each value a string (`--meta CLUSTER_ID=Kubernetes`).
+    pub meta: BTreeMap<String, String>,
+    /// Metadata `INTERCEPTION_MODE`: `REDIRECT` (iptables, Istio's default),
+    /// `TPROXY`, or `NONE` (outbound listeners bind 127.0.0.1; no iptables).
+    pub interception: String,
+    /// Use Delta xDS (`DELTA_GRPC`) instead of State of the World (`GRPC`).
+    pub delta: bool,
+}
+
+impl BootstrapOptions {
+    /// Options for `node_id` against the control plane at `xds_addr`, with Istio's
+    /// defaults: admin port 15000, REDIRECT interception, SotW, no labels.
+    pub fn new(node_id: impl Into<String>, xds_addr: impl Into<String>) -> Self {
+        BootstrapOptions {
+            node_id: node_id.into(),
+            cluster: None,
+            xds_addr: xds_addr.into(),
+            admin_port: 15000,
+            labels: BTreeMap::new(),
+            meta: BTreeMap::new(),
+            interception: "REDIRECT".to_string(),
+            delta: false,
+        }
+    }
+}
+
+/// Why a bootstrap could not be rendered. Each names the flag to fix.
+#[derive(Debug, thiserror::Error)]
+pub enum BootstrapError {
+    /// The node id was refused by the same parser the server uses.
+    #[error(
+        "--node-id: {0}; example: sidecar~10.1.2.3~reviews-v1-abc.default~default.svc.cluster.local"
+    )]
+    Node(NodeError),
+    /// A `--label` or `--meta` argument is not `KEY=VALUE`.
+    #[error("--{flag} {arg:?}: expected KEY=VALUE with a non-empty KEY")]
+    KeyValue {
+        /// `label` or `meta`.
+        flag: &'static str,
+        /// The argument as given.
+        arg: String,
+    },
+    /// A `--meta` key would overwrite metadata the bootstrap derives itself.
+    #[error(
+        "--meta {0}=…: {0} is set by meshpush (use --node-id, --label or --interception instead)"
+    )]
+    ReservedMeta(String),
+    /// The interception mode is not one the server knows.
+    #[error("--interception {0:?}: expected REDIRECT, TPROXY or NONE")]
+    Interception(String),
+    /// The xDS address is not `host:port`.
+    #[error("--xds-addr {0:?}: expected HOST:PORT, e.g. 127.0.0.1:15010")]
+    XdsAddr(String),
+    /// Serializing the bootstrap failed (a bug: the tree is built from strings).
+    #[error("serializing the bootstrap: {0}")]
+    Yaml(#[from] serde_yaml_ng::Error),
+}
+
+/// Parses one `KEY=VALUE` argument of `--label` or `--meta` (`flag` names which,
+/// for the error). The value may be empty and may itself contain `=`.
+pub fn parse_key_value(flag: &'static str, arg: &str) -> Result<(String, String), BootstrapError> {
+    match arg.split_once('=') {
+        Some((key, value)) if !key.trim().is_empty() && !key.contains(char::is_whitespace) => {
+            Ok((key.to_string(), value.to_string()))
+        }
+        _ => Err(BootstrapError::KeyValue {
+            flag,
+            arg: arg.to_string(),
+        }),
+    }
+}
+
+/// Renders the bootstrap YAML for `opts`.
+pub fn render(opts: &BootstrapOptions) -> Result<String, BootstrapError> {
+    let proxy = validate(opts)?;
+    let (xds_host, xds_port) = split_host_port(&opts.xds_addr)?;
+
+    let mut metadata = Map::new();
+    for (key, value) in &opts.meta {
+        metadata.insert(key.clone(), json!(value));
+    }
+    metadata.insert("NAMESPACE".into(), json!(&*proxy.namespace));
+    metadata.insert("LABELS".into(), json!(opts.labels));
+    metadata.insert("INTERCEPTION_MODE".into(), json!(opts.interception));
+    metadata.insert("ISTIO_VERSION".into(), json!("meshpush"));
+
+    let cluster = opts
+        .cluster
+        .clone()
+        .unwrap_or_else(|| derived_cluster(&proxy, &opts.labels));
+    // An IP needs no resolver; a name is resolved (and re-resolved) by Envoy.
+    let discovery = if xds_host.parse::<IpAddr>().is_ok() {
+        "STATIC"
+    } else {
+        "STRICT_DNS"
+    };
+
+    let node = json!({
+        "id": opts.node_id,
+        "cluster": cluster,
+        "metadata": metadata,
+    });
+    let dynamic_resources = json!({
+        "ads_config": {
+            "api_type": if opts.delta { "DELTA_GRPC" } else { "GRPC" },
+            "transport_api_version": "V3",
+            "grpc_services": [{ "envoy_grpc": { "cluster_name": XDS_CLUSTER } }],
+            // The server may restart and must see who it talks to on any request.
+            "set_node_on_first_message_only": false,
+        },
+        "cds_config": { "ads": {}, "resource_api_version": "V3" },
+        "lds_config": { "ads": {}, "resource_api_version": "V3" },
+    });
+    let static_resources = json!({
+        "clusters": [{
+            "name": XDS_CLUSTER,
+            "type": discovery,
+            "connect_timeout": "1s",
+            "load_assignment": {
+                "cluster_name": XDS_CLUSTER,
+                "endpoints": [{ "lb_endpoints": [{ "endpoint": { "address": {
+                    "socket_address": { "address": xds_host, "port_value": xds_port },
+                }}}]}],
+            },
+            "typed_extension_protocol_options": {
+                "envoy.extensions.upstreams.http.v3.HttpProtocolOptions": {
+                    "@type": "type.googleapis.com/envoy.extensions.upstreams.http.v3.HttpProtocolOptions",
+                    "explicit_http_config": { "http2_protocol_options": {
+                        // Istio's values: a dead control plane is noticed within ~40 s.
+                        "connection_keepalive": { "interval": "30s", "timeout": "10s" },
+                    }},
+                },
+            },
+        }],
+    });
+    let admin = json!({
+        "address": { "socket_address": { "address": "127.0.0.1", "port_value": opts.admin_port } },
+    });
+    // The admin layer lets tests and operators flip runtime flags via /runtime_modify.
+    let layered_runtime = json!({ "layers": [{ "name": "admin", "admin_layer": {} }] });
+    // Without a connection limit Envoy warns at every start; Istio sets this one too.
+    let overload_manager = json!({
+        "resource_monitors": [{
+            "name": "envoy.resource_monitors.global_downstream_max_connections",
+            "typed_config": {
+                "@type": "type.googleapis.com/envoy.extensions.resource_monitors.downstream_connections.v3.DownstreamConnectionsConfig",
+                "max_active_downstream_connections": i32::MAX,
+            },
+        }],
+    });
+
+    // Top-level sections in reading order (nested keys come out sorted).
+    let mut doc = serde_yaml_ng::Mapping::new();
+    for (key, section) in [
+        ("node", node),
+        ("dynamic_resources", dynamic_resources),
+        ("static_resources", static_resources),
+        ("admin", admin),
+        ("layered_runtime", layered_runtime),
+        ("overload_manager", overload_manager),
+    ] {
+        doc.insert(key.into(), serde_yaml_ng::to_value(section)?);
+    }
+    Ok(serde_yaml_ng::to_string(&doc)?)
+}
+
+/// Checks the node id, the interception mode and the metadata keys, using the
+/// server's own node parser so that what renders here is what the server accepts.
+fn validate(opts: &BootstrapOptions) -> Result<Proxy, BootstrapError> {
+    if let Some(key) = opts
+        .meta
+        .keys()
+        .find(|k| DERIVED_META.contains(&k.as_str()))
+    {
+        return Err(BootstrapError::ReservedMeta(key.clone()));
+    }
+    let string = |s: &str| Value {
+        kind: Some(Kind::StringValue(s.to_string())),
+    };
+    let node = Node {
+        id: opts.node_id.clone(),
+        metadata: Some(Struct {
+            fields: [("INTERCEPTION_MODE".to_string(), string(&opts.interception))].into(),
+        }),
+        ..Default::default()
+    };
+    Proxy::from_node(&node).map_err(|e| match e {
+        NodeError::BadMetadata {
+            key: "INTERCEPTION_MODE",
+            ..
+        } => BootstrapError::Interception(opts.interception.clone()),
+        other => BootstrapError::Node(other),
+    })
+}
+
+/// `APP.NAMESPACE`, as Istio names a workload's `node.cluster`.
+fn derived_cluster(proxy: &Proxy, labels: &BTreeMap<String, String>) -> String {
+    let app = CANONICAL_NAME_LABELS
+        .iter()
+        .find_map(|l| labels.get(*l).filter(|v| !v.is_empty()))
+        .map(String::as_str)
+        .unwrap_or_else(|| proxy.workload.split('.').next().unwrap_or(&proxy.workload));
+    format!("{app}.{}", proxy.namespace)
+}
+
+/// Splits `host:port`, `[v6]:port` included.
+fn split_host_port(addr: &str) -> Result<(String, u16), BootstrapError> {
+    let bad = || BootstrapError::XdsAddr(addr.to_string());
+    let (host, port) = addr.rsplit_once(':').ok_or_else(bad)?;
+    // An IPv6 host must be bracketed, or its last group would read as the port.
+    let host = match host.strip_prefix('[') {
+        Some(v6) => v6
+            .strip_suffix(']')
+            .filter(|h| h.parse::<IpAddr>().is_ok())
+            .ok_or_else(bad)?,
+        None if host.contains(':') => return Err(bad()),
+        None => host,
+    };
+    let port: u16 = port.parse().map_err(|_| bad())?;
+    if host.is_empty() || port == 0 {
+        return Err(bad());
+    }
+    Ok((host.to_string(), port))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const SIDECAR: &str = "sidecar~10.1.2.3~reviews-v1-abc.default~default.svc.cluster.local";
+
+    fn parsed(opts: &BootstrapOptions) -> serde_json::Value {
+        serde_yaml_ng::from_str(&render(opts).expect("renders")).expect("valid YAML")
+    }
+
+    #[test]
+    fn node_carries_istio_metadata_and_labels_as_strings() {
+        let mut opts = BootstrapOptions::new(SIDECAR, "127.0.0.1:15010");
+        opts.labels = [
+            ("app".into(), "reviews".into()),
+            ("version".into(), "v1".into()),
+        ]
+        .into();
+        opts.meta.insert("CLUSTER_ID".into(), "Kubernetes".into());
+        opts.meta.insert("SIDECAR_PORT".into(), "15001".into());
+        opts.interception = "NONE".into();
+        let b = parsed(&opts);
+        let node = &b["node"];
+        assert_eq!(node["id"], SIDECAR);
+        assert_eq!(node["cluster"], "reviews.default");
+        assert_eq!(node["metadata"]["NAMESPACE"], "default");
+        assert_eq!(
+            node["metadata"]["LABELS"],
+            json!({"app": "reviews", "version": "v1"})
+        );
+        assert_eq!(node["metadata"]["INTERCEPTION_MODE"], "NONE");
+        assert_eq!(node["metadata"]["ISTIO_VERSION"], "meshpush");
+        assert_eq!(node["metadata"]["CLUSTER_ID"], "Kubernetes");
+        // A number-like value stays a string, as Istio's metadata does.
+        assert_eq!(node["metadata"]["SIDECAR_PORT"], "15001");
+    }
+
+    #[test]
+    fn cluster_falls_back_to_pod_name_and_can_be_set() {
+        let opts = BootstrapOptions::new(SIDECAR, "127.0.0.1:15010");
+        assert_eq!(parsed(&opts)["node"]["cluster"], "reviews-v1-abc.default");
+        let opts = BootstrapOptions {
+            cluster: Some("custom".into()),
+            ..opts
+        };
+        assert_eq!(parsed(&opts)["node"]["cluster"], "custom");
+    }
+
+    #[test]
+    fn delta_switches_the_ads_api_type() {
+        let mut opts = BootstrapOptions::new(SIDECAR, "127.0.0.1:15010");
+        let ads = |b: &serde_json::Value| b["dynamic_resources"]["ads_config"]["api_type"].clone();
+        assert_eq!(ads(&parsed(&opts)), "GRPC");
+        opts.delta = true;
+        let b = parsed(&opts);
+        assert_eq!(ads(&b), "DELTA_GRPC");
+        assert_eq!(
+            b["dynamic_resources"]["cds_config"],
+            json!({"ads": {}, "resource_api_version": "V3"})
+        );
+        assert_eq!(
+            b["dynamic_resources"]["lds_config"],
+            json!({"ads": {}, "resource_api_version": "V3"})
+        );
+    }
+
+    #[test]
+    fn xds_cluster_is_static_for_an_ip_and_dns_for_a_name() {
+        let cluster = |addr: &str| {
+            let b = parsed(&BootstrapOptions::new(SIDECAR, addr));
+            b["static_resources"]["clusters"][0].clone()
+        };
+        let c = cluster("127.0.0.1:15010");
+        assert_eq!(c["name"], XDS_CLUSTER);
+        assert_eq!(c["type"], "STATIC");
+        let sa = &c["load_assignment"]["endpoints"][0]["lb_endpoints"][0]["endpoint"]["address"]["socket_address"];
+        assert_eq!(sa["address"], "127.0.0.1");
+        assert_eq!(sa["port_value"], 15010);
+        assert_eq!(cluster("meshpush.mesh.svc:15010")["type"], "STRICT_DNS");
+        assert_eq!(cluster("[::1]:15010")["type"], "STATIC");
+    }
+
+    #[test]
+    fn admin_binds_loopback_only() {
+        let opts = BootstrapOptions {
+            admin_port: 19000,
+            ..BootstrapOptions::new(SIDECAR, "127.0.0.1:15010")
+        };
+        let admin = &parsed(&opts)["admin"]["address"]["socket_address"];
+        assert_eq!(admin["address"], "127.0.0.1");
+        assert_eq!(admin["port_value"], 19000);
+    }
+
+    #[test]
+    fn refuses_malformed_node_ids() {
+        for id in [
+            "",
+            "reviews",
+            "sidecar~10.1.2.3~reviews.default",
+            "proxy~10.1.2.3~a.b~b.svc.cluster.local",
+        ] {
+            let err = render(&BootstrapOptions::new(id, "127.0.0.1:15010")).unwrap_err();
+            assert!(
+                matches!(err, BootstrapError::Node(NodeError::BadId(_))),
+                "{id}: {err}"
+            );
+            assert!(err.to_string().starts_with("--node-id"), "{err}");
+        }
+        let gateway =
+            "router~10.0.0.1~ingressgateway-1.istio-system~istio-system.svc.cluster.local";
+        let b = parsed(&BootstrapOptions::new(gateway, "127.0.0.1:15010"));
+        assert_eq!(b["node"]["metadata"]["NAMESPACE"], "istio-system");
+    }
+
+    #[test]
+    fn refuses_unknown_interception_modes() {
+        let opts = BootstrapOptions {
+            interception: "MAGIC".into(),
+            ..BootstrapOptions::new(SIDECAR, "127.0.0.1:1")
+        };
+        let err = render(&opts).unwrap_err();
+        assert!(matches!(err, BootstrapError::Interception(_)), "{err}");
+        assert!(
+            err.to_string().starts_with("--interception \"MAGIC\""),
+            "{err}"
+        );
+        let opts = BootstrapOptions {
+            interception: "TPROXY".into(),
+            ..opts
+        };
+        assert_eq!(
+            parsed(&opts)["node"]["metadata"]["INTERCEPTION_MODE"],
+            "TPROXY"
+        );
+    }
+
+    #[test]
+    fn refuses_meta_that_would_shadow_derived_keys() {
+        let mut opts = BootstrapOptions::new(SIDECAR, "127.0.0.1:15010");
+        opts.meta.insert("LABELS".into(), "{}".into());
+        assert!(matches!(render(&opts), Err(BootstrapError::ReservedMeta(k)) if k == "LABELS"));
+    }
+
+    #[test]
+    fn refuses_bad_xds_addresses() {
+        for addr in [
+            "127.0.0.1",
+            "127.0.0.1:",
+            ":15010",
+            "127.0.0.1:99999",
+            "host:0",
+            "::1:15010",
+        ] {
+            let err = render(&BootstrapOptions::new(SIDECAR, addr)).unwrap_err();
+            assert!(matches!(err, BootstrapError::XdsAddr(_)), "{addr}: {err}");
+        }
+    }
+
+    #[test]
+    fn key_value_arguments_need_a_key() {
+        assert_eq!(
+            parse_key_value("label", "app=reviews").unwrap(),
+            ("app".into(), "reviews".into())
+        );
+        assert_eq!(
+            parse_key_value("meta", "K=a=b").unwrap(),
+            ("K".into(), "a=b".into())
+        );
+        assert_eq!(
+            parse_key_value("label", "empty=").unwrap(),
+            ("empty".into(), String::new())
+        );
+        for bad in ["app", "=reviews", " =x", "a b=c"] {
+            let err = parse_key_value("label", bad).unwrap_err();
+            assert!(err.to_string().starts_with("--label"), "{bad}: {err}");
+        }
+    }
+
+    #[test]
+    fn labels_cannot_break_the_yaml_structure() {
+        let mut opts = BootstrapOptions::new(SIDECAR, "127.0.0.1:15010");
+        opts.labels
+            .insert("app".into(), "x\n  evil: true\n\"'#: {".into());
+        let b = parsed(&opts);
+        assert_eq!(
+            b["node"]["metadata"]["LABELS"]["app"],
+            "x\n  evil: true\n\"'#: {"
+        );
+        assert!(b["node"]["metadata"].get("evil").is_none());
+    }
+}

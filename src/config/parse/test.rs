@@ -1,0 +1,388 @@
+use super::*;
+
+const EVERY_KIND: &str = r#"
+apiVersion: v1
+kind: Service
+metadata: {name: reviews, namespace: bookinfo}
+spec:
+  selector: {app: reviews}
+  ports: [{name: http, port: 9080, targetPort: 9080}]
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: reviews-v1-abc, namespace: bookinfo, labels: {app: reviews, version: v1}}
+spec: {containers: [{name: app, ports: [{containerPort: 9080}]}]}
+status: {podIP: 10.0.0.5, phase: Running}
+---
+apiVersion: discovery.k8s.io/v1
+kind: EndpointSlice
+metadata: {name: reviews-x1, namespace: bookinfo, labels: {kubernetes.io/service-name: reviews}}
+addressType: IPv4
+endpoints: [{addresses: [10.0.0.5]}]
+ports: [{name: http, port: 9080}]
+---
+apiVersion: networking.istio.io/v1
+kind: ServiceEntry
+metadata: {name: httpbin}
+spec:
+  hosts: [httpbin.org]
+  ports: [{number: 80, name: http, protocol: HTTP}]
+  resolution: DNS
+  location: MESH_EXTERNAL
+---
+apiVersion: networking.istio.io/v1beta1
+kind: WorkloadEntry
+metadata: {name: vm-1, namespace: bookinfo}
+spec: {address: 10.1.0.7, labels: {app: reviews}, ports: {http: 9080}}
+---
+apiVersion: networking.istio.io/v1alpha3
+kind: VirtualService
+metadata: {name: reviews, namespace: bookinfo}
+spec:
+  hosts: [reviews]
+  http:
+  - match: [{uri: {prefix: /v2}, headers: {x-user: {exact: jason}}}]
+    route:
+    - {destination: {host: reviews, subset: v1}, weight: 75}
+    - {destination: {host: reviews, subset: v2}, weight: 25}
+    timeout: 2s
+    retries: {attempts: 3, perTryTimeout: 500ms}
+---
+apiVersion: networking.istio.io/v1
+kind: DestinationRule
+metadata: {name: reviews, namespace: bookinfo}
+spec:
+  host: reviews
+  trafficPolicy: {loadBalancer: {simple: LEAST_REQUEST}}
+  subsets:
+  - {name: v1, labels: {version: v1}}
+  - {name: v2, labels: {version: v2}}
+---
+apiVersion: networking.istio.io/v1
+kind: Gateway
+metadata: {name: ingress, namespace: istio-system}
+spec:
+  selector: {istio: ingressgateway}
+  servers: [{port: {number: 80, name: http, protocol: HTTP}, hosts: ["*"]}]
+---
+apiVersion: networking.istio.io/v1
+kind: Sidecar
+metadata: {name: default, namespace: bookinfo}
+spec:
+  egress: [{hosts: [./*, istio-system/*]}]
+  outboundTrafficPolicy: {mode: REGISTRY_ONLY}
+"#;
+
+fn kinds(parsed: &ParsedFile) -> Vec<ConfigKind> {
+    parsed.objects.iter().map(|(o, _)| o.kind()).collect()
+}
+
+fn only_problem(parsed: &ParsedFile) -> &Problem {
+    assert_eq!(
+        parsed.problems.len(),
+        1,
+        "expected one problem, got {:#?}",
+        parsed.problems
+    );
+    &parsed.problems[0]
+}
+
+#[test]
+fn a_file_with_every_kind_parses_into_typed_objects() {
+    let parsed = parse_documents("bookinfo.yaml", EVERY_KIND);
+    assert!(parsed.problems.is_empty(), "{:#?}", parsed.problems);
+    assert_eq!(kinds(&parsed), ConfigKind::ALL.to_vec());
+    for (doc, (_, source)) in parsed.objects.iter().enumerate() {
+        assert_eq!(
+            *source,
+            SourceRef {
+                file: "bookinfo.yaml".into(),
+                doc
+            }
+        );
+    }
+    let ConfigObject::VirtualService(vs) = &parsed.objects[5].0 else {
+        panic!("not a VirtualService")
+    };
+    assert_eq!(vs.spec.http[0].route[1].weight, Some(25));
+    assert_eq!(
+        vs.spec.http[0].retries.as_ref().map(|r| r.attempts),
+        Some(3)
+    );
+    assert_eq!(
+        vs.spec.http[0].timeout.map(|t| t.0),
+        Some(std::time::Duration::from_secs(2))
+    );
+    // A document without a namespace lands in `default`.
+    assert_eq!(
+        parsed.objects[3].0.key(),
+        ConfigKey::new(ConfigKind::ServiceEntry, "default", "httpbin")
+    );
+}
+
+const REVIEWS_VS: &str = r#"apiVersion: networking.istio.io/v1
+kind: VirtualService
+metadata: {name: reviews, namespace: default}
+spec:
+  hosts: [reviews]
+  http:
+  - route:
+    - destination: {host: reviews, subset: v1}
+      weight: 50
+    - destination: {host: reviews, subset: v2}
+      weight: WEIGHT
+"#;
+
+#[test]
+fn a_weight_of_the_wrong_type_names_the_field_path() {
+    let parsed = parse_documents("reviews.yaml", &REVIEWS_VS.replace("WEIGHT", "\"abc\""));
+    assert!(parsed.objects.is_empty());
+    let problem = only_problem(&parsed);
+    assert_eq!(problem.severity, Severity::Error);
+    assert_eq!(problem.path, "spec.http[0].route[1].weight");
+    assert_eq!(
+        problem.object,
+        Some(ConfigKey::new(
+            ConfigKind::VirtualService,
+            "default",
+            "reviews"
+        ))
+    );
+    assert!(problem.message.contains("\"abc\""), "{}", problem.message);
+    assert!(problem.to_string().starts_with(
+        "reviews.yaml doc 0: VirtualService default/reviews: spec.http[0].route[1].weight: "
+    ));
+}
+
+#[test]
+fn a_negative_weight_is_refused_with_its_value_and_path() {
+    let text = format!(
+        "---\n{}---\n{}",
+        "apiVersion: v1\nkind: Service\nmetadata: {name: reviews}\n",
+        REVIEWS_VS.replace("WEIGHT", "-5")
+    );
+    let parsed = parse_documents("reviews.yaml", &text);
+    assert_eq!(
+        kinds(&parsed),
+        vec![ConfigKind::Service],
+        "the broken VirtualService must not be returned"
+    );
+    let errors: Vec<String> = parsed
+        .problems
+        .iter()
+        .filter(|p| p.is_error())
+        .map(Problem::to_string)
+        .collect();
+    assert!(
+        errors.contains(&"reviews.yaml doc 1: VirtualService default/reviews: spec.http[0].route[1].weight: -5 is negative".to_string()),
+        "{errors:#?}"
+    );
+}
+
+#[test]
+fn unknown_kinds_are_skipped_with_a_warning() {
+    let text = "apiVersion: apps/v1\nkind: Deployment\nmetadata: {name: web}\n---\napiVersion: v1\nkind: ConfigMap\nmetadata: {name: c}\n";
+    let parsed = parse_documents("app.yaml", text);
+    assert!(parsed.objects.is_empty());
+    assert!(!parsed.has_errors());
+    let messages: Vec<String> = parsed.problems.iter().map(Problem::to_string).collect();
+    assert_eq!(
+        messages,
+        vec![
+            "app.yaml doc 0: unknown kind Deployment apps/v1: skipped".to_string(),
+            "app.yaml doc 1: unknown kind ConfigMap v1: skipped".to_string(),
+        ]
+    );
+}
+
+#[test]
+fn a_known_kind_under_an_unknown_api_version_is_a_warning_that_says_which_versions_work() {
+    let parsed = parse_documents(
+        "a.yaml",
+        "apiVersion: networking.istio.io/v2\nkind: Gateway\nmetadata: {name: g}\n",
+    );
+    let problem = only_problem(&parsed);
+    assert_eq!(problem.severity, Severity::Warning);
+    assert!(
+        problem
+            .message
+            .contains("networking.istio.io/v1, v1beta1 or v1alpha3"),
+        "{}",
+        problem.message
+    );
+}
+
+#[test]
+fn empty_documents_are_skipped_but_counted() {
+    let text =
+        "---\n---\n# nothing here\n---\napiVersion: v1\nkind: Service\nmetadata: {name: a}\n---\n";
+    let parsed = parse_documents("a.yaml", text);
+    assert!(parsed.problems.is_empty(), "{:#?}", parsed.problems);
+    assert_eq!(parsed.objects.len(), 1);
+    assert_eq!(parsed.objects[0].1.doc, 2);
+}
+
+#[test]
+fn a_missing_name_is_an_error() {
+    let parsed = parse_documents(
+        "a.yaml",
+        "apiVersion: v1\nkind: Service\nmetadata: {namespace: x}\nspec: {}\n",
+    );
+    assert!(parsed.objects.is_empty());
+    let problem = only_problem(&parsed);
+    assert_eq!(
+        (problem.severity, problem.path.as_str()),
+        (Severity::Error, "metadata.name")
+    );
+}
+
+#[test]
+fn a_syntax_error_keeps_the_documents_around_it_and_gives_the_line() {
+    let text = "apiVersion: v1\nkind: Service\nmetadata: {name: a}\n---\napiVersion: v1\nkind: Service\nmetadata: {name: [b\n---\napiVersion: v1\nkind: Service\nmetadata: {name: c}\n";
+    let parsed = parse_documents("a.yaml", text);
+    let names: Vec<(String, usize)> = parsed
+        .objects
+        .iter()
+        .map(|(o, s)| (o.meta().name.clone(), s.doc))
+        .collect();
+    assert_eq!(names, vec![("a".to_string(), 0), ("c".to_string(), 2)]);
+    let problem = only_problem(&parsed);
+    assert_eq!(
+        (
+            problem.severity,
+            problem.source.doc,
+            problem.object.as_ref()
+        ),
+        (Severity::Error, 1, None)
+    );
+    assert!(
+        problem.message.starts_with("YAML syntax error"),
+        "{}",
+        problem.message
+    );
+    assert!(
+        problem.message.contains("line 8"),
+        "line numbers must be those of the file: {}",
+        problem.message
+    );
+}
+
+#[test]
+fn a_syntax_error_with_no_document_after_it_says_the_rest_is_skipped() {
+    let text = "apiVersion: v1\nkind: Service\nmetadata: {name: a}\nspec:\n  ports: [1\n  selector: {}\nmore: stuff\n";
+    let parsed = parse_documents("a.yaml", text);
+    assert!(parsed.objects.is_empty());
+    let problem = only_problem(&parsed);
+    assert_eq!(problem.source.doc, 0);
+    assert!(
+        problem.message.starts_with("YAML syntax error"),
+        "{}",
+        problem.message
+    );
+    assert!(
+        problem
+            .message
+            .ends_with("; the rest of the file is skipped"),
+        "{}",
+        problem.message
+    );
+}
+
+#[test]
+fn a_list_is_expanded_and_its_item_problems_say_which_item() {
+    let text = r#"apiVersion: v1
+kind: List
+items:
+- apiVersion: v1
+  kind: Service
+  metadata: {name: a}
+- apiVersion: v1
+  kind: Service
+  metadata: {name: b}
+  spec: {ports: [{port: 70000}]}
+- apiVersion: networking.istio.io/v1
+  kind: DestinationRule
+  metadata: {name: c}
+  spec: {host: c}
+"#;
+    let parsed = parse_documents("list.yaml", text);
+    assert_eq!(
+        kinds(&parsed),
+        vec![ConfigKind::Service, ConfigKind::DestinationRule]
+    );
+    let problem = only_problem(&parsed);
+    assert_eq!(problem.path, "items[1].spec.ports[0].port");
+    assert!(problem.message.contains("70000"), "{}", problem.message);
+}
+
+#[test]
+fn fields_meshpush_does_not_model_are_accepted() {
+    let text = "apiVersion: v1\nkind: Service\nmetadata: {name: a, uid: x1, resourceVersion: '7'}\nspec: {sessionAffinity: None, ports: [{port: 80, nodePort: 30080}]}\nstatus: {loadBalancer: {}}\n";
+    let parsed = parse_documents("a.yaml", text);
+    assert!(parsed.problems.is_empty(), "{:#?}", parsed.problems);
+    assert_eq!(parsed.objects.len(), 1);
+}
+
+#[test]
+fn ignored_field_paths_read_like_error_paths() {
+    let text = "spec: {http: [{mirror: {host: x}}], hosts: [a]}\nextra: 1\n";
+    let value: Value = serde_yaml_ng::from_str(text).unwrap();
+    let mut ignored = Vec::new();
+    let _: istio::VirtualService = typed(value, &mut ignored).ok().unwrap();
+    ignored.sort();
+    assert_eq!(
+        ignored,
+        vec!["extra".to_string(), "spec.http[0].mirror".to_string()]
+    );
+}
+
+#[test]
+fn the_later_of_two_documents_with_the_same_key_wins() {
+    let doc = |host: &str| {
+        format!(
+            "apiVersion: networking.istio.io/v1\nkind: DestinationRule\nmetadata: {{name: r}}\nspec: {{host: {host}}}\n"
+        )
+    };
+    let parsed = parse_documents("a.yaml", &format!("{}---\n{}", doc("first"), doc("second")));
+    assert_eq!(parsed.objects.len(), 1);
+    let ConfigObject::DestinationRule(dr) = &parsed.objects[0].0 else {
+        panic!("not a DestinationRule")
+    };
+    assert_eq!(dr.spec.host, "second");
+    let problem = only_problem(&parsed);
+    assert_eq!(
+        (problem.severity, problem.source.doc),
+        (Severity::Warning, 1)
+    );
+    assert!(problem.message.contains("doc 0"), "{}", problem.message);
+}
+
+#[test]
+fn documents_without_kind_or_that_are_not_objects_are_errors() {
+    let parsed = parse_documents(
+        "a.yaml",
+        "metadata: {name: a}\n---\n- 1\n- 2\n---\napiVersion: v1\nkind: 7\n",
+    );
+    let found: Vec<(usize, Severity, &str)> = parsed
+        .problems
+        .iter()
+        .map(|p| (p.source.doc, p.severity, p.path.as_str()))
+        .collect();
+    assert_eq!(
+        found,
+        vec![
+            (0, Severity::Error, ""),
+            (1, Severity::Error, ""),
+            (2, Severity::Error, "kind")
+        ]
+    );
+}
+
+#[test]
+fn problems_serialize_for_the_debug_endpoint() {
+    let parsed = parse_documents("reviews.yaml", &REVIEWS_VS.replace("WEIGHT", "-5"));
+    let json = serde_json::to_value(&parsed.problems[0]).unwrap();
+    assert_eq!(json["severity"], "error");
+    assert_eq!(json["source"]["file"], "reviews.yaml");
+    assert_eq!(json["path"], "spec.http[0].route[1].weight");
+}

@@ -1,0 +1,144 @@
+//! Checks for the Kubernetes kinds: Service, Pod, EndpointSlice.
+
+use std::collections::BTreeMap;
+use std::net::{Ipv4Addr, Ipv6Addr};
+
+use super::{Checker, is_dns1123_label, is_ip, is_wildcard_host};
+use crate::config::k8s::{EndpointSlice, IntOrString, Pod, SERVICE_NAME_LABEL, Service};
+
+pub(super) fn service(check: &mut Checker, service: &Service) {
+    let spec = &service.spec;
+    let mut names: BTreeMap<&str, usize> = BTreeMap::new();
+    for (i, port) in spec.ports.iter().enumerate() {
+        let path = format!("spec.ports[{i}]");
+        check.port(format!("{path}.port"), port.port);
+        match &port.target_port {
+            Some(IntOrString::Int(n)) => check.port(format!("{path}.targetPort"), *n),
+            Some(IntOrString::String(name)) if !is_port_name(name) => check.error(
+                format!("{path}.targetPort"),
+                format!("{name:?} is not a port name: at most 15 lower-case letters, digits and '-', with a letter"),
+            ),
+            _ => {}
+        }
+        if let Some(protocol) = &port.protocol {
+            check.one_of(
+                format!("{path}.protocol"),
+                protocol,
+                &["TCP", "UDP", "SCTP"],
+            );
+        }
+        match port.name.as_deref() {
+            Some(name) if !name.is_empty() => {
+                if let Some(first) = names.insert(name, i) {
+                    check.error(
+                        format!("{path}.name"),
+                        format!("{name:?} is already the name of spec.ports[{first}]: port names must be unique"),
+                    );
+                }
+            }
+            // Kubernetes needs names to tell ports apart (EndpointSlices match by name).
+            _ if spec.ports.len() > 1 => check.error(
+                format!("{path}.name"),
+                format!(
+                    "port {} has no name: a Service with several ports must name each",
+                    port.port
+                ),
+            ),
+            _ => {}
+        }
+    }
+    if let Some(ip) = spec
+        .cluster_ip
+        .as_deref()
+        .filter(|ip| !ip.is_empty() && *ip != "None")
+        && !is_ip(ip)
+    {
+        check.error(
+            "spec.clusterIP",
+            format!("{ip:?} is neither an IP address nor \"None\""),
+        );
+    }
+    if let Some(service_type) = &spec.service_type {
+        check.one_of(
+            "spec.type",
+            service_type,
+            &["ClusterIP", "NodePort", "LoadBalancer", "ExternalName"],
+        );
+    }
+}
+
+pub(super) fn pod(check: &mut Checker, pod: &Pod) {
+    if let Some(ip) = pod.status.pod_ip.as_deref().filter(|ip| !ip.is_empty())
+        && !is_ip(ip)
+    {
+        check.error("status.podIP", format!("{ip:?} is not an IP address"));
+    }
+    for (c, container) in pod.spec.containers.iter().enumerate() {
+        for (p, port) in container.ports.iter().enumerate() {
+            check.port(
+                format!("spec.containers[{c}].ports[{p}].containerPort"),
+                port.container_port,
+            );
+        }
+    }
+}
+
+pub(super) fn endpoint_slice(check: &mut Checker, slice: &EndpointSlice) {
+    match slice.metadata.labels.get(SERVICE_NAME_LABEL) {
+        Some(service) if is_dns1123_label(service) => {}
+        Some(service) => check.error(
+            format!("metadata.labels.{SERVICE_NAME_LABEL}"),
+            format!("{service:?} is not a Service name"),
+        ),
+        None => check.error(
+            "metadata.labels",
+            format!("label {SERVICE_NAME_LABEL} is missing: it names the Service these endpoints belong to"),
+        ),
+    }
+    let address_type = slice.address_type.as_deref().unwrap_or("");
+    let address_ok: fn(&str) -> bool = match address_type {
+        "IPv4" => |a| a.parse::<Ipv4Addr>().is_ok(),
+        "IPv6" => |a| a.parse::<Ipv6Addr>().is_ok(),
+        "FQDN" => |a| a != "*" && !a.starts_with("*.") && is_wildcard_host(a),
+        "" => {
+            check.error("addressType", "is missing: set IPv4, IPv6 or FQDN");
+            |_| true
+        }
+        other => {
+            check.error(
+                "addressType",
+                format!("{other:?} is not one of IPv4, IPv6, FQDN"),
+            );
+            |_| true
+        }
+    };
+    for (e, endpoint) in slice.endpoints.iter().enumerate() {
+        if endpoint.addresses.is_empty() {
+            check.error(
+                format!("endpoints[{e}].addresses"),
+                "is empty: an endpoint needs an address",
+            );
+        }
+        for (a, address) in endpoint.addresses.iter().enumerate() {
+            if !address_ok(address) {
+                check.error(
+                    format!("endpoints[{e}].addresses[{a}]"),
+                    format!("{address:?} is not an address of type {address_type}"),
+                );
+            }
+        }
+    }
+    for (p, port) in slice.ports.iter().enumerate() {
+        if let Some(number) = port.port {
+            check.port(format!("ports[{p}].port"), number);
+        }
+    }
+}
+
+/// An IANA service name, as Kubernetes requires for named ports.
+fn is_port_name(name: &str) -> bool {
+    name.len() <= 15
+        && is_dns1123_label(name)
+        && name.bytes().any(|b| b.is_ascii_lowercase())
+        && !name.contains("--")
+}

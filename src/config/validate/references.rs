@@ -1,0 +1,246 @@
+//! Cross-object checks: does what a VirtualService names exist?
+//!
+//! These run on a whole store snapshot, after every object has been accepted
+//! on its own. Istio accepts dangling references (the route fails at run
+//! time with a 503, or a rule is ignored), so they never keep an object out
+//! of the store; they are reported so that `meshpush validate` and the debug
+//! endpoint can point at them.
+
+use std::collections::btree_map::Entry;
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+
+use crate::config::istio::{Destination, MESH_GATEWAY};
+use crate::config::parse::{Problem, Severity};
+use crate::config::{ConfigKey, ConfigKind, ConfigObject};
+use crate::model::StoreSnapshot;
+use crate::model::StoredObject;
+use crate::model::host::{self, Hostname};
+
+/// Dangling references in `snapshot`: VirtualService destinations whose host
+/// matches no Service or ServiceEntry, subsets no DestinationRule defines,
+/// gateways that do not exist; and Sidecars that collide on one namespace.
+///
+/// Each problem is located at the referring object's file and document.
+/// Sidecar collisions are Errors (Istio's choice between them is arbitrary),
+/// the rest Warnings; none of them blocks an object from the store.
+pub fn check_references(snapshot: &StoreSnapshot) -> Vec<Problem> {
+    let registry = Registry::new(snapshot);
+    let mut problems = Vec::new();
+    for stored in snapshot.kind(ConfigKind::VirtualService).values() {
+        let ConfigObject::VirtualService(vs) = &stored.object else {
+            continue;
+        };
+        let namespace = vs.metadata.namespace();
+        let mut report = |path: String, message: String| {
+            problems.push(problem(stored, Severity::Warning, path, message));
+        };
+        let mut gateways: Vec<(String, &str)> = vs
+            .spec
+            .gateways
+            .iter()
+            .enumerate()
+            .map(|(i, g)| (format!("spec.gateways[{i}]"), g.as_str()))
+            .collect();
+        for (r, route) in vs.spec.http.iter().enumerate() {
+            for (m, condition) in route.matches.iter().enumerate() {
+                for (g, gateway) in condition.gateways.iter().enumerate() {
+                    gateways.push((format!("spec.http[{r}].match[{m}].gateways[{g}]"), gateway));
+                }
+            }
+            for (d, dest) in route.route.iter().enumerate() {
+                let path = format!("spec.http[{r}].route[{d}].destination");
+                registry.destination(&mut report, path, &dest.destination, namespace);
+            }
+        }
+        for (r, route) in vs.spec.tcp.iter().enumerate() {
+            for (m, condition) in route.matches.iter().enumerate() {
+                for (g, gateway) in condition.gateways.iter().enumerate() {
+                    gateways.push((format!("spec.tcp[{r}].match[{m}].gateways[{g}]"), gateway));
+                }
+            }
+            for (d, dest) in route.route.iter().enumerate() {
+                let path = format!("spec.tcp[{r}].route[{d}].destination");
+                registry.destination(&mut report, path, &dest.destination, namespace);
+            }
+        }
+        for (path, gateway) in gateways {
+            if gateway == MESH_GATEWAY {
+                continue;
+            }
+            let (gw_namespace, name) = gateway.split_once('/').unwrap_or((namespace, gateway));
+            if snapshot
+                .get(&ConfigKey::new(ConfigKind::Gateway, gw_namespace, name))
+                .is_none()
+            {
+                report(
+                    path,
+                    format!(
+                        "gateway {gw_namespace}/{name} does not exist: the rule does not apply to it"
+                    ),
+                );
+            }
+        }
+    }
+    sidecar_collisions(snapshot, &mut problems);
+    problems
+}
+
+/// Hosts and subsets the store defines.
+struct Registry {
+    /// Every Service and ServiceEntry host, fully qualified (ServiceEntry
+    /// hosts may be wildcards).
+    hosts: BTreeSet<Hostname>,
+    /// DestinationRules by resolved host: (rule, its subset names).
+    rules: BTreeMap<Hostname, Vec<(ConfigKey, BTreeSet<String>)>>,
+}
+
+impl Registry {
+    fn new(snapshot: &StoreSnapshot) -> Registry {
+        let mut hosts = BTreeSet::new();
+        for stored in snapshot.kind(ConfigKind::Service).values() {
+            let meta = stored.object.meta();
+            hosts.insert(host::service_fqdn(&meta.name, meta.namespace()));
+        }
+        for stored in snapshot.kind(ConfigKind::ServiceEntry).values() {
+            let ConfigObject::ServiceEntry(se) = &stored.object else {
+                continue;
+            };
+            for h in &se.spec.hosts {
+                hosts.insert(host::resolve(h, se.metadata.namespace()));
+            }
+        }
+        let mut rules: BTreeMap<Hostname, Vec<_>> = BTreeMap::new();
+        for (key, stored) in snapshot.kind(ConfigKind::DestinationRule).iter() {
+            let ConfigObject::DestinationRule(dr) = &stored.object else {
+                continue;
+            };
+            let subsets = dr.spec.subsets.iter().map(|s| s.name.clone()).collect();
+            rules
+                .entry(host::resolve(&dr.spec.host, dr.metadata.namespace()))
+                .or_default()
+                .push((key.clone(), subsets));
+        }
+        Registry { hosts, rules }
+    }
+
+    fn destination(
+        &self,
+        report: &mut impl FnMut(String, String),
+        path: String,
+        dest: &Destination,
+        namespace: &str,
+    ) {
+        let resolved = host::resolve(&dest.host, namespace);
+        let shown = if *resolved == *dest.host {
+            dest.host.clone()
+        } else {
+            format!("{} ({resolved})", dest.host)
+        };
+        if !self
+            .hosts
+            .iter()
+            .any(|known| host::matches(known, &resolved))
+        {
+            report(
+                format!("{path}.host"),
+                format!(
+                    "{shown} matches no Service or ServiceEntry: requests routed there will fail with 503"
+                ),
+            );
+        }
+        let Some(subset) = &dest.subset else { return };
+        let rules: Vec<&(ConfigKey, BTreeSet<String>)> = self
+            .rules
+            .iter()
+            .filter(|(pattern, _)| host::matches(pattern, &resolved))
+            .flat_map(|(_, rules)| rules)
+            .collect();
+        if rules.iter().any(|(_, subsets)| subsets.contains(subset)) {
+            return;
+        }
+        let message = if rules.is_empty() {
+            format!(
+                "subset {subset:?} of {shown}: no DestinationRule for this host defines subsets; requests routed there will fail with 503"
+            )
+        } else {
+            let defined: Vec<String> = rules
+                .iter()
+                .map(|(key, subsets)| {
+                    let names: Vec<&str> = subsets.iter().map(String::as_str).collect();
+                    format!(
+                        "{}/{} defines [{}]",
+                        key.namespace,
+                        key.name,
+                        names.join(", ")
+                    )
+                })
+                .collect();
+            format!(
+                "subset {subset:?} of {shown} is not defined by any DestinationRule ({}); requests routed there will fail with 503",
+                defined.join("; ")
+            )
+        };
+        report(format!("{path}.subset"), message);
+    }
+}
+
+/// What a Sidecar applies to: its namespace and its selector labels (`None`: the whole namespace).
+type SidecarScope<'a> = (Arc<str>, Option<Vec<(&'a str, &'a str)>>);
+
+/// Sidecars that apply to the same workloads: two without a selector in one
+/// namespace (an Error: Istio picks one arbitrarily), or two with the same selector.
+fn sidecar_collisions(snapshot: &StoreSnapshot, problems: &mut Vec<Problem>) {
+    let mut seen: BTreeMap<SidecarScope<'_>, &ConfigKey> = BTreeMap::new();
+    for (key, stored) in snapshot.kind(ConfigKind::Sidecar).iter() {
+        let ConfigObject::Sidecar(sidecar) = &stored.object else {
+            continue;
+        };
+        let selector = sidecar.spec.workload_selector.as_ref().map(|s| {
+            s.labels
+                .iter()
+                .map(|(k, v)| (k.as_str(), v.as_str()))
+                .collect::<Vec<_>>()
+        });
+        let without_selector = selector.is_none();
+        // The first Sidecar (in key order) is the one later ones are reported against.
+        let first = match seen.entry((key.namespace.clone(), selector)) {
+            Entry::Vacant(slot) => {
+                slot.insert(key);
+                continue;
+            }
+            Entry::Occupied(slot) => *slot.get(),
+        };
+        if without_selector {
+            problems.push(problem(
+                stored,
+                Severity::Error,
+                String::new(),
+                format!(
+                    "Sidecar {}/{} also has no workloadSelector: only one Sidecar per namespace may omit it, and Istio would pick one arbitrarily",
+                    first.namespace, first.name
+                ),
+            ));
+        } else {
+            problems.push(problem(
+                stored,
+                Severity::Warning,
+                "spec.workloadSelector".to_string(),
+                format!(
+                    "Sidecar {}/{} has the same workloadSelector: Istio applies only one of them to each workload",
+                    first.namespace, first.name
+                ),
+            ));
+        }
+    }
+}
+
+fn problem(stored: &StoredObject, severity: Severity, path: String, message: String) -> Problem {
+    Problem {
+        severity,
+        source: stored.source.clone(),
+        object: Some(stored.object.key()),
+        path,
+        message,
+    }
+}

@@ -1,0 +1,230 @@
+//! `ScopedCache`: generated resources, encoded once, shared by every proxy of a scope.
+//!
+//! * Scoped sets — CDS, LDS and RDS — are generated once per
+//!   `(type, ScopeId)` and kept as a [`ResourceSet`]: every resource encoded
+//!   to `Bytes` (an `Any`), sorted by name, with a content hash per resource
+//!   and a version for the whole set.
+//! * ClusterLoadAssignments do not depend on the proxy at all: they are
+//!   cached by cluster name, shared by every scope.
+//!
+//! Invalidation follows the published snapshot: [`ScopedCache::invalidate`]
+//! drops the sets of scopes the change touched (those the new `PushContext`
+//! did not carry over) and the assignments of dirty hosts. A generation
+//! token (the snapshot version) is checked under the same lock as the
+//! insert, so a builder that started on an older snapshot can never store a
+//! stale entry after a newer snapshot was published.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use bytes::Bytes;
+use envoy_types::pb::google::protobuf::Any;
+use parking_lot::RwLock;
+use prost::Message;
+
+use crate::push::{PushChanges, PushContext, Scope, ScopeId};
+use crate::xds::types::TypeUrl;
+
+/// One resource, encoded once as an `Any`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EncodedResource {
+    /// Resource name.
+    pub name: Arc<str>,
+    /// The encoded `google.protobuf.Any`.
+    pub bytes: Bytes,
+    /// Content hash (the per-resource version).
+    pub hash: u64,
+}
+
+impl EncodedResource {
+    /// Encodes `message` of `type_url` as an `Any`.
+    pub fn encode<M: Message>(type_url: TypeUrl, name: Arc<str>, message: &M) -> EncodedResource {
+        let any = Any { type_url: type_url.as_str().to_string(), value: message.encode_to_vec() };
+        let bytes = Bytes::from(any.encode_to_vec());
+        let hash = xxhash_rust::xxh3::xxh3_64(&bytes);
+        EncodedResource { name, bytes, hash }
+    }
+
+    /// Decodes back to an `Any` (debug output and tests).
+    pub fn to_any(&self) -> Any {
+        Any::decode(self.bytes.clone()).expect("an EncodedResource always holds a valid Any")
+    }
+}
+
+/// A version string for a set of `(name, hash)` pairs.
+pub fn version_of<'a>(resources: impl IntoIterator<Item = (&'a str, u64)>) -> Arc<str> {
+    let mut hasher = xxhash_rust::xxh3::Xxh3::new();
+    for (name, hash) in resources {
+        hasher.update(name.as_bytes());
+        hasher.update(&[0]);
+        hasher.update(&hash.to_le_bytes());
+    }
+    format!("{:016x}", hasher.digest()).into()
+}
+
+/// Every resource of one type for one scope.
+#[derive(Debug, Default)]
+pub struct ResourceSet {
+    /// Resources sorted by name (names unique).
+    pub resources: Vec<Arc<EncodedResource>>,
+    /// Version of the whole set.
+    pub version: Arc<str>,
+}
+
+impl ResourceSet {
+    /// Builds a set, sorting and de-duplicating by name (the first one wins).
+    pub fn new(mut resources: Vec<Arc<EncodedResource>>) -> ResourceSet {
+        resources.sort_by(|a, b| a.name.cmp(&b.name));
+        resources.dedup_by(|a, b| a.name == b.name);
+        let version = version_of(resources.iter().map(|r| (&*r.name, r.hash)));
+        ResourceSet { resources, version }
+    }
+
+    /// A resource by name.
+    pub fn get(&self, name: &str) -> Option<&Arc<EncodedResource>> {
+        self.resources.binary_search_by(|r| (*r.name).cmp(name)).ok().map(|i| &self.resources[i])
+    }
+}
+
+/// Counters that show the cache doing its job.
+#[derive(Debug, Default)]
+pub struct CacheStats {
+    /// Hits per type (index: `TypeUrl::index`).
+    pub hits: [AtomicU64; 4],
+    /// Misses per type.
+    pub misses: [AtomicU64; 4],
+    /// Generations (a scope set or an assignment built) per type.
+    pub generations: [AtomicU64; 4],
+    /// Resources encoded per type.
+    pub encoded: [AtomicU64; 4],
+    /// Bytes encoded, all types.
+    pub bytes_encoded: AtomicU64,
+}
+
+impl CacheStats {
+    fn count(counter: &[AtomicU64; 4], t: TypeUrl, n: u64) {
+        counter[t.index()].fetch_add(n, Ordering::Relaxed);
+    }
+
+    /// Reads a per-type counter.
+    pub fn get(counter: &[AtomicU64; 4], t: TypeUrl) -> u64 {
+        counter[t.index()].load(Ordering::Relaxed)
+    }
+}
+
+#[derive(Debug, Default)]
+struct Maps {
+    /// The snapshot version entries must have been built from.
+    generation: u64,
+    sets: HashMap<(TypeUrl, ScopeId), Arc<ResourceSet>>,
+    endpoints: HashMap<Arc<str>, Arc<EncodedResource>>,
+}
+
+/// The cache. One per server, shared by every stream.
+#[derive(Debug, Default)]
+pub struct ScopedCache {
+    maps: RwLock<Maps>,
+    /// Counters.
+    pub stats: CacheStats,
+}
+
+impl ScopedCache {
+    /// An empty cache.
+    pub fn new() -> ScopedCache {
+        ScopedCache::default()
+    }
+
+    /// The CDS, LDS or RDS set of `scope`, generated on a miss.
+    pub fn scoped(&self, ctx: &PushContext, scope: &Scope, type_url: TypeUrl) -> Arc<ResourceSet> {
+        debug_assert!(type_url != TypeUrl::Endpoint, "assignments are cached by name");
+        let key = (type_url, scope.id);
+        if let Some(set) = self.maps.read().sets.get(&key) {
+            CacheStats::count(&self.stats.hits, type_url, 1);
+            return set.clone();
+        }
+        CacheStats::count(&self.stats.misses, type_url, 1);
+        let set = Arc::new(self.generate(ctx, scope, type_url));
+        let mut maps = self.maps.write();
+        if maps.generation == ctx.version {
+            return maps.sets.entry(key).or_insert(set).clone();
+        }
+        set
+    }
+
+    /// The ClusterLoadAssignment for a cluster name; `None` when no such cluster exists.
+    pub fn endpoint(&self, ctx: &PushContext, cluster: &str) -> Option<Arc<EncodedResource>> {
+        if let Some(r) = self.maps.read().endpoints.get(cluster) {
+            CacheStats::count(&self.stats.hits, TypeUrl::Endpoint, 1);
+            return Some(r.clone());
+        }
+        CacheStats::count(&self.stats.misses, TypeUrl::Endpoint, 1);
+        let cla = crate::generate::eds::load_assignment(ctx, cluster)?;
+        CacheStats::count(&self.stats.generations, TypeUrl::Endpoint, 1);
+        let r = Arc::new(self.encode(TypeUrl::Endpoint, cluster.into(), &cla));
+        let mut maps = self.maps.write();
+        if maps.generation == ctx.version {
+            return Some(maps.endpoints.entry(cluster.into()).or_insert(r).clone());
+        }
+        Some(r)
+    }
+
+    fn encode<M: Message>(&self, type_url: TypeUrl, name: Arc<str>, message: &M) -> EncodedResource {
+        let r = EncodedResource::encode(type_url, name, message);
+        CacheStats::count(&self.stats.encoded, type_url, 1);
+        self.stats.bytes_encoded.fetch_add(r.bytes.len() as u64, Ordering::Relaxed);
+        r
+    }
+
+    fn generate(&self, ctx: &PushContext, scope: &Scope, type_url: TypeUrl) -> ResourceSet {
+        CacheStats::count(&self.stats.generations, type_url, 1);
+        let resources: Vec<Arc<EncodedResource>> = match type_url {
+            TypeUrl::Cluster => crate::generate::cds::clusters(ctx, scope)
+                .iter()
+                .map(|c| Arc::new(self.encode(type_url, c.name.as_str().into(), c)))
+                .collect(),
+            TypeUrl::Listener => crate::generate::lds::listeners(ctx, scope)
+                .iter()
+                .map(|l| Arc::new(self.encode(type_url, l.name.as_str().into(), l)))
+                .collect(),
+            TypeUrl::Route => crate::generate::rds::route_configs(ctx, scope)
+                .iter()
+                .map(|r| Arc::new(self.encode(type_url, r.name.as_str().into(), r)))
+                .collect(),
+            TypeUrl::Endpoint => Vec::new(),
+        };
+        ResourceSet::new(resources)
+    }
+
+    /// Brings the cache to snapshot `ctx` (call before publishing it): drops
+    /// the sets of every scope `ctx` did not carry over and the assignments
+    /// of the hosts `changes` names.
+    pub fn invalidate(&self, ctx: &PushContext, changes: &PushChanges) {
+        let mut maps = self.maps.write();
+        maps.generation = ctx.version;
+        maps.sets.retain(|(_, scope), _| ctx.scope(*scope).is_some());
+        if changes.full {
+            maps.endpoints.clear();
+        } else if !changes.dirty_hosts.is_empty() {
+            maps.endpoints.retain(|name, _| {
+                crate::generate::eds::host_of(name).is_none_or(|h| !changes.dirty_hosts.contains(h))
+            });
+        }
+    }
+
+    /// Drops the sets of scopes no connection uses any more (bounded memory).
+    pub fn retain_scopes(&self, live: &HashSet<ScopeId>) {
+        self.maps.write().sets.retain(|(_, scope), _| live.contains(scope));
+    }
+
+    /// Number of cached scope sets and assignments.
+    pub fn len(&self) -> (usize, usize) {
+        let maps = self.maps.read();
+        (maps.sets.len(), maps.endpoints.len())
+    }
+
+    /// Whether the cache holds nothing.
+    pub fn is_empty(&self) -> bool {
+        self.len() == (0, 0)
+    }
+}

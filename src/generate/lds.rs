@@ -1,0 +1,417 @@
+//! LDS: the listeners of one scope.
+//!
+//! Sidecars, per outbound port (the plan in `gen/outbound.rs`, shared with RDS):
+//! * a port whose egress listener captures nothing (`INTERCEPTION_MODE:
+//!   NONE`, or a Sidecar egress with `captureMode: NONE`) gets a listener
+//!   that binds `127.0.0.1:PORT` (or the egress `bind`). It keeps Istio's
+//!   name `0.0.0.0_PORT` when it binds 127.0.0.1, so tools and tests find
+//!   the port's listener under one name in every mode; another bind address
+//!   gives `BIND_PORT`.
+//! * any other port gets `0.0.0.0_PORT` with `bind_to_port: false`, reached
+//!   through `virtualOutbound` (0.0.0.0:15001, `use_original_dst`). TCP
+//!   services with a virtual IP get a filter chain matching it; the default
+//!   chain is the HTTP connection manager, or the port's first TCP service.
+//! * unless the proxy is in NONE mode: `virtualOutbound`, and
+//!   `virtualInbound` (0.0.0.0:15006) with a chain per workload port and a
+//!   catch-all to `PassthroughCluster`.
+//!
+//! Routers: one listener `0.0.0.0_PORT` per port bound by their Gateway
+//! servers (the plan in `gen/gateway.rs`, shared with RDS).
+//!
+//! HTTP listeners use RDS (route config `PORT` or `http.PORT`) with the
+//! router filter last; TCP listeners use tcp_proxy. Invariants: output
+//! depends only on the context and the scope; listeners are sorted by name,
+//! each name once; no listener has two filter chains with the same match.
+
+use envoy_types::pb::envoy::config::core::v3::TrafficDirection;
+use envoy_types::pb::envoy::config::listener::v3::{
+    Filter, FilterChain, FilterChainMatch, Listener, ListenerFilter, filter, listener_filter,
+};
+use envoy_types::pb::envoy::config::route::v3::{
+    Route, RouteAction, RouteConfiguration, VirtualHost, route::Action,
+    route_action::ClusterSpecifier,
+};
+use envoy_types::pb::envoy::extensions::filters::http::router::v3::Router;
+use envoy_types::pb::envoy::extensions::filters::listener::original_dst::v3::OriginalDst;
+use envoy_types::pb::envoy::extensions::filters::network::http_connection_manager::v3::{
+    HttpConnectionManager, HttpFilter, Rds,
+    http_connection_manager::{CodecType, RouteSpecifier},
+    http_filter,
+};
+use envoy_types::pb::envoy::extensions::filters::network::tcp_proxy::v3::{
+    TcpProxy,
+    tcp_proxy::{self, ClusterSpecifier as TcpClusterSpecifier},
+};
+
+use super::gateway;
+use super::outbound::{self, OutboundPort};
+use super::route::{self, Backends, RouteTarget};
+use super::{names, proto};
+use crate::config::istio::MESH_GATEWAY;
+use crate::model::{InterceptionMode, ProxyKind, Service};
+use crate::push::scope::OutboundPolicy;
+use crate::push::{PushContext, Scope};
+
+/// Every listener of `scope`, sorted by name.
+pub fn listeners(ctx: &PushContext, scope: &Scope) -> Vec<Listener> {
+    let mut out = match scope.key.kind {
+        ProxyKind::Sidecar => sidecar_listeners(ctx, scope),
+        ProxyKind::Router => gateway_listeners(ctx, scope),
+    };
+    out.sort_by(|a, b| a.name.cmp(&b.name));
+    out.dedup_by(|a, b| a.name == b.name);
+    out
+}
+
+fn sidecar_listeners(ctx: &PushContext, scope: &Scope) -> Vec<Listener> {
+    let mut out: Vec<Listener> = outbound::outbound_ports(scope)
+        .iter()
+        .map(|p| {
+            if p.egress.capture_none {
+                bound_listener(ctx, scope, p)
+            } else {
+                redirected_listener(ctx, scope, p)
+            }
+        })
+        .collect();
+    if scope.key.interception != InterceptionMode::None {
+        out.push(virtual_outbound(scope));
+        out.push(virtual_inbound(scope));
+    }
+    out
+}
+
+/// A listener the application connects to directly (NONE capture).
+fn bound_listener(ctx: &PushContext, scope: &Scope, port: &OutboundPort<'_>) -> Listener {
+    let bind = port.egress.bind.as_deref().unwrap_or(names::LOCALHOST);
+    let name_ip = if bind == names::LOCALHOST {
+        names::WILDCARD_ADDRESS
+    } else {
+        bind
+    };
+    let name = names::listener(name_ip, port.port);
+    let filter = if port.is_http() {
+        http_connection_manager(
+            format!("outbound_{name}"),
+            rds(names::sidecar_route(port.port)),
+        )
+    } else {
+        // With a bound address there is no original destination IP to tell
+        // TCP services apart: the first one by host takes the port.
+        if port.tcp.len() > 1 {
+            tracing::debug!(port = port.port, chosen = %port.tcp[0].hostname, "several TCP services share a bound port; the first by host takes it");
+        }
+        tcp_service_proxy(ctx, scope, port.tcp[0], port.port)
+    };
+    if port.is_http() && !port.tcp.is_empty() {
+        tracing::debug!(
+            port = port.port,
+            "TCP services share an HTTP port on a bound listener; they are unreachable there"
+        );
+    }
+    Listener {
+        name,
+        address: Some(proto::socket_address(bind, port.port)),
+        filter_chains: vec![FilterChain {
+            filters: vec![filter],
+            ..Default::default()
+        }],
+        traffic_direction: TrafficDirection::Outbound as i32,
+        ..Default::default()
+    }
+}
+
+/// A listener for redirected traffic, handed over by `virtualOutbound`.
+fn redirected_listener(ctx: &PushContext, scope: &Scope, port: &OutboundPort<'_>) -> Listener {
+    let bind = port
+        .egress
+        .bind
+        .as_deref()
+        .unwrap_or(names::WILDCARD_ADDRESS);
+    let name = names::listener(bind, port.port);
+    let mut chains = Vec::new();
+    let mut claimed: Vec<String> = Vec::new();
+    for svc in &port.tcp {
+        let ranges: Vec<_> = svc
+            .addresses
+            .iter()
+            .filter_map(|a| proto::cidr_range(a))
+            .filter(|r| {
+                let key = format!(
+                    "{}/{}",
+                    r.address_prefix,
+                    r.prefix_len.as_ref().map_or(0, |l| l.value)
+                );
+                // A range two services claim goes to the first: identical
+                // matches would make Envoy refuse the listener.
+                !claimed.contains(&key) && {
+                    claimed.push(key);
+                    true
+                }
+            })
+            .collect();
+        if ranges.is_empty() {
+            continue;
+        }
+        chains.push(FilterChain {
+            name: names::outbound_cluster(port.port, "", &svc.hostname),
+            filter_chain_match: Some(FilterChainMatch {
+                prefix_ranges: ranges,
+                ..Default::default()
+            }),
+            filters: vec![tcp_service_proxy(ctx, scope, svc, port.port)],
+            ..Default::default()
+        });
+    }
+    let default = if port.is_http() {
+        http_connection_manager(
+            format!("outbound_{name}"),
+            rds(names::sidecar_route(port.port)),
+        )
+    } else {
+        tcp_service_proxy(ctx, scope, port.tcp[0], port.port)
+    };
+    chains.push(FilterChain {
+        name: "default".to_string(),
+        filters: vec![default],
+        ..Default::default()
+    });
+    Listener {
+        name,
+        address: Some(proto::socket_address(bind, port.port)),
+        filter_chains: chains,
+        bind_to_port: Some(proto::bool_value(false)),
+        traffic_direction: TrafficDirection::Outbound as i32,
+        ..Default::default()
+    }
+}
+
+/// `virtualOutbound`: takes every redirected outbound connection, hands it
+/// to the listener of its original destination, and sends the rest to
+/// `PassthroughCluster` (or `BlackHoleCluster` under `REGISTRY_ONLY`).
+fn virtual_outbound(scope: &Scope) -> Listener {
+    let cluster = match scope.outbound_policy {
+        OutboundPolicy::AllowAny => names::PASSTHROUGH_CLUSTER,
+        OutboundPolicy::RegistryOnly => names::BLACKHOLE_CLUSTER,
+    };
+    Listener {
+        name: names::VIRTUAL_OUTBOUND.to_string(),
+        address: Some(proto::socket_address(
+            names::WILDCARD_ADDRESS,
+            names::VIRTUAL_OUTBOUND_PORT,
+        )),
+        use_original_dst: Some(proto::bool_value(true)),
+        filter_chains: vec![FilterChain {
+            name: "virtualOutbound-catchall-tcp".to_string(),
+            filters: vec![tcp_proxy(cluster, Backends::Single(cluster.to_string()))],
+            ..Default::default()
+        }],
+        traffic_direction: TrafficDirection::Outbound as i32,
+        ..Default::default()
+    }
+}
+
+/// `virtualInbound`: redirected inbound connections, one chain per workload
+/// port to `inbound|PORT||`, the rest to `PassthroughCluster`.
+///
+/// It restores the original destination with the `original_dst` listener
+/// filter instead of `use_original_dst`: handing inbound connections over
+/// would deliver a connection for the workload's port 9080 to the outbound
+/// listener `0.0.0.0_9080`.
+fn virtual_inbound(scope: &Scope) -> Listener {
+    let mut chains: Vec<FilterChain> = scope
+        .key
+        .inbound
+        .iter()
+        .map(|p| {
+            let cluster = names::inbound_cluster(p.port);
+            let filter = if p.protocol.is_http() {
+                http_connection_manager(
+                    format!(
+                        "inbound_{}",
+                        names::listener(names::WILDCARD_ADDRESS, p.port)
+                    ),
+                    RouteSpecifier::RouteConfig(inbound_route_config(p.port)),
+                )
+            } else {
+                tcp_proxy(&cluster, Backends::Single(cluster.clone()))
+            };
+            FilterChain {
+                name: cluster.clone(),
+                filter_chain_match: Some(FilterChainMatch {
+                    destination_port: Some(proto::u32_value(p.port)),
+                    ..Default::default()
+                }),
+                filters: vec![filter],
+                ..Default::default()
+            }
+        })
+        .collect();
+    chains.push(FilterChain {
+        name: "virtualInbound-catchall-tcp".to_string(),
+        filters: vec![tcp_proxy(
+            names::PASSTHROUGH_CLUSTER,
+            Backends::Single(names::PASSTHROUGH_CLUSTER.to_string()),
+        )],
+        ..Default::default()
+    });
+    Listener {
+        name: names::VIRTUAL_INBOUND.to_string(),
+        address: Some(proto::socket_address(
+            names::WILDCARD_ADDRESS,
+            names::VIRTUAL_INBOUND_PORT,
+        )),
+        listener_filters: vec![ListenerFilter {
+            name: proto::ORIGINAL_DST.to_string(),
+            config_type: Some(listener_filter::ConfigType::TypedConfig(proto::any(
+                &OriginalDst {},
+            ))),
+            ..Default::default()
+        }],
+        filter_chains: chains,
+        traffic_direction: TrafficDirection::Inbound as i32,
+        ..Default::default()
+    }
+}
+
+/// The inline route config of an inbound HTTP port: everything to the workload.
+fn inbound_route_config(port: u32) -> RouteConfiguration {
+    let cluster = names::inbound_cluster(port);
+    RouteConfiguration {
+        name: cluster.clone(),
+        virtual_hosts: vec![VirtualHost {
+            name: names::inbound_virtual_host(port),
+            domains: vec!["*".to_string()],
+            routes: vec![Route {
+                name: "default".to_string(),
+                r#match: Some(route::prefix_match("/")),
+                action: Some(Action::Route(RouteAction {
+                    cluster_specifier: Some(ClusterSpecifier::Cluster(cluster)),
+                    timeout: Some(proto::seconds(0)),
+                    ..Default::default()
+                })),
+                ..Default::default()
+            }],
+            ..Default::default()
+        }],
+        ..Default::default()
+    }
+}
+
+fn gateway_listeners(ctx: &PushContext, scope: &Scope) -> Vec<Listener> {
+    gateway::gateway_ports(ctx, scope)
+        .iter()
+        .map(|p| {
+            let name = names::listener(names::WILDCARD_ADDRESS, p.port);
+            let filter = if p.http {
+                http_connection_manager(
+                    format!("outbound_{name}"),
+                    rds(names::gateway_route(p.port)),
+                )
+            } else {
+                let backends = p.servers.iter().find_map(|(gw, server)| {
+                    let target = RouteTarget {
+                        ctx,
+                        namespace: &scope.key.namespace,
+                        port: server.port,
+                        gateway: &gw.name,
+                    };
+                    ctx.virtual_services
+                        .for_gateway(&gw.name)
+                        .filter(|vs| vs.export_to.visible_to(&scope.key.namespace))
+                        .filter(|vs| !gateway::server_hosts(server, vs).is_empty())
+                        .find_map(|vs| target.tcp_backends(vs))
+                });
+                let backends = backends
+                    .unwrap_or_else(|| Backends::Single(names::BLACKHOLE_CLUSTER.to_string()));
+                tcp_proxy(&format!("outbound_{name}"), backends)
+            };
+            Listener {
+                name,
+                address: Some(proto::socket_address(names::WILDCARD_ADDRESS, p.port)),
+                filter_chains: vec![FilterChain {
+                    filters: vec![filter],
+                    ..Default::default()
+                }],
+                traffic_direction: TrafficDirection::Outbound as i32,
+                ..Default::default()
+            }
+        })
+        .collect()
+}
+
+/// tcp_proxy for one TCP service port: its VirtualService's TCP route when
+/// one applies, else the service's cluster.
+fn tcp_service_proxy(ctx: &PushContext, scope: &Scope, svc: &Service, port: u32) -> Filter {
+    let cluster = names::outbound_cluster(port, "", &svc.hostname);
+    let target = RouteTarget {
+        ctx,
+        namespace: &scope.key.namespace,
+        port,
+        gateway: MESH_GATEWAY,
+    };
+    let backends = ctx
+        .virtual_services
+        .for_host(MESH_GATEWAY, &scope.key.namespace, &svc.hostname)
+        .and_then(|vs| target.tcp_backends(vs))
+        .unwrap_or_else(|| Backends::Single(cluster.clone()));
+    tcp_proxy(&cluster, backends)
+}
+
+fn tcp_proxy(stat_prefix: &str, backends: Backends) -> Filter {
+    let specifier = match backends {
+        Backends::Single(cluster) => TcpClusterSpecifier::Cluster(cluster),
+        Backends::Weighted(clusters) => {
+            TcpClusterSpecifier::WeightedClusters(tcp_proxy::WeightedCluster {
+                clusters: clusters
+                    .into_iter()
+                    .map(
+                        |(name, weight)| tcp_proxy::weighted_cluster::ClusterWeight {
+                            name,
+                            weight,
+                            ..Default::default()
+                        },
+                    )
+                    .collect(),
+            })
+        }
+    };
+    let config = TcpProxy {
+        stat_prefix: stat_prefix.to_string(),
+        cluster_specifier: Some(specifier),
+        ..Default::default()
+    };
+    Filter {
+        name: proto::TCP_PROXY.to_string(),
+        config_type: Some(filter::ConfigType::TypedConfig(proto::any(&config))),
+    }
+}
+
+fn rds(route_config_name: String) -> RouteSpecifier {
+    RouteSpecifier::Rds(Rds {
+        config_source: Some(proto::ads_config_source()),
+        route_config_name,
+    })
+}
+
+fn http_connection_manager(stat_prefix: String, routes: RouteSpecifier) -> Filter {
+    let router = HttpFilter {
+        name: proto::ROUTER.to_string(),
+        config_type: Some(http_filter::ConfigType::TypedConfig(proto::any(
+            &Router::default(),
+        ))),
+        ..Default::default()
+    };
+    let hcm = HttpConnectionManager {
+        codec_type: CodecType::Auto as i32,
+        stat_prefix,
+        route_specifier: Some(routes),
+        http_filters: vec![router],
+        use_remote_address: Some(proto::bool_value(false)),
+        ..Default::default()
+    };
+    Filter {
+        name: proto::HTTP_CONNECTION_MANAGER.to_string(),
+        config_type: Some(filter::ConfigType::TypedConfig(proto::any(&hcm))),
+    }
+}

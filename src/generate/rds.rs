@@ -1,0 +1,238 @@
+//! RDS: the route configurations of one scope.
+//!
+//! Sidecars get one route config per outbound HTTP port, named by the port
+//! (`9080`): a virtual host per visible service on the port (`host:port`)
+//! with the domains Istio gives it, routes from the service's VirtualService
+//! or a default route, and a final catch-all (`allow_any` to
+//! `PassthroughCluster`, or `block_all` answering 502 under `REGISTRY_ONLY`).
+//! Routers get one per HTTP port they bind (`http.8080`): a virtual host per
+//! host of each VirtualService bound to a Gateway server on the port.
+//!
+//! Invariants: a domain appears at most once per route config (Envoy refuses
+//! duplicates; the first virtual host keeps it); output depends only on the
+//! context and the scope; configs are sorted by name.
+
+use std::collections::{BTreeMap, BTreeSet, HashSet};
+
+use envoy_types::pb::envoy::config::route::v3::{RouteConfiguration, VirtualHost};
+
+use super::gateway::{self, GatewayPort};
+use super::outbound::{self, OutboundPort};
+use super::route::{self, RouteTarget};
+use super::{names, proto};
+use crate::config::istio::MESH_GATEWAY;
+use crate::model::{Hostname, ProxyKind, Service};
+use crate::push::scope::OutboundPolicy;
+use crate::push::{PushContext, Scope};
+
+/// Every route config of `scope`, sorted by name.
+pub fn route_configs(ctx: &PushContext, scope: &Scope) -> Vec<RouteConfiguration> {
+    let mut out: Vec<RouteConfiguration> = match scope.key.kind {
+        ProxyKind::Sidecar => outbound::outbound_ports(scope)
+            .iter()
+            .filter(|p| p.is_http())
+            .map(|p| sidecar_config(ctx, scope, p))
+            .collect(),
+        ProxyKind::Router => gateway::gateway_ports(ctx, scope)
+            .iter()
+            .filter(|p| p.http)
+            .map(|p| gateway_config(ctx, scope, p))
+            .collect(),
+    };
+    out.sort_by(|a, b| a.name.cmp(&b.name));
+    out
+}
+
+/// The route config called `name` in `scope`, if the scope has one.
+pub fn route_config(ctx: &PushContext, scope: &Scope, name: &str) -> Option<RouteConfiguration> {
+    match scope.key.kind {
+        ProxyKind::Sidecar => {
+            let port = names::parse_sidecar_route(name)?;
+            let ports = outbound::outbound_ports(scope);
+            let p = ports.iter().find(|p| p.port == port && p.is_http())?;
+            Some(sidecar_config(ctx, scope, p))
+        }
+        ProxyKind::Router => {
+            let port = names::parse_gateway_route(name)?;
+            let ports = gateway::gateway_ports(ctx, scope);
+            let p = ports.iter().find(|p| p.port == port && p.http)?;
+            Some(gateway_config(ctx, scope, p))
+        }
+    }
+}
+
+/// Domains already given to a virtual host of the config being built.
+#[derive(Default)]
+struct Domains(HashSet<String>);
+
+impl Domains {
+    /// Keeps the domains not used yet, and marks them used.
+    fn claim(&mut self, mut domains: Vec<String>) -> Vec<String> {
+        domains.retain(|d| self.0.insert(d.clone()));
+        domains
+    }
+}
+
+fn sidecar_config(ctx: &PushContext, scope: &Scope, port: &OutboundPort<'_>) -> RouteConfiguration {
+    let namespace = &*scope.key.namespace;
+    let target = RouteTarget {
+        ctx,
+        namespace,
+        port: port.port,
+        gateway: MESH_GATEWAY,
+    };
+    let mut used = Domains::default();
+    let mut virtual_hosts = Vec::new();
+    for svc in &port.http {
+        let domains = used.claim(sidecar_domains(svc, port.port, namespace));
+        if domains.is_empty() {
+            continue;
+        }
+        let mut routes = ctx
+            .virtual_services
+            .for_host(MESH_GATEWAY, namespace, &svc.hostname)
+            .map(|vs| target.http_routes(vs))
+            .unwrap_or_default();
+        if routes.is_empty() {
+            routes.push(target.default_route(&svc.namespace, &svc.hostname, port.port));
+        }
+        virtual_hosts.push(VirtualHost {
+            name: names::virtual_host(&svc.hostname, port.port),
+            domains,
+            routes,
+            ..Default::default()
+        });
+    }
+    if !used.claim(vec!["*".to_string()]).is_empty() {
+        virtual_hosts.push(match scope.outbound_policy {
+            OutboundPolicy::AllowAny => VirtualHost {
+                name: names::ALLOW_ANY_VIRTUAL_HOST.to_string(),
+                domains: vec!["*".to_string()],
+                routes: vec![route::catch_all_route(names::PASSTHROUGH_CLUSTER)],
+                ..Default::default()
+            },
+            OutboundPolicy::RegistryOnly => VirtualHost {
+                name: names::BLOCK_ALL_VIRTUAL_HOST.to_string(),
+                domains: vec!["*".to_string()],
+                routes: vec![route::block_all_route()],
+                ..Default::default()
+            },
+        });
+    }
+    RouteConfiguration {
+        name: names::sidecar_route(port.port),
+        virtual_hosts,
+        ..Default::default()
+    }
+}
+
+/// The domains Istio gives a service's virtual host: the FQDN; for
+/// Kubernetes services `name.namespace` and `name.namespace.svc` (and the
+/// bare `name` from the service's own namespace); every virtual IP; each
+/// with and without `:port`.
+fn sidecar_domains(svc: &Service, port: u32, proxy_namespace: &str) -> Vec<String> {
+    let mut names: Vec<String> = vec![svc.hostname.to_string()];
+    if svc.is_kubernetes() {
+        let (name, ns) = (svc.short_name(), &*svc.namespace);
+        if ns == proxy_namespace {
+            names.push(name.to_string());
+        }
+        names.push(format!("{name}.{ns}"));
+        names.push(format!("{name}.{ns}.svc"));
+    }
+    let mut out = Vec::with_capacity(names.len() * 2 + svc.addresses.len() * 2);
+    for n in names {
+        let with_port = format!("{n}:{port}");
+        out.push(n);
+        out.push(with_port);
+    }
+    for address in svc.addresses.iter().filter(|a| proto::is_ip(a)) {
+        if address.contains(':') {
+            out.push(format!("[{address}]"));
+            out.push(format!("[{address}]:{port}"));
+        } else {
+            out.push(address.to_string());
+            out.push(format!("{address}:{port}"));
+        }
+    }
+    out
+}
+
+fn gateway_config(ctx: &PushContext, scope: &Scope, port: &GatewayPort<'_>) -> RouteConfiguration {
+    let namespace = &*scope.key.namespace;
+    // Virtual hosts by name; a host served by several rules gets their routes
+    // one after the other, in rule order (as Istio merges them).
+    let mut hosts: BTreeMap<
+        String,
+        (
+            Hostname,
+            u32,
+            Vec<envoy_types::pb::envoy::config::route::v3::Route>,
+        ),
+    > = BTreeMap::new();
+    let mut seen: BTreeSet<(&crate::config::ConfigKey, String)> = BTreeSet::new();
+    for (gw, server) in &port.servers {
+        let target = RouteTarget {
+            ctx,
+            namespace,
+            port: server.port,
+            gateway: &gw.name,
+        };
+        for vs in ctx
+            .virtual_services
+            .for_gateway(&gw.name)
+            .filter(|vs| vs.export_to.visible_to(namespace))
+        {
+            let vhost_hosts = gateway::server_hosts(server, vs);
+            if vhost_hosts.is_empty() {
+                continue;
+            }
+            let routes = target.http_routes(vs);
+            if routes.is_empty() {
+                continue;
+            }
+            for h in vhost_hosts {
+                let name = names::virtual_host(&h, server.port);
+                if !seen.insert((&vs.key, name.clone())) {
+                    continue;
+                }
+                hosts
+                    .entry(name)
+                    .or_insert_with(|| (h, server.port, Vec::new()))
+                    .2
+                    .extend(routes.iter().cloned());
+            }
+        }
+    }
+    let mut used = Domains::default();
+    let virtual_hosts = hosts
+        .into_iter()
+        .filter_map(|(name, (h, server_port, routes))| {
+            let domains = used.claim(gateway_domains(&h, server_port, port.port));
+            (!domains.is_empty()).then(|| VirtualHost {
+                name,
+                domains,
+                routes,
+                ..Default::default()
+            })
+        })
+        .collect();
+    RouteConfiguration {
+        name: names::gateway_route(port.port),
+        virtual_hosts,
+        ..Default::default()
+    }
+}
+
+/// `host` and `host:port` for the server port and (when different) the port
+/// bound, so clients reaching the target port directly match too; `*` alone.
+fn gateway_domains(h: &str, server_port: u32, bound_port: u32) -> Vec<String> {
+    if h == "*" {
+        return vec!["*".to_string()];
+    }
+    let mut out = vec![h.to_string(), format!("{h}:{server_port}")];
+    if bound_port != server_port {
+        out.push(format!("{h}:{bound_port}"));
+    }
+    out
+}

@@ -1,0 +1,538 @@
+//! `FileSource`: a directory of Kubernetes/Istio YAML, loaded once and then watched.
+//!
+//! Role in the data flow: this is the first stage. It reads `*.yaml` and
+//! `*.yml` files under one directory (recursively), parses and validates them
+//! ([`parse_documents`]), and writes the result into the
+//! [`ConfigStore`] — one atomic `apply` per batch of filesystem events — then
+//! sends each non-empty [`ChangeSet`] to the push side.
+//!
+//! It owns the per-file bookkeeping (`FileIndex`): which keys each file
+//! contributed, the last good version of each, and each file's current
+//! problems (shown by [`FileSource::problems`]).
+//!
+//! Invariant: the store holds, for every key some file defines, the last
+//! version that parsed and validated, from the file read last; a broken
+//! edit never removes or damages what is being served — the object keeps its
+//! previous version until the file is fixed.
+//!
+//! Events are debounced: the first event opens a 50 ms window, everything
+//! arriving in it is one batch, and only the files it touched are re-read.
+//! Hidden files and editor leftovers (`.foo.swp`, `foo~`, `#foo#`) are
+//! ignored, so editors that write a temporary file and rename it over the
+//! original produce exactly one update.
+
+use std::collections::BTreeSet;
+use std::io;
+use std::path::{Component, Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use notify::event::{AccessKind, AccessMode};
+use notify::{EventKind, RecommendedWatcher, RecursiveMode, Watcher};
+use parking_lot::Mutex;
+use tokio::sync::mpsc;
+use tokio::sync::mpsc::error::TrySendError;
+use tokio::task::JoinHandle;
+use tokio::time::Instant;
+
+use crate::config::SourceRef;
+use crate::config::parse::{ParsedFile, Problem, Severity, parse_documents};
+use crate::model::{ChangeSet, ConfigStore};
+
+mod index;
+#[cfg(test)]
+mod test;
+
+use index::FileIndex;
+
+/// How long events are collected after the first one before files are re-read.
+const DEBOUNCE: Duration = Duration::from_millis(50);
+
+/// Filesystem notices queued between notify's thread and the watch task.
+/// When it is full, notices are dropped and the next batch rescans the whole directory.
+const NOTICE_QUEUE: usize = 1024;
+
+/// Why a directory could not be loaded or watched.
+#[derive(Debug, thiserror::Error)]
+pub enum SourceError {
+    /// The directory (or a subdirectory) could not be read.
+    #[error("config directory {path}: {source}")]
+    Io {
+        /// The path that failed.
+        path: PathBuf,
+        /// The I/O error.
+        #[source]
+        source: io::Error,
+    },
+    /// The path exists but is not a directory.
+    #[error("config directory {0}: not a directory")]
+    NotADirectory(PathBuf),
+    /// The filesystem watcher could not be set up.
+    #[error("watching config directory {path}: {source}")]
+    Watch {
+        /// The watched directory.
+        path: PathBuf,
+        /// notify's error.
+        #[source]
+        source: notify::Error,
+    },
+}
+
+/// What the initial load found.
+#[derive(Debug, Clone)]
+pub struct LoadReport {
+    /// YAML files read.
+    pub files: usize,
+    /// Distinct objects accepted into the store.
+    pub objects: usize,
+    /// Problems of severity Error (each refused a document or an object).
+    pub errors: usize,
+    /// Problems of severity Warning.
+    pub warnings: usize,
+    /// What the load changed in the store.
+    pub changes: ChangeSet,
+}
+
+/// A watched directory of YAML config. See the module docs.
+#[derive(Debug)]
+pub struct FileSource {
+    tree: Arc<Tree>,
+}
+
+/// A read-only view of a [`FileSource`]'s state that stays valid after the
+/// source has moved into its watch task (for the debug endpoint).
+#[derive(Debug, Clone)]
+pub struct SourceStatus {
+    tree: Arc<Tree>,
+}
+
+impl SourceStatus {
+    /// Current problems of every file, sorted by file and document.
+    pub fn problems(&self) -> Vec<Problem> {
+        self.tree.index.lock().problems()
+    }
+}
+
+/// The directory and what was read from it; shared by the source, its
+/// watch task and status handles.
+#[derive(Debug)]
+struct Tree {
+    /// Canonical path of the directory; event paths are relative to it.
+    root: PathBuf,
+    index: Mutex<FileIndex>,
+}
+
+impl FileSource {
+    /// Reads every config file under `dir` into `store` in one batch.
+    ///
+    /// Fails only when `dir` itself cannot be read; a broken file is a
+    /// problem in the report (and in [`problems`](Self::problems)), not a failure.
+    pub fn load(dir: &Path, store: &ConfigStore) -> Result<(FileSource, LoadReport), SourceError> {
+        let root = dir.canonicalize().map_err(|source| SourceError::Io {
+            path: dir.to_path_buf(),
+            source,
+        })?;
+        if !root.is_dir() {
+            return Err(SourceError::NotADirectory(dir.to_path_buf()));
+        }
+        let tree = Arc::new(Tree {
+            root,
+            index: Mutex::new(FileIndex::default()),
+        });
+        let names = tree.walk(&tree.root)?;
+        let files = names.len();
+        let changes = tree.refresh(store, names, true);
+        let (objects, problems) = {
+            let index = tree.index.lock();
+            (index.key_count(), index.problems())
+        };
+        let errors = problems.iter().filter(|p| p.is_error()).count();
+        let report = LoadReport {
+            files,
+            objects,
+            errors,
+            warnings: problems.len() - errors,
+            changes,
+        };
+        tracing::info!(
+            dir = %tree.root.display(),
+            files,
+            objects,
+            errors,
+            warnings = report.warnings,
+            "config directory loaded"
+        );
+        Ok((FileSource { tree }, report))
+    }
+
+    /// The watched directory (canonical).
+    pub fn dir(&self) -> &Path {
+        &self.tree.root
+    }
+
+    /// Current problems of every file, sorted by file and document.
+    pub fn problems(&self) -> Vec<Problem> {
+        self.tree.index.lock().problems()
+    }
+
+    /// A handle on the problems that outlives [`watch`](Self::watch).
+    pub fn status(&self) -> SourceStatus {
+        SourceStatus {
+            tree: self.tree.clone(),
+        }
+    }
+
+    /// Starts watching the directory: changes are applied to `store` (the
+    /// store given to [`load`](Self::load)) and each non-empty [`ChangeSet`]
+    /// is sent on `changes`.
+    ///
+    /// The watcher is set up before this returns, so a failure to watch is
+    /// reported here; the directory is then rescanned once to catch edits
+    /// made since the load. The task ends when `changes` is closed (or when
+    /// aborted through the handle). Must be called within a Tokio runtime.
+    pub fn watch(
+        self,
+        store: Arc<ConfigStore>,
+        changes: mpsc::Sender<ChangeSet>,
+    ) -> Result<JoinHandle<()>, SourceError> {
+        let (notices, queue) = mpsc::channel(NOTICE_QUEUE);
+        let overflowed = Arc::new(AtomicBool::new(false));
+        let on_event = {
+            let overflowed = overflowed.clone();
+            move |event: notify::Result<notify::Event>| {
+                let notice = match event {
+                    // A writer closing the file is worth a look (the write is
+                    // complete); other access events are our own reads.
+                    Ok(event) if is_read_only(&event.kind) => return,
+                    Ok(event) if event.need_rescan() => Notice::Rescan,
+                    Ok(event) => Notice::Paths(event.paths),
+                    Err(err) => {
+                        tracing::warn!("file watcher: {err}; rescanning the config directory");
+                        Notice::Rescan
+                    }
+                };
+                if let Err(TrySendError::Full(_)) = notices.try_send(notice) {
+                    overflowed.store(true, Ordering::Relaxed);
+                }
+            }
+        };
+        let watch_error = |source: notify::Error| SourceError::Watch {
+            path: self.tree.root.clone(),
+            source,
+        };
+        let mut watcher = notify::recommended_watcher(on_event).map_err(watch_error)?;
+        watcher
+            .watch(&self.tree.root, RecursiveMode::Recursive)
+            .map_err(watch_error)?;
+        let batches = Batches {
+            queue,
+            overflowed,
+            pending: BTreeSet::new(),
+            rescan: true,
+        };
+        Ok(tokio::spawn(run(
+            self.tree, watcher, batches, store, changes,
+        )))
+    }
+}
+
+/// Parses every config file under `path` (a directory or one file) into
+/// `store`, without logging, and returns the problems found.
+pub(super) fn read_quietly(path: &Path, store: &ConfigStore) -> Result<Vec<Problem>, SourceError> {
+    let canonical = path.canonicalize().map_err(|source| SourceError::Io {
+        path: path.to_path_buf(),
+        source,
+    })?;
+    let (root, single) = if canonical.is_dir() {
+        (canonical, None)
+    } else {
+        let parent = canonical
+            .parent()
+            .map(Path::to_path_buf)
+            .unwrap_or_default();
+        let name = canonical
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        (parent, Some(name))
+    };
+    let tree = Tree {
+        root,
+        index: Mutex::default(),
+    };
+    let names = match single {
+        Some(name) => BTreeSet::from([name]),
+        None => tree.walk(&tree.root)?,
+    };
+    tree.refresh(store, names, false);
+    Ok(tree.index.into_inner().problems())
+}
+
+/// What notify's callback passes to the watch task.
+#[derive(Debug)]
+enum Notice {
+    /// These paths changed (created, written, removed or renamed).
+    Paths(Vec<PathBuf>),
+    /// Events were lost: look at everything.
+    Rescan,
+}
+
+/// The watch task's side of the notice queue, grouping notices into batches.
+struct Batches {
+    queue: mpsc::Receiver<Notice>,
+    overflowed: Arc<AtomicBool>,
+    pending: BTreeSet<PathBuf>,
+    rescan: bool,
+}
+
+impl Batches {
+    /// Waits for the next batch: the first notice, then whatever arrives
+    /// within [`DEBOUNCE`]. `None` when the watcher is gone.
+    async fn next(&mut self) -> Option<(BTreeSet<PathBuf>, bool)> {
+        if self.pending.is_empty() && !self.rescan {
+            let notice = self.queue.recv().await?;
+            self.add(notice);
+            let deadline = Instant::now() + DEBOUNCE;
+            while let Ok(notice) = tokio::time::timeout_at(deadline, self.queue.recv()).await {
+                self.add(notice?);
+            }
+        }
+        let rescan =
+            std::mem::take(&mut self.rescan) || self.overflowed.swap(false, Ordering::Relaxed);
+        Some((std::mem::take(&mut self.pending), rescan))
+    }
+
+    fn add(&mut self, notice: Notice) {
+        match notice {
+            Notice::Paths(paths) => self.pending.extend(paths),
+            Notice::Rescan => self.rescan = true,
+        }
+    }
+}
+
+/// The watch loop: one batch of notices → re-read the files it names → one
+/// store apply → one ChangeSet sent.
+async fn run(
+    tree: Arc<Tree>,
+    watcher: RecommendedWatcher,
+    mut batches: Batches,
+    store: Arc<ConfigStore>,
+    changes: mpsc::Sender<ChangeSet>,
+) {
+    // Dropping the watcher stops the notices, so it lives as long as this task.
+    let _watcher = watcher;
+    loop {
+        let batch = tokio::select! {
+            batch = batches.next() => batch,
+            () = changes.closed() => None,
+        };
+        let Some((paths, rescan)) = batch else { return };
+        let (tree, store) = (tree.clone(), store.clone());
+        // Reading and parsing is blocking work; keep it off the async workers.
+        let refreshed = tokio::task::spawn_blocking(move || {
+            let names = tree.affected(&paths, rescan);
+            tree.refresh(&store, names, true)
+        })
+        .await;
+        let change_set = match refreshed {
+            Ok(change_set) => change_set,
+            Err(err) => {
+                tracing::error!("re-reading the config directory failed: {err}");
+                continue;
+            }
+        };
+        if !change_set.is_empty() {
+            tracing::debug!(
+                keys = change_set.keys.len(),
+                revision = change_set.revision,
+                "config files changed"
+            );
+            if changes.send(change_set).await.is_err() {
+                return;
+            }
+        }
+    }
+}
+
+impl Tree {
+    /// Re-reads `names` (paths relative to the root) and applies the result
+    /// to `store` in one batch.
+    fn refresh(&self, store: &ConfigStore, names: BTreeSet<String>, log: bool) -> ChangeSet {
+        // Parse outside the lock: readers of `problems()` never wait on disk.
+        let reads: Vec<(String, Option<ParsedFile>)> = names
+            .into_iter()
+            .map(|name| (name.clone(), self.read(&name)))
+            .collect();
+        let mut index = self.index.lock();
+        let mut touched = BTreeSet::new();
+        for (name, parsed) in reads {
+            touched.extend(index.update(&name, parsed, log));
+        }
+        // Applied under the index lock, so the store always matches the index.
+        store.apply(index.writes(&touched, log))
+    }
+
+    /// Reads and parses one file; `None` when it is gone (or is no longer a file).
+    fn read(&self, name: &str) -> Option<ParsedFile> {
+        let path = self.root.join(name);
+        match std::fs::metadata(&path) {
+            Ok(meta) if meta.is_file() => {}
+            Ok(_) => return None,
+            Err(err) if err.kind() == io::ErrorKind::NotFound => return None,
+            Err(err) => return Some(unreadable(name, &err)),
+        }
+        match std::fs::read_to_string(&path) {
+            Ok(text) => Some(parse_documents(name, &text)),
+            Err(err) if err.kind() == io::ErrorKind::NotFound => None,
+            Err(err) => Some(unreadable(name, &err)),
+        }
+    }
+
+    /// The files a batch of changed paths may have affected, relative to the root.
+    fn affected(&self, paths: &BTreeSet<PathBuf>, rescan: bool) -> BTreeSet<String> {
+        let known = self.index.lock().file_names();
+        let rescan = rescan || paths.iter().any(|p| self.needs_rescan(p));
+        if rescan {
+            return match self.walk(&self.root) {
+                Ok(mut names) => {
+                    names.extend(known.iter().map(|n| n.to_string()));
+                    names
+                }
+                Err(err) => {
+                    // Deleting everything because the directory vanished would take
+                    // the mesh's config down; keep serving the last one instead.
+                    tracing::error!(
+                        "{err}; keeping the config read so far (restart to watch the directory again)"
+                    );
+                    BTreeSet::new()
+                }
+            };
+        }
+        let mut names = BTreeSet::new();
+        for path in paths {
+            let Ok(relative) = path.strip_prefix(&self.root) else {
+                continue;
+            };
+            if relative.components().any(|c| is_hidden(c.as_os_str())) {
+                continue;
+            }
+            if is_config_file(relative) {
+                names.insert(relative.to_string_lossy().into_owned());
+            }
+            // A directory removed or renamed away: the files read from under it.
+            names.extend(
+                known
+                    .iter()
+                    .filter(|n| Path::new(&n[..]).starts_with(relative))
+                    .map(|n| n.to_string()),
+            );
+            // A directory created or renamed in: the files now under it.
+            if path.is_dir() {
+                match self.walk(path) {
+                    Ok(found) => names.extend(found),
+                    Err(err) => tracing::warn!("{err}; its files are not read"),
+                }
+            }
+        }
+        names
+    }
+
+    /// Whether a changed path means the whole tree must be looked at: the
+    /// root itself, or Kubernetes' `..data` symlink swap in a ConfigMap
+    /// volume, which renames hidden entries only.
+    fn needs_rescan(&self, path: &Path) -> bool {
+        match path.strip_prefix(&self.root) {
+            Ok(relative) => {
+                relative.as_os_str().is_empty()
+                    || relative
+                        .components()
+                        .next()
+                        .is_some_and(|c| c.as_os_str().to_string_lossy().starts_with(".."))
+            }
+            Err(_) => false,
+        }
+    }
+
+    /// Config files under `dir`, as paths relative to the root. Hidden
+    /// entries are skipped; symlinks to files are followed, symlinks to
+    /// directories are not (they could loop).
+    fn walk(&self, dir: &Path) -> Result<BTreeSet<String>, SourceError> {
+        let mut found = BTreeSet::new();
+        let mut pending = vec![dir.to_path_buf()];
+        while let Some(dir) = pending.pop() {
+            let io_error = |source| SourceError::Io {
+                path: dir.clone(),
+                source,
+            };
+            for entry in std::fs::read_dir(&dir).map_err(io_error)? {
+                let entry = entry.map_err(io_error)?;
+                if is_hidden(&entry.file_name()) {
+                    continue;
+                }
+                let path = entry.path();
+                let Ok(file_type) = entry.file_type() else {
+                    continue;
+                };
+                if file_type.is_dir() {
+                    pending.push(path);
+                    continue;
+                }
+                let Ok(relative) = path.strip_prefix(&self.root) else {
+                    continue;
+                };
+                if is_config_file(relative) && path.is_file() {
+                    found.insert(relative.to_string_lossy().into_owned());
+                }
+            }
+        }
+        Ok(found)
+    }
+}
+
+/// A file that exists but cannot be read: an Error with no object key, so
+/// the index keeps everything the file defined before.
+fn unreadable(name: &str, err: &io::Error) -> ParsedFile {
+    let problem = Problem {
+        severity: Severity::Error,
+        source: SourceRef {
+            file: name.into(),
+            doc: 0,
+        },
+        object: None,
+        path: String::new(),
+        message: format!("cannot read the file: {err}"),
+    };
+    ParsedFile {
+        objects: Vec::new(),
+        problems: vec![problem],
+    }
+}
+
+/// Whether a path (relative to the root) is a config file: `*.yaml` or
+/// `*.yml`, not hidden, not under a hidden directory, not an editor backup.
+fn is_config_file(relative: &Path) -> bool {
+    let mut components = relative.components().peekable();
+    if components.peek().is_none() {
+        return false;
+    }
+    if !components.all(|c| matches!(c, Component::Normal(name) if !is_hidden(name))) {
+        return false;
+    }
+    let Some(name) = relative.file_name().and_then(|n| n.to_str()) else {
+        return false;
+    };
+    let lower = name.to_ascii_lowercase();
+    (lower.ends_with(".yaml") || lower.ends_with(".yml"))
+        && !name.starts_with('#')
+        && !name.ends_with('~')
+}
+
+/// Access events other than a writer closing the file: they change nothing.
+fn is_read_only(kind: &EventKind) -> bool {
+    matches!(kind, EventKind::Access(access) if *access != AccessKind::Close(AccessMode::Write))
+}
+
+fn is_hidden(name: &std::ffi::OsStr) -> bool {
+    name.to_string_lossy().starts_with('.')
+}

@@ -1,0 +1,337 @@
+use std::fs;
+
+use tempfile::TempDir;
+
+use super::*;
+use crate::config::{ConfigKey, ConfigKind, ConfigObject};
+use crate::model::StoreSnapshot;
+
+fn dr_yaml(name: &str, host: &str) -> String {
+    format!(
+        "apiVersion: networking.istio.io/v1\nkind: DestinationRule\nmetadata: {{name: {name}, namespace: default}}\nspec: {{host: {host}}}\n"
+    )
+}
+
+fn dr_key(name: &str) -> ConfigKey {
+    ConfigKey::new(ConfigKind::DestinationRule, "default", name)
+}
+
+/// The host of a stored DestinationRule, if the store has it.
+fn dr_host(snapshot: &StoreSnapshot, name: &str) -> Option<String> {
+    match &snapshot.get(&dr_key(name))?.object {
+        ConfigObject::DestinationRule(dr) => Some(dr.spec.host.clone()),
+        _ => None,
+    }
+}
+
+const BAD_VS: &str = "apiVersion: networking.istio.io/v1\nkind: VirtualService\nmetadata: {name: reviews}\nspec:\n  hosts: [reviews]\n  http: [{route: [{destination: {host: reviews}, weight: -5}]}]\n";
+
+fn good_vs(host: &str) -> String {
+    BAD_VS
+        .replace("weight: -5", "weight: 100")
+        .replace("host: reviews}", &format!("host: {host}}}"))
+}
+
+fn vs_key() -> ConfigKey {
+    ConfigKey::new(ConfigKind::VirtualService, "default", "reviews")
+}
+
+fn vs_destination(snapshot: &StoreSnapshot) -> Option<String> {
+    match &snapshot.get(&vs_key())?.object {
+        ConfigObject::VirtualService(vs) => Some(vs.spec.http[0].route[0].destination.host.clone()),
+        _ => None,
+    }
+}
+
+fn write(dir: &TempDir, name: &str, text: &str) {
+    let path = dir.path().join(name);
+    fs::create_dir_all(path.parent().unwrap()).unwrap();
+    fs::write(path, text).unwrap();
+}
+
+/// Re-reads `names` the way a batch of events does.
+fn reread(source: &FileSource, store: &ConfigStore, names: &[&str]) -> ChangeSet {
+    source
+        .tree
+        .refresh(store, names.iter().map(|n| n.to_string()).collect(), false)
+}
+
+#[test]
+fn the_initial_load_reads_yaml_files_recursively_and_skips_the_rest() {
+    let dir = TempDir::new().unwrap();
+    write(&dir, "a.yaml", &dr_yaml("a", "a"));
+    write(&dir, "sub/b.yml", &dr_yaml("b", "b"));
+    write(&dir, ".hidden.yaml", &dr_yaml("hidden", "x"));
+    write(&dir, ".git/c.yaml", &dr_yaml("git", "x"));
+    write(&dir, "a.yaml~", &dr_yaml("backup", "x"));
+    write(&dir, "#a.yaml#", &dr_yaml("autosave", "x"));
+    write(&dir, "notes.txt", "not yaml");
+    write(&dir, "broken.yaml", BAD_VS);
+    let store = ConfigStore::new();
+    let (source, report) = FileSource::load(dir.path(), &store).unwrap();
+    assert_eq!(
+        (report.files, report.objects, report.errors, report.warnings),
+        (3, 2, 1, 0)
+    );
+    assert_eq!(report.changes.keys, vec![dr_key("a"), dr_key("b")]);
+    let snapshot = store.snapshot();
+    assert_eq!(snapshot.len(), 2);
+    assert_eq!(
+        snapshot.get(&dr_key("b")).unwrap().source.file.as_ref(),
+        Path::new("sub").join("b.yml").to_str().unwrap()
+    );
+    let problems = source.problems();
+    assert_eq!(problems.len(), 1);
+    assert_eq!(
+        problems[0].to_string(),
+        "broken.yaml doc 0: VirtualService default/reviews: spec.http[0].route[0].weight: -5 is negative"
+    );
+}
+
+#[test]
+fn loading_a_missing_directory_fails() {
+    let dir = TempDir::new().unwrap();
+    let err = FileSource::load(&dir.path().join("nope"), &ConfigStore::new()).unwrap_err();
+    assert!(matches!(err, SourceError::Io { .. }), "{err}");
+}
+
+#[test]
+fn an_object_removed_from_its_file_is_deleted_unless_another_file_defines_it() {
+    let dir = TempDir::new().unwrap();
+    write(
+        &dir,
+        "a.yaml",
+        &format!("{}---\n{}", dr_yaml("x", "a"), dr_yaml("y", "a")),
+    );
+    write(&dir, "b.yaml", &dr_yaml("y", "b"));
+    let store = ConfigStore::new();
+    let (source, _) = FileSource::load(dir.path(), &store).unwrap();
+    // b.yaml was read after a.yaml: its y wins, and the shadowed definition is reported.
+    assert_eq!(dr_host(&store.snapshot(), "y").as_deref(), Some("b"));
+    let shadowed: Vec<String> = source.problems().iter().map(ToString::to_string).collect();
+    assert_eq!(
+        shadowed,
+        vec![
+            "a.yaml doc 1: DestinationRule default/y: also defined in b.yaml doc 0, which wins (the file read last wins): ignored here"
+        ]
+    );
+
+    // Re-reading a.yaml with y unchanged does not take y over.
+    assert!(reread(&source, &store, &["a.yaml"]).is_empty());
+    assert_eq!(dr_host(&store.snapshot(), "y").as_deref(), Some("b"));
+
+    write(&dir, "b.yaml", "");
+    let changes = reread(&source, &store, &["b.yaml"]);
+    assert_eq!(
+        changes.keys,
+        vec![dr_key("y")],
+        "y falls back to a.yaml's version"
+    );
+    assert_eq!(dr_host(&store.snapshot(), "y").as_deref(), Some("a"));
+
+    write(&dir, "a.yaml", &dr_yaml("x", "a"));
+    let changes = reread(&source, &store, &["a.yaml"]);
+    assert_eq!(changes.keys, vec![dr_key("y")]);
+    assert_eq!(dr_host(&store.snapshot(), "y"), None);
+    assert_eq!(dr_host(&store.snapshot(), "x").as_deref(), Some("a"));
+}
+
+#[test]
+fn an_invalid_edit_keeps_the_previous_object_and_reports_the_problem() {
+    let dir = TempDir::new().unwrap();
+    write(
+        &dir,
+        "reviews.yaml",
+        &format!("{}---\n{}", good_vs("v1"), dr_yaml("other", "o")),
+    );
+    let store = ConfigStore::new();
+    let (source, _) = FileSource::load(dir.path(), &store).unwrap();
+
+    // The VirtualService breaks and the DestinationRule is removed in the same edit.
+    write(&dir, "reviews.yaml", BAD_VS);
+    let changes = reread(&source, &store, &["reviews.yaml"]);
+    assert_eq!(changes.keys, vec![dr_key("other")]);
+    assert_eq!(vs_destination(&store.snapshot()).as_deref(), Some("v1"));
+    let problems = source.problems();
+    assert_eq!(problems.len(), 1);
+    assert_eq!(problems[0].path, "spec.http[0].route[0].weight");
+
+    write(&dir, "reviews.yaml", &good_vs("v2"));
+    let changes = reread(&source, &store, &["reviews.yaml"]);
+    assert_eq!(changes.keys, vec![vs_key()]);
+    assert_eq!(vs_destination(&store.snapshot()).as_deref(), Some("v2"));
+    assert!(source.problems().is_empty(), "fixed files have no problems");
+}
+
+#[test]
+fn a_yaml_syntax_error_keeps_every_object_of_the_file() {
+    let dir = TempDir::new().unwrap();
+    write(
+        &dir,
+        "a.yaml",
+        &format!("{}---\n{}", dr_yaml("x", "a"), dr_yaml("y", "a")),
+    );
+    let store = ConfigStore::new();
+    let (source, _) = FileSource::load(dir.path(), &store).unwrap();
+
+    write(&dir, "a.yaml", "apiVersion: [v1\nkind: Service\n");
+    let changes = reread(&source, &store, &["a.yaml"]);
+    assert!(changes.is_empty(), "{:?}", changes.keys);
+    assert_eq!(store.snapshot().len(), 2);
+    assert!(
+        source.problems()[0]
+            .message
+            .starts_with("YAML syntax error")
+    );
+}
+
+#[test]
+fn a_deleted_file_deletes_its_objects() {
+    let dir = TempDir::new().unwrap();
+    write(&dir, "a.yaml", &dr_yaml("x", "a"));
+    let store = ConfigStore::new();
+    let (source, _) = FileSource::load(dir.path(), &store).unwrap();
+    fs::remove_file(dir.path().join("a.yaml")).unwrap();
+    let changes = reread(&source, &store, &["a.yaml"]);
+    assert_eq!(changes.keys, vec![dr_key("x")]);
+    assert!(store.snapshot().is_empty());
+}
+
+#[test]
+fn editor_leftovers_and_hidden_paths_are_not_config_files() {
+    for name in ["a.yaml", "a.yml", "A.YAML", "sub/dir/a.yaml"] {
+        assert!(is_config_file(Path::new(name)), "{name}");
+    }
+    for name in [
+        ".a.yaml",
+        ".a.yaml.swp",
+        "a.yaml~",
+        "#a.yaml#",
+        "a.yaml.tmp",
+        "4913",
+        ".git/a.yaml",
+        "..data/a.yaml",
+        "",
+    ] {
+        assert!(!is_config_file(Path::new(name)), "{name}");
+    }
+}
+
+// The watcher, end to end: real files, real notify events.
+
+/// Polls `condition` on the store every 20 ms for up to 5 s.
+async fn eventually(store: &ConfigStore, what: &str, condition: impl Fn(&StoreSnapshot) -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while !condition(&store.snapshot()) {
+        assert!(Instant::now() < deadline, "timed out waiting until {what}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// The next ChangeSet, within 5 s.
+async fn next_change(changes: &mut mpsc::Receiver<ChangeSet>) -> ChangeSet {
+    tokio::time::timeout(Duration::from_secs(5), changes.recv())
+        .await
+        .expect("no ChangeSet within 5 s")
+        .expect("the watch task ended")
+}
+
+/// Loads `dir` and starts watching it.
+fn watched(
+    dir: &TempDir,
+) -> (
+    Arc<ConfigStore>,
+    SourceStatus,
+    mpsc::Receiver<ChangeSet>,
+    JoinHandle<()>,
+) {
+    let store = Arc::new(ConfigStore::new());
+    let (source, _) = FileSource::load(dir.path(), &store).unwrap();
+    let status = source.status();
+    let (tx, rx) = mpsc::channel(16);
+    let task = source.watch(store.clone(), tx).unwrap();
+    (store, status, rx, task)
+}
+
+#[tokio::test]
+async fn watching_applies_edits_new_files_and_deletions() {
+    let dir = TempDir::new().unwrap();
+    write(&dir, "a.yaml", &dr_yaml("x", "one"));
+    let (store, _status, mut changes, task) = watched(&dir);
+
+    write(&dir, "a.yaml", &dr_yaml("x", "two"));
+    let change = next_change(&mut changes).await;
+    assert_eq!(change.keys, vec![dr_key("x")]);
+    assert_eq!(dr_host(&change.snapshot, "x").as_deref(), Some("two"));
+
+    write(&dir, "new/b.yaml", &dr_yaml("y", "b"));
+    eventually(&store, "b.yaml in a new directory is read", |s| {
+        dr_host(s, "y").is_some()
+    })
+    .await;
+
+    fs::remove_file(dir.path().join("a.yaml")).unwrap();
+    eventually(&store, "x is deleted with its file", |s| {
+        dr_host(s, "x").is_none()
+    })
+    .await;
+    fs::remove_dir_all(dir.path().join("new")).unwrap();
+    eventually(&store, "y is deleted with its directory", |s| s.is_empty()).await;
+    task.abort();
+}
+
+#[tokio::test]
+async fn a_broken_edit_keeps_the_served_object_until_it_is_fixed() {
+    let dir = TempDir::new().unwrap();
+    write(&dir, "reviews.yaml", &good_vs("v1"));
+    let (store, status, mut changes, task) = watched(&dir);
+
+    write(&dir, "reviews.yaml", BAD_VS);
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while status.problems().is_empty() {
+        assert!(Instant::now() < deadline, "the broken edit was never read");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(vs_destination(&store.snapshot()).as_deref(), Some("v1"));
+    assert!(
+        changes.try_recv().is_err(),
+        "a refused edit changes nothing"
+    );
+
+    write(&dir, "reviews.yaml", &good_vs("v2"));
+    let change = next_change(&mut changes).await;
+    assert_eq!(change.keys, vec![vs_key()]);
+    assert_eq!(vs_destination(&store.snapshot()).as_deref(), Some("v2"));
+    assert!(status.problems().is_empty());
+    task.abort();
+}
+
+#[tokio::test]
+async fn a_temp_file_renamed_over_the_original_is_one_update() {
+    let dir = TempDir::new().unwrap();
+    write(&dir, "a.yaml", &dr_yaml("x", "one"));
+    let (store, _status, mut changes, task) = watched(&dir);
+
+    // What editors and `kubectl`-style tools do: write beside, then rename over.
+    write(&dir, ".a.yaml.tmp", &dr_yaml("x", "two"));
+    fs::rename(dir.path().join(".a.yaml.tmp"), dir.path().join("a.yaml")).unwrap();
+    let change = next_change(&mut changes).await;
+    assert_eq!(change.keys, vec![dr_key("x")]);
+    assert_eq!(dr_host(&store.snapshot(), "x").as_deref(), Some("two"));
+
+    // Renaming a config file away from a YAML name deletes its objects.
+    fs::rename(dir.path().join("a.yaml"), dir.path().join("a.yaml.bak")).unwrap();
+    eventually(&store, "x is deleted", |s| s.is_empty()).await;
+    task.abort();
+}
+
+#[tokio::test]
+async fn the_watch_task_ends_when_the_change_receiver_is_dropped() {
+    let dir = TempDir::new().unwrap();
+    let (_store, _status, changes, task) = watched(&dir);
+    drop(changes);
+    tokio::time::timeout(Duration::from_secs(5), task)
+        .await
+        .expect("the task did not end")
+        .unwrap();
+}

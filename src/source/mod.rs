@@ -1,0 +1,95 @@
+//! Config sources: where typed config objects come from.
+//!
+//! Role in the data flow: a source is the only writer of the [`ConfigStore`].
+//! Today there is one, the watched YAML directory ([`FileSource`]); it turns
+//! files into validated [`ConfigObject`](crate::config::ConfigObject)s,
+//! applies them in atomic batches and hands each resulting
+//! [`ChangeSet`](crate::model::ChangeSet) to the push side.
+//!
+//! This module also holds the offline check behind `meshpush validate DIR`
+//! ([`validate_dir`], [`print_report`]): the same parsing, validation and
+//! file merging as the running source, plus the cross-object reference
+//! checks, so the command and the server never disagree about a file.
+//!
+//! Invariant: a source never lets an object that failed validation into the
+//! store, and never removes a served object because its file became
+//! unreadable or invalid — only because the object was deleted.
+
+use std::fmt::Write as _;
+use std::path::Path;
+
+use crate::config::SourceRef;
+use crate::config::parse::{Problem, Severity};
+use crate::config::validate::check_references;
+use crate::model::ConfigStore;
+
+pub mod file;
+
+pub use file::{FileSource, LoadReport, SourceError, SourceStatus};
+
+#[cfg(test)]
+mod test;
+
+/// Checks a config directory (or a single file) as the server would load it:
+/// every file parsed and validated, duplicate definitions resolved, then
+/// references between the accepted objects checked. Problems are sorted by
+/// file and document; an unreadable directory is itself one Error.
+pub fn validate_dir(dir: &Path) -> Vec<Problem> {
+    let store = ConfigStore::new();
+    let mut problems = match file::read_quietly(dir, &store) {
+        Ok(problems) => problems,
+        Err(err) => {
+            return vec![Problem {
+                severity: Severity::Error,
+                source: SourceRef {
+                    file: dir.display().to_string().into(),
+                    doc: 0,
+                },
+                object: None,
+                path: String::new(),
+                message: err.to_string(),
+            }];
+        }
+    };
+    problems.extend(check_references(&store.snapshot()));
+    problems.sort_by(|a, b| {
+        (&a.source.file, a.source.doc, a.severity).cmp(&(&b.source.file, b.source.doc, b.severity))
+    });
+    problems
+}
+
+/// Prints each problem on one line (`error: reviews.yaml doc 2: …`) and a
+/// summary line, on standard output. Returns the process exit code: 1 when
+/// any problem is an Error, else 0.
+pub fn print_report(problems: &[Problem]) -> i32 {
+    print!("{}", report(problems));
+    if problems.iter().any(Problem::is_error) {
+        1
+    } else {
+        0
+    }
+}
+
+/// The text [`print_report`] prints.
+fn report(problems: &[Problem]) -> String {
+    let mut out = String::new();
+    for problem in problems {
+        let _ = writeln!(out, "{}: {problem}", problem.severity);
+    }
+    let errors = problems.iter().filter(|p| p.is_error()).count();
+    let warnings = problems.len() - errors;
+    let plural = |n: usize, word: &str| {
+        if n == 1 {
+            format!("{n} {word}")
+        } else {
+            format!("{n} {word}s")
+        }
+    };
+    let _ = writeln!(
+        out,
+        "{}, {}",
+        plural(errors, "error"),
+        plural(warnings, "warning")
+    );
+    out
+}

@@ -1,0 +1,450 @@
+//! `Connection`: one state-of-the-world ADS stream's protocol state.
+//!
+//! Owns, per resource type, what the client watches, what was sent (nonce,
+//! version, and the hash of every resource), what was ACKed and the last
+//! NACK. It is pure protocol logic: it takes requests and pushes, reads the
+//! published snapshot and the cache, and returns responses to write. The
+//! stream task in [`super::server`] owns one and does the I/O.
+//!
+//! Rules it keeps (see `shared/xds-checklist.md`):
+//! * a request whose nonce is not the latest sent for its type is stale and
+//!   ignored; an ACK (latest nonce, same names) sends nothing;
+//! * a NACK (`error_detail`) is recorded and logged once; the rejected
+//!   content is not sent again, the next real change is;
+//! * CDS and LDS responses carry the full set; EDS and RDS responses carry
+//!   only what the client lacks or what changed;
+//! * make before break: a push sends CDS, EDS, LDS, RDS in that order;
+//!   clusters that disappeared stay until the listeners and routes of the
+//!   same push are ACKed, then a second CDS response drops them; a cluster
+//!   that changed gets its ClusterLoadAssignment again even if that did not
+//!   change, so Envoy's warming cluster does not wait for the fetch timeout.
+
+use std::collections::{BTreeMap, BTreeSet, HashSet};
+use std::sync::Arc;
+use std::time::SystemTime;
+
+use envoy_types::pb::envoy::service::discovery::v3::DiscoveryRequest;
+use serde::Serialize;
+
+use super::codec::{OutgoingResponse, ResponseBody};
+use super::types::TypeUrl;
+use crate::generate::cache::{EncodedResource, ScopedCache, version_of};
+use crate::model::Proxy;
+use crate::push::{PendingPush, PushContext, Scope, ScopeKey};
+
+/// A recorded NACK.
+#[derive(Debug, Clone, Serialize)]
+pub struct NackRecord {
+    /// The nonce that was rejected.
+    pub nonce: String,
+    /// The version the client kept.
+    pub version: String,
+    /// Envoy's message.
+    pub message: String,
+    /// When.
+    pub at: SystemTime,
+}
+
+/// Per-type state of a stream.
+#[derive(Debug, Default, Clone, Serialize)]
+pub struct Watch {
+    /// The client asked for this type.
+    pub subscribed: bool,
+    /// Wildcard subscription (CDS/LDS: empty first request, or `*`).
+    pub wildcard: bool,
+    /// Explicit names (without `*`).
+    pub names: BTreeSet<String>,
+    /// The client has named resources explicitly at least once.
+    #[serde(skip)]
+    explicit_ever: bool,
+    /// Hash of the last request's name list (cheap ACK detection).
+    #[serde(skip)]
+    names_hash: u64,
+    /// Last nonce sent.
+    pub nonce_sent: Option<String>,
+    /// Version of the last response.
+    pub version_sent: Option<Arc<str>>,
+    /// Last version the client ACKed.
+    pub version_acked: Option<String>,
+    /// Last nonce the client ACKed.
+    pub nonce_acked: Option<String>,
+    /// Last NACK.
+    pub last_nack: Option<NackRecord>,
+    /// Resource name → hash, as last sent.
+    #[serde(skip)]
+    sent: BTreeMap<Arc<str>, u64>,
+    /// CDS only: clusters sent last, kept to delay removals.
+    #[serde(skip)]
+    sent_resources: Vec<Arc<EncodedResource>>,
+    /// Responses sent.
+    pub responses: u64,
+}
+
+impl Watch {
+    /// Whether the last response was ACKed (or nothing is outstanding).
+    pub fn settled(&self) -> bool {
+        self.nonce_sent.is_none() || self.nonce_sent == self.nonce_acked || self.last_nack_is_latest()
+    }
+
+    fn last_nack_is_latest(&self) -> bool {
+        self.last_nack.as_ref().is_some_and(|n| Some(&n.nonce) == self.nonce_sent.as_ref())
+    }
+}
+
+/// Counters of one stream's request handling.
+#[derive(Debug, Default, Clone, Copy, Serialize)]
+pub struct RequestCounts {
+    /// ACKs.
+    pub acks: u64,
+    /// NACKs.
+    pub nacks: u64,
+    /// Requests ignored for a stale nonce.
+    pub stale: u64,
+}
+
+/// One ADS stream's protocol state.
+#[derive(Debug)]
+pub struct Connection {
+    /// Connection id.
+    pub id: u64,
+    /// The proxy, parsed once from the first request's node.
+    pub proxy: Arc<Proxy>,
+    /// Per-type state, indexed by `TypeUrl::index`.
+    pub watches: [Watch; 4],
+    /// Request counters.
+    pub counts: RequestCounts,
+    scope: Option<Arc<Scope>>,
+    scope_key: Option<ScopeKey>,
+    scope_version: u64,
+    nonce: u64,
+    cluster_cleanup: bool,
+    eds_resend: HashSet<Arc<str>>,
+}
+
+/// Hash of a request's name list, order-sensitive (Envoy repeats the same
+/// order; a reordering only costs one needless comparison of sets).
+fn names_hash(names: &[String]) -> u64 {
+    let mut h = xxhash_rust::xxh3::Xxh3::new();
+    for n in names {
+        h.update(n.as_bytes());
+        h.update(&[0]);
+    }
+    h.digest()
+}
+
+impl Connection {
+    /// A new stream for `proxy`.
+    pub fn new(id: u64, proxy: Arc<Proxy>) -> Connection {
+        Connection {
+            id,
+            proxy,
+            watches: Default::default(),
+            counts: RequestCounts::default(),
+            scope: None,
+            scope_key: None,
+            scope_version: 0,
+            nonce: 0,
+            cluster_cleanup: false,
+            eds_resend: HashSet::new(),
+        }
+    }
+
+    /// The scope last generated for.
+    pub fn scope(&self) -> Option<&Arc<Scope>> {
+        self.scope.as_ref()
+    }
+
+    fn watch(&mut self, t: TypeUrl) -> &mut Watch {
+        &mut self.watches[t.index()]
+    }
+
+    /// Refreshes the scope for `ctx`. The key is recomputed only when the
+    /// snapshot moved on; the scope itself comes from the snapshot's memo.
+    fn refresh_scope(&mut self, ctx: &PushContext, rekey: bool) -> Arc<Scope> {
+        if rekey || self.scope_key.is_none() || self.scope.is_none() {
+            self.scope_key = Some(ctx.scope_key(&self.proxy));
+        }
+        if self.scope_version != ctx.version || self.scope.is_none() {
+            self.scope = Some(ctx.scope_for(&self.proxy));
+            self.scope_version = ctx.version;
+        }
+        self.scope.clone().expect("scope set above")
+    }
+
+    /// Handles one request; returns the responses to send, in order.
+    pub fn on_request(&mut self, ctx: &PushContext, cache: &ScopedCache, req: &DiscoveryRequest) -> Vec<OutgoingResponse> {
+        let Some(t) = TypeUrl::parse(&req.type_url) else {
+            tracing::debug!(conn_id = self.id, type_url = %req.type_url, "request for a type meshpush does not serve");
+            return Vec::new();
+        };
+        let id = self.id;
+        let proxy_id = self.proxy.id.clone();
+        let w = self.watch(t);
+        let is_latest_nonce = w.nonce_sent.as_deref() == Some(req.response_nonce.as_str());
+
+        if let Some(err) = &req.error_detail {
+            if !req.response_nonce.is_empty() && !is_latest_nonce {
+                self.counts.stale += 1;
+                return Vec::new();
+            }
+            tracing::warn!(conn_id = id, node_id = %proxy_id, type_url = %t, nonce = %req.response_nonce,
+                version = %req.version_info, "NACK: {}", err.message);
+            w.last_nack = Some(NackRecord {
+                nonce: req.response_nonce.clone(),
+                version: req.version_info.clone(),
+                message: err.message.clone(),
+                at: SystemTime::now(),
+            });
+            self.counts.nacks += 1;
+            // The subscription may still have changed.
+            return self.apply_names(ctx, cache, t, req, false);
+        }
+
+        if !req.response_nonce.is_empty() && !is_latest_nonce {
+            self.counts.stale += 1;
+            return Vec::new();
+        }
+
+        let hash = names_hash(&req.resource_names);
+        if is_latest_nonce && w.subscribed && hash == w.names_hash {
+            w.version_acked = Some(req.version_info.clone());
+            w.nonce_acked = Some(req.response_nonce.clone());
+            self.counts.acks += 1;
+            return self.after_ack(ctx, cache, t);
+        }
+        if is_latest_nonce {
+            let w = self.watch(t);
+            w.version_acked = Some(req.version_info.clone());
+            w.nonce_acked = Some(req.response_nonce.clone());
+            self.counts.acks += 1;
+        }
+        let reconnect = req.response_nonce.is_empty() && !req.version_info.is_empty();
+        let mut out = self.apply_names(ctx, cache, t, req, reconnect);
+        out.extend(self.after_ack(ctx, cache, t));
+        out
+    }
+
+    /// Applies the request's names and answers what they call for.
+    fn apply_names(
+        &mut self,
+        ctx: &PushContext,
+        cache: &ScopedCache,
+        t: TypeUrl,
+        req: &DiscoveryRequest,
+        reconnect: bool,
+    ) -> Vec<OutgoingResponse> {
+        let hash = names_hash(&req.resource_names);
+        let w = self.watch(t);
+        let first = !w.subscribed;
+        if !first && hash == w.names_hash {
+            return Vec::new();
+        }
+        w.names_hash = hash;
+        w.subscribed = true;
+        let star = req.resource_names.iter().any(|n| n == "*");
+        let names: BTreeSet<String> = req.resource_names.iter().filter(|n| *n != "*").cloned().collect();
+        let previous = std::mem::replace(&mut w.names, names);
+        if t.is_wildcard_type() {
+            w.wildcard = star || (req.resource_names.is_empty() && !w.explicit_ever);
+            if !w.names.is_empty() {
+                w.explicit_ever = true;
+            }
+        }
+        // Send every newly named resource, even one the client may already have.
+        let added: Vec<Arc<str>> = w.names.difference(&previous).map(|n| Arc::from(n.as_str())).collect();
+        for n in &added {
+            w.sent.remove(n);
+        }
+        // Names dropped from the watch are no longer the client's concern.
+        let removed: Vec<String> = previous.difference(&w.names).cloned().collect();
+        for n in removed {
+            w.sent.remove(n.as_str());
+        }
+        if reconnect {
+            // The client has this version: skip the response only when it is
+            // provably the same content.
+            let scope = self.refresh_scope(ctx, false);
+            let (resources, version) = self.current(ctx, cache, &scope, t);
+            let w = self.watch(t);
+            if version.as_ref() == req.version_info {
+                w.sent = resources.iter().map(|r| (r.name.clone(), r.hash)).collect();
+                w.version_sent = Some(version);
+                w.version_acked = Some(req.version_info.clone());
+                if t == TypeUrl::Cluster {
+                    w.sent_resources = resources;
+                }
+                return Vec::new();
+            }
+        }
+        self.respond(ctx, cache, t, false, first).into_iter().collect()
+    }
+
+    /// Follow-ups once a response was ACKed: the delayed cluster removal,
+    /// and assignments owed after a cluster change.
+    fn after_ack(&mut self, ctx: &PushContext, cache: &ScopedCache, t: TypeUrl) -> Vec<OutgoingResponse> {
+        let mut out = Vec::new();
+        if t == TypeUrl::Endpoint && !self.eds_resend.is_empty() {
+            let watched = &self.watches[TypeUrl::Endpoint.index()].names;
+            self.eds_resend.retain(|n| watched.contains(&**n));
+        }
+        if t == TypeUrl::Endpoint && !self.eds_resend.is_empty() {
+            out.extend(self.respond(ctx, cache, TypeUrl::Endpoint, false, false));
+        }
+        if self.cluster_cleanup
+            && [TypeUrl::Cluster, TypeUrl::Listener, TypeUrl::Route].iter().all(|t| self.watches[t.index()].settled())
+        {
+            self.cluster_cleanup = false;
+            out.extend(self.respond(ctx, cache, TypeUrl::Cluster, true, false));
+        }
+        out
+    }
+
+    /// Handles a push from the engine; returns the responses, in push order.
+    pub fn on_push(&mut self, ctx: &PushContext, cache: &ScopedCache, push: &PendingPush) -> Vec<OutgoingResponse> {
+        let before = self.scope.as_ref().map(|s| s.id);
+        let scope = self.refresh_scope(ctx, push.full);
+        let full = push.full || before != Some(scope.id);
+        let mut out = Vec::new();
+        for t in TypeUrl::PUSH_ORDER {
+            if !self.watches[t.index()].subscribed {
+                continue;
+            }
+            if !full && t != TypeUrl::Endpoint {
+                continue;
+            }
+            if !full {
+                // Endpoint-only: only assignments of the changed hosts can differ.
+                let watched: Vec<Arc<str>> = self.watches[t.index()]
+                    .names
+                    .iter()
+                    .filter(|n| crate::generate::eds::host_of(n).is_some_and(|h| push.hosts.contains(h)))
+                    .map(|n| Arc::from(n.as_str()))
+                    .collect();
+                if watched.is_empty() {
+                    continue;
+                }
+            }
+            out.extend(self.respond(ctx, cache, t, false, false));
+        }
+        out
+    }
+
+    /// What the client should have of type `t` now, and its version.
+    fn current(
+        &mut self,
+        ctx: &PushContext,
+        cache: &ScopedCache,
+        scope: &Scope,
+        t: TypeUrl,
+    ) -> (Vec<Arc<EncodedResource>>, Arc<str>) {
+        let w = &self.watches[t.index()];
+        let resources: Vec<Arc<EncodedResource>> = match t {
+            TypeUrl::Cluster | TypeUrl::Listener => {
+                let set = cache.scoped(ctx, scope, t);
+                if w.wildcard {
+                    return (set.resources.clone(), set.version.clone());
+                }
+                w.names.iter().filter_map(|n| set.get(n).cloned()).collect()
+            }
+            TypeUrl::Route => {
+                let set = cache.scoped(ctx, scope, t);
+                w.names.iter().filter_map(|n| set.get(n).cloned()).collect()
+            }
+            TypeUrl::Endpoint => w.names.iter().filter_map(|n| cache.endpoint(ctx, n)).collect(),
+        };
+        let version = version_of(resources.iter().map(|r| (&*r.name, r.hash)));
+        (resources, version)
+    }
+
+    fn next_nonce(&mut self) -> String {
+        self.nonce += 1;
+        format!("{:08x}", self.nonce)
+    }
+
+    /// Builds the response for `t` if the client lacks anything; records it as sent.
+    /// `final_cleanup` sends CDS without the clusters kept for make-before-break.
+    fn respond(
+        &mut self,
+        ctx: &PushContext,
+        cache: &ScopedCache,
+        t: TypeUrl,
+        final_cleanup: bool,
+        first: bool,
+    ) -> Option<OutgoingResponse> {
+        let scope = self.refresh_scope(ctx, false);
+        let (mut resources, mut version) = self.current(ctx, cache, &scope, t);
+        let w = &self.watches[t.index()];
+        let out_resources: Vec<Arc<EncodedResource>> = match t {
+            TypeUrl::Cluster | TypeUrl::Listener => {
+                if !first && !final_cleanup && w.version_sent.as_ref() == Some(&version) && !w.sent.is_empty() {
+                    return None;
+                }
+                if t == TypeUrl::Cluster && !final_cleanup && !first {
+                    // Make before break: keep clusters the client still has
+                    // until the listeners and routes of this push are ACKed.
+                    let kept: Vec<Arc<EncodedResource>> = w
+                        .sent_resources
+                        .iter()
+                        .filter(|old| resources.binary_search_by(|r| r.name.cmp(&old.name)).is_err())
+                        .cloned()
+                        .collect();
+                    if !kept.is_empty() {
+                        resources.extend(kept);
+                        resources.sort_by(|a, b| a.name.cmp(&b.name));
+                        version = version_of(resources.iter().map(|r| (&*r.name, r.hash)));
+                        self.cluster_cleanup = true;
+                    }
+                }
+                resources.clone()
+            }
+            TypeUrl::Endpoint | TypeUrl::Route => {
+                let resend = &self.eds_resend;
+                let changed: Vec<Arc<EncodedResource>> = resources
+                    .iter()
+                    .filter(|r| {
+                        w.sent.get(&r.name) != Some(&r.hash) || (t == TypeUrl::Endpoint && resend.contains(&r.name))
+                    })
+                    .cloned()
+                    .collect();
+                if changed.is_empty() && !first {
+                    return None;
+                }
+                changed
+            }
+        };
+        if t == TypeUrl::Cluster {
+            // Every cluster that is new or changed needs its assignment again.
+            let w = &self.watches[t.index()];
+            for r in &out_resources {
+                if w.sent.get(&r.name) != Some(&r.hash) {
+                    self.eds_resend.insert(r.name.clone());
+                }
+            }
+        }
+        if t == TypeUrl::Endpoint {
+            for r in &out_resources {
+                self.eds_resend.remove(&r.name);
+            }
+        }
+        let nonce = self.next_nonce();
+        let body = ResponseBody::assemble(t, &version, out_resources.iter().map(|r| &**r));
+        let w = &mut self.watches[t.index()];
+        match t {
+            TypeUrl::Cluster | TypeUrl::Listener => {
+                w.sent = resources.iter().map(|r| (r.name.clone(), r.hash)).collect();
+                if t == TypeUrl::Cluster {
+                    w.sent_resources = resources;
+                }
+            }
+            TypeUrl::Endpoint | TypeUrl::Route => {
+                for r in &out_resources {
+                    w.sent.insert(r.name.clone(), r.hash);
+                }
+            }
+        }
+        w.nonce_sent = Some(nonce.clone());
+        w.version_sent = Some(version);
+        w.responses += 1;
+        Some(OutgoingResponse { body: body.bytes, nonce })
+    }
+}

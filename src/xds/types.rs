@@ -1,0 +1,65 @@
+//! The four resource types meshpush serves, and their type URLs.
+
+use std::fmt;
+
+use serde::Serialize;
+
+/// A resource type served over ADS.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+pub enum TypeUrl {
+    /// CDS: `envoy.config.cluster.v3.Cluster`.
+    Cluster,
+    /// EDS: `envoy.config.endpoint.v3.ClusterLoadAssignment`.
+    Endpoint,
+    /// LDS: `envoy.config.listener.v3.Listener`.
+    Listener,
+    /// RDS: `envoy.config.route.v3.RouteConfiguration`.
+    Route,
+}
+
+impl TypeUrl {
+    /// Every type, in push order (make before break: clusters and their
+    /// endpoints before the listeners and routes that use them).
+    pub const PUSH_ORDER: [TypeUrl; 4] = [TypeUrl::Cluster, TypeUrl::Endpoint, TypeUrl::Listener, TypeUrl::Route];
+
+    /// The full type URL.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            TypeUrl::Cluster => "type.googleapis.com/envoy.config.cluster.v3.Cluster",
+            TypeUrl::Endpoint => "type.googleapis.com/envoy.config.endpoint.v3.ClusterLoadAssignment",
+            TypeUrl::Listener => "type.googleapis.com/envoy.config.listener.v3.Listener",
+            TypeUrl::Route => "type.googleapis.com/envoy.config.route.v3.RouteConfiguration",
+        }
+    }
+
+    /// Short name as in metrics and `istioctl` (`cds`, `eds`, `lds`, `rds`).
+    pub const fn short(self) -> &'static str {
+        match self {
+            TypeUrl::Cluster => "cds",
+            TypeUrl::Endpoint => "eds",
+            TypeUrl::Listener => "lds",
+            TypeUrl::Route => "rds",
+        }
+    }
+
+    /// Parses a type URL.
+    pub fn parse(url: &str) -> Option<TypeUrl> {
+        TypeUrl::PUSH_ORDER.into_iter().find(|t| t.as_str() == url)
+    }
+
+    /// Index for per-type arrays.
+    pub const fn index(self) -> usize {
+        self as usize
+    }
+
+    /// Whether an empty subscription means "everything" (LDS and CDS, for Envoy).
+    pub const fn is_wildcard_type(self) -> bool {
+        matches!(self, TypeUrl::Cluster | TypeUrl::Listener)
+    }
+}
+
+impl fmt::Display for TypeUrl {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.short())
+    }
+}

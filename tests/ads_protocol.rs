@@ -1,0 +1,482 @@
+//! Protocol tests: an in-process tonic ADS client against meshpush's server,
+//! pinning the state-of-the-world behaviour of `shared/xds-checklist.md`.
+//!
+//! To prove that the server sent *nothing* in answer to a request (an ACK, a
+//! stale nonce, a NACK), a test sends a probe — a request for a type the
+//! stream has not subscribed yet — and checks that the very next response is
+//! the probe's. The server handles a stream's requests in order, so anything
+//! it had sent for the earlier request would have arrived first.
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+use std::time::Duration;
+
+use envoy_types::pb::envoy::config::cluster::v3::Cluster;
+use envoy_types::pb::envoy::config::core::v3::Node;
+use envoy_types::pb::envoy::config::endpoint::v3::ClusterLoadAssignment;
+use envoy_types::pb::envoy::config::listener::v3::Listener;
+use envoy_types::pb::envoy::service::discovery::v3::aggregated_discovery_service_client::AggregatedDiscoveryServiceClient;
+use envoy_types::pb::envoy::service::discovery::v3::{DiscoveryRequest, DiscoveryResponse};
+use envoy_types::pb::google::protobuf::{Struct, Value, value::Kind};
+use envoy_types::pb::google::rpc::Status as RpcStatus;
+use meshpush::config::parse::parse_documents;
+use meshpush::model::ConfigStore;
+use meshpush::model::store::Write;
+use meshpush::push::{PushEngine, PushRequest};
+use meshpush::source::file::FileSource;
+use meshpush::xds::{AdsService, TypeUrl};
+use prost::Message;
+use tokio::sync::mpsc;
+use tokio_stream::wrappers::ReceiverStream;
+use tonic::Streaming;
+
+const WAIT: Duration = Duration::from_secs(10);
+const PRODUCTPAGE: &str = "sidecar~127.0.0.11~productpage-v1.default~default.svc.cluster.local";
+
+/// A server over a copy of the bookinfo example, and a way to change it.
+struct Harness {
+    engine: Arc<PushEngine>,
+    store: Arc<ConfigStore>,
+    addr: std::net::SocketAddr,
+    server: tokio::task::JoinHandle<()>,
+}
+
+impl Harness {
+    async fn start() -> Harness {
+        let store = Arc::new(ConfigStore::new());
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/bookinfo");
+        let (_source, report) = FileSource::load(&dir, &store).expect("bookinfo loads");
+        assert_eq!(report.errors, 0, "bookinfo has no errors");
+        let engine = PushEngine::new();
+        engine.push(PushRequest::new(report.changes)).await;
+        engine.set_ready();
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let service = AdsService::new(engine.clone());
+        let server = tokio::spawn(async move {
+            tonic::transport::Server::builder()
+                .add_service(service)
+                .serve_with_incoming(tokio_stream::wrappers::TcpListenerStream::new(listener))
+                .await
+                .unwrap();
+        });
+        Harness { engine, store, addr, server }
+    }
+
+    /// Applies YAML documents (as a file edit would) and pushes at once.
+    async fn apply(&self, yaml: &str) {
+        let parsed = parse_documents("test.yaml", yaml);
+        assert!(parsed.problems.iter().all(|p| !p.is_error()), "{:?}", parsed.problems);
+        let changes = self.store.apply(parsed.objects.into_iter().map(|(o, s)| Write::Put(o, s)));
+        assert!(!changes.is_empty(), "the edit changed something");
+        self.engine.push(PushRequest::new(changes)).await;
+    }
+
+    async fn delete(&self, keys: Vec<meshpush::config::ConfigKey>) {
+        let changes = self.store.apply(keys.into_iter().map(Write::Delete));
+        self.engine.push(PushRequest::new(changes)).await;
+    }
+
+    async fn stream(&self, node_id: &str) -> Stream {
+        Stream::open(self.addr, node(node_id, &[("app", "productpage"), ("version", "v1")])).await
+    }
+}
+
+impl Drop for Harness {
+    fn drop(&mut self) {
+        self.server.abort();
+    }
+}
+
+fn node(id: &str, labels: &[(&str, &str)]) -> Node {
+    let s = |v: &str| Value { kind: Some(Kind::StringValue(v.into())) };
+    let labels = Struct { fields: labels.iter().map(|(k, v)| (k.to_string(), s(v))).collect() };
+    Node {
+        id: id.into(),
+        cluster: "productpage.default".into(),
+        metadata: Some(Struct {
+            fields: [
+                ("NAMESPACE".to_string(), s("default")),
+                ("INTERCEPTION_MODE".to_string(), s("NONE")),
+                ("LABELS".to_string(), Value { kind: Some(Kind::StructValue(labels)) }),
+            ]
+            .into(),
+        }),
+        ..Default::default()
+    }
+}
+
+/// One ADS stream, driven like Envoy drives it.
+struct Stream {
+    tx: mpsc::Sender<DiscoveryRequest>,
+    rx: Streaming<DiscoveryResponse>,
+    node: Node,
+}
+
+impl Stream {
+    async fn open(addr: std::net::SocketAddr, node: Node) -> Stream {
+        Stream::open_with_first(addr, node, TypeUrl::Cluster, "").await
+    }
+
+    /// Opens a stream whose first request is for type `t` with `version`
+    /// and an empty nonce (a reconnect when the version is not empty).
+    async fn open_with_first(addr: std::net::SocketAddr, node: Node, t: TypeUrl, version: &str) -> Stream {
+        let mut client = AggregatedDiscoveryServiceClient::connect(format!("http://{addr}")).await.unwrap();
+        let (tx, rx) = mpsc::channel(16);
+        // The first request is queued before the call: the server reads it
+        // to learn the node before it accepts the stream.
+        tx.send(DiscoveryRequest {
+            version_info: version.into(),
+            type_url: t.as_str().into(),
+            node: Some(node.clone()),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+        let response = tokio::time::timeout(WAIT, client.stream_aggregated_resources(ReceiverStream::new(rx)))
+            .await
+            .expect("stream opens")
+            .expect("stream accepted");
+        Stream { tx, rx: response.into_inner(), node }
+    }
+
+    async fn send(&mut self, t: TypeUrl, names: &[&str], version: &str, nonce: &str) {
+        self.send_request(DiscoveryRequest {
+            version_info: version.into(),
+            resource_names: names.iter().map(|s| s.to_string()).collect(),
+            type_url: t.as_str().into(),
+            response_nonce: nonce.into(),
+            ..Default::default()
+        })
+        .await;
+    }
+
+    async fn send_request(&mut self, mut req: DiscoveryRequest) {
+        // Like Envoy 1.40: the node on every request.
+        req.node = Some(self.node.clone());
+        self.tx.send(req).await.expect("stream open");
+    }
+
+    async fn ack(&mut self, r: &DiscoveryResponse, names: &[&str]) {
+        let t = TypeUrl::parse(&r.type_url).unwrap();
+        self.send(t, names, &r.version_info, &r.nonce).await;
+    }
+
+    async fn recv(&mut self) -> DiscoveryResponse {
+        tokio::time::timeout(WAIT, self.rx.message())
+            .await
+            .expect("a response within the deadline")
+            .expect("no stream error")
+            .expect("stream still open")
+    }
+
+    async fn recv_type(&mut self, t: TypeUrl) -> DiscoveryResponse {
+        let r = self.recv().await;
+        assert_eq!(r.type_url, t.as_str(), "expected a {t} response, got {}", r.type_url);
+        r
+    }
+
+    /// Proves nothing else was queued for this stream: subscribes to LDS
+    /// (wildcard) and expects the LDS response to be the next message.
+    async fn probe_nothing_pending(&mut self) -> DiscoveryResponse {
+        self.send(TypeUrl::Listener, &[], "", "").await;
+        self.recv_type(TypeUrl::Listener).await
+    }
+}
+
+fn names<M: Message + Default>(r: &DiscoveryResponse, name: impl Fn(&M) -> String) -> BTreeSet<String> {
+    let names: Vec<String> = r.resources.iter().map(|a| name(&M::decode(&a.value[..]).unwrap())).collect();
+    let set: BTreeSet<String> = names.iter().cloned().collect();
+    assert_eq!(set.len(), names.len(), "a resource name appears twice in one response");
+    set
+}
+
+fn cluster_names(r: &DiscoveryResponse) -> BTreeSet<String> {
+    names::<Cluster>(r, |c| c.name.clone())
+}
+
+fn cla_names(r: &DiscoveryResponse) -> BTreeSet<String> {
+    names::<ClusterLoadAssignment>(r, |c| c.cluster_name.clone())
+}
+
+fn cla(r: &DiscoveryResponse, name: &str) -> ClusterLoadAssignment {
+    r.resources
+        .iter()
+        .map(|a| ClusterLoadAssignment::decode(&a.value[..]).unwrap())
+        .find(|c| c.cluster_name == name)
+        .unwrap_or_else(|| panic!("{name} not in the response"))
+}
+
+fn endpoint_count(c: &ClusterLoadAssignment) -> usize {
+    c.endpoints.iter().map(|l| l.lb_endpoints.len()).sum()
+}
+
+const REVIEWS_V1: &str = "outbound|9080|v1|reviews.default.svc.cluster.local";
+const REVIEWS_V2: &str = "outbound|9080|v2|reviews.default.svc.cluster.local";
+const RATINGS: &str = "outbound|9080||ratings.default.svc.cluster.local";
+
+#[tokio::test]
+async fn wildcard_cds_sends_every_cluster_with_unique_names_and_matching_type() {
+    let h = Harness::start().await;
+    let mut s = h.stream(PRODUCTPAGE).await;
+    let cds = s.recv_type(TypeUrl::Cluster).await;
+    let clusters = cluster_names(&cds);
+    for expected in [REVIEWS_V1, REVIEWS_V2, RATINGS, "outbound|9080||details.default.svc.cluster.local", "BlackHoleCluster", "PassthroughCluster"] {
+        assert!(clusters.contains(expected), "{expected} missing from {clusters:?}");
+    }
+    assert!(!cds.version_info.is_empty());
+    assert!(!cds.nonce.is_empty());
+    assert!(cds.resources.iter().all(|a| a.type_url == TypeUrl::Cluster.as_str()));
+    // `*` is the same wildcard.
+    let mut s2 = h.stream(PRODUCTPAGE).await;
+    let first = s2.recv_type(TypeUrl::Cluster).await;
+    s2.send(TypeUrl::Cluster, &["*"], &first.version_info, &first.nonce).await;
+    let lds = s2.probe_nothing_pending().await;
+    assert!(!lds.resources.is_empty());
+}
+
+#[tokio::test]
+async fn eds_sends_only_the_named_assignments_and_remembers_unknown_names() {
+    let h = Harness::start().await;
+    let mut s = h.stream(PRODUCTPAGE).await;
+    let cds = s.recv_type(TypeUrl::Cluster).await;
+    s.ack(&cds, &[]).await;
+    let future = "outbound|9080||payments.default.svc.cluster.local";
+    s.send(TypeUrl::Endpoint, &[REVIEWS_V1, future], "", "").await;
+    let eds = s.recv_type(TypeUrl::Endpoint).await;
+    assert_eq!(cla_names(&eds), [REVIEWS_V1.to_string()].into());
+    assert_eq!(endpoint_count(&cla(&eds, REVIEWS_V1)), 1, "subset v1 has one pod");
+    s.ack(&eds, &[REVIEWS_V1, future]).await;
+
+    // The name that did not exist is sent when it appears.
+    h.apply(
+        "apiVersion: v1\nkind: Service\nmetadata: {name: payments, namespace: default}\nspec:\n  selector: {app: payments}\n  ports: [{name: http, port: 9080}]\n---\napiVersion: v1\nkind: Pod\nmetadata: {name: payments-1, namespace: default, labels: {app: payments}}\nstatus: {podIP: 127.0.0.40, phase: Running}\n",
+    )
+    .await;
+    let mut saw = false;
+    for _ in 0..4 {
+        let r = s.recv().await;
+        if r.type_url == TypeUrl::Endpoint.as_str() && cla_names(&r).contains(future) {
+            assert_eq!(endpoint_count(&cla(&r, future)), 1);
+            saw = true;
+            break;
+        }
+        let names: Vec<&str> = if r.type_url == TypeUrl::Endpoint.as_str() { vec![REVIEWS_V1, future] } else { vec![] };
+        s.ack(&r, &names).await;
+    }
+    assert!(saw, "the assignment of the new service was pushed");
+}
+
+#[tokio::test]
+async fn ack_is_not_answered() {
+    let h = Harness::start().await;
+    let mut s = h.stream(PRODUCTPAGE).await;
+    let cds = s.recv_type(TypeUrl::Cluster).await;
+    s.ack(&cds, &[]).await;
+    let lds = s.probe_nothing_pending().await;
+    assert!(!lds.resources.is_empty());
+    s.ack(&lds, &[]).await;
+    s.send(TypeUrl::Route, &["9080"], "", "").await;
+    let rds = s.recv_type(TypeUrl::Route).await;
+    assert_eq!(rds.resources.len(), 1);
+}
+
+#[tokio::test]
+async fn nack_keeps_stream_and_does_not_resend() {
+    let h = Harness::start().await;
+    let mut s = h.stream(PRODUCTPAGE).await;
+    let cds = s.recv_type(TypeUrl::Cluster).await;
+    let mut nack = DiscoveryRequest {
+        version_info: String::new(),
+        type_url: TypeUrl::Cluster.as_str().into(),
+        response_nonce: cds.nonce.clone(),
+        error_detail: Some(RpcStatus { code: 13, message: "cluster rejected for the test".into(), details: vec![] }),
+        ..Default::default()
+    };
+    s.send_request(nack.clone()).await;
+    let lds = s.probe_nothing_pending().await;
+    assert_eq!(lds.type_url, TypeUrl::Listener.as_str(), "the stream survives a NACK");
+
+    // The next real change is pushed as usual.
+    h.apply(
+        "apiVersion: networking.istio.io/v1\nkind: DestinationRule\nmetadata: {name: ratings, namespace: default}\nspec:\n  host: ratings\n  trafficPolicy: {loadBalancer: {simple: RANDOM}}\n  subsets: [{name: v1, labels: {version: v1}}]\n",
+    )
+    .await;
+    let pushed = s.recv_type(TypeUrl::Cluster).await;
+    assert_ne!(pushed.version_info, cds.version_info);
+    // A NACK with a stale nonce is ignored as well.
+    nack.response_nonce = cds.nonce.clone();
+    s.send_request(nack).await;
+    s.ack(&pushed, &[]).await;
+    s.send(TypeUrl::Route, &["9080"], "", "").await;
+    let next = s.recv().await;
+    assert!(
+        next.type_url == TypeUrl::Route.as_str() || next.type_url == TypeUrl::Listener.as_str(),
+        "nothing was resent for the NACK: got {}",
+        next.type_url
+    );
+}
+
+#[tokio::test]
+async fn stale_nonce_is_ignored() {
+    let h = Harness::start().await;
+    let mut s = h.stream(PRODUCTPAGE).await;
+    let cds = s.recv_type(TypeUrl::Cluster).await;
+    s.ack(&cds, &[]).await;
+    s.send(TypeUrl::Endpoint, &[REVIEWS_V1], "", "").await;
+    let eds1 = s.recv_type(TypeUrl::Endpoint).await;
+    s.send(TypeUrl::Endpoint, &[REVIEWS_V1, REVIEWS_V2], &eds1.version_info, &eds1.nonce).await;
+    let eds2 = s.recv_type(TypeUrl::Endpoint).await;
+    assert_eq!(cla_names(&eds2), [REVIEWS_V2.to_string()].into(), "only the newly named assignment");
+    // A request that answers the older nonce changes nothing.
+    s.send(TypeUrl::Endpoint, &[RATINGS], &eds1.version_info, &eds1.nonce).await;
+    s.probe_nothing_pending().await;
+}
+
+#[tokio::test]
+async fn reconnect_with_the_current_version_is_not_answered_but_an_old_one_is() {
+    let h = Harness::start().await;
+    let mut s = h.stream(PRODUCTPAGE).await;
+    let cds = s.recv_type(TypeUrl::Cluster).await;
+    drop(s);
+
+    // A new stream that already has this content: nothing to send.
+    let mut s2 = Stream::open_with_first(h.addr, node(PRODUCTPAGE, &[("app", "productpage"), ("version", "v1")]), TypeUrl::Cluster, &cds.version_info).await;
+    s2.probe_nothing_pending().await;
+
+    // A stream that has an older version gets the current one.
+    let mut s3 = Stream::open_with_first(h.addr, node(PRODUCTPAGE, &[("app", "productpage"), ("version", "v1")]), TypeUrl::Cluster, "0000000000000000").await;
+    let r = s3.recv_type(TypeUrl::Cluster).await;
+    assert_eq!(r.version_info, cds.version_info);
+}
+
+#[tokio::test]
+async fn endpoint_change_sends_only_changed_assignments_to_watchers() {
+    let h = Harness::start().await;
+    let mut watcher = h.stream(PRODUCTPAGE).await;
+    let mut other = h.stream("sidecar~127.0.0.12~details-v1.default~default.svc.cluster.local").await;
+    for s in [&mut watcher, &mut other] {
+        let cds = s.recv_type(TypeUrl::Cluster).await;
+        s.ack(&cds, &[]).await;
+    }
+    watcher.send(TypeUrl::Endpoint, &[REVIEWS_V1, RATINGS], "", "").await;
+    let eds = watcher.recv_type(TypeUrl::Endpoint).await;
+    watcher.ack(&eds, &[REVIEWS_V1, RATINGS]).await;
+    other.send(TypeUrl::Endpoint, &[RATINGS], "", "").await;
+    let eds_other = other.recv_type(TypeUrl::Endpoint).await;
+    other.ack(&eds_other, &[RATINGS]).await;
+
+    // A second reviews-v1 pod.
+    h.apply(
+        "apiVersion: v1\nkind: Pod\nmetadata: {name: reviews-v1-b, namespace: default, labels: {app: reviews, version: v1}}\nstatus: {podIP: 127.0.0.41, phase: Running}\n",
+    )
+    .await;
+    let pushed = watcher.recv_type(TypeUrl::Endpoint).await;
+    assert_eq!(cla_names(&pushed), [REVIEWS_V1.to_string()].into(), "only the changed assignment");
+    assert_eq!(endpoint_count(&cla(&pushed, REVIEWS_V1)), 2);
+    assert_ne!(pushed.version_info, eds.version_info);
+    // The stream that does not watch reviews gets nothing.
+    other.probe_nothing_pending().await;
+    // And exactly one assignment was encoded for the change.
+    let encoded = meshpush::generate::cache::CacheStats::get(&h.engine.cache.stats.generations, TypeUrl::Endpoint);
+    assert!(encoded >= 1);
+}
+
+#[tokio::test]
+async fn removed_cluster_goes_only_after_listeners_and_routes() {
+    let h = Harness::start().await;
+    let mut s = h.stream(PRODUCTPAGE).await;
+    let cds = s.recv_type(TypeUrl::Cluster).await;
+    s.ack(&cds, &[]).await;
+    let lds = s.probe_nothing_pending().await;
+    s.ack(&lds, &[]).await;
+    s.send(TypeUrl::Route, &["9080"], "", "").await;
+    let rds = s.recv_type(TypeUrl::Route).await;
+    s.ack(&rds, &["9080"]).await;
+    assert!(cluster_names(&cds).contains(RATINGS));
+
+    h.delete(vec![
+        meshpush::config::ConfigKey::new(meshpush::config::ConfigKind::Service, "default", "ratings"),
+        meshpush::config::ConfigKey::new(meshpush::config::ConfigKind::VirtualService, "default", "ratings"),
+    ])
+    .await;
+    let cds2 = s.recv_type(TypeUrl::Cluster).await;
+    assert!(cluster_names(&cds2).contains(RATINGS), "the cluster stays while routes may still use it");
+    s.ack(&cds2, &[]).await;
+    // The listener may be unchanged (port 9080 still has services); the
+    // route config must change, and the cluster stays until it is ACKed.
+    let rds2 = loop {
+        let r = s.recv().await;
+        assert_ne!(r.type_url, TypeUrl::Cluster.as_str(), "cluster removed before the routes were ACKed");
+        if r.type_url == TypeUrl::Route.as_str() {
+            break r;
+        }
+        s.ack(&r, &[]).await;
+    };
+    s.ack(&rds2, &["9080"]).await;
+    let cds3 = s.recv_type(TypeUrl::Cluster).await;
+    assert!(!cluster_names(&cds3).contains(RATINGS), "removed once listeners and routes are ACKed");
+}
+
+#[tokio::test]
+async fn assignment_is_sent_again_after_its_cluster_changes() {
+    let h = Harness::start().await;
+    let mut s = h.stream(PRODUCTPAGE).await;
+    let cds = s.recv_type(TypeUrl::Cluster).await;
+    s.ack(&cds, &[]).await;
+    let ratings_v1 = "outbound|9080|v1|ratings.default.svc.cluster.local";
+    s.send(TypeUrl::Endpoint, &[ratings_v1], "", "").await;
+    let eds = s.recv_type(TypeUrl::Endpoint).await;
+    s.ack(&eds, &[ratings_v1]).await;
+
+    // Change only the cluster (its load balancer), not the endpoints.
+    h.apply(
+        "apiVersion: networking.istio.io/v1\nkind: DestinationRule\nmetadata: {name: ratings, namespace: default}\nspec:\n  host: ratings\n  trafficPolicy: {loadBalancer: {simple: RANDOM}}\n  subsets: [{name: v1, labels: {version: v1}}, {name: v2, labels: {version: v2}}]\n",
+    )
+    .await;
+    let cds2 = s.recv_type(TypeUrl::Cluster).await;
+    assert_ne!(cds2.version_info, cds.version_info);
+    s.ack(&cds2, &[]).await;
+    let eds2 = s.recv_type(TypeUrl::Endpoint).await;
+    assert!(cla_names(&eds2).contains(ratings_v1), "the unchanged assignment is sent again");
+}
+
+#[tokio::test]
+async fn malformed_node_id_is_refused_with_invalid_argument() {
+    let h = Harness::start().await;
+    let mut client = AggregatedDiscoveryServiceClient::connect(format!("http://{}", h.addr)).await.unwrap();
+    let (tx, rx) = mpsc::channel(1);
+    tx.send(DiscoveryRequest {
+        node: Some(Node { id: "not-an-istio-id".into(), ..Default::default() }),
+        type_url: TypeUrl::Cluster.as_str().into(),
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    let status = match client.stream_aggregated_resources(ReceiverStream::new(rx)).await {
+        Err(status) => status,
+        Ok(response) => response.into_inner().message().await.expect_err("the stream must fail"),
+    };
+    assert_eq!(status.code(), tonic::Code::InvalidArgument);
+    assert!(status.message().contains("not-an-istio-id"), "{}", status.message());
+}
+
+#[tokio::test]
+async fn node_may_be_omitted_after_the_first_request() {
+    let h = Harness::start().await;
+    let mut s = h.stream(PRODUCTPAGE).await;
+    let cds = s.recv_type(TypeUrl::Cluster).await;
+    // Like a gRPC client: no node on later requests.
+    s.tx.send(DiscoveryRequest {
+        version_info: cds.version_info.clone(),
+        type_url: TypeUrl::Cluster.as_str().into(),
+        response_nonce: cds.nonce.clone(),
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    s.tx.send(DiscoveryRequest { type_url: TypeUrl::Listener.as_str().into(), ..Default::default() }).await.unwrap();
+    let lds = s.recv_type(TypeUrl::Listener).await;
+    let listeners = names::<Listener>(&lds, |l| l.name.clone());
+    assert!(listeners.contains("0.0.0.0_9080"), "{listeners:?}");
+}
