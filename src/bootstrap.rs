@@ -31,11 +31,7 @@ const DERIVED_META: [&str; 4] = ["NAMESPACE", "LABELS", "INTERCEPTION_MODE", "IS
 
 /// Labels Istio reads, in order, to name a workload's canonical service
 /// (which becomes `node.cluster` as `NAME.NAMESPACE`).
-const CANONICAL_NAME_LABELS: [&str; 3] = [
-    "service.istio.io/canonical-name",
-    "app.kubernetes.io/name",
-    "app",
-];
+const CANONICAL_NAME_LABELS: [&str; 3] = ["service.istio.io/canonical-name", "app.kubernetes.io/name", "app"];
 
 /// What a bootstrap is made from: the flags of `meshpush bootstrap`.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -84,9 +80,7 @@ impl BootstrapOptions {
 #[derive(Debug, thiserror::Error)]
 pub enum BootstrapError {
     /// The node id was refused by the same parser the server uses.
-    #[error(
-        "--node-id: {0}; example: sidecar~10.1.2.3~reviews-v1-abc.default~default.svc.cluster.local"
-    )]
+    #[error("--node-id: {0}; example: sidecar~10.1.2.3~reviews-v1-abc.default~default.svc.cluster.local")]
     Node(NodeError),
     /// A `--label` or `--meta` argument is not `KEY=VALUE`.
     #[error("--{flag} {arg:?}: expected KEY=VALUE with a non-empty KEY")]
@@ -97,9 +91,7 @@ pub enum BootstrapError {
         arg: String,
     },
     /// A `--meta` key would overwrite metadata the bootstrap derives itself.
-    #[error(
-        "--meta {0}=…: {0} is set by meshpush (use --node-id, --label or --interception instead)"
-    )]
+    #[error("--meta {0}=…: {0} is set by meshpush (use --node-id, --label or --interception instead)")]
     ReservedMeta(String),
     /// The interception mode is not one the server knows.
     #[error("--interception {0:?}: expected REDIRECT, TPROXY or NONE")]
@@ -119,10 +111,7 @@ pub fn parse_key_value(flag: &'static str, arg: &str) -> Result<(String, String)
         Some((key, value)) if !key.trim().is_empty() && !key.contains(char::is_whitespace) => {
             Ok((key.to_string(), value.to_string()))
         }
-        _ => Err(BootstrapError::KeyValue {
-            flag,
-            arg: arg.to_string(),
-        }),
+        _ => Err(BootstrapError::KeyValue { flag, arg: arg.to_string() }),
     }
 }
 
@@ -140,16 +129,9 @@ pub fn render(opts: &BootstrapOptions) -> Result<String, BootstrapError> {
     metadata.insert("INTERCEPTION_MODE".into(), json!(opts.interception));
     metadata.insert("ISTIO_VERSION".into(), json!("meshpush"));
 
-    let cluster = opts
-        .cluster
-        .clone()
-        .unwrap_or_else(|| derived_cluster(&proxy, &opts.labels));
+    let cluster = opts.cluster.clone().unwrap_or_else(|| derived_cluster(&proxy, &opts.labels));
     // An IP needs no resolver; a name is resolved (and re-resolved) by Envoy.
-    let discovery = if xds_host.parse::<IpAddr>().is_ok() {
-        "STATIC"
-    } else {
-        "STRICT_DNS"
-    };
+    let discovery = if xds_host.parse::<IpAddr>().is_ok() { "STATIC" } else { "STRICT_DNS" };
 
     let node = json!({
         "id": opts.node_id,
@@ -223,28 +205,19 @@ pub fn render(opts: &BootstrapOptions) -> Result<String, BootstrapError> {
 /// Checks the node id, the interception mode and the metadata keys, using the
 /// server's own node parser so that what renders here is what the server accepts.
 fn validate(opts: &BootstrapOptions) -> Result<Proxy, BootstrapError> {
-    if let Some(key) = opts
-        .meta
-        .keys()
-        .find(|k| DERIVED_META.contains(&k.as_str()))
-    {
+    if let Some(key) = opts.meta.keys().find(|k| DERIVED_META.contains(&k.as_str())) {
         return Err(BootstrapError::ReservedMeta(key.clone()));
     }
-    let string = |s: &str| Value {
-        kind: Some(Kind::StringValue(s.to_string())),
-    };
+    let string = |s: &str| Value { kind: Some(Kind::StringValue(s.to_string())) };
     let node = Node {
         id: opts.node_id.clone(),
-        metadata: Some(Struct {
-            fields: [("INTERCEPTION_MODE".to_string(), string(&opts.interception))].into(),
-        }),
+        metadata: Some(Struct { fields: [("INTERCEPTION_MODE".to_string(), string(&opts.interception))].into() }),
         ..Default::default()
     };
     Proxy::from_node(&node).map_err(|e| match e {
-        NodeError::BadMetadata {
-            key: "INTERCEPTION_MODE",
-            ..
-        } => BootstrapError::Interception(opts.interception.clone()),
+        NodeError::BadMetadata { key: "INTERCEPTION_MODE", .. } => {
+            BootstrapError::Interception(opts.interception.clone())
+        }
         other => BootstrapError::Node(other),
     })
 }
@@ -265,10 +238,7 @@ fn split_host_port(addr: &str) -> Result<(String, u16), BootstrapError> {
     let (host, port) = addr.rsplit_once(':').ok_or_else(bad)?;
     // An IPv6 host must be bracketed, or its last group would read as the port.
     let host = match host.strip_prefix('[') {
-        Some(v6) => v6
-            .strip_suffix(']')
-            .filter(|h| h.parse::<IpAddr>().is_ok())
-            .ok_or_else(bad)?,
+        Some(v6) => v6.strip_suffix(']').filter(|h| h.parse::<IpAddr>().is_ok()).ok_or_else(bad)?,
         None if host.contains(':') => return Err(bad()),
         None => host,
     };
@@ -292,11 +262,7 @@ mod tests {
     #[test]
     fn node_carries_istio_metadata_and_labels_as_strings() {
         let mut opts = BootstrapOptions::new(SIDECAR, "127.0.0.1:15010");
-        opts.labels = [
-            ("app".into(), "reviews".into()),
-            ("version".into(), "v1".into()),
-        ]
-        .into();
+        opts.labels = [("app".into(), "reviews".into()), ("version".into(), "v1".into())].into();
         opts.meta.insert("CLUSTER_ID".into(), "Kubernetes".into());
         opts.meta.insert("SIDECAR_PORT".into(), "15001".into());
         opts.interception = "NONE".into();
@@ -305,10 +271,7 @@ mod tests {
         assert_eq!(node["id"], SIDECAR);
         assert_eq!(node["cluster"], "reviews.default");
         assert_eq!(node["metadata"]["NAMESPACE"], "default");
-        assert_eq!(
-            node["metadata"]["LABELS"],
-            json!({"app": "reviews", "version": "v1"})
-        );
+        assert_eq!(node["metadata"]["LABELS"], json!({"app": "reviews", "version": "v1"}));
         assert_eq!(node["metadata"]["INTERCEPTION_MODE"], "NONE");
         assert_eq!(node["metadata"]["ISTIO_VERSION"], "meshpush");
         assert_eq!(node["metadata"]["CLUSTER_ID"], "Kubernetes");
@@ -320,10 +283,7 @@ mod tests {
     fn cluster_falls_back_to_pod_name_and_can_be_set() {
         let opts = BootstrapOptions::new(SIDECAR, "127.0.0.1:15010");
         assert_eq!(parsed(&opts)["node"]["cluster"], "reviews-v1-abc.default");
-        let opts = BootstrapOptions {
-            cluster: Some("custom".into()),
-            ..opts
-        };
+        let opts = BootstrapOptions { cluster: Some("custom".into()), ..opts };
         assert_eq!(parsed(&opts)["node"]["cluster"], "custom");
     }
 
@@ -335,14 +295,8 @@ mod tests {
         opts.delta = true;
         let b = parsed(&opts);
         assert_eq!(ads(&b), "DELTA_GRPC");
-        assert_eq!(
-            b["dynamic_resources"]["cds_config"],
-            json!({"ads": {}, "resource_api_version": "V3"})
-        );
-        assert_eq!(
-            b["dynamic_resources"]["lds_config"],
-            json!({"ads": {}, "resource_api_version": "V3"})
-        );
+        assert_eq!(b["dynamic_resources"]["cds_config"], json!({"ads": {}, "resource_api_version": "V3"}));
+        assert_eq!(b["dynamic_resources"]["lds_config"], json!({"ads": {}, "resource_api_version": "V3"}));
     }
 
     #[test]
@@ -363,10 +317,7 @@ mod tests {
 
     #[test]
     fn admin_binds_loopback_only() {
-        let opts = BootstrapOptions {
-            admin_port: 19000,
-            ..BootstrapOptions::new(SIDECAR, "127.0.0.1:15010")
-        };
+        let opts = BootstrapOptions { admin_port: 19000, ..BootstrapOptions::new(SIDECAR, "127.0.0.1:15010") };
         let admin = &parsed(&opts)["admin"]["address"]["socket_address"];
         assert_eq!(admin["address"], "127.0.0.1");
         assert_eq!(admin["port_value"], 19000);
@@ -374,45 +325,24 @@ mod tests {
 
     #[test]
     fn refuses_malformed_node_ids() {
-        for id in [
-            "",
-            "reviews",
-            "sidecar~10.1.2.3~reviews.default",
-            "proxy~10.1.2.3~a.b~b.svc.cluster.local",
-        ] {
+        for id in ["", "reviews", "sidecar~10.1.2.3~reviews.default", "proxy~10.1.2.3~a.b~b.svc.cluster.local"] {
             let err = render(&BootstrapOptions::new(id, "127.0.0.1:15010")).unwrap_err();
-            assert!(
-                matches!(err, BootstrapError::Node(NodeError::BadId(_))),
-                "{id}: {err}"
-            );
+            assert!(matches!(err, BootstrapError::Node(NodeError::BadId(_))), "{id}: {err}");
             assert!(err.to_string().starts_with("--node-id"), "{err}");
         }
-        let gateway =
-            "router~10.0.0.1~ingressgateway-1.istio-system~istio-system.svc.cluster.local";
+        let gateway = "router~10.0.0.1~ingressgateway-1.istio-system~istio-system.svc.cluster.local";
         let b = parsed(&BootstrapOptions::new(gateway, "127.0.0.1:15010"));
         assert_eq!(b["node"]["metadata"]["NAMESPACE"], "istio-system");
     }
 
     #[test]
     fn refuses_unknown_interception_modes() {
-        let opts = BootstrapOptions {
-            interception: "MAGIC".into(),
-            ..BootstrapOptions::new(SIDECAR, "127.0.0.1:1")
-        };
+        let opts = BootstrapOptions { interception: "MAGIC".into(), ..BootstrapOptions::new(SIDECAR, "127.0.0.1:1") };
         let err = render(&opts).unwrap_err();
         assert!(matches!(err, BootstrapError::Interception(_)), "{err}");
-        assert!(
-            err.to_string().starts_with("--interception \"MAGIC\""),
-            "{err}"
-        );
-        let opts = BootstrapOptions {
-            interception: "TPROXY".into(),
-            ..opts
-        };
-        assert_eq!(
-            parsed(&opts)["node"]["metadata"]["INTERCEPTION_MODE"],
-            "TPROXY"
-        );
+        assert!(err.to_string().starts_with("--interception \"MAGIC\""), "{err}");
+        let opts = BootstrapOptions { interception: "TPROXY".into(), ..opts };
+        assert_eq!(parsed(&opts)["node"]["metadata"]["INTERCEPTION_MODE"], "TPROXY");
     }
 
     #[test]
@@ -424,14 +354,7 @@ mod tests {
 
     #[test]
     fn refuses_bad_xds_addresses() {
-        for addr in [
-            "127.0.0.1",
-            "127.0.0.1:",
-            ":15010",
-            "127.0.0.1:99999",
-            "host:0",
-            "::1:15010",
-        ] {
+        for addr in ["127.0.0.1", "127.0.0.1:", ":15010", "127.0.0.1:99999", "host:0", "::1:15010"] {
             let err = render(&BootstrapOptions::new(SIDECAR, addr)).unwrap_err();
             assert!(matches!(err, BootstrapError::XdsAddr(_)), "{addr}: {err}");
         }
@@ -439,18 +362,9 @@ mod tests {
 
     #[test]
     fn key_value_arguments_need_a_key() {
-        assert_eq!(
-            parse_key_value("label", "app=reviews").unwrap(),
-            ("app".into(), "reviews".into())
-        );
-        assert_eq!(
-            parse_key_value("meta", "K=a=b").unwrap(),
-            ("K".into(), "a=b".into())
-        );
-        assert_eq!(
-            parse_key_value("label", "empty=").unwrap(),
-            ("empty".into(), String::new())
-        );
+        assert_eq!(parse_key_value("label", "app=reviews").unwrap(), ("app".into(), "reviews".into()));
+        assert_eq!(parse_key_value("meta", "K=a=b").unwrap(), ("K".into(), "a=b".into()));
+        assert_eq!(parse_key_value("label", "empty=").unwrap(), ("empty".into(), String::new()));
         for bad in ["app", "=reviews", " =x", "a b=c"] {
             let err = parse_key_value("label", bad).unwrap_err();
             assert!(err.to_string().starts_with("--label"), "{bad}: {err}");
@@ -460,13 +374,9 @@ mod tests {
     #[test]
     fn labels_cannot_break_the_yaml_structure() {
         let mut opts = BootstrapOptions::new(SIDECAR, "127.0.0.1:15010");
-        opts.labels
-            .insert("app".into(), "x\n  evil: true\n\"'#: {".into());
+        opts.labels.insert("app".into(), "x\n  evil: true\n\"'#: {".into());
         let b = parsed(&opts);
-        assert_eq!(
-            b["node"]["metadata"]["LABELS"]["app"],
-            "x\n  evil: true\n\"'#: {"
-        );
+        assert_eq!(b["node"]["metadata"]["LABELS"]["app"], "x\n  evil: true\n\"'#: {");
         assert!(b["node"]["metadata"].get("evil").is_none());
     }
 }

@@ -98,7 +98,11 @@ fn init_tracing(level: &str, format: LogFormat) {
         eprintln!("meshpush: --log-level {level:?} is not a tracing filter ({e}); using info");
         tracing_subscriber::EnvFilter::new("info")
     });
-    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
+    use std::io::IsTerminal;
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::stderr().is_terminal());
     match format {
         LogFormat::Text => builder.init(),
         LogFormat::Json => builder.json().init(),

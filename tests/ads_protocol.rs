@@ -221,7 +221,14 @@ async fn wildcard_cds_sends_every_cluster_with_unique_names_and_matching_type() 
     let mut s = h.stream(PRODUCTPAGE).await;
     let cds = s.recv_type(TypeUrl::Cluster).await;
     let clusters = cluster_names(&cds);
-    for expected in [REVIEWS_V1, REVIEWS_V2, RATINGS, "outbound|9080||details.default.svc.cluster.local", "BlackHoleCluster", "PassthroughCluster"] {
+    for expected in [
+        REVIEWS_V1,
+        REVIEWS_V2,
+        RATINGS,
+        "outbound|9080||details.default.svc.cluster.local",
+        "BlackHoleCluster",
+        "PassthroughCluster",
+    ] {
         assert!(clusters.contains(expected), "{expected} missing from {clusters:?}");
     }
     assert!(!cds.version_info.is_empty());
@@ -341,11 +348,23 @@ async fn reconnect_with_the_current_version_is_not_answered_but_an_old_one_is() 
     drop(s);
 
     // A new stream that already has this content: nothing to send.
-    let mut s2 = Stream::open_with_first(h.addr, node(PRODUCTPAGE, &[("app", "productpage"), ("version", "v1")]), TypeUrl::Cluster, &cds.version_info).await;
+    let mut s2 = Stream::open_with_first(
+        h.addr,
+        node(PRODUCTPAGE, &[("app", "productpage"), ("version", "v1")]),
+        TypeUrl::Cluster,
+        &cds.version_info,
+    )
+    .await;
     s2.probe_nothing_pending().await;
 
     // A stream that has an older version gets the current one.
-    let mut s3 = Stream::open_with_first(h.addr, node(PRODUCTPAGE, &[("app", "productpage"), ("version", "v1")]), TypeUrl::Cluster, "0000000000000000").await;
+    let mut s3 = Stream::open_with_first(
+        h.addr,
+        node(PRODUCTPAGE, &[("app", "productpage"), ("version", "v1")]),
+        TypeUrl::Cluster,
+        "0000000000000000",
+    )
+    .await;
     let r = s3.recv_type(TypeUrl::Cluster).await;
     assert_eq!(r.version_info, cds.version_info);
 }

@@ -10,8 +10,8 @@
 //! being well-formed (weights non-negative, ports in range, durations parsed).
 
 pub mod duration;
-pub mod k8s;
 pub mod istio;
+pub mod k8s;
 pub mod parse;
 pub mod validate;
 

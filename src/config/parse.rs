@@ -107,10 +107,7 @@ impl ParsedFile {
 /// After a YAML syntax error, parsing resumes at the next `---` line when
 /// there is one, so one broken document does not hide the rest of the file.
 pub fn parse_documents(file: &str, text: &str) -> ParsedFile {
-    let mut reader = FileReader {
-        file: file.into(),
-        parsed: ParsedFile::default(),
-    };
+    let mut reader = FileReader { file: file.into(), parsed: ParsedFile::default() };
     // A chunk is the text from some document start to the end of the file; a
     // syntax error ends a chunk and the next one starts at the next `---`.
     let mut chunk_start = 0;
@@ -128,9 +125,7 @@ pub fn parse_documents(file: &str, text: &str) -> ParsedFile {
         let Some(stop) = reader.read_chunk(chunk, first_doc) else {
             break;
         };
-        let resume = stop
-            .location
-            .and_then(|(line, column)| next_document_start(text, chunk_start, line, column));
+        let resume = stop.location.and_then(|(line, column)| next_document_start(text, chunk_start, line, column));
         match resume {
             Some(start) => {
                 chunk_start = start;
@@ -138,11 +133,7 @@ pub fn parse_documents(file: &str, text: &str) -> ParsedFile {
             }
             None => {
                 let after = stop.location.map_or(0, |(line, _)| line);
-                if text
-                    .lines()
-                    .skip(after)
-                    .any(|l| !l.trim().is_empty() && !l.trim_start().starts_with('#'))
-                {
+                if text.lines().skip(after).any(|l| !l.trim().is_empty() && !l.trim_start().starts_with('#')) {
                     reader.note_rest_skipped();
                 }
                 break;
@@ -172,18 +163,9 @@ impl FileReader {
             match <Value as serde::Deserialize>::deserialize(document) {
                 Ok(value) => self.read_document(doc, value),
                 Err(err) => {
-                    self.problem(
-                        Severity::Error,
-                        doc,
-                        None,
-                        "",
-                        format!("YAML syntax error: {err}"),
-                    );
+                    self.problem(Severity::Error, doc, None, "", format!("YAML syntax error: {err}"));
                     // libyaml cannot continue past a syntax error: it repeats it forever.
-                    return Some(SyntaxStop {
-                        doc,
-                        location: err.location().map(|l| (l.line(), l.column())),
-                    });
+                    return Some(SyntaxStop { doc, location: err.location().map(|l| (l.line(), l.column())) });
                 }
             }
         }
@@ -215,24 +197,11 @@ impl FileReader {
             (Some(Value::String(a)), Some(Value::String(k))) => (a, k),
             (_, None) => {
                 let message = "has no kind: every document needs apiVersion and kind";
-                return self.problem(
-                    Severity::Error,
-                    doc,
-                    None,
-                    &field(prefix, ""),
-                    message.to_string(),
-                );
+                return self.problem(Severity::Error, doc, None, &field(prefix, ""), message.to_string());
             }
             (_, Some(Value::String(k))) => {
-                let message =
-                    format!("{k} has no apiVersion (a string such as networking.istio.io/v1)");
-                return self.problem(
-                    Severity::Error,
-                    doc,
-                    None,
-                    &field(prefix, "apiVersion"),
-                    message,
-                );
+                let message = format!("{k} has no apiVersion (a string such as networking.istio.io/v1)");
+                return self.problem(Severity::Error, doc, None, &field(prefix, "apiVersion"), message);
             }
             (_, Some(other)) => {
                 let message = format!("is {}, not a string", describe(&other));
@@ -244,10 +213,7 @@ impl FileReader {
         }
         let Some(config_kind) = config_kind(&api_version, &kind) else {
             let hint = match ConfigKind::ALL.iter().find(|k| k.as_str() == kind) {
-                Some(known) => format!(
-                    " (meshpush reads {known} from {})",
-                    expected_api_versions(*known)
-                ),
+                Some(known) => format!(" (meshpush reads {known} from {})", expected_api_versions(*known)),
                 None => String::new(),
             };
             let message = format!("unknown kind {kind} {api_version}: skipped{hint}");
@@ -256,29 +222,27 @@ impl FileReader {
         let key = peek_key(config_kind, &map);
         let mut ignored = Vec::new();
         let value = Value::Mapping(map);
-        let object =
-            match config_kind {
-                ConfigKind::Service => {
-                    typed::<k8s::Service>(value, &mut ignored).map(ConfigObject::Service)
-                }
-                ConfigKind::Pod => typed::<k8s::Pod>(value, &mut ignored).map(ConfigObject::Pod),
-                ConfigKind::EndpointSlice => typed::<k8s::EndpointSlice>(value, &mut ignored)
-                    .map(ConfigObject::EndpointSlice),
-                ConfigKind::ServiceEntry => typed::<istio::ServiceEntry>(value, &mut ignored)
-                    .map(ConfigObject::ServiceEntry),
-                ConfigKind::WorkloadEntry => typed::<istio::WorkloadEntry>(value, &mut ignored)
-                    .map(ConfigObject::WorkloadEntry),
-                ConfigKind::VirtualService => typed::<istio::VirtualService>(value, &mut ignored)
-                    .map(ConfigObject::VirtualService),
-                ConfigKind::DestinationRule => typed::<istio::DestinationRule>(value, &mut ignored)
-                    .map(ConfigObject::DestinationRule),
-                ConfigKind::Gateway => {
-                    typed::<istio::Gateway>(value, &mut ignored).map(ConfigObject::Gateway)
-                }
-                ConfigKind::Sidecar => {
-                    typed::<istio::Sidecar>(value, &mut ignored).map(ConfigObject::Sidecar)
-                }
-            };
+        let object = match config_kind {
+            ConfigKind::Service => typed::<k8s::Service>(value, &mut ignored).map(ConfigObject::Service),
+            ConfigKind::Pod => typed::<k8s::Pod>(value, &mut ignored).map(ConfigObject::Pod),
+            ConfigKind::EndpointSlice => {
+                typed::<k8s::EndpointSlice>(value, &mut ignored).map(ConfigObject::EndpointSlice)
+            }
+            ConfigKind::ServiceEntry => {
+                typed::<istio::ServiceEntry>(value, &mut ignored).map(ConfigObject::ServiceEntry)
+            }
+            ConfigKind::WorkloadEntry => {
+                typed::<istio::WorkloadEntry>(value, &mut ignored).map(ConfigObject::WorkloadEntry)
+            }
+            ConfigKind::VirtualService => {
+                typed::<istio::VirtualService>(value, &mut ignored).map(ConfigObject::VirtualService)
+            }
+            ConfigKind::DestinationRule => {
+                typed::<istio::DestinationRule>(value, &mut ignored).map(ConfigObject::DestinationRule)
+            }
+            ConfigKind::Gateway => typed::<istio::Gateway>(value, &mut ignored).map(ConfigObject::Gateway),
+            ConfigKind::Sidecar => typed::<istio::Sidecar>(value, &mut ignored).map(ConfigObject::Sidecar),
+        };
         for path in &ignored {
             tracing::debug!(
                 file = %self.file,
@@ -296,13 +260,7 @@ impl FileReader {
         };
         if object.meta().name.is_empty() {
             let message = format!("is missing: every {config_kind} needs a name");
-            return self.problem(
-                Severity::Error,
-                doc,
-                None,
-                &field(prefix, "metadata.name"),
-                message,
-            );
+            return self.problem(Severity::Error, doc, None, &field(prefix, "metadata.name"), message);
         }
         let key = object.key();
         let mut refused = false;
@@ -331,13 +289,7 @@ impl FileReader {
                 Value::Mapping(item) => self.read_object(doc, &item_prefix, item),
                 other => {
                     let message = format!("is {}, not an object", describe(&other));
-                    self.problem(
-                        Severity::Error,
-                        doc,
-                        None,
-                        &field(&item_prefix, ""),
-                        message,
-                    );
+                    self.problem(Severity::Error, doc, None, &field(&item_prefix, ""), message);
                 }
             }
         }
@@ -351,28 +303,12 @@ impl FileReader {
     }
 
     fn source(&self, doc: usize) -> SourceRef {
-        SourceRef {
-            file: self.file.clone(),
-            doc,
-        }
+        SourceRef { file: self.file.clone(), doc }
     }
 
-    fn problem(
-        &mut self,
-        severity: Severity,
-        doc: usize,
-        object: Option<ConfigKey>,
-        path: &str,
-        message: String,
-    ) {
+    fn problem(&mut self, severity: Severity, doc: usize, object: Option<ConfigKey>, path: &str, message: String) {
         let source = self.source(doc);
-        self.parsed.problems.push(Problem {
-            severity,
-            source,
-            object,
-            path: path.to_string(),
-            message,
-        });
+        self.parsed.problems.push(Problem { severity, source, object, path: path.to_string(), message });
     }
 
     /// Keeps the last definition of each key, warning about the earlier ones.
@@ -409,9 +345,7 @@ fn config_kind(api_version: &str, kind: &str) -> Option<ConfigKind> {
         ConfigKind::EndpointSlice => api_version == "discovery.k8s.io/v1",
         _ => matches!(
             api_version,
-            "networking.istio.io/v1"
-                | "networking.istio.io/v1beta1"
-                | "networking.istio.io/v1alpha3"
+            "networking.istio.io/v1" | "networking.istio.io/v1beta1" | "networking.istio.io/v1alpha3"
         ),
     };
     known.then_some(config_kind)
@@ -429,10 +363,7 @@ fn expected_api_versions(kind: ConfigKind) -> &'static str {
 fn peek_key(kind: ConfigKind, map: &Mapping) -> Option<ConfigKey> {
     let metadata = map.get("metadata")?;
     let name = metadata.get("name")?.as_str().filter(|n| !n.is_empty())?;
-    let namespace = metadata
-        .get("namespace")
-        .and_then(Value::as_str)
-        .filter(|n| !n.is_empty());
+    let namespace = metadata.get("namespace").and_then(Value::as_str).filter(|n| !n.is_empty());
     Some(ConfigKey::new(kind, namespace.unwrap_or("default"), name))
 }
 
@@ -448,10 +379,7 @@ fn typed<T: DeserializeOwned>(value: Value, ignored: &mut Vec<String>) -> Result
     serde_path_to_error::deserialize(deserializer).map_err(|err| {
         let path = err.path().to_string();
         let path = if path == "." { String::new() } else { path };
-        TypeError {
-            path,
-            message: err.into_inner().to_string(),
-        }
+        TypeError { path, message: err.into_inner().to_string() }
     })
 }
 
@@ -464,25 +392,17 @@ fn render_ignored(path: &serde_ignored::Path<'_>) -> String {
         Path::Seq { parent, index } => format!("{}[{index}]", render_ignored(parent)),
         Path::Map { parent, key } => {
             let parent = render_ignored(parent);
-            if parent.is_empty() {
-                key.clone()
-            } else {
-                format!("{parent}.{key}")
-            }
+            if parent.is_empty() { key.clone() } else { format!("{parent}.{key}") }
         }
-        Path::Some { parent }
-        | Path::NewtypeStruct { parent }
-        | Path::NewtypeVariant { parent } => render_ignored(parent),
+        Path::Some { parent } | Path::NewtypeStruct { parent } | Path::NewtypeVariant { parent } => {
+            render_ignored(parent)
+        }
     }
 }
 
 /// Joins a `List` item prefix (`items[3].`, or empty) and a path inside the item.
 fn field(prefix: &str, path: &str) -> String {
-    if path.is_empty() {
-        prefix.trim_end_matches('.').to_string()
-    } else {
-        format!("{prefix}{path}")
-    }
+    if path.is_empty() { prefix.trim_end_matches('.').to_string() } else { format!("{prefix}{path}") }
 }
 
 fn describe(value: &Value) -> &'static str {
@@ -504,12 +424,7 @@ fn describe(value: &Value) -> &'static str {
 /// A marker on the error line itself counts only when the error is at its
 /// first column: libyaml then stopped on reaching the marker (an unclosed
 /// `[` in the previous document), rather than inside the marker's document.
-fn next_document_start(
-    text: &str,
-    chunk_start: usize,
-    line: usize,
-    column: usize,
-) -> Option<usize> {
+fn next_document_start(text: &str, chunk_start: usize, line: usize, column: usize) -> Option<usize> {
     let mut offset = 0;
     for (i, text_line) in text.split_inclusive('\n').enumerate() {
         let line_no = i + 1;

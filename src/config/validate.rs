@@ -73,11 +73,7 @@ impl Checker {
     }
 
     fn push(&mut self, severity: Severity, path: String, message: String) {
-        self.found.push(FieldError {
-            path,
-            message,
-            severity,
-        });
+        self.found.push(FieldError { path, message, severity });
     }
 
     fn meta(&mut self, kind: ConfigKind, meta: &ObjectMeta) {
@@ -87,37 +83,22 @@ impl Checker {
             if !is_dns1035_label(&meta.name) {
                 let why = "a Service name must be a DNS-1035 label: at most 63 lower-case letters, \
                            digits and '-', starting with a letter and ending with a letter or digit";
-                self.error(
-                    "metadata.name",
-                    format!("{:?} is not a valid name: {why}", meta.name),
-                );
+                self.error("metadata.name", format!("{:?} is not a valid name: {why}", meta.name));
             }
         } else if !is_dns1123_subdomain(&meta.name) {
             let why = "names must be DNS-1123 subdomains: lower-case letters, digits, '-' and '.', \
                        starting and ending with a letter or digit, at most 253 characters";
-            self.error(
-                "metadata.name",
-                format!("{:?} is not a valid name: {why}", meta.name),
-            );
+            self.error("metadata.name", format!("{:?} is not a valid name: {why}", meta.name));
         }
         if !meta.namespace.is_empty() && !is_dns1123_label(&meta.namespace) {
-            self.error(
-                "metadata.namespace",
-                format!(
-                    "{:?} is not a valid namespace: {LABEL_RULE}",
-                    meta.namespace
-                ),
-            );
+            self.error("metadata.namespace", format!("{:?} is not a valid namespace: {LABEL_RULE}", meta.namespace));
         }
     }
 
     /// A port number must be 1..=65535.
     fn port(&mut self, path: impl Into<String>, number: u32) {
         if !(1..=65535).contains(&number) {
-            self.error(
-                path,
-                format!("{number} is not a valid port number: ports are 1..65535"),
-            );
+            self.error(path, format!("{number} is not a valid port number: ports are 1..65535"));
         }
     }
 
@@ -131,10 +112,7 @@ impl Checker {
     /// A value must be one of a closed set (compared exactly, as Istio does).
     fn one_of(&mut self, path: impl Into<String>, value: &str, allowed: &[&str]) {
         if !allowed.contains(&value) {
-            self.error(
-                path,
-                format!("{value:?} is not one of {}", allowed.join(", ")),
-            );
+            self.error(path, format!("{value:?} is not one of {}", allowed.join(", ")));
         }
     }
 
@@ -144,9 +122,7 @@ impl Checker {
             if entry != "." && entry != "*" && !is_dns1123_label(entry) {
                 self.error(
                     format!("spec.exportTo[{i}]"),
-                    format!(
-                        "{entry:?} is neither \".\", \"*\" nor a namespace name ({LABEL_RULE})"
-                    ),
+                    format!("{entry:?} is neither \".\", \"*\" nor a namespace name ({LABEL_RULE})"),
                 );
             }
         }
@@ -160,8 +136,7 @@ const LABEL_RULE: &str = "a DNS-1123 label is at most 63 lower-case letters, dig
 fn is_dns1123_label(s: &str) -> bool {
     !s.is_empty()
         && s.len() <= 63
-        && s.bytes()
-            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+        && s.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
         && !s.starts_with('-')
         && !s.ends_with('-')
 }
@@ -188,9 +163,7 @@ fn is_wildcard_host(s: &str) -> bool {
         && name.split('.').all(|label| {
             !label.is_empty()
                 && label.len() <= 63
-                && label
-                    .bytes()
-                    .all(|b| b.is_ascii_alphanumeric() || b == b'-')
+                && label.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-')
                 && !label.starts_with('-')
                 && !label.ends_with('-')
         })
@@ -215,53 +188,31 @@ fn is_ip_or_cidr(s: &str) -> bool {
 /// Checks a `namespace/host` entry (Sidecar egress, Gateway server hosts).
 /// `allow_bare` accepts a plain host (Gateway); `allow_tilde` accepts `~/`
 /// (Sidecar: "no namespace").
-fn check_namespaced_host(
-    check: &mut Checker,
-    path: String,
-    entry: &str,
-    allow_bare: bool,
-    allow_tilde: bool,
-) {
+fn check_namespaced_host(check: &mut Checker, path: String, entry: &str, allow_bare: bool, allow_tilde: bool) {
     let (namespace, host) = match entry.split_once('/') {
         Some(parts) => parts,
         None if allow_bare => ("*", entry),
         None => {
-            return check.error(
-                path,
-                format!(
-                    "{entry:?} is not of the form namespace/host (for example ./* or */reviews)"
-                ),
-            );
+            return check
+                .error(path, format!("{entry:?} is not of the form namespace/host (for example ./* or */reviews)"));
         }
     };
-    let namespace_ok = matches!(namespace, "*" | ".")
-        || (allow_tilde && namespace == "~")
-        || is_dns1123_label(namespace);
+    let namespace_ok =
+        matches!(namespace, "*" | ".") || (allow_tilde && namespace == "~") || is_dns1123_label(namespace);
     if !namespace_ok {
-        let allowed = if allow_tilde {
-            "\".\", \"*\", \"~\""
-        } else {
-            "\".\", \"*\""
-        };
+        let allowed = if allow_tilde { "\".\", \"*\", \"~\"" } else { "\".\", \"*\"" };
         check.error(
             path.clone(),
             format!("{entry:?}: namespace {namespace:?} is neither {allowed} nor a namespace name ({LABEL_RULE})"),
         );
     }
     if !is_wildcard_host(host) {
-        check.error(
-            path,
-            format!("{entry:?}: {host:?} is not a host name or wildcard (*, *.example.com)"),
-        );
+        check.error(path, format!("{entry:?}: {host:?} is not a host name or wildcard (*, *.example.com)"));
     }
 }
 
 /// The last line of an error message (the `regex` crate's are multi-line, with the cause last).
 fn one_line(message: &str) -> String {
-    let last = message
-        .lines()
-        .rev()
-        .find(|l| !l.trim().is_empty())
-        .unwrap_or(message);
+    let last = message.lines().rev().find(|l| !l.trim().is_empty()).unwrap_or(message);
     last.trim().trim_start_matches("error: ").to_string()
 }

@@ -206,9 +206,8 @@ impl ScopedCache {
         if changes.full {
             maps.endpoints.clear();
         } else if !changes.dirty_hosts.is_empty() {
-            maps.endpoints.retain(|name, _| {
-                crate::generate::eds::host_of(name).is_none_or(|h| !changes.dirty_hosts.contains(h))
-            });
+            maps.endpoints
+                .retain(|name, _| crate::generate::eds::host_of(name).is_none_or(|h| !changes.dirty_hosts.contains(h)));
         }
     }
 

@@ -16,22 +16,18 @@ use envoy_types::pb::envoy::config::cluster::v3::{
     CircuitBreakers, Cluster, OutlierDetection,
     circuit_breakers::Thresholds,
     cluster::{
-        ClusterDiscoveryType, DiscoveryType, DnsLookupFamily, EdsClusterConfig, LbConfig, LbPolicy,
-        RingHashLbConfig,
+        ClusterDiscoveryType, DiscoveryType, DnsLookupFamily, EdsClusterConfig, LbConfig, LbPolicy, RingHashLbConfig,
     },
 };
 use envoy_types::pb::envoy::config::core::v3::{
     Http1ProtocolOptions, Http2ProtocolOptions, HttpProtocolOptions as CoreHttpProtocolOptions,
 };
 use envoy_types::pb::envoy::config::endpoint::v3::{
-    ClusterLoadAssignment, Endpoint as EnvoyEndpoint, LbEndpoint, LocalityLbEndpoints,
-    lb_endpoint::HostIdentifier,
+    ClusterLoadAssignment, Endpoint as EnvoyEndpoint, LbEndpoint, LocalityLbEndpoints, lb_endpoint::HostIdentifier,
 };
 use envoy_types::pb::envoy::extensions::upstreams::http::v3::{
     HttpProtocolOptions,
-    http_protocol_options::{
-        ExplicitHttpConfig, UpstreamProtocolOptions, explicit_http_config::ProtocolConfig,
-    },
+    http_protocol_options::{ExplicitHttpConfig, UpstreamProtocolOptions, explicit_http_config::ProtocolConfig},
 };
 
 use super::policy::{self, DestinationPolicy};
@@ -49,10 +45,7 @@ const MAX_RING_SIZE: u64 = 8_388_608;
 pub fn clusters(ctx: &PushContext, scope: &Scope) -> Vec<Cluster> {
     let mut out = Vec::new();
     for svc in &scope.services {
-        let rule = ctx
-            .destination_rules
-            .for_host(&scope.key.namespace, &svc.namespace, &svc.hostname)
-            .map(|r| &r.spec);
+        let rule = ctx.destination_rules.for_host(&scope.key.namespace, &svc.namespace, &svc.hostname).map(|r| &r.spec);
         let subsets = rule.map(|r| r.subsets.as_slice()).unwrap_or_default();
         for port in &svc.ports {
             out.push(outbound(ctx, svc, port, "", rule));
@@ -62,13 +55,7 @@ pub fn clusters(ctx: &PushContext, scope: &Scope) -> Vec<Cluster> {
         }
     }
     if scope.key.kind == ProxyKind::Sidecar {
-        out.extend(
-            scope
-                .key
-                .inbound
-                .iter()
-                .map(|p| inbound(p.port, p.protocol)),
-        );
+        out.extend(scope.key.inbound.iter().map(|p| inbound(p.port, p.protocol)));
     }
     out.push(blackhole());
     out.push(passthrough());
@@ -87,12 +74,10 @@ fn outbound(
     rule: Option<&DestinationRuleSpec>,
 ) -> Cluster {
     let name = names::outbound_cluster(port.port, subset, &svc.hostname);
-    let DestinationPolicy {
-        traffic, labels, ..
-    } = policy::from_rule(rule, subset);
+    let DestinationPolicy { traffic, labels, .. } = policy::from_rule(rule, subset);
     let lb = traffic.load_balancer.as_ref();
-    let passthrough = svc.resolution == Resolution::Passthrough
-        || lb.and_then(|l| l.simple.as_deref()) == Some("PASSTHROUGH");
+    let passthrough =
+        svc.resolution == Resolution::Passthrough || lb.and_then(|l| l.simple.as_deref()) == Some("PASSTHROUGH");
 
     let mut cluster = Cluster {
         name: name.clone(),
@@ -112,15 +97,12 @@ fn outbound(
                 // families resolves to the same address on every proxy.
                 cluster.dns_lookup_family = DnsLookupFamily::V4Only as i32;
                 let endpoints = ctx.endpoints.get(&svc.hostname).map(|e| &**e);
-                cluster.load_assignment =
-                    Some(eds::assignment(&name, svc, port.port, endpoints, &labels));
+                cluster.load_assignment = Some(eds::assignment(&name, svc, port.port, endpoints, &labels));
             }
             Resolution::Static | Resolution::Passthrough => {
                 set_type(&mut cluster, DiscoveryType::Eds);
-                cluster.eds_cluster_config = Some(EdsClusterConfig {
-                    eds_config: Some(proto::ads_config_source()),
-                    service_name: name,
-                });
+                cluster.eds_cluster_config =
+                    Some(EdsClusterConfig { eds_config: Some(proto::ads_config_source()), service_name: name });
             }
         }
         set_load_balancer(&mut cluster, lb);
@@ -151,10 +133,7 @@ fn inbound(port: u32, protocol: Protocol) -> Cluster {
         circuit_breakers: Some(circuit_breakers(&TrafficPolicy::default())),
         load_assignment: Some(ClusterLoadAssignment {
             cluster_name: name,
-            endpoints: vec![LocalityLbEndpoints {
-                lb_endpoints: vec![endpoint],
-                ..Default::default()
-            }],
+            endpoints: vec![LocalityLbEndpoints { lb_endpoints: vec![endpoint], ..Default::default() }],
             ..Default::default()
         }),
         ..Default::default()
@@ -233,11 +212,7 @@ fn circuit_breakers(traffic: &TrafficPolicy) -> CircuitBreakers {
     let pool = traffic.connection_pool.as_ref();
     let tcp = pool.and_then(|p| p.tcp.as_ref());
     let http = pool.and_then(|p| p.http.as_ref());
-    let limit = |v: Option<i64>| {
-        Some(proto::u32_value(
-            v.and_then(proto::positive_u32).unwrap_or(u32::MAX),
-        ))
-    };
+    let limit = |v: Option<i64>| Some(proto::u32_value(v.and_then(proto::positive_u32).unwrap_or(u32::MAX)));
     CircuitBreakers {
         thresholds: vec![Thresholds {
             max_connections: limit(tcp.and_then(|t| t.max_connections)),
@@ -253,15 +228,9 @@ fn circuit_breakers(traffic: &TrafficPolicy) -> CircuitBreakers {
 
 /// HTTP/2 upstream for http2 and grpc ports; `max_requests_per_connection`
 /// for HTTP ports. TCP ports get no HTTP options at all.
-fn set_http_options(
-    cluster: &mut Cluster,
-    protocol: Protocol,
-    max_requests_per_connection: Option<u32>,
-) {
+fn set_http_options(cluster: &mut Cluster, protocol: Protocol, max_requests_per_connection: Option<u32>) {
     let config = match protocol {
-        Protocol::Http2 | Protocol::Grpc => {
-            ProtocolConfig::Http2ProtocolOptions(Http2ProtocolOptions::default())
-        }
+        Protocol::Http2 | Protocol::Grpc => ProtocolConfig::Http2ProtocolOptions(Http2ProtocolOptions::default()),
         // Envoy requires an upstream protocol whenever the options are set.
         Protocol::Http if max_requests_per_connection.is_some() => {
             ProtocolConfig::HttpProtocolOptions(Http1ProtocolOptions::default())
@@ -269,25 +238,18 @@ fn set_http_options(
         _ => return,
     };
     let options = HttpProtocolOptions {
-        common_http_protocol_options: max_requests_per_connection.map(|n| {
-            CoreHttpProtocolOptions {
-                max_requests_per_connection: Some(proto::u32_value(n)),
-                ..Default::default()
-            }
+        common_http_protocol_options: max_requests_per_connection.map(|n| CoreHttpProtocolOptions {
+            max_requests_per_connection: Some(proto::u32_value(n)),
+            ..Default::default()
         }),
-        upstream_protocol_options: Some(UpstreamProtocolOptions::ExplicitHttpConfig(
-            ExplicitHttpConfig {
-                protocol_config: Some(config),
-            },
-        )),
+        upstream_protocol_options: Some(UpstreamProtocolOptions::ExplicitHttpConfig(ExplicitHttpConfig {
+            protocol_config: Some(config),
+        })),
         ..Default::default()
     };
     // A single entry: prost writes map entries in iteration order, and one
     // entry keeps the encoding deterministic.
-    cluster.typed_extension_protocol_options.insert(
-        proto::HTTP_PROTOCOL_OPTIONS.to_string(),
-        proto::any(&options),
-    );
+    cluster.typed_extension_protocol_options.insert(proto::HTTP_PROTOCOL_OPTIONS.to_string(), proto::any(&options));
 }
 
 /// Istio's outlier detection: `consecutive5xxErrors` is enforced at 100%,
@@ -295,23 +257,15 @@ fn set_http_options(
 /// default are turned off.
 fn outlier_detection(od: &crate::config::istio::OutlierDetection) -> OutlierDetection {
     // Envoy requires positive durations.
-    let positive =
-        |d: Option<crate::config::Duration>| d.filter(|d| !d.0.is_zero()).map(|d| d.to_proto());
+    let positive = |d: Option<crate::config::Duration>| d.filter(|d| !d.0.is_zero()).map(|d| d.to_proto());
     OutlierDetection {
-        consecutive_5xx: od
-            .consecutive_5xx_errors
-            .filter(|n| *n > 0)
-            .map(proto::u32_value),
-        enforcing_consecutive_5xx: od
-            .consecutive_5xx_errors
-            .map(|n| proto::u32_value(if n > 0 { 100 } else { 0 })),
+        consecutive_5xx: od.consecutive_5xx_errors.filter(|n| *n > 0).map(proto::u32_value),
+        enforcing_consecutive_5xx: od.consecutive_5xx_errors.map(|n| proto::u32_value(if n > 0 { 100 } else { 0 })),
         enforcing_consecutive_gateway_failure: Some(proto::u32_value(0)),
         enforcing_success_rate: Some(proto::u32_value(0)),
         interval: positive(od.interval),
         base_ejection_time: positive(od.base_ejection_time),
-        max_ejection_percent: od
-            .max_ejection_percent
-            .map(|p| proto::u32_value(p.clamp(0, 100) as u32)),
+        max_ejection_percent: od.max_ejection_percent.map(|p| proto::u32_value(p.clamp(0, 100) as u32)),
         ..Default::default()
     }
 }

@@ -14,8 +14,7 @@ use std::collections::BTreeMap;
 
 use envoy_types::pb::envoy::config::core::v3::{HealthStatus, Locality};
 use envoy_types::pb::envoy::config::endpoint::v3::{
-    ClusterLoadAssignment, Endpoint as EnvoyEndpoint, LbEndpoint, LocalityLbEndpoints,
-    lb_endpoint::HostIdentifier,
+    ClusterLoadAssignment, Endpoint as EnvoyEndpoint, LbEndpoint, LocalityLbEndpoints, lb_endpoint::HostIdentifier,
 };
 
 use super::names::{self, Direction};
@@ -33,43 +32,23 @@ pub fn load_assignment(ctx: &PushContext, cluster_name: &str) -> Option<ClusterL
     let svc = ctx.services.get(name.host)?;
     svc.port(name.port)?;
     // The service's own namespace picks the rule: EDS is shared by every proxy.
-    let policy = policy::for_destination(
-        ctx,
-        &svc.namespace,
-        &svc.namespace,
-        &svc.hostname,
-        name.subset,
-    );
+    let policy = policy::for_destination(ctx, &svc.namespace, &svc.namespace, &svc.hostname, name.subset);
     if !policy.subset_found {
-        tracing::debug!(
-            cluster = cluster_name,
-            "subset is not defined by a DestinationRule; sending no endpoints"
-        );
+        tracing::debug!(cluster = cluster_name, "subset is not defined by a DestinationRule; sending no endpoints");
         return Some(empty(cluster_name));
     }
-    Some(assignment(
-        cluster_name,
-        svc,
-        name.port,
-        ctx.endpoints.get(&svc.hostname).map(|e| &**e),
-        &policy.labels,
-    ))
+    Some(assignment(cluster_name, svc, name.port, ctx.endpoints.get(&svc.hostname).map(|e| &**e), &policy.labels))
 }
 
 /// The service host of a cluster name (`reviews.default.svc.cluster.local`
 /// for `outbound|9080|v1|reviews.default.svc.cluster.local`).
 pub fn host_of(cluster_name: &str) -> Option<&str> {
-    names::parse_cluster(cluster_name)
-        .filter(|n| n.direction == Direction::Outbound)
-        .map(|n| n.host)
+    names::parse_cluster(cluster_name).filter(|n| n.direction == Direction::Outbound).map(|n| n.host)
 }
 
 /// An assignment without endpoints.
 pub(crate) fn empty(cluster_name: &str) -> ClusterLoadAssignment {
-    ClusterLoadAssignment {
-        cluster_name: cluster_name.to_string(),
-        ..Default::default()
-    }
+    ClusterLoadAssignment { cluster_name: cluster_name.to_string(), ..Default::default() }
 }
 
 /// Builds the assignment of one service port from its endpoints, keeping
@@ -88,10 +67,7 @@ pub(crate) fn assignment(
     let need_ip = svc.resolution == Resolution::Static;
     // locality → (address, port, weight)
     let mut groups: BTreeMap<&str, Vec<(&str, u32, u32)>> = BTreeMap::new();
-    for e in endpoints
-        .map(|e| e.endpoints.as_slice())
-        .unwrap_or_default()
-    {
+    for e in endpoints.map(|e| e.endpoints.as_slice()).unwrap_or_default() {
         let Some(&target) = e.ports.get(&port) else {
             continue;
         };
@@ -102,10 +78,7 @@ pub(crate) fn assignment(
             tracing::debug!(cluster = cluster_name, address = %e.address, "endpoint is not an IP address; left out of EDS");
             continue;
         }
-        groups
-            .entry(&e.locality)
-            .or_default()
-            .push((&e.address, target, e.weight.max(1)));
+        groups.entry(&e.locality).or_default().push((&e.address, target, e.weight.max(1)));
     }
     let endpoints = groups
         .into_iter()
@@ -131,11 +104,7 @@ pub(crate) fn assignment(
             }
         })
         .collect();
-    ClusterLoadAssignment {
-        cluster_name: cluster_name.to_string(),
-        endpoints,
-        ..Default::default()
-    }
+    ClusterLoadAssignment { cluster_name: cluster_name.to_string(), endpoints, ..Default::default() }
 }
 
 /// `region/zone/subzone` (any suffix may be missing); `None` when empty.
@@ -145,9 +114,5 @@ fn parse_locality(text: &str) -> Option<Locality> {
     }
     let mut parts = text.splitn(3, '/');
     let mut next = || parts.next().unwrap_or("").to_string();
-    Some(Locality {
-        region: next(),
-        zone: next(),
-        sub_zone: next(),
-    })
+    Some(Locality { region: next(), zone: next(), sub_zone: next() })
 }

@@ -42,11 +42,7 @@ pub fn gateway_ports<'a>(ctx: &PushContext, scope: &'a Scope) -> Vec<GatewayPort
                 continue;
             }
             let http = is_http(&server.protocol);
-            let entry = ports.entry(port).or_insert_with(|| GatewayPort {
-                port,
-                http,
-                servers: Vec::new(),
-            });
+            let entry = ports.entry(port).or_insert_with(|| GatewayPort { port, http, servers: Vec::new() });
             if entry.http != http {
                 tracing::debug!(gateway = %gw.name, port, protocol = %server.protocol, "server protocol conflicts with an earlier server on the port; skipped");
                 continue;
@@ -81,13 +77,7 @@ pub fn server_hosts(server: &GatewayServer, vs: &ResolvedVirtualService) -> BTre
 /// resolved server does not carry it).
 fn target_port(ctx: &PushContext, gw: &ResolvedGateway, index: usize) -> Option<u32> {
     match &ctx.store.get(&gw.key)?.object {
-        ConfigObject::Gateway(g) => g
-            .spec
-            .servers
-            .get(index)?
-            .port
-            .target_port
-            .filter(|p| *p != 0),
+        ConfigObject::Gateway(g) => g.spec.servers.get(index)?.port.target_port.filter(|p| *p != 0),
         _ => None,
     }
 }

@@ -28,8 +28,7 @@ use envoy_types::pb::envoy::config::listener::v3::{
     Filter, FilterChain, FilterChainMatch, Listener, ListenerFilter, filter, listener_filter,
 };
 use envoy_types::pb::envoy::config::route::v3::{
-    Route, RouteAction, RouteConfiguration, VirtualHost, route::Action,
-    route_action::ClusterSpecifier,
+    Route, RouteAction, RouteConfiguration, VirtualHost, route::Action, route_action::ClusterSpecifier,
 };
 use envoy_types::pb::envoy::extensions::filters::http::router::v3::Router;
 use envoy_types::pb::envoy::extensions::filters::listener::original_dst::v3::OriginalDst;
@@ -66,13 +65,7 @@ pub fn listeners(ctx: &PushContext, scope: &Scope) -> Vec<Listener> {
 fn sidecar_listeners(ctx: &PushContext, scope: &Scope) -> Vec<Listener> {
     let mut out: Vec<Listener> = outbound::outbound_ports(scope)
         .iter()
-        .map(|p| {
-            if p.egress.capture_none {
-                bound_listener(ctx, scope, p)
-            } else {
-                redirected_listener(ctx, scope, p)
-            }
-        })
+        .map(|p| if p.egress.capture_none { bound_listener(ctx, scope, p) } else { redirected_listener(ctx, scope, p) })
         .collect();
     if scope.key.interception != InterceptionMode::None {
         out.push(virtual_outbound(scope));
@@ -84,17 +77,10 @@ fn sidecar_listeners(ctx: &PushContext, scope: &Scope) -> Vec<Listener> {
 /// A listener the application connects to directly (NONE capture).
 fn bound_listener(ctx: &PushContext, scope: &Scope, port: &OutboundPort<'_>) -> Listener {
     let bind = port.egress.bind.as_deref().unwrap_or(names::LOCALHOST);
-    let name_ip = if bind == names::LOCALHOST {
-        names::WILDCARD_ADDRESS
-    } else {
-        bind
-    };
+    let name_ip = if bind == names::LOCALHOST { names::WILDCARD_ADDRESS } else { bind };
     let name = names::listener(name_ip, port.port);
     let filter = if port.is_http() {
-        http_connection_manager(
-            format!("outbound_{name}"),
-            rds(names::sidecar_route(port.port)),
-        )
+        http_connection_manager(format!("outbound_{name}"), rds(names::sidecar_route(port.port)))
     } else {
         // With a bound address there is no original destination IP to tell
         // TCP services apart: the first one by host takes the port.
@@ -112,10 +98,7 @@ fn bound_listener(ctx: &PushContext, scope: &Scope, port: &OutboundPort<'_>) -> 
     Listener {
         name,
         address: Some(proto::socket_address(bind, port.port)),
-        filter_chains: vec![FilterChain {
-            filters: vec![filter],
-            ..Default::default()
-        }],
+        filter_chains: vec![FilterChain { filters: vec![filter], ..Default::default() }],
         traffic_direction: TrafficDirection::Outbound as i32,
         ..Default::default()
     }
@@ -123,11 +106,7 @@ fn bound_listener(ctx: &PushContext, scope: &Scope, port: &OutboundPort<'_>) -> 
 
 /// A listener for redirected traffic, handed over by `virtualOutbound`.
 fn redirected_listener(ctx: &PushContext, scope: &Scope, port: &OutboundPort<'_>) -> Listener {
-    let bind = port
-        .egress
-        .bind
-        .as_deref()
-        .unwrap_or(names::WILDCARD_ADDRESS);
+    let bind = port.egress.bind.as_deref().unwrap_or(names::WILDCARD_ADDRESS);
     let name = names::listener(bind, port.port);
     let mut chains = Vec::new();
     let mut claimed: Vec<String> = Vec::new();
@@ -137,11 +116,7 @@ fn redirected_listener(ctx: &PushContext, scope: &Scope, port: &OutboundPort<'_>
             .iter()
             .filter_map(|a| proto::cidr_range(a))
             .filter(|r| {
-                let key = format!(
-                    "{}/{}",
-                    r.address_prefix,
-                    r.prefix_len.as_ref().map_or(0, |l| l.value)
-                );
+                let key = format!("{}/{}", r.address_prefix, r.prefix_len.as_ref().map_or(0, |l| l.value));
                 // A range two services claim goes to the first: identical
                 // matches would make Envoy refuse the listener.
                 !claimed.contains(&key) && {
@@ -155,27 +130,17 @@ fn redirected_listener(ctx: &PushContext, scope: &Scope, port: &OutboundPort<'_>
         }
         chains.push(FilterChain {
             name: names::outbound_cluster(port.port, "", &svc.hostname),
-            filter_chain_match: Some(FilterChainMatch {
-                prefix_ranges: ranges,
-                ..Default::default()
-            }),
+            filter_chain_match: Some(FilterChainMatch { prefix_ranges: ranges, ..Default::default() }),
             filters: vec![tcp_service_proxy(ctx, scope, svc, port.port)],
             ..Default::default()
         });
     }
     let default = if port.is_http() {
-        http_connection_manager(
-            format!("outbound_{name}"),
-            rds(names::sidecar_route(port.port)),
-        )
+        http_connection_manager(format!("outbound_{name}"), rds(names::sidecar_route(port.port)))
     } else {
         tcp_service_proxy(ctx, scope, port.tcp[0], port.port)
     };
-    chains.push(FilterChain {
-        name: "default".to_string(),
-        filters: vec![default],
-        ..Default::default()
-    });
+    chains.push(FilterChain { name: "default".to_string(), filters: vec![default], ..Default::default() });
     Listener {
         name,
         address: Some(proto::socket_address(bind, port.port)),
@@ -196,10 +161,7 @@ fn virtual_outbound(scope: &Scope) -> Listener {
     };
     Listener {
         name: names::VIRTUAL_OUTBOUND.to_string(),
-        address: Some(proto::socket_address(
-            names::WILDCARD_ADDRESS,
-            names::VIRTUAL_OUTBOUND_PORT,
-        )),
+        address: Some(proto::socket_address(names::WILDCARD_ADDRESS, names::VIRTUAL_OUTBOUND_PORT)),
         use_original_dst: Some(proto::bool_value(true)),
         filter_chains: vec![FilterChain {
             name: "virtualOutbound-catchall-tcp".to_string(),
@@ -227,10 +189,7 @@ fn virtual_inbound(scope: &Scope) -> Listener {
             let cluster = names::inbound_cluster(p.port);
             let filter = if p.protocol.is_http() {
                 http_connection_manager(
-                    format!(
-                        "inbound_{}",
-                        names::listener(names::WILDCARD_ADDRESS, p.port)
-                    ),
+                    format!("inbound_{}", names::listener(names::WILDCARD_ADDRESS, p.port)),
                     RouteSpecifier::RouteConfig(inbound_route_config(p.port)),
                 )
             } else {
@@ -249,23 +208,15 @@ fn virtual_inbound(scope: &Scope) -> Listener {
         .collect();
     chains.push(FilterChain {
         name: "virtualInbound-catchall-tcp".to_string(),
-        filters: vec![tcp_proxy(
-            names::PASSTHROUGH_CLUSTER,
-            Backends::Single(names::PASSTHROUGH_CLUSTER.to_string()),
-        )],
+        filters: vec![tcp_proxy(names::PASSTHROUGH_CLUSTER, Backends::Single(names::PASSTHROUGH_CLUSTER.to_string()))],
         ..Default::default()
     });
     Listener {
         name: names::VIRTUAL_INBOUND.to_string(),
-        address: Some(proto::socket_address(
-            names::WILDCARD_ADDRESS,
-            names::VIRTUAL_INBOUND_PORT,
-        )),
+        address: Some(proto::socket_address(names::WILDCARD_ADDRESS, names::VIRTUAL_INBOUND_PORT)),
         listener_filters: vec![ListenerFilter {
             name: proto::ORIGINAL_DST.to_string(),
-            config_type: Some(listener_filter::ConfigType::TypedConfig(proto::any(
-                &OriginalDst {},
-            ))),
+            config_type: Some(listener_filter::ConfigType::TypedConfig(proto::any(&OriginalDst {}))),
             ..Default::default()
         }],
         filter_chains: chains,
@@ -304,35 +255,24 @@ fn gateway_listeners(ctx: &PushContext, scope: &Scope) -> Vec<Listener> {
         .map(|p| {
             let name = names::listener(names::WILDCARD_ADDRESS, p.port);
             let filter = if p.http {
-                http_connection_manager(
-                    format!("outbound_{name}"),
-                    rds(names::gateway_route(p.port)),
-                )
+                http_connection_manager(format!("outbound_{name}"), rds(names::gateway_route(p.port)))
             } else {
                 let backends = p.servers.iter().find_map(|(gw, server)| {
-                    let target = RouteTarget {
-                        ctx,
-                        namespace: &scope.key.namespace,
-                        port: server.port,
-                        gateway: &gw.name,
-                    };
+                    let target =
+                        RouteTarget { ctx, namespace: &scope.key.namespace, port: server.port, gateway: &gw.name };
                     ctx.virtual_services
                         .for_gateway(&gw.name)
                         .filter(|vs| vs.export_to.visible_to(&scope.key.namespace))
                         .filter(|vs| !gateway::server_hosts(server, vs).is_empty())
                         .find_map(|vs| target.tcp_backends(vs))
                 });
-                let backends = backends
-                    .unwrap_or_else(|| Backends::Single(names::BLACKHOLE_CLUSTER.to_string()));
+                let backends = backends.unwrap_or_else(|| Backends::Single(names::BLACKHOLE_CLUSTER.to_string()));
                 tcp_proxy(&format!("outbound_{name}"), backends)
             };
             Listener {
                 name,
                 address: Some(proto::socket_address(names::WILDCARD_ADDRESS, p.port)),
-                filter_chains: vec![FilterChain {
-                    filters: vec![filter],
-                    ..Default::default()
-                }],
+                filter_chains: vec![FilterChain { filters: vec![filter], ..Default::default() }],
                 traffic_direction: TrafficDirection::Outbound as i32,
                 ..Default::default()
             }
@@ -344,12 +284,7 @@ fn gateway_listeners(ctx: &PushContext, scope: &Scope) -> Vec<Listener> {
 /// one applies, else the service's cluster.
 fn tcp_service_proxy(ctx: &PushContext, scope: &Scope, svc: &Service, port: u32) -> Filter {
     let cluster = names::outbound_cluster(port, "", &svc.hostname);
-    let target = RouteTarget {
-        ctx,
-        namespace: &scope.key.namespace,
-        port,
-        gateway: MESH_GATEWAY,
-    };
+    let target = RouteTarget { ctx, namespace: &scope.key.namespace, port, gateway: MESH_GATEWAY };
     let backends = ctx
         .virtual_services
         .for_host(MESH_GATEWAY, &scope.key.namespace, &svc.hostname)
@@ -361,26 +296,15 @@ fn tcp_service_proxy(ctx: &PushContext, scope: &Scope, svc: &Service, port: u32)
 fn tcp_proxy(stat_prefix: &str, backends: Backends) -> Filter {
     let specifier = match backends {
         Backends::Single(cluster) => TcpClusterSpecifier::Cluster(cluster),
-        Backends::Weighted(clusters) => {
-            TcpClusterSpecifier::WeightedClusters(tcp_proxy::WeightedCluster {
-                clusters: clusters
-                    .into_iter()
-                    .map(
-                        |(name, weight)| tcp_proxy::weighted_cluster::ClusterWeight {
-                            name,
-                            weight,
-                            ..Default::default()
-                        },
-                    )
-                    .collect(),
-            })
-        }
+        Backends::Weighted(clusters) => TcpClusterSpecifier::WeightedClusters(tcp_proxy::WeightedCluster {
+            clusters: clusters
+                .into_iter()
+                .map(|(name, weight)| tcp_proxy::weighted_cluster::ClusterWeight { name, weight, ..Default::default() })
+                .collect(),
+        }),
     };
-    let config = TcpProxy {
-        stat_prefix: stat_prefix.to_string(),
-        cluster_specifier: Some(specifier),
-        ..Default::default()
-    };
+    let config =
+        TcpProxy { stat_prefix: stat_prefix.to_string(), cluster_specifier: Some(specifier), ..Default::default() };
     Filter {
         name: proto::TCP_PROXY.to_string(),
         config_type: Some(filter::ConfigType::TypedConfig(proto::any(&config))),
@@ -388,18 +312,13 @@ fn tcp_proxy(stat_prefix: &str, backends: Backends) -> Filter {
 }
 
 fn rds(route_config_name: String) -> RouteSpecifier {
-    RouteSpecifier::Rds(Rds {
-        config_source: Some(proto::ads_config_source()),
-        route_config_name,
-    })
+    RouteSpecifier::Rds(Rds { config_source: Some(proto::ads_config_source()), route_config_name })
 }
 
 fn http_connection_manager(stat_prefix: String, routes: RouteSpecifier) -> Filter {
     let router = HttpFilter {
         name: proto::ROUTER.to_string(),
-        config_type: Some(http_filter::ConfigType::TypedConfig(proto::any(
-            &Router::default(),
-        ))),
+        config_type: Some(http_filter::ConfigType::TypedConfig(proto::any(&Router::default()))),
         ..Default::default()
     };
     let hcm = HttpConnectionManager {

@@ -37,10 +37,7 @@ mod route;
 pub use cds::clusters;
 pub use eds::{host_of, load_assignment};
 pub use lds::listeners;
-pub use names::{
-    BLACKHOLE_CLUSTER, ClusterName, Direction, PASSTHROUGH_CLUSTER, VIRTUAL_INBOUND,
-    VIRTUAL_OUTBOUND,
-};
+pub use names::{BLACKHOLE_CLUSTER, ClusterName, Direction, PASSTHROUGH_CLUSTER, VIRTUAL_INBOUND, VIRTUAL_OUTBOUND};
 pub use rds::{route_config, route_configs};
 
 #[cfg(test)]

@@ -85,24 +85,12 @@ pub fn parse_cluster(name: &str) -> Option<ClusterName<'_>> {
     if parts.next().is_some() || (direction == Direction::Outbound && host.is_empty()) {
         return None;
     }
-    Some(ClusterName {
-        direction,
-        port,
-        subset,
-        host,
-    })
+    Some(ClusterName { direction, port, subset, host })
 }
 
 impl std::fmt::Display for ClusterName<'_> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(
-            f,
-            "{}|{}|{}|{}",
-            self.direction.as_str(),
-            self.port,
-            self.subset,
-            self.host
-        )
+        write!(f, "{}|{}|{}|{}", self.direction.as_str(), self.port, self.subset, self.host)
     }
 }
 
@@ -124,10 +112,7 @@ pub fn gateway_route(port: u32) -> String {
 /// The port of a route config name made by [`sidecar_route`].
 pub fn parse_sidecar_route(name: &str) -> Option<u32> {
     // `u32::from_str` takes a leading `+`; a route name never has one.
-    name.bytes()
-        .all(|b| b.is_ascii_digit())
-        .then(|| name.parse().ok())
-        .flatten()
+    name.bytes().all(|b| b.is_ascii_digit()).then(|| name.parse().ok()).flatten()
 }
 
 /// The port of a route config name made by [`gateway_route`].
@@ -155,10 +140,7 @@ mod tests {
         assert_eq!(name, "outbound|9080|v1|reviews.default.svc.cluster.local");
         let parsed = parse_cluster(&name).unwrap();
         assert_eq!(parsed.direction, Direction::Outbound);
-        assert_eq!(
-            (parsed.port, parsed.subset, parsed.host),
-            (9080, "v1", "reviews.default.svc.cluster.local")
-        );
+        assert_eq!((parsed.port, parsed.subset, parsed.host), (9080, "v1", "reviews.default.svc.cluster.local"));
         assert_eq!(parsed.to_string(), name);
 
         assert_eq!(
@@ -167,22 +149,12 @@ mod tests {
         );
         let inbound = inbound_cluster(9080);
         assert_eq!(inbound, "inbound|9080||");
-        assert_eq!(
-            parse_cluster(&inbound).unwrap().direction,
-            Direction::Inbound
-        );
+        assert_eq!(parse_cluster(&inbound).unwrap().direction, Direction::Inbound);
     }
 
     #[test]
     fn foreign_names_do_not_parse() {
-        for bad in [
-            BLACKHOLE_CLUSTER,
-            PASSTHROUGH_CLUSTER,
-            "outbound|x||h",
-            "outbound|80||",
-            "outbound|80|a|b|c",
-            "",
-        ] {
+        for bad in [BLACKHOLE_CLUSTER, PASSTHROUGH_CLUSTER, "outbound|x||h", "outbound|80||", "outbound|80|a|b|c", ""] {
             assert!(parse_cluster(bad).is_none(), "{bad:?} parsed");
         }
     }

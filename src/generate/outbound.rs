@@ -45,10 +45,7 @@ pub fn outbound_ports(scope: &Scope) -> Vec<OutboundPort<'_>> {
     for egress in &scope.egress {
         for svc in &egress.services {
             ports.extend(
-                svc.ports
-                    .iter()
-                    .map(|p| p.port)
-                    .filter(|p| *p != 0 && egress.port.is_none_or(|only| only == *p)),
+                svc.ports.iter().map(|p| p.port).filter(|p| *p != 0 && egress.port.is_none_or(|only| only == *p)),
             );
         }
     }
@@ -56,13 +53,8 @@ pub fn outbound_ports(scope: &Scope) -> Vec<OutboundPort<'_>> {
         .into_iter()
         .filter_map(|port| {
             let egress = scope.egress_for(port)?;
-            if !egress.capture_none
-                && (port == names::VIRTUAL_OUTBOUND_PORT || port == names::VIRTUAL_INBOUND_PORT)
-            {
-                tracing::debug!(
-                    port,
-                    "service port collides with a virtual listener; no outbound listener for it"
-                );
+            if !egress.capture_none && (port == names::VIRTUAL_OUTBOUND_PORT || port == names::VIRTUAL_INBOUND_PORT) {
+                tracing::debug!(port, "service port collides with a virtual listener; no outbound listener for it");
                 return None;
             }
             let (mut http, mut tcp) = (Vec::new(), Vec::new());
@@ -73,12 +65,7 @@ pub fn outbound_ports(scope: &Scope) -> Vec<OutboundPort<'_>> {
                     None => {}
                 }
             }
-            (!http.is_empty() || !tcp.is_empty()).then_some(OutboundPort {
-                port,
-                egress,
-                http,
-                tcp,
-            })
+            (!http.is_empty() || !tcp.is_empty()).then_some(OutboundPort { port, egress, http, tcp })
         })
         .collect()
 }

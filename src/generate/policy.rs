@@ -31,9 +31,7 @@ pub fn for_destination(
     host: &str,
     subset: &str,
 ) -> DestinationPolicy {
-    let rule = ctx
-        .destination_rules
-        .for_host(proxy_namespace, service_namespace, host);
+    let rule = ctx.destination_rules.for_host(proxy_namespace, service_namespace, host);
     from_rule(rule.map(|r| &r.spec), subset)
 }
 
@@ -42,25 +40,14 @@ pub fn for_destination(
 /// rule's whole `connectionPool`, and so on.
 pub fn from_rule(rule: Option<&DestinationRuleSpec>, subset: &str) -> DestinationPolicy {
     let Some(rule) = rule else {
-        return DestinationPolicy {
-            subset_found: subset.is_empty(),
-            ..Default::default()
-        };
+        return DestinationPolicy { subset_found: subset.is_empty(), ..Default::default() };
     };
     let mut traffic = rule.traffic_policy.clone().unwrap_or_default();
     if subset.is_empty() {
-        return DestinationPolicy {
-            traffic,
-            labels: BTreeMap::new(),
-            subset_found: true,
-        };
+        return DestinationPolicy { traffic, labels: BTreeMap::new(), subset_found: true };
     }
     let Some(found) = rule.subsets.iter().find(|s| s.name == subset) else {
-        return DestinationPolicy {
-            traffic,
-            labels: BTreeMap::new(),
-            subset_found: false,
-        };
+        return DestinationPolicy { traffic, labels: BTreeMap::new(), subset_found: false };
     };
     if let Some(over) = &found.traffic_policy {
         if over.load_balancer.is_some() {
@@ -73,11 +60,7 @@ pub fn from_rule(rule: Option<&DestinationRuleSpec>, subset: &str) -> Destinatio
             traffic.outlier_detection = over.outlier_detection.clone();
         }
     }
-    DestinationPolicy {
-        traffic,
-        labels: found.labels.clone(),
-        subset_found: true,
-    }
+    DestinationPolicy { traffic, labels: found.labels.clone(), subset_found: true }
 }
 
 #[cfg(test)]
@@ -87,17 +70,9 @@ mod tests {
 
     #[test]
     fn subset_fields_replace_top_level_fields() {
-        let lb = |s: &str| {
-            Some(LoadBalancerSettings {
-                simple: Some(s.into()),
-                ..Default::default()
-            })
-        };
+        let lb = |s: &str| Some(LoadBalancerSettings { simple: Some(s.into()), ..Default::default() });
         let pool = Some(ConnectionPoolSettings {
-            tcp: Some(TcpSettings {
-                max_connections: Some(5),
-                ..Default::default()
-            }),
+            tcp: Some(TcpSettings { max_connections: Some(5), ..Default::default() }),
             ..Default::default()
         });
         let rule = DestinationRuleSpec {
@@ -110,25 +85,16 @@ mod tests {
             subsets: vec![Subset {
                 name: "v2".into(),
                 labels: [("version".to_string(), "v2".to_string())].into(),
-                traffic_policy: Some(TrafficPolicy {
-                    load_balancer: lb("LEAST_REQUEST"),
-                    ..Default::default()
-                }),
+                traffic_policy: Some(TrafficPolicy { load_balancer: lb("LEAST_REQUEST"), ..Default::default() }),
             }],
             ..Default::default()
         };
         let v2 = from_rule(Some(&rule), "v2");
         assert!(v2.subset_found);
         assert_eq!(v2.traffic.load_balancer, lb("LEAST_REQUEST"));
-        assert_eq!(
-            v2.traffic.connection_pool, pool,
-            "fields the subset leaves out come from the rule"
-        );
+        assert_eq!(v2.traffic.connection_pool, pool, "fields the subset leaves out come from the rule");
         assert_eq!(v2.labels["version"], "v2");
         assert!(!from_rule(Some(&rule), "v9").subset_found);
-        assert_eq!(
-            from_rule(Some(&rule), "").traffic.load_balancer,
-            lb("RANDOM")
-        );
+        assert_eq!(from_rule(Some(&rule), "").traffic.load_balancer, lb("RANDOM"));
     }
 }

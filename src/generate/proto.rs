@@ -54,10 +54,7 @@ pub fn cidr_range(text: &str) -> Option<CidrRange> {
     let ip: std::net::IpAddr = ip.parse().ok()?;
     let max = if ip.is_ipv4() { 32 } else { 128 };
     let len = len.unwrap_or(max);
-    (len <= max).then(|| CidrRange {
-        address_prefix: ip.to_string(),
-        prefix_len: Some(u32_value(len)),
-    })
+    (len <= max).then(|| CidrRange { address_prefix: ip.to_string(), prefix_len: Some(u32_value(len)) })
 }
 
 /// Whether `text` is an IP address (not a host name, not a range).
@@ -67,10 +64,7 @@ pub fn is_ip(text: &str) -> bool {
 
 /// Packs a message into `Any`.
 pub fn any<T: prost::Name>(message: &T) -> Any {
-    Any {
-        type_url: T::type_url(),
-        value: message.encode_to_vec(),
-    }
+    Any { type_url: T::type_url(), value: message.encode_to_vec() }
 }
 
 /// `google.protobuf.UInt32Value`.
@@ -101,18 +95,9 @@ mod tests {
     #[test]
     fn cidr_ranges_from_addresses_and_ranges() {
         let r = cidr_range("10.0.0.7").unwrap();
-        assert_eq!(
-            (r.address_prefix.as_str(), r.prefix_len.unwrap().value),
-            ("10.0.0.7", 32)
-        );
-        assert_eq!(
-            cidr_range("fd00::1").unwrap().prefix_len.unwrap().value,
-            128
-        );
-        assert_eq!(
-            cidr_range("10.1.0.0/16").unwrap().prefix_len.unwrap().value,
-            16
-        );
+        assert_eq!((r.address_prefix.as_str(), r.prefix_len.unwrap().value), ("10.0.0.7", 32));
+        assert_eq!(cidr_range("fd00::1").unwrap().prefix_len.unwrap().value, 128);
+        assert_eq!(cidr_range("10.1.0.0/16").unwrap().prefix_len.unwrap().value, 16);
         assert!(cidr_range("api.example.com").is_none());
         assert!(cidr_range("10.0.0.0/40").is_none());
     }

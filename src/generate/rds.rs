@@ -75,12 +75,7 @@ impl Domains {
 
 fn sidecar_config(ctx: &PushContext, scope: &Scope, port: &OutboundPort<'_>) -> RouteConfiguration {
     let namespace = &*scope.key.namespace;
-    let target = RouteTarget {
-        ctx,
-        namespace,
-        port: port.port,
-        gateway: MESH_GATEWAY,
-    };
+    let target = RouteTarget { ctx, namespace, port: port.port, gateway: MESH_GATEWAY };
     let mut used = Domains::default();
     let mut virtual_hosts = Vec::new();
     for svc in &port.http {
@@ -119,11 +114,7 @@ fn sidecar_config(ctx: &PushContext, scope: &Scope, port: &OutboundPort<'_>) -> 
             },
         });
     }
-    RouteConfiguration {
-        name: names::sidecar_route(port.port),
-        virtual_hosts,
-        ..Default::default()
-    }
+    RouteConfiguration { name: names::sidecar_route(port.port), virtual_hosts, ..Default::default() }
 }
 
 /// The domains Istio gives a service's virtual host: the FQDN; for
@@ -162,27 +153,12 @@ fn gateway_config(ctx: &PushContext, scope: &Scope, port: &GatewayPort<'_>) -> R
     let namespace = &*scope.key.namespace;
     // Virtual hosts by name; a host served by several rules gets their routes
     // one after the other, in rule order (as Istio merges them).
-    let mut hosts: BTreeMap<
-        String,
-        (
-            Hostname,
-            u32,
-            Vec<envoy_types::pb::envoy::config::route::v3::Route>,
-        ),
-    > = BTreeMap::new();
+    let mut hosts: BTreeMap<String, (Hostname, u32, Vec<envoy_types::pb::envoy::config::route::v3::Route>)> =
+        BTreeMap::new();
     let mut seen: BTreeSet<(&crate::config::ConfigKey, String)> = BTreeSet::new();
     for (gw, server) in &port.servers {
-        let target = RouteTarget {
-            ctx,
-            namespace,
-            port: server.port,
-            gateway: &gw.name,
-        };
-        for vs in ctx
-            .virtual_services
-            .for_gateway(&gw.name)
-            .filter(|vs| vs.export_to.visible_to(namespace))
-        {
+        let target = RouteTarget { ctx, namespace, port: server.port, gateway: &gw.name };
+        for vs in ctx.virtual_services.for_gateway(&gw.name).filter(|vs| vs.export_to.visible_to(namespace)) {
             let vhost_hosts = gateway::server_hosts(server, vs);
             if vhost_hosts.is_empty() {
                 continue;
@@ -196,11 +172,7 @@ fn gateway_config(ctx: &PushContext, scope: &Scope, port: &GatewayPort<'_>) -> R
                 if !seen.insert((&vs.key, name.clone())) {
                     continue;
                 }
-                hosts
-                    .entry(name)
-                    .or_insert_with(|| (h, server.port, Vec::new()))
-                    .2
-                    .extend(routes.iter().cloned());
+                hosts.entry(name).or_insert_with(|| (h, server.port, Vec::new())).2.extend(routes.iter().cloned());
             }
         }
     }
@@ -209,19 +181,10 @@ fn gateway_config(ctx: &PushContext, scope: &Scope, port: &GatewayPort<'_>) -> R
         .into_iter()
         .filter_map(|(name, (h, server_port, routes))| {
             let domains = used.claim(gateway_domains(&h, server_port, port.port));
-            (!domains.is_empty()).then(|| VirtualHost {
-                name,
-                domains,
-                routes,
-                ..Default::default()
-            })
+            (!domains.is_empty()).then(|| VirtualHost { name, domains, routes, ..Default::default() })
         })
         .collect();
-    RouteConfiguration {
-        name: names::gateway_route(port.port),
-        virtual_hosts,
-        ..Default::default()
-    }
+    RouteConfiguration { name: names::gateway_route(port.port), virtual_hosts, ..Default::default() }
 }
 
 /// `host` and `host:port` for the server port and (when different) the port

@@ -14,8 +14,7 @@
 //! [`RouteTarget`]; nothing depends on map iteration order.
 
 use envoy_types::pb::envoy::config::route::v3::{
-    DirectResponseAction, HeaderMatcher, RedirectAction, RetryPolicy, Route, RouteAction,
-    RouteMatch, WeightedCluster,
+    DirectResponseAction, HeaderMatcher, RedirectAction, RetryPolicy, Route, RouteAction, RouteMatch, WeightedCluster,
     header_matcher::HeaderMatchSpecifier,
     redirect_action::{PathRewriteSpecifier, RedirectResponseCode},
     retry_policy::RetryHostPredicate,
@@ -39,8 +38,7 @@ use crate::push::PushContext;
 use crate::push::index::{ResolvedVirtualService, resolve_gateway_ref};
 
 /// Istio's default `retryOn`.
-pub const DEFAULT_RETRY_ON: &str =
-    "connect-failure,refused-stream,unavailable,cancelled,retriable-status-codes";
+pub const DEFAULT_RETRY_ON: &str = "connect-failure,refused-stream,unavailable,cancelled,retriable-status-codes";
 /// Istio's default number of retries.
 pub const DEFAULT_RETRY_ATTEMPTS: u32 = 2;
 
@@ -78,11 +76,7 @@ impl RouteTarget<'_> {
                 out.extend(self.http_route(vs, route, None));
                 continue;
             }
-            for m in route
-                .matches
-                .iter()
-                .filter(|m| self.applies(vs, m.port, &m.gateways))
-            {
+            for m in route.matches.iter().filter(|m| self.applies(vs, m.port, &m.gateways)) {
                 out.extend(self.http_route(vs, route, Some(m)));
             }
         }
@@ -100,10 +94,7 @@ impl RouteTarget<'_> {
                 cluster_specifier: Some(ClusterSpecifier::Cluster(cluster)),
                 timeout: Some(proto::seconds(0)),
                 retry_policy: Some(default_retry_policy()),
-                hash_policy: self
-                    .hash_policy(service_namespace, host, "")
-                    .into_iter()
-                    .collect(),
+                hash_policy: self.hash_policy(service_namespace, host, "").into_iter().collect(),
                 ..Default::default()
             })),
             ..Default::default()
@@ -112,12 +103,11 @@ impl RouteTarget<'_> {
 
     /// The backends of the first TCP route of `vs` that applies here.
     pub fn tcp_backends(&self, vs: &ResolvedVirtualService) -> Option<Backends> {
-        let route = vs.spec.tcp.iter().find(|r| {
-            r.matches.is_empty()
-                || r.matches
-                    .iter()
-                    .any(|m| self.applies(vs, m.port, &m.gateways))
-        })?;
+        let route = vs
+            .spec
+            .tcp
+            .iter()
+            .find(|r| r.matches.is_empty() || r.matches.iter().any(|m| self.applies(vs, m.port, &m.gateways)))?;
         self.backends(vs, route.route.iter().map(|d| (&d.destination, d.weight)))
     }
 
@@ -125,9 +115,7 @@ impl RouteTarget<'_> {
     fn applies(&self, vs: &ResolvedVirtualService, port: Option<u32>, gateways: &[String]) -> bool {
         port.is_none_or(|p| p == self.port)
             && (gateways.is_empty()
-                || gateways
-                    .iter()
-                    .any(|g| &*resolve_gateway_ref(g, &vs.key.namespace) == self.gateway))
+                || gateways.iter().any(|g| &*resolve_gateway_ref(g, &vs.key.namespace) == self.gateway))
     }
 
     /// One Envoy route for one match condition (`None`: match everything).
@@ -147,43 +135,31 @@ impl RouteTarget<'_> {
             };
             Action::Redirect(RedirectAction {
                 host_redirect: redirect.authority.clone().unwrap_or_default(),
-                path_rewrite_specifier: redirect
-                    .uri
-                    .clone()
-                    .map(PathRewriteSpecifier::PathRedirect),
+                path_rewrite_specifier: redirect.uri.clone().map(PathRewriteSpecifier::PathRedirect),
                 response_code: code as i32,
                 ..Default::default()
             })
         } else {
-            let Some(backends) =
-                self.backends(vs, route.route.iter().map(|d| (&d.destination, d.weight)))
-            else {
+            let Some(backends) = self.backends(vs, route.route.iter().map(|d| (&d.destination, d.weight))) else {
                 tracing::debug!(rule = %vs.key, "HTTP route without destinations or redirect; skipped");
                 return None;
             };
             let mut action = RouteAction {
                 cluster_specifier: Some(match backends {
                     Backends::Single(cluster) => ClusterSpecifier::Cluster(cluster),
-                    Backends::Weighted(clusters) => {
-                        ClusterSpecifier::WeightedClusters(WeightedCluster {
-                            clusters: clusters
-                                .into_iter()
-                                .map(|(name, weight)| ClusterWeight {
-                                    name,
-                                    weight: Some(proto::u32_value(weight)),
-                                    ..Default::default()
-                                })
-                                .collect(),
-                            ..Default::default()
-                        })
-                    }
+                    Backends::Weighted(clusters) => ClusterSpecifier::WeightedClusters(WeightedCluster {
+                        clusters: clusters
+                            .into_iter()
+                            .map(|(name, weight)| ClusterWeight {
+                                name,
+                                weight: Some(proto::u32_value(weight)),
+                                ..Default::default()
+                            })
+                            .collect(),
+                        ..Default::default()
+                    }),
                 }),
-                timeout: Some(
-                    route
-                        .timeout
-                        .map(|t| t.to_proto())
-                        .unwrap_or_else(|| proto::seconds(0)),
-                ),
+                timeout: Some(route.timeout.map(|t| t.to_proto()).unwrap_or_else(|| proto::seconds(0))),
                 retry_policy: retry_policy(route.retries.as_ref()),
                 hash_policy: self.route_hash_policy(vs, route).into_iter().collect(),
                 ..Default::default()
@@ -204,8 +180,7 @@ impl RouteTarget<'_> {
                     }
                 }
                 if let Some(authority) = &rewrite.authority {
-                    action.host_rewrite_specifier =
-                        Some(HostRewriteSpecifier::HostRewriteLiteral(authority.clone()));
+                    action.host_rewrite_specifier = Some(HostRewriteSpecifier::HostRewriteLiteral(authority.clone()));
                 }
             }
             Action::Route(action)
@@ -216,12 +191,7 @@ impl RouteTarget<'_> {
             (None, Some(m)) => m.to_string(),
             (None, None) => String::new(),
         };
-        Some(Route {
-            name,
-            r#match: Some(route_match(m)),
-            action: Some(action),
-            ..Default::default()
-        })
+        Some(Route { name, r#match: Some(route_match(m)), action: Some(action), ..Default::default() })
     }
 
     /// Clusters and weights of a destination list (Istio's weight rules).
@@ -230,21 +200,14 @@ impl RouteTarget<'_> {
         vs: &ResolvedVirtualService,
         destinations: impl Iterator<Item = (&'d Destination, Option<i64>)>,
     ) -> Option<Backends> {
-        let list: Vec<(String, Option<i64>)> = destinations
-            .map(|(d, w)| (self.cluster_for(&vs.key.namespace, d), w))
-            .collect();
+        let list: Vec<(String, Option<i64>)> =
+            destinations.map(|(d, w)| (self.cluster_for(&vs.key.namespace, d), w)).collect();
         let any_weight = list.iter().any(|(_, w)| w.is_some());
         // Without any weight the destinations share equally; a destination
         // left without one when others have weights gets 0.
         let mut weights: Vec<u32> = list
             .iter()
-            .map(|(_, w)| {
-                if any_weight {
-                    w.map_or(0, |w| w.clamp(0, i64::from(u32::MAX)) as u32)
-                } else {
-                    1
-                }
-            })
+            .map(|(_, w)| if any_weight { w.map_or(0, |w| w.clamp(0, i64::from(u32::MAX)) as u32) } else { 1 })
             .collect();
         if weights.iter().all(|w| *w == 0) {
             // Envoy needs a positive total.
@@ -277,58 +240,37 @@ impl RouteTarget<'_> {
             .as_ref()
             .map(|p| p.number)
             .filter(|p| *p != 0)
-            .or_else(|| {
-                self.ctx
-                    .services
-                    .get(&host)
-                    .filter(|s| s.ports.len() == 1)
-                    .map(|s| s.ports[0].port)
-            })
+            .or_else(|| self.ctx.services.get(&host).filter(|s| s.ports.len() == 1).map(|s| s.ports[0].port))
             .unwrap_or(self.port);
         names::outbound_cluster(port, d.subset.as_deref().unwrap_or(""), &host)
     }
 
     /// The hash policy of the first destination (with a weight) whose
     /// DestinationRule hashes consistently.
-    fn route_hash_policy(
-        &self,
-        vs: &ResolvedVirtualService,
-        route: &HttpRoute,
-    ) -> Option<HashPolicy> {
+    fn route_hash_policy(&self, vs: &ResolvedVirtualService, route: &HttpRoute) -> Option<HashPolicy> {
         let any_weight = route.route.iter().any(|d| d.weight.is_some());
-        route
-            .route
-            .iter()
-            .filter(|d| !any_weight || d.weight.is_some_and(|w| w > 0))
-            .find_map(|d| {
-                let host = host::resolve(&d.destination.host, &vs.key.namespace);
-                let svc_ns = self.ctx.services.get(&host).map(|s| s.namespace.clone());
-                self.hash_policy(
-                    svc_ns.as_deref().unwrap_or(self.namespace),
-                    &host,
-                    d.destination.subset.as_deref().unwrap_or(""),
-                )
-            })
+        route.route.iter().filter(|d| !any_weight || d.weight.is_some_and(|w| w > 0)).find_map(|d| {
+            let host = host::resolve(&d.destination.host, &vs.key.namespace);
+            let svc_ns = self.ctx.services.get(&host).map(|s| s.namespace.clone());
+            self.hash_policy(
+                svc_ns.as_deref().unwrap_or(self.namespace),
+                &host,
+                d.destination.subset.as_deref().unwrap_or(""),
+            )
+        })
     }
 
     fn hash_policy(&self, service_namespace: &str, host: &str, subset: &str) -> Option<HashPolicy> {
-        let policy =
-            policy::for_destination(self.ctx, self.namespace, service_namespace, host, subset);
+        let policy = policy::for_destination(self.ctx, self.namespace, service_namespace, host, subset);
         let hash = policy.traffic.load_balancer?.consistent_hash?;
         let specifier = if let Some(header) = hash.http_header_name.filter(|h| !h.is_empty()) {
-            PolicySpecifier::Header(Header {
-                header_name: header,
-                ..Default::default()
-            })
+            PolicySpecifier::Header(Header { header_name: header, ..Default::default() })
         } else if hash.use_source_ip == Some(true) {
             PolicySpecifier::ConnectionProperties(ConnectionProperties { source_ip: true })
         } else {
             return None;
         };
-        Some(HashPolicy {
-            policy_specifier: Some(specifier),
-            ..Default::default()
-        })
+        Some(HashPolicy { policy_specifier: Some(specifier), ..Default::default() })
     }
 }
 
@@ -351,29 +293,21 @@ pub fn block_all_route() -> Route {
     Route {
         name: names::BLOCK_ALL_VIRTUAL_HOST.to_string(),
         r#match: Some(prefix_match("/")),
-        action: Some(Action::DirectResponse(DirectResponseAction {
-            status: 502,
-            ..Default::default()
-        })),
+        action: Some(Action::DirectResponse(DirectResponseAction { status: 502, ..Default::default() })),
         ..Default::default()
     }
 }
 
 /// A match on a path prefix.
 pub fn prefix_match(prefix: &str) -> RouteMatch {
-    RouteMatch {
-        path_specifier: Some(PathSpecifier::Prefix(prefix.to_string())),
-        ..Default::default()
-    }
+    RouteMatch { path_specifier: Some(PathSpecifier::Prefix(prefix.to_string())), ..Default::default() }
 }
 
 fn route_match(m: Option<&HttpMatchRequest>) -> RouteMatch {
     let Some(m) = m else { return prefix_match("/") };
     let path = match &m.uri {
         Some(StringMatch { exact: Some(p), .. }) => PathSpecifier::Path(p.clone()),
-        Some(StringMatch {
-            prefix: Some(p), ..
-        }) => PathSpecifier::Prefix(p.clone()),
+        Some(StringMatch { prefix: Some(p), .. }) => PathSpecifier::Prefix(p.clone()),
         Some(StringMatch { regex: Some(r), .. }) => PathSpecifier::SafeRegex(regex(r)),
         _ => PathSpecifier::Prefix("/".to_string()),
     };
@@ -384,19 +318,16 @@ fn route_match(m: Option<&HttpMatchRequest>) -> RouteMatch {
         .map(|(name, value)| {
             let pattern = match value {
                 StringMatch { exact: Some(v), .. } => Some(MatchPattern::Exact(v.clone())),
-                StringMatch {
-                    prefix: Some(v), ..
-                } => Some(MatchPattern::Prefix(v.clone())),
+                StringMatch { prefix: Some(v), .. } => Some(MatchPattern::Prefix(v.clone())),
                 StringMatch { regex: Some(v), .. } => Some(MatchPattern::SafeRegex(regex(v))),
                 _ => None,
             };
             HeaderMatcher {
                 name: name.clone(),
                 header_match_specifier: Some(match pattern {
-                    Some(p) => HeaderMatchSpecifier::StringMatch(StringMatcher {
-                        match_pattern: Some(p),
-                        ignore_case: false,
-                    }),
+                    Some(p) => {
+                        HeaderMatchSpecifier::StringMatch(StringMatcher { match_pattern: Some(p), ignore_case: false })
+                    }
                     // An empty match asks only for the header to be there.
                     None => HeaderMatchSpecifier::PresentMatch(true),
                 }),
@@ -404,20 +335,13 @@ fn route_match(m: Option<&HttpMatchRequest>) -> RouteMatch {
             }
         })
         .collect();
-    RouteMatch {
-        path_specifier: Some(path),
-        headers,
-        ..Default::default()
-    }
+    RouteMatch { path_specifier: Some(path), headers, ..Default::default() }
 }
 
 /// An RE2 matcher. The engine is left unset: Envoy's default is RE2, and the
 /// explicit `google_re2` field is deprecated.
 fn regex(pattern: &str) -> RegexMatcher {
-    RegexMatcher {
-        regex: pattern.to_string(),
-        ..Default::default()
-    }
+    RegexMatcher { regex: pattern.to_string(), ..Default::default() }
 }
 
 /// Istio's retry policy for a route: its defaults when `retries` is absent,
@@ -459,9 +383,11 @@ pub fn default_retry_policy() -> RetryPolicy {
         retriable_status_codes: vec![503],
         retry_host_predicate: vec![RetryHostPredicate {
             name: proto::PREVIOUS_HOSTS.to_string(),
-            config_type: Some(envoy_types::pb::envoy::config::route::v3::retry_policy::retry_host_predicate::ConfigType::TypedConfig(
-                proto::any(&PreviousHostsPredicate::default()),
-            )),
+            config_type: Some(
+                envoy_types::pb::envoy::config::route::v3::retry_policy::retry_host_predicate::ConfigType::TypedConfig(
+                    proto::any(&PreviousHostsPredicate::default()),
+                ),
+            ),
         }],
         host_selection_retry_max_attempts: 5,
         ..Default::default()

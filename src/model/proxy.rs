@@ -154,9 +154,7 @@ fn value_to_json(v: &Value) -> serde_json::Value {
         Some(Kind::NumberValue(n)) => serde_json::json!(n),
         Some(Kind::NullValue(_)) | None => serde_json::Value::Null,
         Some(Kind::ListValue(l)) => l.values.iter().map(value_to_json).collect(),
-        Some(Kind::StructValue(s)) => {
-            s.fields.iter().map(|(k, v)| (k.clone(), value_to_json(v))).collect()
-        }
+        Some(Kind::StructValue(s)) => s.fields.iter().map(|(k, v)| (k.clone(), value_to_json(v))).collect(),
     }
 }
 
@@ -165,8 +163,9 @@ fn labels_from(v: &Value) -> Result<BTreeMap<String, String>, String> {
     match &v.kind {
         Some(Kind::StructValue(s)) => Ok(flatten(s)),
         Some(Kind::StringValue(text)) if text.trim().is_empty() => Ok(BTreeMap::new()),
-        Some(Kind::StringValue(text)) => serde_json::from_str(text)
-            .map_err(|e| format!("not a JSON object of strings: {e}")),
+        Some(Kind::StringValue(text)) => {
+            serde_json::from_str(text).map_err(|e| format!("not a JSON object of strings: {e}"))
+        }
         _ => Err("expected a struct of strings".into()),
     }
 }
@@ -179,9 +178,7 @@ mod tests {
         Node {
             id: id.into(),
             cluster: "reviews.default".into(),
-            metadata: Some(Struct {
-                fields: meta.iter().map(|(k, v)| (k.to_string(), v.clone())).collect(),
-            }),
+            metadata: Some(Struct { fields: meta.iter().map(|(k, v)| (k.to_string(), v.clone())).collect() }),
             ..Default::default()
         }
     }
@@ -230,8 +227,9 @@ mod tests {
 
     #[test]
     fn refuses_unknown_interception_mode() {
-        let err = Proxy::from_node(&node("sidecar~1.1.1.1~a.b~b.svc.cluster.local", &[("INTERCEPTION_MODE", s("MAGIC"))]))
-            .unwrap_err();
+        let err =
+            Proxy::from_node(&node("sidecar~1.1.1.1~a.b~b.svc.cluster.local", &[("INTERCEPTION_MODE", s("MAGIC"))]))
+                .unwrap_err();
         assert!(err.to_string().contains("INTERCEPTION_MODE"), "{err}");
     }
 }

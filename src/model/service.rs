@@ -102,10 +102,8 @@ impl ExportTo {
         if list.is_empty() || list.iter().any(|e| e == "*") {
             return ExportTo::All;
         }
-        let mut out: Vec<Arc<str>> = list
-            .iter()
-            .map(|e| if e == "." { namespace.into() } else { Arc::<str>::from(e.as_str()) })
-            .collect();
+        let mut out: Vec<Arc<str>> =
+            list.iter().map(|e| if e == "." { namespace.into() } else { Arc::<str>::from(e.as_str()) }).collect();
         out.sort();
         out.dedup();
         ExportTo::Namespaces(out)

@@ -124,10 +124,8 @@ impl PushContext {
         let services_changed = changed(ConfigKind::Service) || changed(ConfigKind::ServiceEntry);
         let workloads_changed = changed(ConfigKind::Pod) || changed(ConfigKind::WorkloadEntry);
 
-        let services =
-            if services_changed { Arc::new(ServiceIndex::build(&store)) } else { prev.services.clone() };
-        let workloads =
-            if workloads_changed { Arc::new(WorkloadIndex::build(&store)) } else { prev.workloads.clone() };
+        let services = if services_changed { Arc::new(ServiceIndex::build(&store)) } else { prev.services.clone() };
+        let workloads = if workloads_changed { Arc::new(WorkloadIndex::build(&store)) } else { prev.workloads.clone() };
         let rebuild = |k: ConfigKind| changed(k);
         let virtual_services = if rebuild(ConfigKind::VirtualService) {
             Arc::new(VirtualServiceIndex::build(&store))
@@ -255,7 +253,9 @@ fn affected_hosts(object: &ConfigObject, old: &ServiceIndex, new: &ServiceIndex,
     let mut add_matching = |pattern: &str| {
         for index in [old, new] {
             if pattern.starts_with('*') {
-                out.extend(index.all().iter().filter(|s| host::matches(pattern, &s.hostname)).map(|s| s.hostname.clone()));
+                out.extend(
+                    index.all().iter().filter(|s| host::matches(pattern, &s.hostname)).map(|s| s.hostname.clone()),
+                );
             } else if index.get(pattern).is_some() {
                 out.insert(pattern.into());
             }
@@ -287,7 +287,7 @@ fn affected_hosts(object: &ConfigObject, old: &ServiceIndex, new: &ServiceIndex,
                         index
                             .all()
                             .iter()
-                            .filter(|s| &*s.namespace == &*w.namespace && !s.selector.is_empty() && w.matches(&s.selector))
+                            .filter(|s| s.namespace == w.namespace && !s.selector.is_empty() && w.matches(&s.selector))
                             .map(|s| s.hostname.clone()),
                     );
                 }

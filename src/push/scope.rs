@@ -144,7 +144,7 @@ pub fn scope_key(ctx: &PushContext, proxy: &Proxy) -> ScopeKey {
         ProxyKind::Sidecar => {
             let mut inbound: Vec<InboundPort> = Vec::new();
             for svc in ctx.services.all() {
-                if &*svc.namespace != &*proxy.namespace
+                if svc.namespace != proxy.namespace
                     || svc.selector.is_empty()
                     || !svc.selector.iter().all(|(k, v)| proxy.labels.get(k) == Some(v))
                 {
@@ -226,6 +226,7 @@ pub fn compute(ctx: &PushContext, id: ScopeId, key: ScopeKey) -> Scope {
     services.sort_by(|a, b| a.hostname.cmp(&b.hostname));
     services.dedup_by(|a, b| a.hostname == b.hostname);
     let visible_hosts = services.iter().map(|s| s.hostname.clone()).collect();
-    let gateways = key.gateways.iter().filter_map(|k| ctx.gateways.all().iter().find(|g| &g.key == k).cloned()).collect();
+    let gateways =
+        key.gateways.iter().filter_map(|k| ctx.gateways.all().iter().find(|g| &g.key == k).cloned()).collect();
     Scope { id, key, services, visible_hosts, egress, outbound_policy, gateways }
 }

@@ -129,17 +129,11 @@ impl FileSource {
     /// Fails only when `dir` itself cannot be read; a broken file is a
     /// problem in the report (and in [`problems`](Self::problems)), not a failure.
     pub fn load(dir: &Path, store: &ConfigStore) -> Result<(FileSource, LoadReport), SourceError> {
-        let root = dir.canonicalize().map_err(|source| SourceError::Io {
-            path: dir.to_path_buf(),
-            source,
-        })?;
+        let root = dir.canonicalize().map_err(|source| SourceError::Io { path: dir.to_path_buf(), source })?;
         if !root.is_dir() {
             return Err(SourceError::NotADirectory(dir.to_path_buf()));
         }
-        let tree = Arc::new(Tree {
-            root,
-            index: Mutex::new(FileIndex::default()),
-        });
+        let tree = Arc::new(Tree { root, index: Mutex::new(FileIndex::default()) });
         let names = tree.walk(&tree.root)?;
         let files = names.len();
         let changes = tree.refresh(store, names, true);
@@ -148,13 +142,7 @@ impl FileSource {
             (index.key_count(), index.problems())
         };
         let errors = problems.iter().filter(|p| p.is_error()).count();
-        let report = LoadReport {
-            files,
-            objects,
-            errors,
-            warnings: problems.len() - errors,
-            changes,
-        };
+        let report = LoadReport { files, objects, errors, warnings: problems.len() - errors, changes };
         tracing::info!(
             dir = %tree.root.display(),
             files,
@@ -178,9 +166,7 @@ impl FileSource {
 
     /// A handle on the problems that outlives [`watch`](Self::watch).
     pub fn status(&self) -> SourceStatus {
-        SourceStatus {
-            tree: self.tree.clone(),
-        }
+        SourceStatus { tree: self.tree.clone() }
     }
 
     /// Starts watching the directory: changes are applied to `store` (the
@@ -217,50 +203,26 @@ impl FileSource {
                 }
             }
         };
-        let watch_error = |source: notify::Error| SourceError::Watch {
-            path: self.tree.root.clone(),
-            source,
-        };
+        let watch_error = |source: notify::Error| SourceError::Watch { path: self.tree.root.clone(), source };
         let mut watcher = notify::recommended_watcher(on_event).map_err(watch_error)?;
-        watcher
-            .watch(&self.tree.root, RecursiveMode::Recursive)
-            .map_err(watch_error)?;
-        let batches = Batches {
-            queue,
-            overflowed,
-            pending: BTreeSet::new(),
-            rescan: true,
-        };
-        Ok(tokio::spawn(run(
-            self.tree, watcher, batches, store, changes,
-        )))
+        watcher.watch(&self.tree.root, RecursiveMode::Recursive).map_err(watch_error)?;
+        let batches = Batches { queue, overflowed, pending: BTreeSet::new(), rescan: true };
+        Ok(tokio::spawn(run(self.tree, watcher, batches, store, changes)))
     }
 }
 
 /// Parses every config file under `path` (a directory or one file) into
 /// `store`, without logging, and returns the problems found.
 pub(super) fn read_quietly(path: &Path, store: &ConfigStore) -> Result<Vec<Problem>, SourceError> {
-    let canonical = path.canonicalize().map_err(|source| SourceError::Io {
-        path: path.to_path_buf(),
-        source,
-    })?;
+    let canonical = path.canonicalize().map_err(|source| SourceError::Io { path: path.to_path_buf(), source })?;
     let (root, single) = if canonical.is_dir() {
         (canonical, None)
     } else {
-        let parent = canonical
-            .parent()
-            .map(Path::to_path_buf)
-            .unwrap_or_default();
-        let name = canonical
-            .file_name()
-            .map(|n| n.to_string_lossy().into_owned())
-            .unwrap_or_default();
+        let parent = canonical.parent().map(Path::to_path_buf).unwrap_or_default();
+        let name = canonical.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
         (parent, Some(name))
     };
-    let tree = Tree {
-        root,
-        index: Mutex::default(),
-    };
+    let tree = Tree { root, index: Mutex::default() };
     let names = match single {
         Some(name) => BTreeSet::from([name]),
         None => tree.walk(&tree.root)?,
@@ -298,8 +260,7 @@ impl Batches {
                 self.add(notice?);
             }
         }
-        let rescan =
-            std::mem::take(&mut self.rescan) || self.overflowed.swap(false, Ordering::Relaxed);
+        let rescan = std::mem::take(&mut self.rescan) || self.overflowed.swap(false, Ordering::Relaxed);
         Some((std::mem::take(&mut self.pending), rescan))
     }
 
@@ -343,11 +304,7 @@ async fn run(
             }
         };
         if !change_set.is_empty() {
-            tracing::debug!(
-                keys = change_set.keys.len(),
-                revision = change_set.revision,
-                "config files changed"
-            );
+            tracing::debug!(keys = change_set.keys.len(), revision = change_set.revision, "config files changed");
             if changes.send(change_set).await.is_err() {
                 return;
             }
@@ -360,10 +317,8 @@ impl Tree {
     /// to `store` in one batch.
     fn refresh(&self, store: &ConfigStore, names: BTreeSet<String>, log: bool) -> ChangeSet {
         // Parse outside the lock: readers of `problems()` never wait on disk.
-        let reads: Vec<(String, Option<ParsedFile>)> = names
-            .into_iter()
-            .map(|name| (name.clone(), self.read(&name)))
-            .collect();
+        let reads: Vec<(String, Option<ParsedFile>)> =
+            names.into_iter().map(|name| (name.clone(), self.read(&name))).collect();
         let mut index = self.index.lock();
         let mut touched = BTreeSet::new();
         for (name, parsed) in reads {
@@ -402,9 +357,7 @@ impl Tree {
                 Err(err) => {
                     // Deleting everything because the directory vanished would take
                     // the mesh's config down; keep serving the last one instead.
-                    tracing::error!(
-                        "{err}; keeping the config read so far (restart to watch the directory again)"
-                    );
+                    tracing::error!("{err}; keeping the config read so far (restart to watch the directory again)");
                     BTreeSet::new()
                 }
             };
@@ -421,12 +374,7 @@ impl Tree {
                 names.insert(relative.to_string_lossy().into_owned());
             }
             // A directory removed or renamed away: the files read from under it.
-            names.extend(
-                known
-                    .iter()
-                    .filter(|n| Path::new(&n[..]).starts_with(relative))
-                    .map(|n| n.to_string()),
-            );
+            names.extend(known.iter().filter(|n| Path::new(&n[..]).starts_with(relative)).map(|n| n.to_string()));
             // A directory created or renamed in: the files now under it.
             if path.is_dir() {
                 match self.walk(path) {
@@ -445,10 +393,7 @@ impl Tree {
         match path.strip_prefix(&self.root) {
             Ok(relative) => {
                 relative.as_os_str().is_empty()
-                    || relative
-                        .components()
-                        .next()
-                        .is_some_and(|c| c.as_os_str().to_string_lossy().starts_with(".."))
+                    || relative.components().next().is_some_and(|c| c.as_os_str().to_string_lossy().starts_with(".."))
             }
             Err(_) => false,
         }
@@ -461,10 +406,7 @@ impl Tree {
         let mut found = BTreeSet::new();
         let mut pending = vec![dir.to_path_buf()];
         while let Some(dir) = pending.pop() {
-            let io_error = |source| SourceError::Io {
-                path: dir.clone(),
-                source,
-            };
+            let io_error = |source| SourceError::Io { path: dir.clone(), source };
             for entry in std::fs::read_dir(&dir).map_err(io_error)? {
                 let entry = entry.map_err(io_error)?;
                 if is_hidden(&entry.file_name()) {
@@ -495,18 +437,12 @@ impl Tree {
 fn unreadable(name: &str, err: &io::Error) -> ParsedFile {
     let problem = Problem {
         severity: Severity::Error,
-        source: SourceRef {
-            file: name.into(),
-            doc: 0,
-        },
+        source: SourceRef { file: name.into(), doc: 0 },
         object: None,
         path: String::new(),
         message: format!("cannot read the file: {err}"),
     };
-    ParsedFile {
-        objects: Vec::new(),
-        problems: vec![problem],
-    }
+    ParsedFile { objects: Vec::new(), problems: vec![problem] }
 }
 
 /// Whether a path (relative to the root) is a config file: `*.yaml` or
@@ -523,9 +459,7 @@ fn is_config_file(relative: &Path) -> bool {
         return false;
     };
     let lower = name.to_ascii_lowercase();
-    (lower.ends_with(".yaml") || lower.ends_with(".yml"))
-        && !name.starts_with('#')
-        && !name.ends_with('~')
+    (lower.ends_with(".yaml") || lower.ends_with(".yml")) && !name.starts_with('#') && !name.ends_with('~')
 }
 
 /// Access events other than a writer closing the file: they change nothing.

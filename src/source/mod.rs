@@ -41,10 +41,7 @@ pub fn validate_dir(dir: &Path) -> Vec<Problem> {
         Err(err) => {
             return vec![Problem {
                 severity: Severity::Error,
-                source: SourceRef {
-                    file: dir.display().to_string().into(),
-                    doc: 0,
-                },
+                source: SourceRef { file: dir.display().to_string().into(), doc: 0 },
                 object: None,
                 path: String::new(),
                 message: err.to_string(),
@@ -52,9 +49,8 @@ pub fn validate_dir(dir: &Path) -> Vec<Problem> {
         }
     };
     problems.extend(check_references(&store.snapshot()));
-    problems.sort_by(|a, b| {
-        (&a.source.file, a.source.doc, a.severity).cmp(&(&b.source.file, b.source.doc, b.severity))
-    });
+    problems
+        .sort_by(|a, b| (&a.source.file, a.source.doc, a.severity).cmp(&(&b.source.file, b.source.doc, b.severity)));
     problems
 }
 
@@ -63,11 +59,7 @@ pub fn validate_dir(dir: &Path) -> Vec<Problem> {
 /// any problem is an Error, else 0.
 pub fn print_report(problems: &[Problem]) -> i32 {
     print!("{}", report(problems));
-    if problems.iter().any(Problem::is_error) {
-        1
-    } else {
-        0
-    }
+    if problems.iter().any(Problem::is_error) { 1 } else { 0 }
 }
 
 /// The text [`print_report`] prints.
@@ -79,17 +71,8 @@ fn report(problems: &[Problem]) -> String {
     let errors = problems.iter().filter(|p| p.is_error()).count();
     let warnings = problems.len() - errors;
     let plural = |n: usize, word: &str| {
-        if n == 1 {
-            format!("{n} {word}")
-        } else {
-            format!("{n} {word}s")
-        }
+        if n == 1 { format!("{n} {word}") } else { format!("{n} {word}s") }
     };
-    let _ = writeln!(
-        out,
-        "{}, {}",
-        plural(errors, "error"),
-        plural(warnings, "warning")
-    );
+    let _ = writeln!(out, "{}, {}", plural(errors, "error"), plural(warnings, "warning"));
     out
 }

@@ -12,11 +12,7 @@ fn validate_dir_reports_file_problems_and_dangling_references() {
         "apiVersion: networking.istio.io/v1\nkind: VirtualService\nmetadata: {name: reviews}\nspec:\n  hosts: [reviews]\n  http: [{route: [{destination: {host: reviews}}]}]\n",
     )
     .unwrap();
-    fs::write(
-        dir.path().join("app.yaml"),
-        "apiVersion: apps/v1\nkind: Deployment\nmetadata: {name: web}\n",
-    )
-    .unwrap();
+    fs::write(dir.path().join("app.yaml"), "apiVersion: apps/v1\nkind: Deployment\nmetadata: {name: web}\n").unwrap();
     fs::write(
         dir.path().join("broken.yaml"),
         "apiVersion: v1\nkind: Service\nmetadata: {name: s}\nspec: {ports: [{port: 0}]}\n",
@@ -24,10 +20,7 @@ fn validate_dir_reports_file_problems_and_dangling_references() {
     .unwrap();
 
     let problems = validate_dir(dir.path());
-    let lines: Vec<String> = problems
-        .iter()
-        .map(|p| format!("{}: {p}", p.severity))
-        .collect();
+    let lines: Vec<String> = problems.iter().map(|p| format!("{}: {p}", p.severity)).collect();
     assert_eq!(
         lines,
         vec![
@@ -37,21 +30,14 @@ fn validate_dir_reports_file_problems_and_dangling_references() {
              reviews (reviews.default.svc.cluster.local) matches no Service or ServiceEntry: requests routed there will fail with 503",
         ]
     );
-    assert_eq!(
-        report(&problems).lines().last(),
-        Some("1 error, 2 warnings")
-    );
+    assert_eq!(report(&problems).lines().last(), Some("1 error, 2 warnings"));
 }
 
 #[test]
 fn validate_dir_accepts_a_single_file() {
     let dir = TempDir::new().unwrap();
     let file = dir.path().join("svc.yaml");
-    fs::write(
-        &file,
-        "apiVersion: v1\nkind: Service\nmetadata: {name: s}\nspec: {ports: [{port: 80}]}\n",
-    )
-    .unwrap();
+    fs::write(&file, "apiVersion: v1\nkind: Service\nmetadata: {name: s}\nspec: {ports: [{port: 80}]}\n").unwrap();
     assert_eq!(validate_dir(&file), vec![]);
 }
 
@@ -66,11 +52,7 @@ fn validate_dir_on_a_missing_directory_is_one_error() {
 #[test]
 fn the_report_exit_code_is_1_only_with_errors() {
     let dir = TempDir::new().unwrap();
-    fs::write(
-        dir.path().join("app.yaml"),
-        "apiVersion: apps/v1\nkind: Deployment\nmetadata: {name: web}\n",
-    )
-    .unwrap();
+    fs::write(dir.path().join("app.yaml"), "apiVersion: apps/v1\nkind: Deployment\nmetadata: {name: web}\n").unwrap();
     let warnings = validate_dir(dir.path());
     assert_eq!(print_report(&warnings), 0);
     assert_eq!(print_report(&[]), 0);

@@ -145,7 +145,13 @@ mod tests {
     fn body_plus_nonce_is_what_prost_encodes() {
         let clusters: Vec<EncodedResource> = ["a", "b"]
             .iter()
-            .map(|n| EncodedResource::encode(TypeUrl::Cluster, Arc::from(*n), &Cluster { name: n.to_string(), ..Default::default() }))
+            .map(|n| {
+                EncodedResource::encode(
+                    TypeUrl::Cluster,
+                    Arc::from(*n),
+                    &Cluster { name: n.to_string(), ..Default::default() },
+                )
+            })
             .collect();
         let body = ResponseBody::assemble(TypeUrl::Cluster, "v42", clusters.iter());
         let out = OutgoingResponse { body: body.bytes, nonce: "17".into() };

@@ -172,7 +172,12 @@ impl Connection {
     }
 
     /// Handles one request; returns the responses to send, in order.
-    pub fn on_request(&mut self, ctx: &PushContext, cache: &ScopedCache, req: &DiscoveryRequest) -> Vec<OutgoingResponse> {
+    pub fn on_request(
+        &mut self,
+        ctx: &PushContext,
+        cache: &ScopedCache,
+        req: &DiscoveryRequest,
+    ) -> Vec<OutgoingResponse> {
         let Some(t) = TypeUrl::parse(&req.type_url) else {
             tracing::debug!(conn_id = self.id, type_url = %req.type_url, "request for a type meshpush does not serve");
             return Vec::new();

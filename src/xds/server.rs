@@ -73,7 +73,10 @@ impl StreamingService<DiscoveryRequest> for Sotw {
                 Some(first) => first,
                 None => return Err(Status::cancelled("stream ended before its first request")),
             };
-            let node = first.node.as_ref().ok_or_else(|| Status::invalid_argument(crate::model::NodeError::Missing.to_string()))?;
+            let node = first
+                .node
+                .as_ref()
+                .ok_or_else(|| Status::invalid_argument(crate::model::NodeError::Missing.to_string()))?;
             let proxy = Arc::new(Proxy::from_node(node).map_err(|e| Status::invalid_argument(e.to_string()))?);
             let (tx, rx) = mpsc::channel(STREAM_BUFFER);
             let handle = engine.queue.register(proxy.clone());

@@ -78,12 +78,7 @@ fn kinds(parsed: &ParsedFile) -> Vec<ConfigKind> {
 }
 
 fn only_problem(parsed: &ParsedFile) -> &Problem {
-    assert_eq!(
-        parsed.problems.len(),
-        1,
-        "expected one problem, got {:#?}",
-        parsed.problems
-    );
+    assert_eq!(parsed.problems.len(), 1, "expected one problem, got {:#?}", parsed.problems);
     &parsed.problems[0]
 }
 
@@ -93,31 +88,14 @@ fn a_file_with_every_kind_parses_into_typed_objects() {
     assert!(parsed.problems.is_empty(), "{:#?}", parsed.problems);
     assert_eq!(kinds(&parsed), ConfigKind::ALL.to_vec());
     for (doc, (_, source)) in parsed.objects.iter().enumerate() {
-        assert_eq!(
-            *source,
-            SourceRef {
-                file: "bookinfo.yaml".into(),
-                doc
-            }
-        );
+        assert_eq!(*source, SourceRef { file: "bookinfo.yaml".into(), doc });
     }
-    let ConfigObject::VirtualService(vs) = &parsed.objects[5].0 else {
-        panic!("not a VirtualService")
-    };
+    let ConfigObject::VirtualService(vs) = &parsed.objects[5].0 else { panic!("not a VirtualService") };
     assert_eq!(vs.spec.http[0].route[1].weight, Some(25));
-    assert_eq!(
-        vs.spec.http[0].retries.as_ref().map(|r| r.attempts),
-        Some(3)
-    );
-    assert_eq!(
-        vs.spec.http[0].timeout.map(|t| t.0),
-        Some(std::time::Duration::from_secs(2))
-    );
+    assert_eq!(vs.spec.http[0].retries.as_ref().map(|r| r.attempts), Some(3));
+    assert_eq!(vs.spec.http[0].timeout.map(|t| t.0), Some(std::time::Duration::from_secs(2)));
     // A document without a namespace lands in `default`.
-    assert_eq!(
-        parsed.objects[3].0.key(),
-        ConfigKey::new(ConfigKind::ServiceEntry, "default", "httpbin")
-    );
+    assert_eq!(parsed.objects[3].0.key(), ConfigKey::new(ConfigKind::ServiceEntry, "default", "httpbin"));
 }
 
 const REVIEWS_VS: &str = r#"apiVersion: networking.istio.io/v1
@@ -140,18 +118,13 @@ fn a_weight_of_the_wrong_type_names_the_field_path() {
     let problem = only_problem(&parsed);
     assert_eq!(problem.severity, Severity::Error);
     assert_eq!(problem.path, "spec.http[0].route[1].weight");
-    assert_eq!(
-        problem.object,
-        Some(ConfigKey::new(
-            ConfigKind::VirtualService,
-            "default",
-            "reviews"
-        ))
-    );
+    assert_eq!(problem.object, Some(ConfigKey::new(ConfigKind::VirtualService, "default", "reviews")));
     assert!(problem.message.contains("\"abc\""), "{}", problem.message);
-    assert!(problem.to_string().starts_with(
-        "reviews.yaml doc 0: VirtualService default/reviews: spec.http[0].route[1].weight: "
-    ));
+    assert!(
+        problem
+            .to_string()
+            .starts_with("reviews.yaml doc 0: VirtualService default/reviews: spec.http[0].route[1].weight: ")
+    );
 }
 
 #[test]
@@ -162,19 +135,13 @@ fn a_negative_weight_is_refused_with_its_value_and_path() {
         REVIEWS_VS.replace("WEIGHT", "-5")
     );
     let parsed = parse_documents("reviews.yaml", &text);
-    assert_eq!(
-        kinds(&parsed),
-        vec![ConfigKind::Service],
-        "the broken VirtualService must not be returned"
-    );
-    let errors: Vec<String> = parsed
-        .problems
-        .iter()
-        .filter(|p| p.is_error())
-        .map(Problem::to_string)
-        .collect();
+    assert_eq!(kinds(&parsed), vec![ConfigKind::Service], "the broken VirtualService must not be returned");
+    let errors: Vec<String> = parsed.problems.iter().filter(|p| p.is_error()).map(Problem::to_string).collect();
     assert!(
-        errors.contains(&"reviews.yaml doc 1: VirtualService default/reviews: spec.http[0].route[1].weight: -5 is negative".to_string()),
+        errors.contains(
+            &"reviews.yaml doc 1: VirtualService default/reviews: spec.http[0].route[1].weight: -5 is negative"
+                .to_string()
+        ),
         "{errors:#?}"
     );
 }
@@ -197,25 +164,15 @@ fn unknown_kinds_are_skipped_with_a_warning() {
 
 #[test]
 fn a_known_kind_under_an_unknown_api_version_is_a_warning_that_says_which_versions_work() {
-    let parsed = parse_documents(
-        "a.yaml",
-        "apiVersion: networking.istio.io/v2\nkind: Gateway\nmetadata: {name: g}\n",
-    );
+    let parsed = parse_documents("a.yaml", "apiVersion: networking.istio.io/v2\nkind: Gateway\nmetadata: {name: g}\n");
     let problem = only_problem(&parsed);
     assert_eq!(problem.severity, Severity::Warning);
-    assert!(
-        problem
-            .message
-            .contains("networking.istio.io/v1, v1beta1 or v1alpha3"),
-        "{}",
-        problem.message
-    );
+    assert!(problem.message.contains("networking.istio.io/v1, v1beta1 or v1alpha3"), "{}", problem.message);
 }
 
 #[test]
 fn empty_documents_are_skipped_but_counted() {
-    let text =
-        "---\n---\n# nothing here\n---\napiVersion: v1\nkind: Service\nmetadata: {name: a}\n---\n";
+    let text = "---\n---\n# nothing here\n---\napiVersion: v1\nkind: Service\nmetadata: {name: a}\n---\n";
     let parsed = parse_documents("a.yaml", text);
     assert!(parsed.problems.is_empty(), "{:#?}", parsed.problems);
     assert_eq!(parsed.objects.len(), 1);
@@ -224,47 +181,22 @@ fn empty_documents_are_skipped_but_counted() {
 
 #[test]
 fn a_missing_name_is_an_error() {
-    let parsed = parse_documents(
-        "a.yaml",
-        "apiVersion: v1\nkind: Service\nmetadata: {namespace: x}\nspec: {}\n",
-    );
+    let parsed = parse_documents("a.yaml", "apiVersion: v1\nkind: Service\nmetadata: {namespace: x}\nspec: {}\n");
     assert!(parsed.objects.is_empty());
     let problem = only_problem(&parsed);
-    assert_eq!(
-        (problem.severity, problem.path.as_str()),
-        (Severity::Error, "metadata.name")
-    );
+    assert_eq!((problem.severity, problem.path.as_str()), (Severity::Error, "metadata.name"));
 }
 
 #[test]
 fn a_syntax_error_keeps_the_documents_around_it_and_gives_the_line() {
     let text = "apiVersion: v1\nkind: Service\nmetadata: {name: a}\n---\napiVersion: v1\nkind: Service\nmetadata: {name: [b\n---\napiVersion: v1\nkind: Service\nmetadata: {name: c}\n";
     let parsed = parse_documents("a.yaml", text);
-    let names: Vec<(String, usize)> = parsed
-        .objects
-        .iter()
-        .map(|(o, s)| (o.meta().name.clone(), s.doc))
-        .collect();
+    let names: Vec<(String, usize)> = parsed.objects.iter().map(|(o, s)| (o.meta().name.clone(), s.doc)).collect();
     assert_eq!(names, vec![("a".to_string(), 0), ("c".to_string(), 2)]);
     let problem = only_problem(&parsed);
-    assert_eq!(
-        (
-            problem.severity,
-            problem.source.doc,
-            problem.object.as_ref()
-        ),
-        (Severity::Error, 1, None)
-    );
-    assert!(
-        problem.message.starts_with("YAML syntax error"),
-        "{}",
-        problem.message
-    );
-    assert!(
-        problem.message.contains("line 8"),
-        "line numbers must be those of the file: {}",
-        problem.message
-    );
+    assert_eq!((problem.severity, problem.source.doc, problem.object.as_ref()), (Severity::Error, 1, None));
+    assert!(problem.message.starts_with("YAML syntax error"), "{}", problem.message);
+    assert!(problem.message.contains("line 8"), "line numbers must be those of the file: {}", problem.message);
 }
 
 #[test]
@@ -274,18 +206,8 @@ fn a_syntax_error_with_no_document_after_it_says_the_rest_is_skipped() {
     assert!(parsed.objects.is_empty());
     let problem = only_problem(&parsed);
     assert_eq!(problem.source.doc, 0);
-    assert!(
-        problem.message.starts_with("YAML syntax error"),
-        "{}",
-        problem.message
-    );
-    assert!(
-        problem
-            .message
-            .ends_with("; the rest of the file is skipped"),
-        "{}",
-        problem.message
-    );
+    assert!(problem.message.starts_with("YAML syntax error"), "{}", problem.message);
+    assert!(problem.message.ends_with("; the rest of the file is skipped"), "{}", problem.message);
 }
 
 #[test]
@@ -306,10 +228,7 @@ items:
   spec: {host: c}
 "#;
     let parsed = parse_documents("list.yaml", text);
-    assert_eq!(
-        kinds(&parsed),
-        vec![ConfigKind::Service, ConfigKind::DestinationRule]
-    );
+    assert_eq!(kinds(&parsed), vec![ConfigKind::Service, ConfigKind::DestinationRule]);
     let problem = only_problem(&parsed);
     assert_eq!(problem.path, "items[1].spec.ports[0].port");
     assert!(problem.message.contains("70000"), "{}", problem.message);
@@ -330,10 +249,7 @@ fn ignored_field_paths_read_like_error_paths() {
     let mut ignored = Vec::new();
     let _: istio::VirtualService = typed(value, &mut ignored).ok().unwrap();
     ignored.sort();
-    assert_eq!(
-        ignored,
-        vec!["extra".to_string(), "spec.http[0].mirror".to_string()]
-    );
+    assert_eq!(ignored, vec!["extra".to_string(), "spec.http[0].mirror".to_string()]);
 }
 
 #[test]
@@ -345,37 +261,19 @@ fn the_later_of_two_documents_with_the_same_key_wins() {
     };
     let parsed = parse_documents("a.yaml", &format!("{}---\n{}", doc("first"), doc("second")));
     assert_eq!(parsed.objects.len(), 1);
-    let ConfigObject::DestinationRule(dr) = &parsed.objects[0].0 else {
-        panic!("not a DestinationRule")
-    };
+    let ConfigObject::DestinationRule(dr) = &parsed.objects[0].0 else { panic!("not a DestinationRule") };
     assert_eq!(dr.spec.host, "second");
     let problem = only_problem(&parsed);
-    assert_eq!(
-        (problem.severity, problem.source.doc),
-        (Severity::Warning, 1)
-    );
+    assert_eq!((problem.severity, problem.source.doc), (Severity::Warning, 1));
     assert!(problem.message.contains("doc 0"), "{}", problem.message);
 }
 
 #[test]
 fn documents_without_kind_or_that_are_not_objects_are_errors() {
-    let parsed = parse_documents(
-        "a.yaml",
-        "metadata: {name: a}\n---\n- 1\n- 2\n---\napiVersion: v1\nkind: 7\n",
-    );
-    let found: Vec<(usize, Severity, &str)> = parsed
-        .problems
-        .iter()
-        .map(|p| (p.source.doc, p.severity, p.path.as_str()))
-        .collect();
-    assert_eq!(
-        found,
-        vec![
-            (0, Severity::Error, ""),
-            (1, Severity::Error, ""),
-            (2, Severity::Error, "kind")
-        ]
-    );
+    let parsed = parse_documents("a.yaml", "metadata: {name: a}\n---\n- 1\n- 2\n---\napiVersion: v1\nkind: 7\n");
+    let found: Vec<(usize, Severity, &str)> =
+        parsed.problems.iter().map(|p| (p.source.doc, p.severity, p.path.as_str())).collect();
+    assert_eq!(found, vec![(0, Severity::Error, ""), (1, Severity::Error, ""), (2, Severity::Error, "kind")]);
 }
 
 #[test]

@@ -5,32 +5,21 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use super::{
-    Checker, LABEL_RULE, check_namespaced_host, is_dns1123_label, is_ip, is_ip_or_cidr,
-    is_wildcard_host,
-};
+use super::{Checker, LABEL_RULE, check_namespaced_host, is_dns1123_label, is_ip, is_ip_or_cidr, is_wildcard_host};
 use crate::config::istio::{
-    DestinationRule, Gateway, ServiceEntry, Sidecar, TrafficPolicy, WorkloadEntry,
-    WorkloadEntrySpec,
+    DestinationRule, Gateway, ServiceEntry, Sidecar, TrafficPolicy, WorkloadEntry, WorkloadEntrySpec,
 };
 
 /// Port protocols Istio knows (`protocol.Parse`), compared case-insensitively as Istio does.
-const PROTOCOLS: &[&str] = &[
-    "HTTP", "HTTPS", "HTTP2", "GRPC", "GRPC-WEB", "TCP", "TLS", "MONGO", "REDIS", "MYSQL", "UDP",
-];
+const PROTOCOLS: &[&str] =
+    &["HTTP", "HTTPS", "HTTP2", "GRPC", "GRPC-WEB", "TCP", "TLS", "MONGO", "REDIS", "MYSQL", "UDP"];
 
 pub(super) fn destination_rule(check: &mut Checker, dr: &DestinationRule) {
     let spec = &dr.spec;
     if spec.host.is_empty() {
-        check.error(
-            "spec.host",
-            "is empty: a DestinationRule needs the host it applies to",
-        );
+        check.error("spec.host", "is empty: a DestinationRule needs the host it applies to");
     } else if !is_wildcard_host(&spec.host) {
-        check.error(
-            "spec.host",
-            format!("{:?} is not a host name or wildcard", spec.host),
-        );
+        check.error("spec.host", format!("{:?} is not a host name or wildcard", spec.host));
     }
     check.export_to(&spec.export_to);
     if let Some(policy) = &spec.traffic_policy {
@@ -42,10 +31,7 @@ pub(super) fn destination_rule(check: &mut Checker, dr: &DestinationRule) {
         if subset.name.is_empty() {
             check.error(format!("{path}.name"), "is empty: a subset needs a name");
         } else if !is_dns1123_label(&subset.name) {
-            check.error(
-                format!("{path}.name"),
-                format!("{:?} is not a valid subset name: {LABEL_RULE}", subset.name),
-            );
+            check.error(format!("{path}.name"), format!("{:?} is not a valid subset name: {LABEL_RULE}", subset.name));
         } else if let Some(first) = names.insert(&subset.name, i) {
             check.error(
                 format!("{path}.name"),
@@ -65,26 +51,14 @@ fn traffic_policy(check: &mut Checker, path: &str, policy: &TrafficPolicy) {
             check.one_of(
                 format!("{lb_path}.simple"),
                 simple,
-                &[
-                    "ROUND_ROBIN",
-                    "LEAST_REQUEST",
-                    "LEAST_CONN",
-                    "RANDOM",
-                    "PASSTHROUGH",
-                ],
+                &["ROUND_ROBIN", "LEAST_REQUEST", "LEAST_CONN", "RANDOM", "PASSTHROUGH"],
             );
         }
         if let Some(hash) = &lb.consistent_hash {
             if lb.simple.is_some() {
-                check.error(
-                    lb_path.clone(),
-                    "sets both simple and consistentHash: choose one load balancer",
-                );
+                check.error(lb_path.clone(), "sets both simple and consistentHash: choose one load balancer");
             }
-            let header = hash
-                .http_header_name
-                .as_deref()
-                .is_some_and(|h| !h.is_empty());
+            let header = hash.http_header_name.as_deref().is_some_and(|h| !h.is_empty());
             let source_ip = hash.use_source_ip == Some(true);
             match (header, source_ip) {
                 (true, true) => check.error(
@@ -102,29 +76,17 @@ fn traffic_policy(check: &mut Checker, path: &str, policy: &TrafficPolicy) {
     if let Some(pool) = &policy.connection_pool {
         let pool_path = format!("{path}.connectionPool");
         if let Some(tcp) = &pool.tcp {
-            check.non_negative(
-                format!("{pool_path}.tcp.maxConnections"),
-                tcp.max_connections,
-            );
+            check.non_negative(format!("{pool_path}.tcp.maxConnections"), tcp.max_connections);
         }
         if let Some(http) = &pool.http {
             let h = format!("{pool_path}.http");
-            check.non_negative(
-                format!("{h}.http1MaxPendingRequests"),
-                http.http1_max_pending_requests,
-            );
+            check.non_negative(format!("{h}.http1MaxPendingRequests"), http.http1_max_pending_requests);
             check.non_negative(format!("{h}.http2MaxRequests"), http.http2_max_requests);
-            check.non_negative(
-                format!("{h}.maxRequestsPerConnection"),
-                http.max_requests_per_connection,
-            );
+            check.non_negative(format!("{h}.maxRequestsPerConnection"), http.max_requests_per_connection);
             check.non_negative(format!("{h}.maxRetries"), http.max_retries);
         }
     }
-    if let Some(percent) = policy
-        .outlier_detection
-        .as_ref()
-        .and_then(|o| o.max_ejection_percent)
+    if let Some(percent) = policy.outlier_detection.as_ref().and_then(|o| o.max_ejection_percent)
         && !(0..=100).contains(&percent)
     {
         check.error(
@@ -136,10 +98,7 @@ fn traffic_policy(check: &mut Checker, path: &str, policy: &TrafficPolicy) {
 
 pub(super) fn gateway(check: &mut Checker, gateway: &Gateway) {
     if gateway.spec.servers.is_empty() {
-        check.error(
-            "spec.servers",
-            "is empty: a Gateway needs at least one server",
-        );
+        check.error("spec.servers", "is empty: a Gateway needs at least one server");
     }
     for (i, server) in gateway.spec.servers.iter().enumerate() {
         let path = format!("spec.servers[{i}]");
@@ -152,12 +111,18 @@ pub(super) fn gateway(check: &mut Checker, gateway: &Gateway) {
             "HTTP" | "HTTP2" | "GRPC" | "TCP" => {}
             "HTTPS" | "TLS" => check.error(
                 format!("{path}.port.protocol"),
-                format!("{}: not supported yet: no TLS certificates (meshpush serves HTTP, HTTP2, GRPC and TCP)", server.port.protocol),
+                format!(
+                    "{}: not supported yet: no TLS certificates (meshpush serves HTTP, HTTP2, GRPC and TCP)",
+                    server.port.protocol
+                ),
             ),
             "" => check.error(format!("{path}.port.protocol"), "is missing: set HTTP, HTTP2, GRPC or TCP"),
             _ if PROTOCOLS.contains(&protocol.as_str()) => check.error(
                 format!("{path}.port.protocol"),
-                format!("{}: not supported yet on gateways (meshpush serves HTTP, HTTP2, GRPC and TCP)", server.port.protocol),
+                format!(
+                    "{}: not supported yet on gateways (meshpush serves HTTP, HTTP2, GRPC and TCP)",
+                    server.port.protocol
+                ),
             ),
             _ => check.error(
                 format!("{path}.port.protocol"),
@@ -166,16 +131,10 @@ pub(super) fn gateway(check: &mut Checker, gateway: &Gateway) {
         }
         if server.port.name.is_empty() {
             // Istio refuses this; meshpush does not need the name, so it only warns.
-            check.warning(
-                format!("{path}.port.name"),
-                "is empty: Istio requires a port name",
-            );
+            check.warning(format!("{path}.port.name"), "is empty: Istio requires a port name");
         }
         if server.hosts.is_empty() {
-            check.error(
-                format!("{path}.hosts"),
-                "is empty: a server needs at least one host (\"*\" for any)",
-            );
+            check.error(format!("{path}.hosts"), "is empty: a server needs at least one host (\"*\" for any)");
         }
         for (h, host) in server.hosts.iter().enumerate() {
             check_namespaced_host(check, format!("{path}.hosts[{h}]"), host, true, false);
@@ -186,22 +145,13 @@ pub(super) fn gateway(check: &mut Checker, gateway: &Gateway) {
 pub(super) fn service_entry(check: &mut Checker, se: &ServiceEntry) {
     let spec = &se.spec;
     if spec.hosts.is_empty() {
-        check.error(
-            "spec.hosts",
-            "is empty: a ServiceEntry needs at least one host",
-        );
+        check.error("spec.hosts", "is empty: a ServiceEntry needs at least one host");
     }
     for (i, host) in spec.hosts.iter().enumerate() {
         if host == "*" {
-            check.error(
-                format!("spec.hosts[{i}]"),
-                "\"*\" is not allowed: a ServiceEntry cannot claim every host",
-            );
+            check.error(format!("spec.hosts[{i}]"), "\"*\" is not allowed: a ServiceEntry cannot claim every host");
         } else if !is_wildcard_host(host) {
-            check.error(
-                format!("spec.hosts[{i}]"),
-                format!("{host:?} is not a host name or wildcard"),
-            );
+            check.error(format!("spec.hosts[{i}]"), format!("{host:?} is not a host name or wildcard"));
         }
     }
     for (i, address) in spec.addresses.iter().enumerate() {
@@ -225,49 +175,29 @@ pub(super) fn service_entry(check: &mut Checker, se: &ServiceEntry) {
             );
         }
         if port.name.is_empty() {
-            check.error(
-                format!("{path}.name"),
-                format!("port {} has no name: Istio requires one", port.number),
-            );
+            check.error(format!("{path}.name"), format!("port {} has no name: Istio requires one", port.number));
         } else if let Some(first) = names.insert(&port.name, i) {
             check.error(
                 format!("{path}.name"),
-                format!(
-                    "{:?} is already the name of spec.ports[{first}]: port names must be unique",
-                    port.name
-                ),
+                format!("{:?} is already the name of spec.ports[{first}]: port names must be unique", port.name),
             );
         }
         if let Some(protocol) = &port.protocol
             && !PROTOCOLS.contains(&protocol.to_ascii_uppercase().as_str())
         {
-            check.error(
-                format!("{path}.protocol"),
-                format!("{protocol:?} is not one of {}", PROTOCOLS.join(", ")),
-            );
+            check.error(format!("{path}.protocol"), format!("{protocol:?} is not one of {}", PROTOCOLS.join(", ")));
         }
         if let Some(target) = port.target_port {
             check.port(format!("{path}.targetPort"), target);
         }
     }
     if let Some(location) = &spec.location {
-        check.one_of(
-            "spec.location",
-            location,
-            &["MESH_EXTERNAL", "MESH_INTERNAL"],
-        );
+        check.one_of("spec.location", location, &["MESH_EXTERNAL", "MESH_INTERNAL"]);
     }
     let resolution = spec.resolution.as_deref().unwrap_or("NONE");
-    check.one_of(
-        "spec.resolution",
-        resolution,
-        &["NONE", "STATIC", "DNS", "DNS_ROUND_ROBIN"],
-    );
+    check.one_of("spec.resolution", resolution, &["NONE", "STATIC", "DNS", "DNS_ROUND_ROBIN"]);
     if !spec.endpoints.is_empty() && spec.workload_selector.is_some() {
-        check.error(
-            "spec",
-            "sets both endpoints and workloadSelector: endpoints come from one or the other",
-        );
+        check.error("spec", "sets both endpoints and workloadSelector: endpoints come from one or the other");
     }
     match resolution {
         "STATIC" if spec.endpoints.is_empty() && spec.workload_selector.is_none() => check.error(
@@ -275,24 +205,18 @@ pub(super) fn service_entry(check: &mut Checker, se: &ServiceEntry) {
             "is empty: resolution STATIC needs endpoints (IP addresses) or a workloadSelector",
         ),
         "DNS" | "DNS_ROUND_ROBIN" if spec.endpoints.is_empty() => {
-            for (i, host) in spec
-                .hosts
-                .iter()
-                .enumerate()
-                .filter(|(_, h)| h.starts_with("*."))
-            {
+            for (i, host) in spec.hosts.iter().enumerate().filter(|(_, h)| h.starts_with("*.")) {
                 check.error(
                     format!("spec.hosts[{i}]"),
-                    format!("{host:?}: a wildcard host cannot be resolved by DNS; add endpoints or use resolution NONE"),
+                    format!(
+                        "{host:?}: a wildcard host cannot be resolved by DNS; add endpoints or use resolution NONE"
+                    ),
                 );
             }
         }
         "DNS_ROUND_ROBIN" if spec.endpoints.len() > 1 => check.error(
             "spec.endpoints",
-            format!(
-                "has {} endpoints: resolution DNS_ROUND_ROBIN takes exactly one",
-                spec.endpoints.len()
-            ),
+            format!("has {} endpoints: resolution DNS_ROUND_ROBIN takes exactly one", spec.endpoints.len()),
         ),
         _ => {}
     }
@@ -303,10 +227,7 @@ pub(super) fn service_entry(check: &mut Checker, se: &ServiceEntry) {
         if resolution == "STATIC" && !endpoint.address.is_empty() && !is_ip(&endpoint.address) {
             check.error(
                 format!("{path}.address"),
-                format!(
-                    "{:?} is not an IP address: resolution STATIC needs IPs (use DNS for names)",
-                    endpoint.address
-                ),
+                format!("{:?} is not an IP address: resolution STATIC needs IPs (use DNS for names)", endpoint.address),
             );
         }
         for name in endpoint.ports.keys() {
@@ -327,26 +248,15 @@ pub(super) fn workload_entry(check: &mut Checker, we: &WorkloadEntry) {
 /// A WorkloadEntry spec, or a ServiceEntry's inline endpoint.
 fn workload(check: &mut Checker, path: &str, spec: &WorkloadEntrySpec) {
     if spec.address.is_empty() {
-        check.error(
-            format!("{path}.address"),
-            "is empty: a workload needs an IP address or DNS name",
-        );
-    } else if !is_ip(&spec.address)
-        && (!is_wildcard_host(&spec.address) || spec.address.starts_with('*'))
-    {
-        check.error(
-            format!("{path}.address"),
-            format!("{:?} is neither an IP address nor a DNS name", spec.address),
-        );
+        check.error(format!("{path}.address"), "is empty: a workload needs an IP address or DNS name");
+    } else if !is_ip(&spec.address) && (!is_wildcard_host(&spec.address) || spec.address.starts_with('*')) {
+        check.error(format!("{path}.address"), format!("{:?} is neither an IP address nor a DNS name", spec.address));
     }
     for (name, port) in &spec.ports {
         check.port(format!("{path}.ports.{name}"), *port);
     }
     if spec.weight == Some(0) {
-        check.error(
-            format!("{path}.weight"),
-            "0 is not a weight: it must be at least 1 (leave it out for 1)",
-        );
+        check.error(format!("{path}.weight"), "0 is not a weight: it must be at least 1 (leave it out for 1)");
     }
 }
 
@@ -363,7 +273,10 @@ pub(super) fn sidecar(check: &mut Checker, sidecar: &Sidecar) {
                 if let Some(first) = ports.insert((port.number, bind), i) {
                     check.error(
                         format!("{path}.port.number"),
-                        format!("port {} is already used by spec.egress[{first}] on the same bind address", port.number),
+                        format!(
+                            "port {} is already used by spec.egress[{first}] on the same bind address",
+                            port.number
+                        ),
                     );
                 }
             }
@@ -378,38 +291,20 @@ pub(super) fn sidecar(check: &mut Checker, sidecar: &Sidecar) {
         if let Some(bind) = &listener.bind
             && !is_ip(bind)
         {
-            check.error(
-                format!("{path}.bind"),
-                format!("{bind:?} is not an IP address"),
-            );
+            check.error(format!("{path}.bind"), format!("{bind:?} is not an IP address"));
         }
         if let Some(mode) = &listener.capture_mode {
-            check.one_of(
-                format!("{path}.captureMode"),
-                mode,
-                &["DEFAULT", "IPTABLES", "NONE"],
-            );
+            check.one_of(format!("{path}.captureMode"), mode, &["DEFAULT", "IPTABLES", "NONE"]);
         }
         if listener.hosts.is_empty() {
-            check.error(
-                format!("{path}.hosts"),
-                "is empty: an egress listener needs at least one namespace/host",
-            );
+            check.error(format!("{path}.hosts"), "is empty: an egress listener needs at least one namespace/host");
         }
         for (h, host) in listener.hosts.iter().enumerate() {
             check_namespaced_host(check, format!("{path}.hosts[{h}]"), host, false, true);
         }
     }
-    if let Some(mode) = spec
-        .outbound_traffic_policy
-        .as_ref()
-        .and_then(|p| p.mode.as_deref())
-    {
-        check.one_of(
-            "spec.outboundTrafficPolicy.mode",
-            mode,
-            &["ALLOW_ANY", "REGISTRY_ONLY"],
-        );
+    if let Some(mode) = spec.outbound_traffic_policy.as_ref().and_then(|p| p.mode.as_deref()) {
+        check.one_of("spec.outboundTrafficPolicy.mode", mode, &["ALLOW_ANY", "REGISTRY_ONLY"]);
     }
     if let Some(selector) = &spec.workload_selector
         && selector.labels.is_empty()

@@ -21,11 +21,7 @@ pub(super) fn service(check: &mut Checker, service: &Service) {
             _ => {}
         }
         if let Some(protocol) = &port.protocol {
-            check.one_of(
-                format!("{path}.protocol"),
-                protocol,
-                &["TCP", "UDP", "SCTP"],
-            );
+            check.one_of(format!("{path}.protocol"), protocol, &["TCP", "UDP", "SCTP"]);
         }
         match port.name.as_deref() {
             Some(name) if !name.is_empty() => {
@@ -39,31 +35,18 @@ pub(super) fn service(check: &mut Checker, service: &Service) {
             // Kubernetes needs names to tell ports apart (EndpointSlices match by name).
             _ if spec.ports.len() > 1 => check.error(
                 format!("{path}.name"),
-                format!(
-                    "port {} has no name: a Service with several ports must name each",
-                    port.port
-                ),
+                format!("port {} has no name: a Service with several ports must name each", port.port),
             ),
             _ => {}
         }
     }
-    if let Some(ip) = spec
-        .cluster_ip
-        .as_deref()
-        .filter(|ip| !ip.is_empty() && *ip != "None")
+    if let Some(ip) = spec.cluster_ip.as_deref().filter(|ip| !ip.is_empty() && *ip != "None")
         && !is_ip(ip)
     {
-        check.error(
-            "spec.clusterIP",
-            format!("{ip:?} is neither an IP address nor \"None\""),
-        );
+        check.error("spec.clusterIP", format!("{ip:?} is neither an IP address nor \"None\""));
     }
     if let Some(service_type) = &spec.service_type {
-        check.one_of(
-            "spec.type",
-            service_type,
-            &["ClusterIP", "NodePort", "LoadBalancer", "ExternalName"],
-        );
+        check.one_of("spec.type", service_type, &["ClusterIP", "NodePort", "LoadBalancer", "ExternalName"]);
     }
 }
 
@@ -75,10 +58,7 @@ pub(super) fn pod(check: &mut Checker, pod: &Pod) {
     }
     for (c, container) in pod.spec.containers.iter().enumerate() {
         for (p, port) in container.ports.iter().enumerate() {
-            check.port(
-                format!("spec.containers[{c}].ports[{p}].containerPort"),
-                port.container_port,
-            );
+            check.port(format!("spec.containers[{c}].ports[{p}].containerPort"), port.container_port);
         }
     }
 }
@@ -86,10 +66,9 @@ pub(super) fn pod(check: &mut Checker, pod: &Pod) {
 pub(super) fn endpoint_slice(check: &mut Checker, slice: &EndpointSlice) {
     match slice.metadata.labels.get(SERVICE_NAME_LABEL) {
         Some(service) if is_dns1123_label(service) => {}
-        Some(service) => check.error(
-            format!("metadata.labels.{SERVICE_NAME_LABEL}"),
-            format!("{service:?} is not a Service name"),
-        ),
+        Some(service) => {
+            check.error(format!("metadata.labels.{SERVICE_NAME_LABEL}"), format!("{service:?} is not a Service name"))
+        }
         None => check.error(
             "metadata.labels",
             format!("label {SERVICE_NAME_LABEL} is missing: it names the Service these endpoints belong to"),
@@ -105,19 +84,13 @@ pub(super) fn endpoint_slice(check: &mut Checker, slice: &EndpointSlice) {
             |_| true
         }
         other => {
-            check.error(
-                "addressType",
-                format!("{other:?} is not one of IPv4, IPv6, FQDN"),
-            );
+            check.error("addressType", format!("{other:?} is not one of IPv4, IPv6, FQDN"));
             |_| true
         }
     };
     for (e, endpoint) in slice.endpoints.iter().enumerate() {
         if endpoint.addresses.is_empty() {
-            check.error(
-                format!("endpoints[{e}].addresses"),
-                "is empty: an endpoint needs an address",
-            );
+            check.error(format!("endpoints[{e}].addresses"), "is empty: an endpoint needs an address");
         }
         for (a, address) in endpoint.addresses.iter().enumerate() {
             if !address_ok(address) {
@@ -137,8 +110,5 @@ pub(super) fn endpoint_slice(check: &mut Checker, slice: &EndpointSlice) {
 
 /// An IANA service name, as Kubernetes requires for named ports.
 fn is_port_name(name: &str) -> bool {
-    name.len() <= 15
-        && is_dns1123_label(name)
-        && name.bytes().any(|b| b.is_ascii_lowercase())
-        && !name.contains("--")
+    name.len() <= 15 && is_dns1123_label(name) && name.bytes().any(|b| b.is_ascii_lowercase()) && !name.contains("--")
 }

@@ -35,13 +35,8 @@ pub fn check_references(snapshot: &StoreSnapshot) -> Vec<Problem> {
         let mut report = |path: String, message: String| {
             problems.push(problem(stored, Severity::Warning, path, message));
         };
-        let mut gateways: Vec<(String, &str)> = vs
-            .spec
-            .gateways
-            .iter()
-            .enumerate()
-            .map(|(i, g)| (format!("spec.gateways[{i}]"), g.as_str()))
-            .collect();
+        let mut gateways: Vec<(String, &str)> =
+            vs.spec.gateways.iter().enumerate().map(|(i, g)| (format!("spec.gateways[{i}]"), g.as_str())).collect();
         for (r, route) in vs.spec.http.iter().enumerate() {
             for (m, condition) in route.matches.iter().enumerate() {
                 for (g, gateway) in condition.gateways.iter().enumerate() {
@@ -69,16 +64,8 @@ pub fn check_references(snapshot: &StoreSnapshot) -> Vec<Problem> {
                 continue;
             }
             let (gw_namespace, name) = gateway.split_once('/').unwrap_or((namespace, gateway));
-            if snapshot
-                .get(&ConfigKey::new(ConfigKind::Gateway, gw_namespace, name))
-                .is_none()
-            {
-                report(
-                    path,
-                    format!(
-                        "gateway {gw_namespace}/{name} does not exist: the rule does not apply to it"
-                    ),
-                );
+            if snapshot.get(&ConfigKey::new(ConfigKind::Gateway, gw_namespace, name)).is_none() {
+                report(path, format!("gateway {gw_namespace}/{name} does not exist: the rule does not apply to it"));
             }
         }
     }
@@ -124,29 +111,13 @@ impl Registry {
         Registry { hosts, rules }
     }
 
-    fn destination(
-        &self,
-        report: &mut impl FnMut(String, String),
-        path: String,
-        dest: &Destination,
-        namespace: &str,
-    ) {
+    fn destination(&self, report: &mut impl FnMut(String, String), path: String, dest: &Destination, namespace: &str) {
         let resolved = host::resolve(&dest.host, namespace);
-        let shown = if *resolved == *dest.host {
-            dest.host.clone()
-        } else {
-            format!("{} ({resolved})", dest.host)
-        };
-        if !self
-            .hosts
-            .iter()
-            .any(|known| host::matches(known, &resolved))
-        {
+        let shown = if *resolved == *dest.host { dest.host.clone() } else { format!("{} ({resolved})", dest.host) };
+        if !self.hosts.iter().any(|known| host::matches(known, &resolved)) {
             report(
                 format!("{path}.host"),
-                format!(
-                    "{shown} matches no Service or ServiceEntry: requests routed there will fail with 503"
-                ),
+                format!("{shown} matches no Service or ServiceEntry: requests routed there will fail with 503"),
             );
         }
         let Some(subset) = &dest.subset else { return };
@@ -168,12 +139,7 @@ impl Registry {
                 .iter()
                 .map(|(key, subsets)| {
                     let names: Vec<&str> = subsets.iter().map(String::as_str).collect();
-                    format!(
-                        "{}/{} defines [{}]",
-                        key.namespace,
-                        key.name,
-                        names.join(", ")
-                    )
+                    format!("{}/{} defines [{}]", key.namespace, key.name, names.join(", "))
                 })
                 .collect();
             format!(
@@ -196,12 +162,11 @@ fn sidecar_collisions(snapshot: &StoreSnapshot, problems: &mut Vec<Problem>) {
         let ConfigObject::Sidecar(sidecar) = &stored.object else {
             continue;
         };
-        let selector = sidecar.spec.workload_selector.as_ref().map(|s| {
-            s.labels
-                .iter()
-                .map(|(k, v)| (k.as_str(), v.as_str()))
-                .collect::<Vec<_>>()
-        });
+        let selector = sidecar
+            .spec
+            .workload_selector
+            .as_ref()
+            .map(|s| s.labels.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect::<Vec<_>>());
         let without_selector = selector.is_none();
         // The first Sidecar (in key order) is the one later ones are reported against.
         let first = match seen.entry((key.namespace.clone(), selector)) {
@@ -236,11 +201,5 @@ fn sidecar_collisions(snapshot: &StoreSnapshot, problems: &mut Vec<Problem>) {
 }
 
 fn problem(stored: &StoredObject, severity: Severity, path: String, message: String) -> Problem {
-    Problem {
-        severity,
-        source: stored.source.clone(),
-        object: Some(stored.object.key()),
-        path,
-        message,
-    }
+    Problem { severity, source: stored.source.clone(), object: Some(stored.object.key()), path, message }
 }

@@ -8,20 +8,12 @@ use crate::model::store::Write;
 
 /// `(severity, path, message)` of every problem in `yaml`.
 fn findings(yaml: &str) -> Vec<(Severity, String, String)> {
-    parse_documents("t.yaml", yaml)
-        .problems
-        .into_iter()
-        .map(|p| (p.severity, p.path, p.message))
-        .collect()
+    parse_documents("t.yaml", yaml).problems.into_iter().map(|p| (p.severity, p.path, p.message)).collect()
 }
 
 /// Paths of the Errors in `yaml`.
 fn error_paths(yaml: &str) -> Vec<String> {
-    findings(yaml)
-        .into_iter()
-        .filter(|f| f.0 == Severity::Error)
-        .map(|f| f.1)
-        .collect()
+    findings(yaml).into_iter().filter(|f| f.0 == Severity::Error).map(|f| f.1).collect()
 }
 
 fn message_at(yaml: &str, path: &str) -> String {
@@ -34,9 +26,7 @@ fn message_at(yaml: &str, path: &str) -> String {
 }
 
 fn vs(spec: &str) -> String {
-    format!(
-        "apiVersion: networking.istio.io/v1\nkind: VirtualService\nmetadata: {{name: r}}\nspec:\n{spec}"
-    )
+    format!("apiVersion: networking.istio.io/v1\nkind: VirtualService\nmetadata: {{name: r}}\nspec:\n{spec}")
 }
 
 #[test]
@@ -52,10 +42,7 @@ fn weights_that_do_not_add_up_to_100_are_refused() {
     let yaml = vs(
         "  hosts: [reviews]\n  http:\n  - route:\n    - {destination: {host: a}, weight: 60}\n    - {destination: {host: b}, weight: 60}\n",
     );
-    assert_eq!(
-        message_at(&yaml, "spec.http[0].route"),
-        "weights add up to 120 (60 + 60), not 100"
-    );
+    assert_eq!(message_at(&yaml, "spec.http[0].route"), "weights add up to 120 (60 + 60), not 100");
 }
 
 #[test]
@@ -65,112 +52,60 @@ fn weights_on_some_destinations_only_is_a_warning() {
     );
     let found = findings(&yaml);
     assert_eq!(found.len(), 1, "{found:#?}");
-    assert_eq!(
-        (found[0].0, found[0].1.as_str()),
-        (Severity::Warning, "spec.http[0].route")
-    );
+    assert_eq!((found[0].0, found[0].1.as_str()), (Severity::Warning, "spec.http[0].route"));
 }
 
 #[test]
 fn virtual_service_rules() {
+    assert_eq!(error_paths(&vs("  hosts: []\n  http: [{route: [{destination: {host: a}}]}]\n")), vec!["spec.hosts"]);
     assert_eq!(
-        error_paths(&vs(
-            "  hosts: []\n  http: [{route: [{destination: {host: a}}]}]\n"
-        )),
-        vec!["spec.hosts"]
-    );
-    assert_eq!(
-        error_paths(&vs(
-            "  hosts: [\"*\"]\n  http: [{route: [{destination: {host: a}}]}]\n"
-        )),
+        error_paths(&vs("  hosts: [\"*\"]\n  http: [{route: [{destination: {host: a}}]}]\n")),
         vec!["spec.hosts[0]"],
         "* bound to mesh"
     );
     assert_eq!(
-        error_paths(&vs(
-            "  hosts: [a]\n  http: [{route: [{destination: {host: a}}], redirect: {uri: /x}}]\n"
-        )),
+        error_paths(&vs("  hosts: [a]\n  http: [{route: [{destination: {host: a}}], redirect: {uri: /x}}]\n")),
         vec!["spec.http[0]"]
     );
+    assert_eq!(error_paths(&vs("  hosts: [a]\n  http: [{timeout: 1s}]\n")), vec!["spec.http[0]"]);
     assert_eq!(
-        error_paths(&vs("  hosts: [a]\n  http: [{timeout: 1s}]\n")),
-        vec!["spec.http[0]"]
-    );
-    assert_eq!(
-        error_paths(&vs(
-            "  hosts: [a]\n  http: [{route: [{destination: {host: \"\"}}]}]\n"
-        )),
+        error_paths(&vs("  hosts: [a]\n  http: [{route: [{destination: {host: \"\"}}]}]\n")),
         vec!["spec.http[0].route[0].destination.host"]
     );
     assert_eq!(
-        error_paths(&vs(
-            "  hosts: [a]\n  http: [{route: [{destination: {host: a}}], retries: {attempts: -1}}]\n"
-        )),
+        error_paths(&vs("  hosts: [a]\n  http: [{route: [{destination: {host: a}}], retries: {attempts: -1}}]\n")),
         vec!["spec.http[0].retries.attempts"]
     );
-    assert_eq!(
-        error_paths(&vs("  hosts: [a]\n  tcp: [{route: []}]\n")),
-        vec!["spec.tcp[0].route"]
-    );
-    assert_eq!(
-        error_paths(&vs("  hosts: [a]\n")),
-        vec!["spec"],
-        "no routes at all"
-    );
+    assert_eq!(error_paths(&vs("  hosts: [a]\n  tcp: [{route: []}]\n")), vec!["spec.tcp[0].route"]);
+    assert_eq!(error_paths(&vs("  hosts: [a]\n")), vec!["spec"], "no routes at all");
 }
 
 #[test]
 fn string_matches_need_exactly_one_form_and_a_regex_that_compiles() {
-    let with_match = |m: &str| {
-        vs(&format!(
-            "  hosts: [a]\n  http:\n  - match: [{m}]\n    route: [{{destination: {{host: a}}}}]\n"
-        ))
-    };
+    let with_match =
+        |m: &str| vs(&format!("  hosts: [a]\n  http:\n  - match: [{m}]\n    route: [{{destination: {{host: a}}}}]\n"));
+    assert_eq!(error_paths(&with_match("{uri: {}}")), vec!["spec.http[0].match[0].uri"]);
     assert_eq!(
-        error_paths(&with_match("{uri: {}}")),
-        vec!["spec.http[0].match[0].uri"]
-    );
-    assert_eq!(
-        message_at(
-            &with_match("{uri: {exact: /a, prefix: /b}}"),
-            "spec.http[0].match[0].uri"
-        ),
+        message_at(&with_match("{uri: {exact: /a, prefix: /b}}"), "spec.http[0].match[0].uri"),
         "sets exact and prefix: set exactly one of exact, prefix or regex"
     );
-    let bad_regex = message_at(
-        &with_match("{uri: {regex: \"(abc\"}}"),
-        "spec.http[0].match[0].uri.regex",
-    );
-    assert!(
-        bad_regex.starts_with("\"(abc\" does not compile: "),
-        "{bad_regex}"
-    );
+    let bad_regex = message_at(&with_match("{uri: {regex: \"(abc\"}}"), "spec.http[0].match[0].uri.regex");
+    assert!(bad_regex.starts_with("\"(abc\" does not compile: "), "{bad_regex}");
     assert!(!bad_regex.contains('\n'), "one line: {bad_regex}");
-    let upper = message_at(
-        &with_match("{headers: {X-User: {exact: a}}}"),
-        "spec.http[0].match[0].headers.X-User",
-    );
+    let upper = message_at(&with_match("{headers: {X-User: {exact: a}}}"), "spec.http[0].match[0].headers.X-User");
     assert!(upper.contains("\"x-user\""), "{upper}");
 }
 
 fn dr(spec: &str) -> String {
-    format!(
-        "apiVersion: networking.istio.io/v1\nkind: DestinationRule\nmetadata: {{name: r}}\nspec:\n{spec}"
-    )
+    format!("apiVersion: networking.istio.io/v1\nkind: DestinationRule\nmetadata: {{name: r}}\nspec:\n{spec}")
 }
 
 #[test]
 fn destination_rule_rules() {
     assert_eq!(error_paths(&dr("  host: \"\"\n")), vec!["spec.host"]);
     assert_eq!(
-        error_paths(&dr(
-            "  host: a\n  subsets: [{name: v1}, {name: v1}, {name: \"\"}, {name: V2}]\n"
-        )),
-        vec![
-            "spec.subsets[1].name",
-            "spec.subsets[2].name",
-            "spec.subsets[3].name"
-        ]
+        error_paths(&dr("  host: a\n  subsets: [{name: v1}, {name: v1}, {name: \"\"}, {name: V2}]\n")),
+        vec!["spec.subsets[1].name", "spec.subsets[2].name", "spec.subsets[3].name"]
     );
     assert_eq!(
         message_at(
@@ -180,9 +115,7 @@ fn destination_rule_rules() {
         "\"FASTEST\" is not one of ROUND_ROBIN, LEAST_REQUEST, LEAST_CONN, RANDOM, PASSTHROUGH"
     );
     assert_eq!(
-        error_paths(&dr(
-            "  host: a\n  trafficPolicy: {loadBalancer: {consistentHash: {minimumRingSize: 5}}}\n"
-        )),
+        error_paths(&dr("  host: a\n  trafficPolicy: {loadBalancer: {consistentHash: {minimumRingSize: 5}}}\n")),
         vec!["spec.trafficPolicy.loadBalancer.consistentHash"]
     );
     assert_eq!(
@@ -197,9 +130,7 @@ fn destination_rule_rules() {
 }
 
 fn gateway(servers: &str) -> String {
-    format!(
-        "apiVersion: networking.istio.io/v1\nkind: Gateway\nmetadata: {{name: g}}\nspec:\n  servers: {servers}\n"
-    )
+    format!("apiVersion: networking.istio.io/v1\nkind: Gateway\nmetadata: {{name: g}}\nspec:\n  servers: {servers}\n")
 }
 
 #[test]
@@ -209,14 +140,9 @@ fn gateway_rules() {
         &gateway("[{port: {number: 443, name: https, protocol: HTTPS}, hosts: [\"*\"]}]"),
         "spec.servers[0].port.protocol",
     );
-    assert!(
-        https.contains("not supported yet: no TLS certificates"),
-        "{https}"
-    );
+    assert!(https.contains("not supported yet: no TLS certificates"), "{https}");
     assert_eq!(
-        error_paths(&gateway(
-            "[{port: {number: 0, name: http, protocol: HTTP}, hosts: []}]"
-        )),
+        error_paths(&gateway("[{port: {number: 0, name: http, protocol: HTTP}, hosts: []}]")),
         vec!["spec.servers[0].port.number", "spec.servers[0].hosts"]
     );
     assert_eq!(
@@ -228,9 +154,7 @@ fn gateway_rules() {
 }
 
 fn service_entry(spec: &str) -> String {
-    format!(
-        "apiVersion: networking.istio.io/v1\nkind: ServiceEntry\nmetadata: {{name: se}}\nspec:\n{spec}"
-    )
+    format!("apiVersion: networking.istio.io/v1\nkind: ServiceEntry\nmetadata: {{name: se}}\nspec:\n{spec}")
 }
 
 #[test]
@@ -242,15 +166,10 @@ fn service_entry_rules() {
         vec!["spec.ports[1].number", "spec.ports[1].name"]
     );
     assert_eq!(
-        error_paths(&service_entry(
-            "  hosts: [a.com]\n  resolution: STATIC\n  endpoints: [{address: a.com}]\n"
-        )),
+        error_paths(&service_entry("  hosts: [a.com]\n  resolution: STATIC\n  endpoints: [{address: a.com}]\n")),
         vec!["spec.endpoints[0].address"]
     );
-    assert_eq!(
-        error_paths(&service_entry("  hosts: [a.com]\n  resolution: STATIC\n")),
-        vec!["spec.endpoints"]
-    );
+    assert_eq!(error_paths(&service_entry("  hosts: [a.com]\n  resolution: STATIC\n")), vec!["spec.endpoints"]);
     assert_eq!(
         error_paths(&service_entry(
             "  hosts: [a.com]\n  resolution: STATIC\n  endpoints: [{address: 1.2.3.4}]\n  workloadSelector: {labels: {app: a}}\n"
@@ -258,9 +177,7 @@ fn service_entry_rules() {
         vec!["spec"]
     );
     assert_eq!(
-        error_paths(&service_entry(
-            "  hosts: [a.com]\n  resolution: DNS_ALWAYS\n  location: OUTSIDE\n"
-        )),
+        error_paths(&service_entry("  hosts: [a.com]\n  resolution: DNS_ALWAYS\n  location: OUTSIDE\n")),
         vec!["spec.location", "spec.resolution"]
     );
 }
@@ -268,9 +185,7 @@ fn service_entry_rules() {
 #[test]
 fn workload_entry_and_sidecar_rules() {
     let we = |spec: &str| {
-        format!(
-            "apiVersion: networking.istio.io/v1\nkind: WorkloadEntry\nmetadata: {{name: w}}\nspec: {spec}\n"
-        )
+        format!("apiVersion: networking.istio.io/v1\nkind: WorkloadEntry\nmetadata: {{name: w}}\nspec: {spec}\n")
     };
     assert_eq!(error_paths(&we("{address: \"\"}")), vec!["spec.address"]);
     assert_eq!(
@@ -278,18 +193,11 @@ fn workload_entry_and_sidecar_rules() {
         vec!["spec.ports.http", "spec.weight"]
     );
     let sidecar = |spec: &str| {
-        format!(
-            "apiVersion: networking.istio.io/v1\nkind: Sidecar\nmetadata: {{name: s}}\nspec: {spec}\n"
-        )
+        format!("apiVersion: networking.istio.io/v1\nkind: Sidecar\nmetadata: {{name: s}}\nspec: {spec}\n")
     };
+    assert_eq!(error_paths(&sidecar("{egress: [{hosts: [reviews]}]}")), vec!["spec.egress[0].hosts[0]"]);
     assert_eq!(
-        error_paths(&sidecar("{egress: [{hosts: [reviews]}]}")),
-        vec!["spec.egress[0].hosts[0]"]
-    );
-    assert_eq!(
-        error_paths(&sidecar(
-            "{egress: [{hosts: [\"~/*\", \"*/*\", \"./a\", \"prod/*.svc\"]}]}"
-        )),
+        error_paths(&sidecar("{egress: [{hosts: [\"~/*\", \"*/*\", \"./a\", \"prod/*.svc\"]}]}")),
         Vec::<String>::new()
     );
     assert_eq!(
@@ -307,13 +215,9 @@ fn workload_entry_and_sidecar_rules() {
 
 #[test]
 fn kubernetes_rules() {
-    let service = |spec: &str| {
-        format!("apiVersion: v1\nkind: Service\nmetadata: {{name: s}}\nspec: {spec}\n")
-    };
+    let service = |spec: &str| format!("apiVersion: v1\nkind: Service\nmetadata: {{name: s}}\nspec: {spec}\n");
     assert_eq!(
-        error_paths(&service(
-            "{ports: [{name: http, port: 80}, {name: http, port: 81}, {port: 82}]}"
-        )),
+        error_paths(&service("{ports: [{name: http, port: 80}, {name: http, port: 81}, {port: 82}]}")),
         vec!["spec.ports[1].name", "spec.ports[2].name"]
     );
     assert_eq!(
@@ -322,10 +226,7 @@ fn kubernetes_rules() {
     );
     let slice = "apiVersion: discovery.k8s.io/v1\nkind: EndpointSlice\nmetadata: {name: e}\naddressType: IPv5\n";
     assert_eq!(error_paths(slice), vec!["metadata.labels", "addressType"]);
-    assert_eq!(
-        error_paths("apiVersion: v1\nkind: Service\nmetadata: {name: Reviews_1}\n"),
-        vec!["metadata.name"]
-    );
+    assert_eq!(error_paths("apiVersion: v1\nkind: Service\nmetadata: {name: Reviews_1}\n"), vec!["metadata.name"]);
 }
 
 /// Loads `yaml` into a fresh store, as a source would, and checks references.
@@ -372,44 +273,20 @@ fn dangling_hosts_subsets_and_gateways_are_warnings_located_in_the_file() {
         "{REFERENCED}apiVersion: networking.istio.io/v1\nkind: VirtualService\nmetadata: {{name: r, namespace: prod}}\nspec:\n  hosts: [reviews]\n  gateways: [ingress]\n  http:\n  - route:\n    - {{destination: {{host: reviews, subset: v2}}, weight: 50}}\n    - {{destination: {{host: ratings}}, weight: 50}}\n"
     );
     let problems = reference_problems(&yaml);
-    let found: Vec<(Severity, &str, usize)> = problems
-        .iter()
-        .map(|p| (p.severity, p.path.as_str(), p.source.doc))
-        .collect();
+    let found: Vec<(Severity, &str, usize)> =
+        problems.iter().map(|p| (p.severity, p.path.as_str(), p.source.doc)).collect();
     assert_eq!(
         found,
         vec![
-            (
-                Severity::Warning,
-                "spec.http[0].route[0].destination.subset",
-                4
-            ),
-            (
-                Severity::Warning,
-                "spec.http[0].route[1].destination.host",
-                4
-            ),
+            (Severity::Warning, "spec.http[0].route[0].destination.subset", 4),
+            (Severity::Warning, "spec.http[0].route[1].destination.host", 4),
             (Severity::Warning, "spec.gateways[0]", 4),
         ],
         "{problems:#?}"
     );
-    assert!(
-        problems[0].message.contains("prod/reviews defines [v1]"),
-        "{}",
-        problems[0].message
-    );
-    assert!(
-        problems[1]
-            .message
-            .contains("ratings.prod.svc.cluster.local"),
-        "{}",
-        problems[1].message
-    );
-    assert!(
-        problems[2].message.contains("prod/ingress"),
-        "{}",
-        problems[2].message
-    );
+    assert!(problems[0].message.contains("prod/reviews defines [v1]"), "{}", problems[0].message);
+    assert!(problems[1].message.contains("ratings.prod.svc.cluster.local"), "{}", problems[1].message);
+    assert!(problems[2].message.contains("prod/ingress"), "{}", problems[2].message);
 }
 
 #[test]
@@ -423,9 +300,5 @@ fn two_sidecars_without_selector_in_one_namespace_collide() {
     assert_eq!(problems.len(), 1, "{problems:#?}");
     assert_eq!(problems[0].severity, Severity::Error);
     assert_eq!(problems[0].object.as_ref().map(|k| &*k.name), Some("b"));
-    assert!(
-        problems[0].message.contains("prod/a"),
-        "{}",
-        problems[0].message
-    );
+    assert!(problems[0].message.contains("prod/a"), "{}", problems[0].message);
 }

@@ -122,7 +122,12 @@ fn endpoint_from_workload(svc: &Service, w: &Workload) -> Option<Endpoint> {
 }
 
 /// Computes one service's endpoints from every source Kubernetes and Istio use.
-fn endpoints_of(svc: &Service, snapshot: &StoreSnapshot, workloads: &WorkloadIndex, slices: &SliceMap<'_>) -> ServiceEndpoints {
+fn endpoints_of(
+    svc: &Service,
+    snapshot: &StoreSnapshot,
+    workloads: &WorkloadIndex,
+    slices: &SliceMap<'_>,
+) -> ServiceEndpoints {
     let mut out: Vec<Endpoint> = Vec::new();
     let mut seen: HashSet<Arc<str>> = HashSet::new();
     let mut push = |e: Endpoint, out: &mut Vec<Endpoint>| {
@@ -169,7 +174,11 @@ fn endpoints_of(svc: &Service, snapshot: &StoreSnapshot, workloads: &WorkloadInd
                             .filter(|r| r.kind.as_deref() == Some("Pod"))
                             .and_then(|r| r.name.as_deref())
                             .and_then(|name| {
-                                let ns = ep.target_ref.as_ref().and_then(|r| r.namespace.as_deref()).unwrap_or(&svc.namespace);
+                                let ns = ep
+                                    .target_ref
+                                    .as_ref()
+                                    .and_then(|r| r.namespace.as_deref())
+                                    .unwrap_or(&svc.namespace);
                                 workloads.get(&crate::config::ConfigKey::new(ConfigKind::Pod, ns, name))
                             })
                             .map(|w| w.labels.clone())

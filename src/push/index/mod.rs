@@ -11,8 +11,8 @@ mod workloads;
 
 pub use endpoints::EndpointIndex;
 pub use rules::{
-    DestinationRuleIndex, GatewayIndex, GatewayServer, ResolvedGateway, ResolvedVirtualService, SidecarIndex, VirtualServiceIndex,
-    resolve_gateway_ref,
+    DestinationRuleIndex, GatewayIndex, GatewayServer, ResolvedGateway, ResolvedVirtualService, SidecarIndex,
+    VirtualServiceIndex, resolve_gateway_ref,
 };
 pub use services::ServiceIndex;
 pub use workloads::{Workload, WorkloadIndex};

@@ -154,7 +154,12 @@ impl DestinationRuleIndex {
     /// for a proxy in `proxy_namespace`, as Istio picks it: a visible rule in
     /// the proxy's namespace, then one in the service's namespace, then any
     /// other visible rule; exact hosts before wildcards.
-    pub fn for_host(&self, proxy_namespace: &str, service_namespace: &str, hostname: &str) -> Option<&Arc<ResolvedDestinationRule>> {
+    pub fn for_host(
+        &self,
+        proxy_namespace: &str,
+        service_namespace: &str,
+        hostname: &str,
+    ) -> Option<&Arc<ResolvedDestinationRule>> {
         let exact = self.by_host.get(hostname).map(Vec::as_slice).unwrap_or(&[]);
         let wild = self.wildcards.iter().filter(|r| host::matches(&r.host, hostname));
         let candidates: Vec<&Arc<ResolvedDestinationRule>> =
@@ -291,15 +296,20 @@ impl SidecarIndex {
 
     /// The Sidecar that applies to a workload: one whose selector matches its
     /// labels, else the namespace's selector-less one.
-    pub fn for_workload(&self, namespace: &str, labels: &BTreeMap<String, String>) -> Option<&(ConfigKey, Arc<istio::Sidecar>)> {
+    pub fn for_workload(
+        &self,
+        namespace: &str,
+        labels: &BTreeMap<String, String>,
+    ) -> Option<&(ConfigKey, Arc<istio::Sidecar>)> {
         let list = self.by_namespace.get(namespace)?;
         list.iter()
             .find(|(_, sc)| {
-                sc.spec
-                    .workload_selector
-                    .as_ref()
-                    .is_some_and(|sel| !sel.labels.is_empty() && sel.labels.iter().all(|(k, v)| labels.get(k) == Some(v)))
+                sc.spec.workload_selector.as_ref().is_some_and(|sel| {
+                    !sel.labels.is_empty() && sel.labels.iter().all(|(k, v)| labels.get(k) == Some(v))
+                })
             })
-            .or_else(|| list.iter().find(|(_, sc)| sc.spec.workload_selector.as_ref().is_none_or(|s| s.labels.is_empty())))
+            .or_else(|| {
+                list.iter().find(|(_, sc)| sc.spec.workload_selector.as_ref().is_none_or(|s| s.labels.is_empty()))
+            })
     }
 }

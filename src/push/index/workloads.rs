@@ -124,14 +124,16 @@ impl WorkloadIndex {
 
     /// Workloads of `namespace` matching every label of `selector`, in key order.
     /// An empty selector selects nothing (as for a Kubernetes Service).
-    pub fn select<'a>(&'a self, namespace: &str, selector: &'a BTreeMap<String, String>) -> impl Iterator<Item = &'a Arc<Workload>> + 'a {
+    pub fn select<'a>(
+        &'a self,
+        namespace: &str,
+        selector: &'a BTreeMap<String, String>,
+    ) -> impl Iterator<Item = &'a Arc<Workload>> + 'a {
         let candidates: &[Arc<Workload>] = match selector.iter().next() {
             None => &[],
-            Some((k, v)) => self
-                .by_label
-                .get(&(Arc::from(namespace), format!("{k}={v}")))
-                .map(Vec::as_slice)
-                .unwrap_or(&[]),
+            Some((k, v)) => {
+                self.by_label.get(&(Arc::from(namespace), format!("{k}={v}"))).map(Vec::as_slice).unwrap_or(&[])
+            }
         };
         candidates.iter().filter(move |w| w.matches(selector))
     }

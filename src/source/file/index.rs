@@ -50,23 +50,14 @@ impl FileIndex {
     /// Records a new read of `file` (`None`: the file is gone). Returns the
     /// keys whose stored version may have to change. Problems are logged
     /// when `log` is set, each with what happens to the object now.
-    pub(super) fn update(
-        &mut self,
-        file: &str,
-        parsed: Option<ParsedFile>,
-        log: bool,
-    ) -> BTreeSet<ConfigKey> {
+    pub(super) fn update(&mut self, file: &str, parsed: Option<ParsedFile>, log: bool) -> BTreeSet<ConfigKey> {
         self.reads += 1;
         let read = self.reads;
         let previous = self.files.remove(file).unwrap_or_default();
         let mut touched: BTreeSet<ConfigKey> = previous.objects.keys().cloned().collect();
         let Some(parsed) = parsed else {
             if log && !previous.objects.is_empty() {
-                tracing::info!(
-                    file,
-                    objects = previous.objects.len(),
-                    "config file removed: its objects are deleted"
-                );
+                tracing::info!(file, objects = previous.objects.len(), "config file removed: its objects are deleted");
             }
             return touched;
         };
@@ -79,30 +70,16 @@ impl FileIndex {
                 Some(old) if old.object == object => old.read,
                 _ => read,
             };
-            objects.insert(
-                key,
-                Contribution {
-                    object,
-                    source,
-                    read,
-                },
-            );
+            objects.insert(key, Contribution { object, source, read });
         }
         touched.extend(objects.keys().cloned());
 
         // Objects whose document failed keep their last good version. When a
         // problem cannot be tied to a key (a syntax error, an unreadable
         // file), nothing of the file is deleted until it reads cleanly.
-        let failed_keys: BTreeSet<&ConfigKey> = parsed
-            .problems
-            .iter()
-            .filter(|p| p.is_error())
-            .filter_map(|p| p.object.as_ref())
-            .collect();
-        let keyless_error = parsed
-            .problems
-            .iter()
-            .any(|p| p.is_error() && p.object.is_none());
+        let failed_keys: BTreeSet<&ConfigKey> =
+            parsed.problems.iter().filter(|p| p.is_error()).filter_map(|p| p.object.as_ref()).collect();
+        let keyless_error = parsed.problems.iter().any(|p| p.is_error() && p.object.is_none());
         let mut kept = Vec::new();
         for (key, old) in previous.objects {
             if !objects.contains_key(&key) && (keyless_error || failed_keys.contains(&key)) {
@@ -115,13 +92,7 @@ impl FileIndex {
         if log && parsed.problems != previous.problems {
             log_problems(file, &parsed.problems, &kept);
         }
-        self.files.insert(
-            file.into(),
-            FileEntry {
-                objects,
-                problems: parsed.problems,
-            },
-        );
+        self.files.insert(file.into(), FileEntry { objects, problems: parsed.problems });
         touched
     }
 
@@ -137,11 +108,8 @@ impl FileIndex {
                     return Write::Delete(key.clone());
                 };
                 if log && contributions.len() > 1 {
-                    let others: Vec<String> = contributions
-                        .iter()
-                        .filter(|c| c.read != winner.read)
-                        .map(|c| c.source.to_string())
-                        .collect();
+                    let others: Vec<String> =
+                        contributions.iter().filter(|c| c.read != winner.read).map(|c| c.source.to_string()).collect();
                     tracing::warn!(
                         "{key} is defined in {} and in {}: using {} (the file read last wins)",
                         winner.source,
@@ -157,11 +125,7 @@ impl FileIndex {
     /// Current problems of every file, plus a warning for each definition
     /// that loses to another file's; sorted by file and document.
     pub(super) fn problems(&self) -> Vec<Problem> {
-        let mut problems: Vec<Problem> = self
-            .files
-            .values()
-            .flat_map(|f| f.problems.iter().cloned())
-            .collect();
+        let mut problems: Vec<Problem> = self.files.values().flat_map(|f| f.problems.iter().cloned()).collect();
         let mut keys: BTreeMap<&ConfigKey, Vec<&Contribution>> = BTreeMap::new();
         for entry in self.files.values() {
             for (key, contribution) in &entry.objects {
@@ -186,11 +150,7 @@ impl FileIndex {
             }
         }
         problems.sort_by(|a, b| {
-            (&a.source.file, a.source.doc, a.severity).cmp(&(
-                &b.source.file,
-                b.source.doc,
-                b.severity,
-            ))
+            (&a.source.file, a.source.doc, a.severity).cmp(&(&b.source.file, b.source.doc, b.severity))
         });
         problems
     }
@@ -202,18 +162,11 @@ impl FileIndex {
 
     /// Number of distinct keys the files define.
     pub(super) fn key_count(&self) -> usize {
-        self.files
-            .values()
-            .flat_map(|f| f.objects.keys())
-            .collect::<BTreeSet<_>>()
-            .len()
+        self.files.values().flat_map(|f| f.objects.keys()).collect::<BTreeSet<_>>().len()
     }
 
     fn contributions(&self, key: &ConfigKey) -> Vec<&Contribution> {
-        self.files
-            .values()
-            .filter_map(|f| f.objects.get(key))
-            .collect()
+        self.files.values().filter_map(|f| f.objects.get(key)).collect()
     }
 }
 
@@ -228,10 +181,7 @@ fn log_problems(file: &str, problems: &[Problem], kept: &[ConfigKey]) {
             Some(key) if kept.contains(key) => format!("kept the previous {key}"),
             Some(key) => format!("{key} is not applied (there is no previous version to keep)"),
             None if kept.is_empty() => "nothing from this document is applied".to_string(),
-            None => format!(
-                "kept the previous {} objects of {file} until it reads cleanly",
-                kept.len()
-            ),
+            None => format!("kept the previous {} objects of {file} until it reads cleanly", kept.len()),
         };
         tracing::warn!("{problem}; {outcome}");
     }

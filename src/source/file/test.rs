@@ -27,9 +27,7 @@ fn dr_host(snapshot: &StoreSnapshot, name: &str) -> Option<String> {
 const BAD_VS: &str = "apiVersion: networking.istio.io/v1\nkind: VirtualService\nmetadata: {name: reviews}\nspec:\n  hosts: [reviews]\n  http: [{route: [{destination: {host: reviews}, weight: -5}]}]\n";
 
 fn good_vs(host: &str) -> String {
-    BAD_VS
-        .replace("weight: -5", "weight: 100")
-        .replace("host: reviews}", &format!("host: {host}}}"))
+    BAD_VS.replace("weight: -5", "weight: 100").replace("host: reviews}", &format!("host: {host}}}"))
 }
 
 fn vs_key() -> ConfigKey {
@@ -51,9 +49,7 @@ fn write(dir: &TempDir, name: &str, text: &str) {
 
 /// Re-reads `names` the way a batch of events does.
 fn reread(source: &FileSource, store: &ConfigStore, names: &[&str]) -> ChangeSet {
-    source
-        .tree
-        .refresh(store, names.iter().map(|n| n.to_string()).collect(), false)
+    source.tree.refresh(store, names.iter().map(|n| n.to_string()).collect(), false)
 }
 
 #[test]
@@ -69,10 +65,7 @@ fn the_initial_load_reads_yaml_files_recursively_and_skips_the_rest() {
     write(&dir, "broken.yaml", BAD_VS);
     let store = ConfigStore::new();
     let (source, report) = FileSource::load(dir.path(), &store).unwrap();
-    assert_eq!(
-        (report.files, report.objects, report.errors, report.warnings),
-        (3, 2, 1, 0)
-    );
+    assert_eq!((report.files, report.objects, report.errors, report.warnings), (3, 2, 1, 0));
     assert_eq!(report.changes.keys, vec![dr_key("a"), dr_key("b")]);
     let snapshot = store.snapshot();
     assert_eq!(snapshot.len(), 2);
@@ -98,11 +91,7 @@ fn loading_a_missing_directory_fails() {
 #[test]
 fn an_object_removed_from_its_file_is_deleted_unless_another_file_defines_it() {
     let dir = TempDir::new().unwrap();
-    write(
-        &dir,
-        "a.yaml",
-        &format!("{}---\n{}", dr_yaml("x", "a"), dr_yaml("y", "a")),
-    );
+    write(&dir, "a.yaml", &format!("{}---\n{}", dr_yaml("x", "a"), dr_yaml("y", "a")));
     write(&dir, "b.yaml", &dr_yaml("y", "b"));
     let store = ConfigStore::new();
     let (source, _) = FileSource::load(dir.path(), &store).unwrap();
@@ -122,11 +111,7 @@ fn an_object_removed_from_its_file_is_deleted_unless_another_file_defines_it() {
 
     write(&dir, "b.yaml", "");
     let changes = reread(&source, &store, &["b.yaml"]);
-    assert_eq!(
-        changes.keys,
-        vec![dr_key("y")],
-        "y falls back to a.yaml's version"
-    );
+    assert_eq!(changes.keys, vec![dr_key("y")], "y falls back to a.yaml's version");
     assert_eq!(dr_host(&store.snapshot(), "y").as_deref(), Some("a"));
 
     write(&dir, "a.yaml", &dr_yaml("x", "a"));
@@ -139,11 +124,7 @@ fn an_object_removed_from_its_file_is_deleted_unless_another_file_defines_it() {
 #[test]
 fn an_invalid_edit_keeps_the_previous_object_and_reports_the_problem() {
     let dir = TempDir::new().unwrap();
-    write(
-        &dir,
-        "reviews.yaml",
-        &format!("{}---\n{}", good_vs("v1"), dr_yaml("other", "o")),
-    );
+    write(&dir, "reviews.yaml", &format!("{}---\n{}", good_vs("v1"), dr_yaml("other", "o")));
     let store = ConfigStore::new();
     let (source, _) = FileSource::load(dir.path(), &store).unwrap();
 
@@ -166,11 +147,7 @@ fn an_invalid_edit_keeps_the_previous_object_and_reports_the_problem() {
 #[test]
 fn a_yaml_syntax_error_keeps_every_object_of_the_file() {
     let dir = TempDir::new().unwrap();
-    write(
-        &dir,
-        "a.yaml",
-        &format!("{}---\n{}", dr_yaml("x", "a"), dr_yaml("y", "a")),
-    );
+    write(&dir, "a.yaml", &format!("{}---\n{}", dr_yaml("x", "a"), dr_yaml("y", "a")));
     let store = ConfigStore::new();
     let (source, _) = FileSource::load(dir.path(), &store).unwrap();
 
@@ -178,11 +155,7 @@ fn a_yaml_syntax_error_keeps_every_object_of_the_file() {
     let changes = reread(&source, &store, &["a.yaml"]);
     assert!(changes.is_empty(), "{:?}", changes.keys);
     assert_eq!(store.snapshot().len(), 2);
-    assert!(
-        source.problems()[0]
-            .message
-            .starts_with("YAML syntax error")
-    );
+    assert!(source.problems()[0].message.starts_with("YAML syntax error"));
 }
 
 #[test]
@@ -202,17 +175,9 @@ fn editor_leftovers_and_hidden_paths_are_not_config_files() {
     for name in ["a.yaml", "a.yml", "A.YAML", "sub/dir/a.yaml"] {
         assert!(is_config_file(Path::new(name)), "{name}");
     }
-    for name in [
-        ".a.yaml",
-        ".a.yaml.swp",
-        "a.yaml~",
-        "#a.yaml#",
-        "a.yaml.tmp",
-        "4913",
-        ".git/a.yaml",
-        "..data/a.yaml",
-        "",
-    ] {
+    for name in
+        [".a.yaml", ".a.yaml.swp", "a.yaml~", "#a.yaml#", "a.yaml.tmp", "4913", ".git/a.yaml", "..data/a.yaml", ""]
+    {
         assert!(!is_config_file(Path::new(name)), "{name}");
     }
 }
@@ -237,14 +202,7 @@ async fn next_change(changes: &mut mpsc::Receiver<ChangeSet>) -> ChangeSet {
 }
 
 /// Loads `dir` and starts watching it.
-fn watched(
-    dir: &TempDir,
-) -> (
-    Arc<ConfigStore>,
-    SourceStatus,
-    mpsc::Receiver<ChangeSet>,
-    JoinHandle<()>,
-) {
+fn watched(dir: &TempDir) -> (Arc<ConfigStore>, SourceStatus, mpsc::Receiver<ChangeSet>, JoinHandle<()>) {
     let store = Arc::new(ConfigStore::new());
     let (source, _) = FileSource::load(dir.path(), &store).unwrap();
     let status = source.status();
@@ -265,16 +223,10 @@ async fn watching_applies_edits_new_files_and_deletions() {
     assert_eq!(dr_host(&change.snapshot, "x").as_deref(), Some("two"));
 
     write(&dir, "new/b.yaml", &dr_yaml("y", "b"));
-    eventually(&store, "b.yaml in a new directory is read", |s| {
-        dr_host(s, "y").is_some()
-    })
-    .await;
+    eventually(&store, "b.yaml in a new directory is read", |s| dr_host(s, "y").is_some()).await;
 
     fs::remove_file(dir.path().join("a.yaml")).unwrap();
-    eventually(&store, "x is deleted with its file", |s| {
-        dr_host(s, "x").is_none()
-    })
-    .await;
+    eventually(&store, "x is deleted with its file", |s| dr_host(s, "x").is_none()).await;
     fs::remove_dir_all(dir.path().join("new")).unwrap();
     eventually(&store, "y is deleted with its directory", |s| s.is_empty()).await;
     task.abort();
@@ -293,10 +245,7 @@ async fn a_broken_edit_keeps_the_served_object_until_it_is_fixed() {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     assert_eq!(vs_destination(&store.snapshot()).as_deref(), Some("v1"));
-    assert!(
-        changes.try_recv().is_err(),
-        "a refused edit changes nothing"
-    );
+    assert!(changes.try_recv().is_err(), "a refused edit changes nothing");
 
     write(&dir, "reviews.yaml", &good_vs("v2"));
     let change = next_change(&mut changes).await;
@@ -330,8 +279,5 @@ async fn the_watch_task_ends_when_the_change_receiver_is_dropped() {
     let dir = TempDir::new().unwrap();
     let (_store, _status, changes, task) = watched(&dir);
     drop(changes);
-    tokio::time::timeout(Duration::from_secs(5), task)
-        .await
-        .expect("the task did not end")
-        .unwrap();
+    tokio::time::timeout(Duration::from_secs(5), task).await.expect("the task did not end").unwrap();
 }

@@ -1,0 +1,22 @@
+//! The harness for integration tests that run real processes: Envoy, the meshpush
+//! binary, and the HTTP backends traffic ends at.
+//!
+//! Included by each test binary with `mod support;`. Every process it starts is
+//! owned by a guard that kills its whole process group on drop, panics included;
+//! every address it binds is on loopback; every wait has a deadline and fails with
+//! the logs of the processes involved.
+//!
+//! * [`process`]: [`process::ChildGuard`], free ports, [`process::wait_until`].
+//! * [`envoy`]: getting the Envoy binary, and [`envoy::Envoy`] with admin helpers.
+//! * [`meshpush`]: [`meshpush::Meshpush`], the real binary serving a config dir.
+//! * [`backend`]: [`backend::Backend`], tiny HTTP servers that say who they are.
+//! * [`http`]: the minimal HTTP/1.1 client and parser the others share.
+
+// Each test binary uses a different part of the harness.
+#![allow(dead_code)]
+
+pub mod backend;
+pub mod envoy;
+pub mod http;
+pub mod meshpush;
+pub mod process;
