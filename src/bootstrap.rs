@@ -43,7 +43,8 @@ pub struct BootstrapOptions {
     /// the canonical-name, `app.kubernetes.io/name` or `app` label, else the pod name.
     pub cluster: Option<String>,
     /// The meshpush xDS address as `host:port` (`127.0.0.1:15010`, `[::1]:15010`,
-    /// `meshpush.mesh.svc:15010`). An IP gives a STATIC cluster, a name STRICT_DNS.
+    /// `meshpush.mesh.svc:15010`) or `unix:PATH` (a Unix domain socket, Envoy's
+    /// `pipe` address). An IP or a socket gives a STATIC cluster, a name STRICT_DNS.
     pub xds_addr: String,
     /// Envoy's admin port; the admin listener binds 127.0.0.1 only.
     pub admin_port: u16,
@@ -96,8 +97,8 @@ pub enum BootstrapError {
     /// The interception mode is not one the server knows.
     #[error("--interception {0:?}: expected REDIRECT, TPROXY or NONE")]
     Interception(String),
-    /// The xDS address is not `host:port`.
-    #[error("--xds-addr {0:?}: expected HOST:PORT, e.g. 127.0.0.1:15010")]
+    /// The xDS address is not `host:port` or `unix:PATH`.
+    #[error("--xds-addr {0:?}: expected HOST:PORT (127.0.0.1:15010) or unix:PATH (unix:/run/meshpush/xds.sock)")]
     XdsAddr(String),
     /// Serializing the bootstrap failed (a bug: the tree is built from strings).
     #[error("serializing the bootstrap: {0}")]
@@ -118,7 +119,7 @@ pub fn parse_key_value(flag: &'static str, arg: &str) -> Result<(String, String)
 /// Renders the bootstrap YAML for `opts`.
 pub fn render(opts: &BootstrapOptions) -> Result<String, BootstrapError> {
     let proxy = validate(opts)?;
-    let (xds_host, xds_port) = split_host_port(&opts.xds_addr)?;
+    let (discovery, xds_address) = xds_address(&opts.xds_addr)?;
 
     let mut metadata = Map::new();
     for (key, value) in &opts.meta {
@@ -130,8 +131,6 @@ pub fn render(opts: &BootstrapOptions) -> Result<String, BootstrapError> {
     metadata.insert("ISTIO_VERSION".into(), json!("meshpush"));
 
     let cluster = opts.cluster.clone().unwrap_or_else(|| derived_cluster(&proxy, &opts.labels));
-    // An IP needs no resolver; a name is resolved (and re-resolved) by Envoy.
-    let discovery = if xds_host.parse::<IpAddr>().is_ok() { "STATIC" } else { "STRICT_DNS" };
 
     let node = json!({
         "id": opts.node_id,
@@ -156,9 +155,7 @@ pub fn render(opts: &BootstrapOptions) -> Result<String, BootstrapError> {
             "connect_timeout": "1s",
             "load_assignment": {
                 "cluster_name": XDS_CLUSTER,
-                "endpoints": [{ "lb_endpoints": [{ "endpoint": { "address": {
-                    "socket_address": { "address": xds_host, "port_value": xds_port },
-                }}}]}],
+                "endpoints": [{ "lb_endpoints": [{ "endpoint": { "address": xds_address }}]}],
             },
             "typed_extension_protocol_options": {
                 "envoy.extensions.upstreams.http.v3.HttpProtocolOptions": {
@@ -230,6 +227,20 @@ fn derived_cluster(proxy: &Proxy, labels: &BTreeMap<String, String>) -> String {
         .map(String::as_str)
         .unwrap_or_else(|| proxy.workload.split('.').next().unwrap_or(&proxy.workload));
     format!("{app}.{}", proxy.namespace)
+}
+
+/// The `xds-grpc` cluster's discovery type and endpoint address for `--xds-addr`.
+fn xds_address(addr: &str) -> Result<(&'static str, serde_json::Value), BootstrapError> {
+    if let Some(path) = addr.strip_prefix("unix:") {
+        if path.is_empty() {
+            return Err(BootstrapError::XdsAddr(addr.to_string()));
+        }
+        return Ok(("STATIC", json!({ "pipe": { "path": path } })));
+    }
+    let (host, port) = split_host_port(addr)?;
+    // An IP needs no resolver; a name is resolved (and re-resolved) by Envoy.
+    let discovery = if host.parse::<IpAddr>().is_ok() { "STATIC" } else { "STRICT_DNS" };
+    Ok((discovery, json!({ "socket_address": { "address": host, "port_value": port } })))
 }
 
 /// Splits `host:port`, `[v6]:port` included.
@@ -313,6 +324,17 @@ mod tests {
         assert_eq!(sa["port_value"], 15010);
         assert_eq!(cluster("meshpush.mesh.svc:15010")["type"], "STRICT_DNS");
         assert_eq!(cluster("[::1]:15010")["type"], "STATIC");
+    }
+
+    #[test]
+    fn xds_cluster_dials_a_unix_socket_through_a_pipe_address() {
+        let b = parsed(&BootstrapOptions::new(SIDECAR, "unix:/run/meshpush/xds.sock"));
+        let c = &b["static_resources"]["clusters"][0];
+        assert_eq!(c["type"], "STATIC");
+        let address = &c["load_assignment"]["endpoints"][0]["lb_endpoints"][0]["endpoint"]["address"];
+        assert_eq!(address, &json!({ "pipe": { "path": "/run/meshpush/xds.sock" } }));
+        let err = render(&BootstrapOptions::new(SIDECAR, "unix:")).unwrap_err();
+        assert!(matches!(err, BootstrapError::XdsAddr(_)), "{err}");
     }
 
     #[test]

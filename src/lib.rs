@@ -9,6 +9,7 @@ pub mod admin;
 pub mod bootstrap;
 pub mod config;
 pub mod generate;
+pub mod metrics;
 pub mod model;
 pub mod push;
 pub mod serve;

@@ -50,9 +50,9 @@ struct ServeArgs {
     /// Directory of Kubernetes-style YAML (read recursively, watched).
     #[arg(long, default_value = "examples/bookinfo")]
     config: PathBuf,
-    /// ADS gRPC address.
+    /// ADS gRPC address: `IP:PORT`, or `unix:PATH` for a Unix domain socket.
     #[arg(long, default_value = "127.0.0.1:15010")]
-    xds_addr: SocketAddr,
+    xds_addr: meshpush::serve::ListenAddr,
     /// Admin HTTP address (`/ready`).
     #[arg(long, default_value = "127.0.0.1:15014")]
     admin_addr: SocketAddr,
@@ -72,7 +72,7 @@ struct BootstrapArgs {
     /// Envoy `node.cluster` (default: the workload's `app.namespace`, as Istio).
     #[arg(long)]
     cluster: Option<String>,
-    /// meshpush's ADS address.
+    /// meshpush's ADS address: `HOST:PORT`, or `unix:PATH` for a Unix domain socket.
     #[arg(long, default_value = "127.0.0.1:15010")]
     xds_addr: String,
     /// Envoy admin port (on 127.0.0.1).

@@ -5,9 +5,16 @@
 //! the watcher feed the debouncer. The xDS listener is bound before the
 //! load, so Envoys that connect early wait on an empty but valid snapshot
 //! and get pushed the real one as soon as it exists.
+//!
+//! ADS listens on TCP or on a Unix domain socket ([`ListenAddr`]): the
+//! socket lets an Envoy in another network namespace (no route to the
+//! host's loopback) reach meshpush through the filesystem.
 
+use std::fmt;
+use std::io;
 use std::net::SocketAddr;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
+use std::str::FromStr;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -16,6 +23,7 @@ use tokio::sync::mpsc;
 
 use crate::model::ConfigStore;
 use crate::push::{DebounceConfig, Debouncer, PushEngine, PushRequest, PushSlot};
+use crate::source::RegistryService;
 use crate::source::file::FileSource;
 use crate::xds::AdsService;
 
@@ -25,11 +33,63 @@ pub struct ServeOptions {
     /// Directory of YAML.
     pub config_dir: PathBuf,
     /// ADS address.
-    pub xds_addr: SocketAddr,
+    pub xds_addr: ListenAddr,
     /// Admin address.
     pub admin_addr: SocketAddr,
     /// Debounce timing.
     pub debounce: DebounceConfig,
+}
+
+/// Where a server listens: `IP:PORT`, or `unix:/path/to.sock`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ListenAddr {
+    /// A TCP address.
+    Tcp(SocketAddr),
+    /// A Unix domain socket path.
+    Unix(PathBuf),
+}
+
+/// A listen address that is neither `IP:PORT` nor `unix:PATH`.
+#[derive(Debug, thiserror::Error)]
+#[error("{0:?}: expected IP:PORT (127.0.0.1:15010) or unix:PATH (unix:/run/meshpush/xds.sock)")]
+pub struct ListenAddrError(String);
+
+impl FromStr for ListenAddr {
+    type Err = ListenAddrError;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s.strip_prefix("unix:") {
+            Some(path) if !path.is_empty() => Ok(ListenAddr::Unix(PathBuf::from(path))),
+            Some(_) => Err(ListenAddrError(s.to_string())),
+            None => s.parse().map(ListenAddr::Tcp).map_err(|_| ListenAddrError(s.to_string())),
+        }
+    }
+}
+
+impl fmt::Display for ListenAddr {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ListenAddr::Tcp(addr) => addr.fmt(f),
+            ListenAddr::Unix(path) => write!(f, "unix:{}", path.display()),
+        }
+    }
+}
+
+/// Binds a Unix socket at `path`. A socket file nobody accepts on (left by a
+/// server that was killed) is replaced; anything else at `path` is an error.
+fn bind_unix(path: &Path) -> io::Result<tokio::net::UnixListener> {
+    use std::os::unix::fs::FileTypeExt as _;
+    match tokio::net::UnixListener::bind(path) {
+        Err(e)
+            if e.kind() == io::ErrorKind::AddrInUse
+                && std::fs::symlink_metadata(path).is_ok_and(|m| m.file_type().is_socket())
+                && std::os::unix::net::UnixStream::connect(path).is_err() =>
+        {
+            std::fs::remove_file(path)?;
+            tokio::net::UnixListener::bind(path)
+        }
+        other => other,
+    }
 }
 
 /// Change sets buffered between the sources and the debouncer.
@@ -39,10 +99,14 @@ const CHANGE_QUEUE: usize = 1024;
 pub async fn run(options: ServeOptions) -> anyhow::Result<()> {
     let engine = PushEngine::new();
     let store = Arc::new(ConfigStore::new());
+    // Both sources (the directory watcher and the registry API) feed the debouncer through this.
+    let (changes_tx, changes_rx) = mpsc::channel(CHANGE_QUEUE);
 
-    let xds_listener = tokio::net::TcpListener::bind(options.xds_addr)
-        .await
-        .with_context(|| format!("binding the xDS address {}", options.xds_addr))?;
+    let xds_listener = match &options.xds_addr {
+        ListenAddr::Tcp(addr) => tokio::net::TcpListener::bind(addr).await.map(XdsListener::Tcp),
+        ListenAddr::Unix(path) => bind_unix(path).map(XdsListener::Unix),
+    }
+    .with_context(|| format!("binding the xDS address {}", options.xds_addr))?;
     let admin_listener = tokio::net::TcpListener::bind(options.admin_addr)
         .await
         .with_context(|| format!("binding the admin address {}", options.admin_addr))?;
@@ -60,8 +124,15 @@ pub async fn run(options: ServeOptions) -> anyhow::Result<()> {
         .http2_keepalive_timeout(Some(Duration::from_secs(10)))
         .max_concurrent_streams(Some(u32::MAX))
         .add_service(AdsService::new(engine.clone()))
-        .serve_with_incoming_shutdown(tokio_stream::wrappers::TcpListenerStream::new(xds_listener), shutdown());
-    let ads = tokio::spawn(ads);
+        .add_service(RegistryService::new(store.clone(), engine.clone(), changes_tx.clone()).into_server());
+    let ads = match xds_listener {
+        XdsListener::Tcp(l) => tokio::spawn(
+            ads.serve_with_incoming_shutdown(tokio_stream::wrappers::TcpListenerStream::new(l), shutdown()),
+        ),
+        XdsListener::Unix(l) => tokio::spawn(
+            ads.serve_with_incoming_shutdown(tokio_stream::wrappers::UnixListenerStream::new(l), shutdown()),
+        ),
+    };
     let admin = tokio::spawn({
         let engine = engine.clone();
         let shutdown = shutdown();
@@ -86,7 +157,6 @@ pub async fn run(options: ServeOptions) -> anyhow::Result<()> {
     );
 
     let slot = Arc::new(PushSlot::default());
-    let (changes_tx, changes_rx) = mpsc::channel(CHANGE_QUEUE);
     let watcher = source.watch(store.clone(), changes_tx).context("watching the config directory")?;
     let debouncer = tokio::spawn(Debouncer::new(options.debounce, slot.clone()).run(changes_rx));
     let pusher = tokio::spawn(engine.clone().run(slot));
@@ -102,7 +172,16 @@ pub async fn run(options: ServeOptions) -> anyhow::Result<()> {
         let _ = admin.await;
     })
     .await;
+    if let ListenAddr::Unix(path) = &options.xds_addr {
+        let _ = std::fs::remove_file(path);
+    }
     Ok(())
+}
+
+/// The bound xDS listener.
+enum XdsListener {
+    Tcp(tokio::net::TcpListener),
+    Unix(tokio::net::UnixListener),
 }
 
 async fn wait_for_signal() {
@@ -119,5 +198,22 @@ async fn wait_for_signal() {
     #[cfg(not(unix))]
     {
         let _ = ctrl_c.await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn listen_addr_is_tcp_or_a_unix_path() {
+        assert_eq!("127.0.0.1:15010".parse::<ListenAddr>().unwrap(), ListenAddr::Tcp(([127, 0, 0, 1], 15010).into()));
+        let unix: ListenAddr = "unix:/run/meshpush/xds.sock".parse().unwrap();
+        assert_eq!(unix, ListenAddr::Unix("/run/meshpush/xds.sock".into()));
+        assert_eq!(unix.to_string(), "unix:/run/meshpush/xds.sock");
+        for bad in ["unix:", "localhost:15010", "127.0.0.1", ""] {
+            let err = bad.parse::<ListenAddr>().unwrap_err();
+            assert!(err.to_string().contains("expected IP:PORT"), "{bad}: {err}");
+        }
     }
 }

@@ -1,24 +1,98 @@
-//! The admin HTTP endpoint: readiness now, metrics and debug views as they land.
+//! The admin HTTP endpoint: readiness, metrics, debug views and a status page.
 //!
 //! It runs on its own address, off the xDS path: a slow or expensive admin
-//! request never competes with the push path for a lock (it only loads the
-//! published snapshot).
+//! request never competes with the push path for a lock. Handlers read
+//! published state only — the snapshot through `ArcSwap`, each stream's
+//! status copy, the push history, the metrics — and the one expensive view,
+//! `/debug/config_dump`, generates on the blocking pool.
+//!
+//! | path | what |
+//! |---|---|
+//! | `/ready` | 200 once the first snapshot is published |
+//! | `/metrics` | Prometheus text ([`crate::metrics`]) |
+//! | `/debug/syncz` | per stream and type: sent/ACKed nonce and version, sync state, last NACK |
+//! | `/debug/config_dump?proxyID=` | what a proxy is sent, as Envoy's config_dump |
+//! | `/debug/connections` | connected streams |
+//! | `/debug/push_status` | the last push, per-type totals |
+//! | `/debug/scopes` | scopes, their members and visible services |
+//! | `/debug/configz` | objects with their source file, validation problems |
+//! | `/` | the status page |
 
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use axum::Router;
 use axum::extract::State;
-use axum::http::StatusCode;
+use axum::http::{StatusCode, header};
+use axum::response::IntoResponse;
 use axum::routing::get;
 
+use crate::config::parse::Problem;
 use crate::push::PushEngine;
+use crate::source::SourceStatus;
+
+pub mod config_dump;
+pub mod debug;
+pub mod envoy_json;
+pub mod status_page;
+
+/// What the admin handlers read.
+#[derive(Debug, Clone)]
+pub struct AdminState {
+    /// The engine: snapshot, cache, streams, metrics, push history.
+    pub engine: Arc<PushEngine>,
+    /// The file source's problems, once it is loaded (the admin server
+    /// starts before the load so that `/ready` can answer 503 meanwhile).
+    source: Arc<OnceLock<SourceStatus>>,
+}
+
+impl AdminState {
+    /// State over `engine`, with no source yet.
+    pub fn new(engine: Arc<PushEngine>) -> AdminState {
+        AdminState { engine, source: Arc::new(OnceLock::new()) }
+    }
+
+    /// Attaches the config source (once; later calls are ignored).
+    pub fn set_source(&self, source: SourceStatus) {
+        let _ = self.source.set(source);
+    }
+
+    /// The sources' current problems.
+    pub fn problems(&self) -> Vec<Problem> {
+        self.source.get().map(SourceStatus::problems).unwrap_or_default()
+    }
+}
+
+/// Builds the admin router over `engine`, without a config source.
+pub fn router(engine: Arc<PushEngine>) -> Router {
+    router_with(AdminState::new(engine))
+}
 
 /// Builds the admin router.
-pub fn router(engine: Arc<PushEngine>) -> Router {
-    Router::new().route("/ready", get(ready)).with_state(engine)
+pub fn router_with(state: AdminState) -> Router {
+    Router::new()
+        .route("/", get(status_page::page))
+        .route("/ready", get(ready))
+        .route("/metrics", get(metrics))
+        .route("/debug/syncz", get(debug::syncz))
+        .route("/debug/config_dump", get(debug::config_dump))
+        .route("/debug/connections", get(debug::connections))
+        .route("/debug/push_status", get(debug::push_status))
+        .route("/debug/scopes", get(debug::scopes))
+        .route("/debug/configz", get(debug::configz))
+        .with_state(state)
 }
 
 /// `GET /ready`: 200 once the first snapshot from the sources is published.
-async fn ready(State(engine): State<Arc<PushEngine>>) -> (StatusCode, &'static str) {
-    if engine.is_ready() { (StatusCode::OK, "ready\n") } else { (StatusCode::SERVICE_UNAVAILABLE, "not ready\n") }
+async fn ready(State(state): State<AdminState>) -> (StatusCode, &'static str) {
+    if state.engine.is_ready() {
+        (StatusCode::OK, "ready\n")
+    } else {
+        (StatusCode::SERVICE_UNAVAILABLE, "not ready\n")
+    }
+}
+
+/// `GET /metrics`: Prometheus text format.
+async fn metrics(State(state): State<AdminState>) -> impl IntoResponse {
+    let body = state.engine.metrics.render(&state.engine);
+    ([(header::CONTENT_TYPE, crate::metrics::CONTENT_TYPE)], body)
 }

@@ -4,6 +4,10 @@
 //!   `(type, ScopeId)` and kept as a [`ResourceSet`]: every resource encoded
 //!   to `Bytes` (an `Any`), sorted by name, with a content hash per resource
 //!   and a version for the whole set.
+//! * Inbound sets — a workload's own `inbound|PORT||` clusters and its
+//!   `virtualInbound` listener — are cached per `(type, InboundId)`; they
+//!   depend on nothing but the workload's ports, so no config change
+//!   invalidates them.
 //! * ClusterLoadAssignments do not depend on the proxy at all: they are
 //!   cached by cluster name, shared by every scope.
 //!
@@ -23,7 +27,8 @@ use envoy_types::pb::google::protobuf::Any;
 use parking_lot::RwLock;
 use prost::Message;
 
-use crate::push::{PushChanges, PushContext, Scope, ScopeId};
+use crate::generate;
+use crate::push::{InboundId, InboundKey, PushChanges, PushContext, Scope, ScopeId};
 use crate::xds::types::TypeUrl;
 
 /// One resource, encoded once as an `Any`.
@@ -100,6 +105,10 @@ pub struct CacheStats {
     pub encoded: [AtomicU64; 4],
     /// Bytes encoded, all types.
     pub bytes_encoded: AtomicU64,
+    /// Response bodies assembled.
+    pub bodies_assembled: AtomicU64,
+    /// Responses that reused an assembled body.
+    pub bodies_shared: AtomicU64,
 }
 
 impl CacheStats {
@@ -118,8 +127,15 @@ struct Maps {
     /// The snapshot version entries must have been built from.
     generation: u64,
     sets: HashMap<(TypeUrl, ScopeId), Arc<ResourceSet>>,
+    inbound: HashMap<(TypeUrl, InboundId), Arc<ResourceSet>>,
     endpoints: HashMap<Arc<str>, Arc<EncodedResource>>,
+    /// Assembled response bodies by (type, version, which resources).
+    bodies: HashMap<(TypeUrl, Arc<str>, u64), Bytes>,
 }
+
+/// Assembled bodies kept at most; past this the map starts over (it is
+/// emptied at every snapshot anyway, so this only bounds pathological churn).
+const MAX_BODIES: usize = 16_384;
 
 /// The cache. One per server, shared by every stream.
 #[derive(Debug, Default)]
@@ -150,6 +166,57 @@ impl ScopedCache {
             return maps.sets.entry(key).or_insert(set).clone();
         }
         set
+    }
+
+    /// The inbound CDS or LDS set of a workload shape, generated on a miss.
+    pub fn inbound(&self, id: InboundId, key: &InboundKey, type_url: TypeUrl) -> Arc<ResourceSet> {
+        if let Some(set) = self.maps.read().inbound.get(&(type_url, id)) {
+            CacheStats::count(&self.stats.hits, type_url, 1);
+            return set.clone();
+        }
+        CacheStats::count(&self.stats.misses, type_url, 1);
+        CacheStats::count(&self.stats.generations, type_url, 1);
+        let resources: Vec<Arc<EncodedResource>> = match type_url {
+            TypeUrl::Cluster => generate::cds::inbound_clusters(key)
+                .iter()
+                .map(|c| Arc::new(self.encode(type_url, c.name.as_str().into(), c)))
+                .collect(),
+            TypeUrl::Listener => generate::lds::inbound_listeners(key)
+                .iter()
+                .map(|l| Arc::new(self.encode(type_url, l.name.as_str().into(), l)))
+                .collect(),
+            TypeUrl::Route | TypeUrl::Endpoint => Vec::new(),
+        };
+        let set = Arc::new(ResourceSet::new(resources));
+        // A pure function of the key: no generation check needed.
+        self.maps.write().inbound.entry((type_url, id)).or_insert(set).clone()
+    }
+
+    /// The framed response body for `resources` at `version`, assembled once
+    /// and shared by every stream that sends the same thing. `partial` says
+    /// the resources are a subset of what `version` describes (EDS and RDS
+    /// send only what changed), so the subset itself becomes part of the key.
+    pub fn response_body(
+        &self,
+        type_url: TypeUrl,
+        version: &Arc<str>,
+        resources: &[Arc<EncodedResource>],
+        partial: bool,
+    ) -> Bytes {
+        let which = if partial { version_of(resources.iter().map(|r| (&*r.name, r.hash))) } else { Arc::from("") };
+        let which = xxhash_rust::xxh3::xxh3_64(which.as_bytes());
+        let key = (type_url, version.clone(), which);
+        if let Some(body) = self.maps.read().bodies.get(&key) {
+            self.stats.bodies_shared.fetch_add(1, Ordering::Relaxed);
+            return body.clone();
+        }
+        let body = crate::xds::codec::ResponseBody::assemble(type_url, version, resources.iter().map(|r| &**r)).bytes;
+        self.stats.bodies_assembled.fetch_add(1, Ordering::Relaxed);
+        let mut maps = self.maps.write();
+        if maps.bodies.len() >= MAX_BODIES {
+            maps.bodies.clear();
+        }
+        maps.bodies.entry(key).or_insert(body).clone()
     }
 
     /// The ClusterLoadAssignment for a cluster name; `None` when no such cluster exists.
@@ -202,6 +269,7 @@ impl ScopedCache {
     pub fn invalidate(&self, ctx: &PushContext, changes: &PushChanges) {
         let mut maps = self.maps.write();
         maps.generation = ctx.version;
+        maps.bodies.clear();
         maps.sets.retain(|(_, scope), _| ctx.scope(*scope).is_some());
         if changes.full {
             maps.endpoints.clear();
@@ -211,9 +279,12 @@ impl ScopedCache {
         }
     }
 
-    /// Drops the sets of scopes no connection uses any more (bounded memory).
-    pub fn retain_scopes(&self, live: &HashSet<ScopeId>) {
-        self.maps.write().sets.retain(|(_, scope), _| live.contains(scope));
+    /// Drops the sets of scopes and workload shapes no connection uses any
+    /// more (bounded memory).
+    pub fn retain_live(&self, scopes: &HashSet<ScopeId>, inbound: &HashSet<InboundId>) {
+        let mut maps = self.maps.write();
+        maps.sets.retain(|(_, scope), _| scopes.contains(scope));
+        maps.inbound.retain(|(_, id), _| inbound.contains(id));
     }
 
     /// Number of cached scope sets and assignments.

@@ -34,7 +34,7 @@ use super::policy::{self, DestinationPolicy};
 use super::{eds, names, proto};
 use crate::config::istio::{DestinationRuleSpec, LoadBalancerSettings, TrafficPolicy};
 use crate::model::{Protocol, ProxyKind, Resolution, Service, ServicePort};
-use crate::push::{PushContext, Scope};
+use crate::push::{InboundKey, PushContext, Scope};
 
 /// Istio's default connect timeout.
 const DEFAULT_CONNECT_TIMEOUT_SECONDS: i64 = 10;
@@ -54,11 +54,20 @@ pub fn clusters(ctx: &PushContext, scope: &Scope) -> Vec<Cluster> {
             }
         }
     }
-    if scope.key.kind == ProxyKind::Sidecar {
-        out.extend(scope.key.inbound.iter().map(|p| inbound(p.port, p.protocol)));
-    }
     out.push(blackhole());
     out.push(passthrough());
+    out.sort_by(|a, b| a.name.cmp(&b.name));
+    out.dedup_by(|a, b| a.name == b.name);
+    out
+}
+
+/// The inbound clusters of a workload: `inbound|PORT||` for each of its
+/// ports (sidecars only). Sorted by name.
+pub fn inbound_clusters(key: &InboundKey) -> Vec<Cluster> {
+    if key.kind != ProxyKind::Sidecar {
+        return Vec::new();
+    }
+    let mut out: Vec<Cluster> = key.ports.iter().map(|p| inbound(p.port, p.protocol)).collect();
     out.sort_by(|a, b| a.name.cmp(&b.name));
     out.dedup_by(|a, b| a.name == b.name);
     out

@@ -5,13 +5,15 @@
 //! read this one plan. A server binds its `targetPort` when it has one, else
 //! its `number`; servers of every Gateway the router serves that bind the
 //! same port share one listener. The first server on a port (Gateways in key
-//! order, servers in spec order) decides whether the port is HTTP or TCP;
-//! servers of the other kind on that port are left out.
+//! order, servers in spec order) decides whether the port is HTTP or TCP
+//! and which address it binds (`bind`, else `0.0.0.0`); servers of the
+//! other kind or with another bind address on that port are left out.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
 use crate::config::ConfigObject;
+use super::names;
 use crate::model::{Hostname, host};
 use crate::push::index::{GatewayServer, ResolvedGateway, ResolvedVirtualService};
 use crate::push::{PushContext, Scope};
@@ -21,6 +23,8 @@ use crate::push::{PushContext, Scope};
 pub struct GatewayPort<'a> {
     /// The port bound (the servers' `targetPort`, else their `number`).
     pub port: u32,
+    /// The address bound: the first server's `bind`, else `0.0.0.0`.
+    pub bind: &'a str,
     /// Whether the port goes through an HTTP connection manager.
     pub http: bool,
     /// The servers on it, with their Gateway.
@@ -42,9 +46,14 @@ pub fn gateway_ports<'a>(ctx: &PushContext, scope: &'a Scope) -> Vec<GatewayPort
                 continue;
             }
             let http = is_http(&server.protocol);
-            let entry = ports.entry(port).or_insert_with(|| GatewayPort { port, http, servers: Vec::new() });
+            let bind = server.bind.as_deref().unwrap_or(names::WILDCARD_ADDRESS);
+            let entry = ports.entry(port).or_insert_with(|| GatewayPort { port, bind, http, servers: Vec::new() });
             if entry.http != http {
                 tracing::debug!(gateway = %gw.name, port, protocol = %server.protocol, "server protocol conflicts with an earlier server on the port; skipped");
+                continue;
+            }
+            if entry.bind != bind {
+                tracing::debug!(gateway = %gw.name, port, bind, "server bind address conflicts with an earlier server on the port; skipped");
                 continue;
             }
             entry.servers.push((gw, server));

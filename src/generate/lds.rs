@@ -15,8 +15,9 @@
 //!   `virtualInbound` (0.0.0.0:15006) with a chain per workload port and a
 //!   catch-all to `PassthroughCluster`.
 //!
-//! Routers: one listener `0.0.0.0_PORT` per port bound by their Gateway
-//! servers (the plan in `gen/gateway.rs`, shared with RDS).
+//! Routers: one listener `BIND_PORT` (`0.0.0.0_8080` unless the server sets
+//! `bind`) per port bound by their Gateway servers (the plan in
+//! `gen/gateway.rs`, shared with RDS).
 //!
 //! HTTP listeners use RDS (route config `PORT` or `http.PORT`) with the
 //! router filter last; TCP listeners use tcp_proxy. Invariants: output
@@ -49,7 +50,8 @@ use super::{names, proto};
 use crate::config::istio::MESH_GATEWAY;
 use crate::model::{InterceptionMode, ProxyKind, Service};
 use crate::push::scope::OutboundPolicy;
-use crate::push::{PushContext, Scope};
+use crate::push::scope::InboundPort;
+use crate::push::{InboundKey, PushContext, Scope};
 
 /// Every listener of `scope`, sorted by name.
 pub fn listeners(ctx: &PushContext, scope: &Scope) -> Vec<Listener> {
@@ -69,9 +71,17 @@ fn sidecar_listeners(ctx: &PushContext, scope: &Scope) -> Vec<Listener> {
         .collect();
     if scope.key.interception != InterceptionMode::None {
         out.push(virtual_outbound(scope));
-        out.push(virtual_inbound(scope));
     }
     out
+}
+
+/// The inbound listeners of a workload: `virtualInbound` for redirected
+/// sidecars; none in NONE mode (the application owns its ports) or for routers.
+pub fn inbound_listeners(key: &InboundKey) -> Vec<Listener> {
+    if key.kind != ProxyKind::Sidecar || key.interception == InterceptionMode::None {
+        return Vec::new();
+    }
+    vec![virtual_inbound(&key.ports)]
 }
 
 /// A listener the application connects to directly (NONE capture).
@@ -180,10 +190,8 @@ fn virtual_outbound(scope: &Scope) -> Listener {
 /// filter instead of `use_original_dst`: handing inbound connections over
 /// would deliver a connection for the workload's port 9080 to the outbound
 /// listener `0.0.0.0_9080`.
-fn virtual_inbound(scope: &Scope) -> Listener {
-    let mut chains: Vec<FilterChain> = scope
-        .key
-        .inbound
+fn virtual_inbound(ports: &[InboundPort]) -> Listener {
+    let mut chains: Vec<FilterChain> = ports
         .iter()
         .map(|p| {
             let cluster = names::inbound_cluster(p.port);
@@ -253,7 +261,7 @@ fn gateway_listeners(ctx: &PushContext, scope: &Scope) -> Vec<Listener> {
     gateway::gateway_ports(ctx, scope)
         .iter()
         .map(|p| {
-            let name = names::listener(names::WILDCARD_ADDRESS, p.port);
+            let name = names::listener(p.bind, p.port);
             let filter = if p.http {
                 http_connection_manager(format!("outbound_{name}"), rds(names::gateway_route(p.port)))
             } else {
@@ -271,7 +279,7 @@ fn gateway_listeners(ctx: &PushContext, scope: &Scope) -> Vec<Listener> {
             };
             Listener {
                 name,
-                address: Some(proto::socket_address(names::WILDCARD_ADDRESS, p.port)),
+                address: Some(proto::socket_address(p.bind, p.port)),
                 filter_chains: vec![FilterChain { filters: vec![filter], ..Default::default() }],
                 traffic_direction: TrafficDirection::Outbound as i32,
                 ..Default::default()

@@ -305,6 +305,16 @@ fn productpage(ctx: &PushContext, mode: &str) -> Arc<Scope> {
     ))
 }
 
+/// The inbound key of the productpage workload.
+fn productpage_inbound(ctx: &PushContext, mode: &str) -> crate::push::InboundKey {
+    ctx.inbound_for(&proxy(
+        "sidecar~10.0.0.1~productpage-v1.default~default.svc.cluster.local",
+        mode,
+        &[("app", "productpage"), ("version", "v1")],
+    ))
+    .1
+}
+
 fn ingress(ctx: &PushContext) -> Arc<Scope> {
     ctx.scope_for(&proxy(
         "router~10.0.0.100~ingress.default~default.svc.cluster.local",
@@ -422,7 +432,11 @@ fn route_clusters(r: &Route) -> Vec<String> {
 fn sidecar_gets_outbound_subset_inbound_and_special_clusters() {
     let ctx = context(bookinfo());
     let scope = productpage(&ctx, "REDIRECT");
-    let clusters = cds::clusters(&ctx, &scope);
+    let mut clusters = cds::clusters(&ctx, &scope);
+    let inbound = cds::inbound_clusters(&productpage_inbound(&ctx, "REDIRECT"));
+    assert_eq!(inbound.iter().map(|c| c.name.as_str()).collect::<Vec<_>>(), ["inbound|9080||"]);
+    clusters.extend(inbound);
+    clusters.sort_by(|a, b| a.name.cmp(&b.name));
 
     let names: Vec<&str> = clusters.iter().map(|c| c.name.as_str()).collect();
     let mut sorted = names.clone();
@@ -801,7 +815,9 @@ fn none_mode_listeners_bind_localhost_and_skip_virtual_listeners() {
 fn redirect_mode_has_virtual_listeners_and_unbound_port_listeners() {
     let ctx = context(bookinfo());
     let scope = productpage(&ctx, "REDIRECT");
-    let listeners = lds::listeners(&ctx, &scope);
+    let mut listeners = lds::listeners(&ctx, &scope);
+    assert!(listeners.iter().all(|l| l.name != "virtualInbound"), "inbound is per workload, not per scope");
+    listeners.extend(lds::inbound_listeners(&productpage_inbound(&ctx, "REDIRECT")));
 
     let outbound = listener(&listeners, "virtualOutbound");
     assert_eq!(socket(outbound), ("0.0.0.0".into(), 15001));
@@ -892,6 +908,44 @@ fn gateway_port_without_bound_rules_serves_an_empty_route_config() {
     let configs = rds::route_configs(&ctx, &ingress(&ctx));
     let empty = config(&configs, "http.9443");
     assert!(empty.virtual_hosts.is_empty(), "Envoy answers 404 rather than waiting for a missing config");
+}
+
+#[test]
+fn gateway_server_bind_sets_the_listener_address() {
+    let mut objects = bookinfo();
+    objects.push(ConfigObject::Gateway(yaml(
+        r#"
+metadata: {name: local, namespace: default}
+spec:
+  selector: {istio: local}
+  servers:
+  - port: {number: 8080, name: http, protocol: HTTP}
+    hosts: ["*"]
+    bind: 127.0.0.1
+  - port: {number: 8080, name: http-elsewhere, protocol: HTTP}
+    hosts: ["*"]
+    bind: 127.0.0.2
+"#,
+    )));
+    let ctx = context(objects);
+    let local = ctx.scope_for(&proxy(
+        "router~127.0.0.1~local-1.default~default.svc.cluster.local",
+        "REDIRECT",
+        &[("istio", "local")],
+    ));
+    let listeners = lds::listeners(&ctx, &local);
+    assert_eq!(
+        listeners.iter().map(|l| l.name.as_str()).collect::<Vec<_>>(),
+        ["127.0.0.1_8080"],
+        "one listener per port, bound where the first server says; the other bind address is left out"
+    );
+    assert_eq!(socket(&listeners[0]), ("127.0.0.1".into(), 8080));
+    assert_eq!(rds_name(&hcm(&listeners[0].filter_chains[0].filters[0])), "http.8080");
+    assert!(rds::route_config(&ctx, &local, "http.8080").is_some());
+
+    // Without `bind`, a gateway listener binds every address.
+    let listeners = lds::listeners(&ctx, &ingress(&ctx));
+    assert_eq!(socket(listener(&listeners, "0.0.0.0_8080")), ("0.0.0.0".into(), 8080));
 }
 
 #[test]
@@ -1034,13 +1088,14 @@ fn envoy_accepts_everything_generated() {
         cluster_name: "xds".into(),
         ..Default::default()
     });
-    for (label, scope) in [
-        ("redirect", productpage(&ctx, "REDIRECT")),
-        ("none", productpage(&ctx, "NONE")),
-        ("gateway", ingress(&ctx)),
-        ("scoped", scoped(&ctx)),
+    for (label, scope, inbound) in [
+        ("redirect", productpage(&ctx, "REDIRECT"), Some(productpage_inbound(&ctx, "REDIRECT"))),
+        ("none", productpage(&ctx, "NONE"), Some(productpage_inbound(&ctx, "NONE"))),
+        ("gateway", ingress(&ctx), None),
+        ("scoped", scoped(&ctx), None),
     ] {
         let mut clusters = cds::clusters(&ctx, &scope);
+        clusters.extend(inbound.iter().flat_map(cds::inbound_clusters));
         // EDS clusters only: DNS clusters carry their (host name) endpoints inline.
         let assignments: Vec<_> = clusters
             .iter()
@@ -1061,6 +1116,7 @@ fn envoy_accepts_everything_generated() {
         clusters.push(xds.clone());
 
         let mut listeners = lds::listeners(&ctx, &scope);
+        listeners.extend(inbound.iter().flat_map(lds::inbound_listeners));
         for (i, rc) in rds::route_configs(&ctx, &scope).into_iter().enumerate() {
             let mut manager = HttpConnectionManager {
                 stat_prefix: format!("rds_check_{i}"),

@@ -2,13 +2,13 @@
 //!
 //! Writers (sources) apply batches; each batch yields a [`ChangeSet`] naming
 //! exactly the keys whose content changed — an unchanged re-apply yields
-//! nothing. Readers take a [`StoreSnapshot`], which is a handful of `Arc`
-//! clones: one copy-on-write map per kind, so a write to Pods never copies
-//! the VirtualServices.
+//! nothing. Readers take a [`StoreSnapshot`]: one persistent map per kind
+//! (`imbl::OrdMap`), so taking a snapshot is O(kinds) and a write copies only
+//! the O(log n) path to the changed entry, however many snapshots still hold
+//! the old version — one Pod update among 100,000 costs microseconds.
 //!
 //! Invariant: a snapshot never changes after it is taken.
 
-use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use parking_lot::Mutex;
@@ -27,19 +27,19 @@ pub struct StoredObject {
     pub revision: u64,
 }
 
-/// Objects of one kind.
-pub type KindMap = BTreeMap<ConfigKey, Arc<StoredObject>>;
+/// Objects of one kind, ordered by key.
+pub type KindMap = imbl::OrdMap<ConfigKey, Arc<StoredObject>>;
 
 /// An immutable view of the whole store.
 #[derive(Debug, Clone, Default)]
 pub struct StoreSnapshot {
-    kinds: [Arc<KindMap>; ConfigKind::ALL.len()],
+    kinds: [KindMap; ConfigKind::ALL.len()],
     revision: u64,
 }
 
 impl StoreSnapshot {
     /// Objects of one kind, ordered by key.
-    pub fn kind(&self, kind: ConfigKind) -> &Arc<KindMap> {
+    pub fn kind(&self, kind: ConfigKind) -> &KindMap {
         &self.kinds[kind as usize]
     }
 
@@ -107,6 +107,8 @@ impl ChangeSet {
 #[derive(Debug, Default)]
 pub struct ConfigStore {
     current: Mutex<StoreSnapshot>,
+    /// Held across a write and its delivery ([`ConfigStore::apply_then`]).
+    delivery: Mutex<()>,
 }
 
 impl ConfigStore {
@@ -120,6 +122,22 @@ impl ConfigStore {
         self.current.lock().clone()
     }
 
+    /// Applies a batch like [`apply`](Self::apply) and, before any other
+    /// `apply_then` can write, hands a non-empty change set to `deliver`.
+    ///
+    /// Sources that share one channel to the debouncer write through this
+    /// with a slot reserved beforehand (`deliver` sends without waiting), so
+    /// change sets arrive in revision order: a push is never built from a
+    /// snapshot older than one already pushed.
+    pub fn apply_then(&self, writes: impl IntoIterator<Item = Write>, deliver: impl FnOnce(ChangeSet)) -> ChangeSet {
+        let _order = self.delivery.lock();
+        let changes = self.apply(writes);
+        if !changes.is_empty() {
+            deliver(changes.clone());
+        }
+        changes
+    }
+
     /// Applies a batch atomically: readers see all of it or none of it.
     /// Returns the keys whose content changed (a `Put` of an identical object,
     /// even from another source position, changes nothing).
@@ -131,7 +149,7 @@ impl ConfigStore {
             match write {
                 Write::Put(object, source) => {
                     let key = object.key();
-                    let map = Arc::make_mut(&mut current.kinds[key.kind as usize]);
+                    let map = &mut current.kinds[key.kind as usize];
                     match map.get(&key) {
                         Some(old) if old.object == object => {
                             if old.source != source {
@@ -147,8 +165,7 @@ impl ConfigStore {
                 }
                 Write::Delete(key) => {
                     let map = &mut current.kinds[key.kind as usize];
-                    if map.contains_key(&key) {
-                        Arc::make_mut(map).remove(&key);
+                    if map.remove(&key).is_some() {
                         keys.push(key);
                     }
                 }

@@ -19,7 +19,7 @@ use super::index::{
     DestinationRuleIndex, EndpointIndex, GatewayIndex, ServiceIndex, SidecarIndex, VirtualServiceIndex, Workload,
     WorkloadIndex,
 };
-use super::scope::{self, Scope, ScopeId, ScopeInterner, ScopeKey};
+use super::scope::{self, InboundId, InboundKey, Scope, ScopeId, ScopeInterner, ScopeKey};
 use crate::config::{ConfigKey, ConfigKind, ConfigObject, k8s};
 use crate::model::{Hostname, Proxy, StoreSnapshot, host};
 
@@ -125,7 +125,11 @@ impl PushContext {
         let workloads_changed = changed(ConfigKind::Pod) || changed(ConfigKind::WorkloadEntry);
 
         let services = if services_changed { Arc::new(ServiceIndex::build(&store)) } else { prev.services.clone() };
-        let workloads = if workloads_changed { Arc::new(WorkloadIndex::build(&store)) } else { prev.workloads.clone() };
+        let workloads = if workloads_changed {
+            Arc::new(prev.workloads.update(&store, &request.keys))
+        } else {
+            prev.workloads.clone()
+        };
         let rebuild = |k: ConfigKind| changed(k);
         let virtual_services = if rebuild(ConfigKind::VirtualService) {
             Arc::new(VirtualServiceIndex::build(&store))
@@ -229,6 +233,12 @@ impl PushContext {
         }
         let scope = Arc::new(scope::compute(self, id, key));
         self.scopes.write().entry(id).or_insert(scope).clone()
+    }
+
+    /// The inbound key of a proxy in this snapshot, and its interned id.
+    pub fn inbound_for(&self, proxy: &Proxy) -> (InboundId, InboundKey) {
+        let key = scope::inbound_key(self, proxy);
+        (self.interner.intern_inbound(&key), key)
     }
 
     /// A scope already computed in this snapshot.

@@ -15,9 +15,11 @@ use arc_swap::ArcSwap;
 use tokio::sync::watch;
 
 use super::debounce::PushSlot;
+use super::history::{PushHistory, PushOutcome};
 use super::queue::PushQueue;
 use super::{PushContext, PushRequest, ScopeInterner};
 use crate::generate::cache::ScopedCache;
+use crate::metrics::{Metrics, PushTrigger};
 
 /// The push engine's shared state.
 #[derive(Debug)]
@@ -28,6 +30,10 @@ pub struct PushEngine {
     pub cache: ScopedCache,
     /// Connected streams.
     pub queue: PushQueue,
+    /// Metrics, shared with every stream task.
+    pub metrics: Arc<Metrics>,
+    /// Recent pushes (bounded).
+    pub history: PushHistory,
     ready: AtomicBool,
     version_tx: watch::Sender<u64>,
 }
@@ -40,6 +46,8 @@ impl PushEngine {
             ctx: ArcSwap::from_pointee(PushContext::empty(Arc::new(ScopeInterner::default()))),
             cache: ScopedCache::new(),
             queue: PushQueue::default(),
+            metrics: Arc::new(Metrics::new()),
+            history: PushHistory::default(),
             ready: AtomicBool::new(false),
             version_tx,
         })
@@ -65,10 +73,12 @@ impl PushEngine {
         let started = Instant::now();
         let prev = self.ctx.load_full();
         let first_change = request.first_change;
+        let trigger = PushTrigger::of(&request);
         let (next, changes) =
             tokio::task::spawn_blocking(move || PushContext::next(&prev, request.store.clone(), &request))
                 .await
                 .expect("building a PushContext never panics");
+        let build = started.elapsed();
         let version = next.version;
         self.cache.invalidate(&next, &changes);
         let next = Arc::new(next);
@@ -76,8 +86,20 @@ impl PushEngine {
         let pushed = self.queue.enqueue(&changes, first_change, |id| {
             next.scope(id).map(|scope| changes.dirty_hosts.iter().any(|h| scope.visible_hosts.contains(h)))
         });
-        self.cache.retain_scopes(&self.queue.live_scopes());
+        let (scopes, inbound) = self.queue.live();
+        self.cache.retain_live(&scopes, &inbound);
         self.version_tx.send_replace(version);
+        self.metrics.record_push(&trigger, build);
+        self.history.record(PushOutcome {
+            version,
+            trigger: &trigger,
+            build,
+            total: started.elapsed(),
+            proxies: pushed,
+            full: changes.full,
+            endpoint_only: changes.endpoint_only,
+            dirty_hosts: changes.dirty_hosts.len(),
+        });
         tracing::debug!(
             version,
             keys = changes.kinds.len(),

@@ -8,6 +8,7 @@
 pub mod context;
 pub mod debounce;
 pub mod engine;
+pub mod history;
 pub mod index;
 pub mod queue;
 pub mod request;
@@ -18,4 +19,4 @@ pub use debounce::{DebounceConfig, Debouncer, PushSlot};
 pub use engine::PushEngine;
 pub use queue::{ConnId, PendingPush, PushQueue};
 pub use request::PushRequest;
-pub use scope::{Scope, ScopeId, ScopeInterner, ScopeKey};
+pub use scope::{InboundId, InboundKey, Scope, ScopeId, ScopeInterner, ScopeKey};

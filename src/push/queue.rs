@@ -10,8 +10,9 @@
 //! * a slow or stuck Envoy only ever delays itself: enqueueing never waits
 //!   on a stream, and memory per stream is one slot, whatever the churn.
 //!
-//! Shards keep registration and fan-out from contending on one lock when
-//! thousands of streams connect at once.
+//! Shards keep registration from contending on one lock when thousands of
+//! streams connect at once; the scope index makes fan-out cost
+//! O(scopes + streams pushed), not O(streams).
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
@@ -21,7 +22,7 @@ use std::time::Instant;
 use parking_lot::Mutex;
 use tokio::sync::Notify;
 
-use super::{PushChanges, ScopeId};
+use super::{InboundId, PushChanges, ScopeId};
 use crate::model::{Hostname, Proxy};
 
 /// Connection id, unique for the life of the server.
@@ -32,8 +33,9 @@ pub type ConnId = u64;
 pub struct PendingPush {
     /// Regenerate every type (the stream's scope was touched).
     pub full: bool,
-    /// Hosts whose assignments changed (endpoint pushes).
-    pub hosts: HashSet<Hostname>,
+    /// Hosts whose assignments changed (endpoint pushes); shared by every
+    /// stream of one fan-out.
+    pub hosts: Arc<HashSet<Hostname>>,
     /// Earliest change this push carries (for convergence time).
     pub first_change: Instant,
 }
@@ -41,7 +43,9 @@ pub struct PendingPush {
 impl PendingPush {
     fn merge(&mut self, other: PendingPush) {
         self.full |= other.full;
-        self.hosts.extend(other.hosts);
+        if !Arc::ptr_eq(&self.hosts, &other.hosts) && !other.hosts.is_subset(&self.hosts) {
+            Arc::make_mut(&mut self.hosts).extend(other.hosts.iter().cloned());
+        }
         self.first_change = self.first_change.min(other.first_change);
     }
 }
@@ -70,6 +74,11 @@ impl PushSignal {
         self.pending.lock().take()
     }
 
+    /// Whether a push is waiting (the queue depth metric).
+    pub fn is_pending(&self) -> bool {
+        self.pending.lock().is_some()
+    }
+
     /// Waits until a push is put (returns at once if one is pending).
     pub async fn notified(&self) {
         if self.pending.lock().is_some() {
@@ -90,22 +99,35 @@ pub struct ConnectionHandle {
     pub signal: Arc<PushSignal>,
     /// The scope it was last generated for (0 = none yet).
     pub scope: AtomicU32,
+    /// The workload shape it was last generated for (0 = none yet).
+    pub inbound: AtomicU32,
     /// When it connected.
     pub connected: Instant,
+    /// The stream's protocol state as of its last request or push, for the
+    /// admin endpoints (written by the stream task only).
+    pub status: Mutex<crate::xds::status::StreamStatus>,
 }
 
 const SHARDS: usize = 16;
 
-/// Every connected stream, sharded by id.
+/// Every connected stream, sharded by id, and indexed by scope so that a
+/// change reaches the streams of the scopes it touches without visiting
+/// every stream.
 #[derive(Debug)]
 pub struct PushQueue {
     shards: Vec<Mutex<HashMap<ConnId, Arc<ConnectionHandle>>>>,
+    /// Scope → its streams. Scope 0 holds streams not generated for yet.
+    by_scope: Mutex<HashMap<ScopeId, HashMap<ConnId, Arc<ConnectionHandle>>>>,
     next_id: AtomicU64,
 }
 
 impl Default for PushQueue {
     fn default() -> Self {
-        PushQueue { shards: (0..SHARDS).map(|_| Mutex::new(HashMap::new())).collect(), next_id: AtomicU64::new(1) }
+        PushQueue {
+            shards: (0..SHARDS).map(|_| Mutex::new(HashMap::new())).collect(),
+            by_scope: Mutex::new(HashMap::new()),
+            next_id: AtomicU64::new(1),
+        }
     }
 }
 
@@ -118,15 +140,48 @@ impl PushQueue {
             proxy,
             signal: Arc::new(PushSignal::default()),
             scope: AtomicU32::new(0),
+            inbound: AtomicU32::new(0),
             connected: Instant::now(),
+            status: Mutex::default(),
         });
         self.shards[id as usize % SHARDS].lock().insert(id, handle.clone());
+        self.by_scope.lock().entry(ScopeId(0)).or_default().insert(id, handle.clone());
         handle
+    }
+
+    /// Records the scope and workload shape a stream was last generated for.
+    pub fn set_scope(&self, handle: &Arc<ConnectionHandle>, scope: ScopeId, inbound: InboundId) {
+        handle.inbound.store(inbound.0, Ordering::Relaxed);
+        let old = ScopeId(handle.scope.swap(scope.0, Ordering::Relaxed));
+        if old != scope {
+            let mut index = self.by_scope.lock();
+            if let Some(set) = index.get_mut(&old) {
+                set.remove(&handle.id);
+                if set.is_empty() {
+                    index.remove(&old);
+                }
+            }
+            index.entry(scope).or_default().insert(handle.id, handle.clone());
+        }
     }
 
     /// Removes a stream.
     pub fn unregister(&self, id: ConnId) {
-        self.shards[id as usize % SHARDS].lock().remove(&id);
+        if let Some(handle) = self.shards[id as usize % SHARDS].lock().remove(&id) {
+            let scope = ScopeId(handle.scope.load(Ordering::Relaxed));
+            let mut index = self.by_scope.lock();
+            if let Some(set) = index.get_mut(&scope) {
+                set.remove(&id);
+                if set.is_empty() {
+                    index.remove(&scope);
+                }
+            }
+        }
+    }
+
+    /// Number of scopes with at least one stream.
+    pub fn scope_count(&self) -> usize {
+        self.by_scope.lock().keys().filter(|s| s.0 != 0).count()
     }
 
     /// Every connection (a copy of the handles).
@@ -144,41 +199,50 @@ impl PushQueue {
         self.len() == 0
     }
 
-    /// Scopes in use by at least one connection.
-    pub fn live_scopes(&self) -> HashSet<ScopeId> {
-        self.shards
-            .iter()
-            .flat_map(|s| s.lock().values().map(|c| ScopeId(c.scope.load(Ordering::Relaxed))).collect::<Vec<_>>())
-            .collect()
+    /// Scopes and workload shapes in use by at least one connection.
+    pub fn live(&self) -> (HashSet<ScopeId>, HashSet<InboundId>) {
+        let mut scopes = HashSet::new();
+        let mut inbound = HashSet::new();
+        for shard in &self.shards {
+            for c in shard.lock().values() {
+                scopes.insert(ScopeId(c.scope.load(Ordering::Relaxed)));
+                inbound.insert(InboundId(c.inbound.load(Ordering::Relaxed)));
+            }
+        }
+        (scopes, inbound)
     }
 
     /// Fans a snapshot's changes out to the streams they affect; returns how
-    /// many streams were given a push. `sees` answers, from the new snapshot,
-    /// whether a scope that was carried over sees any of the changed hosts;
-    /// `None` means the scope was not carried over (regenerate everything).
+    /// many streams were given a push. `scope_sees` answers, from the new
+    /// snapshot, whether a scope that was carried over sees any of the
+    /// changed hosts; `None` means the scope was not carried over (its
+    /// streams regenerate everything). Work is per scope, then per stream of
+    /// the scopes concerned: streams of untouched scopes are never visited.
     pub fn enqueue(
         &self,
         changes: &PushChanges,
         first_change: Instant,
         scope_sees: impl Fn(ScopeId) -> Option<bool>,
     ) -> usize {
+        let targets: Vec<(bool, Vec<Arc<ConnectionHandle>>)> = {
+            let index = self.by_scope.lock();
+            index
+                .iter()
+                .filter_map(|(scope, conns)| {
+                    let verdict = if changes.full || scope.0 == 0 { None } else { scope_sees(*scope) };
+                    match verdict {
+                        None => Some((true, conns.values().cloned().collect())),
+                        Some(true) => Some((false, conns.values().cloned().collect())),
+                        Some(false) => None,
+                    }
+                })
+                .collect()
+        };
+        let hosts = Arc::new(changes.dirty_hosts.clone());
         let mut pushed = 0;
-        let mut memo: HashMap<ScopeId, Option<bool>> = HashMap::new();
-        for shard in &self.shards {
-            let conns: Vec<Arc<ConnectionHandle>> = shard.lock().values().cloned().collect();
+        for (full, conns) in targets {
             for conn in conns {
-                let scope = ScopeId(conn.scope.load(Ordering::Relaxed));
-                let verdict = if changes.full || scope.0 == 0 {
-                    None
-                } else {
-                    *memo.entry(scope).or_insert_with(|| scope_sees(scope))
-                };
-                let push = match verdict {
-                    None => PendingPush { full: true, hosts: changes.dirty_hosts.clone(), first_change },
-                    Some(true) => PendingPush { full: false, hosts: changes.dirty_hosts.clone(), first_change },
-                    Some(false) => continue,
-                };
-                conn.signal.put(push);
+                conn.signal.put(PendingPush { full, hosts: hosts.clone(), first_change });
                 pushed += 1;
             }
         }

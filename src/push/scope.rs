@@ -1,13 +1,20 @@
 //! `Scope`: everything that decides a proxy's generated configuration.
 //!
-//! Proxies with equal [`ScopeKey`]s get byte-identical configuration, so the
-//! key is interned as a small [`ScopeId`] and every generated resource is
-//! cached per scope: ten thousand sidecars in a hundred namespaces are about
-//! a hundred scopes, and a full push generates per scope, not per proxy.
+//! Proxies with equal [`ScopeKey`]s get byte-identical outbound
+//! configuration, so the key is interned as a small [`ScopeId`] and every
+//! outbound resource is cached per scope: ten thousand sidecars in a hundred
+//! namespaces are about a hundred scopes, and a full push generates per
+//! scope, not per proxy.
 //!
-//! Invariants: a `ScopeId` names the same `ScopeKey` for the life of the
-//! process (the interner never forgets or reuses ids); a [`Scope`] is
-//! computed from one `PushContext` and never changes afterwards.
+//! What depends on the workload itself — the inbound clusters and the
+//! `virtualInbound` listener for its own ports — is keyed separately by
+//! [`InboundKey`] (interned as [`InboundId`]): it is a pure function of the
+//! workload's ports and interception mode, so proxies of different services
+//! in one namespace still share every outbound resource.
+//!
+//! Invariants: an id names the same key for the life of the process (the
+//! interner never forgets or reuses ids); a [`Scope`] is computed from one
+//! `PushContext` and never changes afterwards.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
@@ -46,14 +53,28 @@ pub struct ScopeKey {
     pub sidecar: Option<ConfigKey>,
     /// For routers: the Gateways whose selector matches it.
     pub gateways: Vec<ConfigKey>,
-    /// For sidecars: the workload's own ports (inbound listeners and clusters).
-    pub inbound: Vec<InboundPort>,
 }
 
-/// Hands out [`ScopeId`]s; shared by every `PushContext` of a server.
+/// Interned [`InboundKey`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+pub struct InboundId(pub u32);
+
+/// What decides a proxy's inbound configuration: its own ports.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+pub struct InboundKey {
+    /// Sidecar or router (routers have no inbound configuration).
+    pub kind: ProxyKind,
+    /// Interception mode (NONE has no `virtualInbound`).
+    pub interception: InterceptionMode,
+    /// The workload's ports, sorted.
+    pub ports: Vec<InboundPort>,
+}
+
+/// Hands out [`ScopeId`]s and [`InboundId`]s; shared by every `PushContext` of a server.
 #[derive(Debug, Default)]
 pub struct ScopeInterner {
     ids: Mutex<HashMap<ScopeKey, ScopeId>>,
+    inbound: Mutex<HashMap<InboundKey, InboundId>>,
 }
 
 impl ScopeInterner {
@@ -64,6 +85,17 @@ impl ScopeInterner {
             return *id;
         }
         let id = ScopeId(ids.len() as u32 + 1);
+        ids.insert(key.clone(), id);
+        id
+    }
+
+    /// The id for an inbound key, allocating one the first time.
+    pub fn intern_inbound(&self, key: &InboundKey) -> InboundId {
+        let mut ids = self.inbound.lock();
+        if let Some(id) = ids.get(key) {
+            return *id;
+        }
+        let id = InboundId(ids.len() as u32 + 1);
         ids.insert(key.clone(), id);
         id
     }
@@ -139,35 +171,39 @@ pub fn scope_key(ctx: &PushContext, proxy: &Proxy) -> ScopeKey {
             interception: proxy.interception,
             sidecar: None,
             gateways: ctx.gateways.matching(&proxy.labels).iter().map(|g| g.key.clone()).collect(),
-            inbound: Vec::new(),
         },
-        ProxyKind::Sidecar => {
-            let mut inbound: Vec<InboundPort> = Vec::new();
-            for svc in ctx.services.all() {
-                if svc.namespace != proxy.namespace
-                    || svc.selector.is_empty()
-                    || !svc.selector.iter().all(|(k, v)| proxy.labels.get(k) == Some(v))
-                {
-                    continue;
-                }
-                for p in &svc.ports {
-                    let port = p.target_port.unwrap_or(p.port);
-                    if !inbound.iter().any(|i| i.port == port) {
-                        inbound.push(InboundPort { port, protocol: p.protocol });
-                    }
-                }
+        ProxyKind::Sidecar => ScopeKey {
+            kind: ProxyKind::Sidecar,
+            namespace: proxy.namespace.clone(),
+            interception: proxy.interception,
+            sidecar: ctx.sidecars.for_workload(&proxy.namespace, &proxy.labels).map(|(k, _)| k.clone()),
+            gateways: Vec::new(),
+        },
+    }
+}
+
+/// Computes the inbound key of a proxy: the target ports of the services of
+/// its namespace whose selector matches its labels.
+pub fn inbound_key(ctx: &PushContext, proxy: &Proxy) -> InboundKey {
+    let mut ports: Vec<InboundPort> = Vec::new();
+    if proxy.kind == ProxyKind::Sidecar {
+        for svc in ctx.services.all() {
+            if svc.namespace != proxy.namespace
+                || svc.selector.is_empty()
+                || !svc.selector.iter().all(|(k, v)| proxy.labels.get(k) == Some(v))
+            {
+                continue;
             }
-            inbound.sort();
-            ScopeKey {
-                kind: ProxyKind::Sidecar,
-                namespace: proxy.namespace.clone(),
-                interception: proxy.interception,
-                sidecar: ctx.sidecars.for_workload(&proxy.namespace, &proxy.labels).map(|(k, _)| k.clone()),
-                gateways: Vec::new(),
-                inbound,
+            for p in &svc.ports {
+                let port = p.target_port.unwrap_or(p.port);
+                if !ports.iter().any(|i| i.port == port) {
+                    ports.push(InboundPort { port, protocol: p.protocol });
+                }
             }
         }
+        ports.sort();
     }
+    InboundKey { kind: proxy.kind, interception: proxy.interception, ports }
 }
 
 /// Whether a Sidecar egress host pattern (`ns/host`) admits `svc` for a proxy in `namespace`.

@@ -32,6 +32,7 @@ use notify::event::{AccessKind, AccessMode};
 use notify::{EventKind, RecommendedWatcher, RecursiveMode, Watcher};
 use parking_lot::Mutex;
 use tokio::sync::mpsc;
+use tokio::sync::mpsc::OwnedPermit;
 use tokio::sync::mpsc::error::TrySendError;
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
@@ -136,7 +137,7 @@ impl FileSource {
         let tree = Arc::new(Tree { root, index: Mutex::new(FileIndex::default()) });
         let names = tree.walk(&tree.root)?;
         let files = names.len();
-        let changes = tree.refresh(store, names, true);
+        let changes = tree.refresh(store, names, true, None);
         let (objects, problems) = {
             let index = tree.index.lock();
             (index.key_count(), index.problems())
@@ -227,7 +228,7 @@ pub(super) fn read_quietly(path: &Path, store: &ConfigStore) -> Result<Vec<Probl
         Some(name) => BTreeSet::from([name]),
         None => tree.walk(&tree.root)?,
     };
-    tree.refresh(store, names, false);
+    tree.refresh(store, names, false, None);
     Ok(tree.index.into_inner().problems())
 }
 
@@ -289,11 +290,15 @@ async fn run(
             () = changes.closed() => None,
         };
         let Some((paths, rescan)) = batch else { return };
+        // The channel slot is taken before the write, so the write and its
+        // send are one step: change sets of all sources reach the debouncer
+        // in revision order (see `ConfigStore::apply_then`).
+        let Ok(slot) = changes.clone().reserve_owned().await else { return };
         let (tree, store) = (tree.clone(), store.clone());
         // Reading and parsing is blocking work; keep it off the async workers.
         let refreshed = tokio::task::spawn_blocking(move || {
             let names = tree.affected(&paths, rescan);
-            tree.refresh(&store, names, true)
+            tree.refresh(&store, names, true, Some(slot))
         })
         .await;
         let change_set = match refreshed {
@@ -305,17 +310,20 @@ async fn run(
         };
         if !change_set.is_empty() {
             tracing::debug!(keys = change_set.keys.len(), revision = change_set.revision, "config files changed");
-            if changes.send(change_set).await.is_err() {
-                return;
-            }
         }
     }
 }
 
 impl Tree {
     /// Re-reads `names` (paths relative to the root) and applies the result
-    /// to `store` in one batch.
-    fn refresh(&self, store: &ConfigStore, names: BTreeSet<String>, log: bool) -> ChangeSet {
+    /// to `store` in one batch; a non-empty result is sent through `slot`.
+    fn refresh(
+        &self,
+        store: &ConfigStore,
+        names: BTreeSet<String>,
+        log: bool,
+        slot: Option<OwnedPermit<ChangeSet>>,
+    ) -> ChangeSet {
         // Parse outside the lock: readers of `problems()` never wait on disk.
         let reads: Vec<(String, Option<ParsedFile>)> =
             names.into_iter().map(|name| (name.clone(), self.read(&name))).collect();
@@ -325,7 +333,13 @@ impl Tree {
             touched.extend(index.update(&name, parsed, log));
         }
         // Applied under the index lock, so the store always matches the index.
-        store.apply(index.writes(&touched, log))
+        let writes = index.writes(&touched, log);
+        match slot {
+            Some(slot) => store.apply_then(writes, |changes| {
+                slot.send(changes);
+            }),
+            None => store.apply(writes),
+        }
     }
 
     /// Reads and parses one file; `None` when it is gone (or is no longer a file).

@@ -1,10 +1,12 @@
 //! Config sources: where typed config objects come from.
 //!
 //! Role in the data flow: a source is the only writer of the [`ConfigStore`].
-//! Today there is one, the watched YAML directory ([`FileSource`]); it turns
-//! files into validated [`ConfigObject`](crate::config::ConfigObject)s,
-//! applies them in atomic batches and hands each resulting
-//! [`ChangeSet`](crate::model::ChangeSet) to the push side.
+//! There are two: the watched YAML directory ([`FileSource`]) and the
+//! registry gRPC API ([`RegistryService`]). Each turns documents into
+//! validated [`ConfigObject`](crate::config::ConfigObject)s, applies them in
+//! atomic batches and hands each resulting
+//! [`ChangeSet`](crate::model::ChangeSet) to the push side, both down the
+//! same channel and in store-revision order.
 //!
 //! This module also holds the offline check behind `meshpush validate DIR`
 //! ([`validate_dir`], [`print_report`]): the same parsing, validation and
@@ -24,8 +26,10 @@ use crate::config::validate::check_references;
 use crate::model::ConfigStore;
 
 pub mod file;
+pub mod registry;
 
 pub use file::{FileSource, LoadReport, SourceError, SourceStatus};
+pub use registry::RegistryService;
 
 #[cfg(test)]
 mod test;

@@ -1,11 +1,13 @@
-//! Pre-encoded responses and the gRPC codec that writes them.
+//! Pre-encoded responses, and the decoder for requests.
 //!
 //! A SotW `DiscoveryResponse` is assembled from resources that were encoded
-//! once (see [`EncodedResource`]): fields 1 (`version_info`), 2 (`resources`)
-//! and 4 (`type_url`) form a [`ResponseBody`] that many streams can share;
-//! only field 5 (`nonce`) is per stream and is appended by the encoder. Since
-//! prost writes fields in number order and fields 6 and 7 are empty, body +
-//! nonce is byte-for-byte what prost encodes for the whole message.
+//! once (see [`EncodedResource`]): the gRPC frame header and fields 1
+//! (`version_info`), 2 (`resources`) and 4 (`type_url`) form a
+//! [`ResponseBody`] that many streams can share; only field 5 (`nonce`) is
+//! per stream. The nonce has a fixed width, so the frame length is known
+//! when the body is assembled. Since prost writes fields in number order and
+//! fields 6 and 7 are empty, body + nonce is byte-for-byte what prost
+//! encodes for the whole message.
 
 use std::marker::PhantomData;
 
@@ -13,15 +15,22 @@ use bytes::{BufMut, Bytes, BytesMut};
 use prost::Message;
 use prost::encoding::{self, WireType};
 use tonic::Status;
-use tonic::codec::{Codec, DecodeBuf, Decoder, EncodeBuf, Encoder};
+use tonic::codec::{DecodeBuf, Decoder};
 
 use super::types::TypeUrl;
 use crate::generate::cache::EncodedResource;
 
-/// A `DiscoveryResponse` without its nonce.
+/// Length of a gRPC frame header.
+pub const FRAME_HEADER_LEN: usize = 5;
+/// Hex digits of a nonce.
+pub const NONCE_LEN: usize = 8;
+/// Encoded length of the nonce field (tag, length, digits).
+pub const NONCE_FIELD_LEN: usize = 2 + NONCE_LEN;
+
+/// A gRPC-framed `DiscoveryResponse` without its nonce.
 #[derive(Debug, Clone)]
 pub struct ResponseBody {
-    /// Encoded fields 1, 2 and 4.
+    /// Frame header (sized for a nonce of [`NONCE_LEN`]) and fields 1, 2 and 4.
     pub bytes: Bytes,
 }
 
@@ -32,12 +41,19 @@ impl ResponseBody {
         version: &str,
         resources: impl IntoIterator<Item = &'a EncodedResource> + Clone,
     ) -> ResponseBody {
-        let payload: usize = resources
+        let mut fields = 0;
+        if !version.is_empty() {
+            fields += encoding::string::encoded_len(1, &version.to_string());
+        }
+        fields += resources
             .clone()
             .into_iter()
             .map(|r| encoding::key_len(2) + encoding::encoded_len_varint(r.bytes.len() as u64) + r.bytes.len())
-            .sum();
-        let mut buf = BytesMut::with_capacity(payload + version.len() + type_url.as_str().len() + 16);
+            .sum::<usize>();
+        fields += encoding::string::encoded_len(4, &type_url.as_str().to_string());
+        let mut buf = BytesMut::with_capacity(FRAME_HEADER_LEN + fields);
+        buf.put_u8(0);
+        buf.put_u32((fields + NONCE_FIELD_LEN) as u32);
         if !version.is_empty() {
             encoding::string::encode(1, &version.to_string(), &mut buf);
         }
@@ -47,6 +63,7 @@ impl ResponseBody {
             buf.put_slice(&r.bytes);
         }
         encoding::string::encode(4, &type_url.as_str().to_string(), &mut buf);
+        debug_assert_eq!(buf.len(), FRAME_HEADER_LEN + fields);
         ResponseBody { bytes: buf.freeze() }
     }
 }
@@ -54,66 +71,29 @@ impl ResponseBody {
 /// One response on its way to a stream: the shared body and this stream's nonce.
 #[derive(Debug, Clone)]
 pub struct OutgoingResponse {
-    /// Shared body.
+    /// Shared, framed body.
     pub body: Bytes,
-    /// This stream's nonce (field 5).
-    pub nonce: String,
+    /// This stream's nonce.
+    pub nonce: u32,
 }
 
 impl OutgoingResponse {
-    /// Writes the response as prost would encode the whole message.
-    pub fn write_to(&self, dst: &mut impl BufMut) {
-        dst.put_slice(&self.body);
-        if !self.nonce.is_empty() {
-            encoding::string::encode(5, &self.nonce, dst);
-        }
+    /// The nonce as sent: fixed-width hex.
+    pub fn nonce_text(nonce: u32) -> String {
+        format!("{nonce:08x}")
     }
 
-    /// Encoded length.
-    pub fn encoded_len(&self) -> usize {
-        self.body.len() + if self.nonce.is_empty() { 0 } else { encoding::string::encoded_len(5, &self.nonce) }
-    }
-}
-
-/// gRPC codec: decodes requests with prost, encodes pre-encoded responses as they are.
-#[derive(Debug)]
-pub struct PreEncodedCodec<Req> {
-    _req: PhantomData<fn() -> Req>,
-}
-
-impl<Req> Default for PreEncodedCodec<Req> {
-    fn default() -> Self {
-        PreEncodedCodec { _req: PhantomData }
-    }
-}
-
-impl<Req: Message + Default + Send + 'static> Codec for PreEncodedCodec<Req> {
-    type Encode = OutgoingResponse;
-    type Decode = Req;
-    type Encoder = ResponseEncoder;
-    type Decoder = RequestDecoder<Req>;
-
-    fn encoder(&mut self) -> Self::Encoder {
-        ResponseEncoder
+    /// The per-stream tail: field 5, the nonce.
+    pub fn tail(&self) -> Bytes {
+        let mut tail = BytesMut::with_capacity(NONCE_FIELD_LEN);
+        encoding::string::encode(5, &Self::nonce_text(self.nonce), &mut tail);
+        debug_assert_eq!(tail.len(), NONCE_FIELD_LEN);
+        tail.freeze()
     }
 
-    fn decoder(&mut self) -> Self::Decoder {
-        RequestDecoder { _req: PhantomData }
-    }
-}
-
-/// Writes [`OutgoingResponse`]s.
-#[derive(Debug)]
-pub struct ResponseEncoder;
-
-impl Encoder for ResponseEncoder {
-    type Item = OutgoingResponse;
-    type Error = Status;
-
-    fn encode(&mut self, item: Self::Item, dst: &mut EncodeBuf<'_>) -> Result<(), Self::Error> {
-        dst.reserve(item.encoded_len());
-        item.write_to(dst);
-        Ok(())
+    /// Bytes this response puts on the wire (frame header included).
+    pub fn wire_len(&self) -> usize {
+        self.body.len() + NONCE_FIELD_LEN
     }
 }
 
@@ -121,6 +101,12 @@ impl Encoder for ResponseEncoder {
 #[derive(Debug)]
 pub struct RequestDecoder<Req> {
     _req: PhantomData<fn() -> Req>,
+}
+
+impl<Req> Default for RequestDecoder<Req> {
+    fn default() -> Self {
+        RequestDecoder { _req: PhantomData }
+    }
 }
 
 impl<Req: Message + Default> Decoder for RequestDecoder<Req> {
@@ -154,16 +140,22 @@ mod tests {
             })
             .collect();
         let body = ResponseBody::assemble(TypeUrl::Cluster, "v42", clusters.iter());
-        let out = OutgoingResponse { body: body.bytes, nonce: "17".into() };
-        let mut wire = BytesMut::new();
-        out.write_to(&mut wire);
-        assert_eq!(wire.len(), out.encoded_len());
+        let out = OutgoingResponse { body: body.bytes, nonce: 0x17 };
+        // What the stream body yields: the shared frame, then the tail.
+        let mut framed = BytesMut::new();
+        framed.put_slice(&out.body);
+        framed.put_slice(&out.tail());
+        assert_eq!(framed.len(), out.wire_len());
+        assert_eq!(framed[0], 0, "not compressed");
+        let len = u32::from_be_bytes(framed[1..5].try_into().unwrap()) as usize;
+        assert_eq!(len, framed.len() - FRAME_HEADER_LEN, "the frame header announces the message length");
+        let wire = &framed[FRAME_HEADER_LEN..];
 
         let expected = DiscoveryResponse {
             version_info: "v42".into(),
             resources: clusters.iter().map(|c| c.to_any()).collect(),
             type_url: TypeUrl::Cluster.as_str().into(),
-            nonce: "17".into(),
+            nonce: "00000017".into(),
             ..Default::default()
         };
         assert_eq!(&wire[..], &expected.encode_to_vec()[..]);

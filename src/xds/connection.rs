@@ -26,11 +26,11 @@ use std::time::SystemTime;
 use envoy_types::pb::envoy::service::discovery::v3::DiscoveryRequest;
 use serde::Serialize;
 
-use super::codec::{OutgoingResponse, ResponseBody};
+use super::codec::OutgoingResponse;
 use super::types::TypeUrl;
 use crate::generate::cache::{EncodedResource, ScopedCache, version_of};
 use crate::model::Proxy;
-use crate::push::{PendingPush, PushContext, Scope, ScopeKey};
+use crate::push::{InboundId, InboundKey, PendingPush, PushContext, Scope, ScopeKey};
 
 /// A recorded NACK.
 #[derive(Debug, Clone, Serialize)]
@@ -116,9 +116,28 @@ pub struct Connection {
     scope: Option<Arc<Scope>>,
     scope_key: Option<ScopeKey>,
     scope_version: u64,
-    nonce: u64,
+    inbound: Option<(InboundId, InboundKey)>,
+    nonce: u32,
     cluster_cleanup: bool,
     eds_resend: HashSet<Arc<str>>,
+}
+
+/// Merges two name-sorted resource lists (names unique across both).
+fn merge_sorted(a: &[Arc<EncodedResource>], b: &[Arc<EncodedResource>]) -> Vec<Arc<EncodedResource>> {
+    let mut out = Vec::with_capacity(a.len() + b.len());
+    let (mut i, mut j) = (0, 0);
+    while i < a.len() && j < b.len() {
+        if a[i].name <= b[j].name {
+            out.push(a[i].clone());
+            i += 1;
+        } else {
+            out.push(b[j].clone());
+            j += 1;
+        }
+    }
+    out.extend_from_slice(&a[i..]);
+    out.extend_from_slice(&b[j..]);
+    out
 }
 
 /// Hash of a request's name list, order-sensitive (Envoy repeats the same
@@ -143,6 +162,7 @@ impl Connection {
             scope: None,
             scope_key: None,
             scope_version: 0,
+            inbound: None,
             nonce: 0,
             cluster_cleanup: false,
             eds_resend: HashSet::new(),
@@ -154,6 +174,11 @@ impl Connection {
         self.scope.as_ref()
     }
 
+    /// The workload shape last generated for.
+    pub fn inbound(&self) -> Option<InboundId> {
+        self.inbound.as_ref().map(|(id, _)| *id)
+    }
+
     fn watch(&mut self, t: TypeUrl) -> &mut Watch {
         &mut self.watches[t.index()]
     }
@@ -163,6 +188,7 @@ impl Connection {
     fn refresh_scope(&mut self, ctx: &PushContext, rekey: bool) -> Arc<Scope> {
         if rekey || self.scope_key.is_none() || self.scope.is_none() {
             self.scope_key = Some(ctx.scope_key(&self.proxy));
+            self.inbound = Some(ctx.inbound_for(&self.proxy));
         }
         if self.scope_version != ctx.version || self.scope.is_none() {
             self.scope = Some(ctx.scope_for(&self.proxy));
@@ -345,11 +371,18 @@ impl Connection {
         let w = &self.watches[t.index()];
         let resources: Vec<Arc<EncodedResource>> = match t {
             TypeUrl::Cluster | TypeUrl::Listener => {
-                let set = cache.scoped(ctx, scope, t);
-                if w.wildcard {
-                    return (set.resources.clone(), set.version.clone());
+                let outbound = cache.scoped(ctx, scope, t);
+                let (id, key) = self.inbound.as_ref().expect("set with the scope");
+                let inbound = cache.inbound(*id, key, t);
+                if w.wildcard && inbound.resources.is_empty() {
+                    return (outbound.resources.clone(), outbound.version.clone());
                 }
-                w.names.iter().filter_map(|n| set.get(n).cloned()).collect()
+                let merged = merge_sorted(&outbound.resources, &inbound.resources);
+                if w.wildcard {
+                    let version = version_of(merged.iter().map(|r| (&*r.name, r.hash)));
+                    return (merged, version);
+                }
+                merged.into_iter().filter(|r| w.names.contains(&*r.name)).collect()
             }
             TypeUrl::Route => {
                 let set = cache.scoped(ctx, scope, t);
@@ -361,9 +394,9 @@ impl Connection {
         (resources, version)
     }
 
-    fn next_nonce(&mut self) -> String {
-        self.nonce += 1;
-        format!("{:08x}", self.nonce)
+    fn next_nonce(&mut self) -> u32 {
+        self.nonce = self.nonce.wrapping_add(1);
+        self.nonce
     }
 
     /// Builds the response for `t` if the client lacks anything; records it as sent.
@@ -432,7 +465,8 @@ impl Connection {
             }
         }
         let nonce = self.next_nonce();
-        let body = ResponseBody::assemble(t, &version, out_resources.iter().map(|r| &**r));
+        let partial = matches!(t, TypeUrl::Endpoint | TypeUrl::Route) && out_resources.len() != resources.len();
+        let body = cache.response_body(t, &version, &out_resources, partial);
         let w = &mut self.watches[t.index()];
         match t {
             TypeUrl::Cluster | TypeUrl::Listener => {
@@ -447,9 +481,9 @@ impl Connection {
                 }
             }
         }
-        w.nonce_sent = Some(nonce.clone());
+        w.nonce_sent = Some(OutgoingResponse::nonce_text(nonce));
         w.version_sent = Some(version);
         w.responses += 1;
-        Some(OutgoingResponse { body: body.bytes, nonce })
+        Some(OutgoingResponse { body, nonce })
     }
 }

@@ -1,13 +1,17 @@
 //! The xDS side: ADS streams to Envoy.
 //!
 //! * [`types`]: the resource types and their URLs.
-//! * [`codec`]: pre-encoded responses and the gRPC codec that writes them.
+//! * [`codec`]: pre-encoded, gRPC-framed responses; the request decoder.
+//! * [`body`]: the HTTP/2 response body that sends shared bytes without copying.
 //! * [`connection`]: one stream's protocol state (SotW ACK/NACK, nonces, watches).
 //! * [`server`]: the hand-written tonic service and the per-stream task.
+//! * [`status`]: a copy of each stream's state for the admin endpoints.
 
+pub mod body;
 pub mod codec;
 pub mod connection;
 pub mod server;
+pub mod status;
 pub mod types;
 
 pub use server::AdsService;

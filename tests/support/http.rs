@@ -3,11 +3,14 @@
 //! Tests need exact control over what goes on the wire — the `Host` header picks
 //! the virtual host in Envoy — and nothing more than one request per connection,
 //! so this is a few dozen lines over `std::net` rather than a client library.
+//! It speaks over TCP or over a Unix domain socket (an Envoy admin `pipe`).
 //! Requests send `connection: close`; responses are read by `content-length`,
 //! chunked encoding (Envoy's admin uses it) or to end of stream.
 
-use std::io::{self, BufRead, BufReader, Write};
+use std::io::{self, BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpStream};
+use std::os::unix::net::UnixStream;
+use std::path::Path;
 use std::time::Duration;
 
 /// Connect and read/write timeout for every request: loopback answers in
@@ -41,13 +44,31 @@ pub fn header<'h>(headers: &'h [(String, String)], name: &str) -> Option<&'h str
 /// `GET path` from `addr` with extra `headers`. A `host` among them replaces the
 /// default (`addr`).
 pub fn get(addr: SocketAddr, path: &str, headers: &[(&str, &str)]) -> io::Result<Response> {
-    let mut stream = TcpStream::connect_timeout(&addr, TIMEOUT)?;
+    let stream = TcpStream::connect_timeout(&addr, TIMEOUT)?;
     stream.set_read_timeout(Some(TIMEOUT))?;
     stream.set_write_timeout(Some(TIMEOUT))?;
+    exchange(stream, &addr.to_string(), path, headers)
+}
 
+/// `GET path` over the Unix domain socket at `socket` (an Envoy admin `pipe`
+/// address, say) with extra `headers`; the default `host` is `localhost`.
+pub fn get_unix(socket: &Path, path: &str, headers: &[(&str, &str)]) -> io::Result<Response> {
+    let stream = UnixStream::connect(socket)?;
+    stream.set_read_timeout(Some(TIMEOUT))?;
+    stream.set_write_timeout(Some(TIMEOUT))?;
+    exchange(stream, "localhost", path, headers)
+}
+
+/// Sends one `GET` on `stream` and reads the response.
+fn exchange(
+    mut stream: impl Read + Write,
+    default_host: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+) -> io::Result<Response> {
     let mut request = format!("GET {path} HTTP/1.1\r\n");
     if !headers.iter().any(|(n, _)| n.eq_ignore_ascii_case("host")) {
-        request.push_str(&format!("host: {addr}\r\n"));
+        request.push_str(&format!("host: {default_host}\r\n"));
     }
     for (name, value) in headers {
         request.push_str(&format!("{name}: {value}\r\n"));

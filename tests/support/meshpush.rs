@@ -3,12 +3,19 @@
 //! [`Meshpush::start`] runs `meshpush serve --config DIR --xds-addr 127.0.0.1:P
 //! --admin-addr 127.0.0.1:Q --log-level debug` on free loopback ports and returns
 //! once `GET /ready` on the admin address answers 200, so a test never races the
-//! server's startup. The process is killed on drop (see [`ChildGuard`]); its log
-//! tail goes into every failure message that involves it.
+//! server's startup. [`Meshpush::start_unix`] serves ADS on a Unix socket
+//! instead. The process is killed on drop (see [`ChildGuard`]); its log tail
+//! goes into every failure message that involves it.
+//!
+//! A test of control-plane failure uses [`Meshpush::kill_hard`] (SIGKILL) and
+//! [`Meshpush::restart`], which starts a new process on the same addresses, as
+//! a supervisor would.
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
+
+use meshpush::serve::ListenAddr;
 
 use super::http::{self, Response};
 use super::process::{ChildGuard, free_addr, scratch_dir};
@@ -19,32 +26,48 @@ const READY_TIMEOUT: Duration = Duration::from_secs(15);
 /// A running meshpush server, killed on drop.
 pub struct Meshpush {
     child: ChildGuard,
-    xds: SocketAddr,
+    /// Processes this one replaced (killed), kept for their logs.
+    previous: Vec<ChildGuard>,
+    xds: ListenAddr,
     admin: SocketAddr,
     config: PathBuf,
 }
 
 impl Meshpush {
-    /// Starts meshpush serving `config_dir` and waits until it is ready.
+    /// Starts meshpush serving `config_dir` (ADS on a free loopback port) and
+    /// waits until it is ready.
     pub fn start(config_dir: &Path) -> Meshpush {
-        let (xds, admin) = (free_addr(), free_addr());
-        let binary = Path::new(env!("CARGO_BIN_EXE_meshpush"));
-        let args = [
-            "serve".to_string(),
-            "--config".to_string(),
-            config_dir.display().to_string(),
-            "--xds-addr".to_string(),
-            xds.to_string(),
-            "--admin-addr".to_string(),
-            admin.to_string(),
-            "--log-level".to_string(),
-            "debug".to_string(),
-        ];
-        let mut child = ChildGuard::spawn("meshpush", scratch_dir("meshpush"), binary, args);
-        child.wait_ready(Instant::now() + READY_TIMEOUT, "meshpush GET /ready to answer 200", || {
-            http::get(admin, "/ready", &[]).is_ok_and(|r| r.status == 200)
-        });
-        Meshpush { child, xds, admin, config: config_dir.to_path_buf() }
+        Meshpush::start_on(config_dir, ListenAddr::Tcp(free_addr()))
+    }
+
+    /// Starts meshpush serving `config_dir` with ADS on the Unix socket
+    /// `socket`, and waits until it is ready.
+    pub fn start_unix(config_dir: &Path, socket: &Path) -> Meshpush {
+        Meshpush::start_on(config_dir, ListenAddr::Unix(socket.to_path_buf()))
+    }
+
+    fn start_on(config_dir: &Path, xds: ListenAddr) -> Meshpush {
+        let admin = free_addr();
+        let child = spawn("meshpush", config_dir, &xds, admin);
+        Meshpush { child, previous: Vec::new(), xds, admin, config: config_dir.to_path_buf() }
+    }
+
+    /// Kills the server with SIGKILL: no shutdown, no goodbye to the Envoys.
+    pub fn kill_hard(&mut self) {
+        let status = self.child.kill_hard();
+        eprintln!("meshpush (pid {}) killed: {status}", self.child.pid());
+    }
+
+    /// Starts a new server on the same config directory and the same xDS and
+    /// admin addresses (killing the current one if it still runs), and waits
+    /// until it is ready.
+    pub fn restart(&mut self) {
+        if self.child.exited().is_none() {
+            self.child.kill_hard();
+        }
+        let name = format!("meshpush-{}", self.previous.len() + 2);
+        let child = spawn(&name, &self.config, &self.xds, self.admin);
+        self.previous.push(std::mem::replace(&mut self.child, child));
     }
 
     /// The process guard, for [`super::process::wait_until`] and log tails.
@@ -52,9 +75,10 @@ impl Meshpush {
         &self.child
     }
 
-    /// Where the ADS server listens; goes into Envoy bootstraps.
-    pub fn xds_addr(&self) -> SocketAddr {
-        self.xds
+    /// Where the ADS server listens; goes into Envoy bootstraps (its `Display`
+    /// is what `--xds-addr` takes).
+    pub fn xds_addr(&self) -> &ListenAddr {
+        &self.xds
     }
 
     /// Where the admin endpoints listen.
@@ -72,9 +96,40 @@ impl Meshpush {
         self.child.log_tail(n)
     }
 
+    /// The whole log of the running process.
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(self.child.log_path()).unwrap_or_default()
+    }
+
+    /// Log tails of the processes this one replaced, oldest first.
+    pub fn previous_logs(&self) -> String {
+        super::process::logs(&self.previous.iter().collect::<Vec<_>>())
+    }
+
     /// `GET path` from the admin endpoints. Panics if they do not answer.
     pub fn admin(&self, path: &str) -> Response {
         http::get(self.admin, path, &[])
             .unwrap_or_else(|e| panic!("meshpush admin GET {path}: {e}\n{}", self.log_tail(40)))
     }
+}
+
+/// Runs `meshpush serve` and waits for `/ready`.
+fn spawn(name: &str, config_dir: &Path, xds: &ListenAddr, admin: SocketAddr) -> ChildGuard {
+    let binary = Path::new(env!("CARGO_BIN_EXE_meshpush"));
+    let args = [
+        "serve".to_string(),
+        "--config".to_string(),
+        config_dir.display().to_string(),
+        "--xds-addr".to_string(),
+        xds.to_string(),
+        "--admin-addr".to_string(),
+        admin.to_string(),
+        "--log-level".to_string(),
+        "debug".to_string(),
+    ];
+    let mut child = ChildGuard::spawn(name, scratch_dir(name), binary, args);
+    child.wait_ready(Instant::now() + READY_TIMEOUT, "meshpush GET /ready to answer 200", || {
+        http::get(admin, "/ready", &[]).is_ok_and(|r| r.status == 200)
+    });
+    child
 }

@@ -11,6 +11,9 @@
 //! * [`meshpush`]: [`meshpush::Meshpush`], the real binary serving a config dir.
 //! * [`backend`]: [`backend::Backend`], tiny HTTP servers that say who they are.
 //! * [`http`]: the minimal HTTP/1.1 client and parser the others share.
+//! * [`traffic`]: requests through Envoy, single or as steady background traffic.
+//! * [`scene`]: one scenario's mesh directory, processes and failure report.
+//! * [`manifests`]: the YAML of Services, Pods, Istio rules for scenario meshes.
 
 // Each test binary uses a different part of the harness.
 #![allow(dead_code)]
@@ -18,5 +21,8 @@
 pub mod backend;
 pub mod envoy;
 pub mod http;
+pub mod manifests;
 pub mod meshpush;
 pub mod process;
+pub mod scene;
+pub mod traffic;

@@ -119,6 +119,14 @@ impl ChildGuard {
         self.child.try_wait().expect("poll the child")
     }
 
+    /// Kills the child's process group with SIGKILL — no chance to clean up, as
+    /// when a machine or container dies — and reaps it.
+    pub fn kill_hard(&mut self) -> ExitStatus {
+        // ESRCH (already gone) is fine: wait() below reports how it ended.
+        let _ = kill_process_group(Pid::from_child(&self.child), Signal::KILL);
+        self.child.wait().expect("reap the killed child")
+    }
+
     /// Waits until `ready()` holds. Panics with the log tail if the child exits
     /// first or `deadline` passes: a process that never gets ready fails fast.
     pub fn wait_ready(&mut self, deadline: Instant, what: &str, mut ready: impl FnMut() -> bool) {
@@ -190,7 +198,19 @@ impl Check for Result<(), String> {
 /// Polls `cond` every 50 ms until it holds. On `deadline`, panics naming `what`,
 /// what the last attempt saw, and the log tails of `procs` (typically Envoy and
 /// meshpush).
-pub fn wait_until<C: Check>(deadline: Instant, what: &str, procs: &[&ChildGuard], mut cond: impl FnMut() -> C) {
+pub fn wait_until<C: Check>(deadline: Instant, what: &str, procs: &[&ChildGuard], cond: impl FnMut() -> C) {
+    wait_until_report(deadline, what, || logs(procs), cond);
+}
+
+/// [`wait_until`] whose timeout message ends with `report()` instead of log
+/// tails, for callers that know more (an Envoy's config_dump, say) or that
+/// report elsewhere (then `report` returns an empty string).
+pub fn wait_until_report<C: Check>(
+    deadline: Instant,
+    what: &str,
+    report: impl FnOnce() -> String,
+    mut cond: impl FnMut() -> C,
+) {
     let start = Instant::now();
     loop {
         let seen = match cond().check() {
@@ -199,7 +219,7 @@ pub fn wait_until<C: Check>(deadline: Instant, what: &str, procs: &[&ChildGuard]
         };
         if Instant::now() >= deadline {
             let seen = if seen.is_empty() { String::new() } else { format!("\nlast attempt: {seen}") };
-            panic!("timed out after {:?} waiting for {what}{seen}\n{}", start.elapsed(), logs(procs));
+            panic!("timed out after {:?} waiting for {what}{seen}\n{}", start.elapsed(), report());
         }
         thread::sleep(POLL);
     }

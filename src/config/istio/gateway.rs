@@ -36,6 +36,9 @@ pub struct Server {
     pub hosts: Vec<String>,
     /// Server name (for display).
     pub name: Option<String>,
+    /// The IP address the router's listener for this server binds
+    /// (default `0.0.0.0`), e.g. `127.0.0.1` to serve only the router's own host.
+    pub bind: Option<String>,
 }
 
 /// Gateway server port.

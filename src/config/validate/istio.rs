@@ -139,6 +139,11 @@ pub(super) fn gateway(check: &mut Checker, gateway: &Gateway) {
         for (h, host) in server.hosts.iter().enumerate() {
             check_namespaced_host(check, format!("{path}.hosts[{h}]"), host, true, false);
         }
+        if let Some(bind) = &server.bind
+            && !is_ip(bind)
+        {
+            check.error(format!("{path}.bind"), format!("{bind:?} is not an IP address"));
+        }
     }
 }
 

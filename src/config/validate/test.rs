@@ -151,6 +151,12 @@ fn gateway_rules() {
         )),
         vec!["spec.servers[0].hosts[0]"]
     );
+    assert_eq!(
+        error_paths(&gateway(
+            "[{port: {number: 80, name: http, protocol: HTTP}, hosts: [\"*\"], bind: 127.0.0.1}, {port: {number: 81, name: http, protocol: HTTP}, hosts: [\"*\"], bind: localhost}]"
+        )),
+        vec!["spec.servers[1].bind"]
+    );
 }
 
 fn service_entry(spec: &str) -> String {

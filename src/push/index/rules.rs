@@ -189,6 +189,8 @@ pub struct GatewayServer {
     pub port_name: Arc<str>,
     /// `(namespace or "*", host pattern)`.
     pub hosts: Vec<(Arc<str>, Hostname)>,
+    /// The address the listener binds (`spec.servers[].bind`); `None` means `0.0.0.0`.
+    pub bind: Option<Arc<str>>,
 }
 
 /// A Gateway, resolved.
@@ -231,6 +233,7 @@ impl GatewayIndex {
                                 port: s.port.number,
                                 protocol: s.port.protocol.to_ascii_uppercase().into(),
                                 port_name: s.port.name.as_str().into(),
+                                bind: s.bind.as_deref().filter(|b| !b.is_empty()).map(Arc::from),
                                 hosts: s
                                     .hosts
                                     .iter()

@@ -2,7 +2,7 @@
 //! with labels — indexed by namespace and label so that selecting the
 //! workloads of a service does not scan every workload of the mesh.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use crate::config::{ConfigKey, ConfigKind, ConfigObject, k8s};
@@ -95,12 +95,16 @@ fn from_pod(pod: &k8s::Pod) -> Option<Workload> {
     })
 }
 
-/// Workloads by namespace and by `(namespace, label=value)`.
-#[derive(Debug, Default)]
+/// Labels are indexed as `(namespace, "key=value")`.
+type LabelKey = (Arc<str>, String);
+
+/// Workloads by key and by `(namespace, label=value)`, in persistent maps:
+/// cloning the index is O(1) and one workload update is O(log n), so an
+/// endpoint change does not copy the other hundred thousand workloads.
+#[derive(Debug, Default, Clone)]
 pub struct WorkloadIndex {
-    by_label: HashMap<(Arc<str>, String), Vec<Arc<Workload>>>,
-    by_namespace: HashMap<Arc<str>, Vec<Arc<Workload>>>,
-    by_key: HashMap<ConfigKey, Arc<Workload>>,
+    by_label: imbl::HashMap<LabelKey, imbl::OrdMap<ConfigKey, Arc<Workload>>>,
+    by_key: imbl::OrdMap<ConfigKey, Arc<Workload>>,
 }
 
 impl WorkloadIndex {
@@ -110,16 +114,46 @@ impl WorkloadIndex {
         for kind in [ConfigKind::Pod, ConfigKind::WorkloadEntry] {
             for stored in snapshot.kind(kind).values() {
                 if let Some(w) = Workload::from_object(&stored.object) {
-                    let w = Arc::new(w);
-                    for (k, v) in &w.labels {
-                        index.by_label.entry((w.namespace.clone(), format!("{k}={v}"))).or_default().push(w.clone());
-                    }
-                    index.by_namespace.entry(w.namespace.clone()).or_default().push(w.clone());
-                    index.by_key.insert(w.key.clone(), w);
+                    index.insert(Arc::new(w));
                 }
             }
         }
         index
+    }
+
+    /// A copy of `self` with the workloads of `keys` re-read from `snapshot`.
+    pub fn update<'a>(&self, snapshot: &StoreSnapshot, keys: impl IntoIterator<Item = &'a ConfigKey>) -> WorkloadIndex {
+        let mut next = self.clone();
+        for key in keys {
+            if !matches!(key.kind, ConfigKind::Pod | ConfigKind::WorkloadEntry) {
+                continue;
+            }
+            next.remove(key);
+            if let Some(w) = snapshot.get(key).and_then(|s| Workload::from_object(&s.object)) {
+                next.insert(Arc::new(w));
+            }
+        }
+        next
+    }
+
+    fn insert(&mut self, w: Arc<Workload>) {
+        for (k, v) in &w.labels {
+            self.by_label.entry((w.namespace.clone(), format!("{k}={v}"))).or_default().insert(w.key.clone(), w.clone());
+        }
+        self.by_key.insert(w.key.clone(), w);
+    }
+
+    fn remove(&mut self, key: &ConfigKey) {
+        let Some(old) = self.by_key.remove(key) else { return };
+        for (k, v) in &old.labels {
+            let label = (old.namespace.clone(), format!("{k}={v}"));
+            if let Some(set) = self.by_label.get_mut(&label) {
+                set.remove(key);
+                if set.is_empty() {
+                    self.by_label.remove(&label);
+                }
+            }
+        }
     }
 
     /// Workloads of `namespace` matching every label of `selector`, in key order.
@@ -129,23 +163,16 @@ impl WorkloadIndex {
         namespace: &str,
         selector: &'a BTreeMap<String, String>,
     ) -> impl Iterator<Item = &'a Arc<Workload>> + 'a {
-        let candidates: &[Arc<Workload>] = match selector.iter().next() {
-            None => &[],
-            Some((k, v)) => {
-                self.by_label.get(&(Arc::from(namespace), format!("{k}={v}"))).map(Vec::as_slice).unwrap_or(&[])
-            }
-        };
-        candidates.iter().filter(move |w| w.matches(selector))
+        let candidates = selector
+            .iter()
+            .next()
+            .and_then(|(k, v)| self.by_label.get(&(Arc::from(namespace), format!("{k}={v}"))));
+        candidates.into_iter().flat_map(|set| set.values()).filter(move |w| w.matches(selector))
     }
 
     /// A workload by its Pod or WorkloadEntry key.
     pub fn get(&self, key: &ConfigKey) -> Option<&Arc<Workload>> {
         self.by_key.get(key)
-    }
-
-    /// Every workload of a namespace.
-    pub fn in_namespace(&self, namespace: &str) -> &[Arc<Workload>] {
-        self.by_namespace.get(namespace).map(Vec::as_slice).unwrap_or(&[])
     }
 
     /// Number of workloads.

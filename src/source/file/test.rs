@@ -49,7 +49,7 @@ fn write(dir: &TempDir, name: &str, text: &str) {
 
 /// Re-reads `names` the way a batch of events does.
 fn reread(source: &FileSource, store: &ConfigStore, names: &[&str]) -> ChangeSet {
-    source.tree.refresh(store, names.iter().map(|n| n.to_string()).collect(), false)
+    source.tree.refresh(store, names.iter().map(|n| n.to_string()).collect(), false, None)
 }
 
 #[test]

@@ -1,0 +1,1 @@
+//! Simulated Envoys for meshpush: see `main.rs` and the modules below.

@@ -1,0 +1,337 @@
+//! The `/debug/*` endpoints: JSON views of what the control plane holds.
+//!
+//! Every handler reads published state only — the snapshot through
+//! `ArcSwap`, each stream's [`StreamStatus`] copy, the push history, the
+//! source's problems — so a debug request never waits on a stream or the
+//! engine, and a stream never waits on it.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, SystemTime};
+
+use axum::Json;
+use axum::extract::{Query, State};
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use serde::{Deserialize, Serialize};
+use serde_json::{Value, json};
+
+use super::AdminState;
+use crate::config::parse::Problem;
+use crate::generate::cache::CacheStats;
+use crate::push::history::{PushRecord, unix_millis};
+use crate::push::queue::ConnectionHandle;
+use crate::xds::TypeUrl;
+use crate::xds::status::{StreamStatus, SyncState, TypeStatus};
+
+/// meshpush's version, shown where Istio shows istiod's.
+pub const VERSION: &str = env!("CARGO_PKG_VERSION");
+
+/// Types in `istioctl proxy-status` column order.
+const STATUS_ORDER: [TypeUrl; 4] = [TypeUrl::Cluster, TypeUrl::Listener, TypeUrl::Endpoint, TypeUrl::Route];
+
+/// One type of one stream in `/debug/syncz`.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct TypeSync {
+    /// `cds`, `lds`, `eds`, `rds`.
+    #[serde(rename = "type")]
+    pub type_short: String,
+    /// `SYNCED`, `NOT SENT`, `STALE` or `ERROR`.
+    pub status: String,
+    /// Last nonce sent.
+    pub nonce_sent: Option<String>,
+    /// Last nonce ACKed.
+    pub nonce_acked: Option<String>,
+    /// Version of the last response sent.
+    pub version_sent: Option<String>,
+    /// Version last ACKed.
+    pub version_acked: Option<String>,
+    /// The last NACK's message, if the last response was rejected or an earlier one was.
+    pub last_nack: Option<String>,
+    /// Nonce of that NACK.
+    pub last_nack_nonce: Option<String>,
+    /// Responses sent.
+    pub responses: u64,
+}
+
+/// One stream in `/debug/syncz` (what `proxy-status` prints).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct ProxySync {
+    /// Node id.
+    pub proxy: String,
+    /// Connection id.
+    pub conn_id: u64,
+    /// Envoy's `node.cluster`.
+    pub cluster: String,
+    /// The proxy's `ISTIO_VERSION` metadata, if any.
+    pub proxy_version: Option<String>,
+    /// meshpush's version (Istio's ISTIOD column).
+    pub meshpush_version: String,
+    /// Per type, in proxy-status order (cds, lds, eds, rds).
+    pub types: Vec<TypeSync>,
+}
+
+impl ProxySync {
+    /// The entry for `t` (`cds`…).
+    pub fn state(&self, short: &str) -> Option<&TypeSync> {
+        self.types.iter().find(|t| t.type_short == short)
+    }
+}
+
+fn type_sync(t: TypeUrl, s: &TypeStatus) -> TypeSync {
+    TypeSync {
+        type_short: t.short().to_string(),
+        status: s.sync_state().as_str().to_string(),
+        nonce_sent: s.nonce_sent.clone(),
+        nonce_acked: s.nonce_acked.clone(),
+        version_sent: s.version_sent.clone(),
+        version_acked: s.version_acked.clone(),
+        last_nack: s.last_nack.as_ref().map(|n| n.message.clone()),
+        last_nack_nonce: s.last_nack.as_ref().map(|n| n.nonce.clone()),
+        responses: s.responses,
+    }
+}
+
+/// Connections sorted by proxy id, then by connection id.
+pub fn sorted_connections(state: &AdminState) -> Vec<Arc<ConnectionHandle>> {
+    let mut conns = state.engine.queue.connections();
+    conns.sort_by(|a, b| a.proxy.id.cmp(&b.proxy.id).then(a.id.cmp(&b.id)));
+    conns
+}
+
+/// The sync view of one connection.
+pub fn proxy_sync(conn: &ConnectionHandle) -> ProxySync {
+    let status: StreamStatus = conn.status.lock().clone();
+    ProxySync {
+        proxy: conn.proxy.id.to_string(),
+        conn_id: conn.id,
+        cluster: conn.proxy.cluster.to_string(),
+        proxy_version: conn.proxy.metadata.get("ISTIO_VERSION").cloned(),
+        meshpush_version: VERSION.to_string(),
+        types: STATUS_ORDER.iter().map(|t| type_sync(*t, status.get(*t))).collect(),
+    }
+}
+
+/// `GET /debug/syncz`: per connection and type, sent and ACKed nonce and
+/// version, the sync state and the last NACK.
+pub async fn syncz(State(state): State<AdminState>) -> Json<Vec<ProxySync>> {
+    Json(sorted_connections(&state).iter().map(|c| proxy_sync(c)).collect())
+}
+
+/// One entry of `/debug/connections`.
+#[derive(Debug, Serialize)]
+struct ConnectionView {
+    conn_id: u64,
+    proxy: String,
+    kind: String,
+    cluster: String,
+    namespace: String,
+    ip: String,
+    labels: BTreeMap<String, String>,
+    interception: String,
+    proxy_version: Option<String>,
+    #[serde(serialize_with = "unix_millis")]
+    connected_at: SystemTime,
+    connected_seconds: f64,
+    scope: u32,
+    subscribed: Vec<&'static str>,
+    watched: BTreeMap<&'static str, usize>,
+    acks: u64,
+    nacks: u64,
+    stale_nonces: u64,
+    push_pending: bool,
+}
+
+/// `GET /debug/connections`: every connected stream.
+pub async fn connections(State(state): State<AdminState>) -> Json<Vec<Value>> {
+    let views = sorted_connections(&state)
+        .iter()
+        .map(|c| {
+            let status = c.status.lock().clone();
+            let age = c.connected.elapsed();
+            let view = ConnectionView {
+                conn_id: c.id,
+                proxy: c.proxy.id.to_string(),
+                kind: format!("{:?}", c.proxy.kind),
+                cluster: c.proxy.cluster.to_string(),
+                namespace: c.proxy.namespace.to_string(),
+                ip: c.proxy.ip.to_string(),
+                labels: c.proxy.labels.clone(),
+                interception: format!("{:?}", c.proxy.interception),
+                proxy_version: c.proxy.metadata.get("ISTIO_VERSION").cloned(),
+                connected_at: SystemTime::now().checked_sub(age).unwrap_or(SystemTime::UNIX_EPOCH),
+                connected_seconds: age.as_secs_f64(),
+                scope: c.scope.load(Ordering::Relaxed),
+                subscribed: STATUS_ORDER.iter().filter(|t| status.get(**t).subscribed).map(|t| t.short()).collect(),
+                watched: STATUS_ORDER.iter().map(|t| (t.short(), status.get(*t).watched)).collect(),
+                acks: status.acks,
+                nacks: status.nacks,
+                stale_nonces: status.stale,
+                push_pending: c.signal.is_pending(),
+            };
+            serde_json::to_value(view).unwrap_or(Value::Null)
+        })
+        .collect();
+    Json(views)
+}
+
+/// The `proxyID` query parameter.
+#[derive(Debug, Deserialize)]
+pub struct ProxyQuery {
+    /// A node id, or `POD.NAMESPACE` (the middle of a sidecar id), or a pod name when unique.
+    #[serde(rename = "proxyID")]
+    pub proxy_id: Option<String>,
+}
+
+/// Finds the connection of a proxy: exact node id first, then
+/// `POD.NAMESPACE`, then a pod name if only one proxy has it. The newest
+/// connection wins when a proxy reconnected.
+pub fn find_proxy(state: &AdminState, wanted: &str) -> Result<Arc<ConnectionHandle>, String> {
+    let conns = sorted_connections(state);
+    let newest = |matches: Vec<&Arc<ConnectionHandle>>| matches.into_iter().max_by_key(|c| c.id).cloned();
+    if let Some(c) = newest(conns.iter().filter(|c| &*c.proxy.id == wanted).collect()) {
+        return Ok(c);
+    }
+    if let Some(c) = newest(conns.iter().filter(|c| &*c.proxy.workload == wanted).collect()) {
+        return Ok(c);
+    }
+    let by_pod: Vec<&Arc<ConnectionHandle>> =
+        conns.iter().filter(|c| c.proxy.workload.split('.').next() == Some(wanted)).collect();
+    let mut ids: Vec<&str> = by_pod.iter().map(|c| &*c.proxy.id).collect();
+    ids.dedup();
+    match ids.len() {
+        0 => Err(format!("no connected proxy is {wanted:?} (see /debug/syncz for the connected ones)")),
+        1 => Ok(newest(by_pod).expect("one match")),
+        _ => Err(format!("{wanted:?} names several proxies: {}", ids.join(", "))),
+    }
+}
+
+fn error(status: StatusCode, message: String) -> Response {
+    (status, Json(json!({ "error": message }))).into_response()
+}
+
+/// `GET /debug/config_dump?proxyID=ID`: what that proxy is sent, as Envoy's config_dump.
+pub async fn config_dump(State(state): State<AdminState>, Query(q): Query<ProxyQuery>) -> Response {
+    let Some(wanted) = q.proxy_id.filter(|p| !p.is_empty()) else {
+        return error(StatusCode::BAD_REQUEST, "proxyID is required: /debug/config_dump?proxyID=NODE_ID".into());
+    };
+    let conn = match find_proxy(&state, &wanted) {
+        Ok(c) => c,
+        Err(e) => return error(StatusCode::NOT_FOUND, e),
+    };
+    let engine = state.engine.clone();
+    let proxy = conn.proxy.clone();
+    // Generation on a miss is CPU work: keep it off the async workers.
+    match tokio::task::spawn_blocking(move || super::config_dump::config_dump(&engine, &proxy)).await {
+        Ok(dump) => Json(dump).into_response(),
+        Err(e) => error(StatusCode::INTERNAL_SERVER_ERROR, format!("building the config dump failed: {e}")),
+    }
+}
+
+/// `GET /debug/push_status`: the last push and totals.
+pub async fn push_status(State(state): State<AdminState>) -> Json<Value> {
+    let engine = &state.engine;
+    let m = &engine.metrics;
+    let per_type: BTreeMap<&str, Value> = STATUS_ORDER
+        .iter()
+        .map(|t| {
+            let stats = &engine.cache.stats;
+            (
+                t.short(),
+                json!({
+                    "pushes": m.xds_pushes.get(*t).get(),
+                    "rejects": m.xds_rejects.get(*t).get(),
+                    "cache_generations": CacheStats::get(&stats.generations, *t),
+                    "cache_hits": CacheStats::get(&stats.hits, *t),
+                    "cache_misses": CacheStats::get(&stats.misses, *t),
+                }),
+            )
+        })
+        .collect();
+    let last: Option<PushRecord> = engine.history.last();
+    let recent = engine.history.since(Duration::from_secs(300));
+    Json(json!({
+        "version": engine.ctx.load().version,
+        "last_push": last,
+        "pushes_last_5m": recent.len(),
+        "proxies": engine.queue.len(),
+        "per_type": per_type,
+    }))
+}
+
+/// `GET /debug/scopes`: every scope of the published snapshot, its members
+/// and the services it sees.
+pub async fn scopes(State(state): State<AdminState>) -> Json<Vec<Value>> {
+    let ctx = state.engine.ctx.load();
+    let mut members: BTreeMap<u32, Vec<String>> = BTreeMap::new();
+    for c in state.engine.queue.connections() {
+        members.entry(c.scope.load(Ordering::Relaxed)).or_default().push(c.proxy.id.to_string());
+    }
+    let mut scopes = ctx.scopes();
+    scopes.sort_by_key(|s| s.id);
+    let views = scopes
+        .iter()
+        .map(|s| {
+            let mut proxies = members.get(&s.id.0).cloned().unwrap_or_default();
+            proxies.sort();
+            json!({
+                "id": s.id.0,
+                "key": s.key,
+                "members": proxies.len(),
+                "proxies": proxies,
+                "visible_services": s.services.iter().map(|svc| svc.hostname.to_string()).collect::<Vec<_>>(),
+                "outbound_policy": s.outbound_policy,
+            })
+        })
+        .collect();
+    Json(views)
+}
+
+/// `GET /debug/configz`: every object in the published snapshot with its
+/// source file, and the validation problems of the sources.
+pub async fn configz(State(state): State<AdminState>) -> Json<Value> {
+    let ctx = state.engine.ctx.load();
+    let problems: Vec<Problem> = state.problems();
+    let objects: Vec<Value> = ctx
+        .store
+        .iter()
+        .map(|stored| {
+            let key = stored.object.key();
+            let errors: Vec<String> = problems
+                .iter()
+                .filter(|p| p.object.as_ref() == Some(&key))
+                .map(|p| format!("{}: {p}", p.severity))
+                .collect();
+            json!({
+                "kind": key.kind.as_str(),
+                "namespace": key.namespace,
+                "name": key.name,
+                "source": { "file": stored.source.file, "doc": stored.source.doc },
+                "revision": stored.revision,
+                "errors": errors,
+                "object": stored.object,
+            })
+        })
+        .collect();
+    let problems: Vec<Value> = problems
+        .iter()
+        .map(|p| {
+            json!({
+                "severity": p.severity.to_string(),
+                "file": p.source.file,
+                "doc": p.source.doc,
+                "object": p.object.as_ref().map(ToString::to_string),
+                "path": p.path,
+                "message": p.message,
+                "text": p.to_string(),
+            })
+        })
+        .collect();
+    Json(json!({ "revision": ctx.store.revision(), "objects": objects, "problems": problems }))
+}
+
+/// The sync state of a stream's type, for the status page.
+pub fn sync_state(conn: &ConnectionHandle, t: TypeUrl) -> SyncState {
+    conn.status.lock().get(t).sync_state()
+}

@@ -1,0 +1,653 @@
+//! `Metrics`: what the control plane counts, exposed in Prometheus text at
+//! `GET /metrics` on the admin address.
+//!
+//! One [`Metrics`] exists per server, owned by the
+//! [`PushEngine`](crate::push::PushEngine) and shared by `Arc`. Counters
+//! live where their events happen and cost an atomic add:
+//!
+//! * the engine records each push (build time, triggers, inbound updates,
+//!   debounce merges);
+//! * each ADS stream task holds a [`StreamRecorder`] that compares its
+//!   [`Connection`]'s state before and after every request or push, and so
+//!   counts responses, ACKs, NACKs and stale nonces per type and measures
+//!   convergence, without touching the protocol code.
+//!
+//! Values that already exist elsewhere — the cache's hit, miss and
+//! generation counters, the number of connections, services and scopes —
+//! are read at scrape time, never duplicated.
+//!
+//! Where the meaning matches, names are Istio's (`pilot_xds_pushes`,
+//! `pilot_proxy_convergence_time`, …) so existing dashboards and alerts
+//! work. Istio exposes its counters without the `_total` suffix, while the
+//! client library appends `_total` to every series typed `counter`; those
+//! counters are therefore typed `untyped` ([`IstioCounter`]), which keeps
+//! their exact names (PromQL's `rate()` does not care about the type).
+//! meshpush's own counters are ordinary `…_total` counters.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use prometheus_client::collector::Collector;
+use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric, MetricEncoder, NoLabelSet};
+use prometheus_client::metrics::counter::{ConstCounter, Counter};
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::ConstGauge;
+use prometheus_client::metrics::{MetricType, TypedMetric};
+use prometheus_client::registry::Registry;
+
+use crate::config::{ConfigKind, ConfigKey};
+use crate::push::{PendingPush, PushEngine, PushRequest};
+use crate::xds::TypeUrl;
+use crate::xds::connection::Connection;
+
+/// `Content-Type` of `GET /metrics` (Prometheus text format 0.0.4, as istiod serves).
+pub const CONTENT_TYPE: &str = prometheus_client::encoding::prometheus_text::CONTENT_TYPE;
+
+/// Istio's buckets for `pilot_xds_push_time` (seconds).
+const PUSH_TIME_BUCKETS: [f64; 8] = [0.01, 0.1, 1.0, 3.0, 5.0, 10.0, 20.0, 30.0];
+/// Istio's buckets for `pilot_proxy_convergence_time` (seconds).
+pub const CONVERGENCE_BUCKETS: [f64; 8] = [0.1, 0.5, 1.0, 3.0, 5.0, 10.0, 20.0, 30.0];
+/// Buckets for `pilot_pushcontext_init_seconds`: builds take milliseconds.
+const INIT_BUCKETS: [f64; 10] = [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0, 5.0];
+
+/// A label set of one `(name, value)` pair.
+type Label = [(&'static str, &'static str); 1];
+
+/// A counter exposed under its exact (Istio) name: typed `untyped` so that
+/// the text encoder does not append `_total`. See the module docs.
+#[derive(Debug, Clone, Default)]
+pub struct IstioCounter(Counter);
+
+impl IstioCounter {
+    /// Adds one.
+    pub fn inc(&self) {
+        self.0.inc();
+    }
+
+    /// Adds `n`.
+    pub fn inc_by(&self, n: u64) {
+        self.0.inc_by(n);
+    }
+
+    /// The current value.
+    pub fn get(&self) -> u64 {
+        self.0.get()
+    }
+}
+
+impl EncodeMetric for IstioCounter {
+    fn encode(&self, mut encoder: MetricEncoder<'_>) -> Result<(), std::fmt::Error> {
+        encoder.encode_gauge(&(self.0.get() as i64))
+    }
+
+    fn metric_type(&self) -> MetricType {
+        MetricType::Unknown
+    }
+}
+
+impl TypedMetric for IstioCounter {
+    const TYPE: MetricType = MetricType::Unknown;
+}
+
+/// A histogram of durations whose buckets can be read back (the status
+/// page draws the convergence histogram from it). Lock-free: one atomic add
+/// per bucket, count and sum.
+#[derive(Debug, Clone)]
+pub struct DurationHistogram(Arc<HistogramInner>);
+
+#[derive(Debug)]
+struct HistogramInner {
+    /// Upper bounds in seconds, ascending; `+Inf` is implicit.
+    bounds: Vec<f64>,
+    /// Per-bucket (not cumulative) counts; one more than `bounds`.
+    counts: Vec<AtomicU64>,
+    sum_nanos: AtomicU64,
+}
+
+/// A read of a [`DurationHistogram`].
+#[derive(Debug, Clone, PartialEq)]
+pub struct HistogramSnapshot {
+    /// `(upper bound in seconds, observations in this bucket)`, the last bound `+Inf`.
+    pub buckets: Vec<(f64, u64)>,
+    /// Observations.
+    pub count: u64,
+    /// Sum of observations, seconds.
+    pub sum: f64,
+}
+
+impl DurationHistogram {
+    /// A histogram with upper `bounds` in seconds.
+    pub fn new(bounds: &[f64]) -> DurationHistogram {
+        let counts = (0..=bounds.len()).map(|_| AtomicU64::new(0)).collect();
+        DurationHistogram(Arc::new(HistogramInner { bounds: bounds.to_vec(), counts, sum_nanos: AtomicU64::new(0) }))
+    }
+
+    /// Records one duration.
+    pub fn observe(&self, d: Duration) {
+        let secs = d.as_secs_f64();
+        let i = self.0.bounds.iter().position(|b| secs <= *b).unwrap_or(self.0.bounds.len());
+        self.0.counts[i].fetch_add(1, Ordering::Relaxed);
+        self.0.sum_nanos.fetch_add(d.as_nanos().min(u128::from(u64::MAX)) as u64, Ordering::Relaxed);
+    }
+
+    /// The current buckets, count and sum.
+    pub fn snapshot(&self) -> HistogramSnapshot {
+        let buckets: Vec<(f64, u64)> = self
+            .0
+            .bounds
+            .iter()
+            .copied()
+            .chain([f64::INFINITY])
+            .zip(self.0.counts.iter().map(|c| c.load(Ordering::Relaxed)))
+            .collect();
+        let count = buckets.iter().map(|(_, n)| n).sum();
+        HistogramSnapshot { buckets, count, sum: self.0.sum_nanos.load(Ordering::Relaxed) as f64 / 1e9 }
+    }
+}
+
+impl EncodeMetric for DurationHistogram {
+    fn encode(&self, mut encoder: MetricEncoder<'_>) -> Result<(), std::fmt::Error> {
+        let s = self.snapshot();
+        encoder.encode_histogram::<NoLabelSet>(s.sum, s.count, &s.buckets, None)
+    }
+
+    fn metric_type(&self) -> MetricType {
+        MetricType::Histogram
+    }
+}
+
+impl TypedMetric for DurationHistogram {
+    const TYPE: MetricType = MetricType::Histogram;
+}
+
+/// One metric per xDS type, labelled `type="cds|eds|lds|rds"`; indexed by
+/// [`TypeUrl`] without a lookup.
+#[derive(Debug, Clone)]
+pub struct PerType<M>([M; 4]);
+
+impl<M> PerType<M> {
+    /// The metric of type `t`.
+    pub fn get(&self, t: TypeUrl) -> &M {
+        &self.0[t.index()]
+    }
+}
+
+impl<M: EncodeMetric> EncodeMetric for PerType<M> {
+    fn encode(&self, mut encoder: MetricEncoder<'_>) -> Result<(), std::fmt::Error> {
+        for t in SHORT_ORDER {
+            let label: Label = [("type", t.short())];
+            self.0[t.index()].encode(encoder.encode_family(&label)?)?;
+        }
+        Ok(())
+    }
+
+    fn metric_type(&self) -> MetricType {
+        self.0[0].metric_type()
+    }
+}
+
+impl<M: TypedMetric> TypedMetric for PerType<M> {
+    const TYPE: MetricType = M::TYPE;
+}
+
+/// Types in the order Istio's dashboards list them.
+const SHORT_ORDER: [TypeUrl; 4] = [TypeUrl::Cluster, TypeUrl::Endpoint, TypeUrl::Listener, TypeUrl::Route];
+
+/// Every metric meshpush records as events happen. See the module docs.
+#[derive(Debug)]
+pub struct Metrics {
+    registry: Registry,
+    /// `pilot_xds_pushes{type}`: responses sent.
+    pub xds_pushes: PerType<IstioCounter>,
+    /// `pilot_xds_push_time{type}`: from serving a push or request to its response being written.
+    pub xds_push_time: PerType<DurationHistogram>,
+    /// `pilot_proxy_convergence_time`: change event to ACK.
+    pub convergence: DurationHistogram,
+    /// `pilot_pushcontext_init_seconds`: building a snapshot.
+    pub pushcontext_init: DurationHistogram,
+    /// `pilot_push_triggers{type}`: pushes by reason.
+    pub push_triggers: Family<Label, IstioCounter>,
+    /// `pilot_total_xds_rejects{type}`: NACKs.
+    pub xds_rejects: PerType<IstioCounter>,
+    /// `pilot_xds_expired_nonce{type}`: requests with a stale nonce.
+    pub expired_nonce: PerType<IstioCounter>,
+    /// `pilot_inbound_updates{type}`: config objects changed.
+    pub inbound_updates: Family<Label, IstioCounter>,
+    /// `meshpush_xds_acks_total{type}`.
+    pub xds_acks: PerType<Counter>,
+    /// `meshpush_xds_sent_bytes_total`: response bytes written to streams.
+    pub sent_bytes: Counter,
+    /// `meshpush_debounce_merges_total`: change sets merged into an earlier one.
+    pub debounce_merges: Counter,
+    /// `meshpush_pushes_total`: snapshots published.
+    pub pushes: Counter,
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Metrics::new()
+    }
+}
+
+impl Metrics {
+    /// Creates and registers every family.
+    pub fn new() -> Metrics {
+        let per_type_counter = || PerType(std::array::from_fn(|_| IstioCounter::default()));
+        let m = Metrics {
+            registry: Registry::default(),
+            xds_pushes: per_type_counter(),
+            xds_push_time: PerType(std::array::from_fn(|_| DurationHistogram::new(&PUSH_TIME_BUCKETS))),
+            convergence: DurationHistogram::new(&CONVERGENCE_BUCKETS),
+            pushcontext_init: DurationHistogram::new(&INIT_BUCKETS),
+            push_triggers: Family::default(),
+            xds_rejects: per_type_counter(),
+            expired_nonce: per_type_counter(),
+            inbound_updates: Family::default(),
+            xds_acks: PerType(std::array::from_fn(|_| Counter::default())),
+            sent_bytes: Counter::default(),
+            debounce_merges: Counter::default(),
+            pushes: Counter::default(),
+        };
+        let mut r = Registry::default();
+        r.register("pilot_xds_pushes", "Responses sent to proxies, by xDS type", m.xds_pushes.clone());
+        r.register(
+            "pilot_xds_push_time",
+            "Seconds from a stream starting to serve a push (or request) to the response of this type being \
+             written to the stream",
+            m.xds_push_time.clone(),
+        );
+        r.register(
+            "pilot_proxy_convergence_time",
+            "Seconds from a config change event to the proxy's ACK of the response carrying it; unlike Istio \
+             (which stops at the send), this includes the debounce wait, the build, the send and the proxy's \
+             own processing",
+            m.convergence.clone(),
+        );
+        r.register(
+            "pilot_pushcontext_init_seconds",
+            "Seconds to build a push context (snapshot) from a change",
+            m.pushcontext_init.clone(),
+        );
+        r.register(
+            "pilot_push_triggers",
+            "Pushes by what triggered them (config, service, endpoint)",
+            m.push_triggers.clone(),
+        );
+        r.register("pilot_total_xds_rejects", "Responses rejected (NACKed) by proxies, by type", m.xds_rejects.clone());
+        r.register(
+            "pilot_xds_expired_nonce",
+            "Requests ignored because their nonce was not the latest sent",
+            m.expired_nonce.clone(),
+        );
+        r.register(
+            "pilot_inbound_updates",
+            "Config objects changed (config, eds, svc, svcdelete); an object changed twice within one debounce \
+             window counts once",
+            m.inbound_updates.clone(),
+        );
+        r.register("meshpush_xds_acks", "Responses ACKed by proxies, by type", m.xds_acks.clone());
+        r.register("meshpush_xds_sent_bytes", "Response bytes written to ADS streams", m.sent_bytes.clone());
+        r.register(
+            "meshpush_debounce_merges",
+            "Change sets merged into an earlier pending one (debounce and engine busy)",
+            m.debounce_merges.clone(),
+        );
+        r.register("meshpush_pushes", "Snapshots built and published", m.pushes.clone());
+        Metrics { registry: r, ..m }
+    }
+
+    /// A recorder for one ADS stream.
+    pub fn stream(self: &Arc<Self>) -> StreamRecorder {
+        StreamRecorder { metrics: self.clone(), mark: Mark::default(), serving: None, converging: None }
+    }
+
+    /// Records a push the engine built and published: `build` is the time
+    /// spent in `PushContext::next`.
+    pub fn record_push(&self, trigger: &PushTrigger, build: Duration) {
+        self.pushes.inc();
+        self.pushcontext_init.observe(build);
+        self.debounce_merges.inc_by(u64::from(trigger.merged.saturating_sub(1)));
+        for reason in &trigger.reasons {
+            self.push_triggers.get_or_create(&[("type", reason)]).inc();
+        }
+        for (kind, n) in &trigger.updates {
+            self.inbound_updates.get_or_create(&[("type", kind)]).inc_by(*n);
+        }
+    }
+
+    /// The whole exposition: the registered families, then the values read
+    /// from `engine` now.
+    pub fn render(&self, engine: &PushEngine) -> String {
+        let mut out = String::new();
+        // Writing into a String cannot fail.
+        let _ = prometheus_client::encoding::prometheus_text::encode(&mut out, &self.registry);
+        let mut scrape = Registry::default();
+        scrape.register_collector(Box::new(EngineReading::read(engine)));
+        let _ = prometheus_client::encoding::prometheus_text::encode(&mut out, &scrape);
+        out
+    }
+}
+
+/// What triggered a push, summarised before the request is consumed.
+#[derive(Debug, Clone, Default)]
+pub struct PushTrigger {
+    /// Distinct reasons (`config`, `service`, `endpoint`), sorted.
+    pub reasons: Vec<&'static str>,
+    /// Changed objects per inbound-update type.
+    pub updates: Vec<(&'static str, u64)>,
+    /// Change sets merged into the request.
+    pub merged: u32,
+    /// Changed keys.
+    pub keys: usize,
+    /// A few of the changed keys, for the push status.
+    pub sample: Vec<String>,
+}
+
+impl PushTrigger {
+    /// Keys shown in the push status at most.
+    const SAMPLE: usize = 8;
+
+    /// Summarises `request`.
+    pub fn of(request: &PushRequest) -> PushTrigger {
+        let mut reasons: Vec<&'static str> = request.keys.iter().map(|k| trigger_reason(k.kind)).collect();
+        reasons.sort_unstable();
+        reasons.dedup();
+        let mut updates: Vec<(&'static str, u64)> = Vec::new();
+        for key in &request.keys {
+            let kind = update_type(key, request.store.get(key).is_none());
+            match updates.iter_mut().find(|(k, _)| *k == kind) {
+                Some((_, n)) => *n += 1,
+                None => updates.push((kind, 1)),
+            }
+        }
+        PushTrigger {
+            reasons,
+            updates,
+            merged: request.merged,
+            keys: request.keys.len(),
+            sample: request.keys.iter().take(Self::SAMPLE).map(ConfigKey::to_string).collect(),
+        }
+    }
+}
+
+/// Istio's push reason for a changed kind.
+fn trigger_reason(kind: ConfigKind) -> &'static str {
+    match kind {
+        k if k.is_endpoint_kind() => "endpoint",
+        ConfigKind::Service | ConfigKind::ServiceEntry => "service",
+        _ => "config",
+    }
+}
+
+/// Istio's `pilot_inbound_updates` type for a changed key.
+fn update_type(key: &ConfigKey, deleted: bool) -> &'static str {
+    match key.kind {
+        k if k.is_endpoint_kind() => "eds",
+        ConfigKind::Service | ConfigKind::ServiceEntry if deleted => "svcdelete",
+        ConfigKind::Service | ConfigKind::ServiceEntry => "svc",
+        _ => "config",
+    }
+}
+
+/// Values read from the engine at scrape time.
+#[derive(Debug)]
+struct EngineReading {
+    connections: i64,
+    services: i64,
+    scopes: i64,
+    queue_depth: i64,
+    snapshot_version: i64,
+    cache_sets: i64,
+    cache_assignments: i64,
+    hits: [u64; 4],
+    misses: [u64; 4],
+    generations: [u64; 4],
+    encoded: [u64; 4],
+    bytes_encoded: u64,
+}
+
+impl EngineReading {
+    fn read(engine: &PushEngine) -> EngineReading {
+        use crate::generate::cache::CacheStats;
+        let ctx = engine.ctx.load();
+        let stats = &engine.cache.stats;
+        let per_type = |c: &[AtomicU64; 4]| std::array::from_fn(|i| CacheStats::get(c, SHORT_ORDER[i]));
+        let (sets, assignments) = engine.cache.len();
+        let connections = engine.queue.connections();
+        EngineReading {
+            connections: connections.len() as i64,
+            services: ctx.services.len() as i64,
+            scopes: ctx.scopes().len() as i64,
+            queue_depth: connections.iter().filter(|c| c.signal.is_pending()).count() as i64,
+            snapshot_version: ctx.version as i64,
+            cache_sets: sets as i64,
+            cache_assignments: assignments as i64,
+            hits: per_type(&stats.hits),
+            misses: per_type(&stats.misses),
+            generations: per_type(&stats.generations),
+            encoded: per_type(&stats.encoded),
+            bytes_encoded: stats.bytes_encoded.load(Ordering::Relaxed),
+        }
+    }
+}
+
+impl Collector for EngineReading {
+    fn encode(&self, mut encoder: DescriptorEncoder<'_>) -> Result<(), std::fmt::Error> {
+        let gauges: [(&str, &str, i64); 7] = [
+            ("pilot_xds", "Connected ADS streams", self.connections),
+            ("pilot_services", "Services in the published snapshot", self.services),
+            ("meshpush_scopes", "Scopes computed in the published snapshot", self.scopes),
+            ("meshpush_push_queue_depth", "Streams with a push waiting in their slot", self.queue_depth),
+            ("meshpush_snapshot_version", "Version of the published snapshot", self.snapshot_version),
+            ("meshpush_cache_scope_sets", "CDS, LDS and RDS sets cached (per type and scope)", self.cache_sets),
+            ("meshpush_cache_assignments", "ClusterLoadAssignments cached", self.cache_assignments),
+        ];
+        for (name, help, value) in gauges {
+            ConstGauge::new(value).encode(encoder.encode_descriptor(name, help, None, MetricType::Gauge)?)?;
+        }
+        let per_type: [(&str, &str, &[u64; 4]); 4] = [
+            ("meshpush_cache_hits", "Cache lookups answered from the cache, by type", &self.hits),
+            ("meshpush_cache_misses", "Cache lookups that had to generate, by type", &self.misses),
+            (
+                "meshpush_cache_generations",
+                "Scope sets or assignments generated, by type (once per scope, not per proxy)",
+                &self.generations,
+            ),
+            ("meshpush_cache_encoded_resources", "Resources encoded, by type", &self.encoded),
+        ];
+        for (name, help, values) in per_type {
+            let mut family = encoder.encode_descriptor(name, help, None, MetricType::Counter)?;
+            for (t, value) in SHORT_ORDER.iter().zip(values) {
+                let label: Label = [("type", t.short())];
+                ConstCounter::new(*value).encode(family.encode_family(&label)?)?;
+            }
+        }
+        ConstCounter::new(self.bytes_encoded).encode(encoder.encode_descriptor(
+            "meshpush_encoded_bytes",
+            "Bytes of resources encoded (each encoded once, shared by every stream)",
+            None,
+            MetricType::Counter,
+        )?)?;
+        Ok(())
+    }
+}
+
+/// Per-type counters of a [`Connection`] at one moment.
+#[derive(Debug, Default, Clone, Copy)]
+struct Mark {
+    responses: [u64; 4],
+    acks: u64,
+    nacks: u64,
+    stale: u64,
+}
+
+impl Mark {
+    fn of(conn: &Connection) -> Mark {
+        Mark {
+            responses: std::array::from_fn(|i| conn.watches[i].responses),
+            acks: conn.counts.acks,
+            nacks: conn.counts.nacks,
+            stale: conn.counts.stale,
+        }
+    }
+}
+
+/// What the stream task is serving.
+#[derive(Debug, Clone, Copy)]
+enum Serving {
+    Request { t: Option<TypeUrl>, started: Instant },
+    Push { first_change: Instant, started: Instant },
+}
+
+/// A change being carried to the proxy: the nonce of the latest response of
+/// each type it went out in, until each is ACKed.
+#[derive(Debug)]
+struct Converging {
+    first_change: Instant,
+    awaiting: [Option<String>; 4],
+}
+
+/// One stream's metric bookkeeping, owned by its task. It reads the
+/// [`Connection`] around each request or push:
+///
+/// ```text
+/// recorder.serving_request(&conn, &req);   // or serving_push(&conn, &push)
+/// let responses = conn.on_request(..);     // the protocol, untouched
+/// recorder.finish(&conn, sent_bytes);      // after writing the responses
+/// ```
+#[derive(Debug)]
+pub struct StreamRecorder {
+    metrics: Arc<Metrics>,
+    mark: Mark,
+    serving: Option<Serving>,
+    converging: Option<Converging>,
+}
+
+impl StreamRecorder {
+    /// A request is about to be handled.
+    pub fn serving_request(
+        &mut self,
+        conn: &Connection,
+        req: &envoy_types::pb::envoy::service::discovery::v3::DiscoveryRequest,
+    ) {
+        self.mark = Mark::of(conn);
+        self.serving = Some(Serving::Request { t: TypeUrl::parse(&req.type_url), started: Instant::now() });
+    }
+
+    /// A push from the engine is about to be handled.
+    pub fn serving_push(&mut self, conn: &Connection, push: &PendingPush) {
+        self.mark = Mark::of(conn);
+        self.serving = Some(Serving::Push { first_change: push.first_change, started: Instant::now() });
+    }
+
+    /// The responses were written (`sent_bytes` of them): count what changed.
+    pub fn finish(&mut self, conn: &Connection, sent_bytes: usize) {
+        let Some(serving) = self.serving.take() else { return };
+        let m = &self.metrics;
+        let after = Mark::of(conn);
+        let started = match serving {
+            Serving::Request { started, .. } | Serving::Push { started, .. } => started,
+        };
+        let elapsed = started.elapsed();
+        for t in SHORT_ORDER {
+            let sent = after.responses[t.index()] - self.mark.responses[t.index()];
+            if sent > 0 {
+                m.xds_pushes.get(t).inc_by(sent);
+                for _ in 0..sent {
+                    m.xds_push_time.get(t).observe(elapsed);
+                }
+            }
+        }
+        m.sent_bytes.inc_by(sent_bytes as u64);
+        if let Serving::Request { t: Some(t), .. } = serving {
+            m.xds_acks.get(t).inc_by(after.acks - self.mark.acks);
+            m.xds_rejects.get(t).inc_by(after.nacks - self.mark.nacks);
+            m.expired_nonce.get(t).inc_by(after.stale - self.mark.stale);
+        }
+        if let Serving::Push { first_change, .. } = serving {
+            self.carry(conn, first_change, &after);
+        }
+        self.follow(conn, &after);
+    }
+
+    /// A push went out: the change it carries converges when every type it
+    /// was sent in is ACKed. A push merged with one still in flight keeps
+    /// the earlier change time (the new responses carry both).
+    fn carry(&mut self, conn: &Connection, first_change: Instant, after: &Mark) {
+        let sent: Vec<TypeUrl> =
+            SHORT_ORDER.into_iter().filter(|t| after.responses[t.index()] > self.mark.responses[t.index()]).collect();
+        if sent.is_empty() {
+            return;
+        }
+        let c = self.converging.get_or_insert_with(|| Converging { first_change, awaiting: Default::default() });
+        c.first_change = c.first_change.min(first_change);
+        for t in sent {
+            c.awaiting[t.index()] = conn.watches[t.index()].nonce_sent.clone();
+        }
+    }
+
+    /// Moves awaited nonces to newer responses, settles ACKed types, drops
+    /// the measurement on a NACK, and observes once everything is ACKed.
+    fn follow(&mut self, conn: &Connection, after: &Mark) {
+        let Some(c) = self.converging.as_mut() else { return };
+        let nacked = after.nacks > self.mark.nacks;
+        for t in SHORT_ORDER {
+            let w = &conn.watches[t.index()];
+            let Some(nonce) = c.awaiting[t.index()].clone() else { continue };
+            if nacked && w.last_nack.as_ref().is_some_and(|n| n.nonce == nonce) {
+                // Rejected: this change did not converge on this proxy.
+                self.converging = None;
+                return;
+            }
+            if w.nonce_sent.as_deref() != Some(nonce.as_str()) {
+                // A later response of this type replaced it and carries the change too.
+                c.awaiting[t.index()] = w.nonce_sent.clone();
+            }
+            if c.awaiting[t.index()].is_some() && w.nonce_acked == c.awaiting[t.index()] {
+                c.awaiting[t.index()] = None;
+            }
+        }
+        if c.awaiting.iter().all(Option::is_none) {
+            self.metrics.convergence.observe(c.first_change.elapsed());
+            self.converging = None;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn histogram_buckets_read_back_and_encode_cumulatively() {
+        let h = DurationHistogram::new(&[0.1, 1.0]);
+        h.observe(Duration::from_millis(50));
+        h.observe(Duration::from_millis(500));
+        h.observe(Duration::from_secs(5));
+        let s = h.snapshot();
+        assert_eq!(s.buckets, vec![(0.1, 1), (1.0, 1), (f64::INFINITY, 1)]);
+        assert_eq!(s.count, 3);
+        assert!((s.sum - 5.55).abs() < 1e-9);
+        let mut r = Registry::default();
+        r.register("t", "test", h);
+        let mut out = String::new();
+        prometheus_client::encoding::prometheus_text::encode(&mut out, &r).unwrap();
+        assert!(out.contains("t_bucket{le=\"1.0\"} 2\n"), "{out}");
+        assert!(out.contains("t_bucket{le=\"+Inf\"} 3\n"), "{out}");
+        assert!(out.contains("t_count 3\n"), "{out}");
+    }
+
+    #[test]
+    fn istio_counters_keep_their_exact_names() {
+        let m = Metrics::new();
+        m.xds_pushes.get(TypeUrl::Cluster).inc();
+        let engine = PushEngine::new();
+        let text = m.render(&engine);
+        assert!(text.contains("pilot_xds_pushes{type=\"cds\"} 1\n"), "{text}");
+        assert!(!text.contains("pilot_xds_pushes_total"), "{text}");
+        assert!(text.contains("meshpush_xds_sent_bytes_total 0\n"), "{text}");
+        assert!(text.contains("meshpush_cache_hits_total{type=\"eds\"} 0\n"), "{text}");
+        assert!(text.contains("pilot_xds 0\n"), "{text}");
+    }
+}

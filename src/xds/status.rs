@@ -1,0 +1,174 @@
+//! `StreamStatus`: a copy of one stream's protocol state that the admin
+//! endpoints can read without touching the stream task.
+//!
+//! The stream task owns its [`Connection`]; after every request or push it
+//! publishes a small snapshot (a few strings per type, no resource names)
+//! into its [`ConnectionHandle`](crate::push::queue::ConnectionHandle).
+//! `/debug/syncz`, `/debug/connections`, `proxy-status` and the status page
+//! read those snapshots; they never wait on a stream.
+//!
+//! [`SyncState`] is the one place Istio's proxy-status vocabulary is decided.
+
+use std::fmt;
+use std::time::SystemTime;
+
+use serde::Serialize;
+
+use super::TypeUrl;
+use super::connection::{Connection, NackRecord, Watch};
+
+/// Istio's sync states, as `istioctl proxy-status` prints them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub enum SyncState {
+    /// The proxy ACKed the last response sent (or reconnected with the current version).
+    #[serde(rename = "SYNCED")]
+    Synced,
+    /// Nothing of this type was sent.
+    #[serde(rename = "NOT SENT")]
+    NotSent,
+    /// A response was sent and is not ACKed yet.
+    #[serde(rename = "STALE")]
+    Stale,
+    /// The proxy rejected (NACKed) the last response.
+    #[serde(rename = "ERROR")]
+    Error,
+}
+
+impl SyncState {
+    /// The label printed in tables.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SyncState::Synced => "SYNCED",
+            SyncState::NotSent => "NOT SENT",
+            SyncState::Stale => "STALE",
+            SyncState::Error => "ERROR",
+        }
+    }
+}
+
+impl fmt::Display for SyncState {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// One type's state on one stream.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct TypeStatus {
+    /// The client asked for this type.
+    pub subscribed: bool,
+    /// Wildcard subscription.
+    pub wildcard: bool,
+    /// Names the client watches explicitly.
+    pub watched: usize,
+    /// Last nonce sent.
+    pub nonce_sent: Option<String>,
+    /// Version of the last response.
+    pub version_sent: Option<String>,
+    /// Last nonce ACKed.
+    pub nonce_acked: Option<String>,
+    /// Last version ACKed.
+    pub version_acked: Option<String>,
+    /// Last NACK.
+    pub last_nack: Option<NackRecord>,
+    /// Responses sent.
+    pub responses: u64,
+}
+
+impl TypeStatus {
+    fn of(w: &Watch) -> TypeStatus {
+        TypeStatus {
+            subscribed: w.subscribed,
+            wildcard: w.wildcard,
+            watched: w.names.len(),
+            nonce_sent: w.nonce_sent.clone(),
+            version_sent: w.version_sent.as_deref().map(str::to_string),
+            nonce_acked: w.nonce_acked.clone(),
+            version_acked: w.version_acked.clone(),
+            last_nack: w.last_nack.clone(),
+            responses: w.responses,
+        }
+    }
+
+    /// Istio's meaning: ERROR when the last response was NACKed; SYNCED when
+    /// the last nonce sent was ACKed (or the client reconnected holding the
+    /// current version, so nothing needed sending); STALE when it was sent
+    /// and not ACKed yet; NOT SENT when nothing was sent.
+    pub fn sync_state(&self) -> SyncState {
+        match &self.nonce_sent {
+            Some(sent) if self.last_nack.as_ref().is_some_and(|n| &n.nonce == sent) => SyncState::Error,
+            Some(sent) if self.nonce_acked.as_ref() == Some(sent) => SyncState::Synced,
+            Some(_) => SyncState::Stale,
+            None if self.version_sent.is_some() && self.version_sent == self.version_acked => SyncState::Synced,
+            None => SyncState::NotSent,
+        }
+    }
+}
+
+/// A stream's published state.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct StreamStatus {
+    /// Per type, indexed by [`TypeUrl::index`].
+    pub types: [TypeStatus; 4],
+    /// ACKs received.
+    pub acks: u64,
+    /// NACKs received.
+    pub nacks: u64,
+    /// Requests ignored for a stale nonce.
+    pub stale: u64,
+    /// When the stream last handled a request or push.
+    pub updated: Option<SystemTime>,
+}
+
+impl StreamStatus {
+    /// A copy of `conn`'s state now.
+    pub fn of(conn: &Connection) -> StreamStatus {
+        StreamStatus {
+            types: std::array::from_fn(|i| TypeStatus::of(&conn.watches[i])),
+            acks: conn.counts.acks,
+            nacks: conn.counts.nacks,
+            stale: conn.counts.stale,
+            updated: Some(SystemTime::now()),
+        }
+    }
+
+    /// One type's state.
+    pub fn get(&self, t: TypeUrl) -> &TypeStatus {
+        &self.types[t.index()]
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn status(sent: Option<&str>, acked: Option<&str>, nacked: Option<&str>) -> TypeStatus {
+        TypeStatus {
+            nonce_sent: sent.map(Into::into),
+            nonce_acked: acked.map(Into::into),
+            last_nack: nacked.map(|n| NackRecord {
+                nonce: n.into(),
+                version: String::new(),
+                message: "bad".into(),
+                at: SystemTime::now(),
+            }),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn sync_states_follow_istio() {
+        assert_eq!(status(None, None, None).sync_state(), SyncState::NotSent);
+        assert_eq!(status(Some("2"), Some("2"), None).sync_state(), SyncState::Synced);
+        assert_eq!(status(Some("3"), Some("2"), None).sync_state(), SyncState::Stale);
+        assert_eq!(status(Some("3"), Some("2"), Some("3")).sync_state(), SyncState::Error);
+        // An old NACK does not taint a later, ACKed response.
+        assert_eq!(status(Some("4"), Some("4"), Some("3")).sync_state(), SyncState::Synced);
+        let reconnected = TypeStatus {
+            version_sent: Some("v".into()),
+            version_acked: Some("v".into()),
+            ..Default::default()
+        };
+        assert_eq!(reconnected.sync_state(), SyncState::Synced);
+    }
+}
