@@ -7,6 +7,7 @@
 
 pub mod admin;
 pub mod bootstrap;
+pub mod cli;
 pub mod config;
 pub mod generate;
 pub mod metrics;
@@ -14,4 +15,5 @@ pub mod model;
 pub mod push;
 pub mod serve;
 pub mod source;
+pub mod synth;
 pub mod xds;

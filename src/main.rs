@@ -41,6 +41,26 @@ enum Command {
     },
     /// Print an Envoy bootstrap that connects to meshpush.
     Bootstrap(BootstrapArgs),
+    /// Show every connected proxy's sync state per type (like `istioctl proxy-status`).
+    ProxyStatus {
+        /// meshpush's admin address.
+        #[arg(long, default_value = "127.0.0.1:15014")]
+        admin: String,
+    },
+    /// Show what a proxy is sent (like `istioctl proxy-config`).
+    ProxyConfig {
+        /// Which part: clusters, listeners, routes or endpoints.
+        #[arg(value_enum)]
+        section: meshpush::cli::proxy_config::Section,
+        /// The proxy: its node id, `POD.NAMESPACE`, or a pod name.
+        proxy: String,
+        /// Output format.
+        #[arg(short, long, value_enum, default_value = "short")]
+        output: meshpush::cli::proxy_config::Output,
+        /// meshpush's admin address.
+        #[arg(long, default_value = "127.0.0.1:15014")]
+        admin: String,
+    },
     /// Print the version.
     Version,
 }
@@ -116,6 +136,10 @@ fn main() -> ExitCode {
             println!("meshpush {}", env!("CARGO_PKG_VERSION"));
             ExitCode::SUCCESS
         }
+        Command::ProxyStatus { admin } => print_or_fail("proxy-status", meshpush::cli::proxy_status::run(&admin)),
+        Command::ProxyConfig { section, proxy, output, admin } => {
+            print_or_fail("proxy-config", meshpush::cli::proxy_config::run(&admin, section, &proxy, output))
+        }
         Command::Validate { dir } => {
             init_tracing(&cli.log_level, cli.log_format);
             let problems = meshpush::source::validate_dir(&dir);
@@ -147,6 +171,20 @@ fn main() -> ExitCode {
                     ExitCode::FAILURE
                 }
             }
+        }
+    }
+}
+
+/// Prints a command's output, or its error on stderr with exit code 1.
+fn print_or_fail(command: &str, result: Result<String, meshpush::cli::CliError>) -> ExitCode {
+    match result {
+        Ok(text) => {
+            print!("{text}");
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("meshpush {command}: {e}");
+            ExitCode::FAILURE
         }
     }
 }

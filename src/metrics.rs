@@ -36,7 +36,7 @@ use prometheus_client::metrics::gauge::ConstGauge;
 use prometheus_client::metrics::{MetricType, TypedMetric};
 use prometheus_client::registry::Registry;
 
-use crate::config::{ConfigKind, ConfigKey};
+use crate::config::{ConfigKey, ConfigKind};
 use crate::push::{PendingPush, PushEngine, PushRequest};
 use crate::xds::TypeUrl;
 use crate::xds::connection::Connection;
@@ -435,26 +435,26 @@ impl EngineReading {
 impl Collector for EngineReading {
     fn encode(&self, mut encoder: DescriptorEncoder<'_>) -> Result<(), std::fmt::Error> {
         let gauges: [(&str, &str, i64); 7] = [
-            ("pilot_xds", "Connected ADS streams", self.connections),
-            ("pilot_services", "Services in the published snapshot", self.services),
-            ("meshpush_scopes", "Scopes computed in the published snapshot", self.scopes),
-            ("meshpush_push_queue_depth", "Streams with a push waiting in their slot", self.queue_depth),
-            ("meshpush_snapshot_version", "Version of the published snapshot", self.snapshot_version),
-            ("meshpush_cache_scope_sets", "CDS, LDS and RDS sets cached (per type and scope)", self.cache_sets),
-            ("meshpush_cache_assignments", "ClusterLoadAssignments cached", self.cache_assignments),
+            ("pilot_xds", "Connected ADS streams.", self.connections),
+            ("pilot_services", "Services in the published snapshot.", self.services),
+            ("meshpush_scopes", "Scopes computed in the published snapshot.", self.scopes),
+            ("meshpush_push_queue_depth", "Streams with a push waiting in their slot.", self.queue_depth),
+            ("meshpush_snapshot_version", "Version of the published snapshot.", self.snapshot_version),
+            ("meshpush_cache_scope_sets", "CDS, LDS and RDS sets cached (per type and scope).", self.cache_sets),
+            ("meshpush_cache_assignments", "ClusterLoadAssignments cached.", self.cache_assignments),
         ];
         for (name, help, value) in gauges {
             ConstGauge::new(value).encode(encoder.encode_descriptor(name, help, None, MetricType::Gauge)?)?;
         }
         let per_type: [(&str, &str, &[u64; 4]); 4] = [
-            ("meshpush_cache_hits", "Cache lookups answered from the cache, by type", &self.hits),
-            ("meshpush_cache_misses", "Cache lookups that had to generate, by type", &self.misses),
+            ("meshpush_cache_hits", "Cache lookups answered from the cache, by type.", &self.hits),
+            ("meshpush_cache_misses", "Cache lookups that had to generate, by type.", &self.misses),
             (
                 "meshpush_cache_generations",
-                "Scope sets or assignments generated, by type (once per scope, not per proxy)",
+                "Scope sets or assignments generated, by type (once per scope, not per proxy).",
                 &self.generations,
             ),
-            ("meshpush_cache_encoded_resources", "Resources encoded, by type", &self.encoded),
+            ("meshpush_cache_encoded_resources", "Resources encoded, by type.", &self.encoded),
         ];
         for (name, help, values) in per_type {
             let mut family = encoder.encode_descriptor(name, help, None, MetricType::Counter)?;
@@ -465,7 +465,7 @@ impl Collector for EngineReading {
         }
         ConstCounter::new(self.bytes_encoded).encode(encoder.encode_descriptor(
             "meshpush_encoded_bytes",
-            "Bytes of resources encoded (each encoded once, shared by every stream)",
+            "Bytes of resources encoded (each encoded once, shared by every stream).",
             None,
             MetricType::Counter,
         )?)?;
@@ -633,7 +633,7 @@ mod tests {
         r.register("t", "test", h);
         let mut out = String::new();
         prometheus_client::encoding::prometheus_text::encode(&mut out, &r).unwrap();
-        assert!(out.contains("t_bucket{le=\"1.0\"} 2\n"), "{out}");
+        assert!(out.contains("t_bucket{le=\"1\"} 2\n"), "{out}");
         assert!(out.contains("t_bucket{le=\"+Inf\"} 3\n"), "{out}");
         assert!(out.contains("t_count 3\n"), "{out}");
     }

@@ -133,10 +133,11 @@ pub async fn run(options: ServeOptions) -> anyhow::Result<()> {
             ads.serve_with_incoming_shutdown(tokio_stream::wrappers::UnixListenerStream::new(l), shutdown()),
         ),
     };
+    let admin_state = crate::admin::AdminState::new(engine.clone());
     let admin = tokio::spawn({
-        let engine = engine.clone();
+        let router = crate::admin::router_with(admin_state.clone());
         let shutdown = shutdown();
-        async move { axum::serve(admin_listener, crate::admin::router(engine)).with_graceful_shutdown(shutdown).await }
+        async move { axum::serve(admin_listener, router).with_graceful_shutdown(shutdown).await }
     });
     tracing::info!(xds = %options.xds_addr, admin = %options.admin_addr, "listening");
 
@@ -146,6 +147,7 @@ pub async fn run(options: ServeOptions) -> anyhow::Result<()> {
     let (source, report) = tokio::task::spawn_blocking(move || FileSource::load(&dir, &load_store))
         .await
         .context("loading the config directory")??;
+    admin_state.set_source(source.status());
     let version = engine.push(PushRequest::new(report.changes)).await;
     engine.set_ready();
     let ctx = engine.ctx.load();

@@ -84,11 +84,7 @@ pub fn router_with(state: AdminState) -> Router {
 
 /// `GET /ready`: 200 once the first snapshot from the sources is published.
 async fn ready(State(state): State<AdminState>) -> (StatusCode, &'static str) {
-    if state.engine.is_ready() {
-        (StatusCode::OK, "ready\n")
-    } else {
-        (StatusCode::SERVICE_UNAVAILABLE, "not ready\n")
-    }
+    if state.engine.is_ready() { (StatusCode::OK, "ready\n") } else { (StatusCode::SERVICE_UNAVAILABLE, "not ready\n") }
 }
 
 /// `GET /metrics`: Prometheus text format.

@@ -83,7 +83,7 @@ pub fn render(state: &AdminState) -> String {
          <meta http-equiv=\"refresh\" content=\"{REFRESH_SECONDS}\">\
          <title>meshpush status</title><style>{STYLE}</style></head><body>\n\
          <h1>meshpush {version}</h1>\n<p class=\"summary\">\
-         <span><b id=\"proxy-count\">{proxies}</b> proxies connected</span>\
+         <span>connected proxies: <b id=\"proxy-count\">{proxies}</b></span>\
          <span><b>{services}</b> services</span>\
          <span>snapshot version <b>{snapshot}</b></span>\
          <span>{pushes} pushes in the last {minutes} minutes</span>\
@@ -210,7 +210,8 @@ fn push_charts(history: &[PushRecord], now: SystemTime) -> String {
     let slot = plot_w / n as f64;
 
     let max_count = nice_max(f64::from(counts.iter().copied().max().unwrap_or(0)));
-    let mut rate = svg_open("push-rate-chart", &format!("Pushes per {} s, last {} min", BUCKET.as_secs(), WINDOW.as_secs() / 60));
+    let mut rate =
+        svg_open("push-rate-chart", &format!("Pushes per {} s, last {} min", BUCKET.as_secs(), WINDOW.as_secs() / 60));
     for (i, c) in counts.iter().enumerate() {
         let h = f64::from(*c) / max_count * plot_h;
         let x = LEFT + i as f64 * slot + 1.0;
@@ -236,7 +237,10 @@ fn push_charts(history: &[PushRecord], now: SystemTime) -> String {
         let _ = write!(latency, "<polyline class=\"line\" points=\"{}\"/>", path.join(" "));
     }
     for (x, y, ms) in &points {
-        let _ = write!(latency, "<circle class=\"dot\" cx=\"{x:.1}\" cy=\"{y:.1}\" r=\"3\"><title>{ms:.2} ms</title></circle>");
+        let _ = write!(
+            latency,
+            "<circle class=\"dot\" cx=\"{x:.1}\" cy=\"{y:.1}\" r=\"3\"><title>{ms:.2} ms</title></circle>"
+        );
     }
     axis_labels(&mut latency, &format!("{max_ms} ms"), "ms");
     latency.push_str("</svg></figure>\n");
@@ -265,7 +269,7 @@ fn convergence_chart(h: &HistogramSnapshot) -> String {
     let caption = if h.count == 0 {
         "Convergence time (change → ACK): no observation yet".to_string()
     } else {
-        format!("Convergence time (change → ACK): {} observations, mean {:.0} ms", h.count, h.sum / h.count as f64 * 1e3)
+        format!("Convergence time (change → ACK): {} observed, mean {:.0} ms", h.count, h.sum / h.count as f64 * 1e3)
     };
     let mut svg = svg_open("convergence-chart", &caption);
     let mut lower = 0.0;

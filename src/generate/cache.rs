@@ -19,8 +19,8 @@
 //! stale entry after a newer snapshot was published.
 
 use std::collections::{HashMap, HashSet};
-use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, OnceLock};
 
 use bytes::Bytes;
 use envoy_types::pb::google::protobuf::Any;
@@ -122,13 +122,18 @@ impl CacheStats {
     }
 }
 
+/// A cache slot, filled once. Streams that miss on the same key at the same
+/// time wait for the one that generates (single flight): a full push to
+/// thousands of streams of one scope generates that scope once.
+type Cell<T> = Arc<OnceLock<T>>;
+
 #[derive(Debug, Default)]
 struct Maps {
     /// The snapshot version entries must have been built from.
     generation: u64,
-    sets: HashMap<(TypeUrl, ScopeId), Arc<ResourceSet>>,
+    sets: HashMap<(TypeUrl, ScopeId), Cell<Arc<ResourceSet>>>,
     inbound: HashMap<(TypeUrl, InboundId), Arc<ResourceSet>>,
-    endpoints: HashMap<Arc<str>, Arc<EncodedResource>>,
+    endpoints: HashMap<Arc<str>, Cell<Option<Arc<EncodedResource>>>>,
     /// Assembled response bodies by (type, version, which resources).
     bodies: HashMap<(TypeUrl, Arc<str>, u64), Bytes>,
 }
@@ -155,17 +160,44 @@ impl ScopedCache {
     pub fn scoped(&self, ctx: &PushContext, scope: &Scope, type_url: TypeUrl) -> Arc<ResourceSet> {
         debug_assert!(type_url != TypeUrl::Endpoint, "assignments are cached by name");
         let key = (type_url, scope.id);
-        if let Some(set) = self.maps.read().sets.get(&key) {
-            CacheStats::count(&self.stats.hits, type_url, 1);
-            return set.clone();
-        }
-        CacheStats::count(&self.stats.misses, type_url, 1);
-        let set = Arc::new(self.generate(ctx, scope, type_url));
-        let mut maps = self.maps.write();
-        if maps.generation == ctx.version {
-            return maps.sets.entry(key).or_insert(set).clone();
-        }
+        let cell = self.cell(ctx, |m| &m.sets, |m| &mut m.sets, key);
+        let mut generated = false;
+        let set = cell
+            .get_or_init(|| {
+                generated = true;
+                Arc::new(self.generate(ctx, scope, type_url))
+            })
+            .clone();
+        self.count_lookup(type_url, generated);
         set
+    }
+
+    /// The cell for `key`: the cached one, a new cached one when the cache
+    /// is at `ctx`'s generation, else a private one (never stored: `ctx` is
+    /// older than what the cache was brought to).
+    fn cell<K: std::hash::Hash + Eq, T>(
+        &self,
+        ctx: &PushContext,
+        get: impl Fn(&Maps) -> &HashMap<K, Cell<T>>,
+        get_mut: impl Fn(&mut Maps) -> &mut HashMap<K, Cell<T>>,
+        key: K,
+    ) -> Cell<T> {
+        if let Some(cell) = get(&self.maps.read()).get(&key) {
+            return cell.clone();
+        }
+        let mut maps = self.maps.write();
+        if maps.generation != ctx.version {
+            return Cell::default();
+        }
+        get_mut(&mut maps).entry(key).or_default().clone()
+    }
+
+    fn count_lookup(&self, type_url: TypeUrl, generated: bool) {
+        if generated {
+            CacheStats::count(&self.stats.misses, type_url, 1);
+        } else {
+            CacheStats::count(&self.stats.hits, type_url, 1);
+        }
     }
 
     /// The inbound CDS or LDS set of a workload shape, generated on a miss.
@@ -221,19 +253,18 @@ impl ScopedCache {
 
     /// The ClusterLoadAssignment for a cluster name; `None` when no such cluster exists.
     pub fn endpoint(&self, ctx: &PushContext, cluster: &str) -> Option<Arc<EncodedResource>> {
-        if let Some(r) = self.maps.read().endpoints.get(cluster) {
-            CacheStats::count(&self.stats.hits, TypeUrl::Endpoint, 1);
-            return Some(r.clone());
-        }
-        CacheStats::count(&self.stats.misses, TypeUrl::Endpoint, 1);
-        let cla = crate::generate::eds::load_assignment(ctx, cluster)?;
-        CacheStats::count(&self.stats.generations, TypeUrl::Endpoint, 1);
-        let r = Arc::new(self.encode(TypeUrl::Endpoint, cluster.into(), &cla));
-        let mut maps = self.maps.write();
-        if maps.generation == ctx.version {
-            return Some(maps.endpoints.entry(cluster.into()).or_insert(r).clone());
-        }
-        Some(r)
+        let cell = self.cell(ctx, |m| &m.endpoints, |m| &mut m.endpoints, Arc::from(cluster));
+        let mut generated = false;
+        let r = cell
+            .get_or_init(|| {
+                generated = true;
+                let cla = crate::generate::eds::load_assignment(ctx, cluster)?;
+                CacheStats::count(&self.stats.generations, TypeUrl::Endpoint, 1);
+                Some(Arc::new(self.encode(TypeUrl::Endpoint, cluster.into(), &cla)))
+            })
+            .clone();
+        self.count_lookup(TypeUrl::Endpoint, generated);
+        r
     }
 
     fn encode<M: Message>(&self, type_url: TypeUrl, name: Arc<str>, message: &M) -> EncodedResource {

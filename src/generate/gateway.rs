@@ -12,8 +12,8 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
-use crate::config::ConfigObject;
 use super::names;
+use crate::config::ConfigObject;
 use crate::model::{Hostname, host};
 use crate::push::index::{GatewayServer, ResolvedGateway, ResolvedVirtualService};
 use crate::push::{PushContext, Scope};

@@ -49,8 +49,8 @@ use super::route::{self, Backends, RouteTarget};
 use super::{names, proto};
 use crate::config::istio::MESH_GATEWAY;
 use crate::model::{InterceptionMode, ProxyKind, Service};
-use crate::push::scope::OutboundPolicy;
 use crate::push::scope::InboundPort;
+use crate::push::scope::OutboundPolicy;
 use crate::push::{InboundKey, PushContext, Scope};
 
 /// Every listener of `scope`, sorted by name.

@@ -119,21 +119,13 @@ impl Registry for RegistryService {
         };
         // Reserve the channel slot before writing, so the write and its send
         // are one step that no other source's write can come between.
-        let permit = self
-            .changes
-            .clone()
-            .reserve_owned()
-            .await
-            .map_err(|_| Status::unavailable("meshpush is shutting down"))?;
+        let permit =
+            self.changes.clone().reserve_owned().await.map_err(|_| Status::unavailable("meshpush is shutting down"))?;
         let changes = self.store.apply_then(writes, move |changes| {
             permit.send(changes);
         });
         tracing::debug!(keys = changes.keys.len(), revision = changes.revision, "registry batch applied");
-        Ok(Response::new(ApplyResponse {
-            revision: changes.revision,
-            changed: changes.keys.len() as u32,
-            warnings,
-        }))
+        Ok(Response::new(ApplyResponse { revision: changes.revision, changed: changes.keys.len() as u32, warnings }))
     }
 
     async fn get_version(&self, _request: Request<GetVersionRequest>) -> Result<Response<VersionResponse>, Status> {
@@ -210,7 +202,8 @@ fn prepare(request: &ApplyRequest) -> Result<Batch, Vec<ObjectProblem>> {
                 continue;
             }
             (None, _) if others.is_empty() => {
-                refused.push(refuse("the document is empty: expected one object with apiVersion and kind".into(), None));
+                refused
+                    .push(refuse("the document is empty: expected one object with apiVersion and kind".into(), None));
                 continue;
             }
             // An unknown kind is a warning in a directory (other tools' files

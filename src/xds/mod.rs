@@ -4,12 +4,14 @@
 //! * [`codec`]: pre-encoded, gRPC-framed responses; the request decoder.
 //! * [`body`]: the HTTP/2 response body that sends shared bytes without copying.
 //! * [`connection`]: one stream's protocol state (SotW ACK/NACK, nonces, watches).
+//! * [`memory`]: in-memory clients that drive the same stream logic (benches, tests).
 //! * [`server`]: the hand-written tonic service and the per-stream task.
 //! * [`status`]: a copy of each stream's state for the admin endpoints.
 
 pub mod body;
 pub mod codec;
 pub mod connection;
+pub mod memory;
 pub mod server;
 pub mod status;
 pub mod types;

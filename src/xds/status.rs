@@ -164,11 +164,8 @@ mod tests {
         assert_eq!(status(Some("3"), Some("2"), Some("3")).sync_state(), SyncState::Error);
         // An old NACK does not taint a later, ACKed response.
         assert_eq!(status(Some("4"), Some("4"), Some("3")).sync_state(), SyncState::Synced);
-        let reconnected = TypeStatus {
-            version_sent: Some("v".into()),
-            version_acked: Some("v".into()),
-            ..Default::default()
-        };
+        let reconnected =
+            TypeStatus { version_sent: Some("v".into()), version_acked: Some("v".into()), ..Default::default() };
         assert_eq!(reconnected.sync_state(), SyncState::Synced);
     }
 }

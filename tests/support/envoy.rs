@@ -356,7 +356,7 @@ fn section_of(dump: &Value, kind: &str) -> Value {
         .as_array()
         .into_iter()
         .flatten()
-        .find(|c| c["@type"].as_str().is_some_and(|t| t.ends_with(kind)))
+        .find(|c| c["@type"].as_str().is_some_and(|t| t.rsplit('.').next() == Some(kind)))
         .cloned()
         .unwrap_or(Value::Null)
 }

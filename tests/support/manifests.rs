@@ -50,7 +50,9 @@ pub fn subsets(namespace: &str, host: &str, versions: &[&str]) -> String {
 pub fn weighted(namespace: &str, name: &str, host: &str, weights: &[(&str, i64)]) -> String {
     let route: String = weights
         .iter()
-        .map(|(subset, w)| format!("    - destination:\n        host: {host}\n        subset: {subset}\n      weight: {w}\n"))
+        .map(|(subset, w)| {
+            format!("    - destination:\n        host: {host}\n        subset: {subset}\n      weight: {w}\n")
+        })
         .collect();
     format!(
         "apiVersion: networking.istio.io/v1\nkind: VirtualService\nmetadata:\n  name: {name}\n  namespace: {namespace}\nspec:\n  hosts:\n  - {host}\n  http:\n  - route:\n{route}"

@@ -138,7 +138,10 @@ impl WorkloadIndex {
 
     fn insert(&mut self, w: Arc<Workload>) {
         for (k, v) in &w.labels {
-            self.by_label.entry((w.namespace.clone(), format!("{k}={v}"))).or_default().insert(w.key.clone(), w.clone());
+            self.by_label
+                .entry((w.namespace.clone(), format!("{k}={v}")))
+                .or_default()
+                .insert(w.key.clone(), w.clone());
         }
         self.by_key.insert(w.key.clone(), w);
     }
@@ -163,10 +166,8 @@ impl WorkloadIndex {
         namespace: &str,
         selector: &'a BTreeMap<String, String>,
     ) -> impl Iterator<Item = &'a Arc<Workload>> + 'a {
-        let candidates = selector
-            .iter()
-            .next()
-            .and_then(|(k, v)| self.by_label.get(&(Arc::from(namespace), format!("{k}={v}"))));
+        let candidates =
+            selector.iter().next().and_then(|(k, v)| self.by_label.get(&(Arc::from(namespace), format!("{k}={v}"))));
         candidates.into_iter().flat_map(|set| set.values()).filter(move |w| w.matches(selector))
     }
 

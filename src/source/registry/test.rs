@@ -188,7 +188,10 @@ async fn the_same_object_twice_in_a_batch_is_refused() {
         .expect_err("refused");
     let problems = apply_problems(&status).unwrap().problems;
     assert_eq!(problems.len(), 1);
-    assert_eq!(problem_line(&problems[0]), "puts[1]: Service default/web: puts[0] puts the same object; each object once per batch");
+    assert_eq!(
+        problem_line(&problems[0]),
+        "puts[1]: Service default/web: puts[0] puts the same object; each object once per batch"
+    );
     assert!(server.store.snapshot().is_empty());
 }
 
@@ -224,11 +227,8 @@ async fn an_endpoint_change_applied_through_the_api_reaches_an_ads_stream() {
     assert_eq!(addresses(&eds), vec!["127.0.0.50".to_string()]);
     tx.send(request(&node, TypeUrl::Endpoint, &[CLUSTER], &eds.version_info, &eds.nonce)).await.unwrap();
 
-    let changed = registry
-        .apply(ApplyRequest { puts: vec![slice("127.0.0.51")], deletes: vec![] })
-        .await
-        .unwrap()
-        .into_inner();
+    let changed =
+        registry.apply(ApplyRequest { puts: vec![slice("127.0.0.51")], deletes: vec![] }).await.unwrap().into_inner();
     assert_eq!(changed.changed, 1);
     let pushed = next().await;
     assert_eq!(pushed.type_url, TypeUrl::Endpoint.as_str());

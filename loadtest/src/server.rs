@@ -1,0 +1,160 @@
+//! The server under test: starting meshpush on a generated mesh, and reading
+//! any server's CPU time and memory from `/proc`.
+//!
+//! A started meshpush leads its own process group; dropping the
+//! [`ServerProcess`] ends exactly that group (SIGTERM, then SIGKILL after a
+//! grace period), so the harness never leaves a server behind, even when it
+//! fails.
+
+use std::fs::File;
+use std::net::{Ipv4Addr, SocketAddr, TcpListener};
+use std::os::unix::process::CommandExt as _;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context as _, bail};
+use rustix::process::{Pid, Signal, kill_process_group};
+
+/// How long a child gets to exit on SIGTERM.
+const GRACE: Duration = Duration::from_secs(3);
+
+/// A meshpush started by the harness, killed on drop.
+#[derive(Debug)]
+pub struct ServerProcess {
+    child: Child,
+    /// Its config directory and log; removed on drop.
+    dir: tempfile::TempDir,
+    /// Where ADS and the registry listen.
+    pub xds: SocketAddr,
+}
+
+impl ServerProcess {
+    /// Writes `files` into a fresh config directory and starts `binary
+    /// serve` on it, on free loopback ports. Returns once the process runs;
+    /// the caller waits for readiness through the registry API.
+    pub fn start(binary: &Path, files: &[(String, String)]) -> anyhow::Result<ServerProcess> {
+        let dir = tempfile::Builder::new().prefix("loadtest-meshpush-").tempdir().context("creating a config dir")?;
+        let config = dir.path().join("config");
+        std::fs::create_dir(&config)?;
+        for (name, text) in files {
+            std::fs::write(config.join(name), text).with_context(|| format!("writing {name}"))?;
+        }
+        let (xds, admin) = (free_addr()?, free_addr()?);
+        let log = File::create(dir.path().join("meshpush.log"))?;
+        let child = Command::new(binary)
+            .arg("serve")
+            .arg("--config")
+            .arg(&config)
+            .arg("--xds-addr")
+            .arg(xds.to_string())
+            .arg("--admin-addr")
+            .arg(admin.to_string())
+            .arg("--log-level")
+            .arg("warn")
+            .stdin(Stdio::null())
+            .stdout(log.try_clone()?)
+            .stderr(log)
+            .process_group(0)
+            .spawn()
+            .with_context(|| format!("starting {}", binary.display()))?;
+        Ok(ServerProcess { child, dir, xds })
+    }
+
+    /// The process id.
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// Fails if the process has exited, with its log tail.
+    pub fn check_running(&mut self) -> anyhow::Result<()> {
+        if let Some(status) = self.child.try_wait()? {
+            bail!("meshpush exited ({status})\n{}", self.log_tail(30));
+        }
+        Ok(())
+    }
+
+    /// The last `n` lines of its log.
+    pub fn log_tail(&self, n: usize) -> String {
+        let text = std::fs::read_to_string(self.log_path()).unwrap_or_default();
+        let lines: Vec<&str> = text.lines().collect();
+        lines[lines.len().saturating_sub(n)..].join("\n")
+    }
+
+    fn log_path(&self) -> PathBuf {
+        self.dir.path().join("meshpush.log")
+    }
+}
+
+impl Drop for ServerProcess {
+    fn drop(&mut self) {
+        let group = Pid::from_child(&self.child);
+        let _ = kill_process_group(group, Signal::TERM);
+        let deadline = Instant::now() + GRACE;
+        while matches!(self.child.try_wait(), Ok(None)) && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        if matches!(self.child.try_wait(), Ok(None)) {
+            let _ = kill_process_group(group, Signal::KILL);
+            let _ = self.child.wait();
+        }
+    }
+}
+
+/// A loopback address nobody listens on right now.
+fn free_addr() -> anyhow::Result<SocketAddr> {
+    Ok(TcpListener::bind((Ipv4Addr::LOCALHOST, 0))?.local_addr()?)
+}
+
+/// The binary `cargo build --release` puts beside this one
+/// (`target/release/meshpush`).
+pub fn default_meshpush_binary() -> PathBuf {
+    let exe = std::env::current_exe().unwrap_or_default();
+    let dir = exe.parent().map(Path::to_path_buf).unwrap_or_default();
+    // `cargo test` runs binaries from target/<profile>/deps.
+    let dir = if dir.ends_with("deps") { dir.parent().map(Path::to_path_buf).unwrap_or(dir) } else { dir };
+    dir.join("meshpush")
+}
+
+/// CPU time (user + system, all threads, living and exited) of process `pid`
+/// (`self` for the harness), from `/proc/<pid>/stat`, at the kernel's tick
+/// resolution (10 ms).
+pub fn cpu_time(pid: &str) -> Option<Duration> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // Fields after the command name (which may hold spaces) start at `state`.
+    let rest = &stat[stat.rfind(')')? + 1..];
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    let utime: u64 = fields.get(11)?.parse().ok()?;
+    let stime: u64 = fields.get(12)?.parse().ok()?;
+    let ticks = rustix::param::clock_ticks_per_second().max(1);
+    Some(Duration::from_nanos((utime + stime) * 1_000_000_000 / ticks))
+}
+
+/// A memory figure of `/proc/<pid>/status` in bytes: `VmHWM` (peak resident
+/// set) or `VmRSS` (resident now).
+pub fn memory(pid: &str, field: &str) -> Option<u64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    let line = status.lines().find(|l| l.starts_with(field) && l[field.len()..].starts_with(':'))?;
+    let kib: u64 = line[field.len() + 1..].trim().trim_end_matches("kB").trim().parse().ok()?;
+    Some(kib * 1024)
+}
+
+/// Raises this process's open-file limit to its hard limit (children
+/// inherit it). Returns a line saying what happened when it matters.
+pub fn raise_fd_limit(needed: u64) -> Option<String> {
+    use rustix::process::{Resource, Rlimit, getrlimit, setrlimit};
+    let limit = getrlimit(Resource::Nofile);
+    let (current, maximum) = (limit.current.unwrap_or(u64::MAX), limit.maximum);
+    let target = maximum.unwrap_or(u64::MAX).min(1 << 20);
+    if current >= target {
+        return (current < needed)
+            .then(|| format!("open-file limit is {current}, below the {needed} this run may need; raise the hard limit"));
+    }
+    match setrlimit(Resource::Nofile, Rlimit { current: Some(target), maximum }) {
+        Ok(()) if target < needed => {
+            Some(format!("raised the open-file limit from {current} to {target}, below the {needed} this run may need"))
+        }
+        Ok(()) => Some(format!("raised the open-file limit from {current} to {target}")),
+        Err(e) => Some(format!("could not raise the open-file limit from {current} ({e}); this run may need {needed}")),
+    }
+}

@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# Installs headless Chromium from Debian's packages (package `chromium`) when it
+# is missing, and prints the path of the binary. The status page's browser test
+# (tests/status_page.rs) runs this; a developer can too. Needs root (CI and the
+# development machines run as root) and a reachable Debian mirror.
+#
+# Safe to run concurrently: a flock serializes installers.
+set -euo pipefail
+
+find_chromium() {
+    command -v chromium || command -v chromium-browser || true
+}
+
+bin="$(find_chromium)"
+if [[ -n "$bin" ]]; then
+    echo "$bin"
+    exit 0
+fi
+
+exec 9>/tmp/meshpush-install-chromium.lock
+flock 9
+bin="$(find_chromium)"
+if [[ -z "$bin" ]]; then
+    export DEBIAN_FRONTEND=noninteractive
+    echo "install-chromium: apt-get install chromium" >&2
+    # A fresh machine has no package lists yet: update once and try again.
+    if ! apt-get install -y chromium >&2; then
+        apt-get update >&2
+        apt-get install -y chromium >&2
+    fi
+    bin="$(find_chromium)"
+fi
+if [[ -z "$bin" ]]; then
+    echo "install-chromium: chromium is still not on PATH after installing it" >&2
+    exit 1
+fi
+echo "$bin"

@@ -1,0 +1,36 @@
+//! The operator commands that talk to a running meshpush through its admin
+//! address: `proxy-status` and `proxy-config`, shaped like `istioctl`'s.
+//!
+//! They read only the admin JSON endpoints (`/debug/syncz`,
+//! `/debug/config_dump`), so they work against any meshpush an operator can
+//! reach over HTTP, and what they print is exactly what those endpoints say.
+
+pub mod admin_client;
+pub mod proxy_config;
+pub mod proxy_status;
+pub mod table;
+
+/// Why a command failed.
+#[derive(Debug, thiserror::Error)]
+pub enum CliError {
+    /// The admin address could not be reached or answered garbage.
+    #[error("admin {addr}: {reason}")]
+    Admin {
+        /// The address tried.
+        addr: String,
+        /// What went wrong.
+        reason: String,
+    },
+    /// The admin endpoint answered with an error status.
+    #[error("admin {addr}{path}: HTTP {status}: {body}")]
+    Status {
+        /// The address.
+        addr: String,
+        /// The path requested.
+        path: String,
+        /// HTTP status.
+        status: u16,
+        /// The error text.
+        body: String,
+    },
+}

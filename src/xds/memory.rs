@@ -1,0 +1,219 @@
+//! In-memory ADS clients: the server's own stream logic, driven over channels.
+//!
+//! [`MemoryClient::connect`] starts a stream through
+//! [`spawn_stream`](super::server::spawn_stream) — the very task the gRPC
+//! service runs — with an in-memory request channel instead of HTTP/2. The
+//! client behaves like Envoy on the wire: CDS and LDS wildcard, then EDS and
+//! RDS by the names those return, the node on every request and the full
+//! name list in every ACK. Benches and tests use it to measure and check the
+//! push path without sockets; the loadtest does the same over gRPC.
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+
+use envoy_types::pb::envoy::config::cluster::v3::Cluster;
+use envoy_types::pb::envoy::config::core::v3::Node;
+use envoy_types::pb::envoy::config::listener::v3::{Listener, filter::ConfigType};
+use envoy_types::pb::envoy::extensions::filters::network::http_connection_manager::v3::{
+    HttpConnectionManager, http_connection_manager::RouteSpecifier,
+};
+use envoy_types::pb::envoy::service::discovery::v3::{DiscoveryRequest, DiscoveryResponse};
+use prost::Message;
+use tokio::sync::mpsc;
+use tonic::Status;
+
+use super::codec::{FRAME_HEADER_LEN, OutgoingResponse};
+use super::types::TypeUrl;
+use crate::push::PushEngine;
+
+/// Per-type client state.
+#[derive(Debug, Default, Clone)]
+pub struct ClientWatch {
+    /// Names subscribed (empty for wildcard types).
+    pub names: Vec<String>,
+    /// Last version received.
+    pub version: String,
+    /// Last nonce received.
+    pub nonce: String,
+}
+
+/// One simulated Envoy.
+#[derive(Debug)]
+pub struct MemoryClient {
+    /// Its node.
+    pub node: Node,
+    requests: mpsc::Sender<Result<DiscoveryRequest, Status>>,
+    responses: mpsc::Receiver<OutgoingResponse>,
+    /// Per-type state, by `TypeUrl::index`.
+    pub watches: [ClientWatch; 4],
+    /// Responses received.
+    pub received: u64,
+    /// Bytes received (frame headers included).
+    pub bytes: u64,
+}
+
+/// An Istio-style node: `id` (which carries the namespace), metadata
+/// `NAMESPACE`, `INTERCEPTION_MODE` and `LABELS`.
+pub fn node(id: &str, interception: &str, labels: &[(&str, &str)]) -> Node {
+    use envoy_types::pb::google::protobuf::{Struct, Value, value::Kind};
+    let s = |v: &str| Value { kind: Some(Kind::StringValue(v.into())) };
+    let namespace = id.split('~').nth(2).and_then(|w| w.split_once('.')).map(|(_, ns)| ns).unwrap_or("default");
+    let labels = Struct { fields: labels.iter().map(|(k, v)| (k.to_string(), s(v))).collect() };
+    Node {
+        id: id.into(),
+        metadata: Some(Struct {
+            fields: [
+                ("NAMESPACE".to_string(), s(namespace)),
+                ("INTERCEPTION_MODE".to_string(), s(interception)),
+                ("LABELS".to_string(), Value { kind: Some(Kind::StructValue(labels)) }),
+            ]
+            .into(),
+        }),
+        ..Default::default()
+    }
+}
+
+/// Decodes a response as it came off the wire.
+pub fn decode(response: &OutgoingResponse) -> DiscoveryResponse {
+    let mut wire = Vec::with_capacity(response.wire_len());
+    wire.extend_from_slice(&response.body[FRAME_HEADER_LEN..]);
+    wire.extend_from_slice(&response.tail());
+    DiscoveryResponse::decode(&wire[..]).expect("the server sends valid responses")
+}
+
+impl MemoryClient {
+    /// Opens a stream for `node`; its first request is CDS wildcard, as Envoy's is.
+    pub fn connect(engine: &Arc<PushEngine>, node: Node) -> MemoryClient {
+        let proxy = Arc::new(crate::model::Proxy::from_node(&node).expect("a valid Istio node"));
+        let (tx, rx) = mpsc::channel(16);
+        let first = DiscoveryRequest {
+            node: Some(node.clone()),
+            type_url: TypeUrl::Cluster.as_str().into(),
+            ..Default::default()
+        };
+        let responses = super::server::spawn_stream(
+            engine.clone(),
+            proxy,
+            first,
+            tokio_stream::wrappers::ReceiverStream::new(rx),
+            "memory".into(),
+        );
+        MemoryClient { node, requests: tx, responses, watches: Default::default(), received: 0, bytes: 0 }
+    }
+
+    /// Sends a request for `t` with the client's current names, version and nonce.
+    pub async fn request(&mut self, t: TypeUrl) {
+        let w = &self.watches[t.index()];
+        let req = DiscoveryRequest {
+            version_info: w.version.clone(),
+            node: Some(self.node.clone()),
+            resource_names: w.names.clone(),
+            type_url: t.as_str().into(),
+            response_nonce: w.nonce.clone(),
+            ..Default::default()
+        };
+        let _ = self.requests.send(Ok(req)).await;
+    }
+
+    /// Receives the next raw response (`None` when the stream ended).
+    pub async fn recv_raw(&mut self) -> Option<OutgoingResponse> {
+        let r = self.responses.recv().await?;
+        self.received += 1;
+        self.bytes += r.wire_len() as u64;
+        Some(r)
+    }
+
+    /// Receives and decodes the next response, records its version and
+    /// nonce, and learns the names it implies (EDS names from clusters, RDS
+    /// names from listeners). Returns the response and the types whose
+    /// subscriptions grew.
+    pub async fn recv(&mut self) -> Option<(DiscoveryResponse, Vec<TypeUrl>)> {
+        let raw = self.recv_raw().await?;
+        let response = decode(&raw);
+        let t = TypeUrl::parse(&response.type_url).expect("a served type");
+        let w = &mut self.watches[t.index()];
+        w.version = response.version_info.clone();
+        w.nonce = response.nonce.clone();
+        let mut grew = Vec::new();
+        match t {
+            TypeUrl::Cluster => {
+                let names: BTreeSet<String> = response
+                    .resources
+                    .iter()
+                    .filter_map(|a| Cluster::decode(&a.value[..]).ok())
+                    .filter(|c| c.eds_cluster_config.is_some())
+                    .map(|c| c.name)
+                    .collect();
+                if self.set_names(TypeUrl::Endpoint, names) {
+                    grew.push(TypeUrl::Endpoint);
+                }
+            }
+            TypeUrl::Listener => {
+                let names: BTreeSet<String> = response
+                    .resources
+                    .iter()
+                    .filter_map(|a| Listener::decode(&a.value[..]).ok())
+                    .flat_map(|l| l.filter_chains.into_iter().flat_map(|c| c.filters))
+                    .filter_map(|f| match f.config_type {
+                        Some(ConfigType::TypedConfig(any)) if any.type_url.ends_with("HttpConnectionManager") => {
+                            HttpConnectionManager::decode(&any.value[..]).ok()
+                        }
+                        _ => None,
+                    })
+                    .filter_map(|hcm| match hcm.route_specifier {
+                        Some(RouteSpecifier::Rds(rds)) => Some(rds.route_config_name),
+                        _ => None,
+                    })
+                    .collect();
+                if self.set_names(TypeUrl::Route, names) {
+                    grew.push(TypeUrl::Route);
+                }
+            }
+            TypeUrl::Endpoint | TypeUrl::Route => {}
+        }
+        Some((response, grew))
+    }
+
+    fn set_names(&mut self, t: TypeUrl, names: BTreeSet<String>) -> bool {
+        let names: Vec<String> = names.into_iter().collect();
+        let w = &mut self.watches[t.index()];
+        if w.names == names {
+            return false;
+        }
+        w.names = names;
+        true
+    }
+
+    /// Syncs like Envoy: CDS, then EDS for its clusters, LDS, then RDS for
+    /// its route configs, ACKing everything. Returns when every type was
+    /// received and ACKed once.
+    pub async fn sync(&mut self) {
+        let mut seen = [false; 4];
+        let mut listeners_asked = false;
+        loop {
+            let wanted = |t: TypeUrl, w: &[ClientWatch; 4]| {
+                seen[t.index()] || (!t.is_wildcard_type() && w[t.index()].names.is_empty())
+            };
+            if TypeUrl::PUSH_ORDER.iter().all(|t| wanted(*t, &self.watches)) {
+                return;
+            }
+            let Some((response, grew)) = self.recv().await else { return };
+            let t = TypeUrl::parse(&response.type_url).expect("served type");
+            seen[t.index()] = true;
+            self.request(t).await; // the ACK, with the full name list
+            for g in grew {
+                self.request(g).await;
+            }
+            if t == TypeUrl::Cluster && !listeners_asked {
+                listeners_asked = true;
+                self.request(TypeUrl::Listener).await;
+            }
+        }
+    }
+
+    /// Consumes the client into its raw parts: the response receiver and the
+    /// request sender (to drain responses without decoding them).
+    pub fn into_parts(self) -> (mpsc::Receiver<OutgoingResponse>, mpsc::Sender<Result<DiscoveryRequest, Status>>) {
+        (self.responses, self.requests)
+    }
+}
