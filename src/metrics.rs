@@ -557,6 +557,9 @@ impl StreamRecorder {
                 for _ in 0..sent {
                     m.xds_push_time.get(t).observe(elapsed);
                 }
+                let w = &conn.watches[t.index()];
+                tracing::debug!(type_url = %t, responses = sent, nonce = ?w.nonce_sent, version = ?w.version_sent,
+                    elapsed_ms = elapsed.as_secs_f64() * 1e3, "sent");
             }
         }
         m.sent_bytes.inc_by(sent_bytes as u64);
@@ -609,7 +612,9 @@ impl StreamRecorder {
             }
         }
         if c.awaiting.iter().all(Option::is_none) {
-            self.metrics.convergence.observe(c.first_change.elapsed());
+            let took = c.first_change.elapsed();
+            self.metrics.convergence.observe(took);
+            tracing::debug!(ms = took.as_secs_f64() * 1e3, "converged: every response of the push was ACKed");
             self.converging = None;
         }
     }

@@ -85,6 +85,8 @@ async fn full_push_to_ten_thousand_streams_generates_per_scope() {
     let total: u64 = after.iter().zip(before).map(|(a, b)| a - b).sum();
     assert!(total >= 100, "each of the 100 scopes regenerated its routes: {total}");
     assert!(total <= 400, "at most 100 scopes × 4 types generations, not one per stream: {total}");
+    let cds = after[TypeUrl::Cluster.index()] - before[TypeUrl::Cluster.index()];
+    assert_eq!(cds, 0, "a routing change regenerates no clusters");
     for d in drains {
         d.abort();
     }

@@ -51,17 +51,21 @@ pub struct Shared {
     pub tracker: Tracker,
     /// Set to `true` to end every stream.
     pub stop: watch::Sender<bool>,
+    /// The encoded `Node` fields every simulated Envoy shares.
+    pub node_common: Bytes,
 }
 
 impl Shared {
-    /// Fresh state; the sync clock starts now.
-    pub fn new() -> Arc<Shared> {
+    /// Fresh state; the sync clock starts now. `node_common` is the encoded
+    /// `Node` fields every stream sends after its own (see [`crate::mesh::Shape::node_common`]).
+    pub fn new(node_common: Bytes) -> Arc<Shared> {
         Arc::new(Shared {
             stats: Stats::default(),
             sync: SyncState::new(),
             names: NameSets::default(),
             tracker: Tracker::default(),
             stop: watch::Sender::new(false),
+            node_common,
         })
     }
 }
@@ -85,14 +89,14 @@ pub struct Identity {
     pub id: u32,
     /// Namespace index of its sidecar.
     pub namespace: u32,
-    /// Its encoded `Node`.
+    /// The encoded `Node` fields of its own (id, cluster, metadata).
     pub node: Vec<u8>,
 }
 
 /// Runs one simulated Envoy until the harness stops it or the stream ends.
 pub async fn run_stream(channel: Channel, identity: Identity, shared: Arc<Shared>) {
     let mut stop = shared.stop.subscribe();
-    let (tx, rx) = mpsc::channel::<Bytes>(REQUEST_QUEUE);
+    let (tx, rx) = mpsc::channel::<wire::Request>(REQUEST_QUEUE);
     let mut sim = Sim::new(identity, shared.clone(), tx);
     // meshpush reads the first request (for the node) before it answers the
     // call, so the first request is queued before the call is made.
@@ -112,7 +116,7 @@ pub async fn run_stream(channel: Channel, identity: Identity, shared: Arc<Shared
                 return;
             }
         },
-        _ = stop.wait_for(|s| *s) => return,
+        () = stopped(&mut stop) => return,
     };
     loop {
         let lds_deadline = sim.lds_deadline;
@@ -120,19 +124,24 @@ pub async fn run_stream(channel: Channel, identity: Identity, shared: Arc<Shared
             message = responses.message() => match message {
                 Ok(Some(message)) => sim.on_response(message).await,
                 Ok(None) | Err(_) => {
-                    if !*stop.borrow() {
+                    if !*shared.stop.borrow() {
                         shared.stats.streams_lost.fetch_add(1, Ordering::Relaxed);
                     }
                     break;
                 }
             },
-            _ = stop.wait_for(|s| *s) => break,
+            () = stopped(&mut stop) => break,
             _ = tokio::time::sleep_until(lds_deadline.unwrap_or_else(far_future).into()), if lds_deadline.is_some() => {
                 sim.request_listeners().await;
             }
         }
     }
     sim.release();
+}
+
+/// Resolves once the harness says stop (or can no longer say anything).
+async fn stopped(stop: &mut watch::Receiver<bool>) {
+    let _ = stop.wait_for(|s| *s).await;
 }
 
 fn far_future() -> Instant {
@@ -174,8 +183,8 @@ impl Received {
 struct Sim {
     identity: Identity,
     shared: Arc<Shared>,
-    node: Bytes,
-    tx: mpsc::Sender<Bytes>,
+    node: wire::EncodedNode,
+    tx: mpsc::Sender<wire::Request>,
     types: [TypeState; 4],
     eds: Option<Arc<NameSet>>,
     rds: Option<Arc<NameSet>>,
@@ -190,8 +199,8 @@ struct Sim {
 }
 
 impl Sim {
-    fn new(identity: Identity, shared: Arc<Shared>, tx: mpsc::Sender<Bytes>) -> Sim {
-        let node = wire::encode_node_field(&identity.node);
+    fn new(identity: Identity, shared: Arc<Shared>, tx: mpsc::Sender<wire::Request>) -> Sim {
+        let node = wire::EncodedNode::new(&identity.node, &shared.node_common);
         Sim {
             identity,
             shared,
@@ -337,13 +346,14 @@ impl Sim {
     }
 }
 
-/// A gRPC codec that sends pre-encoded requests and hands back each
-/// response message's bytes undecoded.
+/// A gRPC codec that sends pre-encoded requests (copying each part once
+/// into the stream's buffer) and hands back each response message's bytes
+/// undecoded.
 #[derive(Debug, Clone, Copy, Default)]
 struct RawCodec;
 
 impl Codec for RawCodec {
-    type Encode = Bytes;
+    type Encode = wire::Request;
     type Decode = Bytes;
     type Encoder = RawCodec;
     type Decoder = RawCodec;
@@ -358,11 +368,13 @@ impl Codec for RawCodec {
 }
 
 impl Encoder for RawCodec {
-    type Item = Bytes;
+    type Item = wire::Request;
     type Error = Status;
 
-    fn encode(&mut self, item: Bytes, dst: &mut EncodeBuf<'_>) -> Result<(), Status> {
-        dst.put(item);
+    fn encode(&mut self, item: wire::Request, dst: &mut EncodeBuf<'_>) -> Result<(), Status> {
+        for part in item.parts() {
+            dst.put_slice(part);
+        }
         Ok(())
     }
 }

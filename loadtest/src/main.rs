@@ -1,1 +1,114 @@
-fn main() {}
+//! `loadtest`: run a scenario against meshpush (started here) or a running
+//! xDS server, print a summary table, optionally write JSON and an SVG plot.
+//!
+//! ```text
+//! cargo build --release                       # the server binary it starts
+//! cargo run --release -p loadtest -- s1 --plot perf/s1.svg --json s1.json
+//! ```
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use clap::Parser;
+use loadtest::{ExpectSpec, Options, Scenario};
+
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
+/// Simulated Envoys against an xDS server: convergence, CPU, memory.
+#[derive(Debug, Parser)]
+#[command(name = "loadtest", version, about)]
+struct Cli {
+    /// The scenario.
+    #[arg(value_enum)]
+    scenario: Scenario,
+    /// A server already running (ADS address); without it, meshpush is started on the scenario's mesh.
+    #[arg(long)]
+    target: Option<SocketAddr>,
+    /// meshpush's registry API address (default: the target's address).
+    #[arg(long)]
+    registry: Option<SocketAddr>,
+    /// With --target: do not load the generated mesh through the registry (it is loaded already).
+    #[arg(long)]
+    no_load: bool,
+    /// A command (run with `sh -c`, `{n}` replaced by the change number) that makes a change
+    /// on a server that is not meshpush.
+    #[arg(long, requires = "expect")]
+    trigger: Option<String>,
+    /// How to recognize a triggered change: TYPE:RESOURCE:TOKEN (type cds|eds|lds|rds; resource
+    /// `*` for any; TOKEN is a whole string field of the resource, `{n}` replaced by the change number).
+    #[arg(long)]
+    expect: Option<ExpectSpec>,
+    /// How many triggered changes.
+    #[arg(long, default_value_t = 1)]
+    repeat: u32,
+    /// The server's pid, for CPU and memory figures of a --target.
+    #[arg(long)]
+    server_pid: Option<u32>,
+    /// The meshpush binary to start (default: target/release/meshpush beside this binary).
+    #[arg(long)]
+    meshpush_bin: Option<PathBuf>,
+    /// ADS streams per HTTP/2 connection.
+    #[arg(long, default_value_t = 32)]
+    streams_per_connection: u32,
+    /// Churn: endpoint changes per second.
+    #[arg(long, default_value_t = 200)]
+    churn_rate: u32,
+    /// Churn: how long, in seconds.
+    #[arg(long, default_value_t = 60)]
+    churn_seconds: u64,
+    /// Write the report as JSON here.
+    #[arg(long)]
+    json: Option<PathBuf>,
+    /// Draw the convergence distributions as SVG here.
+    #[arg(long)]
+    plot: Option<PathBuf>,
+    /// No progress bars.
+    #[arg(long)]
+    no_progress: bool,
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let options = Options {
+        target: cli.target,
+        registry: cli.registry,
+        trigger: cli.trigger,
+        expect: cli.expect,
+        repeat: cli.repeat,
+        server_pid: cli.server_pid,
+        meshpush_bin: cli.meshpush_bin,
+        streams_per_connection: cli.streams_per_connection,
+        churn_rate: cli.churn_rate,
+        churn_duration: Duration::from_secs(cli.churn_seconds),
+        load_mesh: !cli.no_load,
+        progress: !cli.no_progress,
+        command: std::env::args().collect::<Vec<_>>().join(" "),
+        ..Options::new(cli.scenario)
+    };
+    let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().expect("tokio runtime");
+    let report = match runtime.block_on(loadtest::run(options)) {
+        Ok(report) => report,
+        Err(e) => {
+            eprintln!("loadtest: {e:#}");
+            return ExitCode::from(2);
+        }
+    };
+    print!("{}", report.table());
+    for (path, written) in [
+        (&cli.json, cli.json.as_ref().map(|p| report.write_json(p))),
+        (&cli.plot, cli.plot.as_ref().map(|p| report.write_plot(p))),
+    ] {
+        match (path, written) {
+            (Some(path), Some(Ok(()))) => eprintln!("loadtest: wrote {}", path.display()),
+            (_, Some(Err(e))) => {
+                eprintln!("loadtest: {e:#}");
+                return ExitCode::from(2);
+            }
+            _ => {}
+        }
+    }
+    if report.failures.is_empty() { ExitCode::SUCCESS } else { ExitCode::FAILURE }
+}

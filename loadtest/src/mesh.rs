@@ -9,7 +9,7 @@ use std::fmt::Write as _;
 use std::net::Ipv4Addr;
 
 use envoy_types::pb::envoy::config::core::v3::node::UserAgentVersionType;
-use envoy_types::pb::envoy::config::core::v3::{BuildVersion, Node};
+use envoy_types::pb::envoy::config::core::v3::{BuildVersion, Extension, Node};
 use envoy_types::pb::envoy::r#type::v3::SemanticVersion;
 use envoy_types::pb::google::protobuf::{Struct, Value, value::Kind};
 use prost::Message as _;
@@ -176,44 +176,44 @@ impl Shape {
         )
     }
 
-    /// The encoded Envoy `Node` of stream `stream`: an Istio sidecar node as
-    /// Envoy 1.40 sends it on every request (id, cluster, Istio metadata,
-    /// user agent, client features).
+    /// The encoded `Node` fields of stream `stream`'s own: the id, cluster
+    /// and Istio metadata of a sidecar. The rest of the node is
+    /// [`node_common`](Self::node_common).
     pub fn node(&self, stream: u32) -> Vec<u8> {
         let Placement { namespace, service, pod } = self.placement(stream);
         let ip = self.endpoint_ip(namespace, service, pod);
         let pod_name = format!("svc-{service}-{pod}");
         let ns = self.namespace(namespace);
-        let s = |v: &str| Value { kind: Some(Kind::StringValue(v.to_string())) };
         let labels = Struct {
             fields: [
-                ("app".to_string(), s(&format!("svc-{service}"))),
-                ("version".to_string(), s("v1")),
-                ("pod-template-hash".to_string(), s("5d8f7c9b6")),
-                ("security.istio.io/tlsMode".to_string(), s("istio")),
-                ("service.istio.io/canonical-name".to_string(), s(&format!("svc-{service}"))),
-                ("service.istio.io/canonical-revision".to_string(), s("v1")),
+                ("app".to_string(), string(&format!("svc-{service}"))),
+                ("version".to_string(), string("v1")),
+                ("pod-template-hash".to_string(), string("5d8f7c9b6")),
+                ("security.istio.io/tlsMode".to_string(), string("istio")),
+                ("service.istio.io/canonical-name".to_string(), string(&format!("svc-{service}"))),
+                ("service.istio.io/canonical-revision".to_string(), string("v1")),
             ]
             .into(),
         };
+        let owner = format!("kubernetes://apis/apps/v1/namespaces/{ns}/deployments/svc-{service}");
+        let ports = format!("[{{\"name\":\"http\",\"containerPort\":{PORT},\"protocol\":\"TCP\"}}]");
         let metadata = Struct {
             fields: [
-                ("NAMESPACE".to_string(), s(&ns)),
+                ("NAMESPACE".to_string(), string(&ns)),
                 ("LABELS".to_string(), Value { kind: Some(Kind::StructValue(labels)) }),
-                ("INTERCEPTION_MODE".to_string(), s("REDIRECT")),
-                ("ISTIO_VERSION".to_string(), s("1.28.0")),
-                ("CLUSTER_ID".to_string(), s("Kubernetes")),
-                ("MESH_ID".to_string(), s("cluster.local")),
-                ("NAME".to_string(), s(&pod_name)),
-                ("WORKLOAD_NAME".to_string(), s(&format!("svc-{service}"))),
-                ("SERVICE_ACCOUNT".to_string(), s("default")),
-                ("OWNER".to_string(), s(&format!("kubernetes://apis/apps/v1/namespaces/{ns}/deployments/svc-{service}"))),
-                ("INSTANCE_IPS".to_string(), s(&ip.to_string())),
-                ("POD_PORTS".to_string(), s(&format!("[{{\"name\":\"http\",\"containerPort\":{PORT},\"protocol\":\"TCP\"}}]"))),
-                ("APP_CONTAINERS".to_string(), s(&format!("svc-{service}"))),
-                ("ENVOY_STATUS_PORT".to_string(), s("15021")),
-                ("ENVOY_PROMETHEUS_PORT".to_string(), s("15090")),
-                ("PILOT_SAN".to_string(), Value { kind: Some(Kind::ListValue(Default::default())) }),
+                ("INTERCEPTION_MODE".to_string(), string("REDIRECT")),
+                ("ISTIO_VERSION".to_string(), string("1.28.0")),
+                ("CLUSTER_ID".to_string(), string("Kubernetes")),
+                ("MESH_ID".to_string(), string("cluster.local")),
+                ("NAME".to_string(), string(&pod_name)),
+                ("WORKLOAD_NAME".to_string(), string(&format!("svc-{service}"))),
+                ("SERVICE_ACCOUNT".to_string(), string("default")),
+                ("OWNER".to_string(), string(&owner)),
+                ("INSTANCE_IPS".to_string(), string(&ip.to_string())),
+                ("POD_PORTS".to_string(), string(&ports)),
+                ("APP_CONTAINERS".to_string(), string(&format!("svc-{service}"))),
+                ("ENVOY_STATUS_PORT".to_string(), string("15021")),
+                ("ENVOY_PROMETHEUS_PORT".to_string(), string("15090")),
             ]
             .into(),
         };
@@ -221,26 +221,58 @@ impl Shape {
             id: format!("sidecar~{ip}~{pod_name}.{ns}~{ns}.svc.cluster.local"),
             cluster: format!("svc-{service}.{ns}"),
             metadata: Some(metadata),
-            user_agent_name: "envoy".into(),
-            user_agent_version_type: Some(UserAgentVersionType::UserAgentBuildVersion(BuildVersion {
-                version: Some(SemanticVersion { major_number: 1, minor_number: 40, patch: 0 }),
-                metadata: None,
-            })),
-            client_features: [
-                "envoy.config.require-any-fields-contain-struct",
-                "envoy.lb.does_not_support_overprovisioning",
-                "fragmentation.lb.does_not_support_overprovisioning",
-                "envoy.lrs.supports_send_all_clusters",
-                "xds.config.supports-resource-ttl",
-                "xds.config.resource-in-sotw",
-            ]
-            .iter()
-            .map(|f| f.to_string())
-            .collect(),
             ..Default::default()
         }
         .encode_to_vec()
     }
+
+    /// The encoded `Node` fields every simulated Envoy shares, as Envoy
+    /// 1.40.0 fills them: user agent `envoy`, its build version, and the 516
+    /// extensions it reports (`envoy-1.40-extensions.txt`, read from the
+    /// real binary's `/server_info`). Envoy sends all of it in every request
+    /// unless its bootstrap sets `set_node_on_first_message_only` (meshpush's
+    /// does not). `lean` leaves the extensions out, for comparison only.
+    pub fn node_common(lean: bool) -> Vec<u8> {
+        let metadata = Struct {
+            fields: [
+                ("revision.status".to_string(), string("Clean")),
+                ("build.type".to_string(), string("RELEASE")),
+                ("revision.sha".to_string(), string("9e5580933739775e8bce696a57a2e1bc99368f23")),
+                ("ssl.version".to_string(), string("BoringSSL")),
+            ]
+            .into(),
+        };
+        let extensions = if lean { Vec::new() } else { envoy_extensions() };
+        Node {
+            user_agent_name: "envoy".into(),
+            user_agent_version_type: Some(UserAgentVersionType::UserAgentBuildVersion(BuildVersion {
+                version: Some(SemanticVersion { major_number: 1, minor_number: 40, patch: 0 }),
+                metadata: Some(metadata),
+            })),
+            extensions,
+            ..Default::default()
+        }
+        .encode_to_vec()
+    }
+}
+
+fn string(v: &str) -> Value {
+    Value { kind: Some(Kind::StringValue(v.to_string())) }
+}
+
+/// Envoy 1.40.0's extension list.
+fn envoy_extensions() -> Vec<Extension> {
+    include_str!("envoy-1.40-extensions.txt")
+        .lines()
+        .filter(|l| !l.starts_with('#') && !l.trim().is_empty())
+        .map(|line| {
+            let mut parts = line.split(' ');
+            let category = parts.next().unwrap_or_default().to_string();
+            let name = parts.next().unwrap_or_default().to_string();
+            let type_urls = parts.next().map(|t| t.split(',').map(str::to_string).collect()).unwrap_or_default();
+            Extension { name, category, type_urls, ..Default::default() }
+        })
+        .collect()
 }
 
 /// Addresses for changes: `127.200.0.0` upward, each used once.

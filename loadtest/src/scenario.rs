@@ -105,7 +105,9 @@ impl std::str::FromStr for ExpectSpec {
     fn from_str(s: &str) -> Result<Self, Self::Err> {
         let mut parts = s.splitn(3, ':');
         let (Some(t), Some(resource), Some(token)) = (parts.next(), parts.next(), parts.next()) else {
-            return Err(format!("{s:?}: expected TYPE:RESOURCE:TOKEN, e.g. eds:outbound|9080||a.ns.svc.cluster.local:127.9.0.{{n}}"));
+            return Err(format!(
+                "{s:?}: expected TYPE:RESOURCE:TOKEN, e.g. eds:outbound|9080||a.ns.svc.cluster.local:127.9.0.{{n}}"
+            ));
         };
         let xds_type = XdsType::parse_short(t).ok_or_else(|| format!("{t:?} is not one of cds, eds, lds, rds"))?;
         if token.is_empty() {
@@ -276,7 +278,10 @@ pub async fn run(options: Options) -> anyhow::Result<Report> {
             if options.target.is_some() && options.load_mesh && options.trigger.is_none() {
                 load_mesh(&mut registry, &shape).await?;
             } else {
-                eprintln!("loadtest: server ready (snapshot version {}, revision {})", version.version, version.revision);
+                eprintln!(
+                    "loadtest: server ready (snapshot version {}, revision {})",
+                    version.version, version.revision
+                );
             }
             Some(registry)
         }

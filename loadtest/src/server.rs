@@ -147,8 +147,9 @@ pub fn raise_fd_limit(needed: u64) -> Option<String> {
     let (current, maximum) = (limit.current.unwrap_or(u64::MAX), limit.maximum);
     let target = maximum.unwrap_or(u64::MAX).min(1 << 20);
     if current >= target {
-        return (current < needed)
-            .then(|| format!("open-file limit is {current}, below the {needed} this run may need; raise the hard limit"));
+        return (current < needed).then(|| {
+            format!("open-file limit is {current}, below the {needed} this run may need; raise the hard limit")
+        });
     }
     match setrlimit(Resource::Nofile, Rlimit { current: Some(target), maximum }) {
         Ok(()) if target < needed => {

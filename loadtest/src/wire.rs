@@ -229,25 +229,63 @@ pub(crate) fn encode_names<S: AsRef<str>>(names: &[S]) -> Bytes {
     out.freeze()
 }
 
-/// `node` (field 2) of a request, from the encoded `Node` message.
-pub(crate) fn encode_node_field(node: &[u8]) -> Bytes {
-    let mut out = BytesMut::with_capacity(node.len() + 4);
-    put_bytes(&mut out, 2, node);
-    out.freeze()
+/// The `node` field (2) of every request of one stream: the fields that
+/// differ per stream (id, cluster, metadata), then the fields every
+/// simulated Envoy shares (user agent, the extension list), kept once.
+/// Protobuf allows a message's fields in any order, so the two parts
+/// together are one `Node`.
+#[derive(Debug, Clone)]
+pub(crate) struct EncodedNode {
+    /// Field key, length, and the per-stream fields.
+    head: Bytes,
+    /// The shared fields.
+    common: Bytes,
+}
+
+impl EncodedNode {
+    pub(crate) fn new(per_stream: &[u8], common: &Bytes) -> EncodedNode {
+        let mut head = BytesMut::with_capacity(per_stream.len() + 8);
+        put_varint(&mut head, 2 << 3 | 2);
+        put_varint(&mut head, (per_stream.len() + common.len()) as u64);
+        head.put_slice(per_stream);
+        EncodedNode { head: head.freeze(), common: common.clone() }
+    }
+}
+
+/// An encoded `DiscoveryRequest` in parts that share the big pieces (node,
+/// name list) between requests: the codec copies each part once into the
+/// stream's buffer.
+#[derive(Debug, Clone)]
+pub(crate) struct Request {
+    parts: [Bytes; 5],
+}
+
+impl Request {
+    /// Its parts, in order.
+    pub(crate) fn parts(&self) -> &[Bytes] {
+        &self.parts
+    }
+
+    /// The whole message in one buffer.
+    #[cfg(test)]
+    pub(crate) fn to_bytes(&self) -> Bytes {
+        let mut out = BytesMut::new();
+        self.parts.iter().for_each(|p| out.put_slice(p));
+        out.freeze()
+    }
 }
 
 /// A `DiscoveryRequest`: version_info 1, node 2, resource_names 3, type_url
 /// 4, response_nonce 5, in field order as prost writes them.
-pub(crate) fn encode_request(node: &[u8], names: &[u8], type_url: &str, version: &str, nonce: &str) -> Bytes {
-    let mut out = BytesMut::with_capacity(node.len() + names.len() + type_url.len() + version.len() + nonce.len() + 8);
+pub(crate) fn encode_request(node: &EncodedNode, names: &Bytes, type_url: &str, version: &str, nonce: &str) -> Request {
+    let mut first = BytesMut::new();
     if !version.is_empty() {
-        put_bytes(&mut out, 1, version.as_bytes());
+        put_bytes(&mut first, 1, version.as_bytes());
     }
-    out.put_slice(node);
-    out.put_slice(names);
-    put_bytes(&mut out, 4, type_url.as_bytes());
+    let mut last = BytesMut::with_capacity(type_url.len() + nonce.len() + 6);
+    put_bytes(&mut last, 4, type_url.as_bytes());
     if !nonce.is_empty() {
-        put_bytes(&mut out, 5, nonce.as_bytes());
+        put_bytes(&mut last, 5, nonce.as_bytes());
     }
-    out.freeze()
+    Request { parts: [first.freeze(), node.head.clone(), node.common.clone(), names.clone(), last.freeze()] }
 }

@@ -134,6 +134,8 @@ struct Maps {
     sets: HashMap<(TypeUrl, ScopeId), Cell<Arc<ResourceSet>>>,
     inbound: HashMap<(TypeUrl, InboundId), Arc<ResourceSet>>,
     endpoints: HashMap<Arc<str>, Cell<Option<Arc<EncodedResource>>>>,
+    /// Reverse index: host → the assignment names cached for it.
+    endpoints_by_host: HashMap<Arc<str>, Vec<Arc<str>>>,
     /// Assembled response bodies by (type, version, which resources).
     bodies: HashMap<(TypeUrl, Arc<str>, u64), Bytes>,
 }
@@ -190,6 +192,17 @@ impl ScopedCache {
             return Cell::default();
         }
         get_mut(&mut maps).entry(key).or_default().clone()
+    }
+
+    /// Records a cached assignment name under its host, so invalidation
+    /// finds the assignments of a changed host without scanning them all.
+    fn index_endpoint(&self, cluster: &Arc<str>) {
+        if let Some(host) = crate::generate::eds::host_of(cluster) {
+            let mut maps = self.maps.write();
+            if maps.endpoints.contains_key(cluster) {
+                maps.endpoints_by_host.entry(Arc::from(host)).or_default().push(cluster.clone());
+            }
+        }
     }
 
     fn count_lookup(&self, type_url: TypeUrl, generated: bool) {
@@ -253,11 +266,13 @@ impl ScopedCache {
 
     /// The ClusterLoadAssignment for a cluster name; `None` when no such cluster exists.
     pub fn endpoint(&self, ctx: &PushContext, cluster: &str) -> Option<Arc<EncodedResource>> {
-        let cell = self.cell(ctx, |m| &m.endpoints, |m| &mut m.endpoints, Arc::from(cluster));
+        let name: Arc<str> = Arc::from(cluster);
+        let cell = self.cell(ctx, |m| &m.endpoints, |m| &mut m.endpoints, name.clone());
         let mut generated = false;
         let r = cell
             .get_or_init(|| {
                 generated = true;
+                self.index_endpoint(&name);
                 let cla = crate::generate::eds::load_assignment(ctx, cluster)?;
                 CacheStats::count(&self.stats.generations, TypeUrl::Endpoint, 1);
                 Some(Arc::new(self.encode(TypeUrl::Endpoint, cluster.into(), &cla)))
@@ -301,12 +316,18 @@ impl ScopedCache {
         let mut maps = self.maps.write();
         maps.generation = ctx.version;
         maps.bodies.clear();
-        maps.sets.retain(|(_, scope), _| ctx.scope(*scope).is_some());
+        // A set survives if its scope was carried over, or if the change
+        // cannot affect its type (a routing change keeps every scope's clusters).
+        maps.sets.retain(|(t, scope), _| ctx.scope(*scope).is_some() || !changes.types.contains(*t));
         if changes.full {
             maps.endpoints.clear();
-        } else if !changes.dirty_hosts.is_empty() {
-            maps.endpoints
-                .retain(|name, _| crate::generate::eds::host_of(name).is_none_or(|h| !changes.dirty_hosts.contains(h)));
+            maps.endpoints_by_host.clear();
+        } else {
+            for host in &changes.dirty_hosts {
+                for name in maps.endpoints_by_host.remove(&**host).unwrap_or_default() {
+                    maps.endpoints.remove(&name);
+                }
+            }
         }
     }
 

@@ -22,6 +22,7 @@ use super::index::{
 use super::scope::{self, InboundId, InboundKey, Scope, ScopeId, ScopeInterner, ScopeKey};
 use crate::config::{ConfigKey, ConfigKind, ConfigObject, k8s};
 use crate::model::{Hostname, Proxy, StoreSnapshot, host};
+use crate::xds::{TypeSet, TypeUrl};
 
 /// What a new snapshot changed, for cache invalidation and push targeting.
 #[derive(Debug, Clone, Default, Serialize)]
@@ -41,6 +42,24 @@ pub struct PushChanges {
     pub gateways: bool,
     /// Whether this is a full rebuild (every scope is regenerated).
     pub full: bool,
+    /// The resource types the change can affect: only these are regenerated
+    /// and pushed.
+    pub types: TypeSet,
+}
+
+/// The resource types a change of `kind` can affect.
+pub fn affected_types(kind: ConfigKind) -> TypeSet {
+    use TypeUrl::{Cluster, Endpoint, Listener, Route};
+    match kind {
+        // Services and Sidecars change what a scope sees: everything.
+        ConfigKind::Service | ConfigKind::ServiceEntry | ConfigKind::Sidecar => TypeSet::ALL,
+        ConfigKind::Pod | ConfigKind::EndpointSlice | ConfigKind::WorkloadEntry => TypeSet::of(&[Endpoint]),
+        // HTTP routes live in RDS, TCP routes in listeners.
+        ConfigKind::VirtualService => TypeSet::of(&[Listener, Route]),
+        // Cluster policy, subset endpoints, and hash policies on routes.
+        ConfigKind::DestinationRule => TypeSet::of(&[Cluster, Endpoint, Route]),
+        ConfigKind::Gateway => TypeSet::of(&[Listener, Route]),
+    }
 }
 
 impl PushChanges {
@@ -181,6 +200,11 @@ impl PushContext {
         if prev.version == 0 {
             changes.full = true;
         }
+        changes.types = if changes.full {
+            TypeSet::ALL
+        } else {
+            kinds.iter().fold(TypeSet::EMPTY, |set, k| set.union(affected_types(*k)))
+        };
 
         // Endpoints: rebuild the dirty hosts only (a service change can move
         // its endpoints too: new selector, new ports).

@@ -24,6 +24,7 @@ use tokio::sync::Notify;
 
 use super::{InboundId, PushChanges, ScopeId};
 use crate::model::{Hostname, Proxy};
+use crate::xds::TypeSet;
 
 /// Connection id, unique for the life of the server.
 pub type ConnId = u64;
@@ -36,6 +37,8 @@ pub struct PendingPush {
     /// Hosts whose assignments changed (endpoint pushes); shared by every
     /// stream of one fan-out.
     pub hosts: Arc<HashSet<Hostname>>,
+    /// Types to regenerate on a full push.
+    pub types: TypeSet,
     /// Earliest change this push carries (for convergence time).
     pub first_change: Instant,
 }
@@ -43,6 +46,7 @@ pub struct PendingPush {
 impl PendingPush {
     fn merge(&mut self, other: PendingPush) {
         self.full |= other.full;
+        self.types = self.types.union(other.types);
         if !Arc::ptr_eq(&self.hosts, &other.hosts) && !other.hosts.is_subset(&self.hosts) {
             Arc::make_mut(&mut self.hosts).extend(other.hosts.iter().cloned());
         }
@@ -242,7 +246,7 @@ impl PushQueue {
         let mut pushed = 0;
         for (full, conns) in targets {
             for conn in conns {
-                conn.signal.put(PendingPush { full, hosts: hosts.clone(), first_change });
+                conn.signal.put(PendingPush { full, types: changes.types, hosts: hosts.clone(), first_change });
                 pushed += 1;
             }
         }

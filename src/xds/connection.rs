@@ -27,7 +27,7 @@ use envoy_types::pb::envoy::service::discovery::v3::DiscoveryRequest;
 use serde::Serialize;
 
 use super::codec::OutgoingResponse;
-use super::types::TypeUrl;
+use super::types::{TypeSet, TypeUrl};
 use crate::generate::cache::{EncodedResource, ScopedCache, version_of};
 use crate::model::Proxy;
 use crate::push::{InboundId, InboundKey, PendingPush, PushContext, Scope, ScopeKey};
@@ -334,13 +334,15 @@ impl Connection {
     pub fn on_push(&mut self, ctx: &PushContext, cache: &ScopedCache, push: &PendingPush) -> Vec<OutgoingResponse> {
         let before = self.scope.as_ref().map(|s| s.id);
         let scope = self.refresh_scope(ctx, push.full);
-        let full = push.full || before != Some(scope.id);
+        let moved = before != Some(scope.id);
+        let full = push.full || moved;
+        let types = if moved { TypeSet::ALL } else { push.types };
         let mut out = Vec::new();
         for t in TypeUrl::PUSH_ORDER {
             if !self.watches[t.index()].subscribed {
                 continue;
             }
-            if !full && t != TypeUrl::Endpoint {
+            if (!full || !types.contains(t)) && t != TypeUrl::Endpoint {
                 continue;
             }
             if !full {

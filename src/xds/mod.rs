@@ -17,4 +17,4 @@ pub mod status;
 pub mod types;
 
 pub use server::AdsService;
-pub use types::TypeUrl;
+pub use types::{TypeSet, TypeUrl};

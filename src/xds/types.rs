@@ -63,3 +63,34 @@ impl fmt::Display for TypeUrl {
         f.write_str(self.short())
     }
 }
+
+/// A set of resource types.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize)]
+pub struct TypeSet(u8);
+
+impl TypeSet {
+    /// No type.
+    pub const EMPTY: TypeSet = TypeSet(0);
+    /// Every type.
+    pub const ALL: TypeSet = TypeSet(0b1111);
+
+    /// A set of the given types.
+    pub fn of(types: &[TypeUrl]) -> TypeSet {
+        types.iter().fold(TypeSet::EMPTY, |set, t| set.with(*t))
+    }
+
+    /// This set plus `t`.
+    pub const fn with(self, t: TypeUrl) -> TypeSet {
+        TypeSet(self.0 | 1 << t.index())
+    }
+
+    /// Whether `t` is in the set.
+    pub const fn contains(self, t: TypeUrl) -> bool {
+        self.0 & (1 << t.index()) != 0
+    }
+
+    /// Union.
+    pub const fn union(self, other: TypeSet) -> TypeSet {
+        TypeSet(self.0 | other.0)
+    }
+}

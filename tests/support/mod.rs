@@ -10,6 +10,7 @@
 //! * [`envoy`]: getting the Envoy binary, and [`envoy::Envoy`] with admin helpers.
 //! * [`meshpush`]: [`meshpush::Meshpush`], the real binary serving a config dir.
 //! * [`backend`]: [`backend::Backend`], tiny HTTP servers that say who they are.
+//! * [`browser`]: headless Chromium, installed on first use, for page tests.
 //! * [`http`]: the minimal HTTP/1.1 client and parser the others share.
 //! * [`traffic`]: requests through Envoy, single or as steady background traffic.
 //! * [`scene`]: one scenario's mesh directory, processes and failure report.
@@ -19,6 +20,7 @@
 #![allow(dead_code)]
 
 pub mod backend;
+pub mod browser;
 pub mod envoy;
 pub mod http;
 pub mod manifests;

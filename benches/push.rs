@@ -1,0 +1,210 @@
+//! Push-engine benches on synthetic meshes (`meshpush::synth`).
+//!
+//! `cargo bench --bench push` runs them at full size (1k and 10k services,
+//! 5–10 endpoints each, 100 namespaces, 10,000 streams). `cargo test` runs
+//! each once at small sizes, so CI proves they work without timing them.
+//! perf.md records full runs against the targets.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use criterion::{BenchmarkId, Criterion, criterion_group, criterion_main};
+use meshpush::config::{ConfigObject, SourceRef};
+use meshpush::generate::cache::{EncodedResource, ScopedCache};
+use meshpush::generate::{cds, eds, lds, rds};
+use meshpush::model::store::Write;
+use meshpush::model::{ConfigStore, Proxy};
+use meshpush::push::{PushContext, PushEngine, PushRequest, ScopeInterner};
+use meshpush::synth::MeshSpec;
+use meshpush::xds::TypeUrl;
+use meshpush::xds::codec::OutgoingResponse;
+use meshpush::xds::memory::{MemoryClient, node};
+
+/// Full sizes under `cargo bench`; small ones when run as a test.
+fn full_size() -> bool {
+    std::env::args().any(|a| a == "--bench")
+}
+
+fn sizes() -> Vec<usize> {
+    if full_size() { vec![1_000, 10_000] } else { vec![200] }
+}
+
+fn source() -> SourceRef {
+    SourceRef { file: "synth".into(), doc: 0 }
+}
+
+fn store_of(objects: Vec<ConfigObject>) -> ConfigStore {
+    let store = ConfigStore::new();
+    store.apply(objects.into_iter().map(|o| Write::Put(o, source())));
+    store
+}
+
+fn sidecar(spec: &MeshSpec, k: usize) -> Proxy {
+    Proxy::from_node(&node(&spec.sidecar_node_id(k), "NONE", &[])).expect("valid node")
+}
+
+fn push_context(c: &mut Criterion) {
+    let mut group = c.benchmark_group("push_context");
+    group.sample_size(10);
+    for services in sizes() {
+        for scoped in [false, true] {
+            let spec = if scoped { MeshSpec::new(services).scoped() } else { MeshSpec::new(services) };
+            let label = format!("{services}/{}", if scoped { "scoped" } else { "open" });
+            let store = store_of(spec.objects());
+            let snapshot = store.snapshot();
+            group.bench_function(BenchmarkId::new("build", &label), |b| {
+                b.iter_with_large_drop(|| PushContext::build(snapshot.clone(), 1, Arc::new(ScopeInterner::default())))
+            });
+
+            let prev = PushContext::build(snapshot.clone(), 1, Arc::new(ScopeInterner::default()));
+            // Scopes computed, as after real streams connected.
+            for k in 0..spec.namespaces {
+                prev.scope_for(&sidecar(&spec, k));
+            }
+            let vs_change = store.apply([Write::Put(spec.virtual_service(spec.namespaces + 1, 50), source())]);
+            let vs_request = PushRequest::new(vs_change);
+            group.bench_function(BenchmarkId::new("next_after_virtual_service", &label), |b| {
+                b.iter_with_large_drop(|| PushContext::next(&prev, vs_request.store.clone(), &vs_request))
+            });
+            let ep_change = store.apply([Write::Put(spec.pod(1, 0, "10.254.0.1"), source())]);
+            let ep_request = PushRequest::new(ep_change);
+            let prev2 = PushContext::next(&prev, vs_request.store.clone(), &vs_request).0;
+            group.bench_function(BenchmarkId::new("next_after_endpoint", &label), |b| {
+                b.iter_with_large_drop(|| PushContext::next(&prev2, ep_request.store.clone(), &ep_request))
+            });
+        }
+    }
+    group.finish();
+}
+
+fn generation(c: &mut Criterion) {
+    let mut group = c.benchmark_group("generate_one_scope");
+    let services = *sizes().last().expect("a size");
+    let spec = MeshSpec::new(services).scoped();
+    let store = store_of(spec.objects());
+    let ctx = PushContext::build(store.snapshot(), 1, Arc::new(ScopeInterner::default()));
+    let scope = ctx.scope_for(&sidecar(&spec, 5));
+    let label = format!("{services}/scoped/{}_visible", scope.services.len());
+    group.bench_function(BenchmarkId::new("cds", &label), |b| {
+        b.iter(|| {
+            cds::clusters(&ctx, &scope)
+                .iter()
+                .map(|c| EncodedResource::encode(TypeUrl::Cluster, c.name.as_str().into(), c))
+                .collect::<Vec<_>>()
+        })
+    });
+    let eds_names: Vec<String> =
+        cds::clusters(&ctx, &scope).into_iter().filter(|c| c.eds_cluster_config.is_some()).map(|c| c.name).collect();
+    group.bench_function(BenchmarkId::new("eds", &label), |b| {
+        b.iter(|| {
+            eds_names
+                .iter()
+                .filter_map(|n| eds::load_assignment(&ctx, n))
+                .map(|cla| EncodedResource::encode(TypeUrl::Endpoint, cla.cluster_name.as_str().into(), &cla))
+                .collect::<Vec<_>>()
+        })
+    });
+    group.bench_function(BenchmarkId::new("lds", &label), |b| {
+        b.iter(|| {
+            lds::listeners(&ctx, &scope)
+                .iter()
+                .map(|l| EncodedResource::encode(TypeUrl::Listener, l.name.as_str().into(), l))
+                .collect::<Vec<_>>()
+        })
+    });
+    group.bench_function(BenchmarkId::new("rds", &label), |b| {
+        b.iter(|| {
+            rds::route_configs(&ctx, &scope)
+                .iter()
+                .map(|r| EncodedResource::encode(TypeUrl::Route, r.name.as_str().into(), r))
+                .collect::<Vec<_>>()
+        })
+    });
+    group.finish();
+}
+
+fn assembly(c: &mut Criterion) {
+    let mut group = c.benchmark_group("response_assembly");
+    let services = *sizes().last().expect("a size");
+    let spec = MeshSpec::new(services).scoped();
+    let store = store_of(spec.objects());
+    let ctx = PushContext::build(store.snapshot(), 0, Arc::new(ScopeInterner::default()));
+    let cache = ScopedCache::new();
+    let scope = ctx.scope_for(&sidecar(&spec, 5));
+    let set = cache.scoped(&ctx, &scope, TypeUrl::Cluster);
+    // The first stream assembles; every later one hits.
+    cache.response_body(TypeUrl::Cluster, &set.version, &set.resources, false);
+    let mut nonce = 0u32;
+    group.bench_function("cds_one_stream_cache_hit", |b| {
+        b.iter(|| {
+            nonce = nonce.wrapping_add(1);
+            let set = cache.scoped(&ctx, &scope, TypeUrl::Cluster);
+            let body = cache.response_body(TypeUrl::Cluster, &set.version, &set.resources, false);
+            let response = OutgoingResponse { body, nonce };
+            (response.tail(), response)
+        })
+    });
+    group.finish();
+}
+
+fn full_push(c: &mut Criterion) {
+    let (services, streams) = if full_size() { (10_000, 10_000) } else { (200, 200) };
+    let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().expect("runtime");
+    let spec = MeshSpec::new(services).scoped();
+    let store = store_of(Vec::new());
+    let engine = PushEngine::new();
+    let changes = store.apply(spec.objects().into_iter().map(|o| Write::Put(o, source())));
+    let routes = Arc::new(AtomicUsize::new(0));
+    let bytes = Arc::new(AtomicUsize::new(0));
+    runtime.block_on(async {
+        engine.push(PushRequest::new(changes)).await;
+        let mut clients: Vec<MemoryClient> =
+            (0..streams).map(|k| MemoryClient::connect(&engine, node(&spec.sidecar_node_id(k), "NONE", &[]))).collect();
+        for chunk in clients.chunks_mut(500) {
+            futures::future::join_all(chunk.iter_mut().map(|c| c.sync())).await;
+        }
+        // From here on, streams only count what is queued to them.
+        let route_url = TypeUrl::Route.as_str().as_bytes();
+        for client in clients {
+            let (mut rx, tx) = client.into_parts();
+            let routes = routes.clone();
+            let bytes = bytes.clone();
+            tokio::spawn(async move {
+                let _keep_open = tx;
+                while let Some(r) = rx.recv().await {
+                    bytes.fetch_add(r.wire_len(), Ordering::Relaxed);
+                    if r.body.ends_with(route_url) {
+                        routes.fetch_add(1, Ordering::Relaxed);
+                    }
+                }
+            });
+        }
+    });
+    let mut group = c.benchmark_group("full_push");
+    group.sample_size(10);
+    let mut weight = 0;
+    group.bench_function(format!("{streams}_streams_100_scopes_route_change"), |b| {
+        b.iter_custom(|iters| {
+            let mut total = Duration::ZERO;
+            for _ in 0..iters {
+                weight = (weight + 7) % 100;
+                let change = store.apply([Write::Put(spec.virtual_service(0, weight), source())]);
+                let target = routes.load(Ordering::Relaxed) + streams;
+                let start = Instant::now();
+                runtime.block_on(async {
+                    engine.push(PushRequest::new(change)).await;
+                    while routes.load(Ordering::Relaxed) < target {
+                        tokio::time::sleep(Duration::from_micros(200)).await;
+                    }
+                });
+                total += start.elapsed();
+            }
+            total
+        })
+    });
+    group.finish();
+}
+
+criterion_group!(benches, push_context, generation, assembly, full_push);
+criterion_main!(benches);
