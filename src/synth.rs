@@ -83,7 +83,7 @@ impl MeshSpec {
             for e in 0..self.endpoints_of(i) {
                 out.push(self.pod(i, e, &Self::address(i, e)));
             }
-            if self.virtual_service_every > 0 && i % self.virtual_service_every == 0 {
+            if self.virtual_service_every > 0 && i.is_multiple_of(self.virtual_service_every) {
                 out.push(self.virtual_service(i, 90));
             }
         }
@@ -112,7 +112,7 @@ impl MeshSpec {
     pub fn pod(&self, i: usize, e: usize, address: &str) -> ConfigObject {
         let labels: BTreeMap<String, String> = [
             ("app".to_string(), Self::service_name(i)),
-            ("version".to_string(), if e % 2 == 0 { "v1" } else { "v2" }.to_string()),
+            ("version".to_string(), if e.is_multiple_of(2) { "v1" } else { "v2" }.to_string()),
         ]
         .into();
         ConfigObject::Pod(Pod {

@@ -68,6 +68,10 @@ struct Cli {
     /// No progress bars.
     #[arg(long)]
     no_progress: bool,
+    /// Leave Envoy's 516-extension list out of the node. Envoy 1.40 sends it on every request
+    /// (unless its bootstrap sets set_node_on_first_message_only); this is for comparison only.
+    #[arg(long)]
+    lean_node: bool,
 }
 
 fn main() -> ExitCode {
@@ -85,6 +89,7 @@ fn main() -> ExitCode {
         churn_duration: Duration::from_secs(cli.churn_seconds),
         load_mesh: !cli.no_load,
         progress: !cli.no_progress,
+        lean_node: cli.lean_node,
         command: std::env::args().collect::<Vec<_>>().join(" "),
         ..Options::new(cli.scenario)
     };

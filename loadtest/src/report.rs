@@ -204,6 +204,10 @@ pub struct Report {
     pub harness_peak_rss_mib: Option<f64>,
     /// Requests the streams sent (subscriptions and ACKs).
     pub requests_sent: u64,
+    /// Size of the encoded node every request carries.
+    pub node_bytes: usize,
+    /// Whether the node left Envoy's extension list out (`--lean-node`).
+    pub lean_node: bool,
     /// Notes (file-descriptor limit…).
     pub notes: Vec<String>,
     /// The scenario's targets.
@@ -251,6 +255,12 @@ impl Report {
             if self.shape.scoped { ", Sidecar-scoped" } else { "" },
             self.eds_lists,
             self.rds_lists
+        );
+        let _ = writeln!(
+            out,
+            "node: {} bytes on every request{}",
+            self.node_bytes,
+            if self.lean_node { " (--lean-node: Envoy's extension list left out, unlike Envoy 1.40)" } else { " (Envoy 1.40's, extension list included)" }
         );
         let _ = writeln!(out, "server: {}", self.server);
         let _ = writeln!(out, "machine: {}\n", self.machine);

@@ -146,6 +146,8 @@ pub struct Options {
     pub load_mesh: bool,
     /// Whether to draw progress bars (they draw only on a terminal anyway).
     pub progress: bool,
+    /// Leave Envoy's extension list out of the node (unlike Envoy 1.40; for comparison only).
+    pub lean_node: bool,
     /// The command line, for the report.
     pub command: String,
 }
@@ -167,6 +169,7 @@ impl Options {
             churn_duration: Duration::from_secs(60),
             load_mesh: true,
             progress: true,
+            lean_node: false,
             command: String::new(),
         }
     }
@@ -252,6 +255,7 @@ struct Run {
     /// Addresses of services changed so far.
     slices: HashMap<(u32, u32), Vec<Ipv4Addr>>,
     changes: u32,
+    node_common: bytes::Bytes,
 }
 
 /// Runs a scenario and returns its report. Fails only when the run itself
@@ -289,13 +293,15 @@ pub async fn run(options: Options) -> anyhow::Result<Report> {
     if registry.is_none() && options.expect.is_none() {
         bail!("--trigger needs --expect TYPE:RESOURCE:TOKEN to recognize the change");
     }
+    let node_common = bytes::Bytes::from(Shape::node_common(options.lean_node));
     let server_rss_loaded = target.pid.and_then(|pid| server::memory(&pid.to_string(), "VmRSS"));
 
     let mut run = Run {
         shape,
         target,
         registry,
-        shared: Shared::new(),
+        shared: Shared::new(node_common.clone()),
+        node_common: node_common.clone(),
         fresh: FreshAddresses::default(),
         slices: HashMap::new(),
         changes: 0,
@@ -364,6 +370,8 @@ pub async fn run(options: Options) -> anyhow::Result<Report> {
         harness_cpu_total_s: server::cpu_time("self").map(|d| d.as_secs_f64()),
         harness_peak_rss_mib: server::memory("self", "VmHWM").map(report::mib),
         requests_sent: stats.requests.load(std::sync::atomic::Ordering::Relaxed),
+        node_bytes: run.shape.node(0).len() + run.node_common.len(),
+        lean_node: options.lean_node,
         notes,
         targets: Vec::new(),
         phases,
@@ -477,7 +485,7 @@ impl Run {
             .collect();
         tokio::time::sleep(SETTLE).await;
         let before = self.mark();
-        self.shared = Shared::new();
+        self.shared = Shared::new(self.node_common.clone());
         let xds = self.target.xds;
         let channels = futures::future::join_all((0..connections).map(|_| ads::connect(xds))).await;
         let channels: Vec<_> =

@@ -18,13 +18,18 @@ use crate::wire;
 
 #[test]
 fn requests_are_what_prost_encodes_with_node_and_every_name() {
-    let node = Scenario::Smoke.shape().node(7);
+    let own = Scenario::Smoke.shape().node(7);
+    let common = bytes::Bytes::from(Shape::node_common(false));
+    let node = wire::EncodedNode::new(&own, &common);
     let names = ["outbound|9080||a.ns-0.svc.cluster.local", "outbound|9080||b.ns-0.svc.cluster.local"];
-    let encoded =
-        wire::encode_request(&wire::encode_node_field(&node), &wire::encode_names(&names), wire::ENDPOINT, "v1", "n7");
+    let encoded = wire::encode_request(&node, &wire::encode_names(&names), wire::ENDPOINT, "v1", "n7").to_bytes();
+    let mut whole = own.clone();
+    whole.extend_from_slice(&common);
+    let whole = Node::decode(&whole[..]).unwrap();
+    assert_eq!(whole.extensions.len(), 516, "Envoy 1.40's extension list");
     let expected = DiscoveryRequest {
         version_info: "v1".into(),
-        node: Some(Node::decode(&node[..]).unwrap()),
+        node: Some(whole),
         resource_names: names.iter().map(|n| n.to_string()).collect(),
         type_url: wire::ENDPOINT.into(),
         response_nonce: "n7".into(),

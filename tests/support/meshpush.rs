@@ -1,7 +1,7 @@
 //! The real meshpush binary, serving a config directory, for end-to-end tests.
 //!
 //! [`Meshpush::start`] runs `meshpush serve --config DIR --xds-addr 127.0.0.1:P
-//! --admin-addr 127.0.0.1:Q --log-level debug` on free loopback ports and returns
+//! --admin-addr 127.0.0.1:Q --log-level info,meshpush=debug` on free loopback ports and returns
 //! once `GET /ready` on the admin address answers 200, so a test never races the
 //! server's startup. [`Meshpush::start_unix`] serves ADS on a Unix socket
 //! instead. The process is killed on drop (see [`ChildGuard`]); its log tail
@@ -125,7 +125,7 @@ fn spawn(name: &str, config_dir: &Path, xds: &ListenAddr, admin: SocketAddr) -> 
         "--admin-addr".to_string(),
         admin.to_string(),
         "--log-level".to_string(),
-        "debug".to_string(),
+        "info,meshpush=debug".to_string(),
     ];
     let mut child = ChildGuard::spawn(name, scratch_dir(name), binary, args);
     child.wait_ready(Instant::now() + READY_TIMEOUT, "meshpush GET /ready to answer 200", || {

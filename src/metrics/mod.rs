@@ -8,7 +8,7 @@
 //! * the engine records each push (build time, triggers, inbound updates,
 //!   debounce merges);
 //! * each ADS stream task holds a [`StreamRecorder`] that compares its
-//!   [`Connection`]'s state before and after every request or push, and so
+//!   `Connection`'s state before and after every request or push, and so
 //!   counts responses, ACKs, NACKs and stale nonces per type and measures
 //!   convergence, without touching the protocol code.
 //!
@@ -26,7 +26,7 @@
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use prometheus_client::collector::Collector;
 use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric, MetricEncoder, NoLabelSet};
@@ -37,9 +37,12 @@ use prometheus_client::metrics::{MetricType, TypedMetric};
 use prometheus_client::registry::Registry;
 
 use crate::config::{ConfigKey, ConfigKind};
-use crate::push::{PendingPush, PushEngine, PushRequest};
+use crate::push::{PushEngine, PushRequest};
 use crate::xds::TypeUrl;
-use crate::xds::connection::Connection;
+
+mod stream;
+
+pub use stream::StreamRecorder;
 
 /// `Content-Type` of `GET /metrics` (Prometheus text format 0.0.4, as istiod serves).
 pub const CONTENT_TYPE: &str = prometheus_client::encoding::prometheus_text::CONTENT_TYPE;
@@ -192,7 +195,7 @@ impl<M: TypedMetric> TypedMetric for PerType<M> {
 }
 
 /// Types in the order Istio's dashboards list them.
-const SHORT_ORDER: [TypeUrl; 4] = [TypeUrl::Cluster, TypeUrl::Endpoint, TypeUrl::Listener, TypeUrl::Route];
+pub(crate) const SHORT_ORDER: [TypeUrl; 4] = [TypeUrl::Cluster, TypeUrl::Endpoint, TypeUrl::Listener, TypeUrl::Route];
 
 /// Every metric meshpush records as events happen. See the module docs.
 #[derive(Debug)]
@@ -299,7 +302,7 @@ impl Metrics {
 
     /// A recorder for one ADS stream.
     pub fn stream(self: &Arc<Self>) -> StreamRecorder {
-        StreamRecorder { metrics: self.clone(), mark: Mark::default(), serving: None, converging: None }
+        StreamRecorder::new(self.clone())
     }
 
     /// Records a push the engine built and published: `build` is the time
@@ -470,153 +473,6 @@ impl Collector for EngineReading {
             MetricType::Counter,
         )?)?;
         Ok(())
-    }
-}
-
-/// Per-type counters of a [`Connection`] at one moment.
-#[derive(Debug, Default, Clone, Copy)]
-struct Mark {
-    responses: [u64; 4],
-    acks: u64,
-    nacks: u64,
-    stale: u64,
-}
-
-impl Mark {
-    fn of(conn: &Connection) -> Mark {
-        Mark {
-            responses: std::array::from_fn(|i| conn.watches[i].responses),
-            acks: conn.counts.acks,
-            nacks: conn.counts.nacks,
-            stale: conn.counts.stale,
-        }
-    }
-}
-
-/// What the stream task is serving.
-#[derive(Debug, Clone, Copy)]
-enum Serving {
-    Request { t: Option<TypeUrl>, started: Instant },
-    Push { first_change: Instant, started: Instant },
-}
-
-/// A change being carried to the proxy: the nonce of the latest response of
-/// each type it went out in, until each is ACKed.
-#[derive(Debug)]
-struct Converging {
-    first_change: Instant,
-    awaiting: [Option<String>; 4],
-}
-
-/// One stream's metric bookkeeping, owned by its task. It reads the
-/// [`Connection`] around each request or push:
-///
-/// ```text
-/// recorder.serving_request(&conn, &req);   // or serving_push(&conn, &push)
-/// let responses = conn.on_request(..);     // the protocol, untouched
-/// recorder.finish(&conn, sent_bytes);      // after writing the responses
-/// ```
-#[derive(Debug)]
-pub struct StreamRecorder {
-    metrics: Arc<Metrics>,
-    mark: Mark,
-    serving: Option<Serving>,
-    converging: Option<Converging>,
-}
-
-impl StreamRecorder {
-    /// A request is about to be handled.
-    pub fn serving_request(
-        &mut self,
-        conn: &Connection,
-        req: &envoy_types::pb::envoy::service::discovery::v3::DiscoveryRequest,
-    ) {
-        self.mark = Mark::of(conn);
-        self.serving = Some(Serving::Request { t: TypeUrl::parse(&req.type_url), started: Instant::now() });
-    }
-
-    /// A push from the engine is about to be handled.
-    pub fn serving_push(&mut self, conn: &Connection, push: &PendingPush) {
-        self.mark = Mark::of(conn);
-        self.serving = Some(Serving::Push { first_change: push.first_change, started: Instant::now() });
-    }
-
-    /// The responses were written (`sent_bytes` of them): count what changed.
-    pub fn finish(&mut self, conn: &Connection, sent_bytes: usize) {
-        let Some(serving) = self.serving.take() else { return };
-        let m = &self.metrics;
-        let after = Mark::of(conn);
-        let started = match serving {
-            Serving::Request { started, .. } | Serving::Push { started, .. } => started,
-        };
-        let elapsed = started.elapsed();
-        for t in SHORT_ORDER {
-            let sent = after.responses[t.index()] - self.mark.responses[t.index()];
-            if sent > 0 {
-                m.xds_pushes.get(t).inc_by(sent);
-                for _ in 0..sent {
-                    m.xds_push_time.get(t).observe(elapsed);
-                }
-                let w = &conn.watches[t.index()];
-                tracing::debug!(type_url = %t, responses = sent, nonce = ?w.nonce_sent, version = ?w.version_sent,
-                    elapsed_ms = elapsed.as_secs_f64() * 1e3, "sent");
-            }
-        }
-        m.sent_bytes.inc_by(sent_bytes as u64);
-        if let Serving::Request { t: Some(t), .. } = serving {
-            m.xds_acks.get(t).inc_by(after.acks - self.mark.acks);
-            m.xds_rejects.get(t).inc_by(after.nacks - self.mark.nacks);
-            m.expired_nonce.get(t).inc_by(after.stale - self.mark.stale);
-        }
-        if let Serving::Push { first_change, .. } = serving {
-            self.carry(conn, first_change, &after);
-        }
-        self.follow(conn, &after);
-    }
-
-    /// A push went out: the change it carries converges when every type it
-    /// was sent in is ACKed. A push merged with one still in flight keeps
-    /// the earlier change time (the new responses carry both).
-    fn carry(&mut self, conn: &Connection, first_change: Instant, after: &Mark) {
-        let sent: Vec<TypeUrl> =
-            SHORT_ORDER.into_iter().filter(|t| after.responses[t.index()] > self.mark.responses[t.index()]).collect();
-        if sent.is_empty() {
-            return;
-        }
-        let c = self.converging.get_or_insert_with(|| Converging { first_change, awaiting: Default::default() });
-        c.first_change = c.first_change.min(first_change);
-        for t in sent {
-            c.awaiting[t.index()] = conn.watches[t.index()].nonce_sent.clone();
-        }
-    }
-
-    /// Moves awaited nonces to newer responses, settles ACKed types, drops
-    /// the measurement on a NACK, and observes once everything is ACKed.
-    fn follow(&mut self, conn: &Connection, after: &Mark) {
-        let Some(c) = self.converging.as_mut() else { return };
-        let nacked = after.nacks > self.mark.nacks;
-        for t in SHORT_ORDER {
-            let w = &conn.watches[t.index()];
-            let Some(nonce) = c.awaiting[t.index()].clone() else { continue };
-            if nacked && w.last_nack.as_ref().is_some_and(|n| n.nonce == nonce) {
-                // Rejected: this change did not converge on this proxy.
-                self.converging = None;
-                return;
-            }
-            if w.nonce_sent.as_deref() != Some(nonce.as_str()) {
-                // A later response of this type replaced it and carries the change too.
-                c.awaiting[t.index()] = w.nonce_sent.clone();
-            }
-            if c.awaiting[t.index()].is_some() && w.nonce_acked == c.awaiting[t.index()] {
-                c.awaiting[t.index()] = None;
-            }
-        }
-        if c.awaiting.iter().all(Option::is_none) {
-            let took = c.first_change.elapsed();
-            self.metrics.convergence.observe(took);
-            tracing::debug!(ms = took.as_secs_f64() * 1e3, "converged: every response of the push was ACKed");
-            self.converging = None;
-        }
     }
 }
 
