@@ -18,10 +18,11 @@ use std::time::{Duration, Instant};
 
 use meshpush::bootstrap::BootstrapOptions;
 use support::backend::Backend;
+use support::envoy::Section;
 use support::envoy::{Envoy, envoy_binary};
 use support::http::{self, Response};
 use support::meshpush::Meshpush;
-use support::process::{free_port, wait_until};
+use support::process::{free_port, logs, wait_until_report};
 
 /// Each bookinfo pod and its pod IP, as in examples/bookinfo/workloads.yaml.
 const PODS: [(&str, Ipv4Addr); 6] = [
@@ -120,19 +121,21 @@ fn sidecar_routes_bookinfo_and_follows_a_weight_change() {
     opts.labels = [("app".into(), "productpage".into()), ("version".into(), "v1".into())].into();
     opts.interception = "NONE".into();
     let envoy = Envoy::start(&opts);
-    let procs = [envoy.process(), mesh.process()];
+    // On a timeout: meshpush's log tail, Envoy's, and the config_dump section the wait is about.
+    let (mesh, envoy) = (&mesh, &envoy);
+    let report = |section: Section| move || format!("{}{}", logs(&[mesh.process()]), envoy.report(section));
 
-    wait_until(
+    wait_until_report(
         Instant::now() + Duration::from_secs(15),
         "listener 0.0.0.0_9080 active in the sidecar's config_dump",
-        &procs,
+        report(Section::Listeners),
         || envoy.has_active_listener("0.0.0.0_9080"),
     );
     // Routes and endpoints may land just after the listener.
-    wait_until(
+    wait_until_report(
         Instant::now() + Duration::from_secs(10),
         "reviews to answer through the sidecar",
-        &procs,
+        report(Section::Routes),
         || match call("reviews", &[]) {
             Ok(r) if r.status == 200 => Ok(()),
             Ok(r) => Err(format!("{} {}", r.status, r.body.trim())),
@@ -160,7 +163,8 @@ fn sidecar_routes_bookinfo_and_follows_a_weight_change() {
     // Move all of the split to v3: within 2 s of the write, 20 requests in a row hit v3.
     set_reviews_weights(&config.join("virtual-services.yaml"), work.path(), 0, 100);
     let written = Instant::now();
-    wait_until(written + Duration::from_secs(2), "20 consecutive reviews requests to reach reviews-v3", &procs, || {
+    let what = "20 consecutive reviews requests to reach reviews-v3";
+    wait_until_report(written + Duration::from_secs(2), what, report(Section::Routes), || {
         for i in 0..20 {
             match call("reviews", &[]) {
                 Ok(r) if r.header("x-backend") == Some("reviews-v3") => {}

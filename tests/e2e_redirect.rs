@@ -14,7 +14,6 @@
 mod support;
 
 use std::path::Path;
-use std::process::Command;
 use std::time::Duration;
 
 use support::envoy::{Envoy, Section};
@@ -125,13 +124,27 @@ spec:
         assert_eq!(listener(port)["bind_to_port"], false, "{port} takes connections from virtualOutbound");
     }
 
-    // And Envoy really listens on them — inside its own namespace.
-    let out = Command::new("nsenter")
-        .args(["--net", &format!("--target={}", web.process().pid()), "ss", "-Hltn"])
-        .output()
-        .expect("run nsenter ss");
-    let listening = String::from_utf8_lossy(&out.stdout);
-    for port in ["0.0.0.0:15001", "0.0.0.0:15006"] {
-        assert!(listening.contains(port), "{port} not listening in the Envoy's namespace:\n{listening}");
+    // And Envoy really listens on them — inside its own namespace:
+    // /proc/PID/net/tcp lists the sockets of PID's network namespace.
+    let listening = listening_ports(web.process().pid());
+    for port in [15001, 15006] {
+        assert!(listening.contains(&("00000000".to_string(), port)), "0.0.0.0:{port} not listening: {listening:?}");
     }
+}
+
+/// `(address as hex, port)` of every listening TCP socket in the network
+/// namespace of process `pid`.
+fn listening_ports(pid: u32) -> Vec<(String, u16)> {
+    let table = std::fs::read_to_string(format!("/proc/{pid}/net/tcp")).expect("read /proc/PID/net/tcp");
+    table
+        .lines()
+        .skip(1)
+        .filter_map(|line| {
+            let fields: Vec<&str> = line.split_whitespace().collect();
+            // fields: sl, local_address, rem_address, st (0A is LISTEN), …
+            let (local, state) = (fields.get(1)?, fields.get(3)?);
+            let (address, port) = local.split_once(':')?;
+            (*state == "0A").then(|| Some((address.to_string(), u16::from_str_radix(port, 16).ok()?))).flatten()
+        })
+        .collect()
 }

@@ -58,7 +58,7 @@ fn sidecar_egress_hides_other_namespaces_until_it_is_removed() {
     scene.dir().remove("sidecar-a.yaml");
     scene.wait(Duration::from_secs(5), "beta's cluster to reach the sidecar", Section::Clusters, || {
         let b = clusters_of_b(client);
-        if b == [ALPHA] { Ok(()) } else { Err(format!("clusters of b: {b:?}")) }
+        if b == [BETA] { Ok(()) } else { Err(format!("clusters of b: {b:?}")) }
     });
     scene.wait(Duration::from_secs(5), "beta to answer through the sidecar", Section::Routes, || {
         beta.all_answered_by(5, &["beta-1"])

@@ -260,7 +260,11 @@ impl Report {
             out,
             "node: {} bytes on every request{}",
             self.node_bytes,
-            if self.lean_node { " (--lean-node: Envoy's extension list left out, unlike Envoy 1.40)" } else { " (Envoy 1.40's, extension list included)" }
+            if self.lean_node {
+                " (--lean-node: Envoy's extension list left out, unlike Envoy 1.40)"
+            } else {
+                " (Envoy 1.40's, extension list included)"
+            }
         );
         let _ = writeln!(out, "server: {}", self.server);
         let _ = writeln!(out, "machine: {}\n", self.machine);

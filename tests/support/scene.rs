@@ -82,7 +82,7 @@ impl Scene {
     /// backend per `(name, address)`, and meshpush serving the directory over
     /// TCP.
     pub fn start(files: &[(&str, &str)], backends: &[(&str, &str)]) -> Scene {
-        Scene::start_with(files, backends, |dir| Meshpush::start(dir))
+        Scene::start_with(files, backends, Meshpush::start)
     }
 
     /// [`Scene::start`] with meshpush serving ADS on a Unix socket in the
