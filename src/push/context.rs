@@ -45,6 +45,9 @@ pub struct PushChanges {
     /// The resource types the change can affect: only these are regenerated
     /// and pushed.
     pub types: TypeSet,
+    /// Whether proxies' scope and inbound keys may have changed (Services,
+    /// ServiceEntries, Sidecars or Gateways changed): streams recompute them.
+    pub rescope: bool,
 }
 
 /// The resource types a change of `kind` can affect.
@@ -200,6 +203,10 @@ impl PushContext {
         if prev.version == 0 {
             changes.full = true;
         }
+        changes.rescope = changes.full
+            || [ConfigKind::Service, ConfigKind::ServiceEntry, ConfigKind::Sidecar, ConfigKind::Gateway]
+                .iter()
+                .any(|k| kinds.contains(k));
         changes.types = if changes.full {
             TypeSet::ALL
         } else {
@@ -252,11 +259,21 @@ impl PushContext {
     pub fn scope_for(&self, proxy: &Proxy) -> Arc<Scope> {
         let key = self.scope_key(proxy);
         let id = self.interner.intern(&key);
+        self.scope_of(id, &key)
+    }
+
+    /// The scope of an interned key in this snapshot (computed once per scope).
+    pub fn scope_of(&self, id: ScopeId, key: &ScopeKey) -> Arc<Scope> {
         if let Some(scope) = self.scopes.read().get(&id) {
             return scope.clone();
         }
-        let scope = Arc::new(scope::compute(self, id, key));
+        let scope = Arc::new(scope::compute(self, id, key.clone()));
         self.scopes.write().entry(id).or_insert(scope).clone()
+    }
+
+    /// Interns a scope key.
+    pub fn intern_scope(&self, key: &ScopeKey) -> ScopeId {
+        self.interner.intern(key)
     }
 
     /// The inbound key of a proxy in this snapshot, and its interned id.

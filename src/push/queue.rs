@@ -39,6 +39,8 @@ pub struct PendingPush {
     pub hosts: Arc<HashSet<Hostname>>,
     /// Types to regenerate on a full push.
     pub types: TypeSet,
+    /// Recompute the stream's scope and inbound keys.
+    pub rescope: bool,
     /// Earliest change this push carries (for convergence time).
     pub first_change: Instant,
 }
@@ -47,6 +49,7 @@ impl PendingPush {
     fn merge(&mut self, other: PendingPush) {
         self.full |= other.full;
         self.types = self.types.union(other.types);
+        self.rescope |= other.rescope;
         if !Arc::ptr_eq(&self.hosts, &other.hosts) && !other.hosts.is_subset(&self.hosts) {
             Arc::make_mut(&mut self.hosts).extend(other.hosts.iter().cloned());
         }
@@ -246,7 +249,13 @@ impl PushQueue {
         let mut pushed = 0;
         for (full, conns) in targets {
             for conn in conns {
-                conn.signal.put(PendingPush { full, types: changes.types, hosts: hosts.clone(), first_change });
+                conn.signal.put(PendingPush {
+                    full,
+                    types: changes.types,
+                    rescope: changes.rescope,
+                    hosts: hosts.clone(),
+                    first_change,
+                });
                 pushed += 1;
             }
         }

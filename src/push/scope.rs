@@ -187,11 +187,8 @@ pub fn scope_key(ctx: &PushContext, proxy: &Proxy) -> ScopeKey {
 pub fn inbound_key(ctx: &PushContext, proxy: &Proxy) -> InboundKey {
     let mut ports: Vec<InboundPort> = Vec::new();
     if proxy.kind == ProxyKind::Sidecar {
-        for svc in ctx.services.all() {
-            if svc.namespace != proxy.namespace
-                || svc.selector.is_empty()
-                || !svc.selector.iter().all(|(k, v)| proxy.labels.get(k) == Some(v))
-            {
+        for svc in ctx.services.in_namespace(&proxy.namespace) {
+            if svc.selector.is_empty() || !svc.selector.iter().all(|(k, v)| proxy.labels.get(k) == Some(v)) {
                 continue;
             }
             for p in &svc.ports {

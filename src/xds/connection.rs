@@ -30,7 +30,7 @@ use super::codec::OutgoingResponse;
 use super::types::{TypeSet, TypeUrl};
 use crate::generate::cache::{EncodedResource, ScopedCache, version_of};
 use crate::model::Proxy;
-use crate::push::{InboundId, InboundKey, PendingPush, PushContext, Scope, ScopeKey};
+use crate::push::{InboundId, InboundKey, PendingPush, PushContext, Scope, ScopeId, ScopeKey};
 
 /// A recorded NACK.
 #[derive(Debug, Clone, Serialize)]
@@ -114,7 +114,7 @@ pub struct Connection {
     /// Request counters.
     pub counts: RequestCounts,
     scope: Option<Arc<Scope>>,
-    scope_key: Option<ScopeKey>,
+    scope_key: Option<(ScopeId, ScopeKey)>,
     scope_version: u64,
     inbound: Option<(InboundId, InboundKey)>,
     nonce: u32,
@@ -186,12 +186,15 @@ impl Connection {
     /// Refreshes the scope for `ctx`. The key is recomputed only when the
     /// snapshot moved on; the scope itself comes from the snapshot's memo.
     fn refresh_scope(&mut self, ctx: &PushContext, rekey: bool) -> Arc<Scope> {
-        if rekey || self.scope_key.is_none() || self.scope.is_none() {
-            self.scope_key = Some(ctx.scope_key(&self.proxy));
+        if rekey || self.scope_key.is_none() || self.inbound.is_none() {
+            let key = ctx.scope_key(&self.proxy);
+            self.scope_key = Some((ctx.intern_scope(&key), key));
             self.inbound = Some(ctx.inbound_for(&self.proxy));
+            self.scope = None;
         }
         if self.scope_version != ctx.version || self.scope.is_none() {
-            self.scope = Some(ctx.scope_for(&self.proxy));
+            let (id, key) = self.scope_key.as_ref().expect("set above");
+            self.scope = Some(ctx.scope_of(*id, key));
             self.scope_version = ctx.version;
         }
         self.scope.clone().expect("scope set above")
@@ -333,7 +336,7 @@ impl Connection {
     /// Handles a push from the engine; returns the responses, in push order.
     pub fn on_push(&mut self, ctx: &PushContext, cache: &ScopedCache, push: &PendingPush) -> Vec<OutgoingResponse> {
         let before = self.scope.as_ref().map(|s| s.id);
-        let scope = self.refresh_scope(ctx, push.full);
+        let scope = self.refresh_scope(ctx, push.rescope);
         let moved = before != Some(scope.id);
         let full = push.full || moved;
         let types = if moved { TypeSet::ALL } else { push.types };

@@ -15,6 +15,7 @@ pub const EXPORT_TO_ANNOTATION: &str = "networking.istio.io/exportTo";
 pub struct ServiceIndex {
     by_host: HashMap<Hostname, Arc<Service>>,
     sorted: Vec<Arc<Service>>,
+    by_namespace: HashMap<Arc<str>, Vec<Arc<Service>>>,
 }
 
 impl ServiceIndex {
@@ -38,12 +39,21 @@ impl ServiceIndex {
         }
         let mut sorted: Vec<Arc<Service>> = by_host.values().cloned().collect();
         sorted.sort_by(|a, b| a.hostname.cmp(&b.hostname));
-        ServiceIndex { by_host, sorted }
+        let mut by_namespace: HashMap<Arc<str>, Vec<Arc<Service>>> = HashMap::new();
+        for s in &sorted {
+            by_namespace.entry(s.namespace.clone()).or_default().push(s.clone());
+        }
+        ServiceIndex { by_host, sorted, by_namespace }
     }
 
     /// The service for an FQDN.
     pub fn get(&self, host: &str) -> Option<&Arc<Service>> {
         self.by_host.get(host)
+    }
+
+    /// The services defined in `namespace`, sorted by host.
+    pub fn in_namespace(&self, namespace: &str) -> &[Arc<Service>] {
+        self.by_namespace.get(namespace).map(Vec::as_slice).unwrap_or(&[])
     }
 
     /// Every service, sorted by host.
