@@ -47,10 +47,16 @@ pub fn resolve_gateway_ref(gw: &str, namespace: &str) -> Arc<str> {
     format!("{namespace}/{gw}").into()
 }
 
-/// VirtualServices in key order (the order decides conflicts: the first wins).
+/// VirtualServices in key order (the order decides conflicts: the first
+/// wins), indexed by exact host so that routing a host does not scan every
+/// rule of the mesh.
 #[derive(Debug, Default)]
 pub struct VirtualServiceIndex {
     all: Vec<Arc<ResolvedVirtualService>>,
+    /// Exact host → positions in `all`, ascending.
+    by_host: HashMap<Hostname, Vec<usize>>,
+    /// Positions of rules with at least one wildcard host, ascending.
+    wildcard: Vec<usize>,
 }
 
 impl VirtualServiceIndex {
@@ -63,8 +69,24 @@ impl VirtualServiceIndex {
                 ConfigObject::VirtualService(vs) => Some(Arc::new(resolve_virtual_service(vs))),
                 _ => None,
             })
-            .collect();
-        VirtualServiceIndex { all }
+            .collect::<Vec<Arc<ResolvedVirtualService>>>();
+        let mut by_host: HashMap<Hostname, Vec<usize>> = HashMap::new();
+        let mut wildcard = Vec::new();
+        for (i, vs) in all.iter().enumerate() {
+            for h in &vs.hosts {
+                if h.starts_with('*') {
+                    if wildcard.last() != Some(&i) {
+                        wildcard.push(i);
+                    }
+                } else {
+                    let list = by_host.entry(h.clone()).or_default();
+                    if list.last() != Some(&i) {
+                        list.push(i);
+                    }
+                }
+            }
+        }
+        VirtualServiceIndex { all, by_host, wildcard }
     }
 
     /// Every rule.
@@ -77,11 +99,12 @@ impl VirtualServiceIndex {
     /// Exact host matches win over wildcard ones.
     pub fn for_host(&self, gateway: &str, namespace: &str, hostname: &str) -> Option<&Arc<ResolvedVirtualService>> {
         let visible = |vs: &&Arc<ResolvedVirtualService>| vs.binds(gateway) && vs.export_to.visible_to(namespace);
-        self.all
+        let exact = self.by_host.get(hostname).map(Vec::as_slice).unwrap_or(&[]);
+        exact
             .iter()
-            .filter(visible)
-            .find(|vs| vs.hosts.iter().any(|h| &**h == hostname))
-            .or_else(|| self.all.iter().filter(visible).find(|vs| vs.matches_host(hostname)))
+            .map(|i| &self.all[*i])
+            .find(|vs| visible(vs))
+            .or_else(|| self.wildcard.iter().map(|i| &self.all[*i]).filter(visible).find(|vs| vs.matches_host(hostname)))
     }
 
     /// Rules bound to `gateway`.
