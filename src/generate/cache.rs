@@ -196,11 +196,12 @@ impl ScopedCache {
 
     /// Records a cached assignment name under its host, so invalidation
     /// finds the assignments of a changed host without scanning them all.
-    fn index_endpoint(&self, cluster: &Arc<str>) {
+    fn index_endpoint(&self, cluster: &str) {
         if let Some(host) = crate::generate::eds::host_of(cluster) {
             let mut maps = self.maps.write();
-            if maps.endpoints.contains_key(cluster) {
-                maps.endpoints_by_host.entry(Arc::from(host)).or_default().push(cluster.clone());
+            if let Some((name, _)) = maps.endpoints.get_key_value(cluster) {
+                let name = name.clone();
+                maps.endpoints_by_host.entry(Arc::from(host)).or_default().push(name);
             }
         }
     }
@@ -264,15 +265,38 @@ impl ScopedCache {
         maps.bodies.entry(key).or_insert(body).clone()
     }
 
+    /// A delta response body (see [`crate::xds::delta_codec`]), assembled by
+    /// `build` once and shared like [`Self::response_body`]'s: `key` names the
+    /// content and must never look like a SotW version (those are 16 hex
+    /// digits), `which` tells apart what is sent under it.
+    pub fn shared_body(&self, type_url: TypeUrl, key: Arc<str>, which: u64, build: impl FnOnce() -> Bytes) -> Bytes {
+        let key = (type_url, key, which);
+        if let Some(body) = self.maps.read().bodies.get(&key) {
+            self.stats.bodies_shared.fetch_add(1, Ordering::Relaxed);
+            return body.clone();
+        }
+        let body = build();
+        self.stats.bodies_assembled.fetch_add(1, Ordering::Relaxed);
+        let mut maps = self.maps.write();
+        if maps.bodies.len() >= MAX_BODIES {
+            maps.bodies.clear();
+        }
+        maps.bodies.entry(key).or_insert(body).clone()
+    }
+
     /// The ClusterLoadAssignment for a cluster name; `None` when no such cluster exists.
     pub fn endpoint(&self, ctx: &PushContext, cluster: &str) -> Option<Arc<EncodedResource>> {
-        let name: Arc<str> = Arc::from(cluster);
-        let cell = self.cell(ctx, |m| &m.endpoints, |m| &mut m.endpoints, name.clone());
+        // Hits look up by `&str`: no allocation on the hot path.
+        let hit = self.maps.read().endpoints.get(cluster).cloned();
+        let cell = match hit {
+            Some(cell) => cell,
+            None => self.cell(ctx, |m| &m.endpoints, |m| &mut m.endpoints, Arc::from(cluster)),
+        };
         let mut generated = false;
         let r = cell
             .get_or_init(|| {
                 generated = true;
-                self.index_endpoint(&name);
+                self.index_endpoint(cluster);
                 let cla = crate::generate::eds::load_assignment(ctx, cluster)?;
                 CacheStats::count(&self.stats.generations, TypeUrl::Endpoint, 1);
                 Some(Arc::new(self.encode(TypeUrl::Endpoint, cluster.into(), &cla)))

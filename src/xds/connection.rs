@@ -345,7 +345,13 @@ impl Connection {
             if !self.watches[t.index()].subscribed {
                 continue;
             }
-            if (!full || !types.contains(t)) && t != TypeUrl::Endpoint {
+            if t == TypeUrl::Endpoint {
+                // Assignments move with endpoint pushes, with changes of
+                // their own types, and after their cluster changed.
+                if full && !types.contains(t) && self.eds_resend.is_empty() {
+                    continue;
+                }
+            } else if !full || !types.contains(t) {
                 continue;
             }
             if !full {
