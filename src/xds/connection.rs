@@ -73,6 +73,13 @@ pub struct Watch {
     /// Resource name → hash, as last sent.
     #[serde(skip)]
     sent: BTreeMap<Arc<str>, u64>,
+    /// EDS only: watched names by host, to find a changed host's names at once.
+    #[serde(skip)]
+    by_host: std::collections::HashMap<String, Vec<Arc<str>>>,
+    /// EDS and RDS: the sum of `mix(name, hash)` over `sent`, so a change of
+    /// a few resources updates the version without visiting every name.
+    #[serde(skip)]
+    sum: u64,
     /// CDS only: clusters sent last, kept to delay removals.
     #[serde(skip)]
     sent_resources: Vec<Arc<EncodedResource>>,
@@ -138,6 +145,17 @@ fn merge_sorted(a: &[Arc<EncodedResource>], b: &[Arc<EncodedResource>]) -> Vec<A
     out.extend_from_slice(&a[i..]);
     out.extend_from_slice(&b[j..]);
     out
+}
+
+/// One resource's share of an EDS or RDS version: versions are order-free
+/// sums, so they can be updated for a few resources at a time.
+fn mix(name: &str, hash: u64) -> u64 {
+    xxhash_rust::xxh3::xxh3_64(name.as_bytes()).wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ hash
+}
+
+/// The version text of a sum of `mix`es.
+fn sum_version(sum: u64) -> Arc<str> {
+    format!("{sum:016x}").into()
 }
 
 /// Hash of a request's name list, order-sensitive (Envoy repeats the same
@@ -287,12 +305,24 @@ impl Connection {
         // Send every newly named resource, even one the client may already have.
         let added: Vec<Arc<str>> = w.names.difference(&previous).map(|n| Arc::from(n.as_str())).collect();
         for n in &added {
-            w.sent.remove(n);
+            if let Some(old) = w.sent.remove(n) {
+                w.sum = w.sum.wrapping_sub(mix(n, old));
+            }
         }
         // Names dropped from the watch are no longer the client's concern.
         let removed: Vec<String> = previous.difference(&w.names).cloned().collect();
         for n in removed {
-            w.sent.remove(n.as_str());
+            if let Some(old) = w.sent.remove(n.as_str()) {
+                w.sum = w.sum.wrapping_sub(mix(&n, old));
+            }
+        }
+        if t == TypeUrl::Endpoint {
+            w.by_host.clear();
+            for n in &w.names {
+                if let Some(h) = crate::generate::eds::host_of(n) {
+                    w.by_host.entry(h.to_string()).or_default().push(Arc::from(n.as_str()));
+                }
+            }
         }
         if reconnect {
             // The client has this version: skip the response only when it is
@@ -356,15 +386,13 @@ impl Connection {
             }
             if !full {
                 // Endpoint-only: only assignments of the changed hosts can differ.
-                let watched: Vec<Arc<str>> = self.watches[t.index()]
-                    .names
-                    .iter()
-                    .filter(|n| crate::generate::eds::host_of(n).is_some_and(|h| push.hosts.contains(h)))
-                    .map(|n| Arc::from(n.as_str()))
-                    .collect();
-                if watched.is_empty() {
-                    continue;
+                let w = &self.watches[t.index()];
+                let names: Vec<Arc<str>> =
+                    push.hosts.iter().filter_map(|h| w.by_host.get(&**h)).flatten().cloned().collect();
+                if !names.is_empty() {
+                    out.extend(self.respond_endpoints(ctx, cache, &names));
                 }
+                continue;
             }
             out.extend(self.respond(ctx, cache, t, false, false));
         }
@@ -401,13 +429,60 @@ impl Connection {
             }
             TypeUrl::Endpoint => w.names.iter().filter_map(|n| cache.endpoint(ctx, n)).collect(),
         };
-        let version = version_of(resources.iter().map(|r| (&*r.name, r.hash)));
+        let version = match t {
+            TypeUrl::Endpoint | TypeUrl::Route => {
+                sum_version(resources.iter().fold(0u64, |sum, r| sum.wrapping_add(mix(&r.name, r.hash))))
+            }
+            TypeUrl::Cluster | TypeUrl::Listener => version_of(resources.iter().map(|r| (&*r.name, r.hash))),
+        };
         (resources, version)
     }
 
     fn next_nonce(&mut self) -> u32 {
         self.nonce = self.nonce.wrapping_add(1);
         self.nonce
+    }
+
+    /// An endpoint push: looks up only `names` (the watched assignments of
+    /// the changed hosts), sends those that differ from what the client
+    /// has, and moves the version by their difference — O(changed), however
+    /// many clusters the stream watches.
+    fn respond_endpoints(&mut self, ctx: &PushContext, cache: &ScopedCache, names: &[Arc<str>]) -> Option<OutgoingResponse> {
+        let t = TypeUrl::Endpoint;
+        let mut changed: Vec<Arc<EncodedResource>> = Vec::new();
+        let w = &mut self.watches[t.index()];
+        for name in names {
+            match cache.endpoint(ctx, name) {
+                Some(r) => {
+                    if w.sent.get(name) != Some(&r.hash) || self.eds_resend.contains(name) {
+                        if let Some(old) = w.sent.insert(name.clone(), r.hash) {
+                            w.sum = w.sum.wrapping_sub(mix(name, old));
+                        }
+                        w.sum = w.sum.wrapping_add(mix(name, r.hash));
+                        changed.push(r);
+                    }
+                }
+                None => {
+                    if let Some(old) = w.sent.remove(name) {
+                        w.sum = w.sum.wrapping_sub(mix(name, old));
+                    }
+                }
+            }
+        }
+        if changed.is_empty() {
+            return None;
+        }
+        for r in &changed {
+            self.eds_resend.remove(&r.name);
+        }
+        let version = sum_version(w.sum);
+        let nonce = self.next_nonce();
+        let body = cache.response_body(t, &version, &changed, true);
+        let w = &mut self.watches[t.index()];
+        w.nonce_sent = Some(OutgoingResponse::nonce_text(nonce));
+        w.version_sent = Some(version);
+        w.responses += 1;
+        Some(OutgoingResponse { body, nonce })
     }
 
     /// Builds the response for `t` if the client lacks anything; records it as sent.
@@ -490,6 +565,7 @@ impl Connection {
                 for r in &out_resources {
                     w.sent.insert(r.name.clone(), r.hash);
                 }
+                w.sum = w.sent.iter().fold(0u64, |sum, (n, h)| sum.wrapping_add(mix(n, *h)));
             }
         }
         w.nonce_sent = Some(OutgoingResponse::nonce_text(nonce));
