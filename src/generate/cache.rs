@@ -342,7 +342,10 @@ impl ScopedCache {
         maps.bodies.clear();
         // A set survives if its scope was carried over, or if the change
         // cannot affect its type (a routing change keeps every scope's clusters).
-        maps.sets.retain(|(t, scope), _| ctx.scope(*scope).is_some() || !changes.types.contains(*t));
+        maps.sets.retain(|(t, scope), _| {
+            !(changes.types.contains(*t)
+                && (changes.full || changes.touched.contains(scope) || ctx.scope(*scope).is_none()))
+        });
         if changes.full {
             maps.endpoints.clear();
             maps.endpoints_by_host.clear();

@@ -45,6 +45,10 @@ pub struct PushChanges {
     /// The resource types the change can affect: only these are regenerated
     /// and pushed.
     pub types: TypeSet,
+    /// Scopes (of the previous snapshot) whose generated output the change
+    /// may alter, for the types in `types`.
+    #[serde(skip)]
+    pub touched: HashSet<ScopeId>,
     /// Whether proxies' scope and inbound keys may have changed (Services,
     /// ServiceEntries, Sidecars or Gateways changed): streams recompute them.
     pub rescope: bool,
@@ -237,12 +241,18 @@ impl PushContext {
             interner: prev.interner.clone(),
             scopes: RwLock::new(HashMap::new()),
         };
-        // Carry over every scope the change does not touch.
+        // Scopes the change touches must regenerate the affected types; their
+        // content (what they see) is recomputed only when scope inputs
+        // changed — a routing change keeps every scope object.
         {
             let prev_scopes = prev.scopes.read();
             let mut scopes = next.scopes.write();
             for (id, scope) in prev_scopes.iter() {
-                if !changes.touches_scope(scope) {
+                let touched = changes.touches_scope(scope);
+                if touched {
+                    changes.touched.insert(*id);
+                }
+                if !(touched && changes.rescope) {
                     scopes.insert(*id, scope.clone());
                 }
             }

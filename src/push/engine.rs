@@ -84,6 +84,9 @@ impl PushEngine {
         let next = Arc::new(next);
         self.ctx.store(next.clone());
         let pushed = self.queue.enqueue(&changes, first_change, |id| {
+            if changes.touched.contains(&id) {
+                return None;
+            }
             next.scope(id).map(|scope| changes.dirty_hosts.iter().any(|h| scope.visible_hosts.contains(h)))
         });
         let (scopes, inbound) = self.queue.live();

@@ -215,17 +215,45 @@ fn egress_admits(pattern: &str, namespace: &str, svc: &Service) -> bool {
     ns_ok && (h == "*" || host::matches(h, &svc.hostname))
 }
 
+/// The services an egress listener admits, in host order. Patterns naming a
+/// namespace (`./*`, `ns/*`, `ns/host`) read that namespace's services only,
+/// so a scope costs what it sees, not the size of the mesh.
+fn egress_services(ctx: &PushContext, namespace: &str, hosts: &[String]) -> Vec<Arc<Service>> {
+    let mut out: Vec<Arc<Service>> = Vec::new();
+    for pattern in hosts {
+        let (ns, _) = pattern.split_once('/').unwrap_or(("*", pattern));
+        let candidates: &[Arc<Service>] = match ns {
+            "*" => ctx.services.all(),
+            "~" => &[],
+            "." => ctx.services.in_namespace(namespace),
+            other => ctx.services.in_namespace(other),
+        };
+        out.extend(
+            candidates
+                .iter()
+                .filter(|s| s.export_to.visible_to(namespace) && egress_admits(pattern, namespace, s))
+                .cloned(),
+        );
+    }
+    if hosts.len() > 1 {
+        out.sort_by(|a, b| a.hostname.cmp(&b.hostname));
+        out.dedup_by(|a, b| a.hostname == b.hostname);
+    }
+    out
+}
+
 /// Computes the scope for `key` in `ctx`.
 pub fn compute(ctx: &PushContext, id: ScopeId, key: ScopeKey) -> Scope {
-    let exported: Vec<Arc<Service>> =
-        ctx.services.all().iter().filter(|s| s.export_to.visible_to(&key.namespace)).cloned().collect();
+    let exported = || -> Vec<Arc<Service>> {
+        ctx.services.all().iter().filter(|s| s.export_to.visible_to(&key.namespace)).cloned().collect()
+    };
     let none_mode = key.interception == InterceptionMode::None;
     let sidecar = key.sidecar.as_ref().and_then(|k| ctx.sidecars.get(k)).cloned();
 
     let (egress, outbound_policy) = match (&key.kind, sidecar) {
         (ProxyKind::Sidecar, Some(sc)) => {
             let listeners = if sc.spec.egress.is_empty() {
-                vec![EgressListener { port: None, bind: None, capture_none: none_mode, services: exported.clone() }]
+                vec![EgressListener { port: None, bind: None, capture_none: none_mode, services: exported() }]
             } else {
                 sc.spec
                     .egress
@@ -234,11 +262,9 @@ pub fn compute(ctx: &PushContext, id: ScopeId, key: ScopeKey) -> Scope {
                         port: e.port.as_ref().map(|p| p.number),
                         bind: e.bind.as_deref().map(Arc::from),
                         capture_none: none_mode || e.capture_mode.as_deref() == Some("NONE"),
-                        services: exported
-                            .iter()
-                            .filter(|s| e.hosts.iter().any(|h| egress_admits(h, &key.namespace, s)))
+                        services: egress_services(ctx, &key.namespace, &e.hosts)
+                            .into_iter()
                             .filter(|s| e.port.as_ref().is_none_or(|p| s.port(p.number).is_some()))
-                            .cloned()
                             .collect(),
                     })
                     .collect()
@@ -250,7 +276,7 @@ pub fn compute(ctx: &PushContext, id: ScopeId, key: ScopeKey) -> Scope {
             (listeners, policy)
         }
         _ => (
-            vec![EgressListener { port: None, bind: None, capture_none: none_mode, services: exported.clone() }],
+            vec![EgressListener { port: None, bind: None, capture_none: none_mode, services: exported() }],
             OutboundPolicy::AllowAny,
         ),
     };

@@ -100,11 +100,9 @@ impl VirtualServiceIndex {
     pub fn for_host(&self, gateway: &str, namespace: &str, hostname: &str) -> Option<&Arc<ResolvedVirtualService>> {
         let visible = |vs: &&Arc<ResolvedVirtualService>| vs.binds(gateway) && vs.export_to.visible_to(namespace);
         let exact = self.by_host.get(hostname).map(Vec::as_slice).unwrap_or(&[]);
-        exact
-            .iter()
-            .map(|i| &self.all[*i])
-            .find(|vs| visible(vs))
-            .or_else(|| self.wildcard.iter().map(|i| &self.all[*i]).filter(visible).find(|vs| vs.matches_host(hostname)))
+        exact.iter().map(|i| &self.all[*i]).find(|vs| visible(vs)).or_else(|| {
+            self.wildcard.iter().map(|i| &self.all[*i]).filter(visible).find(|vs| vs.matches_host(hostname))
+        })
     }
 
     /// Rules bound to `gateway`.
