@@ -145,6 +145,14 @@ impl PushContext {
     /// Builds the successor of `prev` for `request`, rebuilding only what the
     /// changed keys touch.
     pub fn next(prev: &PushContext, store: StoreSnapshot, request: &PushRequest) -> (PushContext, PushChanges) {
+        if prev.version == 0 {
+            // The first snapshot: build every index in parallel; there is no
+            // previous output to compare with, so every scope regenerates.
+            let kinds = request.keys.iter().map(|k| k.kind).collect();
+            let next = PushContext::build(store, 1, prev.interner.clone());
+            let changes = PushChanges { kinds, full: true, types: TypeSet::ALL, rescope: true, ..Default::default() };
+            return (next, changes);
+        }
         let kinds: BTreeSet<ConfigKind> = request.keys.iter().map(|k| k.kind).collect();
         let changed = |k: ConfigKind| kinds.contains(&k);
         let services_changed = changed(ConfigKind::Service) || changed(ConfigKind::ServiceEntry);
@@ -346,9 +354,9 @@ fn affected_hosts(object: &ConfigObject, old: &ServiceIndex, new: &ServiceIndex,
                 for index in [old, new] {
                     out.extend(
                         index
-                            .all()
+                            .in_namespace(&w.namespace)
                             .iter()
-                            .filter(|s| s.namespace == w.namespace && !s.selector.is_empty() && w.matches(&s.selector))
+                            .filter(|s| !s.selector.is_empty() && w.matches(&s.selector))
                             .map(|s| s.hostname.clone()),
                     );
                 }
