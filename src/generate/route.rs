@@ -375,9 +375,10 @@ fn retry_policy(retries: Option<&HttpRetry>) -> Option<RetryPolicy> {
 }
 
 /// Istio's `DefaultRetryPolicy`: 2 retries on connection failures, refused
-/// streams and 503, preferring hosts not tried yet.
+/// streams and 503, preferring hosts not tried yet. Built once (its host
+/// predicate is an encoded `Any`); every route gets a clone.
 pub fn default_retry_policy() -> RetryPolicy {
-    RetryPolicy {
+    static DEFAULT: std::sync::LazyLock<RetryPolicy> = std::sync::LazyLock::new(|| RetryPolicy {
         retry_on: DEFAULT_RETRY_ON.to_string(),
         num_retries: Some(proto::u32_value(DEFAULT_RETRY_ATTEMPTS)),
         retriable_status_codes: vec![503],
@@ -391,5 +392,6 @@ pub fn default_retry_policy() -> RetryPolicy {
         }],
         host_selection_retry_max_attempts: 5,
         ..Default::default()
-    }
+    });
+    DEFAULT.clone()
 }
