@@ -21,6 +21,10 @@ use meshpush::xds::TypeUrl;
 use meshpush::xds::codec::OutgoingResponse;
 use meshpush::xds::memory::{MemoryClient, node};
 
+// The server binary's allocator, so the push path is measured as it runs.
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 /// Full sizes under `cargo bench`; small ones when run as a test.
 fn full_size() -> bool {
     std::env::args().any(|a| a == "--bench")
