@@ -158,7 +158,7 @@ mod tests {
             nonce: "00000017".into(),
             ..Default::default()
         };
-        assert_eq!(&wire[..], &expected.encode_to_vec()[..]);
-        assert_eq!(DiscoveryResponse::decode(&wire[..]).unwrap(), expected);
+        assert_eq!(wire, &expected.encode_to_vec()[..]);
+        assert_eq!(DiscoveryResponse::decode(wire).unwrap(), expected);
     }
 }
