@@ -107,6 +107,9 @@ struct BootstrapArgs {
     /// Interception mode.
     #[arg(long, default_value = "REDIRECT", value_parser = ["REDIRECT", "NONE", "TPROXY"])]
     interception: String,
+    /// Use delta xDS (`api_type: DELTA_GRPC`) instead of state of the world.
+    #[arg(long)]
+    delta: bool,
 }
 
 fn parse_duration(s: &str) -> Result<Duration, String> {
@@ -199,7 +202,7 @@ fn bootstrap(args: BootstrapArgs) -> Result<String, meshpush::bootstrap::Bootstr
         labels: args.labels.iter().map(|l| parse_key_value("label", l)).collect::<Result<_, _>>()?,
         meta: args.meta.iter().map(|m| parse_key_value("meta", m)).collect::<Result<_, _>>()?,
         interception: args.interception,
-        delta: false,
+        delta: args.delta,
     };
     meshpush::bootstrap::render(&opts)
 }

@@ -4,7 +4,8 @@
 //! WorkloadEntry, each a file of its own. Under steady traffic through a NONE-mode
 //! sidecar, a WorkloadEntry and a Pod are added (each starts receiving
 //! requests), then the original two are removed (each stops receiving
-//! requests), and not one request fails.
+//! requests), and not one request fails. It runs twice: SotW, and delta xDS
+//! (port 18114, 127.0.114.0/24).
 
 mod support;
 
@@ -15,9 +16,6 @@ use support::envoy::{Envoy, Section};
 use support::manifests::{pod, service, sidecar_node, workload_entry};
 use support::scene::Scene;
 use support::traffic::{Request, Traffic};
-
-const PORT: u16 = 18104;
-const CLUSTER: &str = "outbound|18104||inventory.shop.svc.cluster.local";
 
 /// The endpoint addresses Envoy has for `cluster` (from its EDS config_dump).
 fn endpoints(envoy: &Envoy, cluster: &str) -> Vec<String> {
@@ -38,32 +36,49 @@ fn endpoints(envoy: &Envoy, cluster: &str) -> Vec<String> {
 
 #[test]
 fn added_endpoints_receive_traffic_and_removed_ones_stop_without_a_failed_request() {
+    endpoints_come_and_go(18104, false);
+}
+
+/// The same with the sidecar on delta xDS (`DELTA_GRPC`).
+#[test]
+fn added_endpoints_receive_traffic_and_removed_ones_stop_without_a_failed_request_over_delta() {
+    endpoints_come_and_go(18114, true);
+}
+
+/// The scenario on service port `port`, addresses 127.0.N.0/24 (N = port - 18000).
+fn endpoints_come_and_go(port: u16, delta: bool) {
+    let net = format!("127.0.{}", port - 18000);
+    let ip = |host: u8| format!("{net}.{host}");
+    let at = |host: u8| format!("{net}.{host}:{port}");
+    let cluster = format!("outbound|{port}||inventory.shop.svc.cluster.local");
     let labels = [("app", "inventory")];
     let mut scene = Scene::start(
         &[
-            ("service.yaml", &service("shop", "inventory", PORT)),
-            ("pod-1.yaml", &pod("shop", "inventory-pod-1", "127.0.104.2", &labels, PORT)),
-            ("vm-1.yaml", &workload_entry("shop", "inventory-vm-1", "127.0.104.3", &labels)),
+            ("service.yaml", &service("shop", "inventory", port)),
+            ("pod-1.yaml", &pod("shop", "inventory-pod-1", &ip(2), &labels, port)),
+            ("vm-1.yaml", &workload_entry("shop", "inventory-vm-1", &ip(3), &labels)),
         ],
-        &[("inventory-pod-1", "127.0.104.2:18104"), ("inventory-vm-1", "127.0.104.3:18104")],
+        &[("inventory-pod-1", &at(2)), ("inventory-vm-1", &at(3))],
     );
-    let opts = scene.sidecar(&sidecar_node("127.0.104.9", "client", "shop"), &[("app", "client")]);
+    let mut opts = scene.sidecar(&sidecar_node(&ip(9), "client", "shop"), &[("app", "client")]);
+    opts.delta = delta;
     scene.add_envoy("client", &opts);
-    let inventory = Request::new(SocketAddr::from(([127, 0, 0, 1], PORT)), "inventory");
+    assert_eq!(scene.envoy("client").ads_api_type(), if delta { "DELTA_GRPC" } else { "GRPC" });
+    let inventory = Request::new(SocketAddr::from(([127, 0, 0, 1], port)), "inventory");
     scene.wait(Duration::from_secs(15), "inventory to answer through the sidecar", Section::Endpoints, || {
         inventory.send().map(drop)
     });
 
     // New backends listen before the config names them, as a workload is
     // ready before it is registered.
-    scene.add_backend("inventory-vm-2", "127.0.104.4:18104");
-    scene.add_backend("inventory-pod-2", "127.0.104.5:18104");
+    scene.add_backend("inventory-vm-2", &at(4));
+    scene.add_backend("inventory-pod-2", &at(5));
     let traffic = Traffic::start(inventory.clone());
 
     // A new WorkloadEntry, then a new Pod, each starts taking requests.
     let added = [
-        ("vm-2.yaml", workload_entry("shop", "inventory-vm-2", "127.0.104.4", &labels), "inventory-vm-2"),
-        ("pod-2.yaml", pod("shop", "inventory-pod-2", "127.0.104.5", &labels, PORT), "inventory-pod-2"),
+        ("vm-2.yaml", workload_entry("shop", "inventory-vm-2", &ip(4), &labels), "inventory-vm-2"),
+        ("pod-2.yaml", pod("shop", "inventory-pod-2", &ip(5), &labels, port), "inventory-pod-2"),
     ];
     for (file, yaml, backend) in &added {
         scene.dir().write(file, yaml);
@@ -84,8 +99,8 @@ fn added_endpoints_receive_traffic_and_removed_ones_stop_without_a_failed_reques
     scene.dir().remove("pod-1.yaml");
     let client = scene.envoy("client");
     scene.wait(Duration::from_secs(5), "Envoy's endpoints to be the two new ones", Section::Endpoints, || {
-        let now = endpoints(client, CLUSTER);
-        if now == ["127.0.104.4", "127.0.104.5"] { Ok(()) } else { Err(format!("{now:?}")) }
+        let now = endpoints(client, &cluster);
+        if now == [ip(4), ip(5)] { Ok(()) } else { Err(format!("{now:?}")) }
     });
     let gone_hits = ["inventory-pod-1", "inventory-vm-1"].map(|b| scene.backend(b).hits());
     let sent = traffic.sent();

@@ -6,6 +6,7 @@
 //! serving their last configuration, and not one request fails. meshpush is
 //! started again on the same xDS address, as a supervisor would: both Envoys
 //! reconnect, and a routing change made after the restart reaches both.
+//! It runs twice: SotW, and delta xDS (ports 18113 and 18123, 127.0.113.0/24).
 
 mod support;
 
@@ -17,9 +18,6 @@ use support::envoy::Section;
 use support::manifests::{docs, gateway, pod, router_node, service, sidecar_node, subsets};
 use support::scene::Scene;
 use support::traffic::{Request, Traffic};
-
-const PORT: u16 = 18109;
-const GATEWAY_PORT: u16 = 18119;
 
 /// One rule for the mesh and the gateway, all of it to `subset`.
 fn ledger_route(subset: &str) -> String {
@@ -54,28 +52,48 @@ fn all_connected(scene: &Scene, connected: bool) -> Result<(), String> {
 
 #[test]
 fn envoys_serve_through_a_control_plane_crash_and_resync_after_restart() {
+    crash_and_restart(18109, 18119, false);
+}
+
+/// The same with both Envoys on delta xDS (`DELTA_GRPC`): on reconnect they
+/// send `initial_resource_versions`.
+#[test]
+fn envoys_serve_through_a_control_plane_crash_and_resync_after_restart_over_delta() {
+    crash_and_restart(18113, 18123, true);
+}
+
+/// The scenario on service port `port` and gateway port `gateway_port`,
+/// addresses 127.0.N.0/24 (N = port - 18000).
+fn crash_and_restart(port: u16, gateway_port: u16, delta: bool) {
+    let net = format!("127.0.{}", port - 18000);
+    let ip = |host: u8| format!("{net}.{host}");
     let mesh = docs(&[
-        service("shop", "ledger", PORT),
-        pod("shop", "ledger-v1", "127.0.109.2", &[("app", "ledger"), ("version", "v1")], PORT),
-        pod("shop", "ledger-v2", "127.0.109.3", &[("app", "ledger"), ("version", "v2")], PORT),
+        service("shop", "ledger", port),
+        pod("shop", "ledger-v1", &ip(2), &[("app", "ledger"), ("version", "v1")], port),
+        pod("shop", "ledger-v2", &ip(3), &[("app", "ledger"), ("version", "v2")], port),
         subsets("shop", "ledger", &["v1", "v2"]),
-        gateway("istio-system", "edge", "edge", GATEWAY_PORT, &["ledger.example.test"]),
+        gateway("istio-system", "edge", "edge", gateway_port, &["ledger.example.test"]),
     ]);
     let mut scene = Scene::start(
         &[("mesh.yaml", &mesh), ("ledger-vs.yaml", &ledger_route("v1"))],
-        &[("ledger-v1", "127.0.109.2:18109"), ("ledger-v2", "127.0.109.3:18109")],
+        &[("ledger-v1", &format!("{}:{port}", ip(2))), ("ledger-v2", &format!("{}:{port}", ip(3)))],
     );
-    let opts = scene.sidecar(&sidecar_node("127.0.109.9", "client", "shop"), &[("app", "client")]);
+    let mut opts = scene.sidecar(&sidecar_node(&ip(9), "client", "shop"), &[("app", "client")]);
+    opts.delta = delta;
     scene.add_envoy("client", &opts);
-    let opts = scene.sidecar(&router_node("127.0.0.1", "edge-1", "istio-system"), &[("istio", "edge")]);
+    let mut opts = scene.sidecar(&router_node("127.0.0.1", "edge-1", "istio-system"), &[("istio", "edge")]);
+    opts.delta = delta;
     scene.add_envoy("edge", &opts);
 
-    let via_sidecar = Request::new(SocketAddr::from(([127, 0, 0, 1], PORT)), "ledger");
-    let via_gateway = Request::new(SocketAddr::from(([127, 0, 0, 1], GATEWAY_PORT)), "ledger.example.test");
+    let via_sidecar = Request::new(SocketAddr::from(([127, 0, 0, 1], port)), "ledger");
+    let via_gateway = Request::new(SocketAddr::from(([127, 0, 0, 1], gateway_port)), "ledger.example.test");
     for request in [&via_sidecar, &via_gateway] {
         scene.wait(Duration::from_secs(15), &format!("{} to reach ledger-v1", request.target), Section::Routes, || {
             request.all_answered_by(5, &["ledger-v1"])
         });
+    }
+    for envoy in scene.envoys() {
+        assert_eq!(envoy.ads_api_type(), if delta { "DELTA_GRPC" } else { "GRPC" }, "{}", envoy.name());
     }
     let traffic = [Traffic::start(via_sidecar.clone()), Traffic::start(via_gateway.clone())];
     scene.wait(Duration::from_secs(5), "both Envoys to report the ADS stream up", Section::Clusters, || {

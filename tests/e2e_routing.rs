@@ -5,7 +5,7 @@
 //! sidecar Envoy for a client workload (outbound listeners on 127.0.0.1:PORT),
 //! and loopback backends playing the workloads. Tests in this file run in
 //! parallel, so each has its own service port (181xx) and backend addresses
-//! (127.0.1xx.0/24).
+//! (127.0.1xx.0/24). The weight shift runs twice: SotW and delta xDS.
 
 mod support;
 
@@ -28,7 +28,13 @@ fn outbound(port: u16) -> SocketAddr {
 
 /// Starts the client sidecar `client.shop` and waits until `probe` is answered.
 fn start_client(scene: &mut Scene, ip: &str, probe: &Request) {
-    let opts = scene.sidecar(&sidecar_node(ip, "client", "shop"), &[("app", "client")]);
+    start_client_with(scene, ip, probe, false);
+}
+
+/// [`start_client`], on delta xDS when `delta`.
+fn start_client_with(scene: &mut Scene, ip: &str, probe: &Request, delta: bool) {
+    let mut opts = scene.sidecar(&sidecar_node(ip, "client", "shop"), &[("app", "client")]);
+    opts.delta = delta;
     scene.add_envoy("client", &opts);
     scene.wait(CONVERGE, &format!("Host {} to be answered through the sidecar", probe.host), Section::Routes, || {
         probe.send().map(drop)
@@ -100,20 +106,33 @@ spec:
 /// follows within 2 s and no request fails while it moves.
 #[test]
 fn weight_shift_moves_traffic_within_two_seconds_without_a_failed_request() {
-    const PORT: u16 = 18102;
+    weight_shift(18102, false);
+}
+
+/// Scenario 2 with the sidecar on delta xDS (`DELTA_GRPC`).
+#[test]
+fn weight_shift_moves_traffic_within_two_seconds_without_a_failed_request_over_delta() {
+    weight_shift(18112, true);
+}
+
+/// Scenario 2 on service port `port` (backends on 127.0.N.0/24, N = port - 18000).
+fn weight_shift(port: u16, delta: bool) {
+    let net = format!("127.0.{}", port - 18000);
+    let (v1_ip, v2_ip) = (format!("{net}.2"), format!("{net}.3"));
     let mesh = docs(&[
-        service("shop", "cart", PORT),
-        pod("shop", "cart-v1", "127.0.102.2", &[("app", "cart"), ("version", "v1")], PORT),
-        pod("shop", "cart-v2", "127.0.102.3", &[("app", "cart"), ("version", "v2")], PORT),
+        service("shop", "cart", port),
+        pod("shop", "cart-v1", &v1_ip, &[("app", "cart"), ("version", "v1")], port),
+        pod("shop", "cart-v2", &v2_ip, &[("app", "cart"), ("version", "v2")], port),
         subsets("shop", "cart", &["v1", "v2"]),
     ]);
     let split = |v1: i64, v2: i64| weighted("shop", "cart", "cart", &[("v1", v1), ("v2", v2)]);
     let mut scene = Scene::start(
         &[("mesh.yaml", &mesh), ("cart-vs.yaml", &split(100, 0))],
-        &[("cart-v1", "127.0.102.2:18102"), ("cart-v2", "127.0.102.3:18102")],
+        &[("cart-v1", &format!("{v1_ip}:{port}")), ("cart-v2", &format!("{v2_ip}:{port}"))],
     );
-    let cart = Request::new(outbound(PORT), "cart");
-    start_client(&mut scene, "127.0.102.9", &cart);
+    let cart = Request::new(outbound(port), "cart");
+    start_client_with(&mut scene, &format!("{net}.9"), &cart, delta);
+    assert_eq!(scene.envoy("client").ads_api_type(), if delta { "DELTA_GRPC" } else { "GRPC" });
     cart.all_answered_by(30, &["cart-v1"]).unwrap();
 
     let traffic = Traffic::start(cart.clone());

@@ -12,7 +12,7 @@
 //! Rules:
 //! * A batch is all or nothing: every object is checked first, and if any is
 //!   refused the store is not touched; the refusal is `INVALID_ARGUMENT` with
-//!   an [`ApplyProblems`](proto::ApplyProblems) detail naming each refused
+//!   an [`proto::ApplyProblems`] detail naming each refused
 //!   object, its field path and the reason.
 //! * Last writer wins between sources: the API may replace or delete an
 //!   object a file defined, and a later edit of that file puts the file's

@@ -11,6 +11,9 @@
 //! buffer; at a thousand streams receiving half a megabyte each that copy
 //! dominated the server's CPU and memory in a prototype.
 //!
+//! Delta responses have the same two-chunk shape (see [`super::delta_codec`]):
+//! a shared body, then a per-stream tail (the nonce and the names removed).
+//!
 //! When the stream task is done the body ends with `grpc-status: 0`.
 
 use std::pin::Pin;
@@ -23,22 +26,41 @@ use tokio::sync::mpsc;
 
 use super::codec::OutgoingResponse;
 
+/// A response as it goes on the wire: a shared, framed body (the frame
+/// header announces body and tail) and this stream's tail.
+pub trait Framed {
+    /// The shared body and the per-stream tail.
+    fn into_chunks(self) -> (Bytes, Bytes);
+    /// Bytes it puts on the wire (frame header included).
+    fn wire_len(&self) -> usize;
+}
+
+impl Framed for OutgoingResponse {
+    fn into_chunks(self) -> (Bytes, Bytes) {
+        let tail = self.tail();
+        (self.body, tail)
+    }
+    fn wire_len(&self) -> usize {
+        OutgoingResponse::wire_len(self)
+    }
+}
+
 /// The body of one ADS response stream.
 #[derive(Debug)]
-pub struct ResponseStreamBody {
-    responses: mpsc::Receiver<OutgoingResponse>,
+pub struct ResponseStreamBody<R = OutgoingResponse> {
+    responses: mpsc::Receiver<R>,
     tail: Option<Bytes>,
     done: bool,
 }
 
-impl ResponseStreamBody {
+impl<R> ResponseStreamBody<R> {
     /// A body fed by the stream task through `responses`.
-    pub fn new(responses: mpsc::Receiver<OutgoingResponse>) -> ResponseStreamBody {
+    pub fn new(responses: mpsc::Receiver<R>) -> ResponseStreamBody<R> {
         ResponseStreamBody { responses, tail: None, done: false }
     }
 }
 
-impl http_body::Body for ResponseStreamBody {
+impl<R: Framed> http_body::Body for ResponseStreamBody<R> {
     type Data = Bytes;
     type Error = std::convert::Infallible;
 
@@ -51,8 +73,9 @@ impl http_body::Body for ResponseStreamBody {
         }
         match self.responses.poll_recv(cx) {
             Poll::Ready(Some(response)) => {
-                self.tail = Some(response.tail());
-                Poll::Ready(Some(Ok(Frame::data(response.body))))
+                let (body, tail) = response.into_chunks();
+                self.tail = Some(tail);
+                Poll::Ready(Some(Ok(Frame::data(body))))
             }
             Poll::Ready(None) => {
                 self.done = true;

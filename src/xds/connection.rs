@@ -447,7 +447,12 @@ impl Connection {
     /// the changed hosts), sends those that differ from what the client
     /// has, and moves the version by their difference — O(changed), however
     /// many clusters the stream watches.
-    fn respond_endpoints(&mut self, ctx: &PushContext, cache: &ScopedCache, names: &[Arc<str>]) -> Option<OutgoingResponse> {
+    fn respond_endpoints(
+        &mut self,
+        ctx: &PushContext,
+        cache: &ScopedCache,
+        names: &[Arc<str>],
+    ) -> Option<OutgoingResponse> {
         let t = TypeUrl::Endpoint;
         let mut changed: Vec<Arc<EncodedResource>> = Vec::new();
         let w = &mut self.watches[t.index()];

@@ -4,6 +4,8 @@
 //! * [`codec`]: pre-encoded, gRPC-framed responses; the request decoder.
 //! * [`body`]: the HTTP/2 response body that sends shared bytes without copying.
 //! * [`connection`]: one stream's protocol state (SotW ACK/NACK, nonces, watches).
+//! * [`delta`]: one delta stream's protocol state (per-resource versions).
+//! * [`delta_codec`]: pre-encoded, gRPC-framed delta responses.
 //! * [`memory`]: in-memory clients that drive the same stream logic (benches, tests).
 //! * [`server`]: the hand-written tonic service and the per-stream task.
 //! * [`status`]: a copy of each stream's state for the admin endpoints.
@@ -11,6 +13,8 @@
 pub mod body;
 pub mod codec;
 pub mod connection;
+pub mod delta;
+pub mod delta_codec;
 pub mod memory;
 pub mod server;
 pub mod status;

@@ -9,12 +9,16 @@
 //! [`PushQueue`](crate::push::PushQueue), and writes into a small bounded
 //! channel. Client requests are served before pushes; a client that stops
 //! reading blocks only its own task, while pushes for it merge in its slot.
+//!
+//! Both methods run that same task: [`Protocol`] is what differs between a
+//! SotW stream ([`Connection`]) and a delta stream ([`DeltaConnection`]).
 
 use std::convert::Infallible;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
-use envoy_types::pb::envoy::service::discovery::v3::DiscoveryRequest;
+use envoy_types::pb::envoy::config::core::v3::Node;
+use envoy_types::pb::envoy::service::discovery::v3::{DeltaDiscoveryRequest, DiscoveryRequest};
 use futures::future::BoxFuture;
 use tokio::sync::mpsc;
 use tonic::body::Body;
@@ -22,12 +26,15 @@ use tonic::server::NamedService;
 use tonic::{Status, Streaming};
 use tracing::Instrument;
 
-use super::body::ResponseStreamBody;
+use super::body::{Framed, ResponseStreamBody};
 use super::codec::{OutgoingResponse, RequestDecoder};
 use super::connection::Connection;
-use super::status::StreamStatus;
+use super::delta::DeltaConnection;
+use super::delta_codec::DeltaResponse;
+use super::status::{StreamState, StreamStatus};
+use crate::generate::cache::ScopedCache;
 use crate::model::Proxy;
-use crate::push::PushEngine;
+use crate::push::{InboundId, PendingPush, PushContext, PushEngine, Scope};
 
 /// gRPC service name.
 pub const SERVICE_NAME: &str = "envoy.service.discovery.v3.AggregatedDiscoveryService";
@@ -58,10 +65,90 @@ impl NamedService for AdsService {
     const NAME: &'static str = SERVICE_NAME;
 }
 
-/// Opens a SotW stream: reads the first request (it carries the node),
-/// refuses the stream if the node is unusable, else starts the stream task
-/// and answers with a body fed by it.
-async fn open_sotw<B>(engine: Arc<PushEngine>, req: http::Request<B>) -> http::Response<Body>
+/// One stream's protocol state machine, SotW or delta: what the stream
+/// task drives with requests and pushes.
+pub trait Protocol: StreamState + Send + Sized + 'static {
+    /// The request message.
+    type Request: prost::Message + Default + Send + 'static;
+    /// A response on its way to the stream.
+    type Response: Framed + Send + 'static;
+    /// A new stream's state.
+    fn open(id: u64, proxy: Arc<Proxy>) -> Self;
+    /// The node a request carries.
+    fn node(req: &Self::Request) -> Option<&Node>;
+    /// The type a request is about.
+    fn type_url(req: &Self::Request) -> &str;
+    /// Handles one request; returns the responses to send, in order.
+    fn on_request(&mut self, ctx: &PushContext, cache: &ScopedCache, req: &Self::Request) -> Vec<Self::Response>;
+    /// Handles a push from the engine; returns the responses, in order.
+    fn on_push(&mut self, ctx: &PushContext, cache: &ScopedCache, push: &PendingPush) -> Vec<Self::Response>;
+    /// The scope last generated for.
+    fn scope(&self) -> Option<&Arc<Scope>>;
+    /// The workload shape last generated for.
+    fn inbound(&self) -> Option<InboundId>;
+}
+
+impl Protocol for Connection {
+    type Request = DiscoveryRequest;
+    type Response = OutgoingResponse;
+    fn open(id: u64, proxy: Arc<Proxy>) -> Self {
+        Connection::new(id, proxy)
+    }
+    fn node(req: &DiscoveryRequest) -> Option<&Node> {
+        req.node.as_ref()
+    }
+    fn type_url(req: &DiscoveryRequest) -> &str {
+        &req.type_url
+    }
+    fn on_request(&mut self, ctx: &PushContext, cache: &ScopedCache, req: &DiscoveryRequest) -> Vec<OutgoingResponse> {
+        Connection::on_request(self, ctx, cache, req)
+    }
+    fn on_push(&mut self, ctx: &PushContext, cache: &ScopedCache, push: &PendingPush) -> Vec<OutgoingResponse> {
+        Connection::on_push(self, ctx, cache, push)
+    }
+    fn scope(&self) -> Option<&Arc<Scope>> {
+        Connection::scope(self)
+    }
+    fn inbound(&self) -> Option<InboundId> {
+        Connection::inbound(self)
+    }
+}
+
+impl Protocol for DeltaConnection {
+    type Request = DeltaDiscoveryRequest;
+    type Response = DeltaResponse;
+    fn open(id: u64, proxy: Arc<Proxy>) -> Self {
+        DeltaConnection::new(id, proxy)
+    }
+    fn node(req: &DeltaDiscoveryRequest) -> Option<&Node> {
+        req.node.as_ref()
+    }
+    fn type_url(req: &DeltaDiscoveryRequest) -> &str {
+        &req.type_url
+    }
+    fn on_request(
+        &mut self,
+        ctx: &PushContext,
+        cache: &ScopedCache,
+        req: &DeltaDiscoveryRequest,
+    ) -> Vec<DeltaResponse> {
+        DeltaConnection::on_request(self, ctx, cache, req)
+    }
+    fn on_push(&mut self, ctx: &PushContext, cache: &ScopedCache, push: &PendingPush) -> Vec<DeltaResponse> {
+        DeltaConnection::on_push(self, ctx, cache, push)
+    }
+    fn scope(&self) -> Option<&Arc<Scope>> {
+        DeltaConnection::scope(self)
+    }
+    fn inbound(&self) -> Option<InboundId> {
+        DeltaConnection::inbound(self)
+    }
+}
+
+/// Opens a stream of protocol `P`: reads the first request (it carries the
+/// node), refuses the stream if the node is unusable, else starts the
+/// stream task and answers with a body fed by it.
+async fn open<P: Protocol, B>(engine: Arc<PushEngine>, req: http::Request<B>) -> http::Response<Body>
 where
     B: http_body::Body<Data = bytes::Bytes> + Send + 'static,
     B::Error: Into<Box<dyn std::error::Error + Send + Sync>> + Send + 'static,
@@ -72,25 +159,21 @@ where
         .and_then(|i| i.remote_addr())
         .map(|a| a.to_string())
         .unwrap_or_default();
-    let mut requests: Streaming<DiscoveryRequest> = Streaming::new_request(
-        RequestDecoder::<DiscoveryRequest>::default(),
-        req.into_body(),
-        None,
-        Some(MAX_REQUEST_BYTES),
-    );
+    let mut requests: Streaming<P::Request> =
+        Streaming::new_request(RequestDecoder::<P::Request>::default(), req.into_body(), None, Some(MAX_REQUEST_BYTES));
     let first = match requests.message().await {
         Ok(Some(first)) => first,
         Ok(None) => return Status::cancelled("stream ended before its first request").into_http(),
         Err(status) => return status.into_http(),
     };
-    let proxy = match first.node.as_ref().ok_or(crate::model::NodeError::Missing).and_then(Proxy::from_node) {
+    let proxy = match P::node(&first).ok_or(crate::model::NodeError::Missing).and_then(Proxy::from_node) {
         Ok(proxy) => Arc::new(proxy),
         Err(e) => {
             tracing::warn!(%peer, "refused an ADS stream: {e}");
             return Status::invalid_argument(e.to_string()).into_http();
         }
     };
-    let rx = spawn_stream(engine, proxy, first, requests, peer);
+    let rx = spawn::<P>(engine, proxy, first, requests, peer);
     let mut response = http::Response::new(Body::new(ResponseStreamBody::new(rx)));
     response.headers_mut().insert(http::header::CONTENT_TYPE, http::HeaderValue::from_static("application/grpc"));
     response
@@ -109,13 +192,34 @@ pub fn spawn_stream(
     requests: impl futures::Stream<Item = Result<DiscoveryRequest, Status>> + Unpin + Send + 'static,
     peer: String,
 ) -> mpsc::Receiver<OutgoingResponse> {
+    spawn::<Connection>(engine, proxy, first, requests, peer)
+}
+
+/// [`spawn_stream`] for a delta stream.
+pub fn spawn_delta_stream(
+    engine: Arc<PushEngine>,
+    proxy: Arc<Proxy>,
+    first: DeltaDiscoveryRequest,
+    requests: impl futures::Stream<Item = Result<DeltaDiscoveryRequest, Status>> + Unpin + Send + 'static,
+    peer: String,
+) -> mpsc::Receiver<DeltaResponse> {
+    spawn::<DeltaConnection>(engine, proxy, first, requests, peer)
+}
+
+fn spawn<P: Protocol>(
+    engine: Arc<PushEngine>,
+    proxy: Arc<Proxy>,
+    first: P::Request,
+    requests: impl futures::Stream<Item = Result<P::Request, Status>> + Unpin + Send + 'static,
+    peer: String,
+) -> mpsc::Receiver<P::Response> {
     let (tx, rx) = mpsc::channel(STREAM_BUFFER);
     let handle = engine.queue.register(proxy.clone());
     let span = tracing::info_span!("ads", conn_id = handle.id, node_id = %proxy.id);
     tokio::spawn(
         async move {
             tracing::debug!(%peer, "stream connected");
-            let conn = Connection::new(handle.id, proxy);
+            let conn = P::open(handle.id, proxy);
             let end = serve_stream(&engine, conn, &handle, first, requests, tx).await;
             engine.queue.unregister(handle.id);
             tracing::debug!(reason = %end, "stream closed");
@@ -126,19 +230,19 @@ pub fn spawn_stream(
 }
 
 /// Serves one stream until the client goes away; returns why it ended.
-async fn serve_stream(
+async fn serve_stream<P: Protocol>(
     engine: &Arc<PushEngine>,
-    mut conn: Connection,
+    mut conn: P,
     handle: &Arc<crate::push::queue::ConnectionHandle>,
-    first: DiscoveryRequest,
-    mut requests: impl futures::Stream<Item = Result<DiscoveryRequest, Status>> + Unpin,
-    tx: mpsc::Sender<OutgoingResponse>,
+    first: P::Request,
+    mut requests: impl futures::Stream<Item = Result<P::Request, Status>> + Unpin,
+    tx: mpsc::Sender<P::Response>,
 ) -> String {
     let mut pending = Some(first);
     let mut recorder = engine.metrics.stream();
     loop {
         let responses = if let Some(req) = pending.take() {
-            recorder.serving_request(&conn, &req);
+            recorder.serving_type(&conn, P::type_url(&req));
             let ctx = engine.ctx.load();
             conn.on_request(&ctx, &engine.cache, &req)
         } else {
@@ -160,7 +264,7 @@ async fn serve_stream(
         if let (Some(scope), Some(inbound)) = (conn.scope(), conn.inbound()) {
             engine.queue.set_scope(handle, scope.id, inbound);
         }
-        let sent_bytes: usize = responses.iter().map(OutgoingResponse::wire_len).sum();
+        let sent_bytes: usize = responses.iter().map(Framed::wire_len).sum();
         for response in responses {
             if tx.send(response).await.is_err() {
                 return "response channel closed".into();
@@ -187,10 +291,8 @@ where
     fn call(&mut self, req: http::Request<B>) -> Self::Future {
         let engine = self.engine.clone();
         match req.uri().path() {
-            SOTW_PATH => Box::pin(async move { Ok(open_sotw(engine, req).await) }),
-            DELTA_PATH => Box::pin(async move {
-                Ok(Status::unimplemented("delta xDS is not served yet: bootstrap with api_type GRPC").into_http())
-            }),
+            SOTW_PATH => Box::pin(async move { Ok(open::<Connection, B>(engine, req).await) }),
+            DELTA_PATH => Box::pin(async move { Ok(open::<DeltaConnection, B>(engine, req).await) }),
             _ => Box::pin(async move { Ok(Status::unimplemented("no such method").into_http()) }),
         }
     }

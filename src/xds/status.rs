@@ -15,7 +15,35 @@ use std::time::SystemTime;
 use serde::Serialize;
 
 use super::TypeUrl;
-use super::connection::{Connection, NackRecord, Watch};
+use super::connection::{Connection, NackRecord, RequestCounts, Watch};
+use super::delta::DeltaConnection;
+
+/// What status and metrics read of a stream's protocol state, SotW
+/// ([`Connection`]) or delta ([`DeltaConnection`]) alike.
+pub trait StreamState {
+    /// Per-type state, indexed by [`TypeUrl::index`].
+    fn watches(&self) -> &[Watch; 4];
+    /// Request counters.
+    fn counts(&self) -> RequestCounts;
+}
+
+impl StreamState for Connection {
+    fn watches(&self) -> &[Watch; 4] {
+        &self.watches
+    }
+    fn counts(&self) -> RequestCounts {
+        self.counts
+    }
+}
+
+impl StreamState for DeltaConnection {
+    fn watches(&self) -> &[Watch; 4] {
+        &self.watches
+    }
+    fn counts(&self) -> RequestCounts {
+        self.counts
+    }
+}
 
 /// Istio's sync states, as `istioctl proxy-status` prints them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -122,12 +150,13 @@ pub struct StreamStatus {
 
 impl StreamStatus {
     /// A copy of `conn`'s state now.
-    pub fn of(conn: &Connection) -> StreamStatus {
+    pub fn of(conn: &impl StreamState) -> StreamStatus {
+        let counts = conn.counts();
         StreamStatus {
-            types: std::array::from_fn(|i| TypeStatus::of(&conn.watches[i])),
-            acks: conn.counts.acks,
-            nacks: conn.counts.nacks,
-            stale: conn.counts.stale,
+            types: std::array::from_fn(|i| TypeStatus::of(&conn.watches()[i])),
+            acks: counts.acks,
+            nacks: counts.nacks,
+            stale: counts.stale,
             updated: Some(SystemTime::now()),
         }
     }

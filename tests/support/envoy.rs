@@ -247,6 +247,13 @@ impl Envoy {
         section_of(&self.config_dump(), kind)
     }
 
+    /// The ADS flavour this Envoy runs, from its bootstrap: `GRPC` (state of
+    /// the world) or `DELTA_GRPC`.
+    pub fn ads_api_type(&self) -> String {
+        let bootstrap = self.config_section("BootstrapConfigDump");
+        bootstrap["bootstrap"]["dynamic_resources"]["ads_config"]["api_type"].as_str().unwrap_or_default().to_string()
+    }
+
     /// One section of `/config_dump`.
     pub fn section(&self, section: Section) -> Value {
         self.config_section(section.kind())

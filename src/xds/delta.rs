@@ -1,0 +1,385 @@
+//! `DeltaConnection`: one incremental (delta) ADS stream's protocol state.
+//!
+//! The delta twin of [`Connection`](super::connection::Connection), served
+//! by the same stream task, push queue slot, scopes and cache. Per type it
+//! owns what the client subscribed (names, or wildcard) and what the client
+//! *has*: resource name → version, where a version is the content hash the
+//! [`ScopedCache`] already keeps. It learns what the client has from what it
+//! sent, and on a reconnect from `initial_resource_versions`.
+//!
+//! Rules it keeps (see `shared/xds-checklist.md`, "Delta"):
+//! * a response carries exactly the resources whose hash differs from what
+//!   the client has, and in `removed_resources` the names the client has
+//!   that no longer exist (a wildcard type: any; a named type: those it
+//!   subscribed) — plus, at once, newly subscribed names that do not exist;
+//! * subscribe and unsubscribe apply even on a stale nonce; a pure
+//!   unsubscribe is not answered; wildcard is `*`, or a first request of a
+//!   type with both lists empty;
+//! * an ACK (latest nonce, no `error_detail`) is recorded; a NACK is
+//!   recorded and logged once, and since the client's versions are taken
+//!   from what was sent, the rejected content is not sent again — the next
+//!   real change is;
+//! * make before break, as in SotW: a push sends CDS, EDS, LDS, RDS; a
+//!   cluster that changed gets its ClusterLoadAssignment again even if that
+//!   did not change; clusters that disappeared are removed only once the
+//!   listeners and routes of the push are settled.
+
+use std::collections::{BTreeSet, HashMap, HashSet};
+use std::sync::Arc;
+use std::time::SystemTime;
+
+use envoy_types::pb::envoy::service::discovery::v3::DeltaDiscoveryRequest;
+
+use super::connection::{NackRecord, RequestCounts, Watch};
+use super::delta_codec::{self, DeltaResponse};
+use super::types::{TypeSet, TypeUrl};
+use crate::generate::cache::{EncodedResource, ScopedCache};
+use crate::model::{Hostname, Proxy};
+use crate::push::{InboundId, InboundKey, PendingPush, PushContext, Scope, ScopeKey};
+
+/// What the client holds of one type: name → content hash (`None`: a
+/// version meshpush did not write, so it differs from any current one).
+type Held = HashMap<Arc<str>, Option<u64>>;
+
+/// Why a response is being built.
+#[derive(Debug, Clone, Copy)]
+enum Reason<'a> {
+    /// A request: answer even with nothing when `first` (the client waits
+    /// for its first response of a type).
+    Request { first: bool },
+    /// A push; `hosts` limits an endpoint-only push to assignments of those hosts.
+    Push { hosts: Option<&'a HashSet<Hostname>> },
+    /// The delayed removal of clusters, once listeners and routes settled.
+    ClusterCleanup,
+}
+
+/// One delta ADS stream's protocol state.
+#[derive(Debug)]
+pub struct DeltaConnection {
+    /// Connection id.
+    pub id: u64,
+    /// The proxy, parsed once from the first request's node.
+    pub proxy: Arc<Proxy>,
+    /// Per-type subscription and nonce state, indexed by `TypeUrl::index`
+    /// (the same record SotW keeps, so status and metrics read both alike;
+    /// `version_sent` is the `system_version_info` of the last response).
+    pub watches: [Watch; 4],
+    /// Request counters.
+    pub counts: RequestCounts,
+    held: [Held; 4],
+    scope: Option<Arc<Scope>>,
+    scope_key: Option<ScopeKey>,
+    scope_version: u64,
+    inbound: Option<(InboundId, InboundKey)>,
+    nonce: u32,
+    cluster_cleanup: bool,
+}
+
+impl DeltaConnection {
+    /// A new stream for `proxy`.
+    pub fn new(id: u64, proxy: Arc<Proxy>) -> DeltaConnection {
+        DeltaConnection {
+            id,
+            proxy,
+            watches: Default::default(),
+            counts: RequestCounts::default(),
+            held: Default::default(),
+            scope: None,
+            scope_key: None,
+            scope_version: 0,
+            inbound: None,
+            nonce: 0,
+            cluster_cleanup: false,
+        }
+    }
+
+    /// The scope last generated for.
+    pub fn scope(&self) -> Option<&Arc<Scope>> {
+        self.scope.as_ref()
+    }
+
+    /// The workload shape last generated for.
+    pub fn inbound(&self) -> Option<InboundId> {
+        self.inbound.as_ref().map(|(id, _)| *id)
+    }
+
+    /// Names and versions the client holds of type `t`, as this stream believes.
+    pub fn held(&self, t: TypeUrl) -> impl Iterator<Item = (&str, Option<u64>)> {
+        self.held[t.index()].iter().map(|(n, h)| (&**n, *h))
+    }
+
+    /// Refreshes the scope for `ctx` (see `Connection::refresh_scope`).
+    fn refresh_scope(&mut self, ctx: &PushContext, rekey: bool) -> Arc<Scope> {
+        if rekey || self.scope_key.is_none() || self.scope.is_none() {
+            self.scope_key = Some(ctx.scope_key(&self.proxy));
+            self.inbound = Some(ctx.inbound_for(&self.proxy));
+        }
+        if self.scope_version != ctx.version || self.scope.is_none() {
+            self.scope = Some(ctx.scope_for(&self.proxy));
+            self.scope_version = ctx.version;
+        }
+        self.scope.clone().expect("scope set above")
+    }
+
+    /// Handles one request; returns the responses to send, in order.
+    pub fn on_request(
+        &mut self,
+        ctx: &PushContext,
+        cache: &ScopedCache,
+        req: &DeltaDiscoveryRequest,
+    ) -> Vec<DeltaResponse> {
+        let Some(t) = TypeUrl::parse(&req.type_url) else {
+            tracing::debug!(conn_id = self.id, type_url = %req.type_url, "delta request for a type meshpush does not serve");
+            return Vec::new();
+        };
+        let (id, proxy_id) = (self.id, self.proxy.id.clone());
+        let w = &mut self.watches[t.index()];
+        let first = !w.subscribed;
+        let mut acked = false;
+        if !req.response_nonce.is_empty() {
+            if w.nonce_sent.as_deref() != Some(req.response_nonce.as_str()) {
+                // Stale: the (N)ACK is for an older response; the
+                // subscription changes below still apply.
+                self.counts.stale += 1;
+            } else if let Some(err) = &req.error_detail {
+                tracing::warn!(conn_id = id, node_id = %proxy_id, type_url = %t, nonce = %req.response_nonce,
+                    "NACK: {}", err.message);
+                w.last_nack = Some(NackRecord {
+                    nonce: req.response_nonce.clone(),
+                    version: w.version_acked.clone().unwrap_or_default(),
+                    message: err.message.clone(),
+                    at: SystemTime::now(),
+                });
+                self.counts.nacks += 1;
+            } else {
+                w.nonce_acked = Some(req.response_nonce.clone());
+                w.version_acked = w.version_sent.as_deref().map(str::to_string);
+                self.counts.acks += 1;
+                acked = true;
+            }
+        }
+
+        // Subscription changes.
+        let held = &mut self.held[t.index()];
+        let mut announce: Vec<Arc<str>> = Vec::new();
+        let mut wildcard_added = false;
+        if first {
+            w.subscribed = true;
+            if req.resource_names_subscribe.is_empty() && req.resource_names_unsubscribe.is_empty() {
+                w.wildcard = true; // the legacy wildcard
+                wildcard_added = true;
+            }
+            *held = req
+                .initial_resource_versions
+                .iter()
+                .map(|(n, v)| (Arc::from(n.as_str()), delta_codec::parse_resource_version(v)))
+                .collect();
+        }
+        for n in &req.resource_names_subscribe {
+            if n == "*" {
+                wildcard_added |= !w.wildcard;
+                w.wildcard = true;
+            } else if w.names.insert(n.clone()) || first {
+                let n: Arc<str> = Arc::from(n.as_str());
+                if !first {
+                    // The client asks anew: whatever it had, it gets.
+                    held.remove(&n);
+                }
+                announce.push(n);
+            }
+        }
+        for n in &req.resource_names_unsubscribe {
+            if n == "*" {
+                w.wildcard = false;
+                let names = &w.names;
+                held.retain(|h, _| names.contains(&**h));
+            } else {
+                w.names.remove(n);
+                if !w.wildcard {
+                    // The client drops it; nothing to tell it.
+                    held.remove(n.as_str());
+                }
+            }
+        }
+
+        let mut out = Vec::new();
+        if first || wildcard_added || !announce.is_empty() {
+            out.extend(self.respond(ctx, cache, t, Reason::Request { first }, &announce));
+        }
+        if acked {
+            out.extend(self.after_ack(ctx, cache));
+        }
+        out
+    }
+
+    /// Follow-ups once a response was ACKed: the delayed cluster removal.
+    fn after_ack(&mut self, ctx: &PushContext, cache: &ScopedCache) -> Vec<DeltaResponse> {
+        if self.cluster_cleanup
+            && [TypeUrl::Cluster, TypeUrl::Listener, TypeUrl::Route].iter().all(|t| self.watches[t.index()].settled())
+        {
+            self.cluster_cleanup = false;
+            return self.respond(ctx, cache, TypeUrl::Cluster, Reason::ClusterCleanup, &[]).into_iter().collect();
+        }
+        Vec::new()
+    }
+
+    /// Handles a push from the engine; returns the responses, in push order.
+    pub fn on_push(&mut self, ctx: &PushContext, cache: &ScopedCache, push: &PendingPush) -> Vec<DeltaResponse> {
+        let before = self.scope.as_ref().map(|s| s.id);
+        let scope = self.refresh_scope(ctx, push.full);
+        let moved = before != Some(scope.id);
+        let full = push.full || moved;
+        let types = if moved { TypeSet::ALL } else { push.types };
+        let mut out = Vec::new();
+        for t in TypeUrl::PUSH_ORDER {
+            if !self.watches[t.index()].subscribed {
+                continue;
+            }
+            // EDS runs on every push: endpoint changes, and assignments
+            // owed to clusters this push changed.
+            if (!full || !types.contains(t)) && t != TypeUrl::Endpoint {
+                continue;
+            }
+            let hosts = if full { None } else { Some(&*push.hosts) };
+            out.extend(self.respond(ctx, cache, t, Reason::Push { hosts }, &[]));
+        }
+        // Nothing outstanding (e.g. only removals were due): remove now.
+        out.extend(self.after_ack(ctx, cache));
+        out
+    }
+
+    /// What the client should have of type `t` now, sorted by name;
+    /// `hosts` limits assignments to those hosts.
+    fn current(
+        &self,
+        ctx: &PushContext,
+        cache: &ScopedCache,
+        scope: &Scope,
+        t: TypeUrl,
+        hosts: Option<&HashSet<Hostname>>,
+    ) -> Vec<Arc<EncodedResource>> {
+        let w = &self.watches[t.index()];
+        let wanted = |name: &str| w.wildcard || w.names.contains(name);
+        let mut resources: Vec<Arc<EncodedResource>> = match t {
+            TypeUrl::Cluster | TypeUrl::Listener => {
+                let (id, key) = self.inbound.as_ref().expect("set with the scope");
+                let outbound = cache.scoped(ctx, scope, t);
+                let inbound = cache.inbound(*id, key, t);
+                outbound.resources.iter().chain(inbound.resources.iter()).filter(|r| wanted(&r.name)).cloned().collect()
+            }
+            TypeUrl::Route => {
+                let set = cache.scoped(ctx, scope, t);
+                if w.wildcard {
+                    set.resources.clone()
+                } else {
+                    w.names.iter().filter_map(|n| set.get(n).cloned()).collect()
+                }
+            }
+            TypeUrl::Endpoint => {
+                let mut names: BTreeSet<&str> = w.names.iter().map(String::as_str).collect();
+                let clusters;
+                if w.wildcard {
+                    clusters = cache.scoped(ctx, scope, TypeUrl::Cluster);
+                    names.extend(clusters.resources.iter().map(|r| &*r.name));
+                }
+                names
+                    .into_iter()
+                    .filter(|n| {
+                        hosts.is_none_or(|hosts| crate::generate::eds::host_of(n).is_some_and(|h| hosts.contains(h)))
+                    })
+                    .filter_map(|n| cache.endpoint(ctx, n))
+                    .collect()
+            }
+        };
+        resources.sort_by(|a, b| a.name.cmp(&b.name));
+        resources.dedup_by(|a, b| a.name == b.name);
+        resources
+    }
+
+    /// Builds the response for `t` if the client lacks anything or holds
+    /// something gone; records what the client now holds. `announce` are
+    /// newly subscribed names: those that do not exist are removed at once.
+    fn respond(
+        &mut self,
+        ctx: &PushContext,
+        cache: &ScopedCache,
+        t: TypeUrl,
+        reason: Reason<'_>,
+        announce: &[Arc<str>],
+    ) -> Option<DeltaResponse> {
+        let scope = self.refresh_scope(ctx, false);
+        let hosts = match reason {
+            Reason::Push { hosts } if t == TypeUrl::Endpoint => hosts,
+            _ => None,
+        };
+        let current = self.current(ctx, cache, &scope, t, hosts);
+        let exists = |n: &str| current.binary_search_by(|r| (*r.name).cmp(n)).is_ok();
+        let held = &self.held[t.index()];
+        let changed: Vec<Arc<EncodedResource>> =
+            current.iter().filter(|r| held.get(&r.name) != Some(&Some(r.hash))).cloned().collect();
+        let in_reach =
+            |n: &str| hosts.is_none_or(|hosts| crate::generate::eds::host_of(n).is_some_and(|h| hosts.contains(h)));
+        let mut removed: Vec<Arc<str>> = held.keys().filter(|n| in_reach(n) && !exists(n)).cloned().collect();
+        if t == TypeUrl::Endpoint {
+            // An assignment goes with its cluster, which may be kept a while
+            // (make before break): Envoy unsubscribes when the cluster goes.
+            let clusters = &self.held[TypeUrl::Cluster.index()];
+            removed.retain(|n| !clusters.contains_key(n));
+        }
+        if t == TypeUrl::Cluster && matches!(reason, Reason::Push { .. }) && !removed.is_empty() {
+            // Make before break: remove once listeners and routes settled.
+            self.cluster_cleanup = true;
+            removed.clear();
+        }
+        removed.extend(announce.iter().filter(|n| !exists(n) && !held.contains_key(*n)).cloned());
+        removed.sort();
+        removed.dedup();
+        let first = matches!(reason, Reason::Request { first: true });
+        if changed.is_empty() && removed.is_empty() && !(first && held.is_empty()) {
+            return None;
+        }
+
+        let held = &mut self.held[t.index()];
+        for r in &changed {
+            held.insert(r.name.clone(), Some(r.hash));
+        }
+        for n in &removed {
+            held.remove(n);
+        }
+        if t == TypeUrl::Cluster {
+            // A changed cluster warms again until its assignment arrives:
+            // forget the assignment so the EDS step sends it even if unchanged.
+            let endpoints = &mut self.held[TypeUrl::Endpoint.index()];
+            for r in &changed {
+                endpoints.remove(&r.name);
+            }
+        }
+
+        self.nonce = self.nonce.wrapping_add(1);
+        let nonce = self.nonce;
+        let system_version: Arc<str> = Arc::from(format!("{:x}", ctx.version));
+        let which = {
+            let mut h = xxhash_rust::xxh3::Xxh3::new();
+            for r in &changed {
+                h.update(r.name.as_bytes());
+                h.update(&r.hash.to_le_bytes());
+            }
+            h.update(&[0xff]);
+            for n in &removed {
+                h.update(n.as_bytes());
+                h.update(&[0]);
+            }
+            h.digest()
+        };
+        let tail_len = delta_codec::tail_len(&removed);
+        let body = cache.shared_body(t, Arc::from(format!("delta:{system_version}")), which, || {
+            delta_codec::assemble(t, &system_version, &changed, tail_len)
+        });
+        let tail = delta_codec::tail(nonce, &removed);
+        let w = &mut self.watches[t.index()];
+        w.nonce_sent = Some(super::codec::OutgoingResponse::nonce_text(nonce));
+        w.version_sent = Some(system_version);
+        w.responses += 1;
+        Some(DeltaResponse { body, tail })
+    }
+}
