@@ -7,8 +7,8 @@
 //! changes through meshpush's registry API ([`registry`]) or a trigger
 //! command, and measures how long each change takes to reach each stream
 //! that should see it ([`track`]), plus the server's CPU and memory
-//! ([`server`]). [`scenario`] holds the scenarios and the run; [`report`]
-//! the table, JSON and plot.
+//! ([`server`]). [`scenario`] holds the scenarios, [`run()`] carries one
+//! out, [`report`] makes the table, JSON and plot.
 //!
 //! Invariants: it only talks to loopback addresses; every wait is bounded
 //! and the run stops by itself; it never takes a shortcut a real Envoy would
@@ -18,6 +18,7 @@ pub mod ads;
 pub mod mesh;
 pub mod registry;
 pub mod report;
+mod run;
 pub mod scenario;
 pub mod server;
 pub mod track;
@@ -27,4 +28,5 @@ mod wire;
 mod test;
 
 pub use report::Report;
-pub use scenario::{ExpectSpec, Options, Scenario, run};
+pub use run::run;
+pub use scenario::{ExpectSpec, Options, Scenario};

@@ -33,12 +33,12 @@ struct Cli {
     /// With --target: do not load the generated mesh through the registry (it is loaded already).
     #[arg(long)]
     no_load: bool,
-    /// A command (run with `sh -c`, `{n}` replaced by the change number) that makes a change
+    /// A command (run with `sh -c`, `%n` replaced by the change number) that makes a change
     /// on a server that is not meshpush.
     #[arg(long, requires = "expect")]
     trigger: Option<String>,
     /// How to recognize a triggered change: TYPE:RESOURCE:TOKEN (type cds|eds|lds|rds; resource
-    /// `*` for any; TOKEN is a whole string field of the resource, `{n}` replaced by the change number).
+    /// `*` for any; TOKEN is a whole string field of the resource, `%n` replaced by the change number).
     #[arg(long)]
     expect: Option<ExpectSpec>,
     /// How many triggered changes.
@@ -68,6 +68,10 @@ struct Cli {
     /// No progress bars.
     #[arg(long)]
     no_progress: bool,
+    /// Write the scenario's mesh (Kubernetes and Istio YAML, one file per namespace) into this
+    /// directory and exit: to load the same mesh into another server.
+    #[arg(long)]
+    write_mesh: Option<PathBuf>,
     /// Leave Envoy's 516-extension list out of the node. Envoy 1.40 sends it on every request
     /// (unless its bootstrap sets set_node_on_first_message_only); this is for comparison only.
     #[arg(long)]
@@ -76,6 +80,18 @@ struct Cli {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    if let Some(dir) = &cli.write_mesh {
+        return match write_mesh(cli.scenario, dir) {
+            Ok(files) => {
+                eprintln!("loadtest: wrote {files} files into {}", dir.display());
+                ExitCode::SUCCESS
+            }
+            Err(e) => {
+                eprintln!("loadtest: writing the mesh into {}: {e}", dir.display());
+                ExitCode::from(2)
+            }
+        };
+    }
     let options = Options {
         target: cli.target,
         registry: cli.registry,
@@ -116,4 +132,14 @@ fn main() -> ExitCode {
         }
     }
     if report.failures.is_empty() { ExitCode::SUCCESS } else { ExitCode::FAILURE }
+}
+
+/// Writes the scenario's mesh files into `dir` (created if missing).
+fn write_mesh(scenario: Scenario, dir: &std::path::Path) -> std::io::Result<usize> {
+    std::fs::create_dir_all(dir)?;
+    let files = scenario.shape().files();
+    for (name, text) in &files {
+        std::fs::write(dir.join(name), text)?;
+    }
+    Ok(files.len())
 }

@@ -283,7 +283,7 @@ pub struct FreshAddresses {
 
 impl FreshAddresses {
     /// The next unused address.
-    pub fn next(&mut self) -> Ipv4Addr {
+    pub fn take(&mut self) -> Ipv4Addr {
         let address = Ipv4Addr::from(u32::from(Ipv4Addr::new(127, 200, 0, 0)) + self.next);
         self.next += 1;
         address

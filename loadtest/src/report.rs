@@ -34,14 +34,10 @@ impl Sample {
         for latency in &self.sorted {
             histogram.saturating_record(latency.as_micros().max(1) as u64);
         }
-        let ms = |q: f64| histogram.value_at_quantile(q) as f64 / 1e3;
-        Summary {
-            count: self.sorted.len(),
-            p50_ms: ms(0.5),
-            p90_ms: ms(0.9),
-            p99_ms: ms(0.99),
-            max_ms: self.sorted.last().map_or(0.0, |d| d.as_secs_f64() * 1e3),
-        }
+        let max_ms = self.sorted.last().map_or(0.0, |d| d.as_secs_f64() * 1e3);
+        // The histogram reports a bucket's upper edge: never more than the largest sample.
+        let ms = |q: f64| (histogram.value_at_quantile(q) as f64 / 1e3).min(max_ms);
+        Summary { count: self.sorted.len(), p50_ms: ms(0.5), p90_ms: ms(0.9), p99_ms: ms(0.99), max_ms }
     }
 
     /// `(milliseconds, fraction of the sample at or below)` points of the CDF.
@@ -267,7 +263,11 @@ impl Report {
             }
         );
         let _ = writeln!(out, "server: {}", self.server);
-        let _ = writeln!(out, "machine: {}\n", self.machine);
+        let _ = writeln!(out, "machine: {}", self.machine);
+        for note in &self.notes {
+            let _ = writeln!(out, "note: {note}");
+        }
+        out.push('\n');
         let header = [
             "phase",
             "streams",
@@ -383,6 +383,7 @@ impl Report {
         chart
             .configure_mesh()
             .x_desc("milliseconds from the start of the phase (log scale)")
+            .x_label_formatter(&|v| format!("{v:.0}"))
             .y_desc("fraction of expected streams converged")
             .draw()
             .map_err(|e| anyhow::anyhow!("{e}"))?;

@@ -103,6 +103,12 @@ pub struct SyncState {
     times: Mutex<Vec<Duration>>,
 }
 
+impl Default for SyncState {
+    fn default() -> Self {
+        SyncState::new()
+    }
+}
+
 impl SyncState {
     /// Starts counting from now.
     pub fn new() -> SyncState {
@@ -154,6 +160,11 @@ impl NameSet {
     /// Number of names.
     pub fn len(&self) -> usize {
         self.names.len()
+    }
+
+    /// Whether the list is empty.
+    pub fn is_empty(&self) -> bool {
+        self.names.is_empty()
     }
 }
 
@@ -235,7 +246,7 @@ pub struct Change {
     pub xds_type: XdsType,
     /// The resource that carries it; empty means any resource of the type.
     pub resource: String,
-    /// The token as encoded on the wire (see [`wire::encoded_string`]).
+    /// The token as a protobuf string field encodes it: its length, then its bytes.
     pub token: Vec<u8>,
     /// When the change started.
     pub start: Instant,
@@ -310,7 +321,12 @@ impl Change {
             state.latencies.push(acked.saturating_duration_since(self.start));
             let n = state.latencies.len();
             drop(state);
-            self.converged.send_replace(n);
+            // Two streams recording at once may publish out of order: keep the larger count.
+            self.converged.send_if_modified(|count| {
+                let grew = n > *count;
+                *count = (*count).max(n);
+                grew
+            });
         } else {
             state.unexpected += 1;
         }
@@ -329,6 +345,11 @@ impl Change {
         *self.converged.borrow() >= self.expected
     }
 
+    /// Whether stream `stream` has ACKed a response carrying the change.
+    pub fn seen_by(&self, stream: u32) -> bool {
+        self.state.lock().seen.contains(&stream)
+    }
+
     /// The outcome so far.
     pub fn outcome(&self) -> ChangeOutcome {
         let state = self.state.lock();
@@ -341,11 +362,14 @@ impl Change {
     }
 }
 
+/// Active changes of one type by the name of the resource that carries them.
+type ChangesByName = RwLock<HashMap<Box<str>, Vec<Arc<Change>>>>;
+
 /// The changes streams look for, by type and resource name.
 #[derive(Debug, Default)]
 pub struct Tracker {
     active: [AtomicUsize; 4],
-    by_name: [RwLock<HashMap<Box<str>, Vec<Arc<Change>>>>; 4],
+    by_name: [ChangesByName; 4],
 }
 
 impl Tracker {

@@ -209,7 +209,14 @@ async fn nothing_is_accepted_before_the_directory_is_loaded() {
 async fn an_endpoint_change_applied_through_the_api_reaches_an_ads_stream() {
     let server = Server::start(true).await;
     let mut registry = server.client().await;
-    registry.apply(ApplyRequest { puts: vec![service(8080), slice("127.0.0.50")], deletes: vec![] }).await.unwrap();
+    let applied = registry
+        .apply(ApplyRequest { puts: vec![service(8080), slice("127.0.0.50")], deletes: vec![] })
+        .await
+        .unwrap()
+        .into_inner();
+    // The stream starts on the snapshot that has the service, so that the
+    // next push it sees is the endpoint change.
+    registry.wait_for_revision(WaitForRevisionRequest { revision: applied.revision, timeout_ms: 5_000 }).await.unwrap();
 
     let mut ads = AggregatedDiscoveryServiceClient::connect(format!("http://{}", server.addr)).await.unwrap();
     let (tx, rx) = mpsc::channel(16);
@@ -224,6 +231,7 @@ async fn an_endpoint_change_applied_through_the_api_reaches_an_ads_stream() {
     tx.send(request(&node, TypeUrl::Cluster, &[], &cds.version_info, &cds.nonce)).await.unwrap();
     tx.send(request(&node, TypeUrl::Endpoint, &[CLUSTER], "", "")).await.unwrap();
     let eds = next().await;
+    assert_eq!(eds.type_url, TypeUrl::Endpoint.as_str());
     assert_eq!(addresses(&eds), vec!["127.0.0.50".to_string()]);
     tx.send(request(&node, TypeUrl::Endpoint, &[CLUSTER], &eds.version_info, &eds.nonce)).await.unwrap();
 
