@@ -8,6 +8,9 @@
 //! when the body is assembled. Since prost writes fields in number order and
 //! fields 6 and 7 are empty, body + nonce is byte-for-byte what prost
 //! encodes for the whole message.
+//!
+//! Requests are decoded with prost; after a stream's first request the node
+//! is skipped ([`NodeOnceDecoder`]).
 
 use std::marker::PhantomData;
 
@@ -97,24 +100,69 @@ impl OutgoingResponse {
     }
 }
 
-/// Decodes requests with prost.
-#[derive(Debug)]
-pub struct RequestDecoder<Req> {
-    _req: PhantomData<fn() -> Req>,
+/// A SotW request as it arrives after the first one: every field but the
+/// node. Envoy sends its node (60 KB with Envoy 1.40's extension list) on
+/// every request; the stream already parsed it from the first, so prost
+/// skips the field here instead of building it again for every ACK.
+#[derive(Clone, PartialEq, Message)]
+pub struct DiscoveryRequestWithoutNode {
+    /// `version_info` (field 1).
+    #[prost(string, tag = "1")]
+    pub version_info: String,
+    /// `resource_names` (field 3).
+    #[prost(string, repeated, tag = "3")]
+    pub resource_names: Vec<String>,
+    /// `type_url` (field 4).
+    #[prost(string, tag = "4")]
+    pub type_url: String,
+    /// `response_nonce` (field 5).
+    #[prost(string, tag = "5")]
+    pub response_nonce: String,
+    /// `error_detail` (field 6).
+    #[prost(message, optional, tag = "6")]
+    pub error_detail: Option<envoy_types::pb::google::rpc::Status>,
 }
 
-impl<Req> Default for RequestDecoder<Req> {
-    fn default() -> Self {
-        RequestDecoder { _req: PhantomData }
+impl From<DiscoveryRequestWithoutNode> for envoy_types::pb::envoy::service::discovery::v3::DiscoveryRequest {
+    fn from(r: DiscoveryRequestWithoutNode) -> Self {
+        Self {
+            version_info: r.version_info,
+            node: None,
+            resource_names: r.resource_names,
+            type_url: r.type_url,
+            response_nonce: r.response_nonce,
+            error_detail: r.error_detail,
+            ..Default::default()
+        }
     }
 }
 
-impl<Req: Message + Default> Decoder for RequestDecoder<Req> {
-    type Item = Req;
+/// Decodes a stream's first request in full (it carries the node) and every
+/// later one as `Later`, which may leave fields out.
+#[derive(Debug)]
+pub struct NodeOnceDecoder<First, Later> {
+    first_done: bool,
+    _types: PhantomData<fn() -> (First, Later)>,
+}
+
+impl<First, Later> Default for NodeOnceDecoder<First, Later> {
+    fn default() -> Self {
+        NodeOnceDecoder { first_done: false, _types: PhantomData }
+    }
+}
+
+impl<First: Message + Default, Later: Message + Default + Into<First>> Decoder for NodeOnceDecoder<First, Later> {
+    type Item = First;
     type Error = Status;
 
     fn decode(&mut self, src: &mut DecodeBuf<'_>) -> Result<Option<Self::Item>, Self::Error> {
-        Req::decode(src).map(Some).map_err(|e| Status::invalid_argument(format!("undecodable request: {e}")))
+        let decoded = if self.first_done {
+            Later::decode(src).map(Into::into)
+        } else {
+            self.first_done = true;
+            First::decode(src)
+        };
+        decoded.map(Some).map_err(|e| Status::invalid_argument(format!("undecodable request: {e}")))
     }
 }
 
@@ -160,5 +208,26 @@ mod tests {
         };
         assert_eq!(wire, &expected.encode_to_vec()[..]);
         assert_eq!(DiscoveryResponse::decode(wire).unwrap(), expected);
+    }
+
+    #[test]
+    fn later_requests_keep_every_field_but_the_node() {
+        use envoy_types::pb::envoy::config::core::v3::Node;
+        use envoy_types::pb::envoy::service::discovery::v3::DiscoveryRequest;
+        let full = DiscoveryRequest {
+            version_info: "v1".into(),
+            node: Some(Node { id: "sidecar~1.2.3.4~a.b~b.svc.cluster.local".into(), ..Default::default() }),
+            resource_names: vec!["a".into(), "b".into()],
+            type_url: TypeUrl::Endpoint.as_str().into(),
+            response_nonce: "00000001".into(),
+            error_detail: Some(envoy_types::pb::google::rpc::Status {
+                code: 13,
+                message: "no".into(),
+                details: vec![],
+            }),
+            ..Default::default()
+        };
+        let later: DiscoveryRequest = DiscoveryRequestWithoutNode::decode(&full.encode_to_vec()[..]).unwrap().into();
+        assert_eq!(later, DiscoveryRequest { node: None, ..full });
     }
 }

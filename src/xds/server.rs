@@ -27,7 +27,7 @@ use tonic::{Status, Streaming};
 use tracing::Instrument;
 
 use super::body::{Framed, ResponseStreamBody};
-use super::codec::{OutgoingResponse, RequestDecoder};
+use super::codec::{NodeOnceDecoder, OutgoingResponse};
 use super::connection::Connection;
 use super::delta::DeltaConnection;
 use super::delta_codec::DeltaResponse;
@@ -70,6 +70,9 @@ impl NamedService for AdsService {
 pub trait Protocol: StreamState + Send + Sized + 'static {
     /// The request message.
     type Request: prost::Message + Default + Send + 'static;
+    /// A request after the first, as decoded (fields the stream no longer
+    /// needs, such as the node, may be left out).
+    type LaterRequest: prost::Message + Default + Into<Self::Request> + Send + 'static;
     /// A response on its way to the stream.
     type Response: Framed + Send + 'static;
     /// A new stream's state.
@@ -90,6 +93,7 @@ pub trait Protocol: StreamState + Send + Sized + 'static {
 
 impl Protocol for Connection {
     type Request = DiscoveryRequest;
+    type LaterRequest = super::codec::DiscoveryRequestWithoutNode;
     type Response = OutgoingResponse;
     fn open(id: u64, proxy: Arc<Proxy>) -> Self {
         Connection::new(id, proxy)
@@ -116,6 +120,7 @@ impl Protocol for Connection {
 
 impl Protocol for DeltaConnection {
     type Request = DeltaDiscoveryRequest;
+    type LaterRequest = DeltaDiscoveryRequest;
     type Response = DeltaResponse;
     fn open(id: u64, proxy: Arc<Proxy>) -> Self {
         DeltaConnection::new(id, proxy)
@@ -159,8 +164,12 @@ where
         .and_then(|i| i.remote_addr())
         .map(|a| a.to_string())
         .unwrap_or_default();
-    let mut requests: Streaming<P::Request> =
-        Streaming::new_request(RequestDecoder::<P::Request>::default(), req.into_body(), None, Some(MAX_REQUEST_BYTES));
+    let mut requests: Streaming<P::Request> = Streaming::new_request(
+        NodeOnceDecoder::<P::Request, P::LaterRequest>::default(),
+        req.into_body(),
+        None,
+        Some(MAX_REQUEST_BYTES),
+    );
     let first = match requests.message().await {
         Ok(Some(first)) => first,
         Ok(None) => return Status::cancelled("stream ended before its first request").into_http(),
