@@ -30,7 +30,7 @@ use super::codec::OutgoingResponse;
 use super::types::{TypeSet, TypeUrl};
 use crate::generate::cache::{EncodedResource, ScopedCache, version_of};
 use crate::model::Proxy;
-use crate::push::{InboundId, InboundKey, PendingPush, PushContext, Scope, ScopeId, ScopeKey};
+use crate::push::{InboundId, PendingPush, PushContext, Scope};
 
 /// A recorded NACK.
 #[derive(Debug, Clone, Serialize)]
@@ -120,10 +120,7 @@ pub struct Connection {
     pub watches: [Watch; 4],
     /// Request counters.
     pub counts: RequestCounts,
-    scope: Option<Arc<Scope>>,
-    scope_key: Option<(ScopeId, ScopeKey)>,
-    scope_version: u64,
-    inbound: Option<(InboundId, InboundKey)>,
+    placement: super::placement::Placement,
     nonce: u32,
     cluster_cleanup: bool,
     eds_resend: HashSet<Arc<str>>,
@@ -177,10 +174,7 @@ impl Connection {
             proxy,
             watches: Default::default(),
             counts: RequestCounts::default(),
-            scope: None,
-            scope_key: None,
-            scope_version: 0,
-            inbound: None,
+            placement: Default::default(),
             nonce: 0,
             cluster_cleanup: false,
             eds_resend: HashSet::new(),
@@ -189,12 +183,12 @@ impl Connection {
 
     /// The scope last generated for.
     pub fn scope(&self) -> Option<&Arc<Scope>> {
-        self.scope.as_ref()
+        self.placement.scope()
     }
 
     /// The workload shape last generated for.
     pub fn inbound(&self) -> Option<InboundId> {
-        self.inbound.as_ref().map(|(id, _)| *id)
+        self.placement.inbound().map(|(id, _)| *id)
     }
 
     fn watch(&mut self, t: TypeUrl) -> &mut Watch {
@@ -204,18 +198,7 @@ impl Connection {
     /// Refreshes the scope for `ctx`. The key is recomputed only when the
     /// snapshot moved on; the scope itself comes from the snapshot's memo.
     fn refresh_scope(&mut self, ctx: &PushContext, rekey: bool) -> Arc<Scope> {
-        if rekey || self.scope_key.is_none() || self.inbound.is_none() {
-            let key = ctx.scope_key(&self.proxy);
-            self.scope_key = Some((ctx.intern_scope(&key), key));
-            self.inbound = Some(ctx.inbound_for(&self.proxy));
-            self.scope = None;
-        }
-        if self.scope_version != ctx.version || self.scope.is_none() {
-            let (id, key) = self.scope_key.as_ref().expect("set above");
-            self.scope = Some(ctx.scope_of(*id, key));
-            self.scope_version = ctx.version;
-        }
-        self.scope.clone().expect("scope set above")
+        self.placement.refresh(ctx, &self.proxy, rekey)
     }
 
     /// Handles one request; returns the responses to send, in order.
@@ -365,7 +348,7 @@ impl Connection {
 
     /// Handles a push from the engine; returns the responses, in push order.
     pub fn on_push(&mut self, ctx: &PushContext, cache: &ScopedCache, push: &PendingPush) -> Vec<OutgoingResponse> {
-        let before = self.scope.as_ref().map(|s| s.id);
+        let before = self.placement.scope().map(|s| s.id);
         let scope = self.refresh_scope(ctx, push.rescope);
         let moved = before != Some(scope.id);
         let full = push.full || moved;
@@ -411,7 +394,7 @@ impl Connection {
         let resources: Vec<Arc<EncodedResource>> = match t {
             TypeUrl::Cluster | TypeUrl::Listener => {
                 let outbound = cache.scoped(ctx, scope, t);
-                let (id, key) = self.inbound.as_ref().expect("set with the scope");
+                let (id, key) = self.placement.inbound().expect("set with the scope");
                 let inbound = cache.inbound(*id, key, t);
                 if w.wildcard && inbound.resources.is_empty() {
                     return (outbound.resources.clone(), outbound.version.clone());

@@ -35,7 +35,7 @@ use super::delta_codec::{self, DeltaResponse};
 use super::types::{TypeSet, TypeUrl};
 use crate::generate::cache::{EncodedResource, ScopedCache};
 use crate::model::{Hostname, Proxy};
-use crate::push::{InboundId, InboundKey, PendingPush, PushContext, Scope, ScopeKey};
+use crate::push::{InboundId, PendingPush, PushContext, Scope};
 
 /// What the client holds of one type: name → content hash (`None`: a
 /// version meshpush did not write, so it differs from any current one).
@@ -67,10 +67,7 @@ pub struct DeltaConnection {
     /// Request counters.
     pub counts: RequestCounts,
     held: [Held; 4],
-    scope: Option<Arc<Scope>>,
-    scope_key: Option<ScopeKey>,
-    scope_version: u64,
-    inbound: Option<(InboundId, InboundKey)>,
+    placement: super::placement::Placement,
     nonce: u32,
     cluster_cleanup: bool,
 }
@@ -84,10 +81,7 @@ impl DeltaConnection {
             watches: Default::default(),
             counts: RequestCounts::default(),
             held: Default::default(),
-            scope: None,
-            scope_key: None,
-            scope_version: 0,
-            inbound: None,
+            placement: Default::default(),
             nonce: 0,
             cluster_cleanup: false,
         }
@@ -95,12 +89,12 @@ impl DeltaConnection {
 
     /// The scope last generated for.
     pub fn scope(&self) -> Option<&Arc<Scope>> {
-        self.scope.as_ref()
+        self.placement.scope()
     }
 
     /// The workload shape last generated for.
     pub fn inbound(&self) -> Option<InboundId> {
-        self.inbound.as_ref().map(|(id, _)| *id)
+        self.placement.inbound().map(|(id, _)| *id)
     }
 
     /// Names and versions the client holds of type `t`, as this stream believes.
@@ -110,15 +104,7 @@ impl DeltaConnection {
 
     /// Refreshes the scope for `ctx` (see `Connection::refresh_scope`).
     fn refresh_scope(&mut self, ctx: &PushContext, rekey: bool) -> Arc<Scope> {
-        if rekey || self.scope_key.is_none() || self.scope.is_none() {
-            self.scope_key = Some(ctx.scope_key(&self.proxy));
-            self.inbound = Some(ctx.inbound_for(&self.proxy));
-        }
-        if self.scope_version != ctx.version || self.scope.is_none() {
-            self.scope = Some(ctx.scope_for(&self.proxy));
-            self.scope_version = ctx.version;
-        }
-        self.scope.clone().expect("scope set above")
+        self.placement.refresh(ctx, &self.proxy, rekey)
     }
 
     /// Handles one request; returns the responses to send, in order.
@@ -225,7 +211,7 @@ impl DeltaConnection {
 
     /// Handles a push from the engine; returns the responses, in push order.
     pub fn on_push(&mut self, ctx: &PushContext, cache: &ScopedCache, push: &PendingPush) -> Vec<DeltaResponse> {
-        let before = self.scope.as_ref().map(|s| s.id);
+        let before = self.placement.scope().map(|s| s.id);
         let scope = self.refresh_scope(ctx, push.full);
         let moved = before != Some(scope.id);
         let full = push.full || moved;
@@ -262,7 +248,7 @@ impl DeltaConnection {
         let wanted = |name: &str| w.wildcard || w.names.contains(name);
         let mut resources: Vec<Arc<EncodedResource>> = match t {
             TypeUrl::Cluster | TypeUrl::Listener => {
-                let (id, key) = self.inbound.as_ref().expect("set with the scope");
+                let (id, key) = self.placement.inbound().expect("set with the scope");
                 let outbound = cache.scoped(ctx, scope, t);
                 let inbound = cache.inbound(*id, key, t);
                 outbound.resources.iter().chain(inbound.resources.iter()).filter(|r| wanted(&r.name)).cloned().collect()

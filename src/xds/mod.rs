@@ -16,6 +16,7 @@ pub mod connection;
 pub mod delta;
 pub mod delta_codec;
 pub mod memory;
+pub mod placement;
 pub mod server;
 pub mod status;
 pub mod types;

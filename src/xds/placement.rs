@@ -1,0 +1,48 @@
+//! `Placement`: which scope and workload shape a stream is generated for.
+//!
+//! Both protocols' stream states keep one. The keys are recomputed only when
+//! a push says scope inputs changed (Services, Sidecars, Gateways); between
+//! such pushes a new snapshot costs one memo lookup by the interned id, so a
+//! push to ten thousand streams does not recompute ten thousand keys.
+
+use std::sync::Arc;
+
+use crate::model::Proxy;
+use crate::push::{InboundId, InboundKey, PushContext, Scope, ScopeId, ScopeKey};
+
+/// A stream's scope and inbound key, kept current with the snapshot.
+#[derive(Debug, Default)]
+pub struct Placement {
+    key: Option<(ScopeId, ScopeKey)>,
+    inbound: Option<(InboundId, InboundKey)>,
+    scope: Option<Arc<Scope>>,
+    version: u64,
+}
+
+impl Placement {
+    /// Brings the placement to `ctx` for `proxy`; `rekey` recomputes the keys.
+    pub fn refresh(&mut self, ctx: &PushContext, proxy: &Proxy, rekey: bool) -> Arc<Scope> {
+        if rekey || self.key.is_none() || self.inbound.is_none() {
+            let key = ctx.scope_key(proxy);
+            self.key = Some((ctx.intern_scope(&key), key));
+            self.inbound = Some(ctx.inbound_for(proxy));
+            self.scope = None;
+        }
+        if self.version != ctx.version || self.scope.is_none() {
+            let (id, key) = self.key.as_ref().expect("set above");
+            self.scope = Some(ctx.scope_of(*id, key));
+            self.version = ctx.version;
+        }
+        self.scope.clone().expect("set above")
+    }
+
+    /// The scope last generated for.
+    pub fn scope(&self) -> Option<&Arc<Scope>> {
+        self.scope.as_ref()
+    }
+
+    /// The workload shape last generated for.
+    pub fn inbound(&self) -> Option<&(InboundId, InboundKey)> {
+        self.inbound.as_ref()
+    }
+}
