@@ -9,8 +9,9 @@
 //! the probe's. The server handles a stream's requests in order, so anything
 //! it had sent for the earlier request would have arrived first.
 
+mod support;
+
 use std::collections::{BTreeSet, HashMap};
-use std::sync::Arc;
 use std::time::Duration;
 
 use envoy_types::pb::envoy::config::cluster::v3::Cluster;
@@ -20,14 +21,9 @@ use envoy_types::pb::envoy::service::discovery::v3::aggregated_discovery_service
 use envoy_types::pb::envoy::service::discovery::v3::{DeltaDiscoveryRequest, DeltaDiscoveryResponse};
 use envoy_types::pb::google::protobuf::{Struct, Value, value::Kind};
 use envoy_types::pb::google::rpc::Status as RpcStatus;
-use meshpush::config::parse::parse_documents;
 use meshpush::config::{ConfigKey, ConfigKind};
-use meshpush::model::ConfigStore;
-use meshpush::model::store::Write;
-use meshpush::push::{PushEngine, PushRequest};
-use meshpush::source::file::FileSource;
+use meshpush::xds::TypeUrl;
 use meshpush::xds::status::SyncState;
-use meshpush::xds::{AdsService, TypeUrl};
 use prost::Message;
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
@@ -41,48 +37,19 @@ const RATINGS: &str = "outbound|9080||ratings.default.svc.cluster.local";
 const RATINGS_V1: &str = "outbound|9080|v1|ratings.default.svc.cluster.local";
 const PAYMENTS: &str = "outbound|9080||payments.default.svc.cluster.local";
 
-/// A server over a copy of the bookinfo example, and a way to change it.
-struct Harness {
-    engine: Arc<PushEngine>,
-    store: Arc<ConfigStore>,
-    addr: std::net::SocketAddr,
-    server: tokio::task::JoinHandle<()>,
+/// The in-process server over bookinfo, with this file's stream helpers.
+struct Harness(support::ads_server::AdsServer);
+
+impl std::ops::Deref for Harness {
+    type Target = support::ads_server::AdsServer;
+    fn deref(&self) -> &Self::Target {
+        &self.0
+    }
 }
 
 impl Harness {
     async fn start() -> Harness {
-        let store = Arc::new(ConfigStore::new());
-        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/bookinfo");
-        let (_source, report) = FileSource::load(&dir, &store).expect("bookinfo loads");
-        assert_eq!(report.errors, 0, "bookinfo has no errors");
-        let engine = PushEngine::new();
-        engine.push(PushRequest::new(report.changes)).await;
-        engine.set_ready();
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let addr = listener.local_addr().unwrap();
-        let service = AdsService::new(engine.clone());
-        let server = tokio::spawn(async move {
-            tonic::transport::Server::builder()
-                .add_service(service)
-                .serve_with_incoming(tokio_stream::wrappers::TcpListenerStream::new(listener))
-                .await
-                .unwrap();
-        });
-        Harness { engine, store, addr, server }
-    }
-
-    /// Applies YAML documents (as a file edit would) and pushes at once.
-    async fn apply(&self, yaml: &str) {
-        let parsed = parse_documents("test.yaml", yaml);
-        assert!(parsed.problems.iter().all(|p| !p.is_error()), "{:?}", parsed.problems);
-        let changes = self.store.apply(parsed.objects.into_iter().map(|(o, s)| Write::Put(o, s)));
-        assert!(!changes.is_empty(), "the edit changed something");
-        self.engine.push(PushRequest::new(changes)).await;
-    }
-
-    async fn delete(&self, keys: Vec<ConfigKey>) {
-        let changes = self.store.apply(keys.into_iter().map(Write::Delete));
-        self.engine.push(PushRequest::new(changes)).await;
+        Harness(support::ads_server::AdsServer::bookinfo().await)
     }
 
     /// A stream whose first request is CDS with both lists empty (Envoy's
@@ -101,12 +68,6 @@ impl Harness {
         let conns = self.engine.queue.connections();
         assert_eq!(conns.len(), 1);
         conns[0].status.lock().get(t).sync_state()
-    }
-}
-
-impl Drop for Harness {
-    fn drop(&mut self) {
-        self.server.abort();
     }
 }
 

@@ -9,7 +9,8 @@
 //! `DELTA_BYTES_SERVICES=N` changes the mesh size, `DELTA_BYTES_TRACE=1`
 //! prints every response.
 
-use std::sync::Arc;
+mod support;
+
 use std::time::Duration;
 
 use envoy_types::pb::envoy::config::cluster::v3::Cluster;
@@ -19,11 +20,9 @@ use envoy_types::pb::envoy::service::discovery::v3::{
     DeltaDiscoveryRequest, DeltaDiscoveryResponse, DiscoveryRequest, DiscoveryResponse,
 };
 use meshpush::config::SourceRef;
-use meshpush::model::ConfigStore;
 use meshpush::model::store::Write;
-use meshpush::push::{PushEngine, PushRequest};
 use meshpush::synth::MeshSpec;
-use meshpush::xds::{AdsService, TypeUrl};
+use meshpush::xds::TypeUrl;
 use prost::Message;
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
@@ -107,21 +106,8 @@ impl Delta {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn delta_sends_no_more_than_a_resource_header_over_sotw_and_far_less_for_a_new_service() {
     let spec = MeshSpec::new(std::env::var("DELTA_BYTES_SERVICES").map_or(1000, |v| v.parse().unwrap()));
-    let store = Arc::new(ConfigStore::new());
-    let engine = PushEngine::new();
-    let changes = store.apply(spec.objects().into_iter().map(|o| Write::Put(o, src())));
-    engine.push(PushRequest::new(changes)).await;
-    engine.set_ready();
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    let service = AdsService::new(engine.clone());
-    let server = tokio::spawn(async move {
-        tonic::transport::Server::builder()
-            .add_service(service)
-            .serve_with_incoming(tokio_stream::wrappers::TcpListenerStream::new(listener))
-            .await
-            .unwrap();
-    });
+    let server = support::ads_server::AdsServer::with_objects(spec.objects()).await;
+    let addr = server.addr;
     let channel = tonic::transport::Endpoint::from_shared(format!("http://{addr}")).unwrap().connect().await.unwrap();
     let mut client = AggregatedDiscoveryServiceClient::new(channel).max_decoding_message_size(usize::MAX);
 
@@ -175,9 +161,7 @@ async fn delta_sends_no_more_than_a_resource_header_over_sotw_and_far_less_for_a
         ("one VirtualService edited", vec![Write::Put(spec.virtual_service(0, 50), src())]),
     ];
     for (what, writes) in changes {
-        let changes = store.apply(writes);
-        assert!(!changes.is_empty());
-        engine.push(PushRequest::new(changes)).await;
+        server.write(writes).await;
         let (s, d) = tokio::join!(sotw.drain(), delta.drain());
         println!("{what:<28} {s:>12} {d:>12}");
         assert!(d > 0, "{what}: the delta stream got the change");
@@ -191,5 +175,4 @@ async fn delta_sends_no_more_than_a_resource_header_over_sotw_and_far_less_for_a
             assert!(d < s, "{what}: delta sends less ({d} bytes) than SotW ({s} bytes)");
         }
     }
-    server.abort();
 }

@@ -6,6 +6,7 @@
 //! every address it binds is on loopback; every wait has a deadline and fails with
 //! the logs of the processes involved.
 //!
+//! * [`ads_server`]: an in-process ADS server for protocol tests.
 //! * [`process`]: [`process::ChildGuard`], free ports, [`process::wait_until`].
 //! * [`envoy`]: getting the Envoy binary, and [`envoy::Envoy`] with admin helpers.
 //! * [`meshpush`]: [`meshpush::Meshpush`], the real binary serving a config dir.
@@ -19,6 +20,7 @@
 // Each test binary uses a different part of the harness.
 #![allow(dead_code)]
 
+pub mod ads_server;
 pub mod backend;
 pub mod browser;
 pub mod envoy;

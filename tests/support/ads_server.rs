@@ -1,0 +1,87 @@
+//! An in-process meshpush ADS server for protocol tests: a `PushEngine` over
+//! a `ConfigStore`, served by the real `AdsService` on a free loopback port,
+//! and a way to change the store and push at once (no debounce).
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use meshpush::config::parse::parse_documents;
+use meshpush::config::{ConfigKey, ConfigObject, SourceRef};
+use meshpush::model::ConfigStore;
+use meshpush::model::store::Write;
+use meshpush::push::{PushEngine, PushRequest};
+use meshpush::source::file::FileSource;
+use meshpush::xds::AdsService;
+
+/// A running server; stopped on drop.
+pub struct AdsServer {
+    /// The engine behind it.
+    pub engine: Arc<PushEngine>,
+    /// The store the engine reads.
+    pub store: Arc<ConfigStore>,
+    /// Where it listens.
+    pub addr: SocketAddr,
+    server: tokio::task::JoinHandle<()>,
+}
+
+impl AdsServer {
+    /// A server over the bookinfo example.
+    pub async fn bookinfo() -> AdsServer {
+        let store = Arc::new(ConfigStore::new());
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/bookinfo");
+        let (_source, report) = FileSource::load(&dir, &store).expect("bookinfo loads");
+        assert_eq!(report.errors, 0, "bookinfo has no errors");
+        AdsServer::serve(store, report.changes).await
+    }
+
+    /// A server over `objects`.
+    pub async fn with_objects(objects: Vec<ConfigObject>) -> AdsServer {
+        let store = Arc::new(ConfigStore::new());
+        let source = SourceRef { file: "test".into(), doc: 0 };
+        let changes = store.apply(objects.into_iter().map(|o| Write::Put(o, source.clone())));
+        AdsServer::serve(store, changes).await
+    }
+
+    async fn serve(store: Arc<ConfigStore>, initial: meshpush::model::ChangeSet) -> AdsServer {
+        let engine = PushEngine::new();
+        engine.push(PushRequest::new(initial)).await;
+        engine.set_ready();
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("a free loopback port");
+        let addr = listener.local_addr().expect("bound");
+        let service = AdsService::new(engine.clone());
+        let server = tokio::spawn(async move {
+            tonic::transport::Server::builder()
+                .add_service(service)
+                .serve_with_incoming(tokio_stream::wrappers::TcpListenerStream::new(listener))
+                .await
+                .expect("the ADS server runs");
+        });
+        AdsServer { engine, store, addr, server }
+    }
+
+    /// Applies YAML documents (as a file edit would) and pushes at once.
+    pub async fn apply(&self, yaml: &str) {
+        let parsed = parse_documents("test.yaml", yaml);
+        assert!(parsed.problems.iter().all(|p| !p.is_error()), "{:?}", parsed.problems);
+        let changes = self.store.apply(parsed.objects.into_iter().map(|(o, s)| Write::Put(o, s)));
+        assert!(!changes.is_empty(), "the edit changed something");
+        self.engine.push(PushRequest::new(changes)).await;
+    }
+
+    /// Applies store writes and pushes at once.
+    pub async fn write(&self, writes: Vec<Write>) {
+        let changes = self.store.apply(writes);
+        self.engine.push(PushRequest::new(changes)).await;
+    }
+
+    /// Deletes objects and pushes at once.
+    pub async fn delete(&self, keys: Vec<ConfigKey>) {
+        self.write(keys.into_iter().map(Write::Delete).collect()).await;
+    }
+}
+
+impl Drop for AdsServer {
+    fn drop(&mut self) {
+        self.server.abort();
+    }
+}
