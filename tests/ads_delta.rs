@@ -19,7 +19,6 @@ use envoy_types::pb::envoy::config::core::v3::Node;
 use envoy_types::pb::envoy::config::endpoint::v3::ClusterLoadAssignment;
 use envoy_types::pb::envoy::service::discovery::v3::aggregated_discovery_service_client::AggregatedDiscoveryServiceClient;
 use envoy_types::pb::envoy::service::discovery::v3::{DeltaDiscoveryRequest, DeltaDiscoveryResponse};
-use envoy_types::pb::google::protobuf::{Struct, Value, value::Kind};
 use envoy_types::pb::google::rpc::Status as RpcStatus;
 use meshpush::config::{ConfigKey, ConfigKind};
 use meshpush::xds::TypeUrl;
@@ -71,24 +70,9 @@ impl Harness {
     }
 }
 
+/// The productpage sidecar's node, NONE mode.
 fn node(id: &str) -> Node {
-    let s = |v: &str| Value { kind: Some(Kind::StringValue(v.into())) };
-    let labels = Struct {
-        fields: [("app", "productpage"), ("version", "v1")].iter().map(|(k, v)| (k.to_string(), s(v))).collect(),
-    };
-    Node {
-        id: id.into(),
-        cluster: "productpage.default".into(),
-        metadata: Some(Struct {
-            fields: [
-                ("NAMESPACE".to_string(), s("default")),
-                ("INTERCEPTION_MODE".to_string(), s("NONE")),
-                ("LABELS".to_string(), Value { kind: Some(Kind::StructValue(labels)) }),
-            ]
-            .into(),
-        }),
-        ..Default::default()
-    }
+    meshpush::xds::memory::node(id, "NONE", &[("app", "productpage"), ("version", "v1")])
 }
 
 /// One delta ADS stream, driven like Envoy drives it.

@@ -18,7 +18,6 @@ use envoy_types::pb::envoy::config::endpoint::v3::ClusterLoadAssignment;
 use envoy_types::pb::envoy::config::listener::v3::Listener;
 use envoy_types::pb::envoy::service::discovery::v3::aggregated_discovery_service_client::AggregatedDiscoveryServiceClient;
 use envoy_types::pb::envoy::service::discovery::v3::{DiscoveryRequest, DiscoveryResponse};
-use envoy_types::pb::google::protobuf::{Struct, Value, value::Kind};
 use envoy_types::pb::google::rpc::Status as RpcStatus;
 use meshpush::xds::TypeUrl;
 use prost::Message;
@@ -49,22 +48,9 @@ impl Harness {
     }
 }
 
+/// An Istio sidecar node in NONE mode (metadata NAMESPACE, LABELS, INTERCEPTION_MODE).
 fn node(id: &str, labels: &[(&str, &str)]) -> Node {
-    let s = |v: &str| Value { kind: Some(Kind::StringValue(v.into())) };
-    let labels = Struct { fields: labels.iter().map(|(k, v)| (k.to_string(), s(v))).collect() };
-    Node {
-        id: id.into(),
-        cluster: "productpage.default".into(),
-        metadata: Some(Struct {
-            fields: [
-                ("NAMESPACE".to_string(), s("default")),
-                ("INTERCEPTION_MODE".to_string(), s("NONE")),
-                ("LABELS".to_string(), Value { kind: Some(Kind::StructValue(labels)) }),
-            ]
-            .into(),
-        }),
-        ..Default::default()
-    }
+    meshpush::xds::memory::node(id, "NONE", labels)
 }
 
 /// One ADS stream, driven like Envoy drives it.
