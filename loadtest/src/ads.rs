@@ -1,15 +1,18 @@
-//! Simulated Envoys: one task per ADS stream, many streams per HTTP/2 connection.
+//! Simulated Envoys' streams: one task per ADS stream, many streams per
+//! HTTP/2 connection, whichever the protocol.
 //!
-//! Each stream subscribes the way Envoy 1.40 does: CDS wildcard first; on
-//! each CDS response, the CDS ACK and then an EDS request naming the EDS
-//! clusters; once every cluster has its endpoints (or 15 s have passed,
-//! Envoy's `initial_fetch_timeout`), LDS wildcard; on each LDS response, the
-//! LDS ACK and then an RDS request naming the route configurations the
-//! listeners use. Every response is ACKed. Every request — ACKs included —
-//! carries the node and the full `resource_names` list of its type, as
-//! Envoy's SotW client sends them; nothing is abbreviated to spare the
-//! harness or the server.
+//! This module owns what does not depend on the protocol: the connections
+//! (Envoy's flow-control windows), the stream task ([`run_stream`]: first
+//! request queued before the call opens, responses handed to the simulator,
+//! the `initial_fetch_timeout` timer, stopping), the gRPC codec that sends
+//! pre-encoded requests and returns responses undecoded, and the state every
+//! stream shares ([`Shared`]). What a stream says on the wire is its
+//! simulator's: `sotw` on `StreamAggregatedResources`, `delta` on
+//! `DeltaAggregatedResources` (a [`Protocol`] each); what Envoy does alike
+//! on both is `envoy`'s. Nothing is abbreviated to spare the harness or
+//! the server: every request carries the node, every response is ACKed.
 
+use std::future::Future;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
@@ -22,21 +25,59 @@ use tonic::Status;
 use tonic::codec::{Codec, DecodeBuf, Decoder, EncodeBuf, Encoder};
 use tonic::transport::{Channel, Endpoint};
 
-use crate::track::{Change, NameSet, NameSets, Stats, SyncState, Tracker, XdsType};
-use crate::wire::{self, Response};
-
-const SOTW_PATH: &str = "/envoy.service.discovery.v3.AggregatedDiscoveryService/StreamAggregatedResources";
+use crate::envoy::Envoy;
+use crate::track::{NameSets, Stats, SyncState, Tracker, XdsType};
+use crate::{delta, sotw, wire};
 
 /// Envoy's default HTTP/2 windows (`initial_stream_window_size`,
 /// `initial_connection_window_size`: 256 MiB).
 const WINDOW: u32 = 256 * 1024 * 1024;
 
-/// Envoy's `initial_fetch_timeout`: how long it waits for a cluster's
-/// endpoints before it initializes without them and asks for listeners.
-const INITIAL_FETCH_TIMEOUT: Duration = Duration::from_secs(15);
-
 /// Requests queued per stream before its task waits.
 const REQUEST_QUEUE: usize = 8;
+
+/// Which ADS method the simulated Envoys use.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Protocol {
+    /// State of the world: `StreamAggregatedResources` (Envoy's `api_type: GRPC`).
+    Sotw,
+    /// Incremental: `DeltaAggregatedResources` (Envoy's `api_type: DELTA_GRPC`).
+    Delta,
+}
+
+impl Protocol {
+    /// `sotw` or `delta`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Protocol::Sotw => "sotw",
+            Protocol::Delta => "delta",
+        }
+    }
+
+    /// The gRPC method.
+    pub fn method(self) -> &'static str {
+        match self {
+            Protocol::Sotw => "StreamAggregatedResources",
+            Protocol::Delta => "DeltaAggregatedResources",
+        }
+    }
+
+    fn path(self) -> &'static str {
+        match self {
+            Protocol::Sotw => "/envoy.service.discovery.v3.AggregatedDiscoveryService/StreamAggregatedResources",
+            Protocol::Delta => "/envoy.service.discovery.v3.AggregatedDiscoveryService/DeltaAggregatedResources",
+        }
+    }
+
+    /// The request's `node` field.
+    pub(crate) fn node_field(self) -> u32 {
+        match self {
+            Protocol::Sotw => wire::SOTW_NODE_FIELD,
+            Protocol::Delta => wire::DELTA_NODE_FIELD,
+        }
+    }
+}
 
 /// State every stream shares.
 #[derive(Debug)]
@@ -53,6 +94,8 @@ pub struct Shared {
     pub stop: watch::Sender<bool>,
     /// The encoded `Node` fields every simulated Envoy shares.
     pub node_common: Bytes,
+    /// Delta streams' resource → wanted-name maps, interned.
+    pub(crate) deps: delta::DepsTable,
 }
 
 impl Shared {
@@ -66,6 +109,7 @@ impl Shared {
             tracker: Tracker::default(),
             stop: watch::Sender::new(false),
             node_common,
+            deps: delta::DepsTable::default(),
         })
     }
 }
@@ -93,18 +137,42 @@ pub struct Identity {
     pub node: Vec<u8>,
 }
 
-/// Runs one simulated Envoy until the harness stops it or the stream ends.
-pub async fn run_stream(channel: Channel, identity: Identity, shared: Arc<Shared>) {
+/// One protocol's simulator: what a stream says on the wire. [`run_stream`]
+/// drives it.
+pub(crate) trait Sim: Send + Sized {
+    /// Its protocol.
+    const PROTOCOL: Protocol;
+    /// A simulator around a new stream's state.
+    fn new(envoy: Envoy) -> Self;
+    /// The stream's state.
+    fn envoy(&mut self) -> &mut Envoy;
+    /// Handles one response message: ACKs it, follows up with subscriptions,
+    /// then [`Envoy::settle`].
+    fn on_response(&mut self, message: Bytes) -> impl Future<Output = ()> + Send;
+}
+
+/// Runs one simulated Envoy on `protocol` until the harness stops it or
+/// the stream ends.
+pub async fn run_stream(channel: Channel, identity: Identity, shared: Arc<Shared>, protocol: Protocol) {
+    match protocol {
+        Protocol::Sotw => drive::<sotw::Sim>(channel, identity, shared).await,
+        Protocol::Delta => drive::<delta::Sim>(channel, identity, shared).await,
+    }
+}
+
+async fn drive<S: Sim>(channel: Channel, identity: Identity, shared: Arc<Shared>) {
     let mut stop = shared.stop.subscribe();
     let (tx, rx) = mpsc::channel::<wire::Request>(REQUEST_QUEUE);
-    let mut sim = Sim::new(identity, shared.clone(), tx);
+    let mut sim = S::new(Envoy::new(identity, shared.clone(), tx, S::PROTOCOL));
     // meshpush reads the first request (for the node) before it answers the
     // call, so the first request is queued before the call is made.
-    sim.send(XdsType::Cluster, Bytes::new(), "", "").await;
+    let envoy = sim.envoy();
+    let first = envoy.wildcard(XdsType::Cluster);
+    envoy.send(first).await;
     let mut grpc = tonic::client::Grpc::new(channel).max_decoding_message_size(usize::MAX);
     let opened = async {
         grpc.ready().await.map_err(|e| Status::unavailable(e.to_string()))?;
-        let path = http::uri::PathAndQuery::from_static(SOTW_PATH);
+        let path = http::uri::PathAndQuery::from_static(S::PROTOCOL.path());
         grpc.streaming(tonic::Request::new(ReceiverStream::new(rx)), path, RawCodec).await
     };
     let mut responses = tokio::select! {
@@ -112,14 +180,14 @@ pub async fn run_stream(channel: Channel, identity: Identity, shared: Arc<Shared
             Ok(response) => response.into_inner(),
             Err(status) => {
                 shared.stats.streams_refused.fetch_add(1, Ordering::Relaxed);
-                eprintln!("loadtest: stream {} refused: {status}", sim.identity.id);
+                eprintln!("loadtest: stream {} refused: {status}", sim.envoy().identity.id);
                 return;
             }
         },
         () = stopped(&mut stop) => return,
     };
     loop {
-        let lds_deadline = sim.lds_deadline;
+        let lds_deadline = sim.envoy().lds_deadline();
         tokio::select! {
             message = responses.message() => match message {
                 Ok(Some(message)) => sim.on_response(message).await,
@@ -132,11 +200,10 @@ pub async fn run_stream(channel: Channel, identity: Identity, shared: Arc<Shared
             },
             () = stopped(&mut stop) => break,
             _ = tokio::time::sleep_until(lds_deadline.unwrap_or_else(far_future).into()), if lds_deadline.is_some() => {
-                sim.request_listeners().await;
+                sim.envoy().request_listeners().await;
             }
         }
     }
-    sim.release();
 }
 
 /// Resolves once the harness says stop (or can no longer say anything).
@@ -146,204 +213,6 @@ async fn stopped(stop: &mut watch::Receiver<bool>) {
 
 fn far_future() -> Instant {
     Instant::now() + Duration::from_secs(86_400)
-}
-
-/// Last ACKed version and nonce of one type.
-#[derive(Debug, Default)]
-struct TypeState {
-    version: String,
-    nonce: String,
-}
-
-/// Per-name "received at least once" marks for a watched list, until synced.
-#[derive(Debug, Default)]
-struct Received {
-    marks: Vec<bool>,
-    missing: usize,
-}
-
-impl Received {
-    fn reset(&mut self, set: &NameSet) {
-        self.marks = vec![false; set.len()];
-        self.missing = set.len();
-    }
-
-    fn mark(&mut self, set: &NameSet, name: &str) {
-        if let Some(i) = set.position(name)
-            && let Some(seen) = self.marks.get_mut(i as usize)
-            && !*seen
-        {
-            *seen = true;
-            self.missing -= 1;
-        }
-    }
-}
-
-/// One stream's protocol state.
-struct Sim {
-    identity: Identity,
-    shared: Arc<Shared>,
-    node: wire::EncodedNode,
-    tx: mpsc::Sender<wire::Request>,
-    types: [TypeState; 4],
-    eds: Option<Arc<NameSet>>,
-    rds: Option<Arc<NameSet>>,
-    eds_received: Received,
-    rds_received: Received,
-    cds_acked: bool,
-    lds_requested: bool,
-    lds_acked: bool,
-    lds_deadline: Option<Instant>,
-    synced: bool,
-    carried: Vec<Arc<Change>>,
-}
-
-impl Sim {
-    fn new(identity: Identity, shared: Arc<Shared>, tx: mpsc::Sender<wire::Request>) -> Sim {
-        let node = wire::EncodedNode::new(&identity.node, &shared.node_common);
-        Sim {
-            identity,
-            shared,
-            node,
-            tx,
-            types: Default::default(),
-            eds: None,
-            rds: None,
-            eds_received: Received::default(),
-            rds_received: Received::default(),
-            cds_acked: false,
-            lds_requested: false,
-            lds_acked: false,
-            lds_deadline: None,
-            synced: false,
-            carried: Vec::new(),
-        }
-    }
-
-    async fn send(&mut self, t: XdsType, names: Bytes, version: &str, nonce: &str) {
-        let request = wire::encode_request(&self.node, &names, t.url(), version, nonce);
-        self.shared.stats.requests.fetch_add(1, Ordering::Relaxed);
-        // A closed channel means the stream is gone; the response loop sees that too.
-        let _ = self.tx.send(request).await;
-    }
-
-    /// ACKs the last response of `t`, with the type's full name list.
-    async fn ack(&mut self, t: XdsType) {
-        let names = self.names(t);
-        let state = &self.types[t as usize];
-        let (version, nonce) = (state.version.clone(), state.nonce.clone());
-        self.send(t, names, &version, &nonce).await;
-    }
-
-    fn names(&self, t: XdsType) -> Bytes {
-        let set = match t {
-            XdsType::Endpoint => self.eds.as_ref(),
-            XdsType::Route => self.rds.as_ref(),
-            XdsType::Cluster | XdsType::Listener => None,
-        };
-        set.map(|s| s.encoded.clone()).unwrap_or_default()
-    }
-
-    async fn on_response(&mut self, message: Bytes) {
-        let stats = &self.shared.stats;
-        stats.bytes.fetch_add(message.len() as u64, Ordering::Relaxed);
-        let response = Response::parse(&message);
-        let Some(t) = XdsType::from_url(response.type_url) else { return };
-        stats.responses[t as usize].fetch_add(1, Ordering::Relaxed);
-        self.types[t as usize] = TypeState { version: response.version.into(), nonce: response.nonce.into() };
-        let tracker = &self.shared.tracker;
-        for resource in &response.resources {
-            tracker.carried(t, resource, wire::resource_name(resource), &mut self.carried);
-        }
-        match t {
-            XdsType::Cluster => {
-                let mut names: Vec<&str> = response.resources.iter().filter_map(|r| wire::eds_name(r)).collect();
-                names.sort_unstable();
-                names.dedup();
-                let set = self.shared.names.intern(XdsType::Endpoint, &names);
-                self.ack(t).await;
-                self.cds_acked = true;
-                if self.eds.as_ref().is_none_or(|old| !Arc::ptr_eq(old, &set)) {
-                    self.shared.names.switch(self.eds.as_ref(), &set);
-                    if !self.lds_requested {
-                        self.eds_received.reset(&set);
-                    }
-                    // Envoy asks for endpoints only once it has EDS clusters.
-                    let subscribe = self.eds.is_some() || !set.names.is_empty();
-                    self.eds = Some(set);
-                    if subscribe {
-                        self.ack(XdsType::Endpoint).await;
-                    }
-                }
-                if !self.lds_requested && self.lds_deadline.is_none() {
-                    self.lds_deadline = Some(Instant::now() + INITIAL_FETCH_TIMEOUT);
-                }
-            }
-            XdsType::Listener => {
-                let mut names = Vec::new();
-                for listener in &response.resources {
-                    wire::rds_names(listener, &mut names);
-                }
-                names.sort_unstable();
-                names.dedup();
-                let set = self.shared.names.intern(XdsType::Route, &names);
-                self.ack(t).await;
-                self.lds_acked = true;
-                if self.rds.as_ref().is_none_or(|old| !Arc::ptr_eq(old, &set)) {
-                    self.shared.names.switch(self.rds.as_ref(), &set);
-                    if !self.synced {
-                        self.rds_received.reset(&set);
-                    }
-                    let subscribe = self.rds.is_some() || !set.names.is_empty();
-                    self.rds = Some(set);
-                    if subscribe {
-                        self.ack(XdsType::Route).await;
-                    }
-                }
-            }
-            XdsType::Endpoint | XdsType::Route => {
-                if !self.synced {
-                    for resource in &response.resources {
-                        let name = wire::resource_name(resource);
-                        match (t, &self.eds, &self.rds) {
-                            (XdsType::Endpoint, Some(set), _) => self.eds_received.mark(set, name),
-                            (XdsType::Route, _, Some(set)) => self.rds_received.mark(set, name),
-                            _ => {}
-                        }
-                    }
-                }
-                self.ack(t).await;
-            }
-        }
-        if !self.carried.is_empty() {
-            let acked = Instant::now();
-            for change in self.carried.drain(..) {
-                change.record(self.identity.id, self.identity.namespace, acked);
-            }
-        }
-        if !self.lds_requested && self.cds_acked && self.eds_received.missing == 0 {
-            self.request_listeners().await;
-        }
-        if !self.synced && self.lds_acked && self.eds_received.missing == 0 && self.rds_received.missing == 0 {
-            self.synced = true;
-            self.shared.sync.record();
-        }
-    }
-
-    /// The first LDS request: after cluster warming, as Envoy's init manager orders it.
-    async fn request_listeners(&mut self) {
-        self.lds_deadline = None;
-        if !self.lds_requested {
-            self.lds_requested = true;
-            self.send(XdsType::Listener, Bytes::new(), "", "").await;
-        }
-    }
-
-    fn release(&mut self) {
-        for set in [self.eds.take(), self.rds.take()].into_iter().flatten() {
-            self.shared.names.release(&set);
-        }
-    }
 }
 
 /// A gRPC codec that sends pre-encoded requests (copying each part once

@@ -3,7 +3,8 @@
 //!
 //! Role: this crate sizes the control plane. It starts meshpush on a
 //! generated mesh (or reaches a server already running), opens thousands of
-//! ADS streams that behave like Envoy 1.40 on the wire ([`ads`]), makes
+//! ADS streams that behave like Envoy 1.40 on the wire ([`ads`]; SotW by
+//! default, delta xDS with `--delta`), makes
 //! changes through meshpush's registry API ([`registry`]) or a trigger
 //! command, and measures how long each change takes to reach each stream
 //! that should see it ([`track`]), plus the server's CPU and memory
@@ -12,21 +13,26 @@
 //!
 //! Invariants: it only talks to loopback addresses; every wait is bounded
 //! and the run stops by itself; it never takes a shortcut a real Envoy would
-//! not (node and full `resource_names` on every request, every response ACKed).
+//! not (node on every request, full `resource_names` on every SotW request,
+//! every response ACKed).
 
 pub mod ads;
+mod delta;
+mod envoy;
 pub mod mesh;
 pub mod registry;
 pub mod report;
 mod run;
 pub mod scenario;
 pub mod server;
+mod sotw;
 pub mod track;
 mod wire;
 
 #[cfg(test)]
 mod test;
 
+pub use ads::Protocol;
 pub use report::Report;
 pub use run::run;
 pub use scenario::{ExpectSpec, Options, Scenario};

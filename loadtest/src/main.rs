@@ -4,6 +4,7 @@
 //! ```text
 //! cargo build --release                       # the server binary it starts
 //! cargo run --release -p loadtest -- s1 --plot perf/s1.svg --json s1.json
+//! cargo run --release -p loadtest -- s1 --delta   # delta xDS instead of SotW
 //! ```
 
 use std::net::SocketAddr;
@@ -76,6 +77,10 @@ struct Cli {
     /// (unless its bootstrap sets set_node_on_first_message_only); this is for comparison only.
     #[arg(long)]
     lean_node: bool,
+    /// Delta xDS: the simulated Envoys use DeltaAggregatedResources (Envoy's api_type DELTA_GRPC)
+    /// instead of state-of-the-world StreamAggregatedResources.
+    #[arg(long)]
+    delta: bool,
 }
 
 fn main() -> ExitCode {
@@ -106,6 +111,7 @@ fn main() -> ExitCode {
         load_mesh: !cli.no_load,
         progress: !cli.no_progress,
         lean_node: cli.lean_node,
+        delta: cli.delta,
         command: std::env::args().collect::<Vec<_>>().join(" "),
         ..Options::new(cli.scenario)
     };

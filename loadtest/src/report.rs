@@ -11,6 +11,7 @@ use hdrhistogram::Histogram;
 use plotters::prelude::*;
 use serde::Serialize;
 
+use crate::ads::Protocol;
 use crate::mesh::Shape;
 
 /// Latencies of one phase.
@@ -170,6 +171,8 @@ pub struct TargetCheck {
 pub struct Report {
     /// Scenario name.
     pub scenario: String,
+    /// The protocol the simulated Envoys spoke (`sotw` or `delta`).
+    pub protocol: Protocol,
     /// The command line.
     pub command: String,
     /// Cores, memory, kernel, load at the end.
@@ -252,6 +255,7 @@ impl Report {
             self.eds_lists,
             self.rds_lists
         );
+        let _ = writeln!(out, "protocol: {} ({})", self.protocol.name(), self.protocol.method());
         let _ = writeln!(
             out,
             "node: {} bytes on every request{}",

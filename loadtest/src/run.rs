@@ -191,6 +191,7 @@ pub async fn run(options: Options) -> anyhow::Result<Report> {
     let server_cpu_total = run.target.cpu();
     let report = Report {
         scenario: options.scenario.name().into(),
+        protocol: options.protocol(),
         command: options.command.clone(),
         machine: report::machine(),
         server: run.target.description.clone(),
@@ -329,7 +330,7 @@ impl Run {
         let mut tasks = Vec::with_capacity(streams as usize);
         for identity in identities {
             let channel = channels[(identity.id / per_connection) as usize].clone();
-            tasks.push(tokio::spawn(ads::run_stream(channel, identity, self.shared.clone())));
+            tasks.push(tokio::spawn(ads::run_stream(channel, identity, self.shared.clone(), self.options.protocol())));
         }
         let bar = self.bar(u64::from(streams), "streams synced");
         let limit = self.options.scenario.sync_limit();

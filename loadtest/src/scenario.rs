@@ -8,6 +8,7 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
+use crate::ads::Protocol;
 use crate::mesh::Shape;
 use crate::report::{Report, TargetCheck};
 use crate::track::{Expect, XdsType};
@@ -136,6 +137,8 @@ pub struct Options {
     pub progress: bool,
     /// Leave Envoy's extension list out of the node (unlike Envoy 1.40; for comparison only).
     pub lean_node: bool,
+    /// Delta xDS (`DeltaAggregatedResources`, Envoy's `DELTA_GRPC`) instead of state of the world.
+    pub delta: bool,
     /// The command line, for the report.
     pub command: String,
 }
@@ -158,8 +161,14 @@ impl Options {
             load_mesh: true,
             progress: true,
             lean_node: false,
+            delta: false,
             command: String::new(),
         }
+    }
+
+    /// The protocol the simulated Envoys speak.
+    pub fn protocol(&self) -> Protocol {
+        if self.delta { Protocol::Delta } else { Protocol::Sotw }
     }
 }
 

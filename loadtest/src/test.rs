@@ -1,26 +1,34 @@
 //! The wire shortcuts against prost: what the harness writes and reads is
-//! what Envoy's protos say.
+//! what Envoy's protos say, for SotW and delta alike; and a delta stream's
+//! requests, answer by answer.
 
 use envoy_types::pb::envoy::config::cluster::v3::Cluster;
 use envoy_types::pb::envoy::config::cluster::v3::cluster::{ClusterDiscoveryType, DiscoveryType, EdsClusterConfig};
 use envoy_types::pb::envoy::config::core::v3::Node;
+use envoy_types::pb::envoy::config::endpoint::v3::ClusterLoadAssignment;
 use envoy_types::pb::envoy::config::listener::v3::{Filter, FilterChain, Listener, filter};
+use envoy_types::pb::envoy::config::route::v3::{RouteConfiguration, VirtualHost};
 use envoy_types::pb::envoy::extensions::filters::network::http_connection_manager::v3::{
     HttpConnectionManager, Rds, http_connection_manager::RouteSpecifier,
 };
-use envoy_types::pb::envoy::service::discovery::v3::{DiscoveryRequest, DiscoveryResponse};
+use envoy_types::pb::envoy::service::discovery::v3::{
+    DeltaDiscoveryRequest, DeltaDiscoveryResponse, DiscoveryRequest, DiscoveryResponse, Resource,
+};
 use envoy_types::pb::google::protobuf::Any;
 use prost::{Message, Name};
 
+use crate::ads::{Identity, Protocol, Shared, Sim};
+use crate::envoy::Envoy;
 use crate::mesh::Shape;
 use crate::scenario::Scenario;
+use crate::track::{Change, Expect, XdsType};
 use crate::wire;
 
 #[test]
 fn requests_are_what_prost_encodes_with_node_and_every_name() {
     let own = Scenario::Smoke.shape().node(7);
     let common = bytes::Bytes::from(Shape::node_common(false));
-    let node = wire::EncodedNode::new(&own, &common);
+    let node = wire::EncodedNode::new(wire::SOTW_NODE_FIELD, &own, &common);
     let names = ["outbound|9080||a.ns-0.svc.cluster.local", "outbound|9080||b.ns-0.svc.cluster.local"];
     let encoded = wire::encode_request(&node, &wire::encode_names(&names), wire::ENDPOINT, "v1", "n7").to_bytes();
     let mut whole = own.clone();
@@ -120,4 +128,259 @@ fn placements_cover_every_namespace_and_service() {
     assert_eq!(shape.endpoint_ip(99, 99, 9).to_string(), "127.2.134.159");
     let smoke = Scenario::Smoke.shape();
     assert_eq!(smoke.placement(49).pod, 1, "two sidecars per service in smoke");
+}
+
+/// The node a stream of smoke sends, encoded for `field`, and as prost decodes it.
+fn smoke_node(stream: u32, field: u32) -> (wire::EncodedNode, Node, Vec<u8>, bytes::Bytes) {
+    let own = Scenario::Smoke.shape().node(stream);
+    let common = bytes::Bytes::from(Shape::node_common(false));
+    let node = wire::EncodedNode::new(field, &own, &common);
+    let mut whole = own.clone();
+    whole.extend_from_slice(&common);
+    (node, Node::decode(&whole[..]).unwrap(), own, common)
+}
+
+/// A request decoded by prost, after checking its size is what prost would encode.
+fn decoded_delta(request: &wire::Request, expected: &DeltaDiscoveryRequest) -> DeltaDiscoveryRequest {
+    let bytes = request.to_bytes();
+    assert_eq!(bytes.len(), expected.encoded_len());
+    DeltaDiscoveryRequest::decode(bytes).unwrap()
+}
+
+#[test]
+fn delta_requests_are_what_prost_encodes_with_node_and_name_lists() {
+    let (node, whole, _, _) = smoke_node(7, wire::DELTA_NODE_FIELD);
+    let expected = |type_url: &str, subscribe: &[&str], unsubscribe: &[&str], nonce: &str| DeltaDiscoveryRequest {
+        node: Some(whole.clone()),
+        type_url: type_url.into(),
+        resource_names_subscribe: subscribe.iter().map(|n| n.to_string()).collect(),
+        resource_names_unsubscribe: unsubscribe.iter().map(|n| n.to_string()).collect(),
+        response_nonce: nonce.into(),
+        ..Default::default()
+    };
+
+    // The legacy wildcard: no names, no nonce.
+    let wildcard = wire::encode_delta_request::<&str>(&node, wire::CLUSTER, &bytes::Bytes::new(), &[], "");
+    let want = expected(wire::CLUSTER, &[], &[], "");
+    assert_eq!(decoded_delta(&wildcard, &want), want);
+    assert_eq!(want.node.as_ref().unwrap().extensions.len(), 516, "Envoy 1.40's extension list");
+
+    // A subscription change: what to add, what to drop.
+    let subscribe = ["outbound|9080||c.ns-0.svc.cluster.local", "outbound|9080||d.ns-0.svc.cluster.local"];
+    let unsubscribe = ["outbound|9080||a.ns-0.svc.cluster.local"];
+    let change = wire::encode_delta_request(&node, wire::ENDPOINT, &wire::encode_names(&subscribe), &unsubscribe, "");
+    let want = expected(wire::ENDPOINT, &subscribe, &unsubscribe, "");
+    assert_eq!(decoded_delta(&change, &want), want);
+
+    // An ACK: the nonce alone, and still the node.
+    let ack = wire::encode_delta_request::<&str>(&node, wire::ROUTE, &bytes::Bytes::new(), &[], "0000002a");
+    let want = expected(wire::ROUTE, &[], &[], "0000002a");
+    let decoded = decoded_delta(&ack, &want);
+    assert_eq!(decoded, want);
+    assert!(decoded.node.unwrap().id.starts_with("sidecar~127.1."));
+}
+
+/// A `DeltaDiscoveryResponse.resources` entry, as a server sends it.
+fn delta_resource(name: &str, type_url: String, value: Vec<u8>) -> Resource {
+    Resource {
+        name: name.into(),
+        version: format!("v-{name}"),
+        resource: Some(Any { type_url, value }),
+        ..Default::default()
+    }
+}
+
+fn eds_cluster(name: &str, service_name: &str) -> Cluster {
+    Cluster {
+        name: name.into(),
+        cluster_discovery_type: Some(ClusterDiscoveryType::Type(DiscoveryType::Eds as i32)),
+        eds_cluster_config: Some(EdsClusterConfig { service_name: service_name.into(), ..Default::default() }),
+        ..Default::default()
+    }
+}
+
+#[test]
+fn delta_responses_yield_resources_names_and_removals() {
+    let a = eds_cluster("outbound|9080||a.ns-0.svc.cluster.local", "a-eds");
+    let passthrough = Cluster {
+        name: "PassthroughCluster".into(),
+        cluster_discovery_type: Some(ClusterDiscoveryType::Type(DiscoveryType::OriginalDst as i32)),
+        ..Default::default()
+    };
+    let mut unnamed = delta_resource("", Cluster::type_url(), passthrough.encode_to_vec());
+    unnamed.version.clear();
+    let response = DeltaDiscoveryResponse {
+        system_version_info: "7".into(),
+        resources: vec![delta_resource(&a.name, Cluster::type_url(), a.encode_to_vec()), unnamed],
+        type_url: wire::CLUSTER.into(),
+        nonce: "00000003".into(),
+        removed_resources: vec!["outbound|9080||gone.ns-0.svc.cluster.local".into(), "other".into()],
+        ..Default::default()
+    }
+    .encode_to_vec();
+    let parsed = wire::DeltaResponse::parse(&response);
+    assert_eq!((parsed.type_url, parsed.nonce), (wire::CLUSTER, "00000003"));
+    let names: Vec<_> = parsed.resources.iter().map(|r| r.name).collect();
+    // A resource without `Resource.name` is named by its own name field.
+    assert_eq!(names, ["outbound|9080||a.ns-0.svc.cluster.local", "PassthroughCluster"]);
+    assert_eq!(parsed.resources[0].value, &a.encode_to_vec()[..]);
+    assert_eq!(parsed.resources[1].value, &passthrough.encode_to_vec()[..]);
+    let eds: Vec<_> = parsed.resources.iter().filter_map(|r| wire::eds_name(r.value)).collect();
+    assert_eq!(eds, ["a-eds"]);
+    assert_eq!(parsed.removed, ["outbound|9080||gone.ns-0.svc.cluster.local", "other"]);
+}
+
+/// A delta stream's simulator fed prost-encoded responses; its requests
+/// decoded by prost.
+struct DeltaHarness {
+    sim: crate::delta::Sim,
+    rx: tokio::sync::mpsc::Receiver<wire::Request>,
+    shared: std::sync::Arc<Shared>,
+    node: Node,
+    nonce: u32,
+}
+
+impl DeltaHarness {
+    fn new() -> DeltaHarness {
+        let (_, node, own, common) = smoke_node(3, wire::DELTA_NODE_FIELD);
+        let shared = Shared::new(common);
+        let (tx, rx) = tokio::sync::mpsc::channel(64);
+        let identity = Identity { id: 3, namespace: 0, node: own };
+        let sim = <crate::delta::Sim as Sim>::new(Envoy::new(identity, shared.clone(), tx, Protocol::Delta));
+        DeltaHarness { sim, rx, shared, node, nonce: 0 }
+    }
+
+    /// Sends a response of `type_url`; returns its nonce.
+    async fn respond(&mut self, type_url: &str, resources: Vec<Resource>, removed: &[&str]) -> String {
+        self.nonce += 1;
+        let nonce = format!("{:08x}", self.nonce);
+        let response = DeltaDiscoveryResponse {
+            system_version_info: self.nonce.to_string(),
+            resources,
+            type_url: type_url.into(),
+            nonce: nonce.clone(),
+            removed_resources: removed.iter().map(|n| n.to_string()).collect(),
+            ..Default::default()
+        };
+        self.sim.on_response(response.encode_to_vec().into()).await;
+        nonce
+    }
+
+    /// The requests sent since the last call, decoded.
+    fn requests(&mut self) -> Vec<DeltaDiscoveryRequest> {
+        let mut out = Vec::new();
+        while let Ok(request) = self.rx.try_recv() {
+            let decoded = DeltaDiscoveryRequest::decode(request.to_bytes()).unwrap();
+            assert_eq!(decoded.node.as_ref(), Some(&self.node), "every request carries the node");
+            out.push(decoded);
+        }
+        out
+    }
+
+    fn request(
+        type_url: &str,
+        subscribe: &[&str],
+        unsubscribe: &[&str],
+        nonce: &str,
+    ) -> (String, Vec<String>, Vec<String>, String) {
+        let strings = |names: &[&str]| names.iter().map(|n| n.to_string()).collect();
+        (type_url.into(), strings(subscribe), strings(unsubscribe), nonce.into())
+    }
+
+    /// The requests sent since the last call, as (type, subscribe, unsubscribe, nonce).
+    fn sent(&mut self) -> Vec<(String, Vec<String>, Vec<String>, String)> {
+        self.requests()
+            .into_iter()
+            .map(|r| (r.type_url, r.resource_names_subscribe, r.resource_names_unsubscribe, r.response_nonce))
+            .collect()
+    }
+}
+
+#[tokio::test]
+async fn a_delta_stream_acks_every_response_and_subscribes_only_the_difference() {
+    let req = DeltaHarness::request;
+    let mut h = DeltaHarness::new();
+    let cluster = |name: &str| {
+        let c = eds_cluster(name, "");
+        delta_resource(name, Cluster::type_url(), c.encode_to_vec())
+    };
+    let cla = |name: &str| {
+        let cla = ClusterLoadAssignment { cluster_name: name.into(), ..Default::default() };
+        delta_resource(name, ClusterLoadAssignment::type_url(), cla.encode_to_vec())
+    };
+
+    // Clusters a and b: ACK, then subscribe both EDS names.
+    let nonce = h.respond(wire::CLUSTER, vec![cluster("a"), cluster("b")], &[]).await;
+    assert_eq!(h.sent(), [req(wire::CLUSTER, &[], &[], &nonce), req(wire::ENDPOINT, &["a", "b"], &[], "")]);
+    assert_eq!(h.shared.names.watchers(XdsType::Endpoint, "a"), 1);
+
+    // a's endpoints: ACK; b is still warming, so no listeners yet.
+    let nonce = h.respond(wire::ENDPOINT, vec![cla("a")], &[]).await;
+    assert_eq!(h.sent(), [req(wire::ENDPOINT, &[], &[], &nonce)]);
+
+    // b answered as absent counts as received: clusters are warm, LDS wildcard.
+    let nonce = h.respond(wire::ENDPOINT, vec![], &["b"]).await;
+    assert_eq!(h.sent(), [req(wire::ENDPOINT, &[], &[], &nonce), req(wire::LISTENER, &[], &[], "")]);
+
+    // Cluster c added, a removed: only the difference goes out.
+    let nonce = h.respond(wire::CLUSTER, vec![cluster("c")], &["a"]).await;
+    assert_eq!(h.sent(), [req(wire::CLUSTER, &[], &[], &nonce), req(wire::ENDPOINT, &["c"], &["a"], "")]);
+    assert_eq!(h.shared.names.watchers(XdsType::Endpoint, "a"), 0);
+    assert_eq!(h.shared.names.watchers(XdsType::Endpoint, "c"), 1);
+
+    // A changed cluster that asks for the same name: ACK only.
+    let nonce = h.respond(wire::CLUSTER, vec![cluster("b")], &[]).await;
+    assert_eq!(h.sent(), [req(wire::CLUSTER, &[], &[], &nonce)]);
+
+    // A listener using route configuration 9080: ACK, subscribe it.
+    let hcm = HttpConnectionManager {
+        route_specifier: Some(RouteSpecifier::Rds(Rds { route_config_name: "9080".into(), ..Default::default() })),
+        ..Default::default()
+    };
+    let listener = Listener {
+        name: "0.0.0.0_9080".into(),
+        filter_chains: vec![FilterChain {
+            filters: vec![Filter {
+                name: "envoy.filters.network.http_connection_manager".into(),
+                config_type: Some(filter::ConfigType::TypedConfig(Any {
+                    type_url: HttpConnectionManager::type_url(),
+                    value: hcm.encode_to_vec(),
+                })),
+            }],
+            ..Default::default()
+        }],
+        ..Default::default()
+    };
+    let listeners = vec![delta_resource(&listener.name, Listener::type_url(), listener.encode_to_vec())];
+    let nonce = h.respond(wire::LISTENER, listeners, &[]).await;
+    assert_eq!(h.sent(), [req(wire::LISTENER, &[], &[], &nonce), req(wire::ROUTE, &["9080"], &[], "")]);
+    assert_eq!(h.shared.sync.count(), 0, "not synced before its routes arrive");
+
+    // The route configuration, carrying a tracked change: ACK, synced, converged.
+    let change = std::sync::Arc::new(Change::new(
+        "route".into(),
+        XdsType::Route,
+        "9080".into(),
+        "/loadtest-change-1",
+        std::time::Instant::now(),
+        Expect::All,
+        1,
+    ));
+    h.shared.tracker.add(change.clone());
+    let route = RouteConfiguration {
+        name: "9080".into(),
+        virtual_hosts: vec![VirtualHost { name: "/loadtest-change-1".into(), ..Default::default() }],
+        ..Default::default()
+    };
+    let nonce = h
+        .respond(wire::ROUTE, vec![delta_resource("9080", RouteConfiguration::type_url(), route.encode_to_vec())], &[])
+        .await;
+    assert_eq!(h.sent(), [req(wire::ROUTE, &[], &[], &nonce)]);
+    assert_eq!(h.shared.sync.count(), 1);
+    assert!(change.seen_by(3) && change.complete());
+
+    // The listener gone: unsubscribe its route configuration.
+    let nonce = h.respond(wire::LISTENER, vec![], &["0.0.0.0_9080"]).await;
+    assert_eq!(h.sent(), [req(wire::LISTENER, &[], &[], &nonce), req(wire::ROUTE, &[], &["9080"], "")]);
+    assert_eq!(h.shared.stats.requests.load(std::sync::atomic::Ordering::Relaxed), 13);
 }

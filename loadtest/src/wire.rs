@@ -10,6 +10,12 @@
 //! assembled from pre-encoded parts: the node and the `resource_names` list
 //! of a stream are encoded once and reused, yet every request carries both,
 //! byte for byte what prost would write for the same `DiscoveryRequest`.
+//!
+//! Both protocols are here: SotW's `DiscoveryRequest`/`DiscoveryResponse`
+//! and delta's `DeltaDiscoveryRequest`/`DeltaDiscoveryResponse` (field
+//! numbers as in envoy-types 0.7's `envoy.service.discovery.v3`). A delta
+//! request's `resource_names_subscribe` is field 3, like SotW's
+//! `resource_names`, so one encoded name list serves both.
 
 use bytes::{BufMut, Bytes, BytesMut};
 
@@ -136,6 +142,60 @@ impl<'a> Response<'a> {
     }
 }
 
+/// One resource of a `DeltaDiscoveryResponse`, borrowed from the received message.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct DeltaResource<'a> {
+    /// `Resource.name` (3), or when a server leaves it empty the name in
+    /// the resource itself, as Envoy reads it then.
+    pub(crate) name: &'a str,
+    /// The encoded resource: the `Any.value` of `Resource.resource` (2).
+    pub(crate) value: &'a [u8],
+}
+
+/// A `DeltaDiscoveryResponse`, borrowed from the received message.
+#[derive(Debug)]
+pub(crate) struct DeltaResponse<'a> {
+    pub(crate) type_url: &'a str,
+    pub(crate) nonce: &'a str,
+    /// The resources added or changed.
+    pub(crate) resources: Vec<DeltaResource<'a>>,
+    /// Names the client must drop (or, just subscribed, that do not exist).
+    pub(crate) removed: Vec<&'a str>,
+}
+
+impl<'a> DeltaResponse<'a> {
+    /// Reads a `DeltaDiscoveryResponse`: resources 2 (`Resource`: resource
+    /// 2, name 3), type_url 4, nonce 5, removed_resources 6. The versions
+    /// (`system_version_info` 1, `Resource.version` 1) matter to Envoy only
+    /// when it reconnects (`initial_resource_versions`), which a simulated
+    /// Envoy never does, so they are not read.
+    pub(crate) fn parse(message: &'a [u8]) -> DeltaResponse<'a> {
+        let mut response = DeltaResponse { type_url: "", nonce: "", resources: Vec::new(), removed: Vec::new() };
+        for (number, field) in Fields::new(message) {
+            let Field::Bytes(bytes) = field else { continue };
+            match number {
+                2 => response.resources.push(DeltaResource::parse(bytes)),
+                4 => response.type_url = std::str::from_utf8(bytes).unwrap_or(""),
+                5 => response.nonce = std::str::from_utf8(bytes).unwrap_or(""),
+                6 => response.removed.push(std::str::from_utf8(bytes).unwrap_or("")),
+                _ => {}
+            }
+        }
+        response
+    }
+}
+
+impl<'a> DeltaResource<'a> {
+    fn parse(resource: &'a [u8]) -> DeltaResource<'a> {
+        let value = bytes_field(resource, 2).map(any_value).unwrap_or(&[]);
+        let name = match str_field(resource, 3) {
+            "" => resource_name(value),
+            name => name,
+        };
+        DeltaResource { name, value }
+    }
+}
+
 /// The payload of an `Any` (type_url 1, value 2), looking through the
 /// `Resource` wrapper (its `resource` is field 2, itself an `Any`).
 fn any_value(any: &[u8]) -> &[u8] {
@@ -220,16 +280,27 @@ pub(crate) fn encoded_string(token: &str) -> Vec<u8> {
     out.to_vec()
 }
 
-/// `resource_names` (field 3) of a request, encoded once per distinct list.
+/// `resource_names` (field 3) of a request, encoded once per distinct list;
+/// in a delta request the same bytes are `resource_names_subscribe`.
 pub(crate) fn encode_names<S: AsRef<str>>(names: &[S]) -> Bytes {
     let mut out = BytesMut::with_capacity(names.iter().map(|n| n.as_ref().len() + 3).sum());
-    for name in names {
-        put_bytes(&mut out, 3, name.as_ref().as_bytes());
-    }
+    put_repeated(&mut out, 3, names);
     out.freeze()
 }
 
-/// The `node` field (2) of every request of one stream: the fields that
+/// Writes a repeated string field `number`.
+fn put_repeated<S: AsRef<str>>(out: &mut BytesMut, number: u32, names: &[S]) {
+    for name in names {
+        put_bytes(out, number, name.as_ref().as_bytes());
+    }
+}
+
+/// `DiscoveryRequest.node`.
+pub(crate) const SOTW_NODE_FIELD: u32 = 2;
+/// `DeltaDiscoveryRequest.node`.
+pub(crate) const DELTA_NODE_FIELD: u32 = 1;
+
+/// The `node` field of every request of one stream: the fields that
 /// differ per stream (id, cluster, metadata), then the fields every
 /// simulated Envoy shares (user agent, the extension list), kept once.
 /// Protobuf allows a message's fields in any order, so the two parts
@@ -243,18 +314,19 @@ pub(crate) struct EncodedNode {
 }
 
 impl EncodedNode {
-    pub(crate) fn new(per_stream: &[u8], common: &Bytes) -> EncodedNode {
+    /// The node as field `field` of a request ([`SOTW_NODE_FIELD`] or [`DELTA_NODE_FIELD`]).
+    pub(crate) fn new(field: u32, per_stream: &[u8], common: &Bytes) -> EncodedNode {
         let mut head = BytesMut::with_capacity(per_stream.len() + 8);
-        put_varint(&mut head, 2 << 3 | 2);
+        put_varint(&mut head, u64::from(field) << 3 | 2);
         put_varint(&mut head, (per_stream.len() + common.len()) as u64);
         head.put_slice(per_stream);
         EncodedNode { head: head.freeze(), common: common.clone() }
     }
 }
 
-/// An encoded `DiscoveryRequest` in parts that share the big pieces (node,
-/// name list) between requests: the codec copies each part once into the
-/// stream's buffer.
+/// An encoded `DiscoveryRequest` or `DeltaDiscoveryRequest` in parts that
+/// share the big pieces (node, name list) between requests: the codec
+/// copies each part once into the stream's buffer.
 #[derive(Debug, Clone)]
 pub(crate) struct Request {
     parts: [Bytes; 5],
@@ -276,7 +348,8 @@ impl Request {
 }
 
 /// A `DiscoveryRequest`: version_info 1, node 2, resource_names 3, type_url
-/// 4, response_nonce 5, in field order as prost writes them.
+/// 4, response_nonce 5, in field order as prost writes them. `node` must be
+/// encoded as field 2 ([`SOTW_NODE_FIELD`]).
 pub(crate) fn encode_request(node: &EncodedNode, names: &Bytes, type_url: &str, version: &str, nonce: &str) -> Request {
     let mut first = BytesMut::new();
     if !version.is_empty() {
@@ -288,4 +361,29 @@ pub(crate) fn encode_request(node: &EncodedNode, names: &Bytes, type_url: &str, 
         put_bytes(&mut last, 5, nonce.as_bytes());
     }
     Request { parts: [first.freeze(), node.head.clone(), node.common.clone(), names.clone(), last.freeze()] }
+}
+
+/// A `DeltaDiscoveryRequest`: node 1, type_url 2, resource_names_subscribe
+/// 3, resource_names_unsubscribe 4, response_nonce 6, in field order as
+/// prost writes them. `node` must be encoded as field 1
+/// ([`DELTA_NODE_FIELD`]); `subscribe` is field 3 as [`encode_names`] writes
+/// it (a stream's first subscription of a type is a whole interned list).
+/// `initial_resource_versions` (5) is sent only when a stream reconnects,
+/// which a simulated Envoy never does; `error_detail` (7) only in a NACK.
+pub(crate) fn encode_delta_request<S: AsRef<str>>(
+    node: &EncodedNode,
+    type_url: &str,
+    subscribe: &Bytes,
+    unsubscribe: &[S],
+    nonce: &str,
+) -> Request {
+    let mut kind = BytesMut::with_capacity(type_url.len() + 2);
+    put_bytes(&mut kind, 2, type_url.as_bytes());
+    let mut last =
+        BytesMut::with_capacity(unsubscribe.iter().map(|n| n.as_ref().len() + 3).sum::<usize>() + nonce.len() + 2);
+    put_repeated(&mut last, 4, unsubscribe);
+    if !nonce.is_empty() {
+        put_bytes(&mut last, 6, nonce.as_bytes());
+    }
+    Request { parts: [node.head.clone(), node.common.clone(), kind.freeze(), subscribe.clone(), last.freeze()] }
 }

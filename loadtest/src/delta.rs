@@ -1,0 +1,245 @@
+//! The delta simulator: Envoy 1.40 on `DeltaAggregatedResources`
+//! (`api_type: DELTA_GRPC`).
+//!
+//! Envoy initializes in the same order as on SotW ([`crate::envoy`]); what
+//! differs is the wire. CDS and LDS are wildcard (the first request of each
+//! has both name lists empty, Envoy's "legacy wildcard"). A delta response
+//! carries only the resources added or changed, and names the ones gone in
+//! `removed_resources`, so a stream keeps what its clusters and listeners
+//! ask for ([`Deps`]: cluster → EDS name, listener → RDS names) and, after
+//! the ACK of each CDS or LDS response, subscribes exactly the EDS or RDS
+//! names newly needed and unsubscribes the ones no longer needed — only the
+//! difference, never the whole list again. Every response is ACKed with its
+//! nonce alone (no names). Every request, ACKs included, carries the node:
+//! Envoy's `set_node_on_first_message_only` is false by default.
+//!
+//! Invariants:
+//! * a stream's [`Deps`] is the server's answers so far applied in order,
+//!   and the names it has subscribed of EDS (RDS) are exactly its `Deps`'
+//!   wanted names, which is the list it watches in [`crate::envoy::Envoy`];
+//! * a name the server reports in `removed_resources` counts as received,
+//!   as Envoy treats a resource answered as absent as resolved;
+//! * [`Deps`] are interned like name lists: streams of one scope share one,
+//!   so ten thousand streams keep about a hundred maps, and a response that
+//!   changes nothing a stream asks for yields the same map and no request.
+
+use std::collections::HashMap;
+use std::hash::{Hash, Hasher};
+use std::sync::Arc;
+
+use bytes::Bytes;
+use parking_lot::Mutex;
+
+use crate::ads::{self, Protocol};
+use crate::envoy::Envoy;
+use crate::track::{NameSet, NameSets, XdsType};
+use crate::wire::{self, DeltaResponse};
+
+/// What a resource asks for of the next type, appended to `out`.
+type Asks = for<'r> fn(&'r [u8], &mut Vec<&'r str>);
+
+/// A cluster's EDS name, if it is an EDS cluster.
+fn eds_names<'r>(cluster: &'r [u8], out: &mut Vec<&'r str>) {
+    out.extend(wire::eds_name(cluster));
+}
+
+/// What the resources a stream holds of one type (CDS or LDS) ask for of
+/// the next (EDS or RDS), as a delta stream must remember it.
+#[derive(Debug)]
+pub(crate) struct Deps {
+    /// `(resource, a name it asks for)`, sorted; a resource that asks for
+    /// nothing has no pair.
+    pairs: Vec<(Box<str>, Box<str>)>,
+    /// Every name asked for: the list the stream watches.
+    wanted: Arc<NameSet>,
+}
+
+/// Interns [`Deps`] per type.
+#[derive(Debug, Default)]
+pub(crate) struct DepsTable {
+    maps: [Mutex<HashMap<u64, Vec<Arc<Deps>>>>; 4],
+}
+
+impl DepsTable {
+    /// `old` (none: nothing held yet) with a response of type `t` applied:
+    /// every resource it carries replaces what that resource asked for
+    /// (`asks` reads it), every resource it removes asks for nothing any more.
+    fn apply(
+        &self,
+        names: &NameSets,
+        t: XdsType,
+        old: Option<&Deps>,
+        response: &DeltaResponse<'_>,
+        asks: Asks,
+    ) -> Arc<Deps> {
+        let mut touched: Vec<&str> =
+            response.resources.iter().map(|r| r.name).chain(response.removed.iter().copied()).collect();
+        touched.sort_unstable();
+        let mut pairs: Vec<(&str, &str)> = match old {
+            Some(old) => old
+                .pairs
+                .iter()
+                .map(|(resource, name)| (&**resource, &**name))
+                .filter(|(resource, _)| touched.binary_search(resource).is_err())
+                .collect(),
+            None => Vec::new(),
+        };
+        let mut asked = Vec::new();
+        for resource in &response.resources {
+            asked.clear();
+            asks(resource.value, &mut asked);
+            pairs.extend(asked.iter().map(|name| (resource.name, *name)));
+        }
+        pairs.sort_unstable();
+        pairs.dedup();
+        self.intern(names, t, &pairs)
+    }
+
+    /// The shared [`Deps`] of type `t` with these pairs (sorted, deduplicated).
+    fn intern(&self, names: &NameSets, t: XdsType, pairs: &[(&str, &str)]) -> Arc<Deps> {
+        let mut hasher = std::collections::hash_map::DefaultHasher::new();
+        pairs.hash(&mut hasher);
+        let hash = hasher.finish();
+        let mut maps = self.maps[t as usize].lock();
+        let bucket = maps.entry(hash).or_default();
+        let same = |deps: &&Arc<Deps>| deps.pairs.iter().map(|(r, n)| (&**r, &**n)).eq(pairs.iter().copied());
+        if let Some(found) = bucket.iter().find(same) {
+            return found.clone();
+        }
+        let mut wanted: Vec<&str> = pairs.iter().map(|(_, name)| *name).collect();
+        wanted.sort_unstable();
+        wanted.dedup();
+        let next = if t == XdsType::Cluster { XdsType::Endpoint } else { XdsType::Route };
+        let deps = Arc::new(Deps {
+            pairs: pairs.iter().map(|(r, n)| (Box::from(*r), Box::from(*n))).collect(),
+            wanted: names.intern(next, &wanted),
+        });
+        bucket.push(deps.clone());
+        deps
+    }
+}
+
+/// Names in `new` and not in `old` (to subscribe), and in `old` and not in
+/// `new` (to unsubscribe); both lists sorted.
+fn diff<'a>(old: &'a [Box<str>], new: &'a [Box<str>]) -> (Vec<&'a str>, Vec<&'a str>) {
+    let (mut subscribe, mut unsubscribe) = (Vec::new(), Vec::new());
+    let (mut old, mut new) = (old.iter().peekable(), new.iter().peekable());
+    loop {
+        match (old.peek(), new.peek()) {
+            (Some(o), Some(n)) => match o.cmp(n) {
+                std::cmp::Ordering::Less => unsubscribe.extend(old.next().map(|o| &**o)),
+                std::cmp::Ordering::Greater => subscribe.extend(new.next().map(|n| &**n)),
+                std::cmp::Ordering::Equal => {
+                    old.next();
+                    new.next();
+                }
+            },
+            (Some(_), None) => unsubscribe.extend(old.next().map(|o| &**o)),
+            (None, Some(_)) => subscribe.extend(new.next().map(|n| &**n)),
+            (None, None) => break,
+        }
+    }
+    (subscribe, unsubscribe)
+}
+
+/// One delta stream's protocol state.
+pub(crate) struct Sim {
+    envoy: Envoy,
+    /// Cluster → EDS name, as the CDS responses so far left it.
+    clusters: Option<Arc<Deps>>,
+    /// Listener → RDS names, as the LDS responses so far left it.
+    listeners: Option<Arc<Deps>>,
+}
+
+impl ads::Sim for Sim {
+    const PROTOCOL: Protocol = Protocol::Delta;
+
+    fn new(envoy: Envoy) -> Sim {
+        Sim { envoy, clusters: None, listeners: None }
+    }
+
+    fn envoy(&mut self) -> &mut Envoy {
+        &mut self.envoy
+    }
+
+    async fn on_response(&mut self, message: Bytes) {
+        let response = DeltaResponse::parse(&message);
+        let Some(t) = self.envoy.count(message.len(), response.type_url) else { return };
+        for resource in &response.resources {
+            self.envoy.look(t, resource.value, resource.name);
+        }
+        match t {
+            XdsType::Cluster | XdsType::Listener => {
+                let (held, asks, next): (_, Asks, _) = match t {
+                    XdsType::Cluster => (&mut self.clusters, eds_names, XdsType::Endpoint),
+                    _ => (&mut self.listeners, wire::rds_names, XdsType::Route),
+                };
+                let shared = &self.envoy.shared;
+                let deps = shared.deps.apply(&shared.names, t, held.as_deref(), &response, asks);
+                let wanted = deps.wanted.clone();
+                *held = Some(deps);
+                self.ack(t, response.nonce).await;
+                if t == XdsType::Cluster {
+                    self.envoy.cds_acked();
+                } else {
+                    self.envoy.lds_acked();
+                }
+                self.subscribe(next, wanted).await;
+            }
+            XdsType::Endpoint | XdsType::Route => {
+                if !self.envoy.synced() {
+                    for name in response.resources.iter().map(|r| r.name).chain(response.removed.iter().copied()) {
+                        self.envoy.mark(t, name);
+                    }
+                }
+                self.ack(t, response.nonce).await;
+            }
+        }
+        self.envoy.settle().await;
+    }
+}
+
+impl Sim {
+    /// ACKs a response of `t`: its nonce, no names.
+    async fn ack(&mut self, t: XdsType, nonce: &str) {
+        let request = wire::encode_delta_request::<&str>(&self.envoy.node, t.url(), &Bytes::new(), &[], nonce);
+        self.envoy.send(request).await;
+    }
+
+    /// Watches `set` for `t` (EDS or RDS), telling the server the difference
+    /// from the list watched before.
+    async fn subscribe(&mut self, t: XdsType, set: Arc<NameSet>) {
+        if self.envoy.watched(t).is_some_and(|old| Arc::ptr_eq(old, &set)) {
+            return;
+        }
+        let old = self.envoy.watch(t, set.clone());
+        let old: &[Box<str>] = old.as_ref().map_or(&[], |old| &old.names);
+        let request = if old.is_empty() {
+            // Envoy asks only once it has names (a first request without
+            // any would be a wildcard); then for the whole list, whose
+            // encoding the interned set keeps.
+            if set.is_empty() {
+                return;
+            }
+            wire::encode_delta_request::<&str>(&self.envoy.node, t.url(), &set.encoded, &[], "")
+        } else {
+            let (subscribe, unsubscribe) = diff(old, &set.names);
+            wire::encode_delta_request(&self.envoy.node, t.url(), &wire::encode_names(&subscribe), &unsubscribe, "")
+        };
+        self.envoy.send(request).await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn diff_names_what_to_subscribe_and_unsubscribe() {
+        let list = |names: &[&str]| names.iter().map(|n| Box::from(*n)).collect::<Vec<Box<str>>>();
+        let (old, new) = (list(&["a", "b", "d", "f"]), list(&["b", "c", "d", "g", "h"]));
+        assert_eq!(diff(&old, &new), (vec!["c", "g", "h"], vec!["a", "f"]));
+        assert_eq!(diff(&old, &old), (vec![], vec![]));
+        assert_eq!(diff(&[], &new).0.len(), 5);
+    }
+}

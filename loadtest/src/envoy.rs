@@ -1,0 +1,271 @@
+//! What a simulated Envoy does alike on either protocol: Envoy's
+//! initialization order, the name lists it watches, and the sync and change
+//! bookkeeping. The SotW ([`crate::sotw`]) and delta ([`crate::delta`])
+//! simulators differ only in what they put on the wire and read off it.
+//!
+//! Envoy 1.40 initializes in one order whatever its `api_type`: CDS
+//! wildcard first; clusters warm until every EDS cluster has its endpoints
+//! (or `initial_fetch_timeout`, 15 s, passed); then LDS wildcard; listeners
+//! warm until their route configurations arrive. Invariants kept here:
+//!
+//! * a stream counts in [`SyncState`] once, when CDS and LDS are ACKed and
+//!   every watched EDS and RDS name was received at least once;
+//! * every EDS and RDS list a stream watches is an interned [`NameSet`]
+//!   whose watcher count includes the stream (until the stream ends), so a
+//!   change's expected streams ([`NameSets::watchers`]) are counted alike for
+//!   both protocols;
+//! * a tracked change reaches a stream when the stream has sent the ACK of
+//!   a response carrying it: simulators hand every received resource to
+//!   [`Envoy::look`] and call [`Envoy::settle`] once the ACK is queued.
+//!
+//! [`NameSets::watchers`]: crate::track::NameSets::watchers
+
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use tokio::sync::mpsc;
+
+use crate::ads::{Identity, Protocol, Shared};
+use crate::track::{Change, NameSet, XdsType};
+use crate::wire;
+
+/// Envoy's `initial_fetch_timeout`: how long it waits for a cluster's
+/// endpoints before it initializes without them and asks for listeners.
+const INITIAL_FETCH_TIMEOUT: Duration = Duration::from_secs(15);
+
+/// Per-name "received at least once" marks for a watched list, until synced.
+#[derive(Debug, Default)]
+struct Received {
+    marks: Vec<bool>,
+    missing: usize,
+}
+
+impl Received {
+    /// Nothing of `set` received yet.
+    fn reset(&mut self, set: &NameSet) {
+        self.marks = vec![false; set.len()];
+        self.missing = set.len();
+    }
+
+    /// Moves the marks from `old` (the list they are for) to `set`: names in
+    /// both stay received.
+    fn rebase(&mut self, old: Option<&NameSet>, set: &NameSet) {
+        let was = |name: &str| {
+            old.and_then(|old| old.position(name)).and_then(|i| self.marks.get(i as usize).copied()).unwrap_or(false)
+        };
+        let marks: Vec<bool> = set.names.iter().map(|name| was(name)).collect();
+        self.missing = marks.iter().filter(|seen| !**seen).count();
+        self.marks = marks;
+    }
+
+    fn mark(&mut self, set: &NameSet, name: &str) {
+        if let Some(i) = set.position(name)
+            && let Some(seen) = self.marks.get_mut(i as usize)
+            && !*seen
+        {
+            *seen = true;
+            self.missing -= 1;
+        }
+    }
+}
+
+/// One watched list (EDS or RDS) and what of it was received.
+#[derive(Debug, Default)]
+struct Watched {
+    set: Option<Arc<NameSet>>,
+    received: Received,
+}
+
+/// One simulated Envoy's state, whatever its protocol.
+#[derive(Debug)]
+pub(crate) struct Envoy {
+    pub(crate) identity: Identity,
+    pub(crate) shared: Arc<Shared>,
+    /// The node, encoded as the protocol's request field.
+    pub(crate) node: wire::EncodedNode,
+    protocol: Protocol,
+    tx: mpsc::Sender<wire::Request>,
+    eds: Watched,
+    rds: Watched,
+    cds_acked: bool,
+    lds_requested: bool,
+    lds_acked: bool,
+    lds_deadline: Option<Instant>,
+    synced: bool,
+    carried: Vec<Arc<Change>>,
+}
+
+impl Envoy {
+    /// A new stream's state; requests go into `tx`.
+    pub(crate) fn new(
+        identity: Identity,
+        shared: Arc<Shared>,
+        tx: mpsc::Sender<wire::Request>,
+        protocol: Protocol,
+    ) -> Envoy {
+        let node = wire::EncodedNode::new(protocol.node_field(), &identity.node, &shared.node_common);
+        Envoy {
+            identity,
+            shared,
+            node,
+            protocol,
+            tx,
+            eds: Watched::default(),
+            rds: Watched::default(),
+            cds_acked: false,
+            lds_requested: false,
+            lds_acked: false,
+            lds_deadline: None,
+            synced: false,
+            carried: Vec::new(),
+        }
+    }
+
+    /// Queues a request.
+    pub(crate) async fn send(&mut self, request: wire::Request) {
+        self.shared.stats.requests.fetch_add(1, Ordering::Relaxed);
+        // A closed channel means the stream is gone; the response loop sees that too.
+        let _ = self.tx.send(request).await;
+    }
+
+    /// The first request of a wildcard type (CDS, LDS): no names, no nonce
+    /// (in delta, Envoy's "legacy wildcard": both name lists empty).
+    pub(crate) fn wildcard(&self, t: XdsType) -> wire::Request {
+        match self.protocol {
+            Protocol::Sotw => wire::encode_request(&self.node, &Bytes::new(), t.url(), "", ""),
+            Protocol::Delta => wire::encode_delta_request::<&str>(&self.node, t.url(), &Bytes::new(), &[], ""),
+        }
+    }
+
+    /// Counts a received message of `bytes` bytes and `type_url`; returns
+    /// its type, if it is one of the four.
+    pub(crate) fn count(&self, bytes: usize, type_url: &str) -> Option<XdsType> {
+        let stats = &self.shared.stats;
+        stats.bytes.fetch_add(bytes as u64, Ordering::Relaxed);
+        let t = XdsType::from_url(type_url)?;
+        stats.responses[t as usize].fetch_add(1, Ordering::Relaxed);
+        Some(t)
+    }
+
+    /// Looks for tracked changes in a received resource of type `t` named `name`.
+    pub(crate) fn look(&mut self, t: XdsType, resource: &[u8], name: &str) {
+        self.shared.tracker.carried(t, resource, name, &mut self.carried);
+    }
+
+    /// The list of `t` (EDS or RDS) watched now.
+    pub(crate) fn watched(&self, t: XdsType) -> Option<&Arc<NameSet>> {
+        self.watch_of(t).and_then(|w| w.set.as_ref())
+    }
+
+    /// Watches `set` for `t` (EDS or RDS) instead of the list before, which
+    /// it returns. While the type is still warming (EDS: until LDS is
+    /// requested; RDS: until synced), names of `set` must be received: a
+    /// SotW server answers a new list with every name in it, so all of
+    /// them; a delta server only with the names added, so names already
+    /// received stay received.
+    pub(crate) fn watch(&mut self, t: XdsType, set: Arc<NameSet>) -> Option<Arc<NameSet>> {
+        let warming = match t {
+            XdsType::Endpoint => !self.lds_requested,
+            _ => !self.synced,
+        };
+        let (protocol, shared) = (self.protocol, self.shared.clone());
+        let watched = self.watch_of_mut(t)?;
+        shared.names.switch(watched.set.as_ref(), &set);
+        if warming {
+            match protocol {
+                Protocol::Sotw => watched.received.reset(&set),
+                Protocol::Delta => watched.received.rebase(watched.set.as_deref(), &set),
+            }
+        }
+        watched.set.replace(set)
+    }
+
+    /// Records `name` of `t` (EDS or RDS) as received, until synced.
+    pub(crate) fn mark(&mut self, t: XdsType, name: &str) {
+        if self.synced {
+            return;
+        }
+        if let Some(Watched { set: Some(set), received }) = self.watch_of_mut(t) {
+            received.mark(set, name);
+        }
+    }
+
+    /// Whether marks still matter.
+    pub(crate) fn synced(&self) -> bool {
+        self.synced
+    }
+
+    fn watch_of(&self, t: XdsType) -> Option<&Watched> {
+        match t {
+            XdsType::Endpoint => Some(&self.eds),
+            XdsType::Route => Some(&self.rds),
+            XdsType::Cluster | XdsType::Listener => None,
+        }
+    }
+
+    fn watch_of_mut(&mut self, t: XdsType) -> Option<&mut Watched> {
+        match t {
+            XdsType::Endpoint => Some(&mut self.eds),
+            XdsType::Route => Some(&mut self.rds),
+            XdsType::Cluster | XdsType::Listener => None,
+        }
+    }
+
+    /// A CDS response was ACKed: clusters warm, for at most `initial_fetch_timeout`.
+    pub(crate) fn cds_acked(&mut self) {
+        self.cds_acked = true;
+        if !self.lds_requested && self.lds_deadline.is_none() {
+            self.lds_deadline = Some(Instant::now() + INITIAL_FETCH_TIMEOUT);
+        }
+    }
+
+    /// An LDS response was ACKed.
+    pub(crate) fn lds_acked(&mut self) {
+        self.lds_acked = true;
+    }
+
+    /// When clusters stop warming without their endpoints, if they are warming.
+    pub(crate) fn lds_deadline(&self) -> Option<Instant> {
+        self.lds_deadline
+    }
+
+    /// The first LDS request: after cluster warming, as Envoy's init manager orders it.
+    pub(crate) async fn request_listeners(&mut self) {
+        self.lds_deadline = None;
+        if !self.lds_requested {
+            self.lds_requested = true;
+            let request = self.wildcard(XdsType::Listener);
+            self.send(request).await;
+        }
+    }
+
+    /// After a response was handled and ACKed: records the changes it
+    /// carried, asks for listeners once clusters are warm, and counts the
+    /// stream synced once everything watched was received.
+    pub(crate) async fn settle(&mut self) {
+        if !self.carried.is_empty() {
+            let acked = Instant::now();
+            for change in self.carried.drain(..) {
+                change.record(self.identity.id, self.identity.namespace, acked);
+            }
+        }
+        if !self.lds_requested && self.cds_acked && self.eds.received.missing == 0 {
+            self.request_listeners().await;
+        }
+        if !self.synced && self.lds_acked && self.eds.received.missing == 0 && self.rds.received.missing == 0 {
+            self.synced = true;
+            self.shared.sync.record();
+        }
+    }
+}
+
+impl Drop for Envoy {
+    /// The stream's watches end with it.
+    fn drop(&mut self) {
+        for set in [self.eds.set.take(), self.rds.set.take()].into_iter().flatten() {
+            self.shared.names.release(&set);
+        }
+    }
+}

@@ -1,0 +1,108 @@
+//! The state-of-the-world simulator: Envoy 1.40 on `StreamAggregatedResources`
+//! (`api_type: GRPC`).
+//!
+//! Each stream subscribes the way Envoy does: CDS wildcard first; on each
+//! CDS response, the CDS ACK and then an EDS request naming the EDS
+//! clusters; once every cluster has its endpoints (or 15 s have passed,
+//! Envoy's `initial_fetch_timeout`), LDS wildcard; on each LDS response, the
+//! LDS ACK and then an RDS request naming the route configurations the
+//! listeners use. Every response is ACKed with its version and nonce. Every
+//! request — ACKs included — carries the node and the full `resource_names`
+//! list of its type, as Envoy's SotW client sends them: the list is the
+//! stream's interned [`NameSet`](crate::track::NameSet), encoded once.
+
+use std::sync::Arc;
+
+use bytes::Bytes;
+
+use crate::ads::{self, Protocol};
+use crate::envoy::Envoy;
+use crate::track::XdsType;
+use crate::wire::{self, Response};
+
+/// Last received version and nonce of one type (what its next request ACKs).
+#[derive(Debug, Default)]
+struct TypeState {
+    version: String,
+    nonce: String,
+}
+
+/// One SotW stream's protocol state.
+pub(crate) struct Sim {
+    envoy: Envoy,
+    types: [TypeState; 4],
+}
+
+impl ads::Sim for Sim {
+    const PROTOCOL: Protocol = Protocol::Sotw;
+
+    fn new(envoy: Envoy) -> Sim {
+        Sim { envoy, types: Default::default() }
+    }
+
+    fn envoy(&mut self) -> &mut Envoy {
+        &mut self.envoy
+    }
+
+    async fn on_response(&mut self, message: Bytes) {
+        let response = Response::parse(&message);
+        let Some(t) = self.envoy.count(message.len(), response.type_url) else { return };
+        self.types[t as usize] = TypeState { version: response.version.into(), nonce: response.nonce.into() };
+        for resource in &response.resources {
+            self.envoy.look(t, resource, wire::resource_name(resource));
+        }
+        match t {
+            XdsType::Cluster => {
+                let mut names: Vec<&str> = response.resources.iter().filter_map(|r| wire::eds_name(r)).collect();
+                names.sort_unstable();
+                names.dedup();
+                let set = self.envoy.shared.names.intern(XdsType::Endpoint, &names);
+                self.ack(t).await;
+                self.envoy.cds_acked();
+                if self.envoy.watched(XdsType::Endpoint).is_none_or(|old| !Arc::ptr_eq(old, &set)) {
+                    let old = self.envoy.watch(XdsType::Endpoint, set.clone());
+                    // Envoy asks for endpoints only once it has EDS clusters.
+                    if old.is_some() || !set.names.is_empty() {
+                        self.ack(XdsType::Endpoint).await;
+                    }
+                }
+            }
+            XdsType::Listener => {
+                let mut names = Vec::new();
+                for listener in &response.resources {
+                    wire::rds_names(listener, &mut names);
+                }
+                names.sort_unstable();
+                names.dedup();
+                let set = self.envoy.shared.names.intern(XdsType::Route, &names);
+                self.ack(t).await;
+                self.envoy.lds_acked();
+                if self.envoy.watched(XdsType::Route).is_none_or(|old| !Arc::ptr_eq(old, &set)) {
+                    let old = self.envoy.watch(XdsType::Route, set.clone());
+                    if old.is_some() || !set.names.is_empty() {
+                        self.ack(XdsType::Route).await;
+                    }
+                }
+            }
+            XdsType::Endpoint | XdsType::Route => {
+                if !self.envoy.synced() {
+                    for resource in &response.resources {
+                        self.envoy.mark(t, wire::resource_name(resource));
+                    }
+                }
+                self.ack(t).await;
+            }
+        }
+        self.envoy.settle().await;
+    }
+}
+
+impl Sim {
+    /// ACKs the last response of `t`, with the type's full name list.
+    async fn ack(&mut self, t: XdsType) {
+        let names = self.envoy.watched(t).map(|s| s.encoded.clone()).unwrap_or_default();
+        let state = &self.types[t as usize];
+        let request = wire::encode_request(&self.envoy.node, &names, t.url(), &state.version, &state.nonce);
+        self.envoy.send(request).await;
+    }
+}
