@@ -19,7 +19,7 @@
 //!   that changed gets its ClusterLoadAssignment again even if that did not
 //!   change, so Envoy's warming cluster does not wait for the fetch timeout.
 
-use std::collections::{BTreeMap, BTreeSet, HashSet};
+use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::SystemTime;
 
@@ -27,6 +27,7 @@ use envoy_types::pb::envoy::service::discovery::v3::DiscoveryRequest;
 use serde::Serialize;
 
 use super::codec::OutgoingResponse;
+use super::names::{self, NameList};
 use super::types::{TypeSet, TypeUrl};
 use crate::generate::cache::{EncodedResource, ScopedCache, version_of};
 use crate::model::Proxy;
@@ -52,8 +53,8 @@ pub struct Watch {
     pub subscribed: bool,
     /// Wildcard subscription (CDS/LDS: empty first request, or `*`).
     pub wildcard: bool,
-    /// Explicit names (without `*`).
-    pub names: BTreeSet<String>,
+    /// Explicit names (without `*`), shared with every stream watching the same list.
+    pub names: Arc<NameList>,
     /// The client has named resources explicitly at least once.
     #[serde(skip)]
     explicit_ever: bool,
@@ -70,17 +71,16 @@ pub struct Watch {
     pub nonce_acked: Option<String>,
     /// Last NACK.
     pub last_nack: Option<NackRecord>,
-    /// Resource name → hash, as last sent.
+    /// EDS and RDS: the hash of each watched name's resource as last sent,
+    /// by position in `names` (`None`: not sent).
     #[serde(skip)]
-    sent: BTreeMap<Arc<str>, u64>,
-    /// EDS only: watched names by host, to find a changed host's names at once.
-    #[serde(skip)]
-    by_host: std::collections::HashMap<String, Vec<Arc<str>>>,
-    /// EDS and RDS: the sum of `mix(name, hash)` over `sent`, so a change of
-    /// a few resources updates the version without visiting every name.
+    sent: Vec<Option<u64>>,
+    /// EDS and RDS: the sum of `mix` over `sent`, so a change of a few
+    /// resources updates the version without visiting every name.
     #[serde(skip)]
     sum: u64,
-    /// CDS only: clusters sent last, kept to delay removals.
+    /// CDS and LDS: the resources sent last, sorted by name (clusters are
+    /// kept to delay their removal).
     #[serde(skip)]
     sent_resources: Vec<Arc<EncodedResource>>,
     /// Responses sent.
@@ -91,6 +91,27 @@ impl Watch {
     /// Whether the last response was ACKed (or nothing is outstanding).
     pub fn settled(&self) -> bool {
         self.nonce_sent.is_none() || self.nonce_sent == self.nonce_acked || self.last_nack_is_latest()
+    }
+
+    /// CDS and LDS: the hash of `name` as last sent.
+    fn sent_resource_hash(&self, name: &str) -> Option<u64> {
+        let i = self.sent_resources.binary_search_by(|r| (*r.name).cmp(name)).ok()?;
+        Some(self.sent_resources[i].hash)
+    }
+
+    /// EDS and RDS: the hash of `name` as last sent.
+    fn sent_hash(&self, name: &str) -> Option<u64> {
+        self.names.position(name).and_then(|i| self.sent.get(i).copied().flatten())
+    }
+
+    /// EDS and RDS: recomputes `sum` from `sent`.
+    fn resum(&mut self) {
+        self.sum = self
+            .sent
+            .iter()
+            .enumerate()
+            .filter_map(|(i, h)| h.map(|h| mix(self.names.key(i), h)))
+            .fold(0u64, u64::wrapping_add);
     }
 
     fn last_nack_is_latest(&self) -> bool {
@@ -144,10 +165,11 @@ fn merge_sorted(a: &[Arc<EncodedResource>], b: &[Arc<EncodedResource>]) -> Vec<A
     out
 }
 
-/// One resource's share of an EDS or RDS version: versions are order-free
-/// sums, so they can be updated for a few resources at a time.
-fn mix(name: &str, hash: u64) -> u64 {
-    xxhash_rust::xxh3::xxh3_64(name.as_bytes()).wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ hash
+/// One resource's share of an EDS or RDS version (`key` is the hash of its
+/// name): versions are order-free sums, so they can be updated for a few
+/// resources at a time.
+fn mix(key: u64, hash: u64) -> u64 {
+    key.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ hash
 }
 
 /// The version text of a sum of `mix`es.
@@ -155,16 +177,6 @@ fn sum_version(sum: u64) -> Arc<str> {
     format!("{sum:016x}").into()
 }
 
-/// Hash of a request's name list, order-sensitive (Envoy repeats the same
-/// order; a reordering only costs one needless comparison of sets).
-fn names_hash(names: &[String]) -> u64 {
-    let mut h = xxhash_rust::xxh3::Xxh3::new();
-    for n in names {
-        h.update(n.as_bytes());
-        h.update(&[0]);
-    }
-    h.digest()
-}
 
 impl Connection {
     /// A new stream for `proxy`.
@@ -240,7 +252,7 @@ impl Connection {
             return Vec::new();
         }
 
-        let hash = names_hash(&req.resource_names);
+        let hash = names::names_hash(&req.resource_names);
         if is_latest_nonce && w.subscribed && hash == w.names_hash {
             w.version_acked = Some(req.version_info.clone());
             w.nonce_acked = Some(req.response_nonce.clone());
@@ -268,7 +280,7 @@ impl Connection {
         req: &DiscoveryRequest,
         reconnect: bool,
     ) -> Vec<OutgoingResponse> {
-        let hash = names_hash(&req.resource_names);
+        let hash = names::names_hash(&req.resource_names);
         let w = self.watch(t);
         let first = !w.subscribed;
         if !first && hash == w.names_hash {
@@ -276,49 +288,50 @@ impl Connection {
         }
         w.names_hash = hash;
         w.subscribed = true;
-        let star = req.resource_names.iter().any(|n| n == "*");
-        let names: BTreeSet<String> = req.resource_names.iter().filter(|n| *n != "*").cloned().collect();
-        let previous = std::mem::replace(&mut w.names, names);
+        let previous = std::mem::replace(&mut w.names, names::intern(hash, &req.resource_names));
         if t.is_wildcard_type() {
-            w.wildcard = star || (req.resource_names.is_empty() && !w.explicit_ever);
+            w.wildcard = w.names.has_star() || (req.resource_names.is_empty() && !w.explicit_ever);
             if !w.names.is_empty() {
                 w.explicit_ever = true;
             }
         }
-        // Send every newly named resource, even one the client may already have.
-        let added: Vec<Arc<str>> = w.names.difference(&previous).map(|n| Arc::from(n.as_str())).collect();
-        for n in &added {
-            if let Some(old) = w.sent.remove(n) {
-                w.sum = w.sum.wrapping_sub(mix(n, old));
-            }
-        }
-        // Names dropped from the watch are no longer the client's concern.
-        let removed: Vec<String> = previous.difference(&w.names).cloned().collect();
-        for n in removed {
-            if let Some(old) = w.sent.remove(n.as_str()) {
-                w.sum = w.sum.wrapping_sub(mix(&n, old));
-            }
-        }
-        if t == TypeUrl::Endpoint {
-            w.by_host.clear();
-            for n in &w.names {
-                if let Some(h) = crate::generate::eds::host_of(n) {
-                    w.by_host.entry(h.to_string()).or_default().push(Arc::from(n.as_str()));
+        if matches!(t, TypeUrl::Endpoint | TypeUrl::Route) {
+            // What was sent carries over for names watched before and now;
+            // a newly named resource is sent even if the client may have it,
+            // and names dropped from the watch are no longer its concern.
+            let (old, new) = (previous.names(), w.names.names());
+            let mut sent = vec![None; new.len()];
+            let (mut i, mut j) = (0, 0);
+            while i < old.len() && j < new.len() {
+                match old[i].cmp(&new[j]) {
+                    std::cmp::Ordering::Less => i += 1,
+                    std::cmp::Ordering::Greater => j += 1,
+                    std::cmp::Ordering::Equal => {
+                        sent[j] = w.sent.get(i).copied().flatten();
+                        i += 1;
+                        j += 1;
+                    }
                 }
             }
+            w.sent = sent;
+            w.resum();
         }
         if reconnect {
             // The client has this version: skip the response only when it is
             // provably the same content.
             let scope = self.refresh_scope(ctx, false);
-            let (resources, version) = self.current(ctx, cache, &scope, t);
+            let (resources, positions, version) = self.current(ctx, cache, &scope, t);
             let w = self.watch(t);
             if version.as_ref() == req.version_info {
-                w.sent = resources.iter().map(|r| (r.name.clone(), r.hash)).collect();
                 w.version_sent = Some(version);
                 w.version_acked = Some(req.version_info.clone());
-                if t == TypeUrl::Cluster {
+                if positions.is_empty() && t.is_wildcard_type() {
                     w.sent_resources = resources;
+                } else {
+                    for (r, &i) in resources.iter().zip(&positions) {
+                        w.sent[i as usize] = Some(r.hash);
+                    }
+                    w.resum();
                 }
                 return Vec::new();
             }
@@ -370,10 +383,10 @@ impl Connection {
             if !full {
                 // Endpoint-only: only assignments of the changed hosts can differ.
                 let w = &self.watches[t.index()];
-                let names: Vec<Arc<str>> =
-                    push.hosts.iter().filter_map(|h| w.by_host.get(&**h)).flatten().cloned().collect();
-                if !names.is_empty() {
-                    out.extend(self.respond_endpoints(ctx, cache, &names));
+                let positions: Vec<u32> =
+                    push.hosts.iter().flat_map(|h| w.names.positions_of_host(h)).copied().collect();
+                if !positions.is_empty() {
+                    out.extend(self.respond_endpoints(ctx, cache, &positions));
                 }
                 continue;
             }
@@ -382,43 +395,58 @@ impl Connection {
         out
     }
 
-    /// What the client should have of type `t` now, and its version.
+    /// What the client should have of type `t` now, and its version. For
+    /// EDS and RDS also each resource's position in the watched names.
     fn current(
         &mut self,
         ctx: &PushContext,
         cache: &ScopedCache,
         scope: &Scope,
         t: TypeUrl,
-    ) -> (Vec<Arc<EncodedResource>>, Arc<str>) {
+    ) -> (Vec<Arc<EncodedResource>>, Vec<u32>, Arc<str>) {
         let w = &self.watches[t.index()];
+        let mut positions = Vec::new();
         let resources: Vec<Arc<EncodedResource>> = match t {
             TypeUrl::Cluster | TypeUrl::Listener => {
                 let outbound = cache.scoped(ctx, scope, t);
                 let (id, key) = self.placement.inbound().expect("set with the scope");
                 let inbound = cache.inbound(*id, key, t);
                 if w.wildcard && inbound.resources.is_empty() {
-                    return (outbound.resources.clone(), outbound.version.clone());
+                    return (outbound.resources.clone(), positions, outbound.version.clone());
                 }
                 let merged = merge_sorted(&outbound.resources, &inbound.resources);
                 if w.wildcard {
                     let version = version_of(merged.iter().map(|r| (&*r.name, r.hash)));
-                    return (merged, version);
+                    return (merged, positions, version);
                 }
-                merged.into_iter().filter(|r| w.names.contains(&*r.name)).collect()
+                merged.into_iter().filter(|r| w.names.contains(&r.name)).collect()
             }
-            TypeUrl::Route => {
-                let set = cache.scoped(ctx, scope, t);
-                w.names.iter().filter_map(|n| set.get(n).cloned()).collect()
+            TypeUrl::Route | TypeUrl::Endpoint => {
+                let set = (t == TypeUrl::Route).then(|| cache.scoped(ctx, scope, t));
+                let mut resources = Vec::with_capacity(w.names.len());
+                positions.reserve(w.names.len());
+                for (i, n) in w.names.names().iter().enumerate() {
+                    let found = match &set {
+                        Some(set) => set.get(n).cloned(),
+                        None => cache.endpoint(ctx, n),
+                    };
+                    if let Some(r) = found {
+                        resources.push(r);
+                        positions.push(i as u32);
+                    }
+                }
+                resources
             }
-            TypeUrl::Endpoint => w.names.iter().filter_map(|n| cache.endpoint(ctx, n)).collect(),
         };
         let version = match t {
-            TypeUrl::Endpoint | TypeUrl::Route => {
-                sum_version(resources.iter().fold(0u64, |sum, r| sum.wrapping_add(mix(&r.name, r.hash))))
-            }
+            TypeUrl::Endpoint | TypeUrl::Route => sum_version(
+                resources.iter().zip(&positions).fold(0u64, |sum, (r, &i)| {
+                    sum.wrapping_add(mix(w.names.key(i as usize), r.hash))
+                }),
+            ),
             TypeUrl::Cluster | TypeUrl::Listener => version_of(resources.iter().map(|r| (&*r.name, r.hash))),
         };
-        (resources, version)
+        (resources, positions, version)
     }
 
     fn next_nonce(&mut self) -> u32 {
@@ -426,33 +454,36 @@ impl Connection {
         self.nonce
     }
 
-    /// An endpoint push: looks up only `names` (the watched assignments of
-    /// the changed hosts), sends those that differ from what the client
-    /// has, and moves the version by their difference — O(changed), however
-    /// many clusters the stream watches.
+    /// An endpoint push: looks up only the watched assignments at
+    /// `positions` (those of the changed hosts), sends those that differ
+    /// from what the client has, and moves the version by their difference —
+    /// O(changed), however many clusters the stream watches.
     fn respond_endpoints(
         &mut self,
         ctx: &PushContext,
         cache: &ScopedCache,
-        names: &[Arc<str>],
+        positions: &[u32],
     ) -> Option<OutgoingResponse> {
         let t = TypeUrl::Endpoint;
         let mut changed: Vec<Arc<EncodedResource>> = Vec::new();
         let w = &mut self.watches[t.index()];
-        for name in names {
+        for &i in positions {
+            let i = i as usize;
+            let name = &w.names.names()[i];
+            let key = w.names.key(i);
             match cache.endpoint(ctx, name) {
                 Some(r) => {
-                    if w.sent.get(name) != Some(&r.hash) || self.eds_resend.contains(name) {
-                        if let Some(old) = w.sent.insert(name.clone(), r.hash) {
-                            w.sum = w.sum.wrapping_sub(mix(name, old));
+                    if w.sent[i] != Some(r.hash) || self.eds_resend.contains(name) {
+                        if let Some(old) = w.sent[i].replace(r.hash) {
+                            w.sum = w.sum.wrapping_sub(mix(key, old));
                         }
-                        w.sum = w.sum.wrapping_add(mix(name, r.hash));
+                        w.sum = w.sum.wrapping_add(mix(key, r.hash));
                         changed.push(r);
                     }
                 }
                 None => {
-                    if let Some(old) = w.sent.remove(name) {
-                        w.sum = w.sum.wrapping_sub(mix(name, old));
+                    if let Some(old) = w.sent[i].take() {
+                        w.sum = w.sum.wrapping_sub(mix(key, old));
                     }
                 }
             }
@@ -484,11 +515,16 @@ impl Connection {
         first: bool,
     ) -> Option<OutgoingResponse> {
         let scope = self.refresh_scope(ctx, false);
-        let (mut resources, mut version) = self.current(ctx, cache, &scope, t);
+        let (mut resources, positions, mut version) = self.current(ctx, cache, &scope, t);
         let w = &self.watches[t.index()];
+        let mut out_positions = Vec::new();
         let out_resources: Vec<Arc<EncodedResource>> = match t {
             TypeUrl::Cluster | TypeUrl::Listener => {
-                if !first && !final_cleanup && w.version_sent.as_ref() == Some(&version) && !w.sent.is_empty() {
+                if !first
+                    && !final_cleanup
+                    && w.version_sent.as_ref() == Some(&version)
+                    && !w.sent_resources.is_empty()
+                {
                     return None;
                 }
                 if t == TypeUrl::Cluster && !final_cleanup && !first {
@@ -511,13 +547,13 @@ impl Connection {
             }
             TypeUrl::Endpoint | TypeUrl::Route => {
                 let resend = &self.eds_resend;
-                let changed: Vec<Arc<EncodedResource>> = resources
-                    .iter()
-                    .filter(|r| {
-                        w.sent.get(&r.name) != Some(&r.hash) || (t == TypeUrl::Endpoint && resend.contains(&r.name))
-                    })
-                    .cloned()
-                    .collect();
+                let mut changed = Vec::new();
+                for (r, &i) in resources.iter().zip(&positions) {
+                    if w.sent[i as usize] != Some(r.hash) || (t == TypeUrl::Endpoint && resend.contains(&r.name)) {
+                        changed.push(r.clone());
+                        out_positions.push(i);
+                    }
+                }
                 if changed.is_empty() && !first {
                     return None;
                 }
@@ -525,11 +561,14 @@ impl Connection {
             }
         };
         if t == TypeUrl::Cluster {
-            // Every cluster that is new or changed needs its assignment again.
-            let w = &self.watches[t.index()];
-            for r in &out_resources {
-                if w.sent.get(&r.name) != Some(&r.hash) {
-                    self.eds_resend.insert(r.name.clone());
+            // Every cluster that changed needs its assignment again, even an
+            // unchanged one the client holds (one it lacks is sent anyway).
+            let (clusters, endpoints) = (&self.watches[t.index()], &self.watches[TypeUrl::Endpoint.index()]);
+            if endpoints.sent.iter().any(Option::is_some) {
+                for r in &out_resources {
+                    if clusters.sent_resource_hash(&r.name) != Some(r.hash) && endpoints.sent_hash(&r.name).is_some() {
+                        self.eds_resend.insert(r.name.clone());
+                    }
                 }
             }
         }
@@ -543,17 +582,12 @@ impl Connection {
         let body = cache.response_body(t, &version, &out_resources, partial);
         let w = &mut self.watches[t.index()];
         match t {
-            TypeUrl::Cluster | TypeUrl::Listener => {
-                w.sent = resources.iter().map(|r| (r.name.clone(), r.hash)).collect();
-                if t == TypeUrl::Cluster {
-                    w.sent_resources = resources;
-                }
-            }
+            TypeUrl::Cluster | TypeUrl::Listener => w.sent_resources = resources,
             TypeUrl::Endpoint | TypeUrl::Route => {
-                for r in &out_resources {
-                    w.sent.insert(r.name.clone(), r.hash);
+                for (r, &i) in out_resources.iter().zip(&out_positions) {
+                    w.sent[i as usize] = Some(r.hash);
                 }
-                w.sum = w.sent.iter().fold(0u64, |sum, (n, h)| sum.wrapping_add(mix(n, *h)));
+                w.resum();
             }
         }
         w.nonce_sent = Some(OutgoingResponse::nonce_text(nonce));

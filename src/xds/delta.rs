@@ -161,11 +161,13 @@ impl DeltaConnection {
                 .map(|(n, v)| (Arc::from(n.as_str()), delta_codec::parse_resource_version(v)))
                 .collect();
         }
+        let mut subscribe: Vec<&str> = Vec::new();
         for n in &req.resource_names_subscribe {
             if n == "*" {
                 wildcard_added |= !w.wildcard;
                 w.wildcard = true;
-            } else if w.names.insert(n.clone()) || first {
+            } else if first || (!w.names.contains(n) && !subscribe.contains(&n.as_str())) {
+                subscribe.push(n);
                 let n: Arc<str> = Arc::from(n.as_str());
                 if !first {
                     // The client asks anew: whatever it had, it gets.
@@ -174,17 +176,18 @@ impl DeltaConnection {
                 announce.push(n);
             }
         }
+        let unsubscribe: Vec<&str> = req.resource_names_unsubscribe.iter().map(String::as_str).collect();
+        if !subscribe.is_empty() || !unsubscribe.is_empty() {
+            w.names = w.names.edit(&subscribe, &unsubscribe);
+        }
         for n in &req.resource_names_unsubscribe {
             if n == "*" {
                 w.wildcard = false;
                 let names = &w.names;
-                held.retain(|h, _| names.contains(&**h));
-            } else {
-                w.names.remove(n);
-                if !w.wildcard {
-                    // The client drops it; nothing to tell it.
-                    held.remove(n.as_str());
-                }
+                held.retain(|h, _| names.contains(h));
+            } else if !w.wildcard {
+                // The client drops it; nothing to tell it.
+                held.remove(n.as_str());
             }
         }
 
@@ -258,11 +261,11 @@ impl DeltaConnection {
                 if w.wildcard {
                     set.resources.clone()
                 } else {
-                    w.names.iter().filter_map(|n| set.get(n).cloned()).collect()
+                    w.names.names().iter().filter_map(|n| set.get(n).cloned()).collect()
                 }
             }
             TypeUrl::Endpoint => {
-                let mut names: BTreeSet<&str> = w.names.iter().map(String::as_str).collect();
+                let mut names: BTreeSet<&str> = w.names.names().iter().map(|n| &**n).collect();
                 let clusters;
                 if w.wildcard {
                     clusters = cache.scoped(ctx, scope, TypeUrl::Cluster);

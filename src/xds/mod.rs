@@ -6,6 +6,7 @@
 //! * [`connection`]: one stream's protocol state (SotW ACK/NACK, nonces, watches).
 //! * [`delta`]: one delta stream's protocol state (per-resource versions).
 //! * [`delta_codec`]: pre-encoded, gRPC-framed delta responses.
+//! * [`names`]: watched name lists, built once and shared by the streams that watch them.
 //! * [`memory`]: in-memory clients that drive the same stream logic (benches, tests).
 //! * [`server`]: the hand-written tonic service and the per-stream task.
 //! * [`status`]: a copy of each stream's state for the admin endpoints.
@@ -16,6 +17,7 @@ pub mod connection;
 pub mod delta;
 pub mod delta_codec;
 pub mod memory;
+pub mod names;
 pub mod placement;
 pub mod server;
 pub mod status;

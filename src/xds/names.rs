@@ -1,0 +1,242 @@
+//! `NameList`: a watched list of resource names, built once and shared by
+//! every stream that watches the same names.
+//!
+//! Envoys in one scope watch the same names: a thousand sidecars send the
+//! same 1,000-name EDS list, and send it again with every ACK. Each distinct
+//! list is built once — sorted, deduplicated, `*` taken out, each name's
+//! hash computed, EDS names indexed by host on first use — and a stream's
+//! subscription is one pointer to it. A request whose list was seen before
+//! costs a hash and a comparison, and allocates nothing.
+//!
+//! Invariants: `names` is sorted and unique and never holds `*`; a list
+//! never changes once built; [`intern`] hands out the one live list for a
+//! given request (it compares the names, never trusts the hash alone); the
+//! table holds weak references, so a list lives while a stream watches it.
+
+use std::collections::HashMap;
+use std::sync::{Arc, LazyLock, OnceLock, Weak};
+
+use parking_lot::Mutex;
+use serde::Serialize;
+
+/// One watched list of names.
+#[derive(Debug, Default)]
+pub struct NameList {
+    /// The names as the client sent them (order kept, `*` included): what a
+    /// request is compared against when it is looked up.
+    requested: Box<[Arc<str>]>,
+    /// Sorted, unique, without `*`.
+    names: Box<[Arc<str>]>,
+    /// `name_key(names[i])`, for order-free version sums.
+    keys: Box<[u64]>,
+    /// The client named `*`.
+    star: bool,
+    /// EDS: positions in `names` by service host, built on first use.
+    by_host: OnceLock<HashMap<Box<str>, Box<[u32]>>>,
+}
+
+impl NameList {
+    /// Sorted, unique names, without `*`.
+    pub fn names(&self) -> &[Arc<str>] {
+        &self.names
+    }
+
+    /// The hash of `names()[i]` (see [`name_key`]).
+    pub fn key(&self, i: usize) -> u64 {
+        self.keys[i]
+    }
+
+    /// How many names (without `*`).
+    pub fn len(&self) -> usize {
+        self.names.len()
+    }
+
+    /// No names (a `*` alone counts as none).
+    pub fn is_empty(&self) -> bool {
+        self.names.is_empty()
+    }
+
+    /// Whether the client named `*`.
+    pub fn has_star(&self) -> bool {
+        self.star
+    }
+
+    /// The position of `name` in [`names`](Self::names).
+    pub fn position(&self, name: &str) -> Option<usize> {
+        self.names.binary_search_by(|n| (**n).cmp(name)).ok()
+    }
+
+    /// Whether `name` is watched.
+    pub fn contains(&self, name: &str) -> bool {
+        self.position(name).is_some()
+    }
+
+    /// Positions of the watched EDS names whose cluster is of service `host`.
+    pub fn positions_of_host(&self, host: &str) -> &[u32] {
+        let by_host = self.by_host.get_or_init(|| {
+            let mut by_host: HashMap<Box<str>, Vec<u32>> = HashMap::new();
+            for (i, n) in self.names.iter().enumerate() {
+                if let Some(h) = crate::generate::eds::host_of(n) {
+                    by_host.entry(h.into()).or_default().push(i as u32);
+                }
+            }
+            by_host.into_iter().map(|(h, v)| (h, v.into_boxed_slice())).collect()
+        });
+        by_host.get(host).map_or(&[], |v| v)
+    }
+
+    /// This list with `subscribe` added and `unsubscribe` taken out (delta
+    /// subscriptions), interned like a requested list. `*` in either is left
+    /// to the caller.
+    pub fn edit(&self, subscribe: &[&str], unsubscribe: &[&str]) -> Arc<NameList> {
+        let mut names: Vec<&str> = self.names.iter().map(|n| &**n).filter(|n| !unsubscribe.contains(n)).collect();
+        names.extend(subscribe.iter().filter(|n| **n != "*" && !unsubscribe.contains(n)));
+        names.sort_unstable();
+        names.dedup();
+        intern(names_hash(&names), &names)
+    }
+
+    fn build<S: AsRef<str>>(requested: &[S]) -> NameList {
+        let requested: Box<[Arc<str>]> = requested.iter().map(|n| Arc::from(n.as_ref())).collect();
+        let mut names: Vec<Arc<str>> = requested.iter().filter(|n| &***n != "*").cloned().collect();
+        names.sort_unstable();
+        names.dedup();
+        let keys = names.iter().map(|n| name_key(n)).collect();
+        let star = requested.iter().any(|n| &**n == "*");
+        NameList { requested, names: names.into(), keys, star, by_host: OnceLock::new() }
+    }
+
+    fn is_request<S: AsRef<str>>(&self, requested: &[S]) -> bool {
+        self.requested.len() == requested.len()
+            && self.requested.iter().zip(requested).all(|(a, b)| **a == *b.as_ref())
+    }
+}
+
+impl Serialize for NameList {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.collect_seq(self.names.iter().map(|n| &**n))
+    }
+}
+
+/// The hash of one name, the base of order-free version sums.
+pub fn name_key(name: &str) -> u64 {
+    xxhash_rust::xxh3::xxh3_64(name.as_bytes())
+}
+
+/// Hash of a requested name list, order kept (Envoy repeats the same
+/// order; a reordered list is only interned once more).
+pub fn names_hash<S: AsRef<str>>(names: &[S]) -> u64 {
+    let mut h = xxhash_rust::xxh3::Xxh3::new();
+    for n in names {
+        h.update(n.as_ref().as_bytes());
+        h.update(&[0]);
+    }
+    h.digest()
+}
+
+/// The live lists by request hash (a bucket, since hashes may collide).
+#[derive(Default)]
+struct Table {
+    lists: HashMap<u64, Vec<Weak<NameList>>>,
+    inserts_since_sweep: usize,
+}
+
+static TABLE: LazyLock<Mutex<Table>> = LazyLock::new(Default::default);
+
+/// The shared list for a request's names; `hash` is [`names_hash`] of them.
+/// Content-addressed, so one table serves every engine in the process.
+pub fn intern<S: AsRef<str>>(hash: u64, requested: &[S]) -> Arc<NameList> {
+    let mut table = TABLE.lock();
+    if let Some(bucket) = table.lists.get(&hash) {
+        for weak in bucket {
+            if let Some(list) = weak.upgrade()
+                && list.is_request(requested)
+            {
+                return list;
+            }
+        }
+    }
+    let list = Arc::new(NameList::build(requested));
+    let table = &mut *table;
+    let bucket = table.lists.entry(hash).or_default();
+    bucket.retain(|w| w.strong_count() > 0);
+    bucket.push(Arc::downgrade(&list));
+    table.inserts_since_sweep += 1;
+    if table.inserts_since_sweep >= table.lists.len().max(64) {
+        // Amortized: sweep once the table could have doubled in dead entries.
+        table.lists.retain(|_, bucket| {
+            bucket.retain(|w| w.strong_count() > 0);
+            !bucket.is_empty()
+        });
+        table.inserts_since_sweep = 0;
+    }
+    list
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn req(names: &[&str]) -> Arc<NameList> {
+        intern(names_hash(names), names)
+    }
+
+    #[test]
+    fn equal_requests_share_one_list_and_different_ones_do_not() {
+        let a = req(&["b", "a", "*"]);
+        let b = req(&["b", "a", "*"]);
+        assert!(Arc::ptr_eq(&a, &b));
+        assert_eq!(a.names().iter().map(|n| &**n).collect::<Vec<_>>(), ["a", "b"]);
+        assert!(a.has_star());
+        let c = req(&["a", "b"]);
+        assert!(!Arc::ptr_eq(&a, &c));
+        assert!(!c.has_star());
+        assert_eq!(c.position("b"), Some(1));
+        assert_eq!(c.position("c"), None);
+    }
+
+    #[test]
+    fn a_list_nobody_holds_is_freed_and_built_again() {
+        let list = req(&["only-here-1", "only-here-2"]);
+        let weak = Arc::downgrade(&list);
+        drop(list);
+        assert!(weak.upgrade().is_none(), "the table keeps no list alive");
+        let again = req(&["only-here-1", "only-here-2"]);
+        assert_eq!(again.len(), 2);
+        assert!(again.contains("only-here-2"));
+    }
+
+    #[test]
+    fn colliding_hashes_never_share_a_list() {
+        // Force a collision: two different requests under one hash.
+        let a = intern(7, &["x"]);
+        let b = intern(7, &["y"]);
+        assert!(!Arc::ptr_eq(&a, &b));
+        assert_eq!(&*b.names()[0], "y");
+        assert!(Arc::ptr_eq(&intern(7, &["x"]), &a));
+    }
+
+    #[test]
+    fn hosts_index_eds_names_and_edit_keeps_lists_shared() {
+        let list = req(&[
+            "outbound|9080||reviews.default.svc.cluster.local",
+            "outbound|9080|v1|reviews.default.svc.cluster.local",
+            "outbound|9080||ratings.default.svc.cluster.local",
+        ]);
+        let reviews = list.positions_of_host("reviews.default.svc.cluster.local");
+        assert_eq!(reviews.len(), 2);
+        assert!(reviews.iter().all(|&i| list.names()[i as usize].contains("reviews")));
+        assert!(list.positions_of_host("details.default.svc.cluster.local").is_empty());
+
+        let edited = list.edit(&["outbound|9080||details.default.svc.cluster.local"], &[
+            "outbound|9080|v1|reviews.default.svc.cluster.local",
+        ]);
+        assert_eq!(edited.len(), 3);
+        assert!(edited.contains("outbound|9080||details.default.svc.cluster.local"));
+        assert!(!edited.contains("outbound|9080|v1|reviews.default.svc.cluster.local"));
+        let same = list.edit(&["outbound|9080||details.default.svc.cluster.local"], &[
+            "outbound|9080|v1|reviews.default.svc.cluster.local",
+        ]);
+        assert!(Arc::ptr_eq(&edited, &same));
+    }
+}
