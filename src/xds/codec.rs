@@ -18,7 +18,6 @@ use bytes::{BufMut, Bytes, BytesMut};
 use prost::Message;
 use prost::encoding::{self, WireType};
 use tonic::Status;
-use tonic::codec::{DecodeBuf, Decoder};
 
 use super::types::TypeUrl;
 use crate::generate::cache::EncodedResource;
@@ -151,18 +150,16 @@ impl<First, Later> Default for NodeOnceDecoder<First, Later> {
     }
 }
 
-impl<First: Message + Default, Later: Message + Default + Into<First>> Decoder for NodeOnceDecoder<First, Later> {
-    type Item = First;
-    type Error = Status;
-
-    fn decode(&mut self, src: &mut DecodeBuf<'_>) -> Result<Option<Self::Item>, Self::Error> {
+impl<First: Message + Default, Later: Message + Default + Into<First>> NodeOnceDecoder<First, Later> {
+    /// Decodes the stream's next request message.
+    pub fn decode(&mut self, message: Bytes) -> Result<First, Status> {
         let decoded = if self.first_done {
-            Later::decode(src).map(Into::into)
+            Later::decode(message).map(Into::into)
         } else {
             self.first_done = true;
-            First::decode(src)
+            First::decode(message)
         };
-        decoded.map(Some).map_err(|e| Status::invalid_argument(format!("undecodable request: {e}")))
+        decoded.map_err(|e| Status::invalid_argument(format!("undecodable request: {e}")))
     }
 }
 

@@ -8,6 +8,7 @@
 //! * [`delta_codec`]: pre-encoded, gRPC-framed delta responses.
 //! * [`names`]: watched name lists, built once and shared by the streams that watch them.
 //! * [`memory`]: in-memory clients that drive the same stream logic (benches, tests).
+//! * [`requests`]: the request half of a stream, as whole messages, without a per-stream buffer.
 //! * [`server`]: the hand-written tonic service and the per-stream task.
 //! * [`status`]: a copy of each stream's state for the admin endpoints.
 
@@ -19,6 +20,7 @@ pub mod delta_codec;
 pub mod memory;
 pub mod names;
 pub mod placement;
+pub mod requests;
 pub mod server;
 pub mod status;
 pub mod types;

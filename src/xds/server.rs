@@ -1,8 +1,9 @@
 //! The ADS gRPC service, written by hand so responses go out pre-encoded.
 //!
 //! envoy-types' generated server hard-codes the prost codec, which would
-//! re-encode every response per stream. This service decodes requests with
-//! tonic's `Streaming` and answers with its own body
+//! re-encode every response per stream. This service reads requests as
+//! whole messages ([`RequestMessages`], which keeps no buffer between
+//! requests), decodes them with prost, and answers with its own body
 //! ([`ResponseStreamBody`]) that hands the shared response bytes to h2
 //! without copying. It runs one task per stream: the task owns the stream's
 //! [`Connection`], reads requests, serves pushes from its slot in the
@@ -23,7 +24,7 @@ use futures::future::BoxFuture;
 use tokio::sync::mpsc;
 use tonic::body::Body;
 use tonic::server::NamedService;
-use tonic::{Status, Streaming};
+use tonic::Status;
 use tracing::Instrument;
 
 use super::body::{Framed, ResponseStreamBody};
@@ -31,6 +32,7 @@ use super::codec::{NodeOnceDecoder, OutgoingResponse};
 use super::connection::Connection;
 use super::delta::DeltaConnection;
 use super::delta_codec::DeltaResponse;
+use super::requests::RequestMessages;
 use super::status::{StreamState, StreamStatus};
 use crate::generate::cache::ScopedCache;
 use crate::model::Proxy;
@@ -164,16 +166,14 @@ where
         .and_then(|i| i.remote_addr())
         .map(|a| a.to_string())
         .unwrap_or_default();
-    let mut requests: Streaming<P::Request> = Streaming::new_request(
-        NodeOnceDecoder::<P::Request, P::LaterRequest>::default(),
-        req.into_body(),
-        None,
-        Some(MAX_REQUEST_BYTES),
-    );
-    let first = match requests.message().await {
-        Ok(Some(first)) => first,
-        Ok(None) => return Status::cancelled("stream ended before its first request").into_http(),
-        Err(status) => return status.into_http(),
+    let mut decoder = NodeOnceDecoder::<P::Request, P::LaterRequest>::default();
+    let mut requests = futures::StreamExt::map(RequestMessages::new(req.into_body(), MAX_REQUEST_BYTES), move |m| {
+        m.and_then(|m| decoder.decode(m))
+    });
+    let first = match futures::StreamExt::next(&mut requests).await {
+        Some(Ok(first)) => first,
+        None => return Status::cancelled("stream ended before its first request").into_http(),
+        Some(Err(status)) => return status.into_http(),
     };
     let proxy = match P::node(&first).ok_or(crate::model::NodeError::Missing).and_then(Proxy::from_node) {
         Ok(proxy) => Arc::new(proxy),
