@@ -56,7 +56,7 @@ fn decode(response: &OutgoingResponse) -> Option<DiscoveryResponse> {
 fn fetch(engine: &PushEngine, conn: &mut Connection, t: TypeUrl, names: Vec<String>) -> Section {
     let request = DiscoveryRequest { type_url: t.as_str().to_string(), resource_names: names, ..Default::default() };
     let ctx = engine.ctx.load();
-    let responses = conn.on_request(&ctx, &engine.cache, &request);
+    let responses = conn.on_request(&ctx, &engine.cache, &request.into());
     let mut section = Section { version: String::new(), resources: Vec::new() };
     for r in responses.iter().filter_map(decode).filter(|r| r.type_url == t.as_str()) {
         section.version = r.version_info;

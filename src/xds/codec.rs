@@ -99,18 +99,23 @@ impl OutgoingResponse {
     }
 }
 
-/// A SotW request as it arrives after the first one: every field but the
-/// node. Envoy sends its node (60 KB with Envoy 1.40's extension list) on
-/// every request; the stream already parsed it from the first, so prost
-/// skips the field here instead of building it again for every ACK.
+/// A SotW `DiscoveryRequest` as a stream reads it: `resource_names` stay
+/// slices of the received message. A stream compares a request's names with
+/// what it watches by hash and builds strings only for a list it has not
+/// seen (see [`super::names`]); an ACK repeating a 1,000-name EDS list
+/// allocates nothing for them. Fields meshpush does not read (7, 8) are
+/// skipped.
 #[derive(Clone, PartialEq, Message)]
-pub struct DiscoveryRequestWithoutNode {
+pub struct SotwRequest {
     /// `version_info` (field 1).
     #[prost(string, tag = "1")]
     pub version_info: String,
-    /// `resource_names` (field 3).
-    #[prost(string, repeated, tag = "3")]
-    pub resource_names: Vec<String>,
+    /// `node` (field 2).
+    #[prost(message, optional, tag = "2")]
+    pub node: Option<envoy_types::pb::envoy::config::core::v3::Node>,
+    /// `resource_names` (field 3), undecoded.
+    #[prost(bytes = "bytes", repeated, tag = "3")]
+    pub resource_names: Vec<Bytes>,
     /// `type_url` (field 4).
     #[prost(string, tag = "4")]
     pub type_url: String,
@@ -122,16 +127,50 @@ pub struct DiscoveryRequestWithoutNode {
     pub error_detail: Option<envoy_types::pb::google::rpc::Status>,
 }
 
-impl From<DiscoveryRequestWithoutNode> for envoy_types::pb::envoy::service::discovery::v3::DiscoveryRequest {
-    fn from(r: DiscoveryRequestWithoutNode) -> Self {
-        Self {
+/// A [`SotwRequest`] after a stream's first: every field but the node.
+/// Envoy sends its node (60 KB with Envoy 1.40's extension list) on every
+/// request; the stream parsed it from the first, so prost skips it here.
+#[derive(Clone, PartialEq, Message)]
+pub struct SotwLaterRequest {
+    /// `version_info` (field 1).
+    #[prost(string, tag = "1")]
+    pub version_info: String,
+    /// `resource_names` (field 3), undecoded.
+    #[prost(bytes = "bytes", repeated, tag = "3")]
+    pub resource_names: Vec<Bytes>,
+    /// `type_url` (field 4).
+    #[prost(string, tag = "4")]
+    pub type_url: String,
+    /// `response_nonce` (field 5).
+    #[prost(string, tag = "5")]
+    pub response_nonce: String,
+    /// `error_detail` (field 6).
+    #[prost(message, optional, tag = "6")]
+    pub error_detail: Option<envoy_types::pb::google::rpc::Status>,
+}
+
+impl From<SotwLaterRequest> for SotwRequest {
+    fn from(r: SotwLaterRequest) -> Self {
+        SotwRequest {
             version_info: r.version_info,
             node: None,
             resource_names: r.resource_names,
             type_url: r.type_url,
             response_nonce: r.response_nonce,
             error_detail: r.error_detail,
-            ..Default::default()
+        }
+    }
+}
+
+impl From<envoy_types::pb::envoy::service::discovery::v3::DiscoveryRequest> for SotwRequest {
+    fn from(r: envoy_types::pb::envoy::service::discovery::v3::DiscoveryRequest) -> Self {
+        SotwRequest {
+            version_info: r.version_info,
+            node: r.node,
+            resource_names: r.resource_names.into_iter().map(Bytes::from).collect(),
+            type_url: r.type_url,
+            response_nonce: r.response_nonce,
+            error_detail: r.error_detail,
         }
     }
 }
@@ -208,7 +247,7 @@ mod tests {
     }
 
     #[test]
-    fn later_requests_keep_every_field_but_the_node() {
+    fn requests_read_as_envoy_wrote_them_and_later_ones_skip_the_node() {
         use envoy_types::pb::envoy::config::core::v3::Node;
         use envoy_types::pb::envoy::service::discovery::v3::DiscoveryRequest;
         let full = DiscoveryRequest {
@@ -224,7 +263,11 @@ mod tests {
             }),
             ..Default::default()
         };
-        let later: DiscoveryRequest = DiscoveryRequestWithoutNode::decode(&full.encode_to_vec()[..]).unwrap().into();
-        assert_eq!(later, DiscoveryRequest { node: None, ..full });
+        let wire = Bytes::from(full.encode_to_vec());
+        let first = SotwRequest::decode(wire.clone()).unwrap();
+        assert_eq!(first, SotwRequest::from(full.clone()));
+        assert_eq!(first.resource_names, [Bytes::from_static(b"a"), Bytes::from_static(b"b")]);
+        let later: SotwRequest = SotwLaterRequest::decode(wire).unwrap().into();
+        assert_eq!(later, SotwRequest { node: None, ..SotwRequest::from(full) });
     }
 }

@@ -23,10 +23,9 @@ use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::SystemTime;
 
-use envoy_types::pb::envoy::service::discovery::v3::DiscoveryRequest;
 use serde::Serialize;
 
-use super::codec::OutgoingResponse;
+use super::codec::{OutgoingResponse, SotwRequest};
 use super::names::{self, NameList};
 use super::types::{TypeSet, TypeUrl};
 use crate::generate::cache::{EncodedResource, ScopedCache, version_of};
@@ -218,7 +217,7 @@ impl Connection {
         &mut self,
         ctx: &PushContext,
         cache: &ScopedCache,
-        req: &DiscoveryRequest,
+        req: &SotwRequest,
     ) -> Vec<OutgoingResponse> {
         let Some(t) = TypeUrl::parse(&req.type_url) else {
             tracing::debug!(conn_id = self.id, type_url = %req.type_url, "request for a type meshpush does not serve");
@@ -277,7 +276,7 @@ impl Connection {
         ctx: &PushContext,
         cache: &ScopedCache,
         t: TypeUrl,
-        req: &DiscoveryRequest,
+        req: &SotwRequest,
         reconnect: bool,
     ) -> Vec<OutgoingResponse> {
         let hash = names::names_hash(&req.resource_names);

@@ -96,8 +96,12 @@ impl NameList {
         intern(names_hash(&names), &names)
     }
 
-    fn build<S: AsRef<str>>(requested: &[S]) -> NameList {
-        let requested: Box<[Arc<str>]> = requested.iter().map(|n| Arc::from(n.as_ref())).collect();
+    fn build<S: AsRef<[u8]>>(requested: &[S]) -> NameList {
+        // Envoy writes UTF-8 (its names are proto3 strings); a name that is
+        // not cannot match any resource, and is kept as the lossy text only
+        // to be shown.
+        let requested: Box<[Arc<str>]> =
+            requested.iter().map(|n| Arc::from(String::from_utf8_lossy(n.as_ref()).as_ref())).collect();
         let mut names: Vec<Arc<str>> = requested.iter().filter(|n| &***n != "*").cloned().collect();
         names.sort_unstable();
         names.dedup();
@@ -106,9 +110,9 @@ impl NameList {
         NameList { requested, names: names.into(), keys, star, by_host: OnceLock::new() }
     }
 
-    fn is_request<S: AsRef<str>>(&self, requested: &[S]) -> bool {
+    fn is_request<S: AsRef<[u8]>>(&self, requested: &[S]) -> bool {
         self.requested.len() == requested.len()
-            && self.requested.iter().zip(requested).all(|(a, b)| **a == *b.as_ref())
+            && self.requested.iter().zip(requested).all(|(a, b)| a.as_bytes() == b.as_ref())
     }
 }
 
@@ -125,10 +129,10 @@ pub fn name_key(name: &str) -> u64 {
 
 /// Hash of a requested name list, order kept (Envoy repeats the same
 /// order; a reordered list is only interned once more).
-pub fn names_hash<S: AsRef<str>>(names: &[S]) -> u64 {
+pub fn names_hash<S: AsRef<[u8]>>(names: &[S]) -> u64 {
     let mut h = xxhash_rust::xxh3::Xxh3::new();
     for n in names {
-        h.update(n.as_ref().as_bytes());
+        h.update(n.as_ref());
         h.update(&[0]);
     }
     h.digest()
@@ -145,7 +149,7 @@ static TABLE: LazyLock<Mutex<Table>> = LazyLock::new(Default::default);
 
 /// The shared list for a request's names; `hash` is [`names_hash`] of them.
 /// Content-addressed, so one table serves every engine in the process.
-pub fn intern<S: AsRef<str>>(hash: u64, requested: &[S]) -> Arc<NameList> {
+pub fn intern<S: AsRef<[u8]>>(hash: u64, requested: &[S]) -> Arc<NameList> {
     let mut table = TABLE.lock();
     if let Some(bucket) = table.lists.get(&hash) {
         for weak in bucket {

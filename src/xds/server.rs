@@ -28,7 +28,7 @@ use tonic::Status;
 use tracing::Instrument;
 
 use super::body::{Framed, ResponseStreamBody};
-use super::codec::{NodeOnceDecoder, OutgoingResponse};
+use super::codec::{NodeOnceDecoder, OutgoingResponse, SotwRequest};
 use super::connection::Connection;
 use super::delta::DeltaConnection;
 use super::delta_codec::DeltaResponse;
@@ -94,19 +94,19 @@ pub trait Protocol: StreamState + Send + Sized + 'static {
 }
 
 impl Protocol for Connection {
-    type Request = DiscoveryRequest;
-    type LaterRequest = super::codec::DiscoveryRequestWithoutNode;
+    type Request = SotwRequest;
+    type LaterRequest = super::codec::SotwLaterRequest;
     type Response = OutgoingResponse;
     fn open(id: u64, proxy: Arc<Proxy>) -> Self {
         Connection::new(id, proxy)
     }
-    fn node(req: &DiscoveryRequest) -> Option<&Node> {
+    fn node(req: &SotwRequest) -> Option<&Node> {
         req.node.as_ref()
     }
-    fn type_url(req: &DiscoveryRequest) -> &str {
+    fn type_url(req: &SotwRequest) -> &str {
         &req.type_url
     }
-    fn on_request(&mut self, ctx: &PushContext, cache: &ScopedCache, req: &DiscoveryRequest) -> Vec<OutgoingResponse> {
+    fn on_request(&mut self, ctx: &PushContext, cache: &ScopedCache, req: &SotwRequest) -> Vec<OutgoingResponse> {
         Connection::on_request(self, ctx, cache, req)
     }
     fn on_push(&mut self, ctx: &PushContext, cache: &ScopedCache, push: &PendingPush) -> Vec<OutgoingResponse> {
@@ -201,7 +201,8 @@ pub fn spawn_stream(
     requests: impl futures::Stream<Item = Result<DiscoveryRequest, Status>> + Unpin + Send + 'static,
     peer: String,
 ) -> mpsc::Receiver<OutgoingResponse> {
-    spawn::<Connection>(engine, proxy, first, requests, peer)
+    let requests = futures::StreamExt::map(requests, |r| r.map(SotwRequest::from));
+    spawn::<Connection>(engine, proxy, first.into(), requests, peer)
 }
 
 /// [`spawn_stream`] for a delta stream.
