@@ -176,7 +176,6 @@ fn sum_version(sum: u64) -> Arc<str> {
     format!("{sum:016x}").into()
 }
 
-
 impl Connection {
     /// A new stream for `proxy`.
     pub fn new(id: u64, proxy: Arc<Proxy>) -> Connection {
@@ -213,12 +212,7 @@ impl Connection {
     }
 
     /// Handles one request; returns the responses to send, in order.
-    pub fn on_request(
-        &mut self,
-        ctx: &PushContext,
-        cache: &ScopedCache,
-        req: &SotwRequest,
-    ) -> Vec<OutgoingResponse> {
+    pub fn on_request(&mut self, ctx: &PushContext, cache: &ScopedCache, req: &SotwRequest) -> Vec<OutgoingResponse> {
         let Some(t) = TypeUrl::parse(&req.type_url) else {
             tracing::debug!(conn_id = self.id, type_url = %req.type_url, "request for a type meshpush does not serve");
             return Vec::new();
@@ -344,7 +338,7 @@ impl Connection {
         let mut out = Vec::new();
         if t == TypeUrl::Endpoint && !self.eds_resend.is_empty() {
             let watched = &self.watches[TypeUrl::Endpoint.index()].names;
-            self.eds_resend.retain(|n| watched.contains(&**n));
+            self.eds_resend.retain(|n| watched.contains(n));
         }
         if t == TypeUrl::Endpoint && !self.eds_resend.is_empty() {
             out.extend(self.respond(ctx, cache, TypeUrl::Endpoint, false, false));
@@ -439,9 +433,10 @@ impl Connection {
         };
         let version = match t {
             TypeUrl::Endpoint | TypeUrl::Route => sum_version(
-                resources.iter().zip(&positions).fold(0u64, |sum, (r, &i)| {
-                    sum.wrapping_add(mix(w.names.key(i as usize), r.hash))
-                }),
+                resources
+                    .iter()
+                    .zip(&positions)
+                    .fold(0u64, |sum, (r, &i)| sum.wrapping_add(mix(w.names.key(i as usize), r.hash))),
             ),
             TypeUrl::Cluster | TypeUrl::Listener => version_of(resources.iter().map(|r| (&*r.name, r.hash))),
         };
@@ -519,10 +514,7 @@ impl Connection {
         let mut out_positions = Vec::new();
         let out_resources: Vec<Arc<EncodedResource>> = match t {
             TypeUrl::Cluster | TypeUrl::Listener => {
-                if !first
-                    && !final_cleanup
-                    && w.version_sent.as_ref() == Some(&version)
-                    && !w.sent_resources.is_empty()
+                if !first && !final_cleanup && w.version_sent.as_ref() == Some(&version) && !w.sent_resources.is_empty()
                 {
                     return None;
                 }

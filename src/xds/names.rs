@@ -232,15 +232,17 @@ mod tests {
         assert!(reviews.iter().all(|&i| list.names()[i as usize].contains("reviews")));
         assert!(list.positions_of_host("details.default.svc.cluster.local").is_empty());
 
-        let edited = list.edit(&["outbound|9080||details.default.svc.cluster.local"], &[
-            "outbound|9080|v1|reviews.default.svc.cluster.local",
-        ]);
+        let edited = list.edit(
+            &["outbound|9080||details.default.svc.cluster.local"],
+            &["outbound|9080|v1|reviews.default.svc.cluster.local"],
+        );
         assert_eq!(edited.len(), 3);
         assert!(edited.contains("outbound|9080||details.default.svc.cluster.local"));
         assert!(!edited.contains("outbound|9080|v1|reviews.default.svc.cluster.local"));
-        let same = list.edit(&["outbound|9080||details.default.svc.cluster.local"], &[
-            "outbound|9080|v1|reviews.default.svc.cluster.local",
-        ]);
+        let same = list.edit(
+            &["outbound|9080||details.default.svc.cluster.local"],
+            &["outbound|9080|v1|reviews.default.svc.cluster.local"],
+        );
         assert!(Arc::ptr_eq(&edited, &same));
     }
 }

@@ -22,9 +22,9 @@ use envoy_types::pb::envoy::config::core::v3::Node;
 use envoy_types::pb::envoy::service::discovery::v3::{DeltaDiscoveryRequest, DiscoveryRequest};
 use futures::future::BoxFuture;
 use tokio::sync::mpsc;
+use tonic::Status;
 use tonic::body::Body;
 use tonic::server::NamedService;
-use tonic::Status;
 use tracing::Instrument;
 
 use super::body::{Framed, ResponseStreamBody};
