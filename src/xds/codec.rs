@@ -19,6 +19,8 @@ use prost::Message;
 use prost::encoding::{self, WireType};
 use tonic::Status;
 
+use envoy_types::pb::envoy::config::core::v3::Node;
+
 use super::types::TypeUrl;
 use crate::generate::cache::EncodedResource;
 
@@ -99,6 +101,54 @@ impl OutgoingResponse {
     }
 }
 
+/// The parts of Envoy's `Node` meshpush reads (id, cluster, metadata; also
+/// locality and user agent name, for the record). Envoy 1.40 sends 516
+/// `extensions` and its build version in every node; prost skips those
+/// fields here instead of building 60 KB of messages per stream.
+#[derive(Clone, PartialEq, Message)]
+pub struct StreamNode {
+    /// `id` (field 1).
+    #[prost(string, tag = "1")]
+    pub id: String,
+    /// `cluster` (field 2).
+    #[prost(string, tag = "2")]
+    pub cluster: String,
+    /// `metadata` (field 3).
+    #[prost(message, optional, tag = "3")]
+    pub metadata: Option<envoy_types::pb::google::protobuf::Struct>,
+    /// `locality` (field 4).
+    #[prost(message, optional, tag = "4")]
+    pub locality: Option<envoy_types::pb::envoy::config::core::v3::Locality>,
+    /// `user_agent_name` (field 6).
+    #[prost(string, tag = "6")]
+    pub user_agent_name: String,
+}
+
+impl From<StreamNode> for Node {
+    fn from(n: StreamNode) -> Node {
+        Node {
+            id: n.id,
+            cluster: n.cluster,
+            metadata: n.metadata,
+            locality: n.locality,
+            user_agent_name: n.user_agent_name,
+            ..Default::default()
+        }
+    }
+}
+
+impl From<Node> for StreamNode {
+    fn from(n: Node) -> StreamNode {
+        StreamNode {
+            id: n.id,
+            cluster: n.cluster,
+            metadata: n.metadata,
+            locality: n.locality,
+            user_agent_name: n.user_agent_name,
+        }
+    }
+}
+
 /// A SotW `DiscoveryRequest` as a stream reads it: `resource_names` stay
 /// slices of the received message. A stream compares a request's names with
 /// what it watches by hash and builds strings only for a list it has not
@@ -110,9 +160,9 @@ pub struct SotwRequest {
     /// `version_info` (field 1).
     #[prost(string, tag = "1")]
     pub version_info: String,
-    /// `node` (field 2).
+    /// `node` (field 2), the parts meshpush reads.
     #[prost(message, optional, tag = "2")]
-    pub node: Option<envoy_types::pb::envoy::config::core::v3::Node>,
+    pub node: Option<StreamNode>,
     /// `resource_names` (field 3), undecoded.
     #[prost(bytes = "bytes", repeated, tag = "3")]
     pub resource_names: Vec<Bytes>,
@@ -166,9 +216,88 @@ impl From<envoy_types::pb::envoy::service::discovery::v3::DiscoveryRequest> for 
     fn from(r: envoy_types::pb::envoy::service::discovery::v3::DiscoveryRequest) -> Self {
         SotwRequest {
             version_info: r.version_info,
-            node: r.node,
+            node: r.node.map(Into::into),
             resource_names: r.resource_names.into_iter().map(Bytes::from).collect(),
             type_url: r.type_url,
+            response_nonce: r.response_nonce,
+            error_detail: r.error_detail,
+        }
+    }
+}
+
+/// A `DeltaDiscoveryRequest` as a stream reads it: the node as a
+/// [`StreamNode`]; resource locators (fields 8, 9) are skipped.
+#[derive(Clone, PartialEq, Message)]
+pub struct DeltaRequest {
+    /// `node` (field 1), the parts meshpush reads.
+    #[prost(message, optional, tag = "1")]
+    pub node: Option<StreamNode>,
+    /// `type_url` (field 2).
+    #[prost(string, tag = "2")]
+    pub type_url: String,
+    /// `resource_names_subscribe` (field 3).
+    #[prost(string, repeated, tag = "3")]
+    pub resource_names_subscribe: Vec<String>,
+    /// `resource_names_unsubscribe` (field 4).
+    #[prost(string, repeated, tag = "4")]
+    pub resource_names_unsubscribe: Vec<String>,
+    /// `initial_resource_versions` (field 5).
+    #[prost(map = "string, string", tag = "5")]
+    pub initial_resource_versions: std::collections::HashMap<String, String>,
+    /// `response_nonce` (field 6).
+    #[prost(string, tag = "6")]
+    pub response_nonce: String,
+    /// `error_detail` (field 7).
+    #[prost(message, optional, tag = "7")]
+    pub error_detail: Option<envoy_types::pb::google::rpc::Status>,
+}
+
+/// A [`DeltaRequest`] after a stream's first: every field but the node
+/// (Envoy repeats it on every request; the stream read it from the first).
+#[derive(Clone, PartialEq, Message)]
+pub struct DeltaLaterRequest {
+    /// `type_url` (field 2).
+    #[prost(string, tag = "2")]
+    pub type_url: String,
+    /// `resource_names_subscribe` (field 3).
+    #[prost(string, repeated, tag = "3")]
+    pub resource_names_subscribe: Vec<String>,
+    /// `resource_names_unsubscribe` (field 4).
+    #[prost(string, repeated, tag = "4")]
+    pub resource_names_unsubscribe: Vec<String>,
+    /// `initial_resource_versions` (field 5).
+    #[prost(map = "string, string", tag = "5")]
+    pub initial_resource_versions: std::collections::HashMap<String, String>,
+    /// `response_nonce` (field 6).
+    #[prost(string, tag = "6")]
+    pub response_nonce: String,
+    /// `error_detail` (field 7).
+    #[prost(message, optional, tag = "7")]
+    pub error_detail: Option<envoy_types::pb::google::rpc::Status>,
+}
+
+impl From<DeltaLaterRequest> for DeltaRequest {
+    fn from(r: DeltaLaterRequest) -> Self {
+        DeltaRequest {
+            node: None,
+            type_url: r.type_url,
+            resource_names_subscribe: r.resource_names_subscribe,
+            resource_names_unsubscribe: r.resource_names_unsubscribe,
+            initial_resource_versions: r.initial_resource_versions,
+            response_nonce: r.response_nonce,
+            error_detail: r.error_detail,
+        }
+    }
+}
+
+impl From<envoy_types::pb::envoy::service::discovery::v3::DeltaDiscoveryRequest> for DeltaRequest {
+    fn from(r: envoy_types::pb::envoy::service::discovery::v3::DeltaDiscoveryRequest) -> Self {
+        DeltaRequest {
+            node: r.node.map(Into::into),
+            type_url: r.type_url,
+            resource_names_subscribe: r.resource_names_subscribe,
+            resource_names_unsubscribe: r.resource_names_unsubscribe,
+            initial_resource_versions: r.initial_resource_versions,
             response_nonce: r.response_nonce,
             error_detail: r.error_detail,
         }

@@ -28,8 +28,7 @@ use std::collections::{BTreeSet, HashMap, HashSet};
 use std::sync::Arc;
 use std::time::SystemTime;
 
-use envoy_types::pb::envoy::service::discovery::v3::DeltaDiscoveryRequest;
-
+use super::codec::DeltaRequest;
 use super::connection::{NackRecord, RequestCounts, Watch};
 use super::delta_codec::{self, DeltaResponse};
 use super::types::{TypeSet, TypeUrl};
@@ -108,12 +107,7 @@ impl DeltaConnection {
     }
 
     /// Handles one request; returns the responses to send, in order.
-    pub fn on_request(
-        &mut self,
-        ctx: &PushContext,
-        cache: &ScopedCache,
-        req: &DeltaDiscoveryRequest,
-    ) -> Vec<DeltaResponse> {
+    pub fn on_request(&mut self, ctx: &PushContext, cache: &ScopedCache, req: &DeltaRequest) -> Vec<DeltaResponse> {
         let Some(t) = TypeUrl::parse(&req.type_url) else {
             tracing::debug!(conn_id = self.id, type_url = %req.type_url, "delta request for a type meshpush does not serve");
             return Vec::new();
@@ -264,6 +258,15 @@ impl DeltaConnection {
                     w.names.names().iter().filter_map(|n| set.get(n).cloned()).collect()
                 }
             }
+            TypeUrl::Endpoint if !w.wildcard && hosts.is_some() => {
+                // An endpoint push: only the watched assignments of the changed hosts.
+                let hosts = hosts.expect("checked");
+                hosts
+                    .iter()
+                    .flat_map(|h| w.names.positions_of_host(h))
+                    .filter_map(|&i| cache.endpoint(ctx, &w.names.names()[i as usize]))
+                    .collect()
+            }
             TypeUrl::Endpoint => {
                 let mut names: BTreeSet<&str> = w.names.names().iter().map(|n| &**n).collect();
                 let clusters;
@@ -306,9 +309,25 @@ impl DeltaConnection {
         let held = &self.held[t.index()];
         let changed: Vec<Arc<EncodedResource>> =
             current.iter().filter(|r| held.get(&r.name) != Some(&Some(r.hash))).cloned().collect();
-        let in_reach =
-            |n: &str| hosts.is_none_or(|hosts| crate::generate::eds::host_of(n).is_some_and(|h| hosts.contains(h)));
-        let mut removed: Vec<Arc<str>> = held.keys().filter(|n| in_reach(n) && !exists(n)).cloned().collect();
+        let mut removed: Vec<Arc<str>> = match hosts {
+            // An endpoint push: only the changed hosts' assignments can be gone.
+            Some(hosts) if !self.watches[t.index()].wildcard => {
+                let names = &self.watches[t.index()].names;
+                hosts
+                    .iter()
+                    .flat_map(|h| names.positions_of_host(h))
+                    .map(|&i| &names.names()[i as usize])
+                    .filter(|n| held.contains_key(*n) && !exists(n))
+                    .cloned()
+                    .collect()
+            }
+            _ => {
+                let in_reach = |n: &str| {
+                    hosts.is_none_or(|hosts| crate::generate::eds::host_of(n).is_some_and(|h| hosts.contains(h)))
+                };
+                held.keys().filter(|n| in_reach(n) && !exists(n)).cloned().collect()
+            }
+        };
         if t == TypeUrl::Endpoint {
             // An assignment goes with its cluster, which may be kept a while
             // (make before break): Envoy unsubscribes when the cluster goes.

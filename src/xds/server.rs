@@ -28,7 +28,7 @@ use tonic::server::NamedService;
 use tracing::Instrument;
 
 use super::body::{Framed, ResponseStreamBody};
-use super::codec::{NodeOnceDecoder, OutgoingResponse, SotwRequest};
+use super::codec::{DeltaRequest, NodeOnceDecoder, OutgoingResponse, SotwRequest};
 use super::connection::Connection;
 use super::delta::DeltaConnection;
 use super::delta_codec::DeltaResponse;
@@ -80,7 +80,7 @@ pub trait Protocol: StreamState + Send + Sized + 'static {
     /// A new stream's state.
     fn open(id: u64, proxy: Arc<Proxy>) -> Self;
     /// The node a request carries.
-    fn node(req: &Self::Request) -> Option<&Node>;
+    fn node(req: &Self::Request) -> Option<Node>;
     /// The type a request is about.
     fn type_url(req: &Self::Request) -> &str;
     /// Handles one request; returns the responses to send, in order.
@@ -100,8 +100,8 @@ impl Protocol for Connection {
     fn open(id: u64, proxy: Arc<Proxy>) -> Self {
         Connection::new(id, proxy)
     }
-    fn node(req: &SotwRequest) -> Option<&Node> {
-        req.node.as_ref()
+    fn node(req: &SotwRequest) -> Option<Node> {
+        req.node.clone().map(Into::into)
     }
     fn type_url(req: &SotwRequest) -> &str {
         &req.type_url
@@ -121,24 +121,19 @@ impl Protocol for Connection {
 }
 
 impl Protocol for DeltaConnection {
-    type Request = DeltaDiscoveryRequest;
-    type LaterRequest = DeltaDiscoveryRequest;
+    type Request = DeltaRequest;
+    type LaterRequest = super::codec::DeltaLaterRequest;
     type Response = DeltaResponse;
     fn open(id: u64, proxy: Arc<Proxy>) -> Self {
         DeltaConnection::new(id, proxy)
     }
-    fn node(req: &DeltaDiscoveryRequest) -> Option<&Node> {
-        req.node.as_ref()
+    fn node(req: &DeltaRequest) -> Option<Node> {
+        req.node.clone().map(Into::into)
     }
-    fn type_url(req: &DeltaDiscoveryRequest) -> &str {
+    fn type_url(req: &DeltaRequest) -> &str {
         &req.type_url
     }
-    fn on_request(
-        &mut self,
-        ctx: &PushContext,
-        cache: &ScopedCache,
-        req: &DeltaDiscoveryRequest,
-    ) -> Vec<DeltaResponse> {
+    fn on_request(&mut self, ctx: &PushContext, cache: &ScopedCache, req: &DeltaRequest) -> Vec<DeltaResponse> {
         DeltaConnection::on_request(self, ctx, cache, req)
     }
     fn on_push(&mut self, ctx: &PushContext, cache: &ScopedCache, push: &PendingPush) -> Vec<DeltaResponse> {
@@ -175,7 +170,7 @@ where
         None => return Status::cancelled("stream ended before its first request").into_http(),
         Some(Err(status)) => return status.into_http(),
     };
-    let proxy = match P::node(&first).ok_or(crate::model::NodeError::Missing).and_then(Proxy::from_node) {
+    let proxy = match P::node(&first).ok_or(crate::model::NodeError::Missing).and_then(|node| Proxy::from_node(&node)) {
         Ok(proxy) => Arc::new(proxy),
         Err(e) => {
             tracing::warn!(%peer, "refused an ADS stream: {e}");
@@ -213,7 +208,8 @@ pub fn spawn_delta_stream(
     requests: impl futures::Stream<Item = Result<DeltaDiscoveryRequest, Status>> + Unpin + Send + 'static,
     peer: String,
 ) -> mpsc::Receiver<DeltaResponse> {
-    spawn::<DeltaConnection>(engine, proxy, first, requests, peer)
+    let requests = futures::StreamExt::map(requests, |r| r.map(DeltaRequest::from));
+    spawn::<DeltaConnection>(engine, proxy, first.into(), requests, peer)
 }
 
 fn spawn<P: Protocol>(
