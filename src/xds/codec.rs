@@ -1,4 +1,4 @@
-//! Pre-encoded responses, and the decoder for requests.
+//! Pre-encoded, gRPC-framed responses.
 //!
 //! A SotW `DiscoveryResponse` is assembled from resources that were encoded
 //! once (see [`EncodedResource`]): the gRPC frame header and fields 1
@@ -9,17 +9,10 @@
 //! fields 6 and 7 are empty, body + nonce is byte-for-byte what prost
 //! encodes for the whole message.
 //!
-//! Requests are decoded with prost; after a stream's first request the node
-//! is skipped ([`NodeOnceDecoder`]).
-
-use std::marker::PhantomData;
+//! Requests are read in [`super::requests`].
 
 use bytes::{BufMut, Bytes, BytesMut};
-use prost::Message;
 use prost::encoding::{self, WireType};
-use tonic::Status;
-
-use envoy_types::pb::envoy::config::core::v3::Node;
 
 use super::types::TypeUrl;
 use crate::generate::cache::EncodedResource;
@@ -101,242 +94,13 @@ impl OutgoingResponse {
     }
 }
 
-/// The parts of Envoy's `Node` meshpush reads (id, cluster, metadata; also
-/// locality and user agent name, for the record). Envoy 1.40 sends 516
-/// `extensions` and its build version in every node; prost skips those
-/// fields here instead of building 60 KB of messages per stream.
-#[derive(Clone, PartialEq, Message)]
-pub struct StreamNode {
-    /// `id` (field 1).
-    #[prost(string, tag = "1")]
-    pub id: String,
-    /// `cluster` (field 2).
-    #[prost(string, tag = "2")]
-    pub cluster: String,
-    /// `metadata` (field 3).
-    #[prost(message, optional, tag = "3")]
-    pub metadata: Option<envoy_types::pb::google::protobuf::Struct>,
-    /// `locality` (field 4).
-    #[prost(message, optional, tag = "4")]
-    pub locality: Option<envoy_types::pb::envoy::config::core::v3::Locality>,
-    /// `user_agent_name` (field 6).
-    #[prost(string, tag = "6")]
-    pub user_agent_name: String,
-}
-
-impl From<StreamNode> for Node {
-    fn from(n: StreamNode) -> Node {
-        Node {
-            id: n.id,
-            cluster: n.cluster,
-            metadata: n.metadata,
-            locality: n.locality,
-            user_agent_name: n.user_agent_name,
-            ..Default::default()
-        }
-    }
-}
-
-impl From<Node> for StreamNode {
-    fn from(n: Node) -> StreamNode {
-        StreamNode {
-            id: n.id,
-            cluster: n.cluster,
-            metadata: n.metadata,
-            locality: n.locality,
-            user_agent_name: n.user_agent_name,
-        }
-    }
-}
-
-/// A SotW `DiscoveryRequest` as a stream reads it: `resource_names` stay
-/// slices of the received message. A stream compares a request's names with
-/// what it watches by hash and builds strings only for a list it has not
-/// seen (see [`super::names`]); an ACK repeating a 1,000-name EDS list
-/// allocates nothing for them. Fields meshpush does not read (7, 8) are
-/// skipped.
-#[derive(Clone, PartialEq, Message)]
-pub struct SotwRequest {
-    /// `version_info` (field 1).
-    #[prost(string, tag = "1")]
-    pub version_info: String,
-    /// `node` (field 2), the parts meshpush reads.
-    #[prost(message, optional, tag = "2")]
-    pub node: Option<StreamNode>,
-    /// `resource_names` (field 3), undecoded.
-    #[prost(bytes = "bytes", repeated, tag = "3")]
-    pub resource_names: Vec<Bytes>,
-    /// `type_url` (field 4).
-    #[prost(string, tag = "4")]
-    pub type_url: String,
-    /// `response_nonce` (field 5).
-    #[prost(string, tag = "5")]
-    pub response_nonce: String,
-    /// `error_detail` (field 6).
-    #[prost(message, optional, tag = "6")]
-    pub error_detail: Option<envoy_types::pb::google::rpc::Status>,
-}
-
-/// A [`SotwRequest`] after a stream's first: every field but the node.
-/// Envoy sends its node (60 KB with Envoy 1.40's extension list) on every
-/// request; the stream parsed it from the first, so prost skips it here.
-#[derive(Clone, PartialEq, Message)]
-pub struct SotwLaterRequest {
-    /// `version_info` (field 1).
-    #[prost(string, tag = "1")]
-    pub version_info: String,
-    /// `resource_names` (field 3), undecoded.
-    #[prost(bytes = "bytes", repeated, tag = "3")]
-    pub resource_names: Vec<Bytes>,
-    /// `type_url` (field 4).
-    #[prost(string, tag = "4")]
-    pub type_url: String,
-    /// `response_nonce` (field 5).
-    #[prost(string, tag = "5")]
-    pub response_nonce: String,
-    /// `error_detail` (field 6).
-    #[prost(message, optional, tag = "6")]
-    pub error_detail: Option<envoy_types::pb::google::rpc::Status>,
-}
-
-impl From<SotwLaterRequest> for SotwRequest {
-    fn from(r: SotwLaterRequest) -> Self {
-        SotwRequest {
-            version_info: r.version_info,
-            node: None,
-            resource_names: r.resource_names,
-            type_url: r.type_url,
-            response_nonce: r.response_nonce,
-            error_detail: r.error_detail,
-        }
-    }
-}
-
-impl From<envoy_types::pb::envoy::service::discovery::v3::DiscoveryRequest> for SotwRequest {
-    fn from(r: envoy_types::pb::envoy::service::discovery::v3::DiscoveryRequest) -> Self {
-        SotwRequest {
-            version_info: r.version_info,
-            node: r.node.map(Into::into),
-            resource_names: r.resource_names.into_iter().map(Bytes::from).collect(),
-            type_url: r.type_url,
-            response_nonce: r.response_nonce,
-            error_detail: r.error_detail,
-        }
-    }
-}
-
-/// A `DeltaDiscoveryRequest` as a stream reads it: the node as a
-/// [`StreamNode`]; resource locators (fields 8, 9) are skipped.
-#[derive(Clone, PartialEq, Message)]
-pub struct DeltaRequest {
-    /// `node` (field 1), the parts meshpush reads.
-    #[prost(message, optional, tag = "1")]
-    pub node: Option<StreamNode>,
-    /// `type_url` (field 2).
-    #[prost(string, tag = "2")]
-    pub type_url: String,
-    /// `resource_names_subscribe` (field 3).
-    #[prost(string, repeated, tag = "3")]
-    pub resource_names_subscribe: Vec<String>,
-    /// `resource_names_unsubscribe` (field 4).
-    #[prost(string, repeated, tag = "4")]
-    pub resource_names_unsubscribe: Vec<String>,
-    /// `initial_resource_versions` (field 5).
-    #[prost(map = "string, string", tag = "5")]
-    pub initial_resource_versions: std::collections::HashMap<String, String>,
-    /// `response_nonce` (field 6).
-    #[prost(string, tag = "6")]
-    pub response_nonce: String,
-    /// `error_detail` (field 7).
-    #[prost(message, optional, tag = "7")]
-    pub error_detail: Option<envoy_types::pb::google::rpc::Status>,
-}
-
-/// A [`DeltaRequest`] after a stream's first: every field but the node
-/// (Envoy repeats it on every request; the stream read it from the first).
-#[derive(Clone, PartialEq, Message)]
-pub struct DeltaLaterRequest {
-    /// `type_url` (field 2).
-    #[prost(string, tag = "2")]
-    pub type_url: String,
-    /// `resource_names_subscribe` (field 3).
-    #[prost(string, repeated, tag = "3")]
-    pub resource_names_subscribe: Vec<String>,
-    /// `resource_names_unsubscribe` (field 4).
-    #[prost(string, repeated, tag = "4")]
-    pub resource_names_unsubscribe: Vec<String>,
-    /// `initial_resource_versions` (field 5).
-    #[prost(map = "string, string", tag = "5")]
-    pub initial_resource_versions: std::collections::HashMap<String, String>,
-    /// `response_nonce` (field 6).
-    #[prost(string, tag = "6")]
-    pub response_nonce: String,
-    /// `error_detail` (field 7).
-    #[prost(message, optional, tag = "7")]
-    pub error_detail: Option<envoy_types::pb::google::rpc::Status>,
-}
-
-impl From<DeltaLaterRequest> for DeltaRequest {
-    fn from(r: DeltaLaterRequest) -> Self {
-        DeltaRequest {
-            node: None,
-            type_url: r.type_url,
-            resource_names_subscribe: r.resource_names_subscribe,
-            resource_names_unsubscribe: r.resource_names_unsubscribe,
-            initial_resource_versions: r.initial_resource_versions,
-            response_nonce: r.response_nonce,
-            error_detail: r.error_detail,
-        }
-    }
-}
-
-impl From<envoy_types::pb::envoy::service::discovery::v3::DeltaDiscoveryRequest> for DeltaRequest {
-    fn from(r: envoy_types::pb::envoy::service::discovery::v3::DeltaDiscoveryRequest) -> Self {
-        DeltaRequest {
-            node: r.node.map(Into::into),
-            type_url: r.type_url,
-            resource_names_subscribe: r.resource_names_subscribe,
-            resource_names_unsubscribe: r.resource_names_unsubscribe,
-            initial_resource_versions: r.initial_resource_versions,
-            response_nonce: r.response_nonce,
-            error_detail: r.error_detail,
-        }
-    }
-}
-
-/// Decodes a stream's first request in full (it carries the node) and every
-/// later one as `Later`, which may leave fields out.
-#[derive(Debug)]
-pub struct NodeOnceDecoder<First, Later> {
-    first_done: bool,
-    _types: PhantomData<fn() -> (First, Later)>,
-}
-
-impl<First, Later> Default for NodeOnceDecoder<First, Later> {
-    fn default() -> Self {
-        NodeOnceDecoder { first_done: false, _types: PhantomData }
-    }
-}
-
-impl<First: Message + Default, Later: Message + Default + Into<First>> NodeOnceDecoder<First, Later> {
-    /// Decodes the stream's next request message.
-    pub fn decode(&mut self, message: Bytes) -> Result<First, Status> {
-        let decoded = if self.first_done {
-            Later::decode(message).map(Into::into)
-        } else {
-            self.first_done = true;
-            First::decode(message)
-        };
-        decoded.map_err(|e| Status::invalid_argument(format!("undecodable request: {e}")))
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use std::sync::Arc;
 
     use envoy_types::pb::envoy::config::cluster::v3::Cluster;
     use envoy_types::pb::envoy::service::discovery::v3::DiscoveryResponse;
+    use prost::Message;
 
     use super::*;
 
@@ -373,30 +137,5 @@ mod tests {
         };
         assert_eq!(wire, &expected.encode_to_vec()[..]);
         assert_eq!(DiscoveryResponse::decode(wire).unwrap(), expected);
-    }
-
-    #[test]
-    fn requests_read_as_envoy_wrote_them_and_later_ones_skip_the_node() {
-        use envoy_types::pb::envoy::config::core::v3::Node;
-        use envoy_types::pb::envoy::service::discovery::v3::DiscoveryRequest;
-        let full = DiscoveryRequest {
-            version_info: "v1".into(),
-            node: Some(Node { id: "sidecar~1.2.3.4~a.b~b.svc.cluster.local".into(), ..Default::default() }),
-            resource_names: vec!["a".into(), "b".into()],
-            type_url: TypeUrl::Endpoint.as_str().into(),
-            response_nonce: "00000001".into(),
-            error_detail: Some(envoy_types::pb::google::rpc::Status {
-                code: 13,
-                message: "no".into(),
-                details: vec![],
-            }),
-            ..Default::default()
-        };
-        let wire = Bytes::from(full.encode_to_vec());
-        let first = SotwRequest::decode(wire.clone()).unwrap();
-        assert_eq!(first, SotwRequest::from(full.clone()));
-        assert_eq!(first.resource_names, [Bytes::from_static(b"a"), Bytes::from_static(b"b")]);
-        let later: SotwRequest = SotwLaterRequest::decode(wire).unwrap().into();
-        assert_eq!(later, SotwRequest { node: None, ..SotwRequest::from(full) });
     }
 }

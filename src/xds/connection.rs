@@ -25,8 +25,9 @@ use std::time::SystemTime;
 
 use serde::Serialize;
 
-use super::codec::{OutgoingResponse, SotwRequest};
+use super::codec::OutgoingResponse;
 use super::names::{self, NameList};
+use super::requests::SotwRequest;
 use super::types::{TypeSet, TypeUrl};
 use crate::generate::cache::{EncodedResource, ScopedCache, version_of};
 use crate::model::Proxy;
@@ -245,7 +246,7 @@ impl Connection {
             return Vec::new();
         }
 
-        let hash = names::names_hash(&req.resource_names);
+        let hash = req.resource_names.hash();
         if is_latest_nonce && w.subscribed && hash == w.names_hash {
             w.version_acked = Some(req.version_info.clone());
             w.nonce_acked = Some(req.response_nonce.clone());
@@ -273,7 +274,7 @@ impl Connection {
         req: &SotwRequest,
         reconnect: bool,
     ) -> Vec<OutgoingResponse> {
-        let hash = names::names_hash(&req.resource_names);
+        let hash = req.resource_names.hash();
         let w = self.watch(t);
         let first = !w.subscribed;
         if !first && hash == w.names_hash {
@@ -281,7 +282,7 @@ impl Connection {
         }
         w.names_hash = hash;
         w.subscribed = true;
-        let previous = std::mem::replace(&mut w.names, names::intern(hash, &req.resource_names));
+        let previous = std::mem::replace(&mut w.names, names::intern(hash, req.resource_names.iter()));
         if t.is_wildcard_type() {
             w.wildcard = w.names.has_star() || (req.resource_names.is_empty() && !w.explicit_ever);
             if !w.names.is_empty() {

@@ -28,9 +28,9 @@ use std::collections::{BTreeSet, HashMap, HashSet};
 use std::sync::Arc;
 use std::time::SystemTime;
 
-use super::codec::DeltaRequest;
 use super::connection::{NackRecord, RequestCounts, Watch};
 use super::delta_codec::{self, DeltaResponse};
+use super::requests::DeltaRequest;
 use super::types::{TypeSet, TypeUrl};
 use crate::generate::cache::{EncodedResource, ScopedCache};
 use crate::model::{Hostname, Proxy};

@@ -93,15 +93,15 @@ impl NameList {
         names.extend(subscribe.iter().filter(|n| **n != "*" && !unsubscribe.contains(n)));
         names.sort_unstable();
         names.dedup();
-        intern(names_hash(&names), &names)
+        let bytes = names.iter().map(|n| n.as_bytes());
+        intern(names_hash(bytes.clone()), bytes)
     }
 
-    fn build<S: AsRef<[u8]>>(requested: &[S]) -> NameList {
+    fn build<'a>(requested: impl Iterator<Item = &'a [u8]>) -> NameList {
         // Envoy writes UTF-8 (its names are proto3 strings); a name that is
         // not cannot match any resource, and is kept as the lossy text only
         // to be shown.
-        let requested: Box<[Arc<str>]> =
-            requested.iter().map(|n| Arc::from(String::from_utf8_lossy(n.as_ref()).as_ref())).collect();
+        let requested: Box<[Arc<str>]> = requested.map(|n| Arc::from(String::from_utf8_lossy(n).as_ref())).collect();
         let mut names: Vec<Arc<str>> = requested.iter().filter(|n| &***n != "*").cloned().collect();
         names.sort_unstable();
         names.dedup();
@@ -110,9 +110,8 @@ impl NameList {
         NameList { requested, names: names.into(), keys, star, by_host: OnceLock::new() }
     }
 
-    fn is_request<S: AsRef<[u8]>>(&self, requested: &[S]) -> bool {
-        self.requested.len() == requested.len()
-            && self.requested.iter().zip(requested).all(|(a, b)| a.as_bytes() == b.as_ref())
+    fn is_request<'a>(&self, mut requested: impl ExactSizeIterator<Item = &'a [u8]>) -> bool {
+        self.requested.len() == requested.len() && self.requested.iter().all(|a| requested.next() == Some(a.as_bytes()))
     }
 }
 
@@ -128,12 +127,24 @@ pub fn name_key(name: &str) -> u64 {
 }
 
 /// Hash of a requested name list, order kept (Envoy repeats the same
-/// order; a reordered list is only interned once more).
-pub fn names_hash<S: AsRef<[u8]>>(names: &[S]) -> u64 {
+/// order; a reordered list is only interned once more): xxh3 of the names
+/// as a request encodes them (field 3: key, length, bytes), so a request
+/// reader can hash the encoded entries in one pass.
+pub fn names_hash<'a>(names: impl IntoIterator<Item = &'a [u8]>) -> u64 {
     let mut h = xxhash_rust::xxh3::Xxh3::new();
+    let mut prefix = [0u8; 11];
     for n in names {
-        h.update(n.as_ref());
-        h.update(&[0]);
+        prefix[0] = 3 << 3 | 2;
+        let mut len = n.len() as u64;
+        let mut at = 1;
+        while len >= 0x80 {
+            prefix[at] = (len as u8) | 0x80;
+            len >>= 7;
+            at += 1;
+        }
+        prefix[at] = len as u8;
+        h.update(&prefix[..=at]);
+        h.update(n);
     }
     h.digest()
 }
@@ -149,12 +160,17 @@ static TABLE: LazyLock<Mutex<Table>> = LazyLock::new(Default::default);
 
 /// The shared list for a request's names; `hash` is [`names_hash`] of them.
 /// Content-addressed, so one table serves every engine in the process.
-pub fn intern<S: AsRef<[u8]>>(hash: u64, requested: &[S]) -> Arc<NameList> {
+pub fn intern<'a, I>(hash: u64, requested: I) -> Arc<NameList>
+where
+    I: IntoIterator<Item = &'a [u8]>,
+    I::IntoIter: ExactSizeIterator + Clone,
+{
+    let requested = requested.into_iter();
     let mut table = TABLE.lock();
     if let Some(bucket) = table.lists.get(&hash) {
         for weak in bucket {
             if let Some(list) = weak.upgrade()
-                && list.is_request(requested)
+                && list.is_request(requested.clone())
             {
                 return list;
             }
@@ -182,7 +198,8 @@ mod tests {
     use super::*;
 
     fn req(names: &[&str]) -> Arc<NameList> {
-        intern(names_hash(names), names)
+        let bytes = names.iter().map(|n| n.as_bytes());
+        intern(names_hash(bytes.clone()), bytes)
     }
 
     #[test]
@@ -213,11 +230,11 @@ mod tests {
     #[test]
     fn colliding_hashes_never_share_a_list() {
         // Force a collision: two different requests under one hash.
-        let a = intern(7, &["x"]);
-        let b = intern(7, &["y"]);
+        let a = intern(7, [&b"x"[..]]);
+        let b = intern(7, [&b"y"[..]]);
         assert!(!Arc::ptr_eq(&a, &b));
         assert_eq!(&*b.names()[0], "y");
-        assert!(Arc::ptr_eq(&intern(7, &["x"]), &a));
+        assert!(Arc::ptr_eq(&intern(7, [&b"x"[..]]), &a));
     }
 
     #[test]

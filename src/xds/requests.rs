@@ -1,5 +1,6 @@
-//! `RequestMessages`: the request half of an ADS stream, as whole gRPC
-//! messages.
+//! The request half of an ADS stream: whole gRPC messages
+//! ([`RequestMessages`]), read into requests ([`SotwRequest`],
+//! [`DeltaRequest`]) that keep only what a stream uses.
 //!
 //! tonic's request decoding keeps, per stream, one buffer that every
 //! request is copied into and that keeps the size of the largest request
@@ -11,19 +12,30 @@
 //! handed on without a copy, a message across chunks is copied once into a
 //! buffer of exactly its size, which is freed with the request.
 //!
+//! Envoy repeats its node (60 KB with Envoy 1.40's extension list) in every
+//! request, and a SotW EDS request lists every watched cluster, in every
+//! ACK too. Requests therefore read the node only when asked (a stream's
+//! first request), never build its extension list, and leave resource names
+//! as slices of the message, identified by one hash.
+//!
 //! Invariants: messages come out whole and in order; a compressed message,
 //! a message over the size limit and a body that ends inside a message are
-//! errors, and end the stream.
+//! errors, and end the stream. [`RequestNames::hash`] is [`names_hash`] of
+//! the names whether they arrive next to each other or not.
 
 use std::collections::VecDeque;
 use std::pin::Pin;
 use std::task::{Context, Poll, ready};
 
-use bytes::{Buf, Bytes, BytesMut};
+use bytes::{Buf, BufMut, Bytes, BytesMut};
+use envoy_types::pb::envoy::config::core::v3::Node;
 use http_body::Body;
+use prost::Message;
+use prost::encoding::{self, DecodeContext, WireType};
 use tonic::Status;
 
 use super::codec::FRAME_HEADER_LEN;
+use super::names::names_hash;
 
 /// Whole gRPC messages (frame header removed) from a request body.
 pub struct RequestMessages<B> {
@@ -163,6 +175,289 @@ where
     }
 }
 
+/// The parts of Envoy's `Node` meshpush reads (id, cluster, metadata; also
+/// locality and user agent name, for the record). Envoy 1.40 sends 516
+/// `extensions` and its build version in every node; prost skips those
+/// fields here instead of building 60 KB of messages per stream.
+#[derive(Clone, PartialEq, Message)]
+pub struct StreamNode {
+    /// `id` (field 1).
+    #[prost(string, tag = "1")]
+    pub id: String,
+    /// `cluster` (field 2).
+    #[prost(string, tag = "2")]
+    pub cluster: String,
+    /// `metadata` (field 3).
+    #[prost(message, optional, tag = "3")]
+    pub metadata: Option<envoy_types::pb::google::protobuf::Struct>,
+    /// `locality` (field 4).
+    #[prost(message, optional, tag = "4")]
+    pub locality: Option<envoy_types::pb::envoy::config::core::v3::Locality>,
+    /// `user_agent_name` (field 6).
+    #[prost(string, tag = "6")]
+    pub user_agent_name: String,
+}
+
+impl From<StreamNode> for Node {
+    fn from(n: StreamNode) -> Node {
+        Node {
+            id: n.id,
+            cluster: n.cluster,
+            metadata: n.metadata,
+            locality: n.locality,
+            user_agent_name: n.user_agent_name,
+            ..Default::default()
+        }
+    }
+}
+
+impl From<Node> for StreamNode {
+    fn from(n: Node) -> StreamNode {
+        StreamNode {
+            id: n.id,
+            cluster: n.cluster,
+            metadata: n.metadata,
+            locality: n.locality,
+            user_agent_name: n.user_agent_name,
+        }
+    }
+}
+
+/// Why a request message could not be read.
+#[derive(Debug, thiserror::Error)]
+pub enum RequestError {
+    /// prost could not decode it (or a message inside it).
+    #[error(transparent)]
+    Decode(#[from] prost::DecodeError),
+    /// A field is not what the protocol says it is.
+    #[error("{0}")]
+    Malformed(&'static str),
+}
+
+/// A SotW `DiscoveryRequest` as a stream reads it. `resource_names` stay
+/// inside the received message ([`RequestNames`]): a stream compares them
+/// with what it watches by one hash, and builds strings only for a list it
+/// has not seen (see [`super::names`]), so an ACK that repeats a 1,000-name
+/// EDS list costs a hash and no allocation. Fields meshpush does not read
+/// (7, 8) are skipped.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct SotwRequest {
+    /// `version_info` (field 1).
+    pub version_info: String,
+    /// `node` (field 2), the parts meshpush reads; only decoded when asked.
+    pub node: Option<StreamNode>,
+    /// `resource_names` (field 3).
+    pub resource_names: RequestNames,
+    /// `type_url` (field 4).
+    pub type_url: String,
+    /// `response_nonce` (field 5).
+    pub response_nonce: String,
+    /// `error_detail` (field 6).
+    pub error_detail: Option<envoy_types::pb::google::rpc::Status>,
+}
+
+impl SotwRequest {
+    /// Reads an encoded `DiscoveryRequest`; the node only `with_node` (a
+    /// stream reads it from its first request, and Envoy repeats it in
+    /// every request after).
+    pub fn decode(message: Bytes, with_node: bool) -> Result<SotwRequest, RequestError> {
+        let mut request = SotwRequest::default();
+        let mut spans = Vec::new();
+        // The encoded field-3 entries, while they lie next to each other
+        // (as every encoder writes a repeated field).
+        let mut region: Option<(usize, usize)> = None;
+        let mut contiguous = true;
+        let mut buf: &[u8] = &message;
+        while !buf.is_empty() {
+            let entry_start = message.len() - buf.len();
+            let (tag, wire_type) = encoding::decode_key(&mut buf)?;
+            if wire_type != WireType::LengthDelimited || !(1..=6).contains(&tag) {
+                encoding::skip_field(wire_type, tag, &mut buf, DecodeContext::default())?;
+                continue;
+            }
+            let len = usize::try_from(encoding::decode_varint(&mut buf)?)
+                .ok()
+                .filter(|len| *len <= buf.len())
+                .ok_or(RequestError::Malformed("a field runs past the end of the request"))?;
+            let (value, rest) = buf.split_at(len);
+            let value_start = message.len() - buf.len();
+            buf = rest;
+            let text = || {
+                String::from_utf8(value.to_vec()).map_err(|_| RequestError::Malformed("a string field is not UTF-8"))
+            };
+            match tag {
+                1 => request.version_info = text()?,
+                2 if with_node => request.node = Some(StreamNode::decode(value)?),
+                2 => {}
+                3 => {
+                    spans.push((value_start as u32, len as u32));
+                    let entry_end = value_start + len;
+                    region = match region {
+                        None => Some((entry_start, entry_end)),
+                        Some((start, end)) => {
+                            contiguous &= end == entry_start;
+                            Some((start, entry_end))
+                        }
+                    };
+                }
+                4 => request.type_url = text()?,
+                5 => request.response_nonce = text()?,
+                _ => request.error_detail = Some(envoy_types::pb::google::rpc::Status::decode(value)?),
+            }
+        }
+        let hash = match region {
+            Some((start, end)) if contiguous => xxhash_rust::xxh3::xxh3_64(&message[start..end]),
+            _ => names_hash(spans.iter().map(|&(at, len)| &message[at as usize..(at + len) as usize])),
+        };
+        request.resource_names = RequestNames { message, spans, hash };
+        Ok(request)
+    }
+}
+
+/// A request's `resource_names`, as slices of the received message.
+#[derive(Debug, Clone, Default)]
+pub struct RequestNames {
+    message: Bytes,
+    /// (offset, length) of each name in `message`.
+    spans: Vec<(u32, u32)>,
+    /// [`names_hash`] of the names.
+    hash: u64,
+}
+
+impl RequestNames {
+    /// The names, in the order sent.
+    pub fn iter(&self) -> impl ExactSizeIterator<Item = &[u8]> + Clone {
+        self.spans.iter().map(|&(at, len)| &self.message[at as usize..(at + len) as usize])
+    }
+
+    /// How many.
+    pub fn len(&self) -> usize {
+        self.spans.len()
+    }
+
+    /// None at all.
+    pub fn is_empty(&self) -> bool {
+        self.spans.is_empty()
+    }
+
+    /// The list's identity: [`names_hash`] of the names in order.
+    pub fn hash(&self) -> u64 {
+        self.hash
+    }
+}
+
+impl PartialEq for RequestNames {
+    fn eq(&self, other: &RequestNames) -> bool {
+        self.iter().eq(other.iter())
+    }
+}
+
+impl From<Vec<String>> for RequestNames {
+    fn from(names: Vec<String>) -> RequestNames {
+        let mut message = BytesMut::new();
+        let mut spans = Vec::with_capacity(names.len());
+        for n in &names {
+            encoding::encode_varint(n.len() as u64, &mut message);
+            spans.push((message.len() as u32, n.len() as u32));
+            message.put_slice(n.as_bytes());
+        }
+        let hash = names_hash(names.iter().map(|n| n.as_bytes()));
+        RequestNames { message: message.freeze(), spans, hash }
+    }
+}
+
+impl From<envoy_types::pb::envoy::service::discovery::v3::DiscoveryRequest> for SotwRequest {
+    fn from(r: envoy_types::pb::envoy::service::discovery::v3::DiscoveryRequest) -> Self {
+        SotwRequest {
+            version_info: r.version_info,
+            node: r.node.map(Into::into),
+            resource_names: r.resource_names.into(),
+            type_url: r.type_url,
+            response_nonce: r.response_nonce,
+            error_detail: r.error_detail,
+        }
+    }
+}
+
+/// A `DeltaDiscoveryRequest` as a stream reads it: the node as a
+/// [`StreamNode`]; resource locators (fields 8, 9) are skipped.
+#[derive(Clone, PartialEq, Message)]
+pub struct DeltaRequest {
+    /// `node` (field 1), the parts meshpush reads.
+    #[prost(message, optional, tag = "1")]
+    pub node: Option<StreamNode>,
+    /// `type_url` (field 2).
+    #[prost(string, tag = "2")]
+    pub type_url: String,
+    /// `resource_names_subscribe` (field 3).
+    #[prost(string, repeated, tag = "3")]
+    pub resource_names_subscribe: Vec<String>,
+    /// `resource_names_unsubscribe` (field 4).
+    #[prost(string, repeated, tag = "4")]
+    pub resource_names_unsubscribe: Vec<String>,
+    /// `initial_resource_versions` (field 5).
+    #[prost(map = "string, string", tag = "5")]
+    pub initial_resource_versions: std::collections::HashMap<String, String>,
+    /// `response_nonce` (field 6).
+    #[prost(string, tag = "6")]
+    pub response_nonce: String,
+    /// `error_detail` (field 7).
+    #[prost(message, optional, tag = "7")]
+    pub error_detail: Option<envoy_types::pb::google::rpc::Status>,
+}
+
+/// A [`DeltaRequest`] after a stream's first: every field but the node
+/// (Envoy repeats it on every request; the stream read it from the first).
+#[derive(Clone, PartialEq, Message)]
+pub struct DeltaLaterRequest {
+    /// `type_url` (field 2).
+    #[prost(string, tag = "2")]
+    pub type_url: String,
+    /// `resource_names_subscribe` (field 3).
+    #[prost(string, repeated, tag = "3")]
+    pub resource_names_subscribe: Vec<String>,
+    /// `resource_names_unsubscribe` (field 4).
+    #[prost(string, repeated, tag = "4")]
+    pub resource_names_unsubscribe: Vec<String>,
+    /// `initial_resource_versions` (field 5).
+    #[prost(map = "string, string", tag = "5")]
+    pub initial_resource_versions: std::collections::HashMap<String, String>,
+    /// `response_nonce` (field 6).
+    #[prost(string, tag = "6")]
+    pub response_nonce: String,
+    /// `error_detail` (field 7).
+    #[prost(message, optional, tag = "7")]
+    pub error_detail: Option<envoy_types::pb::google::rpc::Status>,
+}
+
+impl From<DeltaLaterRequest> for DeltaRequest {
+    fn from(r: DeltaLaterRequest) -> Self {
+        DeltaRequest {
+            node: None,
+            type_url: r.type_url,
+            resource_names_subscribe: r.resource_names_subscribe,
+            resource_names_unsubscribe: r.resource_names_unsubscribe,
+            initial_resource_versions: r.initial_resource_versions,
+            response_nonce: r.response_nonce,
+            error_detail: r.error_detail,
+        }
+    }
+}
+
+impl From<envoy_types::pb::envoy::service::discovery::v3::DeltaDiscoveryRequest> for DeltaRequest {
+    fn from(r: envoy_types::pb::envoy::service::discovery::v3::DeltaDiscoveryRequest) -> Self {
+        DeltaRequest {
+            node: r.node.map(Into::into),
+            type_url: r.type_url,
+            resource_names_subscribe: r.resource_names_subscribe,
+            resource_names_unsubscribe: r.resource_names_unsubscribe,
+            initial_resource_versions: r.initial_resource_versions,
+            response_nonce: r.response_nonce,
+            error_detail: r.error_detail,
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use std::convert::Infallible;
@@ -225,5 +520,46 @@ mod tests {
         let got = messages(&whole[..30], 8, 100);
         assert_eq!(got.len(), 1);
         assert_eq!(got[0].as_ref().unwrap_err().code(), tonic::Code::Internal);
+    }
+
+    #[test]
+    fn requests_read_as_envoy_wrote_them_and_later_ones_skip_the_node() {
+        use envoy_types::pb::envoy::service::discovery::v3::DiscoveryRequest;
+        let full = DiscoveryRequest {
+            version_info: "v1".into(),
+            node: Some(Node { id: "sidecar~1.2.3.4~a.b~b.svc.cluster.local".into(), ..Default::default() }),
+            resource_names: vec!["a".into(), "bb".into(), "*".into()],
+            type_url: "type.googleapis.com/envoy.config.endpoint.v3.ClusterLoadAssignment".into(),
+            response_nonce: "00000001".into(),
+            error_detail: Some(envoy_types::pb::google::rpc::Status {
+                code: 13,
+                message: "no".into(),
+                details: vec![],
+            }),
+            ..Default::default()
+        };
+        let wire = Bytes::from(full.encode_to_vec());
+        let first = SotwRequest::decode(wire.clone(), true).unwrap();
+        assert_eq!(first, SotwRequest::from(full.clone()));
+        assert_eq!(first.resource_names.iter().collect::<Vec<_>>(), [&b"a"[..], b"bb", b"*"]);
+        assert_eq!(first.resource_names.hash(), names_hash([&b"a"[..], b"bb", b"*"]));
+        let later = SotwRequest::decode(wire, false).unwrap();
+        assert_eq!(later, SotwRequest { node: None, ..SotwRequest::from(full) });
+    }
+
+    #[test]
+    fn names_apart_hash_as_names_together_and_bad_requests_are_errors() {
+        // Field 3 entries with field 1 between them: the same list, the same hash.
+        let mut apart = Vec::new();
+        for (tag, value) in [(3u8, &b"a"[..]), (1, b"v"), (3, b"bb")] {
+            apart.extend([tag << 3 | 2, value.len() as u8]);
+            apart.extend_from_slice(value);
+        }
+        let read = SotwRequest::decode(Bytes::from(apart), false).unwrap();
+        assert_eq!(read.version_info, "v");
+        assert_eq!(read.resource_names.hash(), RequestNames::from(vec!["a".to_string(), "bb".to_string()]).hash());
+
+        assert!(SotwRequest::decode(Bytes::from_static(&[3 << 3 | 2, 9, b'a']), false).is_err(), "runs past the end");
+        assert!(SotwRequest::decode(Bytes::from_static(&[4 << 3 | 2, 1, 0xff]), false).is_err(), "not UTF-8");
     }
 }

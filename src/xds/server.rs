@@ -28,11 +28,11 @@ use tonic::server::NamedService;
 use tracing::Instrument;
 
 use super::body::{Framed, ResponseStreamBody};
-use super::codec::{DeltaRequest, NodeOnceDecoder, OutgoingResponse, SotwRequest};
+use super::codec::OutgoingResponse;
 use super::connection::Connection;
 use super::delta::DeltaConnection;
 use super::delta_codec::DeltaResponse;
-use super::requests::RequestMessages;
+use super::requests::{DeltaLaterRequest, DeltaRequest, RequestError, RequestMessages, SotwRequest};
 use super::status::{StreamState, StreamStatus};
 use crate::generate::cache::ScopedCache;
 use crate::model::Proxy;
@@ -70,15 +70,15 @@ impl NamedService for AdsService {
 /// One stream's protocol state machine, SotW or delta: what the stream
 /// task drives with requests and pushes.
 pub trait Protocol: StreamState + Send + Sized + 'static {
-    /// The request message.
-    type Request: prost::Message + Default + Send + 'static;
-    /// A request after the first, as decoded (fields the stream no longer
-    /// needs, such as the node, may be left out).
-    type LaterRequest: prost::Message + Default + Into<Self::Request> + Send + 'static;
+    /// A request, as the stream reads it.
+    type Request: Send + 'static;
     /// A response on its way to the stream.
     type Response: Framed + Send + 'static;
     /// A new stream's state.
     fn open(id: u64, proxy: Arc<Proxy>) -> Self;
+    /// Reads a request message; `first` is the stream's first request, the
+    /// only one whose node is read (Envoy repeats it in every request).
+    fn decode(message: bytes::Bytes, first: bool) -> Result<Self::Request, RequestError>;
     /// The node a request carries.
     fn node(req: &Self::Request) -> Option<Node>;
     /// The type a request is about.
@@ -95,10 +95,12 @@ pub trait Protocol: StreamState + Send + Sized + 'static {
 
 impl Protocol for Connection {
     type Request = SotwRequest;
-    type LaterRequest = super::codec::SotwLaterRequest;
     type Response = OutgoingResponse;
     fn open(id: u64, proxy: Arc<Proxy>) -> Self {
         Connection::new(id, proxy)
+    }
+    fn decode(message: bytes::Bytes, first: bool) -> Result<SotwRequest, RequestError> {
+        SotwRequest::decode(message, first)
     }
     fn node(req: &SotwRequest) -> Option<Node> {
         req.node.clone().map(Into::into)
@@ -122,10 +124,14 @@ impl Protocol for Connection {
 
 impl Protocol for DeltaConnection {
     type Request = DeltaRequest;
-    type LaterRequest = super::codec::DeltaLaterRequest;
     type Response = DeltaResponse;
     fn open(id: u64, proxy: Arc<Proxy>) -> Self {
         DeltaConnection::new(id, proxy)
+    }
+    fn decode(message: bytes::Bytes, first: bool) -> Result<DeltaRequest, RequestError> {
+        use prost::Message as _;
+        let request = if first { DeltaRequest::decode(message)? } else { DeltaLaterRequest::decode(message)?.into() };
+        Ok(request)
     }
     fn node(req: &DeltaRequest) -> Option<Node> {
         req.node.clone().map(Into::into)
@@ -161,9 +167,13 @@ where
         .and_then(|i| i.remote_addr())
         .map(|a| a.to_string())
         .unwrap_or_default();
-    let mut decoder = NodeOnceDecoder::<P::Request, P::LaterRequest>::default();
+    let mut first = true;
     let mut requests = futures::StreamExt::map(RequestMessages::new(req.into_body(), MAX_REQUEST_BYTES), move |m| {
-        m.and_then(|m| decoder.decode(m))
+        let decoded = m.and_then(|m| {
+            P::decode(m, first).map_err(|e| Status::invalid_argument(format!("undecodable request: {e}")))
+        });
+        first = false;
+        decoded
     });
     let first = match futures::StreamExt::next(&mut requests).await {
         Some(Ok(first)) => first,
