@@ -46,6 +46,10 @@ pub struct RequestMessages<B> {
     buffered: usize,
     /// Largest message accepted.
     max: usize,
+    /// The message being put together from several chunks.
+    partial: Option<BytesMut>,
+    /// Its length.
+    partial_len: usize,
     /// The body ended (or failed): nothing more comes.
     ended: bool,
 }
@@ -57,11 +61,61 @@ where
 {
     /// Messages of `body`, none larger than `max` bytes.
     pub fn new(body: B, max: usize) -> RequestMessages<B> {
-        RequestMessages { body: Box::pin(body), chunks: VecDeque::new(), buffered: 0, max, ended: false }
+        RequestMessages {
+            body: Box::pin(body),
+            chunks: VecDeque::new(),
+            buffered: 0,
+            max,
+            partial: None,
+            partial_len: 0,
+            ended: false,
+        }
     }
 
     /// The next whole message, if it has arrived.
     fn take_message(&mut self) -> Result<Option<Bytes>, Status> {
+        if self.partial.is_none() {
+            let Some(len) = self.next_len()? else { return Ok(None) };
+            self.advance(FRAME_HEADER_LEN);
+            if len == 0 {
+                return Ok(Some(Bytes::new()));
+            }
+            if let Some(front) = self.chunks.front_mut()
+                && front.len() >= len
+            {
+                // Inside one chunk: handed on without a copy.
+                self.buffered -= len;
+                let message = front.split_to(len);
+                if front.is_empty() {
+                    self.chunks.pop_front();
+                }
+                return Ok(Some(message));
+            }
+            self.partial = Some(BytesMut::with_capacity(len));
+            self.partial_len = len;
+        }
+        // Across chunks: each chunk is copied as it comes and let go, so
+        // h2 can reuse its read buffer.
+        let partial = self.partial.as_mut().expect("set above");
+        while partial.len() < self.partial_len
+            && let Some(front) = self.chunks.front_mut()
+        {
+            let n = (self.partial_len - partial.len()).min(front.len());
+            partial.extend_from_slice(&front[..n]);
+            front.advance(n);
+            self.buffered -= n;
+            if front.is_empty() {
+                self.chunks.pop_front();
+            }
+        }
+        if partial.len() < self.partial_len {
+            return Ok(None);
+        }
+        Ok(self.partial.take().map(BytesMut::freeze))
+    }
+
+    /// The length of the next message, once its frame header has arrived.
+    fn next_len(&self) -> Result<Option<usize>, Status> {
         if self.buffered < FRAME_HEADER_LEN {
             return Ok(None);
         }
@@ -85,33 +139,7 @@ where
                 self.max
             )));
         }
-        if self.buffered < FRAME_HEADER_LEN + len {
-            return Ok(None);
-        }
-        self.advance(FRAME_HEADER_LEN);
-        if len == 0 {
-            return Ok(Some(Bytes::new()));
-        }
-        self.buffered -= len;
-        let front = self.chunks.front_mut().expect("buffered bytes are in chunks");
-        if front.len() >= len {
-            let message = front.split_to(len);
-            if front.is_empty() {
-                self.chunks.pop_front();
-            }
-            return Ok(Some(message));
-        }
-        let mut message = BytesMut::with_capacity(len);
-        while message.len() < len {
-            let front = self.chunks.front_mut().expect("buffered bytes are in chunks");
-            let n = (len - message.len()).min(front.len());
-            message.extend_from_slice(&front[..n]);
-            front.advance(n);
-            if front.is_empty() {
-                self.chunks.pop_front();
-            }
-        }
-        Ok(Some(message.freeze()))
+        Ok(Some(len))
     }
 
     /// Drops `n` buffered bytes from the front.
@@ -139,19 +167,21 @@ where
     fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
         let this = self.get_mut();
         loop {
-            if this.ended && this.chunks.is_empty() {
+            if this.ended && this.chunks.is_empty() && this.partial.is_none() {
                 return Poll::Ready(None);
             }
             match this.take_message() {
                 Ok(Some(message)) => return Poll::Ready(Some(Ok(message))),
                 Ok(None) if this.ended => {
                     this.chunks.clear();
+                    this.partial = None;
                     return Poll::Ready(Some(Err(Status::internal("the request body ended inside a message"))));
                 }
                 Ok(None) => {}
                 Err(status) => {
                     this.ended = true;
                     this.chunks.clear();
+                    this.partial = None;
                     return Poll::Ready(Some(Err(status)));
                 }
             }
@@ -167,6 +197,7 @@ where
                 Some(Err(e)) => {
                     this.ended = true;
                     this.chunks.clear();
+                    this.partial = None;
                     return Poll::Ready(Some(Err(Status::from_error(e.into()))));
                 }
                 None => this.ended = true,
