@@ -218,9 +218,14 @@ impl DeltaConnection {
             if !self.watches[t.index()].subscribed {
                 continue;
             }
-            // EDS runs on every push: endpoint changes, and assignments
-            // owed to clusters this push changed.
-            if (!full || !types.contains(t)) && t != TypeUrl::Endpoint {
+            // EDS runs on endpoint pushes, and on pushes that changed
+            // clusters (their assignments are owed again); a push of
+            // listeners or routes alone leaves it be.
+            if t == TypeUrl::Endpoint {
+                if full && !types.contains(TypeUrl::Endpoint) && !types.contains(TypeUrl::Cluster) {
+                    continue;
+                }
+            } else if !full || !types.contains(t) {
                 continue;
             }
             let hosts = if full { None } else { Some(&*push.hosts) };
