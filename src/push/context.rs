@@ -89,6 +89,10 @@ impl PushChanges {
 pub struct PushContext {
     /// Monotonic snapshot version; cache entries carry the version they were built for.
     pub version: u64,
+    /// Unique among all snapshots of the process (of every engine): the key
+    /// of memos that outlive one engine's view, such as a shared name list's
+    /// resolved assignments.
+    pub id: u64,
     /// The store contents this snapshot was built from.
     pub store: StoreSnapshot,
     /// Services by host.
@@ -107,6 +111,12 @@ pub struct PushContext {
     pub sidecars: Arc<SidecarIndex>,
     interner: Arc<ScopeInterner>,
     scopes: RwLock<HashMap<ScopeId, Arc<Scope>>>,
+}
+
+/// A fresh [`PushContext::id`].
+fn next_id() -> u64 {
+    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+    NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
 }
 
 impl PushContext {
@@ -129,6 +139,7 @@ impl PushContext {
         let endpoints = EndpointIndex::build(&store, &services, &workloads);
         PushContext {
             version,
+            id: next_id(),
             store,
             services: Arc::new(services),
             workloads: Arc::new(workloads),
@@ -238,6 +249,7 @@ impl PushContext {
 
         let next = PushContext {
             version: prev.version + 1,
+            id: next_id(),
             store,
             services,
             workloads,

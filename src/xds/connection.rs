@@ -26,7 +26,7 @@ use std::time::SystemTime;
 use serde::Serialize;
 
 use super::codec::OutgoingResponse;
-use super::names::{self, NameList};
+use super::names::{self, NameList, Resolved};
 use super::requests::SotwRequest;
 use super::types::{TypeSet, TypeUrl};
 use crate::generate::cache::{EncodedResource, ScopedCache, version_of};
@@ -415,17 +415,27 @@ impl Connection {
                 }
                 merged.into_iter().filter(|r| w.names.contains(&r.name)).collect()
             }
-            TypeUrl::Route | TypeUrl::Endpoint => {
-                let set = (t == TypeUrl::Route).then(|| cache.scoped(ctx, scope, t));
+            TypeUrl::Endpoint => {
+                // Streams watching the same list share one resolution per snapshot.
+                let resolved = w.names.endpoints(ctx.id, |names| {
+                    let mut resolved = Resolved::default();
+                    for (i, n) in names.names().iter().enumerate() {
+                        if let Some(r) = cache.endpoint(ctx, n) {
+                            resolved.resources.push(r);
+                            resolved.positions.push(i as u32);
+                        }
+                    }
+                    resolved
+                });
+                positions = resolved.positions.clone();
+                resolved.resources.clone()
+            }
+            TypeUrl::Route => {
+                let set = cache.scoped(ctx, scope, t);
                 let mut resources = Vec::with_capacity(w.names.len());
-                positions.reserve(w.names.len());
                 for (i, n) in w.names.names().iter().enumerate() {
-                    let found = match &set {
-                        Some(set) => set.get(n).cloned(),
-                        None => cache.endpoint(ctx, n),
-                    };
-                    if let Some(r) = found {
-                        resources.push(r);
+                    if let Some(r) = set.get(n) {
+                        resources.push(r.clone());
                         positions.push(i as u32);
                     }
                 }

@@ -19,6 +19,8 @@ use std::sync::{Arc, LazyLock, OnceLock, Weak};
 use parking_lot::Mutex;
 use serde::Serialize;
 
+use crate::generate::cache::EncodedResource;
+
 /// One watched list of names.
 #[derive(Debug, Default)]
 pub struct NameList {
@@ -33,6 +35,19 @@ pub struct NameList {
     star: bool,
     /// EDS: positions in `names` by service host, built on first use.
     by_host: OnceLock<HashMap<Box<str>, Box<[u32]>>>,
+    /// EDS: the assignments of these names in the snapshot of the given
+    /// [`PushContext::id`](crate::push::PushContext::id), resolved by the
+    /// first stream that needed them.
+    endpoints: Mutex<Option<(u64, Arc<Resolved>)>>,
+}
+
+/// The resources of a list's names in one snapshot.
+#[derive(Debug, Default)]
+pub struct Resolved {
+    /// The resources that exist, in name order.
+    pub resources: Vec<Arc<EncodedResource>>,
+    /// Each one's position in [`NameList::names`].
+    pub positions: Vec<u32>,
 }
 
 impl NameList {
@@ -85,6 +100,21 @@ impl NameList {
         by_host.get(host).map_or(&[], |v| v)
     }
 
+    /// The assignments of this list's names in snapshot `ctx_id`: resolved
+    /// once per snapshot, by the first stream that asks (the others wait for
+    /// it rather than repeat the lookups), then shared.
+    pub fn endpoints(&self, ctx_id: u64, resolve: impl FnOnce(&NameList) -> Resolved) -> Arc<Resolved> {
+        let mut memo = self.endpoints.lock();
+        if let Some((id, resolved)) = &*memo
+            && *id == ctx_id
+        {
+            return resolved.clone();
+        }
+        let resolved = Arc::new(resolve(self));
+        *memo = Some((ctx_id, resolved.clone()));
+        resolved
+    }
+
     /// This list with `subscribe` added and `unsubscribe` taken out (delta
     /// subscriptions), interned like a requested list. `*` in either is left
     /// to the caller.
@@ -107,7 +137,7 @@ impl NameList {
         names.dedup();
         let keys = names.iter().map(|n| name_key(n)).collect();
         let star = requested.iter().any(|n| &**n == "*");
-        NameList { requested, names: names.into(), keys, star, by_host: OnceLock::new() }
+        NameList { requested, names: names.into(), keys, star, by_host: OnceLock::new(), endpoints: Mutex::new(None) }
     }
 
     fn is_request<'a>(&self, mut requested: impl ExactSizeIterator<Item = &'a [u8]>) -> bool {
@@ -261,5 +291,24 @@ mod tests {
             &["outbound|9080|v1|reviews.default.svc.cluster.local"],
         );
         assert!(Arc::ptr_eq(&edited, &same));
+    }
+
+    #[test]
+    fn endpoints_resolve_once_per_snapshot() {
+        let list = req(&["memo-a", "memo-b"]);
+        let mut calls = 0;
+        let mut resolve = |id: u64| {
+            list.endpoints(id, |l| {
+                calls += 1;
+                Resolved { resources: Vec::new(), positions: (0..l.len() as u32).collect() }
+            })
+        };
+        let first = resolve(41);
+        let again = resolve(41);
+        assert!(Arc::ptr_eq(&first, &again));
+        assert_eq!(first.positions, [0, 1]);
+        let next = resolve(42);
+        assert!(!Arc::ptr_eq(&first, &next));
+        assert_eq!(calls, 2, "one resolution per snapshot");
     }
 }
