@@ -275,8 +275,6 @@ pub enum RequestError {
 pub struct SotwRequest {
     /// `version_info` (field 1).
     pub version_info: String,
-    /// `node` (field 2), the parts meshpush reads; only decoded when asked.
-    pub node: Option<StreamNode>,
     /// `resource_names` (field 3).
     pub resource_names: RequestNames,
     /// `type_url` (field 4).
@@ -288,11 +286,12 @@ pub struct SotwRequest {
 }
 
 impl SotwRequest {
-    /// Reads an encoded `DiscoveryRequest`; the node only `with_node` (a
-    /// stream reads it from its first request, and Envoy repeats it in
-    /// every request after).
-    pub fn decode(message: Bytes, with_node: bool) -> Result<SotwRequest, RequestError> {
+    /// Reads an encoded `DiscoveryRequest`, and its node only `with_node`
+    /// (a stream reads it from its first request; Envoy repeats it in every
+    /// request after).
+    pub fn decode(message: Bytes, with_node: bool) -> Result<(SotwRequest, Option<StreamNode>), RequestError> {
         let mut request = SotwRequest::default();
+        let mut node = None;
         let mut spans = Vec::new();
         // The encoded field-3 entries, while they lie next to each other
         // (as every encoder writes a repeated field).
@@ -318,7 +317,7 @@ impl SotwRequest {
             };
             match tag {
                 1 => request.version_info = text()?,
-                2 if with_node => request.node = Some(StreamNode::decode(value)?),
+                2 if with_node => node = Some(StreamNode::decode(value)?),
                 2 => {}
                 3 => {
                     spans.push((value_start as u32, len as u32));
@@ -341,7 +340,7 @@ impl SotwRequest {
             _ => names_hash(spans.iter().map(|&(at, len)| &message[at as usize..(at + len) as usize])),
         };
         request.resource_names = RequestNames { message, spans, hash };
-        Ok(request)
+        Ok((request, node))
     }
 }
 
@@ -401,7 +400,6 @@ impl From<envoy_types::pb::envoy::service::discovery::v3::DiscoveryRequest> for 
     fn from(r: envoy_types::pb::envoy::service::discovery::v3::DiscoveryRequest) -> Self {
         SotwRequest {
             version_info: r.version_info,
-            node: r.node.map(Into::into),
             resource_names: r.resource_names.into(),
             type_url: r.type_url,
             response_nonce: r.response_nonce,
@@ -410,13 +408,10 @@ impl From<envoy_types::pb::envoy::service::discovery::v3::DiscoveryRequest> for 
     }
 }
 
-/// A `DeltaDiscoveryRequest` as a stream reads it: the node as a
-/// [`StreamNode`]; resource locators (fields 8, 9) are skipped.
+/// A `DeltaDiscoveryRequest` as a stream reads it, without the node (see
+/// [`DeltaRequest::read`]); resource locators (fields 8, 9) are skipped.
 #[derive(Clone, PartialEq, Message)]
 pub struct DeltaRequest {
-    /// `node` (field 1), the parts meshpush reads.
-    #[prost(message, optional, tag = "1")]
-    pub node: Option<StreamNode>,
     /// `type_url` (field 2).
     #[prost(string, tag = "2")]
     pub type_url: String,
@@ -437,48 +432,26 @@ pub struct DeltaRequest {
     pub error_detail: Option<envoy_types::pb::google::rpc::Status>,
 }
 
-/// A [`DeltaRequest`] after a stream's first: every field but the node
-/// (Envoy repeats it on every request; the stream read it from the first).
+/// The node (field 1) of a `DeltaDiscoveryRequest`, every other field skipped.
 #[derive(Clone, PartialEq, Message)]
-pub struct DeltaLaterRequest {
-    /// `type_url` (field 2).
-    #[prost(string, tag = "2")]
-    pub type_url: String,
-    /// `resource_names_subscribe` (field 3).
-    #[prost(string, repeated, tag = "3")]
-    pub resource_names_subscribe: Vec<String>,
-    /// `resource_names_unsubscribe` (field 4).
-    #[prost(string, repeated, tag = "4")]
-    pub resource_names_unsubscribe: Vec<String>,
-    /// `initial_resource_versions` (field 5).
-    #[prost(map = "string, string", tag = "5")]
-    pub initial_resource_versions: std::collections::HashMap<String, String>,
-    /// `response_nonce` (field 6).
-    #[prost(string, tag = "6")]
-    pub response_nonce: String,
-    /// `error_detail` (field 7).
-    #[prost(message, optional, tag = "7")]
-    pub error_detail: Option<envoy_types::pb::google::rpc::Status>,
+struct DeltaNode {
+    #[prost(message, optional, tag = "1")]
+    node: Option<StreamNode>,
 }
 
-impl From<DeltaLaterRequest> for DeltaRequest {
-    fn from(r: DeltaLaterRequest) -> Self {
-        DeltaRequest {
-            node: None,
-            type_url: r.type_url,
-            resource_names_subscribe: r.resource_names_subscribe,
-            resource_names_unsubscribe: r.resource_names_unsubscribe,
-            initial_resource_versions: r.initial_resource_versions,
-            response_nonce: r.response_nonce,
-            error_detail: r.error_detail,
-        }
+impl DeltaRequest {
+    /// Reads an encoded `DeltaDiscoveryRequest`, and its node only
+    /// `with_node` (prost skips it otherwise, as every field of the other
+    /// read).
+    pub fn read(message: Bytes, with_node: bool) -> Result<(DeltaRequest, Option<StreamNode>), RequestError> {
+        let node = if with_node { DeltaNode::decode(message.clone())?.node } else { None };
+        Ok((DeltaRequest::decode(message)?, node))
     }
 }
 
 impl From<envoy_types::pb::envoy::service::discovery::v3::DeltaDiscoveryRequest> for DeltaRequest {
     fn from(r: envoy_types::pb::envoy::service::discovery::v3::DeltaDiscoveryRequest) -> Self {
         DeltaRequest {
-            node: r.node.map(Into::into),
             type_url: r.type_url,
             resource_names_subscribe: r.resource_names_subscribe,
             resource_names_unsubscribe: r.resource_names_unsubscribe,
@@ -570,12 +543,14 @@ mod tests {
             ..Default::default()
         };
         let wire = Bytes::from(full.encode_to_vec());
-        let first = SotwRequest::decode(wire.clone(), true).unwrap();
+        let (first, node) = SotwRequest::decode(wire.clone(), true).unwrap();
         assert_eq!(first, SotwRequest::from(full.clone()));
+        assert_eq!(node.map(|n| n.id), full.node.as_ref().map(|n| n.id.clone()));
         assert_eq!(first.resource_names.iter().collect::<Vec<_>>(), [&b"a"[..], b"bb", b"*"]);
         assert_eq!(first.resource_names.hash(), names_hash([&b"a"[..], b"bb", b"*"]));
-        let later = SotwRequest::decode(wire, false).unwrap();
-        assert_eq!(later, SotwRequest { node: None, ..SotwRequest::from(full) });
+        let (later, node) = SotwRequest::decode(wire, false).unwrap();
+        assert_eq!(later, first);
+        assert!(node.is_none());
     }
 
     #[test]
@@ -586,11 +561,32 @@ mod tests {
             apart.extend([tag << 3 | 2, value.len() as u8]);
             apart.extend_from_slice(value);
         }
-        let read = SotwRequest::decode(Bytes::from(apart), false).unwrap();
+        let (read, _) = SotwRequest::decode(Bytes::from(apart), false).unwrap();
         assert_eq!(read.version_info, "v");
         assert_eq!(read.resource_names.hash(), RequestNames::from(vec!["a".to_string(), "bb".to_string()]).hash());
 
         assert!(SotwRequest::decode(Bytes::from_static(&[3 << 3 | 2, 9, b'a']), false).is_err(), "runs past the end");
         assert!(SotwRequest::decode(Bytes::from_static(&[4 << 3 | 2, 1, 0xff]), false).is_err(), "not UTF-8");
+    }
+
+    #[test]
+    fn delta_requests_read_the_node_only_when_asked() {
+        use envoy_types::pb::envoy::service::discovery::v3::DeltaDiscoveryRequest;
+        let full = DeltaDiscoveryRequest {
+            node: Some(Node { id: "router~10.0.0.1~gw.ns~ns.svc.cluster.local".into(), ..Default::default() }),
+            type_url: "type.googleapis.com/envoy.config.cluster.v3.Cluster".into(),
+            resource_names_subscribe: vec!["a".into()],
+            resource_names_unsubscribe: vec!["b".into()],
+            initial_resource_versions: [("a".to_string(), "1".to_string())].into(),
+            response_nonce: "7".into(),
+            ..Default::default()
+        };
+        let wire = Bytes::from(full.encode_to_vec());
+        let (first, node) = DeltaRequest::read(wire.clone(), true).unwrap();
+        assert_eq!(first, DeltaRequest::from(full.clone()));
+        assert_eq!(node.map(|n| n.id), full.node.map(|n| n.id));
+        let (later, node) = DeltaRequest::read(wire, false).unwrap();
+        assert_eq!(later, first);
+        assert!(node.is_none());
     }
 }

@@ -32,7 +32,7 @@ use super::codec::OutgoingResponse;
 use super::connection::Connection;
 use super::delta::DeltaConnection;
 use super::delta_codec::DeltaResponse;
-use super::requests::{DeltaLaterRequest, DeltaRequest, RequestError, RequestMessages, SotwRequest};
+use super::requests::{DeltaRequest, RequestError, RequestMessages, SotwRequest, StreamNode};
 use super::status::{StreamState, StreamStatus};
 use crate::generate::cache::ScopedCache;
 use crate::model::Proxy;
@@ -76,11 +76,9 @@ pub trait Protocol: StreamState + Send + Sized + 'static {
     type Response: Framed + Send + 'static;
     /// A new stream's state.
     fn open(id: u64, proxy: Arc<Proxy>) -> Self;
-    /// Reads a request message; `first` is the stream's first request, the
-    /// only one whose node is read (Envoy repeats it in every request).
-    fn decode(message: bytes::Bytes, first: bool) -> Result<Self::Request, RequestError>;
-    /// The node a request carries.
-    fn node(req: &Self::Request) -> Option<Node>;
+    /// Reads a request message, and its node when `first` (a stream's first
+    /// request; Envoy repeats the node in every request after).
+    fn decode(message: bytes::Bytes, first: bool) -> Result<(Self::Request, Option<StreamNode>), RequestError>;
     /// The type a request is about.
     fn type_url(req: &Self::Request) -> &str;
     /// Handles one request; returns the responses to send, in order.
@@ -99,11 +97,8 @@ impl Protocol for Connection {
     fn open(id: u64, proxy: Arc<Proxy>) -> Self {
         Connection::new(id, proxy)
     }
-    fn decode(message: bytes::Bytes, first: bool) -> Result<SotwRequest, RequestError> {
+    fn decode(message: bytes::Bytes, first: bool) -> Result<(SotwRequest, Option<StreamNode>), RequestError> {
         SotwRequest::decode(message, first)
-    }
-    fn node(req: &SotwRequest) -> Option<Node> {
-        req.node.clone().map(Into::into)
     }
     fn type_url(req: &SotwRequest) -> &str {
         &req.type_url
@@ -128,13 +123,8 @@ impl Protocol for DeltaConnection {
     fn open(id: u64, proxy: Arc<Proxy>) -> Self {
         DeltaConnection::new(id, proxy)
     }
-    fn decode(message: bytes::Bytes, first: bool) -> Result<DeltaRequest, RequestError> {
-        use prost::Message as _;
-        let request = if first { DeltaRequest::decode(message)? } else { DeltaLaterRequest::decode(message)?.into() };
-        Ok(request)
-    }
-    fn node(req: &DeltaRequest) -> Option<Node> {
-        req.node.clone().map(Into::into)
+    fn decode(message: bytes::Bytes, first: bool) -> Result<(DeltaRequest, Option<StreamNode>), RequestError> {
+        DeltaRequest::read(message, first)
     }
     fn type_url(req: &DeltaRequest) -> &str {
         &req.type_url
@@ -167,20 +157,21 @@ where
         .and_then(|i| i.remote_addr())
         .map(|a| a.to_string())
         .unwrap_or_default();
-    let mut first = true;
-    let mut requests = futures::StreamExt::map(RequestMessages::new(req.into_body(), MAX_REQUEST_BYTES), move |m| {
-        let decoded = m.and_then(|m| {
-            P::decode(m, first).map_err(|e| Status::invalid_argument(format!("undecodable request: {e}")))
-        });
-        first = false;
-        decoded
-    });
-    let first = match futures::StreamExt::next(&mut requests).await {
-        Some(Ok(first)) => first,
+    let undecodable = |e: RequestError| Status::invalid_argument(format!("undecodable request: {e}"));
+    let mut messages = RequestMessages::new(req.into_body(), MAX_REQUEST_BYTES);
+    let (first, node) = match futures::StreamExt::next(&mut messages).await {
+        Some(Ok(message)) => match P::decode(message, true) {
+            Ok(decoded) => decoded,
+            Err(e) => return undecodable(e).into_http(),
+        },
         None => return Status::cancelled("stream ended before its first request").into_http(),
         Some(Err(status)) => return status.into_http(),
     };
-    let proxy = match P::node(&first).ok_or(crate::model::NodeError::Missing).and_then(|node| Proxy::from_node(&node)) {
+    let requests = futures::StreamExt::map(messages, move |m| {
+        m.and_then(|m| P::decode(m, false).map(|(r, _)| r).map_err(undecodable))
+    });
+    let node = node.map(Node::from);
+    let proxy = match node.as_ref().ok_or(crate::model::NodeError::Missing).and_then(Proxy::from_node) {
         Ok(proxy) => Arc::new(proxy),
         Err(e) => {
             tracing::warn!(%peer, "refused an ADS stream: {e}");
