@@ -83,28 +83,33 @@ fn responses_yield_names_eds_clusters_and_route_names() {
     let eds_names: Vec<_> = parsed.resources.iter().filter_map(|r| wire::eds_name(r)).collect();
     assert_eq!(eds_names, ["a-eds"]);
 
-    let hcm = HttpConnectionManager {
-        route_specifier: Some(RouteSpecifier::Rds(Rds { route_config_name: "9080".into(), ..Default::default() })),
-        ..Default::default()
-    };
-    let listener = Listener {
-        name: "0.0.0.0_9080".into(),
-        filter_chains: vec![FilterChain {
-            filters: vec![Filter {
-                name: "envoy.filters.network.http_connection_manager".into(),
-                config_type: Some(filter::ConfigType::TypedConfig(pack(
-                    HttpConnectionManager::type_url(),
-                    hcm.encode_to_vec(),
-                ))),
-            }],
-            ..Default::default()
-        }],
-        ..Default::default()
-    };
+    let listener = rds_listener("0.0.0.0_9080", "9080");
     let mut routes = Vec::new();
     let encoded = listener.encode_to_vec();
     wire::rds_names(&encoded, &mut routes);
     assert_eq!(routes, ["9080"]);
+}
+
+/// A listener whose HTTP connection manager asks RDS for `route`.
+fn rds_listener(name: &str, route: &str) -> Listener {
+    let hcm = HttpConnectionManager {
+        route_specifier: Some(RouteSpecifier::Rds(Rds { route_config_name: route.into(), ..Default::default() })),
+        ..Default::default()
+    };
+    Listener {
+        name: name.into(),
+        filter_chains: vec![FilterChain {
+            filters: vec![Filter {
+                name: "envoy.filters.network.http_connection_manager".into(),
+                config_type: Some(filter::ConfigType::TypedConfig(Any {
+                    type_url: HttpConnectionManager::type_url(),
+                    value: hcm.encode_to_vec(),
+                })),
+            }],
+            ..Default::default()
+        }],
+        ..Default::default()
+    }
 }
 
 #[test]
@@ -333,24 +338,7 @@ async fn a_delta_stream_acks_every_response_and_subscribes_only_the_difference()
     assert_eq!(h.sent(), [req(wire::CLUSTER, &[], &[], &nonce)]);
 
     // A listener using route configuration 9080: ACK, subscribe it.
-    let hcm = HttpConnectionManager {
-        route_specifier: Some(RouteSpecifier::Rds(Rds { route_config_name: "9080".into(), ..Default::default() })),
-        ..Default::default()
-    };
-    let listener = Listener {
-        name: "0.0.0.0_9080".into(),
-        filter_chains: vec![FilterChain {
-            filters: vec![Filter {
-                name: "envoy.filters.network.http_connection_manager".into(),
-                config_type: Some(filter::ConfigType::TypedConfig(Any {
-                    type_url: HttpConnectionManager::type_url(),
-                    value: hcm.encode_to_vec(),
-                })),
-            }],
-            ..Default::default()
-        }],
-        ..Default::default()
-    };
+    let listener = rds_listener("0.0.0.0_9080", "9080");
     let listeners = vec![delta_resource(&listener.name, Listener::type_url(), listener.encode_to_vec())];
     let nonce = h.respond(wire::LISTENER, listeners, &[]).await;
     assert_eq!(h.sent(), [req(wire::LISTENER, &[], &[], &nonce), req(wire::ROUTE, &["9080"], &[], "")]);
