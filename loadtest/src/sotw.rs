@@ -53,36 +53,15 @@ impl ads::Sim for Sim {
         }
         match t {
             XdsType::Cluster => {
-                let mut names: Vec<&str> = response.resources.iter().filter_map(|r| wire::eds_name(r)).collect();
-                names.sort_unstable();
-                names.dedup();
-                let set = self.envoy.shared.names.intern(XdsType::Endpoint, &names);
-                self.ack(t).await;
-                self.envoy.cds_acked();
-                if self.envoy.watched(XdsType::Endpoint).is_none_or(|old| !Arc::ptr_eq(old, &set)) {
-                    let old = self.envoy.watch(XdsType::Endpoint, set.clone());
-                    // Envoy asks for endpoints only once it has EDS clusters.
-                    if old.is_some() || !set.names.is_empty() {
-                        self.ack(XdsType::Endpoint).await;
-                    }
-                }
+                let names = response.resources.iter().filter_map(|r| wire::eds_name(r)).collect();
+                self.ack_and_follow(t, XdsType::Endpoint, names).await;
             }
             XdsType::Listener => {
                 let mut names = Vec::new();
                 for listener in &response.resources {
                     wire::rds_names(listener, &mut names);
                 }
-                names.sort_unstable();
-                names.dedup();
-                let set = self.envoy.shared.names.intern(XdsType::Route, &names);
-                self.ack(t).await;
-                self.envoy.lds_acked();
-                if self.envoy.watched(XdsType::Route).is_none_or(|old| !Arc::ptr_eq(old, &set)) {
-                    let old = self.envoy.watch(XdsType::Route, set.clone());
-                    if old.is_some() || !set.names.is_empty() {
-                        self.ack(XdsType::Route).await;
-                    }
-                }
+                self.ack_and_follow(t, XdsType::Route, names).await;
             }
             XdsType::Endpoint | XdsType::Route => {
                 if !self.envoy.synced() {
@@ -98,6 +77,27 @@ impl ads::Sim for Sim {
 }
 
 impl Sim {
+    /// ACKs a CDS (LDS) response whose resources ask for `names` of `next`
+    /// (EDS, RDS) and, when that list changed, requests it.
+    async fn ack_and_follow(&mut self, t: XdsType, next: XdsType, mut names: Vec<&str>) {
+        names.sort_unstable();
+        names.dedup();
+        let set = self.envoy.shared.names.intern(next, &names);
+        self.ack(t).await;
+        if t == XdsType::Cluster {
+            self.envoy.cds_acked();
+        } else {
+            self.envoy.lds_acked();
+        }
+        if self.envoy.watched(next).is_none_or(|old| !Arc::ptr_eq(old, &set)) {
+            let old = self.envoy.watch(next, set.clone());
+            // Envoy asks for endpoints (routes) only once something names them.
+            if old.is_some() || !set.names.is_empty() {
+                self.ack(next).await;
+            }
+        }
+    }
+
     /// ACKs the last response of `t`, with the type's full name list.
     async fn ack(&mut self, t: XdsType) {
         let names = self.envoy.watched(t).map(|s| s.encoded.clone()).unwrap_or_default();
