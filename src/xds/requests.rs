@@ -7,10 +7,10 @@
 //! the stream ever sent. Envoy's SotW requests are large (its node alone is
 //! 60 KB with Envoy 1.40's extension list, an EDS request lists every
 //! watched cluster), so ten thousand idle streams held ten thousand such
-//! buffers. Here a stream holds the HTTP/2 DATA chunks of the message being
-//! received and nothing once it is decoded: a message inside one chunk is
-//! handed on without a copy, a message across chunks is copied once into a
-//! buffer of exactly its size, which is freed with the request.
+//! buffers. Here a stream holds only the message being received: one inside
+//! a single HTTP/2 DATA chunk is handed on without a copy; one across chunks
+//! is copied once, chunk by chunk as they arrive (so h2 can reuse its read
+//! buffer), into a buffer of exactly its size, freed with the request.
 //!
 //! Envoy repeats its node (60 KB with Envoy 1.40's extension list) in every
 //! request, and a SotW EDS request lists every watched cluster, in every

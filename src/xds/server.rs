@@ -3,7 +3,8 @@
 //! envoy-types' generated server hard-codes the prost codec, which would
 //! re-encode every response per stream. This service reads requests as
 //! whole messages ([`RequestMessages`], which keeps no buffer between
-//! requests), decodes them with prost, and answers with its own body
+//! requests), reads them into requests that skip what a stream no longer
+//! needs ([`super::requests`]), and answers with its own body
 //! ([`ResponseStreamBody`]) that hands the shared response bytes to h2
 //! without copying. It runs one task per stream: the task owns the stream's
 //! [`Connection`], reads requests, serves pushes from its slot in the
