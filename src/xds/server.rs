@@ -33,7 +33,7 @@ use super::codec::OutgoingResponse;
 use super::connection::Connection;
 use super::delta::DeltaConnection;
 use super::delta_codec::DeltaResponse;
-use super::requests::{DeltaRequest, RequestError, RequestMessages, SotwRequest, StreamNode};
+use super::requests::{DeltaRequest, RequestError, RequestMessages, SotwRequest, StreamNode, buffers};
 use super::status::{StreamState, StreamStatus};
 use crate::generate::cache::ScopedCache;
 use crate::model::Proxy;
@@ -80,6 +80,8 @@ pub trait Protocol: StreamState + Send + Sized + 'static {
     /// Reads a request message, and its node when `first` (a stream's first
     /// request; Envoy repeats the node in every request after).
     fn decode(message: bytes::Bytes, first: bool) -> Result<(Self::Request, Option<StreamNode>), RequestError>;
+    /// Gives a handled request's buffer back for reuse ([`buffers`]).
+    fn recycle(req: Self::Request);
     /// The type a request is about.
     fn type_url(req: &Self::Request) -> &str;
     /// Handles one request; returns the responses to send, in order.
@@ -100,6 +102,9 @@ impl Protocol for Connection {
     }
     fn decode(message: bytes::Bytes, first: bool) -> Result<(SotwRequest, Option<StreamNode>), RequestError> {
         SotwRequest::decode(message, first)
+    }
+    fn recycle(req: SotwRequest) {
+        buffers::recycle(req.resource_names.into_message());
     }
     fn type_url(req: &SotwRequest) -> &str {
         &req.type_url
@@ -126,6 +131,9 @@ impl Protocol for DeltaConnection {
     }
     fn decode(message: bytes::Bytes, first: bool) -> Result<(DeltaRequest, Option<StreamNode>), RequestError> {
         DeltaRequest::read(message, first)
+    }
+    fn recycle(_: DeltaRequest) {
+        // Its message was recycled once read: a delta request keeps no part of it.
     }
     fn type_url(req: &DeltaRequest) -> &str {
         &req.type_url
@@ -252,7 +260,9 @@ async fn serve_stream<P: Protocol>(
         let responses = if let Some(req) = pending.take() {
             recorder.serving_type(&conn, P::type_url(&req));
             let ctx = engine.ctx.load();
-            conn.on_request(&ctx, &engine.cache, &req)
+            let responses = conn.on_request(&ctx, &engine.cache, &req);
+            P::recycle(req);
+            responses
         } else {
             tokio::select! {
                 biased;
