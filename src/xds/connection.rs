@@ -104,6 +104,18 @@ impl Watch {
         self.names.position(name).and_then(|i| self.sent.get(i).copied().flatten())
     }
 
+    /// EDS and RDS: records that the resource at position `i` was sent with
+    /// `hash` (`None`: it is gone), moving `sum` by the difference.
+    fn record_sent(&mut self, i: usize, hash: Option<u64>) {
+        let key = self.names.key(i);
+        if let Some(old) = std::mem::replace(&mut self.sent[i], hash) {
+            self.sum = self.sum.wrapping_sub(mix(key, old));
+        }
+        if let Some(new) = hash {
+            self.sum = self.sum.wrapping_add(mix(key, new));
+        }
+    }
+
     /// EDS and RDS: recomputes `sum` from `sent`.
     fn resum(&mut self) {
         self.sum = self
@@ -323,9 +335,8 @@ impl Connection {
                     w.sent_resources = resources;
                 } else {
                     for (r, &i) in resources.iter().zip(&positions) {
-                        w.sent[i as usize] = Some(r.hash);
+                        w.record_sent(i as usize, Some(r.hash));
                     }
-                    w.resum();
                 }
                 return Vec::new();
             }
@@ -377,8 +388,7 @@ impl Connection {
             if !full {
                 // Endpoint-only: only assignments of the changed hosts can differ.
                 let w = &self.watches[t.index()];
-                let positions: Vec<u32> =
-                    push.hosts.iter().flat_map(|h| w.names.positions_of_host(h)).copied().collect();
+                let positions: Vec<u32> = w.names.of_hosts(push.hosts.iter()).map(|(i, _)| i as u32).collect();
                 if !positions.is_empty() {
                     out.extend(self.respond_endpoints(ctx, cache, &positions));
                 }
@@ -416,19 +426,20 @@ impl Connection {
                 merged.into_iter().filter(|r| w.names.contains(&r.name)).collect()
             }
             TypeUrl::Endpoint => {
-                // Streams watching the same list share one resolution per snapshot.
+                // Streams watching the same list share one resolution (and
+                // its version) per snapshot.
                 let resolved = w.names.endpoints(ctx.id, |names| {
-                    let mut resolved = Resolved::default();
+                    let (mut resources, mut positions, mut sum) = (Vec::new(), Vec::new(), 0u64);
                     for (i, n) in names.names().iter().enumerate() {
                         if let Some(r) = cache.endpoint(ctx, n) {
-                            resolved.resources.push(r);
-                            resolved.positions.push(i as u32);
+                            sum = sum.wrapping_add(mix(names.key(i), r.hash));
+                            resources.push(r);
+                            positions.push(i as u32);
                         }
                     }
-                    resolved
+                    Resolved { resources, positions, version: sum_version(sum) }
                 });
-                positions = resolved.positions.clone();
-                resolved.resources.clone()
+                return (resolved.resources.clone(), resolved.positions.clone(), resolved.version.clone());
             }
             TypeUrl::Route => {
                 let set = cache.scoped(ctx, scope, t);
@@ -443,13 +454,13 @@ impl Connection {
             }
         };
         let version = match t {
-            TypeUrl::Endpoint | TypeUrl::Route => sum_version(
+            TypeUrl::Route => sum_version(
                 resources
                     .iter()
                     .zip(&positions)
                     .fold(0u64, |sum, (r, &i)| sum.wrapping_add(mix(w.names.key(i as usize), r.hash))),
             ),
-            TypeUrl::Cluster | TypeUrl::Listener => version_of(resources.iter().map(|r| (&*r.name, r.hash))),
+            _ => version_of(resources.iter().map(|r| (&*r.name, r.hash))),
         };
         (resources, positions, version)
     }
@@ -474,23 +485,14 @@ impl Connection {
         let w = &mut self.watches[t.index()];
         for &i in positions {
             let i = i as usize;
-            let name = &w.names.names()[i];
-            let key = w.names.key(i);
-            match cache.endpoint(ctx, name) {
+            match cache.endpoint(ctx, &w.names.names()[i]) {
                 Some(r) => {
-                    if w.sent[i] != Some(r.hash) || self.eds_resend.contains(name) {
-                        if let Some(old) = w.sent[i].replace(r.hash) {
-                            w.sum = w.sum.wrapping_sub(mix(key, old));
-                        }
-                        w.sum = w.sum.wrapping_add(mix(key, r.hash));
+                    if w.sent[i] != Some(r.hash) || self.eds_resend.contains(&r.name) {
+                        w.record_sent(i, Some(r.hash));
                         changed.push(r);
                     }
                 }
-                None => {
-                    if let Some(old) = w.sent[i].take() {
-                        w.sum = w.sum.wrapping_sub(mix(key, old));
-                    }
-                }
+                None => w.record_sent(i, None),
             }
         }
         if changed.is_empty() {
@@ -587,9 +589,8 @@ impl Connection {
             TypeUrl::Cluster | TypeUrl::Listener => w.sent_resources = resources,
             TypeUrl::Endpoint | TypeUrl::Route => {
                 for (r, &i) in out_resources.iter().zip(&out_positions) {
-                    w.sent[i as usize] = Some(r.hash);
+                    w.record_sent(i as usize, Some(r.hash));
                 }
-                w.resum();
             }
         }
         w.nonce_sent = Some(OutgoingResponse::nonce_text(nonce));

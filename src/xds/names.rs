@@ -48,6 +48,9 @@ pub struct Resolved {
     pub resources: Vec<Arc<EncodedResource>>,
     /// Each one's position in [`NameList::names`].
     pub positions: Vec<u32>,
+    /// The version of the whole list in this snapshot (the protocol's sum
+    /// over the resources), computed once with them.
+    pub version: Arc<str>,
 }
 
 impl NameList {
@@ -115,12 +118,24 @@ impl NameList {
         resolved
     }
 
+    /// The watched names (with their positions) of services `hosts`.
+    pub fn of_hosts<'a, H: AsRef<str> + 'a>(
+        &'a self,
+        hosts: impl IntoIterator<Item = &'a H>,
+    ) -> impl Iterator<Item = (usize, &'a Arc<str>)> {
+        hosts
+            .into_iter()
+            .flat_map(|h| self.positions_of_host(h.as_ref()))
+            .map(|&i| (i as usize, &self.names[i as usize]))
+    }
+
     /// This list with `subscribe` added and `unsubscribe` taken out (delta
     /// subscriptions), interned like a requested list. `*` in either is left
     /// to the caller.
     pub fn edit(&self, subscribe: &[&str], unsubscribe: &[&str]) -> Arc<NameList> {
+        let unsubscribe: std::collections::HashSet<&str> = unsubscribe.iter().copied().collect();
         let mut names: Vec<&str> = self.names.iter().map(|n| &**n).filter(|n| !unsubscribe.contains(n)).collect();
-        names.extend(subscribe.iter().filter(|n| **n != "*" && !unsubscribe.contains(n)));
+        names.extend(subscribe.iter().filter(|n| **n != "*" && !unsubscribe.contains(*n)));
         names.sort_unstable();
         names.dedup();
         let bytes = names.iter().map(|n| n.as_bytes());
@@ -300,7 +315,7 @@ mod tests {
         let mut resolve = |id: u64| {
             list.endpoints(id, |l| {
                 calls += 1;
-                Resolved { resources: Vec::new(), positions: (0..l.len() as u32).collect() }
+                Resolved { resources: Vec::new(), positions: (0..l.len() as u32).collect(), version: "v".into() }
             })
         };
         let first = resolve(41);
