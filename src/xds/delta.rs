@@ -52,6 +52,12 @@ enum Reason<'a> {
     ClusterCleanup,
 }
 
+/// Whether assignment `name` is within an endpoint push's `hosts` (any, for
+/// a full push).
+fn in_reach(name: &str, hosts: Option<&HashSet<Hostname>>) -> bool {
+    hosts.is_none_or(|hosts| crate::generate::eds::host_of(name).is_some_and(|h| hosts.contains(h)))
+}
+
 /// One delta ADS stream's protocol state.
 #[derive(Debug)]
 pub struct DeltaConnection {
@@ -156,11 +162,12 @@ impl DeltaConnection {
                 .collect();
         }
         let mut subscribe: Vec<&str> = Vec::new();
+        let mut seen: HashSet<&str> = HashSet::new();
         for n in &req.resource_names_subscribe {
             if n == "*" {
                 wildcard_added |= !w.wildcard;
                 w.wildcard = true;
-            } else if first || (!w.names.contains(n) && !subscribe.contains(&n.as_str())) {
+            } else if first || (!w.names.contains(n) && seen.insert(n)) {
                 subscribe.push(n);
                 let n: Arc<str> = Arc::from(n.as_str());
                 if !first {
@@ -263,29 +270,18 @@ impl DeltaConnection {
                     w.names.names().iter().filter_map(|n| set.get(n).cloned()).collect()
                 }
             }
-            TypeUrl::Endpoint if !w.wildcard && hosts.is_some() => {
-                // An endpoint push: only the watched assignments of the changed hosts.
-                let hosts = hosts.expect("checked");
-                hosts
-                    .iter()
-                    .flat_map(|h| w.names.positions_of_host(h))
-                    .filter_map(|&i| cache.endpoint(ctx, &w.names.names()[i as usize]))
-                    .collect()
-            }
             TypeUrl::Endpoint => {
-                let mut names: BTreeSet<&str> = w.names.names().iter().map(|n| &**n).collect();
+                // An endpoint push looks only at the changed hosts' names.
+                let mut names: BTreeSet<&str> = match hosts {
+                    Some(hosts) => w.names.of_hosts(hosts).map(|(_, n)| &**n).collect(),
+                    None => w.names.names().iter().map(|n| &**n).collect(),
+                };
                 let clusters;
                 if w.wildcard {
                     clusters = cache.scoped(ctx, scope, TypeUrl::Cluster);
-                    names.extend(clusters.resources.iter().map(|r| &*r.name));
+                    names.extend(clusters.resources.iter().map(|r| &*r.name).filter(|n| in_reach(n, hosts)));
                 }
-                names
-                    .into_iter()
-                    .filter(|n| {
-                        hosts.is_none_or(|hosts| crate::generate::eds::host_of(n).is_some_and(|h| hosts.contains(h)))
-                    })
-                    .filter_map(|n| cache.endpoint(ctx, n))
-                    .collect()
+                names.into_iter().filter_map(|n| cache.endpoint(ctx, n)).collect()
             }
         };
         resources.sort_by(|a, b| a.name.cmp(&b.name));
@@ -314,24 +310,17 @@ impl DeltaConnection {
         let held = &self.held[t.index()];
         let changed: Vec<Arc<EncodedResource>> =
             current.iter().filter(|r| held.get(&r.name) != Some(&Some(r.hash))).cloned().collect();
+        let w = &self.watches[t.index()];
         let mut removed: Vec<Arc<str>> = match hosts {
             // An endpoint push: only the changed hosts' assignments can be gone.
-            Some(hosts) if !self.watches[t.index()].wildcard => {
-                let names = &self.watches[t.index()].names;
-                hosts
-                    .iter()
-                    .flat_map(|h| names.positions_of_host(h))
-                    .map(|&i| &names.names()[i as usize])
-                    .filter(|n| held.contains_key(*n) && !exists(n))
-                    .cloned()
-                    .collect()
-            }
-            _ => {
-                let in_reach = |n: &str| {
-                    hosts.is_none_or(|hosts| crate::generate::eds::host_of(n).is_some_and(|h| hosts.contains(h)))
-                };
-                held.keys().filter(|n| in_reach(n) && !exists(n)).cloned().collect()
-            }
+            Some(hosts) if !w.wildcard => w
+                .names
+                .of_hosts(hosts)
+                .map(|(_, n)| n)
+                .filter(|n| held.contains_key(*n) && !exists(n))
+                .cloned()
+                .collect(),
+            _ => held.keys().filter(|n| in_reach(n, hosts) && !exists(n)).cloned().collect(),
         };
         if t == TypeUrl::Endpoint {
             // An assignment goes with its cluster, which may be kept a while
