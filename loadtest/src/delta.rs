@@ -179,11 +179,7 @@ impl ads::Sim for Sim {
                 let wanted = deps.wanted.clone();
                 *held = Some(deps);
                 self.ack(t, response.nonce).await;
-                if t == XdsType::Cluster {
-                    self.envoy.cds_acked();
-                } else {
-                    self.envoy.lds_acked();
-                }
+                self.envoy.acked(t);
                 self.subscribe(next, wanted).await;
             }
             XdsType::Endpoint | XdsType::Route => {

@@ -213,17 +213,18 @@ impl Envoy {
         }
     }
 
-    /// A CDS response was ACKed: clusters warm, for at most `initial_fetch_timeout`.
-    pub(crate) fn cds_acked(&mut self) {
-        self.cds_acked = true;
-        if !self.lds_requested && self.lds_deadline.is_none() {
-            self.lds_deadline = Some(Instant::now() + INITIAL_FETCH_TIMEOUT);
+    /// The response of a wildcard type (CDS or LDS) was ACKed. After CDS,
+    /// Envoy waits for endpoints at most its `initial_fetch_timeout` before
+    /// it asks for listeners.
+    pub(crate) fn acked(&mut self, t: XdsType) {
+        if t == XdsType::Cluster {
+            self.cds_acked = true;
+            if !self.lds_requested && self.lds_deadline.is_none() {
+                self.lds_deadline = Some(Instant::now() + INITIAL_FETCH_TIMEOUT);
+            }
+        } else {
+            self.lds_acked = true;
         }
-    }
-
-    /// An LDS response was ACKed.
-    pub(crate) fn lds_acked(&mut self) {
-        self.lds_acked = true;
     }
 
     /// When clusters stop warming without their endpoints, if they are warming.

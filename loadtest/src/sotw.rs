@@ -84,11 +84,7 @@ impl Sim {
         names.dedup();
         let set = self.envoy.shared.names.intern(next, &names);
         self.ack(t).await;
-        if t == XdsType::Cluster {
-            self.envoy.cds_acked();
-        } else {
-            self.envoy.lds_acked();
-        }
+        self.envoy.acked(t);
         if self.envoy.watched(next).is_none_or(|old| !Arc::ptr_eq(old, &set)) {
             let old = self.envoy.watch(next, set.clone());
             // Envoy asks for endpoints (routes) only once something names them.
