@@ -163,6 +163,7 @@ fn full_push(c: &mut Criterion) {
     let bytes = Arc::new(AtomicUsize::new(0));
     runtime.block_on(async {
         engine.push(PushRequest::new(changes)).await;
+        engine.set_ready();
         let mut clients: Vec<MemoryClient> =
             (0..streams).map(|k| MemoryClient::connect(&engine, node(&spec.sidecar_node_id(k), "NONE", &[]))).collect();
         for chunk in clients.chunks_mut(500) {

@@ -24,6 +24,7 @@ async fn engine_with(spec: &MeshSpec) -> (Arc<PushEngine>, ConfigStore) {
     let changes = store.apply(spec.objects().into_iter().map(|o| Write::Put(o, source.clone())));
     let engine = PushEngine::new();
     engine.push(PushRequest::new(changes)).await;
+    engine.set_ready();
     (engine, store)
 }
 
@@ -138,4 +139,34 @@ async fn a_stream_that_never_reads_does_not_delay_the_others() {
         .expect("a stuck peer does not hold this stream back");
     }
     drop(stuck);
+}
+
+/// An Envoy that connects (or reconnects after a restart) while meshpush is
+/// still loading its sources must not be answered from the empty snapshot:
+/// it would drop every cluster it serves with. Its first response carries
+/// the loaded mesh.
+#[tokio::test]
+async fn a_stream_opened_before_the_first_load_is_answered_from_the_loaded_snapshot() {
+    let spec = MeshSpec::new(20);
+    let store = ConfigStore::new();
+    let engine = PushEngine::new();
+    let mut client = MemoryClient::connect(&engine, node(&spec.sidecar_node_id(0), "NONE", &[]));
+    // Give the stream task every chance to take its first request now.
+    for _ in 0..20 {
+        tokio::task::yield_now().await;
+    }
+    let source = meshpush::config::SourceRef { file: "synth".into(), doc: 0 };
+    let changes = store.apply(spec.objects().into_iter().map(|o| Write::Put(o, source.clone())));
+    engine.push(PushRequest::new(changes)).await;
+    engine.set_ready();
+    let (first, _) = tokio::time::timeout(DEADLINE, client.recv())
+        .await
+        .expect("the stream is answered once the engine is ready")
+        .expect("a response");
+    assert_eq!(first.type_url, TypeUrl::Cluster.as_str());
+    assert!(
+        first.resources.len() >= 20,
+        "the first CDS response holds the 20 loaded services' clusters, not the empty snapshot's {}",
+        first.resources.len()
+    );
 }

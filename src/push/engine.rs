@@ -8,7 +8,6 @@
 //! the snapshot without locking.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Instant;
 
 use arc_swap::ArcSwap;
@@ -34,7 +33,9 @@ pub struct PushEngine {
     pub metrics: Arc<Metrics>,
     /// Recent pushes (bounded).
     pub history: PushHistory,
-    ready: AtomicBool,
+    /// Whether the first snapshot built from the sources is published;
+    /// streams wait for it before they answer anything.
+    ready: watch::Sender<bool>,
     version_tx: watch::Sender<u64>,
 }
 
@@ -48,19 +49,27 @@ impl PushEngine {
             queue: PushQueue::default(),
             metrics: Arc::new(Metrics::new()),
             history: PushHistory::default(),
-            ready: AtomicBool::new(false),
+            ready: watch::Sender::new(false),
             version_tx,
         })
     }
 
     /// Whether the first snapshot built from the sources has been published.
     pub fn is_ready(&self) -> bool {
-        self.ready.load(Ordering::Acquire)
+        *self.ready.borrow()
     }
 
     /// Marks the engine ready (after the initial load, even if it was empty).
     pub fn set_ready(&self) {
-        self.ready.store(true, Ordering::Release);
+        self.ready.send_replace(true);
+    }
+
+    /// Resolves once the engine is ready. An Envoy that connects (or
+    /// reconnects, after a restart) while the first load is still running
+    /// would otherwise be answered from the empty snapshot, and drop every
+    /// cluster and listener it was serving with.
+    pub async fn wait_ready(&self) {
+        let _ = self.ready.subscribe().wait_for(|ready| *ready).await;
     }
 
     /// Watches the published snapshot version.

@@ -235,6 +235,10 @@ fn spawn<P: Protocol>(
     tokio::spawn(
         async move {
             tracing::debug!(%peer, "stream connected");
+            if !engine.is_ready() {
+                tracing::debug!("waiting for the first snapshot before answering");
+                engine.wait_ready().await;
+            }
             let conn = P::open(handle.id, proxy);
             let end = serve_stream(&engine, conn, &handle, first, requests, tx).await;
             engine.queue.unregister(handle.id);
