@@ -86,6 +86,27 @@ impl ResourceSet {
         ResourceSet { resources, version }
     }
 
+    /// The union of two sets whose names do not overlap (a scope's set and
+    /// a workload's inbound set), merged in name order.
+    pub fn union(a: &ResourceSet, b: &ResourceSet) -> ResourceSet {
+        let (a, b) = (&a.resources, &b.resources);
+        let mut resources = Vec::with_capacity(a.len() + b.len());
+        let (mut i, mut j) = (0, 0);
+        while i < a.len() && j < b.len() {
+            if a[i].name <= b[j].name {
+                resources.push(a[i].clone());
+                i += 1;
+            } else {
+                resources.push(b[j].clone());
+                j += 1;
+            }
+        }
+        resources.extend_from_slice(&a[i..]);
+        resources.extend_from_slice(&b[j..]);
+        let version = version_of(resources.iter().map(|r| (&*r.name, r.hash)));
+        ResourceSet { resources, version }
+    }
+
     /// A resource by name.
     pub fn get(&self, name: &str) -> Option<&Arc<EncodedResource>> {
         self.resources.binary_search_by(|r| (*r.name).cmp(name)).ok().map(|i| &self.resources[i])
@@ -132,6 +153,9 @@ struct Maps {
     /// The snapshot version entries must have been built from.
     generation: u64,
     sets: HashMap<(TypeUrl, ScopeId), Cell<Arc<ResourceSet>>>,
+    /// CDS and LDS as a proxy gets them: a scope's set and a workload
+    /// shape's inbound set together, merged once for every proxy of both.
+    proxy_sets: HashMap<(TypeUrl, ScopeId, InboundId), Cell<Arc<ResourceSet>>>,
     inbound: HashMap<(TypeUrl, InboundId), Arc<ResourceSet>>,
     endpoints: HashMap<Arc<str>, Cell<Option<Arc<EncodedResource>>>>,
     /// Reverse index: host → the assignment names cached for it.
@@ -172,6 +196,32 @@ impl ScopedCache {
             .clone();
         self.count_lookup(type_url, generated);
         set
+    }
+
+    /// The CDS or LDS set of a proxy in `scope` with workload shape
+    /// `inbound`: the scope's set and the shape's inbound set in one, built
+    /// once for every proxy that shares both (the scope's set itself when
+    /// the shape adds nothing).
+    pub fn proxy_set(
+        &self,
+        ctx: &PushContext,
+        scope: &Scope,
+        inbound: &(InboundId, InboundKey),
+        type_url: TypeUrl,
+    ) -> Arc<ResourceSet> {
+        debug_assert!(matches!(type_url, TypeUrl::Cluster | TypeUrl::Listener));
+        let (id, key) = inbound;
+        let cell = self.cell(ctx, |m| &m.proxy_sets, |m| &mut m.proxy_sets, (type_url, scope.id, *id));
+        if let Some(set) = cell.get() {
+            CacheStats::count(&self.stats.hits, type_url, 1);
+            return set.clone();
+        }
+        cell.get_or_init(|| {
+            let outbound = self.scoped(ctx, scope, type_url);
+            let inbound = self.inbound(*id, key, type_url);
+            if inbound.resources.is_empty() { outbound } else { Arc::new(ResourceSet::union(&outbound, &inbound)) }
+        })
+        .clone()
     }
 
     /// The cell for `key`: the cached one, a new cached one when the cache
@@ -342,10 +392,12 @@ impl ScopedCache {
         maps.bodies.clear();
         // A set survives if its scope was carried over, or if the change
         // cannot affect its type (a routing change keeps every scope's clusters).
-        maps.sets.retain(|(t, scope), _| {
-            !(changes.types.contains(*t)
-                && (changes.full || changes.touched.contains(scope) || ctx.scope(*scope).is_none()))
-        });
+        let stale = |t: TypeUrl, scope: ScopeId| {
+            changes.types.contains(t)
+                && (changes.full || changes.touched.contains(&scope) || ctx.scope(scope).is_none())
+        };
+        maps.sets.retain(|(t, scope), _| !stale(*t, *scope));
+        maps.proxy_sets.retain(|(t, scope, _), _| !stale(*t, *scope));
         if changes.full {
             maps.endpoints.clear();
             maps.endpoints_by_host.clear();
@@ -363,6 +415,7 @@ impl ScopedCache {
     pub fn retain_live(&self, scopes: &HashSet<ScopeId>, inbound: &HashSet<InboundId>) {
         let mut maps = self.maps.write();
         maps.sets.retain(|(_, scope), _| scopes.contains(scope));
+        maps.proxy_sets.retain(|(_, scope, id), _| scopes.contains(scope) && inbound.contains(id));
         maps.inbound.retain(|(_, id), _| inbound.contains(id));
     }
 

@@ -481,6 +481,39 @@ fn sidecar_gets_outbound_subset_inbound_and_special_clusters() {
 }
 
 #[test]
+fn proxies_of_one_scope_and_workload_shape_share_one_merged_cluster_set() {
+    use crate::generate::cache::ScopedCache;
+    use crate::push::PushChanges;
+    use crate::xds::{TypeSet, TypeUrl};
+
+    let ctx = context(bookinfo());
+    let cache = ScopedCache::new();
+    let everything = PushChanges { full: true, types: TypeSet::ALL, ..Default::default() };
+    cache.invalidate(&ctx, &everything);
+    let scope = productpage(&ctx, "REDIRECT");
+    let shape = ctx.inbound_for(&proxy(
+        "sidecar~10.0.0.1~productpage-v1.default~default.svc.cluster.local",
+        "REDIRECT",
+        &[("app", "productpage"), ("version", "v1")],
+    ));
+
+    let set = cache.proxy_set(&ctx, &scope, &shape, TypeUrl::Cluster);
+    let names: Vec<&str> = set.resources.iter().map(|r| &*r.name).collect();
+    let mut expected: Vec<String> = cds::clusters(&ctx, &scope).into_iter().map(|c| c.name).collect();
+    expected.extend(cds::inbound_clusters(&shape.1).into_iter().map(|c| c.name));
+    expected.sort();
+    assert_eq!(names, expected, "the scope's clusters and the workload's inbound ones, in name order");
+
+    let again = cache.proxy_set(&ctx, &scope, &shape, TypeUrl::Cluster);
+    assert!(Arc::ptr_eq(&set, &again), "a second proxy of the same scope and shape gets the same set");
+
+    cache.invalidate(&ctx, &everything);
+    let rebuilt = cache.proxy_set(&ctx, &scope, &shape, TypeUrl::Cluster);
+    assert!(!Arc::ptr_eq(&set, &rebuilt), "a change to the scope's clusters drops the merged set");
+    assert_eq!(rebuilt.version, set.version, "rebuilt from the same snapshot, it is the same content");
+}
+
+#[test]
 fn destination_rule_policy_shapes_clusters_and_subsets_override_it() {
     let ctx = context(bookinfo());
     let scope = productpage(&ctx, "REDIRECT");

@@ -29,7 +29,7 @@ use super::codec::OutgoingResponse;
 use super::names::{self, NameList, Resolved};
 use super::requests::SotwRequest;
 use super::types::{TypeSet, TypeUrl};
-use crate::generate::cache::{EncodedResource, ScopedCache, version_of};
+use crate::generate::cache::{EncodedResource, ResourceSet, ScopedCache};
 use crate::model::Proxy;
 use crate::push::{InboundId, PendingPush, PushContext, Scope};
 
@@ -79,10 +79,10 @@ pub struct Watch {
     /// resources updates the version without visiting every name.
     #[serde(skip)]
     sum: u64,
-    /// CDS and LDS: the resources sent last, sorted by name (clusters are
-    /// kept to delay their removal).
+    /// CDS and LDS: the set sent last, shared with the streams that were
+    /// sent the same (clusters are kept from it to delay their removal).
     #[serde(skip)]
-    sent_resources: Vec<Arc<EncodedResource>>,
+    sent_resources: Arc<ResourceSet>,
     /// Responses sent.
     pub responses: u64,
 }
@@ -95,8 +95,7 @@ impl Watch {
 
     /// CDS and LDS: the hash of `name` as last sent.
     fn sent_resource_hash(&self, name: &str) -> Option<u64> {
-        let i = self.sent_resources.binary_search_by(|r| (*r.name).cmp(name)).ok()?;
-        Some(self.sent_resources[i].hash)
+        self.sent_resources.get(name).map(|r| r.hash)
     }
 
     /// EDS and RDS: the hash of `name` as last sent.
@@ -159,22 +158,23 @@ pub struct Connection {
     eds_resend: HashSet<Arc<str>>,
 }
 
-/// Merges two name-sorted resource lists (names unique across both).
-fn merge_sorted(a: &[Arc<EncodedResource>], b: &[Arc<EncodedResource>]) -> Vec<Arc<EncodedResource>> {
-    let mut out = Vec::with_capacity(a.len() + b.len());
-    let (mut i, mut j) = (0, 0);
-    while i < a.len() && j < b.len() {
-        if a[i].name <= b[j].name {
-            out.push(a[i].clone());
-            i += 1;
-        } else {
-            out.push(b[j].clone());
-            j += 1;
+/// What a stream should hold of one type now.
+enum Current {
+    /// CDS and LDS: a whole set, usually the one shared by every proxy of
+    /// the scope and workload shape.
+    Set(Arc<ResourceSet>),
+    /// EDS and RDS: the watched names' resources with their positions, for
+    /// EDS shared by every stream that watches the same list.
+    Watched(Arc<Resolved>),
+}
+
+impl Current {
+    fn version(&self) -> &Arc<str> {
+        match self {
+            Current::Set(set) => &set.version,
+            Current::Watched(resolved) => &resolved.version,
         }
     }
-    out.extend_from_slice(&a[i..]);
-    out.extend_from_slice(&b[j..]);
-    out
 }
 
 /// One resource's share of an EDS or RDS version (`key` is the hash of its
@@ -326,16 +326,17 @@ impl Connection {
             // The client has this version: skip the response only when it is
             // provably the same content.
             let scope = self.refresh_scope(ctx, false);
-            let (resources, positions, version) = self.current(ctx, cache, &scope, t);
+            let current = self.current(ctx, cache, &scope, t);
             let w = self.watch(t);
-            if version.as_ref() == req.version_info {
-                w.version_sent = Some(version);
+            if current.version().as_ref() == req.version_info {
+                w.version_sent = Some(current.version().clone());
                 w.version_acked = Some(req.version_info.clone());
-                if positions.is_empty() && t.is_wildcard_type() {
-                    w.sent_resources = resources;
-                } else {
-                    for (r, &i) in resources.iter().zip(&positions) {
-                        w.record_sent(i as usize, Some(r.hash));
+                match current {
+                    Current::Set(set) => w.sent_resources = set,
+                    Current::Watched(resolved) => {
+                        for (r, &i) in resolved.resources.iter().zip(&resolved.positions) {
+                            w.record_sent(i as usize, Some(r.hash));
+                        }
                     }
                 }
                 return Vec::new();
@@ -399,36 +400,23 @@ impl Connection {
         out
     }
 
-    /// What the client should have of type `t` now, and its version. For
-    /// EDS and RDS also each resource's position in the watched names.
-    fn current(
-        &mut self,
-        ctx: &PushContext,
-        cache: &ScopedCache,
-        scope: &Scope,
-        t: TypeUrl,
-    ) -> (Vec<Arc<EncodedResource>>, Vec<u32>, Arc<str>) {
+    /// What the client should have of type `t` now, with its version.
+    fn current(&mut self, ctx: &PushContext, cache: &ScopedCache, scope: &Scope, t: TypeUrl) -> Current {
         let w = &self.watches[t.index()];
-        let mut positions = Vec::new();
-        let resources: Vec<Arc<EncodedResource>> = match t {
+        match t {
             TypeUrl::Cluster | TypeUrl::Listener => {
-                let outbound = cache.scoped(ctx, scope, t);
-                let (id, key) = self.placement.inbound().expect("set with the scope");
-                let inbound = cache.inbound(*id, key, t);
-                if w.wildcard && inbound.resources.is_empty() {
-                    return (outbound.resources.clone(), positions, outbound.version.clone());
-                }
-                let merged = merge_sorted(&outbound.resources, &inbound.resources);
+                let inbound = self.placement.inbound().expect("set with the scope");
+                let set = cache.proxy_set(ctx, scope, inbound, t);
                 if w.wildcard {
-                    let version = version_of(merged.iter().map(|r| (&*r.name, r.hash)));
-                    return (merged, positions, version);
+                    return Current::Set(set);
                 }
-                merged.into_iter().filter(|r| w.names.contains(&r.name)).collect()
+                let named = set.resources.iter().filter(|r| w.names.contains(&r.name)).cloned().collect();
+                Current::Set(Arc::new(ResourceSet::new(named)))
             }
             TypeUrl::Endpoint => {
                 // Streams watching the same list share one resolution (and
                 // its version) per snapshot.
-                let resolved = w.names.endpoints(ctx.id, |names| {
+                Current::Watched(w.names.endpoints(ctx.id, |names| {
                     let (mut resources, mut positions, mut sum) = (Vec::new(), Vec::new(), 0u64);
                     for (i, n) in names.names().iter().enumerate() {
                         if let Some(r) = cache.endpoint(ctx, n) {
@@ -438,31 +426,21 @@ impl Connection {
                         }
                     }
                     Resolved { resources, positions, version: sum_version(sum) }
-                });
-                return (resolved.resources.clone(), resolved.positions.clone(), resolved.version.clone());
+                }))
             }
             TypeUrl::Route => {
                 let set = cache.scoped(ctx, scope, t);
-                let mut resources = Vec::with_capacity(w.names.len());
+                let (mut resources, mut positions, mut sum) = (Vec::new(), Vec::new(), 0u64);
                 for (i, n) in w.names.names().iter().enumerate() {
                     if let Some(r) = set.get(n) {
+                        sum = sum.wrapping_add(mix(w.names.key(i), r.hash));
                         resources.push(r.clone());
                         positions.push(i as u32);
                     }
                 }
-                resources
+                Current::Watched(Arc::new(Resolved { resources, positions, version: sum_version(sum) }))
             }
-        };
-        let version = match t {
-            TypeUrl::Route => sum_version(
-                resources
-                    .iter()
-                    .zip(&positions)
-                    .fold(0u64, |sum, (r, &i)| sum.wrapping_add(mix(w.names.key(i as usize), r.hash))),
-            ),
-            _ => version_of(resources.iter().map(|r| (&*r.name, r.hash))),
-        };
-        (resources, positions, version)
+        }
     }
 
     fn next_nonce(&mut self) -> u32 {
@@ -522,79 +500,88 @@ impl Connection {
         first: bool,
     ) -> Option<OutgoingResponse> {
         let scope = self.refresh_scope(ctx, false);
-        let (mut resources, positions, mut version) = self.current(ctx, cache, &scope, t);
-        let w = &self.watches[t.index()];
-        let mut out_positions = Vec::new();
-        let out_resources: Vec<Arc<EncodedResource>> = match t {
-            TypeUrl::Cluster | TypeUrl::Listener => {
-                if !first && !final_cleanup && w.version_sent.as_ref() == Some(&version) && !w.sent_resources.is_empty()
+        let current = self.current(ctx, cache, &scope, t);
+        let nonce;
+        let body;
+        match current {
+            Current::Set(mut set) => {
+                let w = &self.watches[t.index()];
+                if !first
+                    && !final_cleanup
+                    && w.version_sent.as_ref() == Some(&set.version)
+                    && !w.sent_resources.resources.is_empty()
                 {
                     return None;
                 }
                 if t == TypeUrl::Cluster && !final_cleanup && !first {
                     // Make before break: keep clusters the client still has
                     // until the listeners and routes of this push are ACKed.
-                    let kept: Vec<Arc<EncodedResource>> = w
-                        .sent_resources
-                        .iter()
-                        .filter(|old| resources.binary_search_by(|r| r.name.cmp(&old.name)).is_err())
-                        .cloned()
-                        .collect();
+                    let kept: Vec<&Arc<EncodedResource>> =
+                        w.sent_resources.resources.iter().filter(|old| set.get(&old.name).is_none()).collect();
                     if !kept.is_empty() {
-                        resources.extend(kept);
-                        resources.sort_by(|a, b| a.name.cmp(&b.name));
-                        version = version_of(resources.iter().map(|r| (&*r.name, r.hash)));
+                        let mut resources = set.resources.clone();
+                        resources.extend(kept.into_iter().cloned());
+                        set = Arc::new(ResourceSet::new(resources));
                         self.cluster_cleanup = true;
                     }
                 }
-                resources.clone()
-            }
-            TypeUrl::Endpoint | TypeUrl::Route => {
-                let resend = &self.eds_resend;
-                let mut changed = Vec::new();
-                for (r, &i) in resources.iter().zip(&positions) {
-                    if w.sent[i as usize] != Some(r.hash) || (t == TypeUrl::Endpoint && resend.contains(&r.name)) {
-                        changed.push(r.clone());
-                        out_positions.push(i);
+                if t == TypeUrl::Cluster {
+                    // Every cluster that changed needs its assignment again, even an
+                    // unchanged one the client holds (one it lacks is sent anyway).
+                    let (clusters, endpoints) = (&self.watches[t.index()], &self.watches[TypeUrl::Endpoint.index()]);
+                    if endpoints.sent.iter().any(Option::is_some) {
+                        for r in &set.resources {
+                            if clusters.sent_resource_hash(&r.name) != Some(r.hash)
+                                && endpoints.sent_hash(&r.name).is_some()
+                            {
+                                self.eds_resend.insert(r.name.clone());
+                            }
+                        }
                     }
                 }
+                nonce = self.next_nonce();
+                body = cache.response_body(t, &set.version, &set.resources, false);
+                let w = &mut self.watches[t.index()];
+                w.version_sent = Some(set.version.clone());
+                w.sent_resources = set;
+            }
+            Current::Watched(resolved) => {
+                let w = &self.watches[t.index()];
+                let resend = |r: &EncodedResource| t == TypeUrl::Endpoint && self.eds_resend.contains(&r.name);
+                // Indices into `resolved` of what the client lacks.
+                let changed: Vec<usize> = (0..resolved.resources.len())
+                    .filter(|&k| {
+                        let r = &resolved.resources[k];
+                        w.sent[resolved.positions[k] as usize] != Some(r.hash) || resend(r)
+                    })
+                    .collect();
                 if changed.is_empty() && !first {
                     return None;
                 }
-                changed
-            }
-        };
-        if t == TypeUrl::Cluster {
-            // Every cluster that changed needs its assignment again, even an
-            // unchanged one the client holds (one it lacks is sent anyway).
-            let (clusters, endpoints) = (&self.watches[t.index()], &self.watches[TypeUrl::Endpoint.index()]);
-            if endpoints.sent.iter().any(Option::is_some) {
-                for r in &out_resources {
-                    if clusters.sent_resource_hash(&r.name) != Some(r.hash) && endpoints.sent_hash(&r.name).is_some() {
-                        self.eds_resend.insert(r.name.clone());
+                let partial = changed.len() != resolved.resources.len();
+                let subset: Vec<Arc<EncodedResource>>;
+                let out: &[Arc<EncodedResource>] = if partial {
+                    subset = changed.iter().map(|&k| resolved.resources[k].clone()).collect();
+                    &subset
+                } else {
+                    &resolved.resources
+                };
+                if t == TypeUrl::Endpoint {
+                    for r in out {
+                        self.eds_resend.remove(&r.name);
                     }
                 }
-            }
-        }
-        if t == TypeUrl::Endpoint {
-            for r in &out_resources {
-                self.eds_resend.remove(&r.name);
-            }
-        }
-        let nonce = self.next_nonce();
-        let partial = matches!(t, TypeUrl::Endpoint | TypeUrl::Route) && out_resources.len() != resources.len();
-        let body = cache.response_body(t, &version, &out_resources, partial);
-        let w = &mut self.watches[t.index()];
-        match t {
-            TypeUrl::Cluster | TypeUrl::Listener => w.sent_resources = resources,
-            TypeUrl::Endpoint | TypeUrl::Route => {
-                for (r, &i) in out_resources.iter().zip(&out_positions) {
-                    w.record_sent(i as usize, Some(r.hash));
+                nonce = self.next_nonce();
+                body = cache.response_body(t, &resolved.version, out, partial);
+                let w = &mut self.watches[t.index()];
+                for &k in &changed {
+                    w.record_sent(resolved.positions[k] as usize, Some(resolved.resources[k].hash));
                 }
+                w.version_sent = Some(resolved.version.clone());
             }
         }
+        let w = &mut self.watches[t.index()];
         w.nonce_sent = Some(OutgoingResponse::nonce_text(nonce));
-        w.version_sent = Some(version);
         w.responses += 1;
         Some(OutgoingResponse { body, nonce })
     }

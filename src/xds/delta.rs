@@ -257,10 +257,9 @@ impl DeltaConnection {
         let wanted = |name: &str| w.wildcard || w.names.contains(name);
         let mut resources: Vec<Arc<EncodedResource>> = match t {
             TypeUrl::Cluster | TypeUrl::Listener => {
-                let (id, key) = self.placement.inbound().expect("set with the scope");
-                let outbound = cache.scoped(ctx, scope, t);
-                let inbound = cache.inbound(*id, key, t);
-                outbound.resources.iter().chain(inbound.resources.iter()).filter(|r| wanted(&r.name)).cloned().collect()
+                let inbound = self.placement.inbound().expect("set with the scope");
+                let set = cache.proxy_set(ctx, scope, inbound, t);
+                set.resources.iter().filter(|r| wanted(&r.name)).cloned().collect()
             }
             TypeUrl::Route => {
                 let set = cache.scoped(ctx, scope, t);
