@@ -95,13 +95,6 @@ fn bind_unix(path: &Path) -> io::Result<tokio::net::UnixListener> {
 /// Change sets buffered between the sources and the debouncer.
 const CHANGE_QUEUE: usize = 1024;
 
-/// The largest HTTP/2 frame meshpush accepts (SETTINGS_MAX_FRAME_SIZE).
-/// An Envoy's request carries its node (tens of KB with the extension list)
-/// and every watched name; at the protocol's 16 KB default each request
-/// arrives as several DATA frames, which the server reads, accounts and
-/// joins one by one. At 1 MiB it arrives as one frame, read as one message.
-const MAX_FRAME_SIZE: u32 = 1 << 20;
-
 /// Runs the server until Ctrl-C or SIGTERM.
 pub async fn run(options: ServeOptions) -> anyhow::Result<()> {
     let engine = PushEngine::new();
@@ -130,7 +123,6 @@ pub async fn run(options: ServeOptions) -> anyhow::Result<()> {
         .http2_keepalive_interval(Some(Duration::from_secs(30)))
         .http2_keepalive_timeout(Some(Duration::from_secs(10)))
         .max_concurrent_streams(Some(u32::MAX))
-        .max_frame_size(Some(MAX_FRAME_SIZE))
         .add_service(AdsService::new(engine.clone()))
         .add_service(RegistryService::new(store.clone(), engine.clone(), changes_tx.clone()).into_server());
     let ads = match xds_listener {
