@@ -26,12 +26,15 @@ use tonic::codec::{Codec, DecodeBuf, Decoder, EncodeBuf, Encoder};
 use tonic::transport::{Channel, Endpoint};
 
 use crate::envoy::Envoy;
+use crate::frames::EnvoyFrames;
 use crate::track::{NameSets, Stats, SyncState, Tracker, XdsType};
 use crate::{delta, sotw, wire};
 
-/// Envoy's default HTTP/2 windows (`initial_stream_window_size`,
-/// `initial_connection_window_size`: 256 MiB).
-const WINDOW: u32 = 256 * 1024 * 1024;
+/// The HTTP/2 windows Envoy 1.40 opens on its xDS connection (observed:
+/// `SETTINGS_INITIAL_WINDOW_SIZE` 16 MiB, and a connection window raised
+/// to 24 MiB).
+const STREAM_WINDOW: u32 = 16 * 1024 * 1024;
+const CONNECTION_WINDOW: u32 = 24 * 1024 * 1024;
 
 /// Requests queued per stream before its task waits.
 const REQUEST_QUEUE: usize = 8;
@@ -118,8 +121,8 @@ impl Shared {
 pub async fn connect(addr: SocketAddr) -> Result<Channel, tonic::transport::Error> {
     Endpoint::from_shared(format!("http://{addr}"))
         .expect("a socket address is a valid URI")
-        .initial_stream_window_size(WINDOW)
-        .initial_connection_window_size(WINDOW)
+        .initial_stream_window_size(STREAM_WINDOW)
+        .initial_connection_window_size(CONNECTION_WINDOW)
         .tcp_nodelay(true)
         .connect_timeout(Duration::from_secs(10))
         .connect()
@@ -169,7 +172,7 @@ async fn drive<S: Sim>(channel: Channel, identity: Identity, shared: Arc<Shared>
     let envoy = sim.envoy();
     let first = envoy.wildcard(XdsType::Cluster);
     envoy.send(first).await;
-    let mut grpc = tonic::client::Grpc::new(channel).max_decoding_message_size(usize::MAX);
+    let mut grpc = tonic::client::Grpc::new(EnvoyFrames(channel)).max_decoding_message_size(usize::MAX);
     let opened = async {
         grpc.ready().await.map_err(|e| Status::unavailable(e.to_string()))?;
         let path = http::uri::PathAndQuery::from_static(S::PROTOCOL.path());

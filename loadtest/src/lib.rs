@@ -19,6 +19,7 @@
 pub mod ads;
 mod delta;
 mod envoy;
+mod frames;
 pub mod mesh;
 pub mod registry;
 pub mod report;
