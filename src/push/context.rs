@@ -364,13 +364,7 @@ fn affected_hosts(object: &ConfigObject, old: &ServiceIndex, new: &ServiceIndex,
         ConfigObject::Pod(_) | ConfigObject::WorkloadEntry(_) => {
             if let Some(w) = Workload::from_object(object) {
                 for index in [old, new] {
-                    out.extend(
-                        index
-                            .in_namespace(&w.namespace)
-                            .iter()
-                            .filter(|s| !s.selector.is_empty() && w.matches(&s.selector))
-                            .map(|s| s.hostname.clone()),
-                    );
+                    out.extend(index.selecting(&w.namespace, &w.labels).into_iter().map(|s| s.hostname.clone()));
                 }
             }
         }

@@ -187,10 +187,7 @@ pub fn scope_key(ctx: &PushContext, proxy: &Proxy) -> ScopeKey {
 pub fn inbound_key(ctx: &PushContext, proxy: &Proxy) -> InboundKey {
     let mut ports: Vec<InboundPort> = Vec::new();
     if proxy.kind == ProxyKind::Sidecar {
-        for svc in ctx.services.in_namespace(&proxy.namespace) {
-            if svc.selector.is_empty() || !svc.selector.iter().all(|(k, v)| proxy.labels.get(k) == Some(v)) {
-                continue;
-            }
+        for svc in ctx.services.selecting(&proxy.namespace, &proxy.labels) {
             for p in &svc.ports {
                 let port = p.target_port.unwrap_or(p.port);
                 if !ports.iter().any(|i| i.port == port) {

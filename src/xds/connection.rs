@@ -476,8 +476,10 @@ impl Connection {
         if changed.is_empty() {
             return None;
         }
-        for r in &changed {
-            self.eds_resend.remove(&r.name);
+        if !self.eds_resend.is_empty() {
+            for r in &changed {
+                self.eds_resend.remove(&r.name);
+            }
         }
         let version = sum_version(w.sum);
         let nonce = self.next_nonce();
@@ -566,7 +568,8 @@ impl Connection {
                 } else {
                     &resolved.resources
                 };
-                if t == TypeUrl::Endpoint {
+                // (A removal hashes the name even from an empty set.)
+                if t == TypeUrl::Endpoint && !self.eds_resend.is_empty() {
                     for r in out {
                         self.eds_resend.remove(&r.name);
                     }

@@ -16,6 +16,20 @@ pub struct ServiceIndex {
     by_host: HashMap<Hostname, Arc<Service>>,
     sorted: Vec<Arc<Service>>,
     by_namespace: HashMap<Arc<str>, Vec<Arc<Service>>>,
+    /// Services with a selector, under [`selector_slot`] of their namespace
+    /// and their selector's first label: a workload can only be selected by
+    /// services filed under one of its own labels.
+    by_selector: HashMap<u64, Vec<Arc<Service>>>,
+}
+
+/// Where a service selecting `key=value` in `namespace` is filed.
+fn selector_slot(namespace: &str, key: &str, value: &str) -> u64 {
+    let mut h = xxhash_rust::xxh3::Xxh3::new();
+    for part in [namespace, key, value] {
+        h.update(part.as_bytes());
+        h.update(&[0]);
+    }
+    h.digest()
 }
 
 impl ServiceIndex {
@@ -40,10 +54,14 @@ impl ServiceIndex {
         let mut sorted: Vec<Arc<Service>> = by_host.values().cloned().collect();
         sorted.sort_by(|a, b| a.hostname.cmp(&b.hostname));
         let mut by_namespace: HashMap<Arc<str>, Vec<Arc<Service>>> = HashMap::new();
+        let mut by_selector: HashMap<u64, Vec<Arc<Service>>> = HashMap::new();
         for s in &sorted {
             by_namespace.entry(s.namespace.clone()).or_default().push(s.clone());
+            if let Some((key, value)) = s.selector.iter().next() {
+                by_selector.entry(selector_slot(&s.namespace, key, value)).or_default().push(s.clone());
+            }
         }
-        ServiceIndex { by_host, sorted, by_namespace }
+        ServiceIndex { by_host, sorted, by_namespace, by_selector }
     }
 
     /// The service for an FQDN.
@@ -54,6 +72,25 @@ impl ServiceIndex {
     /// The services defined in `namespace`, sorted by host.
     pub fn in_namespace(&self, namespace: &str) -> &[Arc<Service>] {
         self.by_namespace.get(namespace).map(Vec::as_slice).unwrap_or(&[])
+    }
+
+    /// The services of `namespace` whose (non-empty) selector matches
+    /// `labels`, sorted by host. Costs the candidates filed under the
+    /// workload's labels, not the namespace's size.
+    pub fn selecting(&self, namespace: &str, labels: &BTreeMap<String, String>) -> Vec<&Arc<Service>> {
+        let mut out: Vec<&Arc<Service>> = labels
+            .iter()
+            .flat_map(|(key, value)| {
+                let filed = self.by_selector.get(&selector_slot(namespace, key, value));
+                filed.into_iter().flatten().filter(move |s| {
+                    &*s.namespace == namespace
+                        && s.selector.iter().next() == Some((key, value))
+                        && s.selector.iter().all(|(k, v)| labels.get(k) == Some(v))
+                })
+            })
+            .collect();
+        out.sort_by(|a, b| a.hostname.cmp(&b.hostname));
+        out
     }
 
     /// Every service, sorted by host.
@@ -169,4 +206,54 @@ pub fn from_service_entry(se: &istio::ServiceEntry) -> Vec<Service> {
             selector: selector.clone(),
         })
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use super::ServiceIndex;
+    use crate::config::{ConfigObject, SourceRef};
+    use crate::model::ConfigStore;
+    use crate::model::store::Write;
+
+    fn service(ns: &str, name: &str, selector: &str) -> ConfigObject {
+        let text = format!(
+            "metadata: {{name: {name}, namespace: {ns}}}\nspec: {{selector: {selector}, ports: [{{port: 80}}]}}"
+        );
+        ConfigObject::Service(serde_yaml_ng::from_str(&text).expect("fixture parses"))
+    }
+
+    fn labels(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
+        pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
+    }
+
+    #[test]
+    fn selecting_finds_exactly_the_services_whose_whole_selector_matches_in_the_namespace() {
+        let store = ConfigStore::new();
+        let objects = [
+            service("shop", "cart", "{app: cart}"),
+            service("shop", "cart-v2", "{app: cart, version: v2}"),
+            service("shop", "by-tier", "{tier: web}"),
+            service("shop", "everything", "{}"),
+            service("other", "cart", "{app: cart}"),
+        ];
+        store.apply(
+            objects.into_iter().enumerate().map(|(doc, o)| Write::Put(o, SourceRef { file: "t.yaml".into(), doc })),
+        );
+        let index = ServiceIndex::build(&store.snapshot());
+        let hosts = |ns: &str, pairs: &[(&str, &str)]| -> Vec<String> {
+            index.selecting(ns, &labels(pairs)).iter().map(|s| s.hostname.to_string()).collect()
+        };
+
+        assert_eq!(
+            hosts("shop", &[("app", "cart"), ("tier", "web"), ("version", "v2")]),
+            ["by-tier.shop.svc.cluster.local", "cart-v2.shop.svc.cluster.local", "cart.shop.svc.cluster.local"],
+            "every matching service once, in host order; none from another namespace, none without a selector"
+        );
+        assert_eq!(hosts("shop", &[("app", "cart"), ("version", "v1")]), ["cart.shop.svc.cluster.local"]);
+        assert_eq!(hosts("shop", &[("version", "v2")]), Vec::<String>::new(), "a partial match selects nothing");
+        assert_eq!(hosts("other", &[("app", "cart")]), ["cart.other.svc.cluster.local"]);
+        assert_eq!(hosts("none", &[("app", "cart")]), Vec::<String>::new());
+    }
 }
