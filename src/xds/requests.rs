@@ -10,7 +10,9 @@
 //! buffers. Here a stream holds only the message being received: one inside
 //! a single HTTP/2 DATA chunk is handed on without a copy; one across chunks
 //! is copied once, chunk by chunk as they arrive (so h2 can reuse its read
-//! buffer), into a buffer of exactly its size, freed with the request.
+//! buffer), into a pooled buffer ([`buffers`]). Envoy sends DATA frames of
+//! at most 16 KB, so most requests take the copy; after a stream's first
+//! request the copy leaves the node out ([`RequestMessages::leave_out`]).
 //!
 //! Envoy repeats its node (60 KB with Envoy 1.40's extension list) in every
 //! request, and a SotW EDS request lists every watched cluster, in every
@@ -91,6 +93,13 @@ pub struct RequestMessages<B> {
     partial: Option<BytesMut>,
     /// Its length.
     partial_len: usize,
+    /// How much of it was read (less may be kept: see `leave_out`).
+    partial_read: usize,
+    /// Set by [`RequestMessages::leave_out`]: the field a message copied
+    /// from several chunks is copied without.
+    leave_out: Option<u32>,
+    /// Where the copy of the partial message is in its fields.
+    filter: FieldFilter,
     /// The body ended (or failed): nothing more comes.
     ended: bool,
 }
@@ -109,8 +118,21 @@ where
             max,
             partial: None,
             partial_len: 0,
+            partial_read: 0,
+            leave_out: None,
+            filter: FieldFilter::default(),
             ended: false,
         }
+    }
+
+    /// From the next message on, a message that arrives across chunks is
+    /// copied without its top-level length-delimited `field` (its bytes are
+    /// read past, not copied). For the node, which Envoy repeats in every
+    /// request and a stream reads only in the first: an ACK then costs a
+    /// copy of its names, not of 60 KB of node. A message inside one chunk
+    /// is handed on whole, without a copy, as before.
+    pub fn leave_out(&mut self, field: u32) {
+        self.leave_out = Some(field);
     }
 
     /// The next whole message, if it has arrived.
@@ -134,23 +156,33 @@ where
             }
             self.partial = Some(buffers::take(len));
             self.partial_len = len;
+            self.partial_read = 0;
+            self.filter = FieldFilter::default();
         }
         // Across chunks: each chunk is copied as it comes and let go, so
         // h2 can reuse its read buffer.
         let partial = self.partial.as_mut().expect("set above");
-        while partial.len() < self.partial_len
+        while self.partial_read < self.partial_len
             && let Some(front) = self.chunks.front_mut()
         {
-            let n = (self.partial_len - partial.len()).min(front.len());
-            partial.extend_from_slice(&front[..n]);
+            let n = (self.partial_len - self.partial_read).min(front.len());
+            match self.leave_out {
+                Some(field) => self.filter.copy(field, &front[..n], partial),
+                None => partial.extend_from_slice(&front[..n]),
+            }
             front.advance(n);
             self.buffered -= n;
+            self.partial_read += n;
             if front.is_empty() {
                 self.chunks.pop_front();
             }
         }
-        if partial.len() < self.partial_len {
+        if self.partial_read < self.partial_len {
             return Ok(None);
+        }
+        if !self.filter.at_boundary() {
+            self.partial = None;
+            return Err(Status::invalid_argument("undecodable request: a field runs past the end of the request"));
         }
         Ok(self.partial.take().map(BytesMut::freeze))
     }
@@ -194,6 +226,144 @@ where
             if front.is_empty() {
                 self.chunks.pop_front();
             }
+        }
+    }
+}
+
+/// Copies a protobuf message's bytes as they arrive, in pieces, without
+/// the first occurrence of one top-level length-delimited field; the rest
+/// after it is copied in bulk (a repeat of the field, which no encoder
+/// writes for a message field, would be kept: readers after the first
+/// request skip the node anyway). Keys and lengths are held until they are
+/// whole, so a piece may end anywhere. Anything it does not expect (an
+/// overlong varint, a group) is copied verbatim from there on, for the
+/// decoder to judge.
+#[derive(Debug, Default)]
+struct FieldFilter {
+    /// The key and length bytes of the field being read (not yet copied).
+    head: [u8; 20],
+    head_len: u8,
+    /// The length-delimited field whose key is in `head` (its length is next).
+    key_field: Option<(u32, u8)>,
+    state: FilterState,
+}
+
+#[derive(Debug, Default, Clone, Copy, PartialEq)]
+enum FilterState {
+    /// At a field's key or length.
+    #[default]
+    Head,
+    /// Inside a value: this many bytes to copy.
+    Copy(usize),
+    /// Inside the left-out field's value: this many bytes to pass.
+    Skip(usize),
+    /// Inside a varint value: copy up to its last byte.
+    Varint,
+    /// Copying the rest as it is.
+    Verbatim,
+}
+
+impl FieldFilter {
+    /// Copies `input`, the next bytes of the message, into `out`, without
+    /// field `leave_out`.
+    fn copy(&mut self, leave_out: u32, mut input: &[u8], out: &mut BytesMut) {
+        while !input.is_empty() {
+            match self.state {
+                FilterState::Verbatim => {
+                    out.extend_from_slice(input);
+                    return;
+                }
+                FilterState::Copy(n) | FilterState::Skip(n) => {
+                    let k = n.min(input.len());
+                    if matches!(self.state, FilterState::Copy(_)) {
+                        out.extend_from_slice(&input[..k]);
+                    }
+                    input = &input[k..];
+                    self.state = match (self.state, n - k) {
+                        (FilterState::Copy(_), 0) => FilterState::Head,
+                        (FilterState::Copy(_), left) => FilterState::Copy(left),
+                        // Past the field: the rest is copied in bulk.
+                        (_, 0) => FilterState::Verbatim,
+                        (_, left) => FilterState::Skip(left),
+                    };
+                }
+                FilterState::Varint => {
+                    let last = input.iter().position(|b| b & 0x80 == 0);
+                    let k = last.map_or(input.len(), |i| i + 1);
+                    out.extend_from_slice(&input[..k]);
+                    input = &input[k..];
+                    if last.is_some() {
+                        self.state = FilterState::Head;
+                    }
+                }
+                FilterState::Head => {
+                    let byte = input[0];
+                    input = &input[1..];
+                    if usize::from(self.head_len) == self.head.len() {
+                        self.verbatim(out);
+                        out.put_u8(byte);
+                        continue;
+                    }
+                    self.head[usize::from(self.head_len)] = byte;
+                    self.head_len += 1;
+                    if byte & 0x80 != 0 {
+                        continue;
+                    }
+                    self.varint_ended(leave_out, out);
+                }
+            }
+        }
+    }
+
+    /// A varint in `head` is complete: a key, or a length after one.
+    fn varint_ended(&mut self, leave_out: u32, out: &mut BytesMut) {
+        let head = &self.head[..usize::from(self.head_len)];
+        match self.key_field {
+            None => {
+                let Ok(key) = encoding::decode_varint(&mut &head[..]) else { return self.verbatim(out) };
+                let field = u32::try_from(key >> 3).unwrap_or(u32::MAX);
+                match key & 7 {
+                    2 => self.key_field = Some((field, self.head_len)),
+                    0 => self.flush_head(out, FilterState::Varint),
+                    1 => self.flush_head(out, FilterState::Copy(8)),
+                    5 => self.flush_head(out, FilterState::Copy(4)),
+                    _ => self.verbatim(out),
+                }
+            }
+            Some((field, key_len)) => {
+                let Ok(len) = encoding::decode_varint(&mut &head[usize::from(key_len)..]) else {
+                    return self.verbatim(out);
+                };
+                let len = usize::try_from(len).unwrap_or(usize::MAX);
+                self.key_field = None;
+                if field == leave_out {
+                    self.head_len = 0;
+                    self.state = if len == 0 { FilterState::Verbatim } else { FilterState::Skip(len) };
+                } else {
+                    self.flush_head(out, if len == 0 { FilterState::Head } else { FilterState::Copy(len) });
+                }
+            }
+        }
+    }
+
+    fn flush_head(&mut self, out: &mut BytesMut, next: FilterState) {
+        out.extend_from_slice(&self.head[..usize::from(self.head_len)]);
+        self.head_len = 0;
+        self.state = next;
+    }
+
+    fn verbatim(&mut self, out: &mut BytesMut) {
+        self.key_field = None;
+        self.flush_head(out, FilterState::Verbatim);
+    }
+
+    /// Whether the bytes so far end where a field ends (or were copied
+    /// verbatim, for the decoder to judge).
+    fn at_boundary(&self) -> bool {
+        match self.state {
+            FilterState::Head => self.head_len == 0,
+            FilterState::Verbatim => true,
+            _ => false,
         }
     }
 }
@@ -555,6 +725,73 @@ mod tests {
             let got: Vec<Bytes> = messages(&wire, size, 1 << 20).into_iter().map(|m| m.unwrap()).collect();
             assert_eq!(got, [Bytes::from(a.clone()), Bytes::from(b.clone()), Bytes::new()], "chunks of {size}");
         }
+    }
+
+    /// The messages of `wire` cut into chunks of `size`, the node field (2)
+    /// left out from the second message on, as a stream reads them.
+    fn without_node_after_first(wire: &[u8], size: usize) -> Vec<Result<Bytes, Status>> {
+        let chunks = wire.chunks(size).map(Bytes::copy_from_slice).collect();
+        let mut stream = RequestMessages::new(Chunks(chunks), 1 << 20);
+        futures::executor::block_on(async {
+            let mut out = vec![stream.next().await.expect("a first message")];
+            stream.leave_out(2);
+            out.extend(stream.collect::<Vec<_>>().await);
+            out
+        })
+    }
+
+    #[test]
+    fn later_messages_across_chunks_are_copied_without_the_left_out_field() {
+        use envoy_types::pb::envoy::service::discovery::v3::DiscoveryRequest;
+        let node = Node {
+            id: "sidecar~10.0.0.1~a.ns~ns.svc.cluster.local".into(),
+            cluster: "a".repeat(300),
+            ..Default::default()
+        };
+        let request = DiscoveryRequest {
+            version_info: "v7".into(),
+            node: Some(node),
+            resource_names: (0..40).map(|i| format!("outbound|80||svc-{i}.ns.svc.cluster.local")).collect(),
+            type_url: "type.googleapis.com/envoy.config.endpoint.v3.ClusterLoadAssignment".into(),
+            response_nonce: "0000002a".into(),
+            ..Default::default()
+        };
+        // Unknown fields of every wire type stay, in place: a varint (20),
+        // a fixed64 (21), a fixed32 (22) and a length-delimited one (23).
+        let mut message = request.encode_to_vec();
+        encoding::uint64::encode(20, &300, &mut message);
+        encoding::fixed64::encode(21, &7, &mut message);
+        encoding::fixed32::encode(22, &9, &mut message);
+        encoding::string::encode(23, &"kept".to_string(), &mut message);
+        let without_node = DiscoveryRequest { node: None, ..request.clone() }.encode_to_vec();
+        let mut expected_later = without_node.clone();
+        expected_later.extend_from_slice(&message[request.encoded_len()..]);
+
+        let mut wire = framed(&message);
+        wire.extend(framed(&message));
+        wire.extend(framed(&message));
+        for size in [1, 2, 3, 7, 64, 500, message.len() + 5] {
+            let got: Vec<Bytes> = without_node_after_first(&wire, size).into_iter().map(|m| m.unwrap()).collect();
+            assert_eq!(got[0], message, "the first message is whole (chunks of {size})");
+            for later in &got[1..] {
+                if size > message.len() {
+                    assert_eq!(later, &message, "inside one chunk: handed on whole");
+                } else {
+                    assert_eq!(later, &expected_later, "across chunks of {size}: without the node");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn a_left_out_field_that_runs_past_the_message_is_an_error() {
+        // Field 2, length-delimited, claiming 100 bytes of which 3 follow.
+        let broken = [0x12, 100, 1, 2, 3];
+        let mut wire = framed(b"\x22\x01x");
+        wire.extend(framed(&broken));
+        let got = without_node_after_first(&wire, 2);
+        assert!(got[0].is_ok());
+        assert_eq!(got[1].as_ref().unwrap_err().code(), tonic::Code::InvalidArgument);
     }
 
     #[test]

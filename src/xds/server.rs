@@ -75,6 +75,8 @@ pub trait Protocol: StreamState + Send + Sized + 'static {
     type Request: Send + 'static;
     /// A response on its way to the stream.
     type Response: Framed + Send + 'static;
+    /// The request's `node` field, read in a stream's first request only.
+    const NODE_FIELD: u32;
     /// A new stream's state.
     fn open(id: u64, proxy: Arc<Proxy>) -> Self;
     /// Reads a request message, and its node when `first` (a stream's first
@@ -97,6 +99,7 @@ pub trait Protocol: StreamState + Send + Sized + 'static {
 impl Protocol for Connection {
     type Request = SotwRequest;
     type Response = OutgoingResponse;
+    const NODE_FIELD: u32 = 2;
     fn open(id: u64, proxy: Arc<Proxy>) -> Self {
         Connection::new(id, proxy)
     }
@@ -126,6 +129,7 @@ impl Protocol for Connection {
 impl Protocol for DeltaConnection {
     type Request = DeltaRequest;
     type Response = DeltaResponse;
+    const NODE_FIELD: u32 = 1;
     fn open(id: u64, proxy: Arc<Proxy>) -> Self {
         DeltaConnection::new(id, proxy)
     }
@@ -176,6 +180,8 @@ where
         None => return Status::cancelled("stream ended before its first request").into_http(),
         Some(Err(status)) => return status.into_http(),
     };
+    // Envoy repeats the node in every request; only the first one's is read.
+    messages.leave_out(P::NODE_FIELD);
     let requests = futures::StreamExt::map(messages, move |m| {
         m.and_then(|m| P::decode(m, false).map(|(r, _)| r).map_err(undecodable))
     });
