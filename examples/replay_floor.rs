@@ -56,7 +56,9 @@ static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 /// Replays pre-encoded ADS responses (the floor of meshpush's stack).
 #[derive(Debug, Parser)]
 struct Args {
-    /// The loadtest scenario whose mesh to serve (s1, s2, smoke).
+    /// The loadtest scenario whose mesh to serve. Every stream is sent what
+    /// the scenario's first sidecar is sent: what every sidecar of s1 is
+    /// sent (one scope, one workload shape), not so in s2 or smoke.
     #[arg(long, default_value = "s1")]
     scenario: Scenario,
     /// ADS address.

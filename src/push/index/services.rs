@@ -1,4 +1,9 @@
 //! `ServiceIndex`: every routable host, from Kubernetes Services and ServiceEntries.
+//!
+//! Indexed by host, by namespace, and by selector (each service under its
+//! namespace and its selector's first label), so finding the services that
+//! select a workload costs the candidates under the workload's own labels,
+//! not a scan of its namespace: every sidecar's inbound key asks that.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
