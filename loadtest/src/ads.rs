@@ -4,8 +4,8 @@
 //! This module owns what does not depend on the protocol: the connections
 //! (Envoy's flow-control windows), the stream task ([`run_stream`]: first
 //! request queued before the call opens, responses handed to the simulator,
-//! the `initial_fetch_timeout` timer, stopping), the gRPC codec that sends
-//! pre-encoded requests and returns responses undecoded, and the state every
+//! the `initial_fetch_timeout` timer, stopping) over [`crate::grpc`]'s
+//! framing (pre-encoded requests out, responses undecoded), and the state every
 //! stream shares ([`Shared`]). What a stream says on the wire is its
 //! simulator's: `sotw` on `StreamAggregatedResources`, `delta` on
 //! `DeltaAggregatedResources` (a [`Protocol`] each); what Envoy does alike
@@ -18,15 +18,14 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
-use bytes::{Buf as _, BufMut as _, Bytes};
+use bytes::Bytes;
 use tokio::sync::{mpsc, watch};
-use tokio_stream::wrappers::ReceiverStream;
 use tonic::Status;
-use tonic::codec::{Codec, DecodeBuf, Decoder, EncodeBuf, Encoder};
 use tonic::transport::{Channel, Endpoint};
 
 use crate::envoy::Envoy;
 use crate::frames::EnvoyFrames;
+use crate::grpc::{self, RequestBody, ResponseMessages};
 use crate::track::{NameSets, Stats, SyncState, Tracker, XdsType};
 use crate::{delta, sotw, wire};
 
@@ -172,15 +171,33 @@ async fn drive<S: Sim>(channel: Channel, identity: Identity, shared: Arc<Shared>
     let envoy = sim.envoy();
     let first = envoy.wildcard(XdsType::Cluster);
     envoy.send(first).await;
-    let mut grpc = tonic::client::Grpc::new(EnvoyFrames(channel)).max_decoding_message_size(usize::MAX);
+    let mut service = EnvoyFrames(channel);
     let opened = async {
-        grpc.ready().await.map_err(|e| Status::unavailable(e.to_string()))?;
-        let path = http::uri::PathAndQuery::from_static(S::PROTOCOL.path());
-        grpc.streaming(tonic::Request::new(ReceiverStream::new(rx)), path, RawCodec).await
+        std::future::poll_fn(|cx| tower_service::Service::poll_ready(&mut service, cx))
+            .await
+            .map_err(|e| Status::unavailable(e.to_string()))?;
+        let request = http::Request::builder()
+            .method(http::Method::POST)
+            .uri(S::PROTOCOL.path())
+            .header(http::header::CONTENT_TYPE, "application/grpc")
+            .header(http::header::TE, "trailers")
+            .body(tonic::body::Body::new(RequestBody::new(rx)))
+            .expect("a valid request");
+        let response = tower_service::Service::call(&mut service, request)
+            .await
+            .map_err(|e| Status::unavailable(e.to_string()))?;
+        // A refusal is a trailers-only response: its status is in the headers.
+        match Status::from_header_map(response.headers()) {
+            Some(status) if status.code() != tonic::Code::Ok => Err(status),
+            _ if response.status() != http::StatusCode::OK => {
+                Err(Status::unavailable(format!("HTTP status {}", response.status())))
+            }
+            _ => Ok(ResponseMessages::new(response.into_body())),
+        }
     };
     let mut responses = tokio::select! {
         opened = opened => match opened {
-            Ok(response) => response.into_inner(),
+            Ok(responses) => responses,
             Err(status) => {
                 shared.stats.streams_refused.fetch_add(1, Ordering::Relaxed);
                 eprintln!("loadtest: stream {} refused: {status}", sim.envoy().identity.id);
@@ -193,10 +210,16 @@ async fn drive<S: Sim>(channel: Channel, identity: Identity, shared: Arc<Shared>
         let lds_deadline = sim.envoy().lds_deadline();
         tokio::select! {
             message = responses.message() => match message {
-                Ok(Some(message)) => sim.on_response(message).await,
-                Ok(None) | Err(_) => {
+                Ok(Some(message)) => {
+                    sim.on_response(message.clone()).await;
+                    grpc::recycle(message);
+                }
+                ended => {
                     if !*shared.stop.borrow() {
                         shared.stats.streams_lost.fetch_add(1, Ordering::Relaxed);
+                        if let Err(e) = ended {
+                            eprintln!("loadtest: stream {} lost: {e}", sim.envoy().identity.id);
+                        }
                     }
                     break;
                 }
@@ -216,46 +239,4 @@ async fn stopped(stop: &mut watch::Receiver<bool>) {
 
 fn far_future() -> Instant {
     Instant::now() + Duration::from_secs(86_400)
-}
-
-/// A gRPC codec that sends pre-encoded requests (copying each part once
-/// into the stream's buffer) and hands back each response message's bytes
-/// undecoded.
-#[derive(Debug, Clone, Copy, Default)]
-struct RawCodec;
-
-impl Codec for RawCodec {
-    type Encode = wire::Request;
-    type Decode = Bytes;
-    type Encoder = RawCodec;
-    type Decoder = RawCodec;
-
-    fn encoder(&mut self) -> Self::Encoder {
-        RawCodec
-    }
-
-    fn decoder(&mut self) -> Self::Decoder {
-        RawCodec
-    }
-}
-
-impl Encoder for RawCodec {
-    type Item = wire::Request;
-    type Error = Status;
-
-    fn encode(&mut self, item: wire::Request, dst: &mut EncodeBuf<'_>) -> Result<(), Status> {
-        for part in item.parts() {
-            dst.put_slice(part);
-        }
-        Ok(())
-    }
-}
-
-impl Decoder for RawCodec {
-    type Item = Bytes;
-    type Error = Status;
-
-    fn decode(&mut self, src: &mut DecodeBuf<'_>) -> Result<Option<Bytes>, Status> {
-        Ok(Some(src.copy_to_bytes(src.remaining())))
-    }
 }

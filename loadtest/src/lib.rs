@@ -20,6 +20,7 @@ pub mod ads;
 mod delta;
 mod envoy;
 mod frames;
+mod grpc;
 pub mod mesh;
 pub mod registry;
 pub mod report;

@@ -372,3 +372,51 @@ async fn a_delta_stream_acks_every_response_and_subscribes_only_the_difference()
     assert_eq!(h.sent(), [req(wire::LISTENER, &[], &[], &nonce), req(wire::ROUTE, &[], &["9080"], "")]);
     assert_eq!(h.shared.stats.requests.load(std::sync::atomic::Ordering::Relaxed), 13);
 }
+
+/// An ADS server that refuses every stream, as a server does a node it
+/// cannot use: a trailers-only response with the status in its headers.
+#[derive(Clone)]
+struct Refuser;
+
+impl tonic::server::NamedService for Refuser {
+    const NAME: &'static str = "envoy.service.discovery.v3.AggregatedDiscoveryService";
+}
+
+impl tower_service::Service<http::Request<tonic::body::Body>> for Refuser {
+    type Response = http::Response<tonic::body::Body>;
+    type Error = std::convert::Infallible;
+    type Future = std::future::Ready<Result<Self::Response, Self::Error>>;
+
+    fn poll_ready(&mut self, _: &mut std::task::Context<'_>) -> std::task::Poll<Result<(), Self::Error>> {
+        std::task::Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, _: http::Request<tonic::body::Body>) -> Self::Future {
+        std::future::ready(Ok(tonic::Status::invalid_argument("no usable node").into_http()))
+    }
+}
+
+#[tokio::test]
+async fn a_refused_stream_is_counted_refused_not_lost() {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let server = tokio::spawn(
+        tonic::transport::Server::builder()
+            .add_service(Refuser)
+            .serve_with_incoming(tokio_stream::wrappers::TcpListenerStream::new(listener)),
+    );
+    let channel = crate::ads::connect(addr).await.unwrap();
+    let (_, _, own, common) = smoke_node(0, wire::SOTW_NODE_FIELD);
+    let shared = Shared::new(common);
+    let identity = Identity { id: 0, namespace: 0, node: own };
+    let ended = tokio::time::timeout(
+        std::time::Duration::from_secs(10),
+        crate::ads::run_stream(channel, identity, shared.clone(), Protocol::Sotw),
+    )
+    .await;
+    server.abort();
+    assert!(ended.is_ok(), "a refused stream ends by itself");
+    let stats = &shared.stats;
+    assert_eq!(stats.streams_refused.load(std::sync::atomic::Ordering::Relaxed), 1);
+    assert_eq!(stats.streams_lost.load(std::sync::atomic::Ordering::Relaxed), 0);
+}
