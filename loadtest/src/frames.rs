@@ -91,26 +91,8 @@ impl<B: Body<Data = Bytes> + Unpin> Body for Chunked<B> {
 
 #[cfg(test)]
 mod tests {
-    use std::collections::VecDeque;
-    use std::convert::Infallible;
-
     use super::*;
-
-    /// A body of given chunks.
-    struct Chunks(VecDeque<Bytes>);
-
-    impl Body for Chunks {
-        type Data = Bytes;
-        type Error = Infallible;
-
-        fn poll_frame(mut self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, Infallible>>> {
-            Poll::Ready(self.0.pop_front().map(|chunk| Ok(Frame::data(chunk))))
-        }
-
-        fn is_end_stream(&self) -> bool {
-            self.0.is_empty()
-        }
-    }
+    use crate::test::Chunks;
 
     fn frame_sizes(chunks: &[usize]) -> Vec<usize> {
         let source: Vec<Bytes> = chunks.iter().enumerate().map(|(i, &n)| Bytes::from(vec![i as u8; n])).collect();

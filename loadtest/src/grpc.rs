@@ -211,31 +211,11 @@ where
 
 #[cfg(test)]
 mod tests {
-    use std::convert::Infallible;
-
     use super::*;
-
-    /// A body of given chunks.
-    struct Chunks(VecDeque<Bytes>);
-
-    impl Body for Chunks {
-        type Data = Bytes;
-        type Error = Infallible;
-
-        fn poll_frame(mut self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, Infallible>>> {
-            Poll::Ready(self.0.pop_front().map(|chunk| Ok(Frame::data(chunk))))
-        }
-    }
-
-    fn framed(message: &[u8]) -> Vec<u8> {
-        let mut out = vec![0];
-        out.extend_from_slice(&(message.len() as u32).to_be_bytes());
-        out.extend_from_slice(message);
-        out
-    }
+    use crate::test::{Chunks, framed};
 
     fn read_all(wire: &[u8], size: usize) -> Result<Vec<Bytes>, ResponseError> {
-        let mut messages = ResponseMessages::new(Chunks(wire.chunks(size).map(Bytes::copy_from_slice).collect()));
+        let mut messages = ResponseMessages::new(Chunks::cut(wire, size));
         futures::executor::block_on(async {
             let mut out = Vec::new();
             while let Some(message) = messages.message().await? {

@@ -17,6 +17,13 @@ use envoy_types::pb::envoy::service::discovery::v3::{
 use envoy_types::pb::google::protobuf::Any;
 use prost::{Message, Name};
 
+use std::collections::VecDeque;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+
+use bytes::Bytes;
+use http_body::{Body, Frame};
+
 use crate::ads::{Identity, Protocol, Shared, Sim};
 use crate::envoy::Envoy;
 use crate::mesh::Shape;
@@ -419,4 +426,35 @@ async fn a_refused_stream_is_counted_refused_not_lost() {
     let stats = &shared.stats;
     assert_eq!(stats.streams_refused.load(std::sync::atomic::Ordering::Relaxed), 1);
     assert_eq!(stats.streams_lost.load(std::sync::atomic::Ordering::Relaxed), 0);
+}
+
+/// An HTTP body of the given chunks, for the framing tests.
+pub(crate) struct Chunks(pub VecDeque<Bytes>);
+
+impl Chunks {
+    /// `wire` cut into chunks of `size` bytes.
+    pub(crate) fn cut(wire: &[u8], size: usize) -> Chunks {
+        Chunks(wire.chunks(size).map(Bytes::copy_from_slice).collect())
+    }
+}
+
+impl Body for Chunks {
+    type Data = Bytes;
+    type Error = std::convert::Infallible;
+
+    fn poll_frame(mut self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, Self::Error>>> {
+        Poll::Ready(self.0.pop_front().map(|chunk| Ok(Frame::data(chunk))))
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.0.is_empty()
+    }
+}
+
+/// `message` with its gRPC header.
+pub(crate) fn framed(message: &[u8]) -> Vec<u8> {
+    let mut out = vec![0];
+    out.extend_from_slice(&(message.len() as u32).to_be_bytes());
+    out.extend_from_slice(message);
+    out
 }
