@@ -80,6 +80,10 @@ pub mod buffers {
     }
 }
 
+/// The room a request copied without its node starts with (an ACK of a
+/// few hundred names fits).
+const LEFT_OUT_ROOM: usize = 16 * 1024;
+
 /// Whole gRPC messages (frame header removed) from a request body.
 pub struct RequestMessages<B> {
     body: Pin<Box<B>>,
@@ -154,7 +158,11 @@ where
                 }
                 return Ok(Some(message));
             }
-            self.partial = Some(buffers::take(len));
+            // Without the node, most of an Envoy request is left behind:
+            // start small and grow, rather than hold its full size while
+            // the request waits to be served.
+            let room = if self.leave_out.is_some() { len.min(LEFT_OUT_ROOM) } else { len };
+            self.partial = Some(buffers::take(room));
             self.partial_len = len;
             self.partial_read = 0;
             self.filter = FieldFilter::default();
