@@ -4,7 +4,8 @@
 //! Role: this crate sizes the control plane. It starts meshpush on a
 //! generated mesh (or reaches a server already running), opens thousands of
 //! ADS streams that behave like Envoy 1.40 on the wire ([`ads`]; SotW by
-//! default, delta xDS with `--delta`), makes
+//! default, delta xDS with `--delta`; Envoy's HTTP/2 windows and 16 KB DATA
+//! frames, `frames`; gRPC framing without per-stream codec buffers, `grpc`), makes
 //! changes through meshpush's registry API ([`registry`]) or a trigger
 //! command, and measures how long each change takes to reach each stream
 //! that should see it ([`track`]), plus the server's CPU and memory
