@@ -184,6 +184,20 @@ fn mix(key: u64, hash: u64) -> u64 {
     key.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ hash
 }
 
+/// The resources of the watched `names` that `lookup` finds, their
+/// positions, and the version of the whole list (the sum of their `mix`es).
+fn resolve(names: &NameList, mut lookup: impl FnMut(&str) -> Option<Arc<EncodedResource>>) -> Resolved {
+    let (mut resources, mut positions, mut sum) = (Vec::new(), Vec::new(), 0u64);
+    for (i, n) in names.names().iter().enumerate() {
+        if let Some(r) = lookup(n) {
+            sum = sum.wrapping_add(mix(names.key(i), r.hash));
+            resources.push(r);
+            positions.push(i as u32);
+        }
+    }
+    Resolved { resources, positions, version: sum_version(sum) }
+}
+
 /// The version text of a sum of `mix`es.
 fn sum_version(sum: u64) -> Arc<str> {
     format!("{sum:016x}").into()
@@ -416,29 +430,11 @@ impl Connection {
             TypeUrl::Endpoint => {
                 // Streams watching the same list share one resolution (and
                 // its version) per snapshot.
-                Current::Watched(w.names.endpoints(ctx.id, |names| {
-                    let (mut resources, mut positions, mut sum) = (Vec::new(), Vec::new(), 0u64);
-                    for (i, n) in names.names().iter().enumerate() {
-                        if let Some(r) = cache.endpoint(ctx, n) {
-                            sum = sum.wrapping_add(mix(names.key(i), r.hash));
-                            resources.push(r);
-                            positions.push(i as u32);
-                        }
-                    }
-                    Resolved { resources, positions, version: sum_version(sum) }
-                }))
+                Current::Watched(w.names.endpoints(ctx.id, |names| resolve(names, |n| cache.endpoint(ctx, n))))
             }
             TypeUrl::Route => {
                 let set = cache.scoped(ctx, scope, t);
-                let (mut resources, mut positions, mut sum) = (Vec::new(), Vec::new(), 0u64);
-                for (i, n) in w.names.names().iter().enumerate() {
-                    if let Some(r) = set.get(n) {
-                        sum = sum.wrapping_add(mix(w.names.key(i), r.hash));
-                        resources.push(r.clone());
-                        positions.push(i as u32);
-                    }
-                }
-                Current::Watched(Arc::new(Resolved { resources, positions, version: sum_version(sum) }))
+                Current::Watched(Arc::new(resolve(&w.names, |n| set.get(n).cloned())))
             }
         }
     }
