@@ -33,7 +33,7 @@ use anyhow::Context as _;
 use axum::extract::{Path, State};
 use bytes::Bytes;
 use clap::Parser;
-use envoy_types::pb::envoy::config::core::v3::{Node, address, socket_address};
+use envoy_types::pb::envoy::config::core::v3::{Node, address};
 use envoy_types::pb::envoy::config::endpoint::v3::{ClusterLoadAssignment, lb_endpoint::HostIdentifier};
 use futures::future::BoxFuture;
 use loadtest::scenario::Scenario;
@@ -142,7 +142,6 @@ impl Replay {
             && let Some(address::Address::SocketAddress(sa)) = ep.address.as_mut().and_then(|a| a.address.as_mut())
         {
             sa.address = format!("127.250.{hi}.{lo}");
-            sa.port_specifier = sa.port_specifier.take().or(Some(socket_address::PortSpecifier::PortValue(80)));
         }
         let resource = Arc::new(EncodedResource::encode(TypeUrl::Endpoint, cla.cluster_name.as_str().into(), &cla));
         let version = version_of([(&*resource.name, resource.hash)]);
