@@ -8,6 +8,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use envoy_types::pb::envoy::config::endpoint::v3::ClusterLoadAssignment;
 use meshpush::generate::cache::CacheStats;
 use meshpush::model::ConfigStore;
 use meshpush::model::store::Write;
@@ -15,6 +16,7 @@ use meshpush::push::{PushEngine, PushRequest};
 use meshpush::synth::MeshSpec;
 use meshpush::xds::TypeUrl;
 use meshpush::xds::memory::{MemoryClient, decode, node};
+use prost::Message;
 
 const DEADLINE: Duration = Duration::from_secs(60);
 
@@ -169,4 +171,49 @@ async fn a_stream_opened_before_the_first_load_is_answered_from_the_loaded_snaps
         "the first CDS response holds the 20 loaded services' clusters, not the empty snapshot's {}",
         first.resources.len()
     );
+}
+
+/// A push is in flight until the client answers it: changes that come
+/// meanwhile merge into one push, sent when the ACK arrives; a client that
+/// never answers still gets it after `ANSWER_WAIT`. Time is paused: the
+/// runtime jumps ahead only when every task waits, so a push that is not
+/// held back arrives before any timeout can fire.
+#[tokio::test(start_paused = true)]
+async fn a_push_waits_for_the_answer_to_the_one_in_flight_and_carries_what_merged_meanwhile() {
+    use meshpush::xds::server::ANSWER_WAIT;
+    let spec = MeshSpec::new(20);
+    let (engine, store) = engine_with(&spec).await;
+    let mut client = synced_clients(&engine, &spec, 1).await.remove(0);
+    let cla = |i: usize| {
+        format!("outbound|{}||{}.{}.svc.cluster.local", spec.port, MeshSpec::service_name(i), spec.namespace_of(i))
+    };
+
+    apply(&engine, &store, vec![spec.pod(1, 0, "10.202.0.1")]).await;
+    let (first, _) = client.recv().await.expect("open");
+    assert_eq!(first.resources.len(), 1, "the first change goes out at once");
+
+    // Not answered yet: the next two changes wait, and merge.
+    apply(&engine, &store, vec![spec.pod(2, 0, "10.202.0.2")]).await;
+    apply(&engine, &store, vec![spec.pod(3, 0, "10.202.0.3")]).await;
+    let early = tokio::time::timeout(ANSWER_WAIT / 2, client.recv()).await;
+    let early = early.ok().flatten().map(|(r, _)| (r.type_url, r.resources.len()));
+    assert!(early.is_none(), "a push went out before the previous one was answered: {early:?}");
+
+    client.request(TypeUrl::Endpoint).await; // the ACK
+    let (merged, _) = tokio::time::timeout(DEADLINE, client.recv()).await.expect("pushed after the ACK").expect("open");
+    let names: Vec<String> = merged
+        .resources
+        .iter()
+        .map(|a| ClusterLoadAssignment::decode(&a.value[..]).expect("an assignment").cluster_name)
+        .collect();
+    assert_eq!(names.len(), 2, "one push carries both waiting changes: {names:?}");
+    assert!(names.contains(&cla(2)) && names.contains(&cla(3)), "{names:?}");
+
+    // Never answered: the next push goes out after ANSWER_WAIT, not never.
+    let unanswered_since = tokio::time::Instant::now();
+    apply(&engine, &store, vec![spec.pod(4, 0, "10.202.0.4")]).await;
+    let (late, _) =
+        tokio::time::timeout(2 * ANSWER_WAIT, client.recv()).await.expect("pushed after the wait").expect("open");
+    assert_eq!(late.resources.len(), 1);
+    assert!(unanswered_since.elapsed() >= ANSWER_WAIT, "sent after {:?}", unanswered_since.elapsed());
 }

@@ -12,12 +12,22 @@
 //! channel. Client requests are served before pushes; a client that stops
 //! reading blocks only its own task, while pushes for it merge in its slot.
 //!
+//! A push is in flight until the client has answered every response it
+//! carried: the next push waits for those ACKs (or NACKs), merging in the
+//! slot meanwhile. Each stream therefore gets at most one push per round
+//! trip, so when the server or its clients are short of CPU, changes merge
+//! into fewer, larger pushes instead of queueing responses (and the ACKs
+//! they draw, each repeating the node and every watched name) faster than
+//! they can be handled. A client that does not answer within
+//! [`ANSWER_WAIT`] gets its next push anyway.
+//!
 //! Both methods run that same task: [`Protocol`] is what differs between a
 //! SotW stream ([`Connection`]) and a delta stream ([`DeltaConnection`]).
 
 use std::convert::Infallible;
 use std::sync::Arc;
 use std::task::{Context, Poll};
+use std::time::Duration;
 
 use envoy_types::pb::envoy::config::core::v3::Node;
 use envoy_types::pb::envoy::service::discovery::v3::{DeltaDiscoveryRequest, DiscoveryRequest};
@@ -50,6 +60,11 @@ pub const MAX_REQUEST_BYTES: usize = 64 * 1024 * 1024;
 
 /// Responses buffered per stream before its task waits for the client.
 pub const STREAM_BUFFER: usize = 4;
+
+/// Longest a push waits for the client to answer the previous one. Envoy
+/// answers every response; this only bounds the wait on a client that
+/// does not (it then gets a push per `ANSWER_WAIT`, not none).
+pub const ANSWER_WAIT: Duration = Duration::from_secs(10);
 
 /// The ADS service.
 #[derive(Debug, Clone)]
@@ -266,6 +281,9 @@ async fn serve_stream<P: Protocol>(
 ) -> String {
     let mut pending = Some(first);
     let mut recorder = engine.metrics.stream();
+    // When the last responses went out: a push waits for their answers,
+    // for at most ANSWER_WAIT.
+    let mut last_sent = tokio::time::Instant::now();
     loop {
         let responses = if let Some(req) = pending.take() {
             recorder.serving_type(&conn, P::type_url(&req));
@@ -274,6 +292,8 @@ async fn serve_stream<P: Protocol>(
             P::recycle(req);
             responses
         } else {
+            let answer_deadline = last_sent + ANSWER_WAIT;
+            let may_push = conn.answered() || tokio::time::Instant::now() >= answer_deadline;
             tokio::select! {
                 biased;
                 msg = futures::StreamExt::next(&mut requests) => match msg {
@@ -281,7 +301,8 @@ async fn serve_stream<P: Protocol>(
                     None => return "client closed the stream".into(),
                     Some(Err(status)) => return format!("stream error: {status}"),
                 },
-                _ = handle.signal.notified() => {
+                _ = tokio::time::sleep_until(answer_deadline), if !may_push => continue,
+                _ = handle.signal.notified(), if may_push => {
                     let Some(push) = handle.signal.take() else { continue };
                     recorder.serving_push(&conn, &push);
                     let ctx = engine.ctx.load();
@@ -293,6 +314,9 @@ async fn serve_stream<P: Protocol>(
             engine.queue.set_scope(handle, scope.id, inbound);
         }
         let sent_bytes: usize = responses.iter().map(Framed::wire_len).sum();
+        if !responses.is_empty() {
+            last_sent = tokio::time::Instant::now();
+        }
         for response in responses {
             if tx.send(response).await.is_err() {
                 return "response channel closed".into();

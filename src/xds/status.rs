@@ -25,6 +25,11 @@ pub trait StreamState {
     fn watches(&self) -> &[Watch; 4];
     /// Request counters.
     fn counts(&self) -> RequestCounts;
+    /// The client has answered (ACKed or NACKed) the last response of
+    /// every type: nothing sent to it is in flight.
+    fn answered(&self) -> bool {
+        self.watches().iter().all(Watch::settled)
+    }
 }
 
 impl StreamState for Connection {
