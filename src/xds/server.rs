@@ -44,7 +44,7 @@ use super::connection::Connection;
 use super::delta::DeltaConnection;
 use super::delta_codec::DeltaResponse;
 use super::requests::{DeltaRequest, RequestError, RequestMessages, SotwRequest, StreamNode, buffers};
-use super::status::{StreamState, StreamStatus};
+use super::status::StreamState;
 use crate::generate::cache::ScopedCache;
 use crate::model::Proxy;
 use crate::push::{InboundId, PendingPush, PushContext, PushEngine, Scope};
@@ -323,7 +323,7 @@ async fn serve_stream<P: Protocol>(
             }
         }
         recorder.finish(&conn, sent_bytes);
-        *handle.status.lock() = StreamStatus::of(&conn);
+        handle.status.lock().update(&conn);
     }
 }
 

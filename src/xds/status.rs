@@ -108,19 +108,39 @@ pub struct TypeStatus {
     pub responses: u64,
 }
 
-impl TypeStatus {
-    fn of(w: &Watch) -> TypeStatus {
-        TypeStatus {
-            subscribed: w.subscribed,
-            wildcard: w.wildcard,
-            watched: w.names.len(),
-            nonce_sent: w.nonce_sent.clone(),
-            version_sent: w.version_sent.as_deref().map(str::to_string),
-            nonce_acked: w.nonce_acked.clone(),
-            version_acked: w.version_acked.clone(),
-            last_nack: w.last_nack.clone(),
-            responses: w.responses,
+/// Sets `dst` to `src`, reusing `dst`'s allocation: a stream publishes its
+/// state after every request and push, and these strings rarely change
+/// length.
+fn copy_text(dst: &mut Option<String>, src: Option<&str>) {
+    match (dst.as_mut(), src) {
+        (Some(d), Some(s)) => {
+            if d != s {
+                d.clear();
+                d.push_str(s);
+            }
         }
+        (_, s) => *dst = s.map(str::to_string),
+    }
+}
+
+impl TypeStatus {
+    /// Brings this copy up to date with `w`, without allocating when only
+    /// nonces and versions moved.
+    fn update(&mut self, w: &Watch) {
+        self.subscribed = w.subscribed;
+        self.wildcard = w.wildcard;
+        self.watched = w.names.len();
+        copy_text(&mut self.nonce_sent, w.nonce_sent.as_deref());
+        copy_text(&mut self.version_sent, w.version_sent.as_deref());
+        copy_text(&mut self.nonce_acked, w.nonce_acked.as_deref());
+        copy_text(&mut self.version_acked, w.version_acked.as_deref());
+        let same_nack = |a: &NackRecord, b: &NackRecord| a.nonce == b.nonce && a.at == b.at;
+        match (&self.last_nack, &w.last_nack) {
+            (Some(a), Some(b)) if same_nack(a, b) => {}
+            (None, None) => {}
+            _ => self.last_nack = w.last_nack.clone(),
+        }
+        self.responses = w.responses;
     }
 
     /// Istio's meaning: ERROR when the last response was NACKed; SYNCED when
@@ -154,16 +174,14 @@ pub struct StreamStatus {
 }
 
 impl StreamStatus {
-    /// A copy of `conn`'s state now.
-    pub fn of(conn: &impl StreamState) -> StreamStatus {
-        let counts = conn.counts();
-        StreamStatus {
-            types: std::array::from_fn(|i| TypeStatus::of(&conn.watches()[i])),
-            acks: counts.acks,
-            nacks: counts.nacks,
-            stale: counts.stale,
-            updated: Some(SystemTime::now()),
+    /// Brings this copy up to date with `conn` in place.
+    pub fn update(&mut self, conn: &impl StreamState) {
+        for (status, w) in self.types.iter_mut().zip(conn.watches()) {
+            status.update(w);
         }
+        let counts = conn.counts();
+        (self.acks, self.nacks, self.stale) = (counts.acks, counts.nacks, counts.stale);
+        self.updated = Some(SystemTime::now());
     }
 
     /// One type's state.
@@ -188,6 +206,39 @@ mod tests {
             }),
             ..Default::default()
         }
+    }
+
+    #[test]
+    fn an_update_in_place_leaves_what_the_watch_holds() {
+        let mut w = Watch::default();
+        w.nonce_sent = Some("00000001".into());
+        w.version_sent = Some("a1".into());
+        let mut status = TypeStatus::default();
+        status.update(&w);
+        assert_eq!((status.nonce_sent.as_deref(), status.version_sent.as_deref()), (Some("00000001"), Some("a1")));
+        assert_eq!(status.sync_state(), SyncState::Stale);
+
+        w.nonce_acked = w.nonce_sent.clone();
+        w.version_acked = Some("a1".into());
+        w.nonce_sent = Some("00000002".into());
+        w.version_sent = Some("b2-longer".into());
+        w.last_nack = Some(NackRecord {
+            nonce: "00000002".into(),
+            version: "a1".into(),
+            message: "bad".into(),
+            at: SystemTime::now(),
+        });
+        status.update(&w);
+        assert_eq!(status.nonce_sent.as_deref(), Some("00000002"));
+        assert_eq!(status.version_sent.as_deref(), Some("b2-longer"));
+        assert_eq!(status.nonce_acked.as_deref(), Some("00000001"));
+        assert_eq!(status.version_acked.as_deref(), Some("a1"));
+        assert_eq!(status.sync_state(), SyncState::Error);
+
+        w.nonce_sent = None;
+        w.last_nack = None;
+        status.update(&w);
+        assert_eq!((status.nonce_sent.as_deref(), status.last_nack.is_none()), (None, true));
     }
 
     #[test]
