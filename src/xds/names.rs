@@ -34,7 +34,7 @@ pub struct NameList {
     /// The client named `*`.
     star: bool,
     /// EDS: positions in `names` by service host, built on first use.
-    by_host: OnceLock<HashMap<Box<str>, Box<[u32]>>>,
+    by_host: OnceLock<HashMap<Box<str>, Box<[u32]>, foldhash::fast::RandomState>>,
     /// EDS: the assignments of these names in the snapshot of the given
     /// [`PushContext::id`](crate::push::PushContext::id), resolved by the
     /// first stream that needed them.
@@ -92,7 +92,9 @@ impl NameList {
     /// Positions of the watched EDS names whose cluster is of service `host`.
     pub fn positions_of_host(&self, host: &str) -> &[u32] {
         let by_host = self.by_host.get_or_init(|| {
-            let mut by_host: HashMap<Box<str>, Vec<u32>> = HashMap::new();
+            // Looked up once per changed host for every stream pushed: a
+            // fast hasher (the keys are the mesh's own hostnames).
+            let mut by_host: HashMap<Box<str>, Vec<u32>, foldhash::fast::RandomState> = HashMap::default();
             for (i, n) in self.names.iter().enumerate() {
                 if let Some(h) = crate::generate::eds::host_of(n) {
                     by_host.entry(h.into()).or_default().push(i as u32);
