@@ -210,10 +210,12 @@ async fn a_push_waits_for_the_answer_to_the_one_in_flight_and_carries_what_merge
     assert!(names.contains(&cla(2)) && names.contains(&cla(3)), "{names:?}");
 
     // Never answered: the next push goes out after ANSWER_WAIT, not never.
+    assert_eq!(engine.metrics.unanswered_pushes.get(), 0);
     let unanswered_since = tokio::time::Instant::now();
     apply(&engine, &store, vec![spec.pod(4, 0, "10.202.0.4")]).await;
     let (late, _) =
         tokio::time::timeout(2 * ANSWER_WAIT, client.recv()).await.expect("pushed after the wait").expect("open");
     assert_eq!(late.resources.len(), 1);
     assert!(unanswered_since.elapsed() >= ANSWER_WAIT, "sent after {:?}", unanswered_since.elapsed());
+    assert_eq!(engine.metrics.unanswered_pushes.get(), 1, "counted as a push to a client that did not answer");
 }

@@ -225,6 +225,9 @@ pub struct Metrics {
     pub debounce_merges: Counter,
     /// `meshpush_pushes_total`: snapshots published.
     pub pushes: Counter,
+    /// `meshpush_xds_unanswered_pushes_total`: pushes sent to a stream whose
+    /// client had not answered the previous one within `ANSWER_WAIT`.
+    pub unanswered_pushes: Counter,
 }
 
 impl Default for Metrics {
@@ -251,6 +254,7 @@ impl Metrics {
             sent_bytes: Counter::default(),
             debounce_merges: Counter::default(),
             pushes: Counter::default(),
+            unanswered_pushes: Counter::default(),
         };
         let mut r = Registry::default();
         r.register("pilot_xds_pushes", "Responses sent to proxies, by xDS type", m.xds_pushes.clone());
@@ -297,6 +301,12 @@ impl Metrics {
             m.debounce_merges.clone(),
         );
         r.register("meshpush_pushes", "Snapshots built and published", m.pushes.clone());
+        r.register(
+            "meshpush_xds_unanswered_pushes",
+            "Pushes sent to a stream whose client had not answered (ACKed or NACKed) the previous response \
+             within the answer wait (10 s); Envoy answers every response, so these point at a stuck client",
+            m.unanswered_pushes.clone(),
+        );
         Metrics { registry: r, ..m }
     }
 

@@ -304,6 +304,10 @@ async fn serve_stream<P: Protocol>(
                 _ = tokio::time::sleep_until(answer_deadline), if !may_push => continue,
                 _ = handle.signal.notified(), if may_push => {
                     let Some(push) = handle.signal.take() else { continue };
+                    if !conn.answered() {
+                        engine.metrics.unanswered_pushes.inc();
+                        tracing::warn!(wait = ?ANSWER_WAIT, "the client has not answered the last response; pushing anyway");
+                    }
                     recorder.serving_push(&conn, &push);
                     let ctx = engine.ctx.load();
                     conn.on_push(&ctx, &engine.cache, &push)
