@@ -24,21 +24,18 @@
 //!   did not change; clusters that disappeared are removed only once the
 //!   listeners and routes of the push are settled.
 
-use std::collections::{BTreeSet, HashMap, HashSet};
+use std::collections::{BTreeSet, HashSet};
 use std::sync::Arc;
 use std::time::SystemTime;
 
 use super::connection::{NackRecord, RequestCounts, Watch};
 use super::delta_codec::{self, DeltaResponse};
+use super::held::Held;
 use super::requests::DeltaRequest;
 use super::types::{TypeSet, TypeUrl};
 use crate::generate::cache::{EncodedResource, ScopedCache};
 use crate::model::{Hostname, Proxy};
 use crate::push::{InboundId, PendingPush, PushContext, Scope};
-
-/// What the client holds of one type: name → content hash (`None`: a
-/// version meshpush did not write, so it differs from any current one).
-type Held = HashMap<Arc<str>, Option<u64>>;
 
 /// Why a response is being built.
 #[derive(Debug, Clone, Copy)]
@@ -104,7 +101,7 @@ impl DeltaConnection {
 
     /// Names and versions the client holds of type `t`, as this stream believes.
     pub fn held(&self, t: TypeUrl) -> impl Iterator<Item = (&str, Option<u64>)> {
-        self.held[t.index()].iter().map(|(n, h)| (&**n, *h))
+        self.held[t.index()].iter().map(|(n, h)| (&**n, h))
     }
 
     /// Refreshes the scope for `ctx` (see `Connection::refresh_scope`).
@@ -155,11 +152,11 @@ impl DeltaConnection {
                 w.wildcard = true; // the legacy wildcard
                 wildcard_added = true;
             }
-            *held = req
-                .initial_resource_versions
-                .iter()
-                .map(|(n, v)| (Arc::from(n.as_str()), delta_codec::parse_resource_version(v)))
-                .collect();
+            *held = Held::from_versions(
+                req.initial_resource_versions
+                    .iter()
+                    .map(|(n, v)| (Arc::from(n.as_str()), delta_codec::parse_resource_version(v))),
+            );
         }
         let mut subscribe: Vec<&str> = Vec::new();
         let mut seen: HashSet<&str> = HashSet::new();
@@ -185,7 +182,7 @@ impl DeltaConnection {
             if n == "*" {
                 w.wildcard = false;
                 let names = &w.names;
-                held.retain(|h, _| names.contains(h));
+                held.retain(|h| names.contains(h));
             } else if !w.wildcard {
                 // The client drops it; nothing to tell it.
                 held.remove(n.as_str());
@@ -307,32 +304,27 @@ impl DeltaConnection {
         let current = self.current(ctx, cache, &scope, t, hosts);
         let exists = |n: &str| current.binary_search_by(|r| (*r.name).cmp(n)).is_ok();
         let held = &self.held[t.index()];
-        let changed: Vec<Arc<EncodedResource>> =
-            current.iter().filter(|r| held.get(&r.name) != Some(&Some(r.hash))).cloned().collect();
+        let changed = held.differing(&current);
         let w = &self.watches[t.index()];
         let mut removed: Vec<Arc<str>> = match hosts {
             // An endpoint push: only the changed hosts' assignments can be gone.
-            Some(hosts) if !w.wildcard => w
-                .names
-                .of_hosts(hosts)
-                .map(|(_, n)| n)
-                .filter(|n| held.contains_key(*n) && !exists(n))
-                .cloned()
-                .collect(),
-            _ => held.keys().filter(|n| in_reach(n, hosts) && !exists(n)).cloned().collect(),
+            Some(hosts) if !w.wildcard => {
+                w.names.of_hosts(hosts).map(|(_, n)| n).filter(|n| held.contains(n) && !exists(n)).cloned().collect()
+            }
+            _ => held.names().filter(|n| in_reach(n, hosts) && !exists(n)).cloned().collect(),
         };
         if t == TypeUrl::Endpoint {
             // An assignment goes with its cluster, which may be kept a while
             // (make before break): Envoy unsubscribes when the cluster goes.
             let clusters = &self.held[TypeUrl::Cluster.index()];
-            removed.retain(|n| !clusters.contains_key(n));
+            removed.retain(|n| !clusters.contains(n));
         }
         if t == TypeUrl::Cluster && matches!(reason, Reason::Push { .. }) && !removed.is_empty() {
             // Make before break: remove once listeners and routes settled.
             self.cluster_cleanup = true;
             removed.clear();
         }
-        removed.extend(announce.iter().filter(|n| !exists(n) && !held.contains_key(*n)).cloned());
+        removed.extend(announce.iter().filter(|n| !exists(n) && !held.contains(n)).cloned());
         removed.sort();
         removed.dedup();
         let first = matches!(reason, Reason::Request { first: true });
@@ -340,19 +332,14 @@ impl DeltaConnection {
             return None;
         }
 
-        let held = &mut self.held[t.index()];
-        for r in &changed {
-            held.insert(r.name.clone(), Some(r.hash));
-        }
-        for n in &removed {
-            held.remove(n);
-        }
+        self.held[t.index()].record(&changed, &removed);
         if t == TypeUrl::Cluster {
             // A changed cluster warms again until its assignment arrives:
             // forget the assignment so the EDS step sends it even if unchanged.
             let endpoints = &mut self.held[TypeUrl::Endpoint.index()];
-            for r in &changed {
-                endpoints.remove(&r.name);
+            if !endpoints.is_empty() {
+                let names: Vec<Arc<str>> = changed.iter().map(|r| r.name.clone()).collect();
+                endpoints.record(&[], &names);
             }
         }
 

@@ -6,6 +6,7 @@
 //! * [`connection`]: one stream's protocol state (SotW ACK/NACK, nonces, watches).
 //! * [`delta`]: one delta stream's protocol state (per-resource versions).
 //! * [`delta_codec`]: pre-encoded, gRPC-framed delta responses.
+//! * [`held`]: what a delta client holds of a type, compact and sorted.
 //! * [`names`]: watched name lists, built once and shared by the streams that watch them.
 //! * [`memory`]: in-memory clients that drive the same stream logic (benches, tests).
 //! * [`requests`]: the request half of a stream, as whole messages, without a per-stream buffer.
@@ -17,6 +18,7 @@ pub mod codec;
 pub mod connection;
 pub mod delta;
 pub mod delta_codec;
+pub mod held;
 pub mod memory;
 pub mod names;
 pub mod placement;
