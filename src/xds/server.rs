@@ -281,8 +281,8 @@ async fn serve_stream<P: Protocol>(
 ) -> String {
     let mut pending = Some(first);
     let mut recorder = engine.metrics.stream();
-    // When the last responses went out: a push waits for their answers,
-    // for at most ANSWER_WAIT.
+    // When the last responses were handed to the stream: a push waits for
+    // their answers, for at most ANSWER_WAIT after that.
     let mut last_sent = tokio::time::Instant::now();
     loop {
         let responses = if let Some(req) = pending.take() {
@@ -318,13 +318,15 @@ async fn serve_stream<P: Protocol>(
             engine.queue.set_scope(handle, scope.id, inbound);
         }
         let sent_bytes: usize = responses.iter().map(Framed::wire_len).sum();
-        if !responses.is_empty() {
-            last_sent = tokio::time::Instant::now();
-        }
+        let sent_any = !responses.is_empty();
         for response in responses {
             if tx.send(response).await.is_err() {
                 return "response channel closed".into();
             }
+        }
+        if sent_any {
+            // The answer wait starts once the client could read them.
+            last_sent = tokio::time::Instant::now();
         }
         recorder.finish(&conn, sent_bytes);
         handle.status.lock().update(&conn);
