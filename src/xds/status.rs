@@ -108,9 +108,8 @@ pub struct TypeStatus {
     pub responses: u64,
 }
 
-/// Sets `dst` to `src`, reusing `dst`'s allocation: a stream publishes its
-/// state after every request and push, and these strings rarely change
-/// length.
+/// Sets `dst` to `src`, reusing `dst`'s allocation (what `clone_from` does
+/// for the `String` fields, for the version the watch keeps as `Arc<str>`).
 fn copy_text(dst: &mut Option<String>, src: Option<&str>) {
     match (dst.as_mut(), src) {
         (Some(d), Some(s)) => {
@@ -125,15 +124,16 @@ fn copy_text(dst: &mut Option<String>, src: Option<&str>) {
 
 impl TypeStatus {
     /// Brings this copy up to date with `w`, without allocating when only
-    /// nonces and versions moved.
+    /// nonces and versions moved (a stream publishes its state after every
+    /// request and push).
     fn update(&mut self, w: &Watch) {
         self.subscribed = w.subscribed;
         self.wildcard = w.wildcard;
         self.watched = w.names.len();
-        copy_text(&mut self.nonce_sent, w.nonce_sent.as_deref());
+        self.nonce_sent.clone_from(&w.nonce_sent);
         copy_text(&mut self.version_sent, w.version_sent.as_deref());
-        copy_text(&mut self.nonce_acked, w.nonce_acked.as_deref());
-        copy_text(&mut self.version_acked, w.version_acked.as_deref());
+        self.nonce_acked.clone_from(&w.nonce_acked);
+        self.version_acked.clone_from(&w.version_acked);
         let same_nack = |a: &NackRecord, b: &NackRecord| a.nonce == b.nonce && a.at == b.at;
         match (&self.last_nack, &w.last_nack) {
             (Some(a), Some(b)) if same_nack(a, b) => {}
