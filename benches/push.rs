@@ -11,15 +11,19 @@ use std::time::{Duration, Instant};
 
 use criterion::{BenchmarkId, Criterion, criterion_group, criterion_main};
 use meshpush::config::{ConfigObject, SourceRef};
-use meshpush::generate::cache::{EncodedResource, ScopedCache};
+use meshpush::engine::PushEngine;
+use meshpush::generate::cache::ScopedCache;
 use meshpush::generate::{cds, eds, lds, rds};
 use meshpush::model::store::Write;
 use meshpush::model::{ConfigStore, Proxy};
-use meshpush::push::{PushContext, PushEngine, PushRequest, ScopeInterner};
-use meshpush::synth::MeshSpec;
-use meshpush::xds::TypeUrl;
+use meshpush::push::{PushContext, PushRequest, ScopeInterner};
+use meshpush::resource::EncodedResource;
+use meshpush::resource::TypeUrl;
+use meshpush::testing::memory::{MemoryClient, node};
+use meshpush::testing::synth::MeshSpec;
+use meshpush::xds::AdsService;
+use meshpush::xds::bodies::BodyCache;
 use meshpush::xds::codec::OutgoingResponse;
-use meshpush::xds::memory::{MemoryClient, node};
 
 // The server binary's allocator, so the push path is measured as it runs.
 #[global_allocator]
@@ -135,16 +139,17 @@ fn assembly(c: &mut Criterion) {
     let store = store_of(spec.objects());
     let ctx = PushContext::build(store.snapshot(), 0, Arc::new(ScopeInterner::default()));
     let cache = ScopedCache::new();
+    let bodies = BodyCache::new();
     let scope = ctx.scope_for(&sidecar(&spec, 5));
     let set = cache.scoped(&ctx, &scope, TypeUrl::Cluster);
     // The first stream assembles; every later one hits.
-    cache.response_body(TypeUrl::Cluster, &set.version, &set.resources, false);
+    bodies.sotw(ctx.version, TypeUrl::Cluster, &set.version, &set.resources, false);
     let mut nonce = 0u32;
     group.bench_function("cds_one_stream_cache_hit", |b| {
         b.iter(|| {
             nonce = nonce.wrapping_add(1);
             let set = cache.scoped(&ctx, &scope, TypeUrl::Cluster);
-            let body = cache.response_body(TypeUrl::Cluster, &set.version, &set.resources, false);
+            let body = bodies.sotw(ctx.version, TypeUrl::Cluster, &set.version, &set.resources, false);
             let response = OutgoingResponse { body, nonce };
             (response.tail(), response)
         })
@@ -157,7 +162,8 @@ fn full_push(c: &mut Criterion) {
     let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().expect("runtime");
     let spec = MeshSpec::new(services).scoped();
     let store = store_of(Vec::new());
-    let engine = PushEngine::new();
+    let ads = AdsService::new(PushEngine::new());
+    let engine = ads.engine();
     let changes = store.apply(spec.objects().into_iter().map(|o| Write::Put(o, source())));
     let routes = Arc::new(AtomicUsize::new(0));
     let bytes = Arc::new(AtomicUsize::new(0));
@@ -165,21 +171,20 @@ fn full_push(c: &mut Criterion) {
         engine.push(PushRequest::new(changes)).await;
         engine.set_ready();
         let mut clients: Vec<MemoryClient> =
-            (0..streams).map(|k| MemoryClient::connect(&engine, node(&spec.sidecar_node_id(k), "NONE", &[]))).collect();
+            (0..streams).map(|k| MemoryClient::connect(&ads, node(&spec.sidecar_node_id(k), "NONE", &[]))).collect();
         for chunk in clients.chunks_mut(500) {
             futures::future::join_all(chunk.iter_mut().map(|c| c.sync())).await;
         }
-        // From here on, streams only count what is queued to them.
-        let route_url = TypeUrl::Route.as_str().as_bytes();
-        for client in clients {
-            let (mut rx, tx) = client.into_parts();
+        // From here on, streams count what reaches them and ACK it, as
+        // Envoy does (a push waits for the answer to the previous one), but
+        // decode nothing.
+        for mut client in clients {
             let routes = routes.clone();
             let bytes = bytes.clone();
             tokio::spawn(async move {
-                let _keep_open = tx;
-                while let Some(r) = rx.recv().await {
+                while let Some(r) = client.recv_raw().await {
                     bytes.fetch_add(r.wire_len(), Ordering::Relaxed);
-                    if r.body.ends_with(route_url) {
+                    if client.ack(&r).await == TypeUrl::Route {
                         routes.fetch_add(1, Ordering::Relaxed);
                     }
                 }

@@ -38,11 +38,13 @@ use envoy_types::pb::envoy::config::endpoint::v3::{ClusterLoadAssignment, lb_end
 use futures::future::BoxFuture;
 use loadtest::scenario::Scenario;
 use meshpush::config::parse::parse_documents;
-use meshpush::generate::cache::{EncodedResource, ScopedCache, version_of};
+use meshpush::generate::cache::ScopedCache;
 use meshpush::model::store::Write;
 use meshpush::model::{ConfigStore, Proxy};
 use meshpush::push::{PushChanges, PushContext, ScopeInterner};
-use meshpush::xds::TypeUrl;
+use meshpush::resource::TypeUrl;
+use meshpush::resource::{EncodedResource, version_of};
+use meshpush::xds::bodies::BodyCache;
 use meshpush::xds::body::ResponseStreamBody;
 use meshpush::xds::codec::OutgoingResponse;
 use meshpush::xds::requests::{RequestMessages, SotwRequest};
@@ -75,7 +77,8 @@ struct Replay {
     bodies: [Bytes; 4],
     /// The assignment changes replace an endpoint of.
     changed: ClusterLoadAssignment,
-    cache: ScopedCache,
+    /// Bodies of changed assignments, assembled as meshpush assembles them.
+    assembled: BodyCache,
     changes: broadcast::Sender<Bytes>,
 }
 
@@ -96,16 +99,17 @@ fn generate(scenario: Scenario) -> anyhow::Result<Replay> {
     }
     let ctx = PushContext::build(store.snapshot(), 1, Arc::new(ScopeInterner::default()));
     let cache = ScopedCache::new();
-    cache.invalidate(&ctx, &PushChanges { full: true, types: meshpush::xds::TypeSet::ALL, ..Default::default() });
+    cache.invalidate(&ctx, &PushChanges { full: true, types: meshpush::resource::TypeSet::ALL, ..Default::default() });
     let mut node = Node::decode(&shape.node(0)[..])?;
     node.merge(&loadtest::mesh::Shape::node_common(false)[..])?;
     let proxy = Proxy::from_node(&node).context("the sidecar's node")?;
     let scope = ctx.scope_for(&proxy);
     let inbound = ctx.inbound_for(&proxy);
 
+    let assembled = BodyCache::new();
     let body = |t: TypeUrl, resources: &[Arc<EncodedResource>]| {
         let version = version_of(resources.iter().map(|r| (&*r.name, r.hash)));
-        cache.response_body(t, &version, resources, false)
+        assembled.sotw(ctx.version, t, &version, resources, false)
     };
     let clusters = cache.proxy_set(&ctx, &scope, &inbound, TypeUrl::Cluster);
     let listeners = cache.proxy_set(&ctx, &scope, &inbound, TypeUrl::Listener);
@@ -128,7 +132,7 @@ fn generate(scenario: Scenario) -> anyhow::Result<Replay> {
         routes.resources.len(),
         bodies.iter().map(Bytes::len).sum::<usize>()
     );
-    Ok(Replay { bodies, changed, cache, changes: broadcast::channel(16).0 })
+    Ok(Replay { bodies, changed, assembled, changes: broadcast::channel(16).0 })
 }
 
 impl Replay {
@@ -145,7 +149,7 @@ impl Replay {
         }
         let resource = Arc::new(EncodedResource::encode(TypeUrl::Endpoint, cla.cluster_name.as_str().into(), &cla));
         let version = version_of([(&*resource.name, resource.hash)]);
-        self.cache.response_body(TypeUrl::Endpoint, &version, &[resource], true)
+        self.assembled.sotw(1, TypeUrl::Endpoint, &version, &[resource], true)
     }
 }
 

@@ -9,11 +9,14 @@ pub mod admin;
 pub mod bootstrap;
 pub mod cli;
 pub mod config;
+pub mod engine;
 pub mod generate;
 pub mod metrics;
 pub mod model;
 pub mod push;
+pub mod resource;
 pub mod serve;
 pub mod source;
-pub mod synth;
+#[cfg(any(test, feature = "testing"))]
+pub mod testing;
 pub mod xds;

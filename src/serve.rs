@@ -21,8 +21,9 @@ use std::time::Duration;
 use anyhow::Context as _;
 use tokio::sync::mpsc;
 
+use crate::engine::PushEngine;
 use crate::model::ConfigStore;
-use crate::push::{DebounceConfig, Debouncer, PushEngine, PushRequest, PushSlot};
+use crate::push::{DebounceConfig, Debouncer, PushRequest, PushSlot};
 use crate::source::RegistryService;
 use crate::source::file::FileSource;
 use crate::xds::AdsService;
@@ -119,11 +120,12 @@ pub async fn run(options: ServeOptions) -> anyhow::Result<()> {
         }
     };
 
+    let ads_service = AdsService::new(engine.clone());
     let ads = tonic::transport::Server::builder()
         .http2_keepalive_interval(Some(Duration::from_secs(30)))
         .http2_keepalive_timeout(Some(Duration::from_secs(10)))
         .max_concurrent_streams(Some(u32::MAX))
-        .add_service(AdsService::new(engine.clone()))
+        .add_service(ads_service.clone())
         .add_service(RegistryService::new(store.clone(), engine.clone(), changes_tx.clone()).into_server());
     let ads = match xds_listener {
         XdsListener::Tcp(l) => {
@@ -139,7 +141,7 @@ pub async fn run(options: ServeOptions) -> anyhow::Result<()> {
             ads.serve_with_incoming_shutdown(tokio_stream::wrappers::UnixListenerStream::new(l), shutdown()),
         ),
     };
-    let admin_state = crate::admin::AdminState::new(engine.clone());
+    let admin_state = crate::admin::AdminState::new(ads_service);
     let admin = tokio::spawn({
         let router = crate::admin::router_with(admin_state.clone());
         let shutdown = shutdown();
@@ -156,7 +158,7 @@ pub async fn run(options: ServeOptions) -> anyhow::Result<()> {
     admin_state.set_source(source.status());
     let version = engine.push(PushRequest::new(report.changes)).await;
     engine.set_ready();
-    let ctx = engine.ctx.load();
+    let ctx = engine.snapshot();
     tracing::info!(
         version,
         services = ctx.services.len(),

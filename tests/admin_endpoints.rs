@@ -18,11 +18,13 @@ use envoy_types::pb::google::protobuf::{Struct, Value as PbValue, value::Kind};
 use envoy_types::pb::google::rpc::Status as RpcStatus;
 use meshpush::admin::AdminState;
 use meshpush::config::parse::parse_documents;
+use meshpush::engine::PushEngine;
 use meshpush::model::ConfigStore;
 use meshpush::model::store::Write;
-use meshpush::push::{PushEngine, PushRequest};
+use meshpush::push::PushRequest;
+use meshpush::resource::TypeUrl;
 use meshpush::source::file::FileSource;
-use meshpush::xds::{AdsService, TypeUrl};
+use meshpush::xds::AdsService;
 use serde_json::Value;
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
@@ -61,13 +63,13 @@ impl Server {
         let engine = PushEngine::new();
         engine.push(PushRequest::new(report.changes)).await;
         engine.set_ready();
-        let state = AdminState::new(engine.clone());
+        let service = AdsService::new(engine.clone());
+        let state = AdminState::new(service.clone());
         state.set_source(source.status());
 
         let xds_listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let admin_listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let (xds, admin) = (xds_listener.local_addr().unwrap(), admin_listener.local_addr().unwrap());
-        let service = AdsService::new(engine.clone());
         let ads = tokio::spawn(async move {
             tonic::transport::Server::builder()
                 .add_service(service)

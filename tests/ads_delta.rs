@@ -21,7 +21,7 @@ use envoy_types::pb::envoy::service::discovery::v3::aggregated_discovery_service
 use envoy_types::pb::envoy::service::discovery::v3::{DeltaDiscoveryRequest, DeltaDiscoveryResponse};
 use envoy_types::pb::google::rpc::Status as RpcStatus;
 use meshpush::config::{ConfigKey, ConfigKind};
-use meshpush::xds::TypeUrl;
+use meshpush::resource::TypeUrl;
 use meshpush::xds::status::SyncState;
 use prost::Message;
 use tokio::sync::mpsc;
@@ -64,15 +64,13 @@ impl Harness {
 
     /// The sync state the admin endpoints show for the only connected stream.
     fn sync_state(&self, t: TypeUrl) -> SyncState {
-        let conns = self.engine.queue.connections();
-        assert_eq!(conns.len(), 1);
-        conns[0].status.lock().get(t).sync_state()
+        self.only_stream_status().get(t).sync_state()
     }
 }
 
 /// The productpage sidecar's node, NONE mode.
 fn node(id: &str) -> Node {
-    meshpush::xds::memory::node(id, "NONE", &[("app", "productpage"), ("version", "v1")])
+    meshpush::testing::memory::node(id, "NONE", &[("app", "productpage"), ("version", "v1")])
 }
 
 /// One delta ADS stream, driven like Envoy drives it.
@@ -283,7 +281,7 @@ async fn nack_is_recorded_keeps_the_stream_and_is_not_resent() {
     s.ack(&eds2).await;
     s.probe_nothing_pending().await;
     assert_eq!(h.sync_state(TypeUrl::Cluster), SyncState::Error, "the NACK shows");
-    let status = h.engine.queue.connections()[0].status.lock().clone();
+    let status = h.only_stream_status();
     assert_eq!(status.nacks, 1);
     assert!(status.get(TypeUrl::Cluster).last_nack.as_ref().unwrap().message.contains("rejected for the test"));
 
@@ -343,7 +341,7 @@ async fn subscription_changes_apply_even_on_a_stale_nonce() {
     let eds3 = s.recv_type(TypeUrl::Endpoint).await;
     assert_eq!(names(&eds3), [RATINGS.to_string()].into());
     assert_ne!(eds3.nonce, eds2.nonce);
-    let status = h.engine.queue.connections()[0].status.lock().clone();
+    let status = h.only_stream_status();
     assert_eq!(status.stale, 1, "the stale nonce is counted");
 }
 
@@ -452,7 +450,7 @@ async fn removed_cluster_goes_only_after_listeners_and_routes() {
     let removal = removal.expect("the clusters are removed in the end");
     assert!(removal.removed_resources.contains(&RATINGS.to_string()), "{:?}", removal.removed_resources);
     assert!(removal.resources.is_empty(), "a removal only");
-    let status = h.engine.queue.connections()[0].status.lock().clone();
+    let status = h.only_stream_status();
     for t in [TypeUrl::Listener, TypeUrl::Route] {
         assert_eq!(status.get(t).sync_state(), SyncState::Synced, "{t} was settled before the removal");
     }
@@ -509,9 +507,9 @@ async fn sotw_and_delta_streams_share_one_engine() {
     let h = Harness::start().await;
     let mut s = h.stream().await;
     let cds = s.recv_type(TypeUrl::Cluster).await;
-    assert_eq!(h.engine.queue.len(), 1, "a delta stream registers in the push queue");
+    assert_eq!(h.engine.queue().len(), 1, "a delta stream registers in the push queue");
     s.ack(&cds).await;
-    let encoded = |t| meshpush::generate::cache::CacheStats::get(&h.engine.cache.stats.generations, t);
+    let encoded = |t| meshpush::generate::cache::CacheStats::get(&h.engine.cache().stats.generations, t);
     let before = encoded(TypeUrl::Cluster);
     // A second delta stream of the same scope reuses the cached clusters.
     let mut s2 = h.stream().await;

@@ -19,7 +19,7 @@ use envoy_types::pb::envoy::config::listener::v3::Listener;
 use envoy_types::pb::envoy::service::discovery::v3::aggregated_discovery_service_client::AggregatedDiscoveryServiceClient;
 use envoy_types::pb::envoy::service::discovery::v3::{DiscoveryRequest, DiscoveryResponse};
 use envoy_types::pb::google::rpc::Status as RpcStatus;
-use meshpush::xds::TypeUrl;
+use meshpush::resource::TypeUrl;
 use prost::Message;
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
@@ -50,7 +50,7 @@ impl Harness {
 
 /// An Istio sidecar node in NONE mode (metadata NAMESPACE, LABELS, INTERCEPTION_MODE).
 fn node(id: &str, labels: &[(&str, &str)]) -> Node {
-    meshpush::xds::memory::node(id, "NONE", labels)
+    meshpush::testing::memory::node(id, "NONE", labels)
 }
 
 /// One ADS stream, driven like Envoy drives it.
@@ -333,7 +333,7 @@ async fn endpoint_change_sends_only_changed_assignments_to_watchers() {
     other.ack(&eds_other, &[RATINGS]).await;
 
     let generations =
-        || meshpush::generate::cache::CacheStats::get(&h.engine.cache.stats.generations, TypeUrl::Endpoint);
+        || meshpush::generate::cache::CacheStats::get(&h.engine.cache().stats.generations, TypeUrl::Endpoint);
     let before = generations();
     // A second reviews-v1 pod.
     h.apply(

@@ -21,8 +21,8 @@ use envoy_types::pb::envoy::service::discovery::v3::{
 };
 use meshpush::config::SourceRef;
 use meshpush::model::store::Write;
-use meshpush::synth::MeshSpec;
-use meshpush::xds::TypeUrl;
+use meshpush::resource::TypeUrl;
+use meshpush::testing::synth::MeshSpec;
 use prost::Message;
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
@@ -35,7 +35,7 @@ fn src() -> SourceRef {
 }
 
 fn node() -> Node {
-    meshpush::xds::memory::node(NODE, "NONE", &[("app", "client")])
+    meshpush::testing::memory::node(NODE, "NONE", &[("app", "client")])
 }
 
 struct Sotw {

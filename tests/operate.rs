@@ -217,7 +217,7 @@ fn status_page_escapes_text_from_proxies() {
         let mut client = AggregatedDiscoveryServiceClient::connect(format!("http://{xds}")).await.unwrap();
         let (tx, rx) = tokio::sync::mpsc::channel(4);
         tx.send(DiscoveryRequest {
-            type_url: meshpush::xds::TypeUrl::Cluster.as_str().into(),
+            type_url: meshpush::resource::TypeUrl::Cluster.as_str().into(),
             node: Some(Node { id: evil.into(), cluster: "<b>c</b>".into(), ..Default::default() }),
             ..Default::default()
         })

@@ -6,28 +6,31 @@
 //! task over channels, driven by clients that behave like Envoy.
 
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use envoy_types::pb::envoy::config::endpoint::v3::ClusterLoadAssignment;
+use meshpush::engine::PushEngine;
 use meshpush::generate::cache::CacheStats;
 use meshpush::model::ConfigStore;
 use meshpush::model::store::Write;
-use meshpush::push::{PushEngine, PushRequest};
-use meshpush::synth::MeshSpec;
-use meshpush::xds::TypeUrl;
-use meshpush::xds::memory::{MemoryClient, decode, node};
+use meshpush::push::PushRequest;
+use meshpush::resource::TypeUrl;
+use meshpush::testing::memory::{MemoryClient, node};
+use meshpush::testing::synth::MeshSpec;
+use meshpush::testing::wait::wait_until_async;
+use meshpush::xds::AdsService;
 use prost::Message;
 
 const DEADLINE: Duration = Duration::from_secs(60);
 
-async fn engine_with(spec: &MeshSpec) -> (Arc<PushEngine>, ConfigStore) {
+async fn engine_with(spec: &MeshSpec) -> (AdsService, ConfigStore) {
     let store = ConfigStore::new();
     let source = meshpush::config::SourceRef { file: "synth".into(), doc: 0 };
     let changes = store.apply(spec.objects().into_iter().map(|o| Write::Put(o, source.clone())));
     let engine = PushEngine::new();
     engine.push(PushRequest::new(changes)).await;
     engine.set_ready();
-    (engine, store)
+    (AdsService::new(engine), store)
 }
 
 async fn apply(engine: &Arc<PushEngine>, store: &ConfigStore, objects: Vec<meshpush::config::ConfigObject>) {
@@ -38,36 +41,35 @@ async fn apply(engine: &Arc<PushEngine>, store: &ConfigStore, objects: Vec<meshp
 }
 
 /// Connects and syncs `n` sidecars spread over the spec's namespaces.
-async fn synced_clients(engine: &Arc<PushEngine>, spec: &MeshSpec, n: usize) -> Vec<MemoryClient> {
+async fn synced_clients(ads: &AdsService, spec: &MeshSpec, n: usize) -> Vec<MemoryClient> {
     let mut clients: Vec<MemoryClient> =
-        (0..n).map(|k| MemoryClient::connect(engine, node(&spec.sidecar_node_id(k), "NONE", &[]))).collect();
+        (0..n).map(|k| MemoryClient::connect(ads, node(&spec.sidecar_node_id(k), "NONE", &[]))).collect();
     let syncs = clients.iter_mut().map(|c| c.sync());
     tokio::time::timeout(DEADLINE, futures::future::join_all(syncs)).await.expect("every stream syncs");
     clients
 }
 
 fn generations(engine: &PushEngine) -> [u64; 4] {
-    TypeUrl::PUSH_ORDER.map(|t| CacheStats::get(&engine.cache.stats.generations, t))
+    TypeUrl::PUSH_ORDER.map(|t| CacheStats::get(&engine.cache().stats.generations, t))
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn full_push_to_ten_thousand_streams_generates_per_scope() {
     let spec = MeshSpec::new(1000).scoped();
-    let (engine, store) = engine_with(&spec).await;
-    let clients = synced_clients(&engine, &spec, 10_000).await;
-    assert_eq!(engine.queue.scope_count(), 100, "10,000 sidecars in 100 namespaces are 100 scopes");
+    let (ads, store) = engine_with(&spec).await;
+    let engine = ads.engine();
+    let clients = synced_clients(&ads, &spec, 10_000).await;
+    assert_eq!(engine.queue().scope_count(), 100, "10,000 sidecars in 100 namespaces are 100 scopes");
 
-    // Drain every stream, counting responses.
+    // Every stream counts the route configurations it gets, and ACKs
+    // everything as Envoy does.
     let received = Arc::new(std::sync::atomic::AtomicUsize::new(0));
     let mut drains = Vec::new();
-    for c in clients {
-        let (mut rx, tx) = c.into_parts();
+    for mut c in clients {
         let received = received.clone();
         drains.push(tokio::spawn(async move {
-            let _keep = tx;
-            while let Some(r) = rx.recv().await {
-                let r = decode(&r);
-                if r.type_url == TypeUrl::Route.as_str() {
+            while let Some(r) = c.recv_raw().await {
+                if c.ack(&r).await == TypeUrl::Route {
                     received.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                 }
             }
@@ -77,13 +79,11 @@ async fn full_push_to_ten_thousand_streams_generates_per_scope() {
     // A routing change in the shared namespace: every scope sees svc-0.
     let before = generations(&engine);
     apply(&engine, &store, vec![spec.virtual_service(0, 10)]).await;
-    tokio::time::timeout(DEADLINE, async {
-        while received.load(std::sync::atomic::Ordering::Relaxed) < 10_000 {
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
+    wait_until_async(Instant::now() + DEADLINE, "every stream to get the new routes", || {
+        let received = received.load(std::sync::atomic::Ordering::Relaxed);
+        async move { if received >= 10_000 { Ok(()) } else { Err(format!("{received} of 10,000")) } }
     })
-    .await
-    .expect("every stream got the new routes");
+    .await;
     let after = generations(&engine);
     let total: u64 = after.iter().zip(before).map(|(a, b)| a - b).sum();
     assert!(total >= 100, "each of the 100 scopes regenerated its routes: {total}");
@@ -98,27 +98,29 @@ async fn full_push_to_ten_thousand_streams_generates_per_scope() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn endpoint_change_encodes_one_assignment_whatever_the_watchers() {
     let spec = MeshSpec::new(200).scoped();
-    let (engine, store) = engine_with(&spec).await;
-    let mut clients = synced_clients(&engine, &spec, 500).await;
+    let (ads, store) = engine_with(&spec).await;
+    let engine = ads.engine();
+    let mut clients = synced_clients(&ads, &spec, 500).await;
     let cluster = format!("outbound|{}||svc-0.ns-0.svc.cluster.local", spec.port);
     assert!(clients.iter().all(|c| c.watches[TypeUrl::Endpoint.index()].names.contains(&cluster)));
 
-    let before = CacheStats::get(&engine.cache.stats.generations, TypeUrl::Endpoint);
+    let before = CacheStats::get(&engine.cache().stats.generations, TypeUrl::Endpoint);
     apply(&engine, &store, vec![spec.pod(0, 0, "10.200.0.1")]).await;
     for c in &mut clients {
         let (r, _) = tokio::time::timeout(DEADLINE, c.recv()).await.expect("pushed").expect("open");
         assert_eq!(r.type_url, TypeUrl::Endpoint.as_str());
         assert_eq!(r.resources.len(), 1, "only the changed assignment");
     }
-    let after = CacheStats::get(&engine.cache.stats.generations, TypeUrl::Endpoint);
+    let after = CacheStats::get(&engine.cache().stats.generations, TypeUrl::Endpoint);
     assert_eq!(after - before, 1, "one assignment encoded for {} watchers", clients.len());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stream_that_never_reads_does_not_delay_the_others() {
     let spec = MeshSpec::new(50);
-    let (engine, store) = engine_with(&spec).await;
-    let mut clients = synced_clients(&engine, &spec, 20).await;
+    let (ads, store) = engine_with(&spec).await;
+    let engine = ads.engine();
+    let mut clients = synced_clients(&ads, &spec, 20).await;
     // The first stream stops reading: its buffer fills and its task waits.
     let stuck = clients.remove(0);
     for round in 0..20 {
@@ -151,8 +153,9 @@ async fn a_stream_that_never_reads_does_not_delay_the_others() {
 async fn a_stream_opened_before_the_first_load_is_answered_from_the_loaded_snapshot() {
     let spec = MeshSpec::new(20);
     let store = ConfigStore::new();
-    let engine = PushEngine::new();
-    let mut client = MemoryClient::connect(&engine, node(&spec.sidecar_node_id(0), "NONE", &[]));
+    let ads = AdsService::new(PushEngine::new());
+    let engine = ads.engine();
+    let mut client = MemoryClient::connect(&ads, node(&spec.sidecar_node_id(0), "NONE", &[]));
     // Give the stream task every chance to take its first request now.
     for _ in 0..20 {
         tokio::task::yield_now().await;
@@ -182,8 +185,9 @@ async fn a_stream_opened_before_the_first_load_is_answered_from_the_loaded_snaps
 async fn a_push_waits_for_the_answer_to_the_one_in_flight_and_carries_what_merged_meanwhile() {
     use meshpush::xds::server::ANSWER_WAIT;
     let spec = MeshSpec::new(20);
-    let (engine, store) = engine_with(&spec).await;
-    let mut client = synced_clients(&engine, &spec, 1).await.remove(0);
+    let (ads, store) = engine_with(&spec).await;
+    let engine = ads.engine();
+    let mut client = synced_clients(&ads, &spec, 1).await.remove(0);
     let cla = |i: usize| {
         format!("outbound|{}||{}.{}.svc.cluster.local", spec.port, MeshSpec::service_name(i), spec.namespace_of(i))
     };
@@ -210,12 +214,12 @@ async fn a_push_waits_for_the_answer_to_the_one_in_flight_and_carries_what_merge
     assert!(names.contains(&cla(2)) && names.contains(&cla(3)), "{names:?}");
 
     // Never answered: the next push goes out after ANSWER_WAIT, not never.
-    assert_eq!(engine.metrics.unanswered_pushes.get(), 0);
+    assert_eq!(engine.metrics().unanswered_pushes.get(), 0);
     let unanswered_since = tokio::time::Instant::now();
     apply(&engine, &store, vec![spec.pod(4, 0, "10.202.0.4")]).await;
     let (late, _) =
         tokio::time::timeout(2 * ANSWER_WAIT, client.recv()).await.expect("pushed after the wait").expect("open");
     assert_eq!(late.resources.len(), 1);
     assert!(unanswered_since.elapsed() >= ANSWER_WAIT, "sent after {:?}", unanswered_since.elapsed());
-    assert_eq!(engine.metrics.unanswered_pushes.get(), 1, "counted as a push to a client that did not answer");
+    assert_eq!(engine.metrics().unanswered_pushes.get(), 1, "counted as a push to a client that did not answer");
 }

@@ -34,10 +34,11 @@ use serde_json::{Value, json};
 
 use super::envoy_json;
 use crate::model::Proxy;
-use crate::push::PushEngine;
-use crate::xds::TypeUrl;
+use crate::resource::TypeUrl;
+use crate::xds::AdsService;
 use crate::xds::codec::{FRAME_HEADER_LEN, OutgoingResponse};
 use crate::xds::connection::Connection;
+use crate::xds::published::Published;
 
 const ADMIN_PREFIX: &str = "type.googleapis.com/envoy.admin.v3.";
 
@@ -53,10 +54,11 @@ fn decode(response: &OutgoingResponse) -> Option<DiscoveryResponse> {
 }
 
 /// Asks `conn` for `names` of type `t`, as Envoy would, and decodes the answer.
-fn fetch(engine: &PushEngine, conn: &mut Connection, t: TypeUrl, names: Vec<String>) -> Section {
+fn fetch(ads: &AdsService, conn: &mut Connection, t: TypeUrl, names: Vec<String>) -> Section {
     let request = DiscoveryRequest { type_url: t.as_str().to_string(), resource_names: names, ..Default::default() };
-    let ctx = engine.ctx.load();
-    let responses = conn.on_request(&ctx, &engine.cache, &request.into());
+    let ctx = ads.engine().snapshot();
+    let view = Published { ctx: &ctx, cache: ads.engine().cache(), bodies: ads.bodies() };
+    let responses = conn.on_request(&view, &request.into());
     let mut section = Section { version: String::new(), resources: Vec::new() };
     for r in responses.iter().filter_map(decode).filter(|r| r.type_url == t.as_str()) {
         section.version = r.version_info;
@@ -111,14 +113,14 @@ fn eds_names(clusters: &[(Cluster, &Any)]) -> Vec<String> {
 }
 
 /// The config dump of `proxy`, generated now from the published snapshot.
-pub fn config_dump(engine: &PushEngine, proxy: &Arc<Proxy>) -> Value {
+pub fn config_dump(ads: &AdsService, proxy: &Arc<Proxy>) -> Value {
     let mut conn = Connection::new(0, proxy.clone());
-    let cds = fetch(engine, &mut conn, TypeUrl::Cluster, Vec::new());
-    let lds = fetch(engine, &mut conn, TypeUrl::Listener, Vec::new());
+    let cds = fetch(ads, &mut conn, TypeUrl::Cluster, Vec::new());
+    let lds = fetch(ads, &mut conn, TypeUrl::Listener, Vec::new());
     let clusters = messages::<Cluster>(&cds);
     let listeners = messages::<Listener>(&lds);
-    let rds = fetch(engine, &mut conn, TypeUrl::Route, rds_names(&listeners));
-    let eds = fetch(engine, &mut conn, TypeUrl::Endpoint, eds_names(&clusters));
+    let rds = fetch(ads, &mut conn, TypeUrl::Route, rds_names(&listeners));
+    let eds = fetch(ads, &mut conn, TypeUrl::Endpoint, eds_names(&clusters));
     let routes = messages::<RouteConfiguration>(&rds);
     let assignments = messages::<ClusterLoadAssignment>(&eds);
 

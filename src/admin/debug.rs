@@ -22,7 +22,7 @@ use crate::config::parse::Problem;
 use crate::generate::cache::CacheStats;
 use crate::push::history::{PushRecord, unix_millis};
 use crate::push::queue::ConnectionHandle;
-use crate::xds::TypeUrl;
+use crate::resource::TypeUrl;
 use crate::xds::status::{StreamStatus, SyncState, TypeStatus};
 
 /// meshpush's version, shown where Istio shows istiod's.
@@ -95,14 +95,13 @@ fn type_sync(t: TypeUrl, s: &TypeStatus) -> TypeSync {
 
 /// Connections sorted by proxy id, then by connection id.
 pub fn sorted_connections(state: &AdminState) -> Vec<Arc<ConnectionHandle>> {
-    let mut conns = state.engine.queue.connections();
+    let mut conns = state.engine.queue().connections();
     conns.sort_by(|a, b| a.proxy.id.cmp(&b.proxy.id).then(a.id.cmp(&b.id)));
     conns
 }
 
 /// The sync view of one connection.
-pub fn proxy_sync(conn: &ConnectionHandle) -> ProxySync {
-    let status: StreamStatus = conn.status.lock().clone();
+pub fn proxy_sync(conn: &ConnectionHandle, status: &StreamStatus) -> ProxySync {
     ProxySync {
         proxy: conn.proxy.id.to_string(),
         conn_id: conn.id,
@@ -116,7 +115,7 @@ pub fn proxy_sync(conn: &ConnectionHandle) -> ProxySync {
 /// `GET /debug/syncz`: per connection and type, sent and ACKed nonce and
 /// version, the sync state and the last NACK.
 pub async fn syncz(State(state): State<AdminState>) -> Json<Vec<ProxySync>> {
-    Json(sorted_connections(&state).iter().map(|c| proxy_sync(c)).collect())
+    Json(sorted_connections(&state).iter().map(|c| proxy_sync(c, &state.status(c.id))).collect())
 }
 
 /// One entry of `/debug/connections`.
@@ -148,7 +147,7 @@ pub async fn connections(State(state): State<AdminState>) -> Json<Vec<Value>> {
     let views = sorted_connections(&state)
         .iter()
         .map(|c| {
-            let status = c.status.lock().clone();
+            let status = state.status(c.id);
             let age = c.connected.elapsed();
             let view = ConnectionView {
                 conn_id: c.id,
@@ -168,7 +167,7 @@ pub async fn connections(State(state): State<AdminState>) -> Json<Vec<Value>> {
                 acks: status.acks,
                 nacks: status.nacks,
                 stale_nonces: status.stale,
-                push_pending: c.signal.is_pending(),
+                push_pending: c.mailbox.is_pending(),
             };
             serde_json::to_value(view).unwrap_or(Value::Null)
         })
@@ -220,10 +219,10 @@ pub async fn config_dump(State(state): State<AdminState>, Query(q): Query<ProxyQ
         Ok(c) => c,
         Err(e) => return error(StatusCode::NOT_FOUND, e),
     };
-    let engine = state.engine.clone();
+    let ads = state.ads.clone();
     let proxy = conn.proxy.clone();
     // Generation on a miss is CPU work: keep it off the async workers.
-    match tokio::task::spawn_blocking(move || super::config_dump::config_dump(&engine, &proxy)).await {
+    match tokio::task::spawn_blocking(move || super::config_dump::config_dump(&ads, &proxy)).await {
         Ok(dump) => Json(dump).into_response(),
         Err(e) => error(StatusCode::INTERNAL_SERVER_ERROR, format!("building the config dump failed: {e}")),
     }
@@ -232,11 +231,11 @@ pub async fn config_dump(State(state): State<AdminState>, Query(q): Query<ProxyQ
 /// `GET /debug/push_status`: the last push and totals.
 pub async fn push_status(State(state): State<AdminState>) -> Json<Value> {
     let engine = &state.engine;
-    let m = &engine.metrics;
+    let m = &engine.metrics();
     let per_type: BTreeMap<&str, Value> = STATUS_ORDER
         .iter()
         .map(|t| {
-            let stats = &engine.cache.stats;
+            let stats = &engine.cache().stats;
             (
                 t.short(),
                 json!({
@@ -249,13 +248,13 @@ pub async fn push_status(State(state): State<AdminState>) -> Json<Value> {
             )
         })
         .collect();
-    let last: Option<PushRecord> = engine.history.last();
-    let recent = engine.history.since(Duration::from_secs(300));
+    let last: Option<PushRecord> = engine.history().last();
+    let recent = engine.history().since(Duration::from_secs(300));
     Json(json!({
-        "version": engine.ctx.load().version,
+        "version": engine.snapshot().version,
         "last_push": last,
         "pushes_last_5m": recent.len(),
-        "proxies": engine.queue.len(),
+        "proxies": engine.queue().len(),
         "per_type": per_type,
     }))
 }
@@ -263,9 +262,9 @@ pub async fn push_status(State(state): State<AdminState>) -> Json<Value> {
 /// `GET /debug/scopes`: every scope of the published snapshot, its members
 /// and the services it sees.
 pub async fn scopes(State(state): State<AdminState>) -> Json<Vec<Value>> {
-    let ctx = state.engine.ctx.load();
+    let ctx = state.engine.snapshot();
     let mut members: BTreeMap<u32, Vec<String>> = BTreeMap::new();
-    for c in state.engine.queue.connections() {
+    for c in state.engine.queue().connections() {
         members.entry(c.scope.load(Ordering::Relaxed)).or_default().push(c.proxy.id.to_string());
     }
     let mut scopes = ctx.scopes();
@@ -291,7 +290,7 @@ pub async fn scopes(State(state): State<AdminState>) -> Json<Vec<Value>> {
 /// `GET /debug/configz`: every object in the published snapshot with its
 /// source file, and the validation problems of the sources.
 pub async fn configz(State(state): State<AdminState>) -> Json<Value> {
-    let ctx = state.engine.ctx.load();
+    let ctx = state.engine.snapshot();
     let problems: Vec<Problem> = state.problems();
     let objects: Vec<Value> = ctx
         .store
@@ -332,6 +331,6 @@ pub async fn configz(State(state): State<AdminState>) -> Json<Value> {
 }
 
 /// The sync state of a stream's type, for the status page.
-pub fn sync_state(conn: &ConnectionHandle, t: TypeUrl) -> SyncState {
-    conn.status.lock().get(t).sync_state()
+pub fn sync_state(state: &AdminState, conn: &ConnectionHandle, t: TypeUrl) -> SyncState {
+    state.status(conn.id).get(t).sync_state()
 }

@@ -27,8 +27,10 @@ use axum::response::IntoResponse;
 use axum::routing::get;
 
 use crate::config::parse::Problem;
-use crate::push::PushEngine;
+use crate::engine::PushEngine;
 use crate::source::SourceStatus;
+use crate::xds::AdsService;
+use crate::xds::status::StreamStatus;
 
 pub mod config_dump;
 pub mod debug;
@@ -40,15 +42,22 @@ pub mod status_page;
 pub struct AdminState {
     /// The engine: snapshot, cache, streams, metrics, push history.
     pub engine: Arc<PushEngine>,
+    /// The ADS service: each stream's status, the shared response bodies.
+    pub ads: AdsService,
     /// The file source's problems, once it is loaded (the admin server
     /// starts before the load so that `/ready` can answer 503 meanwhile).
     source: Arc<OnceLock<SourceStatus>>,
 }
 
 impl AdminState {
-    /// State over `engine`, with no source yet.
-    pub fn new(engine: Arc<PushEngine>) -> AdminState {
-        AdminState { engine, source: Arc::new(OnceLock::new()) }
+    /// State over the streams of `ads` and its engine, with no source yet.
+    pub fn new(ads: AdsService) -> AdminState {
+        AdminState { engine: ads.engine().clone(), ads, source: Arc::new(OnceLock::new()) }
+    }
+
+    /// A copy of stream `id`'s status.
+    pub fn status(&self, id: crate::push::ConnId) -> StreamStatus {
+        self.ads.statuses().get(id)
     }
 
     /// Attaches the config source (once; later calls are ignored).
@@ -62,9 +71,9 @@ impl AdminState {
     }
 }
 
-/// Builds the admin router over `engine`, without a config source.
-pub fn router(engine: Arc<PushEngine>) -> Router {
-    router_with(AdminState::new(engine))
+/// Builds the admin router over the streams of `ads`, without a config source.
+pub fn router(ads: AdsService) -> Router {
+    router_with(AdminState::new(ads))
 }
 
 /// Builds the admin router.
@@ -89,6 +98,6 @@ async fn ready(State(state): State<AdminState>) -> (StatusCode, &'static str) {
 
 /// `GET /metrics`: Prometheus text format.
 async fn metrics(State(state): State<AdminState>) -> impl IntoResponse {
-    let body = state.engine.metrics.render(&state.engine);
+    let body = state.engine.metrics().render(state.engine.readings());
     ([(header::CONTENT_TYPE, crate::metrics::CONTENT_TYPE)], body)
 }

@@ -17,7 +17,7 @@ use super::AdminState;
 use super::debug::{VERSION, sorted_connections, sync_state};
 use crate::metrics::HistogramSnapshot;
 use crate::push::history::PushRecord;
-use crate::xds::TypeUrl;
+use crate::resource::TypeUrl;
 use crate::xds::status::SyncState;
 
 /// Seconds between reloads.
@@ -70,10 +70,10 @@ ul.problems { background: #fff; border: 1px solid #e5e7eb; padding: .6em 1.6em; 
 /// The whole page.
 pub fn render(state: &AdminState) -> String {
     let engine = &state.engine;
-    let ctx = engine.ctx.load();
+    let ctx = engine.snapshot();
     let conns = sorted_connections(state);
-    let history = engine.history.since(WINDOW);
-    let convergence = engine.metrics.convergence.snapshot();
+    let history = engine.history().since(WINDOW);
+    let convergence = engine.metrics().convergence.snapshot();
     let problems = state.problems();
 
     let mut html = String::with_capacity(16 * 1024);
@@ -112,7 +112,7 @@ pub fn render(state: &AdminState) -> String {
                 escape(&c.proxy.cluster)
             );
             for t in [TypeUrl::Cluster, TypeUrl::Listener, TypeUrl::Endpoint, TypeUrl::Route] {
-                let s = sync_state(c, t);
+                let s = sync_state(state, c, t);
                 let class = if s == SyncState::NotSent { "NOT_SENT" } else { s.as_str() };
                 let _ = write!(html, "<td><span class=\"state {class}\">{}</span></td>", s.as_str());
             }
@@ -302,7 +302,8 @@ fn convergence_chart(h: &HistogramSnapshot) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::push::PushEngine;
+    use crate::engine::PushEngine;
+    use crate::xds::AdsService;
 
     #[test]
     fn escape_neutralises_markup() {
@@ -311,7 +312,7 @@ mod tests {
 
     #[test]
     fn empty_server_renders_every_section() {
-        let state = AdminState::new(PushEngine::new());
+        let state = AdminState::new(AdsService::new(PushEngine::new()));
         let html = render(&state);
         for id in ["no-proxies", "push-rate-chart", "push-latency-chart", "convergence-chart", "no-problems"] {
             assert!(html.contains(&format!("id=\"{id}\"")), "{id} missing");

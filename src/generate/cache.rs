@@ -22,96 +22,12 @@ use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
 
-use bytes::Bytes;
-use envoy_types::pb::google::protobuf::Any;
 use parking_lot::RwLock;
 use prost::Message;
 
 use crate::generate;
 use crate::push::{InboundId, InboundKey, PushChanges, PushContext, Scope, ScopeId};
-use crate::xds::types::TypeUrl;
-
-/// One resource, encoded once as an `Any`.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct EncodedResource {
-    /// Resource name.
-    pub name: Arc<str>,
-    /// The encoded `google.protobuf.Any`.
-    pub bytes: Bytes,
-    /// Content hash (the per-resource version).
-    pub hash: u64,
-}
-
-impl EncodedResource {
-    /// Encodes `message` of `type_url` as an `Any`.
-    pub fn encode<M: Message>(type_url: TypeUrl, name: Arc<str>, message: &M) -> EncodedResource {
-        let any = Any { type_url: type_url.as_str().to_string(), value: message.encode_to_vec() };
-        let bytes = Bytes::from(any.encode_to_vec());
-        let hash = xxhash_rust::xxh3::xxh3_64(&bytes);
-        EncodedResource { name, bytes, hash }
-    }
-
-    /// Decodes back to an `Any` (debug output and tests).
-    pub fn to_any(&self) -> Any {
-        Any::decode(self.bytes.clone()).expect("an EncodedResource always holds a valid Any")
-    }
-}
-
-/// A version string for a set of `(name, hash)` pairs.
-pub fn version_of<'a>(resources: impl IntoIterator<Item = (&'a str, u64)>) -> Arc<str> {
-    let mut hasher = xxhash_rust::xxh3::Xxh3::new();
-    for (name, hash) in resources {
-        hasher.update(name.as_bytes());
-        hasher.update(&[0]);
-        hasher.update(&hash.to_le_bytes());
-    }
-    format!("{:016x}", hasher.digest()).into()
-}
-
-/// Every resource of one type for one scope.
-#[derive(Debug, Default)]
-pub struct ResourceSet {
-    /// Resources sorted by name (names unique).
-    pub resources: Vec<Arc<EncodedResource>>,
-    /// Version of the whole set.
-    pub version: Arc<str>,
-}
-
-impl ResourceSet {
-    /// Builds a set, sorting and de-duplicating by name (the first one wins).
-    pub fn new(mut resources: Vec<Arc<EncodedResource>>) -> ResourceSet {
-        resources.sort_by(|a, b| a.name.cmp(&b.name));
-        resources.dedup_by(|a, b| a.name == b.name);
-        let version = version_of(resources.iter().map(|r| (&*r.name, r.hash)));
-        ResourceSet { resources, version }
-    }
-
-    /// The union of two sets whose names do not overlap (a scope's set and
-    /// a workload's inbound set), merged in name order.
-    pub fn union(a: &ResourceSet, b: &ResourceSet) -> ResourceSet {
-        let (a, b) = (&a.resources, &b.resources);
-        let mut resources = Vec::with_capacity(a.len() + b.len());
-        let (mut i, mut j) = (0, 0);
-        while i < a.len() && j < b.len() {
-            if a[i].name <= b[j].name {
-                resources.push(a[i].clone());
-                i += 1;
-            } else {
-                resources.push(b[j].clone());
-                j += 1;
-            }
-        }
-        resources.extend_from_slice(&a[i..]);
-        resources.extend_from_slice(&b[j..]);
-        let version = version_of(resources.iter().map(|r| (&*r.name, r.hash)));
-        ResourceSet { resources, version }
-    }
-
-    /// A resource by name.
-    pub fn get(&self, name: &str) -> Option<&Arc<EncodedResource>> {
-        self.resources.binary_search_by(|r| (*r.name).cmp(name)).ok().map(|i| &self.resources[i])
-    }
-}
+use crate::resource::{EncodedResource, ResourceSet, TypeUrl};
 
 /// Counters that show the cache doing its job.
 #[derive(Debug, Default)]
@@ -126,10 +42,6 @@ pub struct CacheStats {
     pub encoded: [AtomicU64; 4],
     /// Bytes encoded, all types.
     pub bytes_encoded: AtomicU64,
-    /// Response bodies assembled.
-    pub bodies_assembled: AtomicU64,
-    /// Responses that reused an assembled body.
-    pub bodies_shared: AtomicU64,
 }
 
 impl CacheStats {
@@ -160,13 +72,7 @@ struct Maps {
     endpoints: HashMap<Arc<str>, Cell<Option<Arc<EncodedResource>>>>,
     /// Reverse index: host → the assignment names cached for it.
     endpoints_by_host: HashMap<Arc<str>, Vec<Arc<str>>>,
-    /// Assembled response bodies by (type, version, which resources).
-    bodies: HashMap<(TypeUrl, Arc<str>, u64), Bytes>,
 }
-
-/// Assembled bodies kept at most; past this the map starts over (it is
-/// emptied at every snapshot anyway, so this only bounds pathological churn).
-const MAX_BODIES: usize = 16_384;
 
 /// The cache. One per server, shared by every stream.
 #[derive(Debug, Default)]
@@ -288,52 +194,6 @@ impl ScopedCache {
         self.maps.write().inbound.entry((type_url, id)).or_insert(set).clone()
     }
 
-    /// The framed response body for `resources` at `version`, assembled once
-    /// and shared by every stream that sends the same thing. `partial` says
-    /// the resources are a subset of what `version` describes (EDS and RDS
-    /// send only what changed), so the subset itself becomes part of the key.
-    pub fn response_body(
-        &self,
-        type_url: TypeUrl,
-        version: &Arc<str>,
-        resources: &[Arc<EncodedResource>],
-        partial: bool,
-    ) -> Bytes {
-        let which = if partial { version_of(resources.iter().map(|r| (&*r.name, r.hash))) } else { Arc::from("") };
-        let which = xxhash_rust::xxh3::xxh3_64(which.as_bytes());
-        let key = (type_url, version.clone(), which);
-        if let Some(body) = self.maps.read().bodies.get(&key) {
-            self.stats.bodies_shared.fetch_add(1, Ordering::Relaxed);
-            return body.clone();
-        }
-        let body = crate::xds::codec::ResponseBody::assemble(type_url, version, resources.iter().map(|r| &**r)).bytes;
-        self.stats.bodies_assembled.fetch_add(1, Ordering::Relaxed);
-        let mut maps = self.maps.write();
-        if maps.bodies.len() >= MAX_BODIES {
-            maps.bodies.clear();
-        }
-        maps.bodies.entry(key).or_insert(body).clone()
-    }
-
-    /// A delta response body (see [`crate::xds::delta_codec`]), assembled by
-    /// `build` once and shared like [`Self::response_body`]'s: `key` names the
-    /// content and must never look like a SotW version (those are 16 hex
-    /// digits), `which` tells apart what is sent under it.
-    pub fn shared_body(&self, type_url: TypeUrl, key: Arc<str>, which: u64, build: impl FnOnce() -> Bytes) -> Bytes {
-        let key = (type_url, key, which);
-        if let Some(body) = self.maps.read().bodies.get(&key) {
-            self.stats.bodies_shared.fetch_add(1, Ordering::Relaxed);
-            return body.clone();
-        }
-        let body = build();
-        self.stats.bodies_assembled.fetch_add(1, Ordering::Relaxed);
-        let mut maps = self.maps.write();
-        if maps.bodies.len() >= MAX_BODIES {
-            maps.bodies.clear();
-        }
-        maps.bodies.entry(key).or_insert(body).clone()
-    }
-
     /// The ClusterLoadAssignment for a cluster name; `None` when no such cluster exists.
     pub fn endpoint(&self, ctx: &PushContext, cluster: &str) -> Option<Arc<EncodedResource>> {
         // Hits look up by `&str`: no allocation on the hot path.
@@ -389,7 +249,6 @@ impl ScopedCache {
     pub fn invalidate(&self, ctx: &PushContext, changes: &PushChanges) {
         let mut maps = self.maps.write();
         maps.generation = ctx.version;
-        maps.bodies.clear();
         // A set survives if its scope was carried over, or if the change
         // cannot affect its type (a routing change keeps every scope's clusters).
         let stale = |t: TypeUrl, scope: ScopeId| {

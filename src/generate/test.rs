@@ -484,7 +484,7 @@ fn sidecar_gets_outbound_subset_inbound_and_special_clusters() {
 fn proxies_of_one_scope_and_workload_shape_share_one_merged_cluster_set() {
     use crate::generate::cache::ScopedCache;
     use crate::push::PushChanges;
-    use crate::xds::{TypeSet, TypeUrl};
+    use crate::resource::{TypeSet, TypeUrl};
 
     let ctx = context(bookinfo());
     let cache = ScopedCache::new();

@@ -22,7 +22,7 @@ use super::index::{
 use super::scope::{self, InboundId, InboundKey, Scope, ScopeId, ScopeInterner, ScopeKey};
 use crate::config::{ConfigKey, ConfigKind, ConfigObject, k8s};
 use crate::model::{Hostname, Proxy, StoreSnapshot, host};
-use crate::xds::{TypeSet, TypeUrl};
+use crate::resource::{TypeSet, TypeUrl};
 
 /// What a new snapshot changed, for cache invalidation and push targeting.
 #[derive(Debug, Clone, Default, Serialize)]

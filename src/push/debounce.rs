@@ -9,18 +9,18 @@
 //!   WorkloadEntries) skips the wait: it flushes whatever is pending together
 //!   with itself.
 //!
-//! Output goes into a [`PushSlot`]: one pending request, merged while the
-//! engine is busy — the engine never falls behind by more than one request,
+//! Output goes into a [`PushSlot`] (a [`Mailbox`]): one pending request,
+//! merged while the engine is busy — the engine never falls behind by more than one request,
 //! and nothing queues without bound.
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use parking_lot::Mutex;
-use tokio::sync::{Notify, mpsc};
+use tokio::sync::mpsc;
 use tokio::time::Instant;
 
 use super::PushRequest;
+use super::mailbox::{Mailbox, Merge};
 use crate::model::ChangeSet;
 
 /// Debounce timing.
@@ -38,40 +38,9 @@ impl Default for DebounceConfig {
     }
 }
 
-/// One pending push request, merged while the engine is busy.
-#[derive(Debug, Default)]
-pub struct PushSlot {
-    pending: Mutex<Option<PushRequest>>,
-    notify: Notify,
-}
-
-impl PushSlot {
-    /// Puts a request, merging it into a pending one.
-    pub fn put(&self, request: PushRequest) {
-        let mut pending = self.pending.lock();
-        match pending.as_mut() {
-            Some(p) => p.merge(request),
-            None => *pending = Some(request),
-        }
-        drop(pending);
-        self.notify.notify_one();
-    }
-
-    /// Waits for and takes the pending request.
-    pub async fn take(&self) -> PushRequest {
-        loop {
-            if let Some(r) = self.pending.lock().take() {
-                return r;
-            }
-            self.notify.notified().await;
-        }
-    }
-
-    /// Takes the pending request without waiting.
-    pub fn try_take(&self) -> Option<PushRequest> {
-        self.pending.lock().take()
-    }
-}
+/// The debouncer's output: one pending push request, merged while the
+/// engine is busy.
+pub type PushSlot = Mailbox<PushRequest>;
 
 /// The debouncer task.
 #[derive(Debug)]

@@ -12,7 +12,7 @@ use std::time::{Duration, SystemTime};
 use parking_lot::Mutex;
 use serde::Serialize;
 
-use crate::metrics::PushTrigger;
+use super::trigger::PushTrigger;
 
 /// One published snapshot.
 #[derive(Debug, Clone, Serialize)]

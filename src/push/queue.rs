@@ -1,7 +1,7 @@
 //! `PushQueue`: every connected stream's pending push, sharded by connection id.
 //!
 //! The engine never talks to a stream directly: it merges a [`PendingPush`]
-//! into the stream's slot and wakes it. Each stream serves its slot one push
+//! into the stream's [`Mailbox`] and wakes it. Each stream serves its slot one push
 //! at a time, so
 //!
 //! * at most one push is in flight per connection, and a push that arrives
@@ -20,11 +20,11 @@ use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::time::Instant;
 
 use parking_lot::Mutex;
-use tokio::sync::Notify;
 
+use super::mailbox::{Mailbox, Merge};
 use super::{InboundId, PushChanges, ScopeId};
 use crate::model::{Hostname, Proxy};
-use crate::xds::TypeSet;
+use crate::resource::TypeSet;
 
 /// Connection id, unique for the life of the server.
 pub type ConnId = u64;
@@ -45,7 +45,7 @@ pub struct PendingPush {
     pub first_change: Instant,
 }
 
-impl PendingPush {
+impl Merge for PendingPush {
     fn merge(&mut self, other: PendingPush) {
         self.full |= other.full;
         self.types = self.types.union(other.types);
@@ -57,44 +57,6 @@ impl PendingPush {
     }
 }
 
-/// One stream's slot.
-#[derive(Debug, Default)]
-pub struct PushSignal {
-    pending: Mutex<Option<PendingPush>>,
-    notify: Notify,
-}
-
-impl PushSignal {
-    /// Merges a push into the slot and wakes the stream.
-    pub fn put(&self, push: PendingPush) {
-        let mut pending = self.pending.lock();
-        match pending.as_mut() {
-            Some(p) => p.merge(push),
-            None => *pending = Some(push),
-        }
-        drop(pending);
-        self.notify.notify_one();
-    }
-
-    /// Takes the pending push, if any.
-    pub fn take(&self) -> Option<PendingPush> {
-        self.pending.lock().take()
-    }
-
-    /// Whether a push is waiting (the queue depth metric).
-    pub fn is_pending(&self) -> bool {
-        self.pending.lock().is_some()
-    }
-
-    /// Waits until a push is put (returns at once if one is pending).
-    pub async fn notified(&self) {
-        if self.pending.lock().is_some() {
-            return;
-        }
-        self.notify.notified().await;
-    }
-}
-
 /// The queue's view of one connection.
 #[derive(Debug)]
 pub struct ConnectionHandle {
@@ -102,17 +64,14 @@ pub struct ConnectionHandle {
     pub id: ConnId,
     /// The proxy.
     pub proxy: Arc<Proxy>,
-    /// Its slot.
-    pub signal: Arc<PushSignal>,
+    /// Its slot: the push it should make next.
+    pub mailbox: Mailbox<PendingPush>,
     /// The scope it was last generated for (0 = none yet).
     pub scope: AtomicU32,
     /// The workload shape it was last generated for (0 = none yet).
     pub inbound: AtomicU32,
     /// When it connected.
     pub connected: Instant,
-    /// The stream's protocol state as of its last request or push, for the
-    /// admin endpoints (written by the stream task only).
-    pub status: Mutex<crate::xds::status::StreamStatus>,
 }
 
 const SHARDS: usize = 16;
@@ -145,11 +104,10 @@ impl PushQueue {
         let handle = Arc::new(ConnectionHandle {
             id,
             proxy,
-            signal: Arc::new(PushSignal::default()),
+            mailbox: Mailbox::default(),
             scope: AtomicU32::new(0),
             inbound: AtomicU32::new(0),
             connected: Instant::now(),
-            status: Mutex::default(),
         });
         self.shards[id as usize % SHARDS].lock().insert(id, handle.clone());
         self.by_scope.lock().entry(ScopeId(0)).or_default().insert(id, handle.clone());
@@ -249,7 +207,7 @@ impl PushQueue {
         let mut pushed = 0;
         for (full, conns) in targets {
             for conn in conns {
-                conn.signal.put(PendingPush {
+                conn.mailbox.put(PendingPush {
                     full,
                     types: changes.types,
                     rescope: changes.rescope,

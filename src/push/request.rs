@@ -3,6 +3,7 @@
 use std::collections::BTreeSet;
 use std::time::Instant;
 
+use super::mailbox::Merge;
 use crate::config::ConfigKey;
 use crate::model::{ChangeSet, StoreSnapshot};
 
@@ -33,8 +34,16 @@ impl PushRequest {
         }
     }
 
+    /// Whether every change only moves endpoints (Pods, EndpointSlices,
+    /// WorkloadEntries): such a request takes the fast lane.
+    pub fn is_endpoint_only(&self) -> bool {
+        !self.keys.is_empty() && self.keys.iter().all(|k| k.kind.is_endpoint_kind())
+    }
+}
+
+impl Merge for PushRequest {
     /// Merges a later request into this one.
-    pub fn merge(&mut self, other: PushRequest) {
+    fn merge(&mut self, other: PushRequest) {
         self.keys.extend(other.keys);
         self.first_change = self.first_change.min(other.first_change);
         self.merged += other.merged;
@@ -42,11 +51,5 @@ impl PushRequest {
             self.revision = other.revision;
             self.store = other.store;
         }
-    }
-
-    /// Whether every change only moves endpoints (Pods, EndpointSlices,
-    /// WorkloadEntries): such a request takes the fast lane.
-    pub fn is_endpoint_only(&self) -> bool {
-        !self.keys.is_empty() && self.keys.iter().all(|k| k.kind.is_endpoint_kind())
     }
 }

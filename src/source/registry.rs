@@ -36,9 +36,9 @@ use tonic::{Code, Request, Response, Status};
 
 use crate::config::parse::{Problem, Severity, parse_documents};
 use crate::config::{ConfigKey, ConfigKind, SourceRef};
+use crate::engine::PushEngine;
 use crate::model::store::Write;
 use crate::model::{ChangeSet, ConfigStore};
-use crate::push::PushEngine;
 
 #[cfg(test)]
 mod test;
@@ -93,7 +93,7 @@ impl RegistryService {
     }
 
     fn version(&self) -> VersionResponse {
-        let ctx = self.engine.ctx.load();
+        let ctx = self.engine.snapshot();
         VersionResponse { version: ctx.version, revision: ctx.store.revision(), ready: self.engine.is_ready() }
     }
 }

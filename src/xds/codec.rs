@@ -14,8 +14,8 @@
 use bytes::{BufMut, Bytes, BytesMut};
 use prost::encoding::{self, WireType};
 
-use super::types::TypeUrl;
-use crate::generate::cache::EncodedResource;
+use crate::resource::EncodedResource;
+use crate::resource::TypeUrl;
 
 /// Length of a gRPC frame header.
 pub const FRAME_HEADER_LEN: usize = 5;

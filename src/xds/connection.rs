@@ -27,11 +27,12 @@ use serde::Serialize;
 
 use super::codec::OutgoingResponse;
 use super::names::{self, NameList, Resolved};
+use super::published::Published;
 use super::requests::SotwRequest;
-use super::types::{TypeSet, TypeUrl};
-use crate::generate::cache::{EncodedResource, ResourceSet, ScopedCache};
 use crate::model::Proxy;
 use crate::push::{InboundId, PendingPush, PushContext, Scope};
+use crate::resource::{EncodedResource, ResourceSet};
+use crate::resource::{TypeSet, TypeUrl};
 
 /// A recorded NACK.
 #[derive(Debug, Clone, Serialize)]
@@ -239,7 +240,7 @@ impl Connection {
     }
 
     /// Handles one request; returns the responses to send, in order.
-    pub fn on_request(&mut self, ctx: &PushContext, cache: &ScopedCache, req: &SotwRequest) -> Vec<OutgoingResponse> {
+    pub fn on_request(&mut self, view: &Published<'_>, req: &SotwRequest) -> Vec<OutgoingResponse> {
         let Some(t) = TypeUrl::parse(&req.type_url) else {
             tracing::debug!(conn_id = self.id, type_url = %req.type_url, "request for a type meshpush does not serve");
             return Vec::new();
@@ -264,7 +265,7 @@ impl Connection {
             });
             self.counts.nacks += 1;
             // The subscription may still have changed.
-            return self.apply_names(ctx, cache, t, req, false);
+            return self.apply_names(view, t, req, false);
         }
 
         if !req.response_nonce.is_empty() && !is_latest_nonce {
@@ -277,7 +278,7 @@ impl Connection {
             w.version_acked = Some(req.version_info.clone());
             w.nonce_acked = Some(req.response_nonce.clone());
             self.counts.acks += 1;
-            return self.after_ack(ctx, cache, t);
+            return self.after_ack(view, t);
         }
         if is_latest_nonce {
             let w = self.watch(t);
@@ -286,16 +287,15 @@ impl Connection {
             self.counts.acks += 1;
         }
         let reconnect = req.response_nonce.is_empty() && !req.version_info.is_empty();
-        let mut out = self.apply_names(ctx, cache, t, req, reconnect);
-        out.extend(self.after_ack(ctx, cache, t));
+        let mut out = self.apply_names(view, t, req, reconnect);
+        out.extend(self.after_ack(view, t));
         out
     }
 
     /// Applies the request's names and answers what they call for.
     fn apply_names(
         &mut self,
-        ctx: &PushContext,
-        cache: &ScopedCache,
+        view: &Published<'_>,
         t: TypeUrl,
         req: &SotwRequest,
         reconnect: bool,
@@ -339,8 +339,8 @@ impl Connection {
         if reconnect {
             // The client has this version: skip the response only when it is
             // provably the same content.
-            let scope = self.refresh_scope(ctx, false);
-            let current = self.current(ctx, cache, &scope, t);
+            let scope = self.refresh_scope(view.ctx, false);
+            let current = self.current(view, &scope, t);
             let w = self.watch(t);
             if current.version().as_ref() == req.version_info {
                 w.version_sent = Some(current.version().clone());
@@ -356,33 +356,33 @@ impl Connection {
                 return Vec::new();
             }
         }
-        self.respond(ctx, cache, t, false, first).into_iter().collect()
+        self.respond(view, t, false, first).into_iter().collect()
     }
 
     /// Follow-ups once a response was ACKed: the delayed cluster removal,
     /// and assignments owed after a cluster change.
-    fn after_ack(&mut self, ctx: &PushContext, cache: &ScopedCache, t: TypeUrl) -> Vec<OutgoingResponse> {
+    fn after_ack(&mut self, view: &Published<'_>, t: TypeUrl) -> Vec<OutgoingResponse> {
         let mut out = Vec::new();
         if t == TypeUrl::Endpoint && !self.eds_resend.is_empty() {
             let watched = &self.watches[TypeUrl::Endpoint.index()].names;
             self.eds_resend.retain(|n| watched.contains(n));
         }
         if t == TypeUrl::Endpoint && !self.eds_resend.is_empty() {
-            out.extend(self.respond(ctx, cache, TypeUrl::Endpoint, false, false));
+            out.extend(self.respond(view, TypeUrl::Endpoint, false, false));
         }
         if self.cluster_cleanup
             && [TypeUrl::Cluster, TypeUrl::Listener, TypeUrl::Route].iter().all(|t| self.watches[t.index()].settled())
         {
             self.cluster_cleanup = false;
-            out.extend(self.respond(ctx, cache, TypeUrl::Cluster, true, false));
+            out.extend(self.respond(view, TypeUrl::Cluster, true, false));
         }
         out
     }
 
     /// Handles a push from the engine; returns the responses, in push order.
-    pub fn on_push(&mut self, ctx: &PushContext, cache: &ScopedCache, push: &PendingPush) -> Vec<OutgoingResponse> {
+    pub fn on_push(&mut self, view: &Published<'_>, push: &PendingPush) -> Vec<OutgoingResponse> {
         let before = self.placement.scope().map(|s| s.id);
-        let scope = self.refresh_scope(ctx, push.rescope);
+        let scope = self.refresh_scope(view.ctx, push.rescope);
         let moved = before != Some(scope.id);
         let full = push.full || moved;
         let types = if moved { TypeSet::ALL } else { push.types };
@@ -405,22 +405,22 @@ impl Connection {
                 let w = &self.watches[t.index()];
                 let positions: Vec<u32> = w.names.of_hosts(push.hosts.iter()).map(|(i, _)| i as u32).collect();
                 if !positions.is_empty() {
-                    out.extend(self.respond_endpoints(ctx, cache, &positions));
+                    out.extend(self.respond_endpoints(view, &positions));
                 }
                 continue;
             }
-            out.extend(self.respond(ctx, cache, t, false, false));
+            out.extend(self.respond(view, t, false, false));
         }
         out
     }
 
     /// What the client should have of type `t` now, with its version.
-    fn current(&mut self, ctx: &PushContext, cache: &ScopedCache, scope: &Scope, t: TypeUrl) -> Current {
+    fn current(&mut self, view: &Published<'_>, scope: &Scope, t: TypeUrl) -> Current {
         let w = &self.watches[t.index()];
         match t {
             TypeUrl::Cluster | TypeUrl::Listener => {
                 let inbound = self.placement.inbound().expect("set with the scope");
-                let set = cache.proxy_set(ctx, scope, inbound, t);
+                let set = view.proxy_set(scope, inbound, t);
                 if w.wildcard {
                     return Current::Set(set);
                 }
@@ -430,10 +430,10 @@ impl Connection {
             TypeUrl::Endpoint => {
                 // Streams watching the same list share one resolution (and
                 // its version) per snapshot.
-                Current::Watched(w.names.endpoints(ctx.id, |names| resolve(names, |n| cache.endpoint(ctx, n))))
+                Current::Watched(w.names.endpoints(view.ctx.id, |names| resolve(names, |n| view.endpoint(n))))
             }
             TypeUrl::Route => {
-                let set = cache.scoped(ctx, scope, t);
+                let set = view.scoped(scope, t);
                 Current::Watched(Arc::new(resolve(&w.names, |n| set.get(n).cloned())))
             }
         }
@@ -448,18 +448,13 @@ impl Connection {
     /// `positions` (those of the changed hosts), sends those that differ
     /// from what the client has, and moves the version by their difference —
     /// O(changed), however many clusters the stream watches.
-    fn respond_endpoints(
-        &mut self,
-        ctx: &PushContext,
-        cache: &ScopedCache,
-        positions: &[u32],
-    ) -> Option<OutgoingResponse> {
+    fn respond_endpoints(&mut self, view: &Published<'_>, positions: &[u32]) -> Option<OutgoingResponse> {
         let t = TypeUrl::Endpoint;
         let mut changed: Vec<Arc<EncodedResource>> = Vec::new();
         let w = &mut self.watches[t.index()];
         for &i in positions {
             let i = i as usize;
-            match cache.endpoint(ctx, &w.names.names()[i]) {
+            match view.endpoint(&w.names.names()[i]) {
                 Some(r) => {
                     if w.sent[i] != Some(r.hash) || self.eds_resend.contains(&r.name) {
                         w.record_sent(i, Some(r.hash));
@@ -479,7 +474,7 @@ impl Connection {
         }
         let version = sum_version(w.sum);
         let nonce = self.next_nonce();
-        let body = cache.response_body(t, &version, &changed, true);
+        let body = view.sotw_body(t, &version, &changed, true);
         let w = &mut self.watches[t.index()];
         w.nonce_sent = Some(OutgoingResponse::nonce_text(nonce));
         w.version_sent = Some(version);
@@ -491,14 +486,13 @@ impl Connection {
     /// `final_cleanup` sends CDS without the clusters kept for make-before-break.
     fn respond(
         &mut self,
-        ctx: &PushContext,
-        cache: &ScopedCache,
+        view: &Published<'_>,
         t: TypeUrl,
         final_cleanup: bool,
         first: bool,
     ) -> Option<OutgoingResponse> {
-        let scope = self.refresh_scope(ctx, false);
-        let current = self.current(ctx, cache, &scope, t);
+        let scope = self.refresh_scope(view.ctx, false);
+        let current = self.current(view, &scope, t);
         let nonce;
         let body;
         match current {
@@ -538,7 +532,7 @@ impl Connection {
                     }
                 }
                 nonce = self.next_nonce();
-                body = cache.response_body(t, &set.version, &set.resources, false);
+                body = view.sotw_body(t, &set.version, &set.resources, false);
                 let w = &mut self.watches[t.index()];
                 w.version_sent = Some(set.version.clone());
                 w.sent_resources = set;
@@ -571,7 +565,7 @@ impl Connection {
                     }
                 }
                 nonce = self.next_nonce();
-                body = cache.response_body(t, &resolved.version, out, partial);
+                body = view.sotw_body(t, &resolved.version, out, partial);
                 let w = &mut self.watches[t.index()];
                 for &k in &changed {
                     w.record_sent(resolved.positions[k] as usize, Some(resolved.resources[k].hash));

@@ -31,11 +31,12 @@ use std::time::SystemTime;
 use super::connection::{NackRecord, RequestCounts, Watch};
 use super::delta_codec::{self, DeltaResponse};
 use super::held::Held;
+use super::published::Published;
 use super::requests::DeltaRequest;
-use super::types::{TypeSet, TypeUrl};
-use crate::generate::cache::{EncodedResource, ScopedCache};
 use crate::model::{Hostname, Proxy};
 use crate::push::{InboundId, PendingPush, PushContext, Scope};
+use crate::resource::EncodedResource;
+use crate::resource::{TypeSet, TypeUrl};
 
 /// Why a response is being built.
 #[derive(Debug, Clone, Copy)]
@@ -110,7 +111,7 @@ impl DeltaConnection {
     }
 
     /// Handles one request; returns the responses to send, in order.
-    pub fn on_request(&mut self, ctx: &PushContext, cache: &ScopedCache, req: &DeltaRequest) -> Vec<DeltaResponse> {
+    pub fn on_request(&mut self, view: &Published<'_>, req: &DeltaRequest) -> Vec<DeltaResponse> {
         let Some(t) = TypeUrl::parse(&req.type_url) else {
             tracing::debug!(conn_id = self.id, type_url = %req.type_url, "delta request for a type meshpush does not serve");
             return Vec::new();
@@ -191,29 +192,29 @@ impl DeltaConnection {
 
         let mut out = Vec::new();
         if first || wildcard_added || !announce.is_empty() {
-            out.extend(self.respond(ctx, cache, t, Reason::Request { first }, &announce));
+            out.extend(self.respond(view, t, Reason::Request { first }, &announce));
         }
         if acked {
-            out.extend(self.after_ack(ctx, cache));
+            out.extend(self.after_ack(view));
         }
         out
     }
 
     /// Follow-ups once a response was ACKed: the delayed cluster removal.
-    fn after_ack(&mut self, ctx: &PushContext, cache: &ScopedCache) -> Vec<DeltaResponse> {
+    fn after_ack(&mut self, view: &Published<'_>) -> Vec<DeltaResponse> {
         if self.cluster_cleanup
             && [TypeUrl::Cluster, TypeUrl::Listener, TypeUrl::Route].iter().all(|t| self.watches[t.index()].settled())
         {
             self.cluster_cleanup = false;
-            return self.respond(ctx, cache, TypeUrl::Cluster, Reason::ClusterCleanup, &[]).into_iter().collect();
+            return self.respond(view, TypeUrl::Cluster, Reason::ClusterCleanup, &[]).into_iter().collect();
         }
         Vec::new()
     }
 
     /// Handles a push from the engine; returns the responses, in push order.
-    pub fn on_push(&mut self, ctx: &PushContext, cache: &ScopedCache, push: &PendingPush) -> Vec<DeltaResponse> {
+    pub fn on_push(&mut self, view: &Published<'_>, push: &PendingPush) -> Vec<DeltaResponse> {
         let before = self.placement.scope().map(|s| s.id);
-        let scope = self.refresh_scope(ctx, push.full);
+        let scope = self.refresh_scope(view.ctx, push.full);
         let moved = before != Some(scope.id);
         let full = push.full || moved;
         let types = if moved { TypeSet::ALL } else { push.types };
@@ -233,10 +234,10 @@ impl DeltaConnection {
                 continue;
             }
             let hosts = if full { None } else { Some(&*push.hosts) };
-            out.extend(self.respond(ctx, cache, t, Reason::Push { hosts }, &[]));
+            out.extend(self.respond(view, t, Reason::Push { hosts }, &[]));
         }
         // Nothing outstanding (e.g. only removals were due): remove now.
-        out.extend(self.after_ack(ctx, cache));
+        out.extend(self.after_ack(view));
         out
     }
 
@@ -244,8 +245,7 @@ impl DeltaConnection {
     /// `hosts` limits assignments to those hosts.
     fn current(
         &self,
-        ctx: &PushContext,
-        cache: &ScopedCache,
+        view: &Published<'_>,
         scope: &Scope,
         t: TypeUrl,
         hosts: Option<&HashSet<Hostname>>,
@@ -255,11 +255,11 @@ impl DeltaConnection {
         let mut resources: Vec<Arc<EncodedResource>> = match t {
             TypeUrl::Cluster | TypeUrl::Listener => {
                 let inbound = self.placement.inbound().expect("set with the scope");
-                let set = cache.proxy_set(ctx, scope, inbound, t);
+                let set = view.proxy_set(scope, inbound, t);
                 set.resources.iter().filter(|r| wanted(&r.name)).cloned().collect()
             }
             TypeUrl::Route => {
-                let set = cache.scoped(ctx, scope, t);
+                let set = view.scoped(scope, t);
                 if w.wildcard {
                     set.resources.clone()
                 } else {
@@ -274,10 +274,10 @@ impl DeltaConnection {
                 };
                 let clusters;
                 if w.wildcard {
-                    clusters = cache.scoped(ctx, scope, TypeUrl::Cluster);
+                    clusters = view.scoped(scope, TypeUrl::Cluster);
                     names.extend(clusters.resources.iter().map(|r| &*r.name).filter(|n| in_reach(n, hosts)));
                 }
-                names.into_iter().filter_map(|n| cache.endpoint(ctx, n)).collect()
+                names.into_iter().filter_map(|n| view.endpoint(n)).collect()
             }
         };
         resources.sort_by(|a, b| a.name.cmp(&b.name));
@@ -290,18 +290,17 @@ impl DeltaConnection {
     /// newly subscribed names: those that do not exist are removed at once.
     fn respond(
         &mut self,
-        ctx: &PushContext,
-        cache: &ScopedCache,
+        view: &Published<'_>,
         t: TypeUrl,
         reason: Reason<'_>,
         announce: &[Arc<str>],
     ) -> Option<DeltaResponse> {
-        let scope = self.refresh_scope(ctx, false);
+        let scope = self.refresh_scope(view.ctx, false);
         let hosts = match reason {
             Reason::Push { hosts } if t == TypeUrl::Endpoint => hosts,
             _ => None,
         };
-        let current = self.current(ctx, cache, &scope, t, hosts);
+        let current = self.current(view, &scope, t, hosts);
         let exists = |n: &str| current.binary_search_by(|r| (*r.name).cmp(n)).is_ok();
         let held = &self.held[t.index()];
         let changed = held.differing(&current);
@@ -345,7 +344,7 @@ impl DeltaConnection {
 
         self.nonce = self.nonce.wrapping_add(1);
         let nonce = self.nonce;
-        let system_version: Arc<str> = Arc::from(format!("{:x}", ctx.version));
+        let system_version: Arc<str> = Arc::from(format!("{:x}", view.ctx.version));
         let which = {
             let mut h = xxhash_rust::xxh3::Xxh3::new();
             for r in &changed {
@@ -360,7 +359,7 @@ impl DeltaConnection {
             h.digest()
         };
         let tail_len = delta_codec::tail_len(&removed);
-        let body = cache.shared_body(t, Arc::from(format!("delta:{system_version}")), which, || {
+        let body = view.delta_body(t, Arc::from(format!("delta:{system_version}")), which, || {
             delta_codec::assemble(t, &system_version, &changed, tail_len)
         });
         let tail = delta_codec::tail(nonce, &removed);

@@ -24,8 +24,8 @@ use prost::encoding::{self, WireType};
 
 use super::body::Framed;
 use super::codec::{FRAME_HEADER_LEN, NONCE_FIELD_LEN, OutgoingResponse};
-use super::types::TypeUrl;
-use crate::generate::cache::EncodedResource;
+use crate::resource::EncodedResource;
+use crate::resource::TypeUrl;
 
 /// Hex digits of a resource version.
 pub const RESOURCE_VERSION_LEN: usize = 16;

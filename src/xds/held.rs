@@ -15,7 +15,7 @@
 
 use std::sync::Arc;
 
-use crate::generate::cache::EncodedResource;
+use crate::resource::EncodedResource;
 
 /// The stored hash of a held version meshpush did not write.
 pub const UNKNOWN: u64 = 0;

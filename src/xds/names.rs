@@ -19,7 +19,7 @@ use std::sync::{Arc, LazyLock, OnceLock, Weak};
 use parking_lot::Mutex;
 use serde::Serialize;
 
-use crate::generate::cache::EncodedResource;
+use crate::resource::EncodedResource;
 
 /// One watched list of names.
 #[derive(Debug, Default)]

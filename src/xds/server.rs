@@ -38,16 +38,19 @@ use tonic::body::Body;
 use tonic::server::NamedService;
 use tracing::Instrument;
 
+use super::bodies::BodyCache;
 use super::body::{Framed, ResponseStreamBody};
 use super::codec::OutgoingResponse;
 use super::connection::Connection;
 use super::delta::DeltaConnection;
 use super::delta_codec::DeltaResponse;
+use super::published::Published;
+use super::recorder::StreamRecorder;
 use super::requests::{DeltaRequest, RequestError, RequestMessages, SotwRequest, StreamNode, buffers};
-use super::status::StreamState;
-use crate::generate::cache::ScopedCache;
+use super::status::{StatusBoard, StreamState};
+use crate::engine::PushEngine;
 use crate::model::Proxy;
-use crate::push::{InboundId, PendingPush, PushContext, PushEngine, Scope};
+use crate::push::{ConnectionHandle, InboundId, PendingPush, Scope};
 
 /// gRPC service name.
 pub const SERVICE_NAME: &str = "envoy.service.discovery.v3.AggregatedDiscoveryService";
@@ -66,16 +69,41 @@ pub const STREAM_BUFFER: usize = 4;
 /// does not (it then gets a push per `ANSWER_WAIT`, not none).
 pub const ANSWER_WAIT: Duration = Duration::from_secs(10);
 
-/// The ADS service.
+/// The ADS service: every stream of the server, SotW and delta.
 #[derive(Debug, Clone)]
 pub struct AdsService {
+    shared: Arc<Shared>,
+}
+
+/// What every stream of one server shares.
+#[derive(Debug)]
+struct Shared {
     engine: Arc<PushEngine>,
+    bodies: BodyCache,
+    statuses: Arc<StatusBoard>,
 }
 
 impl AdsService {
     /// A service over `engine`.
     pub fn new(engine: Arc<PushEngine>) -> AdsService {
-        AdsService { engine }
+        AdsService {
+            shared: Arc::new(Shared { engine, bodies: BodyCache::new(), statuses: Arc::new(StatusBoard::default()) }),
+        }
+    }
+
+    /// The engine the streams are pushed from.
+    pub fn engine(&self) -> &Arc<PushEngine> {
+        &self.shared.engine
+    }
+
+    /// Every open stream's status, for the admin endpoints.
+    pub fn statuses(&self) -> &Arc<StatusBoard> {
+        &self.shared.statuses
+    }
+
+    /// The response bodies shared by the streams.
+    pub fn bodies(&self) -> &BodyCache {
+        &self.shared.bodies
     }
 }
 
@@ -102,9 +130,9 @@ pub trait Protocol: StreamState + Send + Sized + 'static {
     /// The type a request is about.
     fn type_url(req: &Self::Request) -> &str;
     /// Handles one request; returns the responses to send, in order.
-    fn on_request(&mut self, ctx: &PushContext, cache: &ScopedCache, req: &Self::Request) -> Vec<Self::Response>;
+    fn on_request(&mut self, view: &Published<'_>, req: &Self::Request) -> Vec<Self::Response>;
     /// Handles a push from the engine; returns the responses, in order.
-    fn on_push(&mut self, ctx: &PushContext, cache: &ScopedCache, push: &PendingPush) -> Vec<Self::Response>;
+    fn on_push(&mut self, view: &Published<'_>, push: &PendingPush) -> Vec<Self::Response>;
     /// The scope last generated for.
     fn scope(&self) -> Option<&Arc<Scope>>;
     /// The workload shape last generated for.
@@ -127,11 +155,11 @@ impl Protocol for Connection {
     fn type_url(req: &SotwRequest) -> &str {
         &req.type_url
     }
-    fn on_request(&mut self, ctx: &PushContext, cache: &ScopedCache, req: &SotwRequest) -> Vec<OutgoingResponse> {
-        Connection::on_request(self, ctx, cache, req)
+    fn on_request(&mut self, view: &Published<'_>, req: &SotwRequest) -> Vec<OutgoingResponse> {
+        Connection::on_request(self, view, req)
     }
-    fn on_push(&mut self, ctx: &PushContext, cache: &ScopedCache, push: &PendingPush) -> Vec<OutgoingResponse> {
-        Connection::on_push(self, ctx, cache, push)
+    fn on_push(&mut self, view: &Published<'_>, push: &PendingPush) -> Vec<OutgoingResponse> {
+        Connection::on_push(self, view, push)
     }
     fn scope(&self) -> Option<&Arc<Scope>> {
         Connection::scope(self)
@@ -157,11 +185,11 @@ impl Protocol for DeltaConnection {
     fn type_url(req: &DeltaRequest) -> &str {
         &req.type_url
     }
-    fn on_request(&mut self, ctx: &PushContext, cache: &ScopedCache, req: &DeltaRequest) -> Vec<DeltaResponse> {
-        DeltaConnection::on_request(self, ctx, cache, req)
+    fn on_request(&mut self, view: &Published<'_>, req: &DeltaRequest) -> Vec<DeltaResponse> {
+        DeltaConnection::on_request(self, view, req)
     }
-    fn on_push(&mut self, ctx: &PushContext, cache: &ScopedCache, push: &PendingPush) -> Vec<DeltaResponse> {
-        DeltaConnection::on_push(self, ctx, cache, push)
+    fn on_push(&mut self, view: &Published<'_>, push: &PendingPush) -> Vec<DeltaResponse> {
+        DeltaConnection::on_push(self, view, push)
     }
     fn scope(&self) -> Option<&Arc<Scope>> {
         DeltaConnection::scope(self)
@@ -174,7 +202,7 @@ impl Protocol for DeltaConnection {
 /// Opens a stream of protocol `P`: reads the first request (it carries the
 /// node), refuses the stream if the node is unusable, else starts the
 /// stream task and answers with a body fed by it.
-async fn open<P: Protocol, B>(engine: Arc<PushEngine>, req: http::Request<B>) -> http::Response<Body>
+async fn open<P: Protocol, B>(ads: AdsService, req: http::Request<B>) -> http::Response<Body>
 where
     B: http_body::Body<Data = bytes::Bytes> + Send + 'static,
     B::Error: Into<Box<dyn std::error::Error + Send + Sync>> + Send + 'static,
@@ -208,7 +236,7 @@ where
             return Status::invalid_argument(e.to_string()).into_http();
         }
     };
-    let rx = spawn::<P>(engine, proxy, first, requests, peer);
+    let rx = spawn::<P>(&ads, proxy, first, requests, peer);
     let mut response = http::Response::new(Body::new(ResponseStreamBody::new(rx)));
     response.headers_mut().insert(http::header::CONTENT_TYPE, http::HeaderValue::from_static("application/grpc"));
     response
@@ -221,48 +249,51 @@ where
 /// The gRPC service calls this for every stream; benches and tests call it
 /// directly to drive the very same stream logic over in-memory channels.
 pub fn spawn_stream(
-    engine: Arc<PushEngine>,
+    ads: &AdsService,
     proxy: Arc<Proxy>,
     first: DiscoveryRequest,
     requests: impl futures::Stream<Item = Result<DiscoveryRequest, Status>> + Unpin + Send + 'static,
     peer: String,
 ) -> mpsc::Receiver<OutgoingResponse> {
     let requests = futures::StreamExt::map(requests, |r| r.map(SotwRequest::from));
-    spawn::<Connection>(engine, proxy, first.into(), requests, peer)
+    spawn::<Connection>(ads, proxy, first.into(), requests, peer)
 }
 
 /// [`spawn_stream`] for a delta stream.
 pub fn spawn_delta_stream(
-    engine: Arc<PushEngine>,
+    ads: &AdsService,
     proxy: Arc<Proxy>,
     first: DeltaDiscoveryRequest,
     requests: impl futures::Stream<Item = Result<DeltaDiscoveryRequest, Status>> + Unpin + Send + 'static,
     peer: String,
 ) -> mpsc::Receiver<DeltaResponse> {
     let requests = futures::StreamExt::map(requests, |r| r.map(DeltaRequest::from));
-    spawn::<DeltaConnection>(engine, proxy, first.into(), requests, peer)
+    spawn::<DeltaConnection>(ads, proxy, first.into(), requests, peer)
 }
 
 fn spawn<P: Protocol>(
-    engine: Arc<PushEngine>,
+    ads: &AdsService,
     proxy: Arc<Proxy>,
     first: P::Request,
     requests: impl futures::Stream<Item = Result<P::Request, Status>> + Unpin + Send + 'static,
     peer: String,
 ) -> mpsc::Receiver<P::Response> {
     let (tx, rx) = mpsc::channel(STREAM_BUFFER);
-    let handle = engine.queue.register(proxy.clone());
+    let shared = ads.shared.clone();
+    let handle = shared.engine.queue().register(proxy.clone());
+    let status = shared.statuses.open(handle.id);
     let span = tracing::info_span!("ads", conn_id = handle.id, node_id = %proxy.id);
     tokio::spawn(
         async move {
             tracing::debug!(%peer, "stream connected");
-            if !engine.is_ready() {
+            if !shared.engine.is_ready() {
                 tracing::debug!("waiting for the first snapshot before answering");
-                engine.wait_ready().await;
+                shared.engine.wait_ready().await;
             }
             let conn = P::open(handle.id, proxy);
-            let end = serve_stream(&engine, conn, &handle, first, requests, tx).await;
-            engine.queue.unregister(handle.id);
+            let end = serve_stream(&shared, conn, &handle, &status, first, requests, tx).await;
+            shared.engine.queue().unregister(handle.id);
+            shared.statuses.close(handle.id);
             tracing::debug!(reason = %end, "stream closed");
         }
         .instrument(span),
@@ -272,23 +303,26 @@ fn spawn<P: Protocol>(
 
 /// Serves one stream until the client goes away; returns why it ended.
 async fn serve_stream<P: Protocol>(
-    engine: &Arc<PushEngine>,
+    shared: &Shared,
     mut conn: P,
-    handle: &Arc<crate::push::queue::ConnectionHandle>,
+    handle: &Arc<ConnectionHandle>,
+    status: &parking_lot::Mutex<super::status::StreamStatus>,
     first: P::Request,
     mut requests: impl futures::Stream<Item = Result<P::Request, Status>> + Unpin,
     tx: mpsc::Sender<P::Response>,
 ) -> String {
+    let engine = &shared.engine;
     let mut pending = Some(first);
-    let mut recorder = engine.metrics.stream();
+    let mut recorder = StreamRecorder::new(engine.metrics().clone());
     // When the last responses were handed to the stream: a push waits for
     // their answers, for at most ANSWER_WAIT after that.
     let mut last_sent = tokio::time::Instant::now();
     loop {
         let responses = if let Some(req) = pending.take() {
             recorder.serving_type(&conn, P::type_url(&req));
-            let ctx = engine.ctx.load();
-            let responses = conn.on_request(&ctx, &engine.cache, &req);
+            let ctx = engine.snapshot();
+            let responses =
+                conn.on_request(&Published { ctx: &ctx, cache: engine.cache(), bodies: &shared.bodies }, &req);
             P::recycle(req);
             responses
         } else {
@@ -302,20 +336,19 @@ async fn serve_stream<P: Protocol>(
                     Some(Err(status)) => return format!("stream error: {status}"),
                 },
                 _ = tokio::time::sleep_until(answer_deadline), if !may_push => continue,
-                _ = handle.signal.notified(), if may_push => {
-                    let Some(push) = handle.signal.take() else { continue };
+                push = handle.mailbox.take(), if may_push => {
                     if !conn.answered() {
-                        engine.metrics.unanswered_pushes.inc();
+                        engine.metrics().unanswered_pushes.inc();
                         tracing::warn!(wait = ?ANSWER_WAIT, "the client has not answered the last response; pushing anyway");
                     }
                     recorder.serving_push(&conn, &push);
-                    let ctx = engine.ctx.load();
-                    conn.on_push(&ctx, &engine.cache, &push)
+                    let ctx = engine.snapshot();
+                    conn.on_push(&Published { ctx: &ctx, cache: engine.cache(), bodies: &shared.bodies }, &push)
                 }
             }
         };
         if let (Some(scope), Some(inbound)) = (conn.scope(), conn.inbound()) {
-            engine.queue.set_scope(handle, scope.id, inbound);
+            engine.queue().set_scope(handle, scope.id, inbound);
         }
         let sent_bytes: usize = responses.iter().map(Framed::wire_len).sum();
         let sent_any = !responses.is_empty();
@@ -329,7 +362,7 @@ async fn serve_stream<P: Protocol>(
             last_sent = tokio::time::Instant::now();
         }
         recorder.finish(&conn, sent_bytes);
-        handle.status.lock().update(&conn);
+        status.lock().update(&conn);
     }
 }
 
@@ -347,10 +380,10 @@ where
     }
 
     fn call(&mut self, req: http::Request<B>) -> Self::Future {
-        let engine = self.engine.clone();
+        let ads = self.clone();
         match req.uri().path() {
-            SOTW_PATH => Box::pin(async move { Ok(open::<Connection, B>(engine, req).await) }),
-            DELTA_PATH => Box::pin(async move { Ok(open::<DeltaConnection, B>(engine, req).await) }),
+            SOTW_PATH => Box::pin(async move { Ok(open::<Connection, B>(ads, req).await) }),
+            DELTA_PATH => Box::pin(async move { Ok(open::<DeltaConnection, B>(ads, req).await) }),
             _ => Box::pin(async move { Ok(Status::unimplemented("no such method").into_http()) }),
         }
     }

@@ -2,21 +2,25 @@
 //! endpoints can read without touching the stream task.
 //!
 //! The stream task owns its [`Connection`]; after every request or push it
-//! publishes a small snapshot (a few strings per type, no resource names)
-//! into its [`ConnectionHandle`](crate::push::queue::ConnectionHandle).
-//! `/debug/syncz`, `/debug/connections`, `proxy-status` and the status page
-//! read those snapshots; they never wait on a stream.
+//! brings a small copy (a few strings per type, no resource names) up to
+//! date in the [`StatusBoard`], keyed by connection id. `/debug/syncz`,
+//! `/debug/connections`, `proxy-status` and the status page read those
+//! copies; they never wait on a stream.
 //!
 //! [`SyncState`] is the one place Istio's proxy-status vocabulary is decided.
 
+use std::collections::HashMap;
 use std::fmt;
+use std::sync::Arc;
 use std::time::SystemTime;
 
+use parking_lot::Mutex;
 use serde::Serialize;
 
-use super::TypeUrl;
 use super::connection::{Connection, NackRecord, RequestCounts, Watch};
 use super::delta::DeltaConnection;
+use crate::push::ConnId;
+use crate::resource::TypeUrl;
 
 /// What status and metrics read of a stream's protocol state, SotW
 /// ([`Connection`]) or delta ([`DeltaConnection`]) alike.
@@ -190,6 +194,44 @@ impl StreamStatus {
     }
 }
 
+const SHARDS: usize = 16;
+
+/// Every open stream's [`StreamStatus`], by connection id. Sharded so that
+/// thousands of streams updating their copy after every request and push
+/// do not meet on one lock; each copy has its own lock, held only to copy.
+#[derive(Debug)]
+pub struct StatusBoard {
+    shards: Vec<Mutex<HashMap<ConnId, Arc<Mutex<StreamStatus>>>>>,
+}
+
+impl Default for StatusBoard {
+    fn default() -> Self {
+        StatusBoard { shards: (0..SHARDS).map(|_| Mutex::new(HashMap::new())).collect() }
+    }
+}
+
+impl StatusBoard {
+    fn shard(&self, id: ConnId) -> &Mutex<HashMap<ConnId, Arc<Mutex<StreamStatus>>>> {
+        &self.shards[id as usize % SHARDS]
+    }
+
+    /// A stream opened: its copy, for the stream task to keep updating.
+    pub fn open(&self, id: ConnId) -> Arc<Mutex<StreamStatus>> {
+        self.shard(id).lock().entry(id).or_default().clone()
+    }
+
+    /// A stream closed: its copy goes.
+    pub fn close(&self, id: ConnId) {
+        self.shard(id).lock().remove(&id);
+    }
+
+    /// A copy of stream `id`'s status (the default for an unknown stream).
+    pub fn get(&self, id: ConnId) -> StreamStatus {
+        let entry = self.shard(id).lock().get(&id).cloned();
+        entry.map(|status| status.lock().clone()).unwrap_or_default()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -239,6 +281,17 @@ mod tests {
         w.last_nack = None;
         status.update(&w);
         assert_eq!((status.nonce_sent.as_deref(), status.last_nack.is_none()), (None, true));
+    }
+
+    #[test]
+    fn the_board_holds_a_streams_copy_while_it_is_open() {
+        let board = StatusBoard::default();
+        let copy = board.open(7);
+        copy.lock().acks = 3;
+        assert_eq!(board.get(7).acks, 3, "the board reads what the stream wrote");
+        assert_eq!(board.get(8).acks, 0, "an unknown stream reads as nothing sent");
+        board.close(7);
+        assert_eq!(board.get(7).acks, 0, "a closed stream's copy is gone");
     }
 
     #[test]

@@ -7,9 +7,10 @@ use std::sync::Arc;
 
 use meshpush::config::parse::parse_documents;
 use meshpush::config::{ConfigKey, ConfigObject, SourceRef};
+use meshpush::engine::PushEngine;
 use meshpush::model::ConfigStore;
 use meshpush::model::store::Write;
-use meshpush::push::{PushEngine, PushRequest};
+use meshpush::push::PushRequest;
 use meshpush::source::file::FileSource;
 use meshpush::xds::AdsService;
 
@@ -17,6 +18,8 @@ use meshpush::xds::AdsService;
 pub struct AdsServer {
     /// The engine behind it.
     pub engine: Arc<PushEngine>,
+    /// The service it serves: each stream's status, the shared bodies.
+    pub ads: AdsService,
     /// The store the engine reads.
     pub store: Arc<ConfigStore>,
     /// Where it listens.
@@ -49,6 +52,7 @@ impl AdsServer {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("a free loopback port");
         let addr = listener.local_addr().expect("bound");
         let service = AdsService::new(engine.clone());
+        let ads = service.clone();
         let server = tokio::spawn(async move {
             tonic::transport::Server::builder()
                 .add_service(service)
@@ -56,7 +60,14 @@ impl AdsServer {
                 .await
                 .expect("the ADS server runs");
         });
-        AdsServer { engine, store, addr, server }
+        AdsServer { engine, ads, store, addr, server }
+    }
+
+    /// The status the admin endpoints show for the only connected stream.
+    pub fn only_stream_status(&self) -> meshpush::xds::status::StreamStatus {
+        let conns = self.engine.queue().connections();
+        assert_eq!(conns.len(), 1, "one stream is connected");
+        self.ads.statuses().get(conns[0].id)
     }
 
     /// Applies YAML documents (as a file edit would) and pushes at once.

@@ -19,7 +19,8 @@ use super::proto::{ApplyRequest, GetVersionRequest, Object, ObjectKey, WaitForRe
 use super::*;
 use crate::config::ConfigObject;
 use crate::push::{DebounceConfig, Debouncer, PushRequest, PushSlot};
-use crate::xds::{AdsService, TypeUrl};
+use crate::resource::TypeUrl;
+use crate::xds::AdsService;
 
 const WAIT: Duration = Duration::from_secs(10);
 const CLUSTER: &str = "outbound|8080||web.default.svc.cluster.local";

@@ -10,10 +10,10 @@
 use std::sync::Arc;
 use std::time::Instant;
 
-use super::{Metrics, SHORT_ORDER};
+use super::status::StreamState;
+use crate::metrics::{Metrics, SHORT_ORDER};
 use crate::push::PendingPush;
-use crate::xds::TypeUrl;
-use crate::xds::status::StreamState;
+use crate::resource::TypeUrl;
 
 /// Per-type counters of a connection at one moment.
 #[derive(Debug, Default, Clone, Copy)]
@@ -55,7 +55,7 @@ struct Converging {
 /// connection ([`StreamState`]) around each request or push:
 ///
 /// ```text
-/// recorder.serving_request(&conn, &req);   // or serving_push(&conn, &push)
+/// recorder.serving_type(&conn, type_url);  // or serving_push(&conn, &push)
 /// let responses = conn.on_request(..);     // the protocol, untouched
 /// recorder.finish(&conn, sent_bytes);      // after writing the responses
 /// ```
@@ -68,20 +68,9 @@ pub struct StreamRecorder {
 }
 
 impl StreamRecorder {
-    /// A recorder for a new stream.
-    pub(super) fn new(metrics: Arc<Metrics>) -> StreamRecorder {
+    /// A recorder for a new stream, counting into `metrics`.
+    pub fn new(metrics: Arc<Metrics>) -> StreamRecorder {
         StreamRecorder { metrics, mark: Mark::default(), serving: None, converging: None }
-    }
-}
-
-impl StreamRecorder {
-    /// A request is about to be handled.
-    pub fn serving_request(
-        &mut self,
-        conn: &impl StreamState,
-        req: &envoy_types::pb::envoy::service::discovery::v3::DiscoveryRequest,
-    ) {
-        self.serving_type(conn, &req.type_url);
     }
 
     /// A request for `type_url` (SotW or delta) is about to be handled.

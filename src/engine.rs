@@ -6,33 +6,33 @@
 //! [`ScopedCache`] to it, publishes it with one `ArcSwap::store`, and fans
 //! the change out through the [`PushQueue`]. Readers (streams, admin) load
 //! the snapshot without locking.
+//!
+//! It is the layer that joins the push side (snapshots, scopes, the queue)
+//! to generation (the cache): both sit below it, and the xDS streams,
+//! which read all three through it, sit above.
+//!
+//! Invariant: the cache is brought to a snapshot before that snapshot is
+//! published, so no stream reads a new snapshot against an old cache.
 
 use std::sync::Arc;
 use std::time::Instant;
 
-use arc_swap::ArcSwap;
+use arc_swap::{ArcSwap, Guard};
 use tokio::sync::watch;
 
-use super::debounce::PushSlot;
-use super::history::{PushHistory, PushOutcome};
-use super::queue::PushQueue;
-use super::{PushContext, PushRequest, ScopeInterner};
-use crate::generate::cache::ScopedCache;
-use crate::metrics::{Metrics, PushTrigger};
+use crate::generate::cache::{CacheStats, ScopedCache};
+use crate::metrics::{Metrics, Readings};
+use crate::push::history::{PushHistory, PushOutcome};
+use crate::push::{PushContext, PushQueue, PushRequest, PushSlot, PushTrigger, ScopeInterner};
 
 /// The push engine's shared state.
 #[derive(Debug)]
 pub struct PushEngine {
-    /// The published snapshot.
-    pub ctx: ArcSwap<PushContext>,
-    /// Generated resources.
-    pub cache: ScopedCache,
-    /// Connected streams.
-    pub queue: PushQueue,
-    /// Metrics, shared with every stream task.
-    pub metrics: Arc<Metrics>,
-    /// Recent pushes (bounded).
-    pub history: PushHistory,
+    ctx: ArcSwap<PushContext>,
+    cache: ScopedCache,
+    queue: PushQueue,
+    metrics: Arc<Metrics>,
+    history: PushHistory,
     /// Whether the first snapshot built from the sources is published;
     /// streams wait for it before they answer anything.
     ready: watch::Sender<bool>,
@@ -52,6 +52,57 @@ impl PushEngine {
             ready: watch::Sender::new(false),
             version_tx,
         })
+    }
+
+    /// The published snapshot (a lock-free load).
+    pub fn snapshot(&self) -> Guard<Arc<PushContext>> {
+        self.ctx.load()
+    }
+
+    /// Generated resources, at the published snapshot.
+    pub fn cache(&self) -> &ScopedCache {
+        &self.cache
+    }
+
+    /// Connected streams and their pending pushes.
+    pub fn queue(&self) -> &PushQueue {
+        &self.queue
+    }
+
+    /// The server's metrics, shared with every stream task.
+    pub fn metrics(&self) -> &Arc<Metrics> {
+        &self.metrics
+    }
+
+    /// Recent pushes (bounded).
+    pub fn history(&self) -> &PushHistory {
+        &self.history
+    }
+
+    /// What the metrics read at scrape time: connections, scopes, the
+    /// cache's counters.
+    pub fn readings(&self) -> Readings {
+        let ctx = self.ctx.load();
+        let stats = &self.cache.stats;
+        let (sets, assignments) = self.cache.len();
+        let connections = self.queue.connections();
+        let per_type = |c: &[std::sync::atomic::AtomicU64; 4]| {
+            std::array::from_fn(|i| CacheStats::get(c, crate::resource::TypeUrl::PUSH_ORDER[i]))
+        };
+        Readings {
+            connections: connections.len() as i64,
+            services: ctx.services.len() as i64,
+            scopes: ctx.scopes().len() as i64,
+            queue_depth: connections.iter().filter(|c| c.mailbox.is_pending()).count() as i64,
+            snapshot_version: ctx.version as i64,
+            cache_sets: sets as i64,
+            cache_assignments: assignments as i64,
+            hits: per_type(&stats.hits),
+            misses: per_type(&stats.misses),
+            generations: per_type(&stats.generations),
+            encoded: per_type(&stats.encoded),
+            bytes_encoded: stats.bytes_encoded.load(std::sync::atomic::Ordering::Relaxed),
+        }
     }
 
     /// Whether the first snapshot built from the sources has been published.
@@ -101,7 +152,7 @@ impl PushEngine {
         let (scopes, inbound) = self.queue.live();
         self.cache.retain_live(&scopes, &inbound);
         self.version_tx.send_replace(version);
-        self.metrics.record_push(&trigger, build);
+        self.metrics.record_push(&trigger.reading(build));
         self.history.record(PushOutcome {
             version,
             trigger: &trigger,

@@ -1,20 +1,22 @@
 //! `Metrics`: what the control plane counts, exposed in Prometheus text at
 //! `GET /metrics` on the admin address.
 //!
-//! One [`Metrics`] exists per server, owned by the
-//! [`PushEngine`](crate::push::PushEngine) and shared by `Arc`. Counters
+//! One [`Metrics`] exists per server, held by the push engine and shared
+//! by `Arc`. Counters
 //! live where their events happen and cost an atomic add:
 //!
 //! * the engine records each push (build time, triggers, inbound updates,
 //!   debounce merges);
-//! * each ADS stream task holds a [`StreamRecorder`] that compares its
-//!   `Connection`'s state before and after every request or push, and so
-//!   counts responses, ACKs, NACKs and stale nonces per type and measures
-//!   convergence, without touching the protocol code.
+//! * each ADS stream task holds a recorder (`xds::stream::recorder`) that
+//!   compares its protocol state before and after every request or push,
+//!   and so counts responses, ACKs, NACKs and stale nonces per type and
+//!   measures convergence, without touching the protocol code.
 //!
 //! Values that already exist elsewhere — the cache's hit, miss and
 //! generation counters, the number of connections, services and scopes —
-//! are read at scrape time, never duplicated.
+//! are read at scrape time, never duplicated: the engine hands them over
+//! as [`Readings`]. This module knows nothing of the engine or the
+//! streams; it sits just above the base types, so every layer can count.
 //!
 //! Where the meaning matches, names are Istio's (`pilot_xds_pushes`,
 //! `pilot_proxy_convergence_time`, …) so existing dashboards and alerts
@@ -36,13 +38,7 @@ use prometheus_client::metrics::gauge::ConstGauge;
 use prometheus_client::metrics::{MetricType, TypedMetric};
 use prometheus_client::registry::Registry;
 
-use crate::config::{ConfigKey, ConfigKind};
-use crate::push::{PushEngine, PushRequest};
-use crate::xds::TypeUrl;
-
-mod stream;
-
-pub use stream::StreamRecorder;
+use crate::resource::TypeUrl;
 
 /// `Content-Type` of `GET /metrics` (Prometheus text format 0.0.4, as istiod serves).
 pub const CONTENT_TYPE: &str = prometheus_client::encoding::prometheus_text::CONTENT_TYPE;
@@ -310,142 +306,75 @@ impl Metrics {
         Metrics { registry: r, ..m }
     }
 
-    /// A recorder for one ADS stream.
-    pub fn stream(self: &Arc<Self>) -> StreamRecorder {
-        StreamRecorder::new(self.clone())
-    }
-
-    /// Records a push the engine built and published: `build` is the time
-    /// spent in `PushContext::next`.
-    pub fn record_push(&self, trigger: &PushTrigger, build: Duration) {
+    /// Records a push the engine built and published.
+    pub fn record_push(&self, push: &PushReading<'_>) {
         self.pushes.inc();
-        self.pushcontext_init.observe(build);
-        self.debounce_merges.inc_by(u64::from(trigger.merged.saturating_sub(1)));
-        for reason in &trigger.reasons {
+        self.pushcontext_init.observe(push.build);
+        self.debounce_merges.inc_by(u64::from(push.merged.saturating_sub(1)));
+        for reason in push.reasons {
             self.push_triggers.get_or_create(&[("type", reason)]).inc();
         }
-        for (kind, n) in &trigger.updates {
+        for (kind, n) in push.updates {
             self.inbound_updates.get_or_create(&[("type", kind)]).inc_by(*n);
         }
     }
 
-    /// The whole exposition: the registered families, then the values read
-    /// from `engine` now.
-    pub fn render(&self, engine: &PushEngine) -> String {
+    /// The whole exposition: the registered families, then `readings`
+    /// (values read from the engine at scrape time).
+    pub fn render(&self, readings: Readings) -> String {
         let mut out = String::new();
         // Writing into a String cannot fail.
         let _ = prometheus_client::encoding::prometheus_text::encode(&mut out, &self.registry);
         let mut scrape = Registry::default();
-        scrape.register_collector(Box::new(EngineReading::read(engine)));
+        scrape.register_collector(Box::new(readings));
         let _ = prometheus_client::encoding::prometheus_text::encode(&mut out, &scrape);
         out
     }
 }
 
-/// What triggered a push, summarised before the request is consumed.
-#[derive(Debug, Clone, Default)]
-pub struct PushTrigger {
-    /// Distinct reasons (`config`, `service`, `endpoint`), sorted.
-    pub reasons: Vec<&'static str>,
-    /// Changed objects per inbound-update type.
-    pub updates: Vec<(&'static str, u64)>,
-    /// Change sets merged into the request.
+/// What the engine tells the metrics about one push it published.
+#[derive(Debug, Clone, Copy)]
+pub struct PushReading<'a> {
+    /// Time spent building the snapshot.
+    pub build: Duration,
+    /// Change sets merged into the push.
     pub merged: u32,
-    /// Changed keys.
-    pub keys: usize,
-    /// A few of the changed keys, for the push status.
-    pub sample: Vec<String>,
+    /// Istio's push reasons (`config`, `service`, `endpoint`), each once.
+    pub reasons: &'a [&'static str],
+    /// Changed objects per `pilot_inbound_updates` type.
+    pub updates: &'a [(&'static str, u64)],
 }
 
-impl PushTrigger {
-    /// Keys shown in the push status at most.
-    const SAMPLE: usize = 8;
-
-    /// Summarises `request`.
-    pub fn of(request: &PushRequest) -> PushTrigger {
-        let mut reasons: Vec<&'static str> = request.keys.iter().map(|k| trigger_reason(k.kind)).collect();
-        reasons.sort_unstable();
-        reasons.dedup();
-        let mut updates: Vec<(&'static str, u64)> = Vec::new();
-        for key in &request.keys {
-            let kind = update_type(key, request.store.get(key).is_none());
-            match updates.iter_mut().find(|(k, _)| *k == kind) {
-                Some((_, n)) => *n += 1,
-                None => updates.push((kind, 1)),
-            }
-        }
-        PushTrigger {
-            reasons,
-            updates,
-            merged: request.merged,
-            keys: request.keys.len(),
-            sample: request.keys.iter().take(Self::SAMPLE).map(ConfigKey::to_string).collect(),
-        }
-    }
+/// Values read from the engine at scrape time, handed to [`Metrics::render`].
+#[derive(Debug, Clone, Default)]
+pub struct Readings {
+    /// Connected streams.
+    pub connections: i64,
+    /// Services in the published snapshot.
+    pub services: i64,
+    /// Scopes computed in the published snapshot.
+    pub scopes: i64,
+    /// Streams with a push waiting in their slot.
+    pub queue_depth: i64,
+    /// Version of the published snapshot.
+    pub snapshot_version: i64,
+    /// CDS, LDS and RDS sets cached.
+    pub cache_sets: i64,
+    /// ClusterLoadAssignments cached.
+    pub cache_assignments: i64,
+    /// Cache hits per type, in [`TypeUrl::index`] order.
+    pub hits: [u64; 4],
+    /// Cache misses per type.
+    pub misses: [u64; 4],
+    /// Generations per type.
+    pub generations: [u64; 4],
+    /// Resources encoded per type.
+    pub encoded: [u64; 4],
+    /// Bytes of resources encoded.
+    pub bytes_encoded: u64,
 }
 
-/// Istio's push reason for a changed kind.
-fn trigger_reason(kind: ConfigKind) -> &'static str {
-    match kind {
-        k if k.is_endpoint_kind() => "endpoint",
-        ConfigKind::Service | ConfigKind::ServiceEntry => "service",
-        _ => "config",
-    }
-}
-
-/// Istio's `pilot_inbound_updates` type for a changed key.
-fn update_type(key: &ConfigKey, deleted: bool) -> &'static str {
-    match key.kind {
-        k if k.is_endpoint_kind() => "eds",
-        ConfigKind::Service | ConfigKind::ServiceEntry if deleted => "svcdelete",
-        ConfigKind::Service | ConfigKind::ServiceEntry => "svc",
-        _ => "config",
-    }
-}
-
-/// Values read from the engine at scrape time.
-#[derive(Debug)]
-struct EngineReading {
-    connections: i64,
-    services: i64,
-    scopes: i64,
-    queue_depth: i64,
-    snapshot_version: i64,
-    cache_sets: i64,
-    cache_assignments: i64,
-    hits: [u64; 4],
-    misses: [u64; 4],
-    generations: [u64; 4],
-    encoded: [u64; 4],
-    bytes_encoded: u64,
-}
-
-impl EngineReading {
-    fn read(engine: &PushEngine) -> EngineReading {
-        use crate::generate::cache::CacheStats;
-        let ctx = engine.ctx.load();
-        let stats = &engine.cache.stats;
-        let per_type = |c: &[AtomicU64; 4]| std::array::from_fn(|i| CacheStats::get(c, SHORT_ORDER[i]));
-        let (sets, assignments) = engine.cache.len();
-        let connections = engine.queue.connections();
-        EngineReading {
-            connections: connections.len() as i64,
-            services: ctx.services.len() as i64,
-            scopes: ctx.scopes().len() as i64,
-            queue_depth: connections.iter().filter(|c| c.signal.is_pending()).count() as i64,
-            snapshot_version: ctx.version as i64,
-            cache_sets: sets as i64,
-            cache_assignments: assignments as i64,
-            hits: per_type(&stats.hits),
-            misses: per_type(&stats.misses),
-            generations: per_type(&stats.generations),
-            encoded: per_type(&stats.encoded),
-            bytes_encoded: stats.bytes_encoded.load(Ordering::Relaxed),
-        }
-    }
-}
-
-impl Collector for EngineReading {
+impl Collector for Readings {
     fn encode(&self, mut encoder: DescriptorEncoder<'_>) -> Result<(), std::fmt::Error> {
         let gauges: [(&str, &str, i64); 7] = [
             ("pilot_xds", "Connected ADS streams.", self.connections),
@@ -471,9 +400,9 @@ impl Collector for EngineReading {
         ];
         for (name, help, values) in per_type {
             let mut family = encoder.encode_descriptor(name, help, None, MetricType::Counter)?;
-            for (t, value) in SHORT_ORDER.iter().zip(values) {
+            for t in SHORT_ORDER {
                 let label: Label = [("type", t.short())];
-                ConstCounter::new(*value).encode(family.encode_family(&label)?)?;
+                ConstCounter::new(values[t.index()]).encode(family.encode_family(&label)?)?;
             }
         }
         ConstCounter::new(self.bytes_encoded).encode(encoder.encode_descriptor(
@@ -513,8 +442,7 @@ mod tests {
     fn istio_counters_keep_their_exact_names() {
         let m = Metrics::new();
         m.xds_pushes.get(TypeUrl::Cluster).inc();
-        let engine = PushEngine::new();
-        let text = m.render(&engine);
+        let text = m.render(Readings::default());
         assert!(text.contains("pilot_xds_pushes{type=\"cds\"} 1\n"), "{text}");
         assert!(!text.contains("pilot_xds_pushes_total"), "{text}");
         assert!(text.contains("meshpush_xds_sent_bytes_total 0\n"), "{text}");

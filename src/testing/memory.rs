@@ -1,7 +1,7 @@
 //! In-memory ADS clients: the server's own stream logic, driven over channels.
 //!
 //! [`MemoryClient::connect`] starts a stream through
-//! [`spawn_stream`](super::server::spawn_stream) — the very task the gRPC
+//! [`spawn_stream`] — the very task the gRPC
 //! service runs — with an in-memory request channel instead of HTTP/2. The
 //! client behaves like Envoy on the wire: CDS and LDS wildcard, then EDS and
 //! RDS by the names those return, the node on every request and the full
@@ -22,9 +22,10 @@ use prost::Message;
 use tokio::sync::mpsc;
 use tonic::Status;
 
-use super::codec::{FRAME_HEADER_LEN, OutgoingResponse};
-use super::types::TypeUrl;
-use crate::push::PushEngine;
+use crate::resource::TypeUrl;
+use crate::xds::AdsService;
+use crate::xds::codec::{FRAME_HEADER_LEN, OutgoingResponse};
+use crate::xds::server::spawn_stream;
 
 /// Per-type client state.
 #[derive(Debug, Default, Clone)]
@@ -83,7 +84,7 @@ pub fn decode(response: &OutgoingResponse) -> DiscoveryResponse {
 
 impl MemoryClient {
     /// Opens a stream for `node`; its first request is CDS wildcard, as Envoy's is.
-    pub fn connect(engine: &Arc<PushEngine>, node: Node) -> MemoryClient {
+    pub fn connect(ads: &AdsService, node: Node) -> MemoryClient {
         let proxy = Arc::new(crate::model::Proxy::from_node(&node).expect("a valid Istio node"));
         let (tx, rx) = mpsc::channel(16);
         let first = DiscoveryRequest {
@@ -91,13 +92,8 @@ impl MemoryClient {
             type_url: TypeUrl::Cluster.as_str().into(),
             ..Default::default()
         };
-        let responses = super::server::spawn_stream(
-            engine.clone(),
-            proxy,
-            first,
-            tokio_stream::wrappers::ReceiverStream::new(rx),
-            "memory".into(),
-        );
+        let responses =
+            spawn_stream(ads, proxy, first, tokio_stream::wrappers::ReceiverStream::new(rx), "memory".into());
         MemoryClient { node, requests: tx, responses, watches: Default::default(), received: 0, bytes: 0 }
     }
 
@@ -211,9 +207,26 @@ impl MemoryClient {
         }
     }
 
-    /// Consumes the client into its raw parts: the response receiver and the
-    /// request sender (to drain responses without decoding them).
-    pub fn into_parts(self) -> (mpsc::Receiver<OutgoingResponse>, mpsc::Sender<Result<DiscoveryRequest, Status>>) {
-        (self.responses, self.requests)
+    /// Answers a raw response as Envoy does — an ACK echoing its nonce and
+    /// version, with every name the client watches — without decoding its
+    /// resources (benches count responses by the thousand). Returns its type.
+    pub async fn ack(&mut self, response: &OutgoingResponse) -> TypeUrl {
+        let t = TypeUrl::PUSH_ORDER
+            .into_iter()
+            .find(|t| response.body.ends_with(t.as_str().as_bytes()))
+            .expect("type_url is the body's last field");
+        // version_info, when set, is the body's first field.
+        let mut fields = &response.body[FRAME_HEADER_LEN..];
+        let mut version = String::new();
+        if fields.first() == Some(&0x0a) {
+            fields = &fields[1..];
+            let len = prost::encoding::decode_varint(&mut fields).expect("the version's length") as usize;
+            version = String::from_utf8_lossy(&fields[..len]).into_owned();
+        }
+        let w = &mut self.watches[t.index()];
+        w.version = version;
+        w.nonce = OutgoingResponse::nonce_text(response.nonce);
+        self.request(t).await;
+        t
     }
 }

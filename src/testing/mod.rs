@@ -1,0 +1,17 @@
+//! Helpers for meshpush's own tests and benches, not part of the server.
+//!
+//! Compiled for the crate's unit tests and, through the `testing` feature,
+//! for its integration tests, benches and examples (the package enables
+//! the feature for itself as a dev-dependency); a build of the server
+//! never has them.
+//!
+//! * [`synth`]: synthetic meshes of any size.
+//! * [`memory`]: in-memory ADS clients that drive the server's own stream task.
+//! * [`wait`]: the one way a test waits for a condition, with a deadline.
+//!
+//! This module sits outside the layers: it may use any of them, and only
+//! test code uses it.
+
+pub mod memory;
+pub mod synth;
+pub mod wait;

@@ -1,0 +1,60 @@
+//! `Published`: what a stream answers from — the published snapshot, the
+//! resources generated for it, and the response bodies assembled from them.
+//!
+//! A stream loads the snapshot once per request or push and hands this
+//! view to its protocol state, which asks it for resources and bodies.
+//! Every lookup goes to a cache shared by all streams, so what one stream
+//! generates or assembles, the next one of its scope reuses.
+
+use std::sync::Arc;
+
+use bytes::Bytes;
+
+use super::bodies::BodyCache;
+use crate::generate::cache::ScopedCache;
+use crate::push::{InboundId, InboundKey, PushContext, Scope};
+use crate::resource::{EncodedResource, ResourceSet, TypeUrl};
+
+/// One snapshot's view for a stream's request or push.
+#[derive(Debug, Clone, Copy)]
+pub struct Published<'a> {
+    /// The snapshot.
+    pub ctx: &'a PushContext,
+    /// Resources generated from it.
+    pub cache: &'a ScopedCache,
+    /// Response bodies assembled from them.
+    pub bodies: &'a BodyCache,
+}
+
+impl Published<'_> {
+    /// The CDS, LDS or RDS set of `scope`.
+    pub fn scoped(&self, scope: &Scope, type_url: TypeUrl) -> Arc<ResourceSet> {
+        self.cache.scoped(self.ctx, scope, type_url)
+    }
+
+    /// The CDS or LDS set of a proxy in `scope` with workload shape `inbound`.
+    pub fn proxy_set(&self, scope: &Scope, inbound: &(InboundId, InboundKey), type_url: TypeUrl) -> Arc<ResourceSet> {
+        self.cache.proxy_set(self.ctx, scope, inbound, type_url)
+    }
+
+    /// The ClusterLoadAssignment of a cluster; `None` when no such cluster exists.
+    pub fn endpoint(&self, cluster: &str) -> Option<Arc<EncodedResource>> {
+        self.cache.endpoint(self.ctx, cluster)
+    }
+
+    /// The SotW response body for `resources` at `version` (see [`BodyCache::sotw`]).
+    pub fn sotw_body(
+        &self,
+        type_url: TypeUrl,
+        version: &Arc<str>,
+        resources: &[Arc<EncodedResource>],
+        partial: bool,
+    ) -> Bytes {
+        self.bodies.sotw(self.ctx.version, type_url, version, resources, partial)
+    }
+
+    /// A delta response body (see [`BodyCache::delta`]).
+    pub fn delta_body(&self, type_url: TypeUrl, key: Arc<str>, which: u64, build: impl FnOnce() -> Bytes) -> Bytes {
+        self.bodies.delta(self.ctx.version, type_url, key, which, build)
+    }
+}
