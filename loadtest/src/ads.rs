@@ -5,28 +5,27 @@
 //! (Envoy's flow-control windows), the stream task ([`run_stream`]: first
 //! request queued before the call opens, responses handed to the simulator,
 //! the `initial_fetch_timeout` timer, stopping) over [`crate::grpc`]'s
-//! framing (pre-encoded requests out, responses undecoded), and the state every
-//! stream shares ([`Shared`]). What a stream says on the wire is its
+//! framing (pre-encoded requests out, responses undecoded). What every
+//! stream shares is `fleet`'s. What a stream says on the wire is its
 //! simulator's: `sotw` on `StreamAggregatedResources`, `delta` on
 //! `DeltaAggregatedResources` (a [`Protocol`] each); what Envoy does alike
 //! on both is `envoy`'s. Nothing is abbreviated to spare the harness or
 //! the server: every request carries the node, every response is ACKed.
 
-use std::future::Future;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
-use bytes::Bytes;
 use tokio::sync::{mpsc, watch};
 use tonic::Status;
 use tonic::transport::{Channel, Endpoint};
 
-use crate::envoy::Envoy;
+use crate::envoy::{Envoy, Sim};
+use crate::fleet::{Identity, Protocol, Shared};
 use crate::frames::EnvoyFrames;
 use crate::grpc::{self, RequestBody, ResponseMessages};
-use crate::track::{NameSets, Stats, SyncState, Tracker, XdsType};
+use crate::track::XdsType;
 use crate::{delta, sotw, wire};
 
 /// The HTTP/2 windows Envoy 1.40 opens on its xDS connection (observed:
@@ -38,84 +37,6 @@ const CONNECTION_WINDOW: u32 = 24 * 1024 * 1024;
 /// Requests queued per stream before its task waits.
 const REQUEST_QUEUE: usize = 8;
 
-/// Which ADS method the simulated Envoys use.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Protocol {
-    /// State of the world: `StreamAggregatedResources` (Envoy's `api_type: GRPC`).
-    Sotw,
-    /// Incremental: `DeltaAggregatedResources` (Envoy's `api_type: DELTA_GRPC`).
-    Delta,
-}
-
-impl Protocol {
-    /// `sotw` or `delta`.
-    pub fn name(self) -> &'static str {
-        match self {
-            Protocol::Sotw => "sotw",
-            Protocol::Delta => "delta",
-        }
-    }
-
-    /// The gRPC method.
-    pub fn method(self) -> &'static str {
-        match self {
-            Protocol::Sotw => "StreamAggregatedResources",
-            Protocol::Delta => "DeltaAggregatedResources",
-        }
-    }
-
-    fn path(self) -> &'static str {
-        match self {
-            Protocol::Sotw => "/envoy.service.discovery.v3.AggregatedDiscoveryService/StreamAggregatedResources",
-            Protocol::Delta => "/envoy.service.discovery.v3.AggregatedDiscoveryService/DeltaAggregatedResources",
-        }
-    }
-
-    /// The request's `node` field.
-    pub(crate) fn node_field(self) -> u32 {
-        match self {
-            Protocol::Sotw => wire::SOTW_NODE_FIELD,
-            Protocol::Delta => wire::DELTA_NODE_FIELD,
-        }
-    }
-}
-
-/// State every stream shares.
-#[derive(Debug)]
-pub struct Shared {
-    /// Counters.
-    pub stats: Stats,
-    /// Sync progress.
-    pub sync: SyncState,
-    /// Watched name lists.
-    pub names: NameSets,
-    /// Changes being looked for.
-    pub tracker: Tracker,
-    /// Set to `true` to end every stream.
-    pub stop: watch::Sender<bool>,
-    /// The encoded `Node` fields every simulated Envoy shares.
-    pub node_common: Bytes,
-    /// Delta streams' resource → wanted-name maps, interned.
-    pub(crate) deps: delta::DepsTable,
-}
-
-impl Shared {
-    /// Fresh state; the sync clock starts now. `node_common` is the encoded
-    /// `Node` fields every stream sends after its own (see [`crate::mesh::Shape::node_common`]).
-    pub fn new(node_common: Bytes) -> Arc<Shared> {
-        Arc::new(Shared {
-            stats: Stats::default(),
-            sync: SyncState::new(),
-            names: NameSets::default(),
-            tracker: Tracker::default(),
-            stop: watch::Sender::new(false),
-            node_common,
-            deps: delta::DepsTable::default(),
-        })
-    }
-}
-
 /// Opens one HTTP/2 connection to the server, with Envoy's flow-control windows.
 pub async fn connect(addr: SocketAddr) -> Result<Channel, tonic::transport::Error> {
     Endpoint::from_shared(format!("http://{addr}"))
@@ -126,31 +47,6 @@ pub async fn connect(addr: SocketAddr) -> Result<Channel, tonic::transport::Erro
         .connect_timeout(Duration::from_secs(10))
         .connect()
         .await
-}
-
-/// One simulated Envoy's identity.
-#[derive(Debug, Clone)]
-pub struct Identity {
-    /// Stream number (0..N).
-    pub id: u32,
-    /// Namespace index of its sidecar.
-    pub namespace: u32,
-    /// The encoded `Node` fields of its own (id, cluster, metadata).
-    pub node: Vec<u8>,
-}
-
-/// One protocol's simulator: what a stream says on the wire. [`run_stream`]
-/// drives it.
-pub(crate) trait Sim: Send + Sized {
-    /// Its protocol.
-    const PROTOCOL: Protocol;
-    /// A simulator around a new stream's state.
-    fn new(envoy: Envoy) -> Self;
-    /// The stream's state.
-    fn envoy(&mut self) -> &mut Envoy;
-    /// Handles one response message: ACKs it, follows up with subscriptions,
-    /// then [`Envoy::settle`].
-    fn on_response(&mut self, message: Bytes) -> impl Future<Output = ()> + Send;
 }
 
 /// Runs one simulated Envoy on `protocol` until the harness stops it or

@@ -20,6 +20,7 @@
 //!
 //! [`NameSets::watchers`]: crate::track::NameSets::watchers
 
+use std::future::Future;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
@@ -27,7 +28,7 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use tokio::sync::mpsc;
 
-use crate::ads::{Identity, Protocol, Shared};
+use crate::fleet::{Identity, Protocol, Shared};
 use crate::track::{Change, NameSet, XdsType};
 use crate::wire;
 
@@ -269,4 +270,19 @@ impl Drop for Envoy {
             self.shared.names.release(&set);
         }
     }
+}
+
+/// One protocol's simulator: what a stream says on the wire, around the
+/// [`Envoy`] state both protocols keep. The stream task (`ads::run_stream`)
+/// drives it.
+pub(crate) trait Sim: Send + Sized {
+    /// Its protocol.
+    const PROTOCOL: Protocol;
+    /// A simulator around a new stream's state.
+    fn new(envoy: Envoy) -> Self;
+    /// The stream's state.
+    fn envoy(&mut self) -> &mut Envoy;
+    /// Handles one response message: ACKs it, follows up with subscriptions,
+    /// then [`Envoy::settle`].
+    fn on_response(&mut self, message: Bytes) -> impl Future<Output = ()> + Send;
 }

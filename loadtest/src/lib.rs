@@ -19,7 +19,9 @@
 
 pub mod ads;
 mod delta;
+mod deps;
 mod envoy;
+pub mod fleet;
 mod frames;
 mod grpc;
 pub mod mesh;
@@ -35,7 +37,7 @@ mod wire;
 #[cfg(test)]
 mod test;
 
-pub use ads::Protocol;
+pub use fleet::Protocol;
 pub use report::Report;
 pub use run::run;
 pub use scenario::{ExpectSpec, Options, Scenario};

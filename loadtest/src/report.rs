@@ -11,7 +11,7 @@ use hdrhistogram::Histogram;
 use plotters::prelude::*;
 use serde::Serialize;
 
-use crate::ads::Protocol;
+use crate::fleet::Protocol;
 use crate::mesh::Shape;
 
 /// Latencies of one phase.

@@ -14,7 +14,8 @@ use anyhow::{Context as _, bail};
 use indicatif::{ProgressBar, ProgressStyle};
 use tokio::sync::Semaphore;
 
-use crate::ads::{self, Identity, Shared};
+use crate::ads;
+use crate::fleet::{Identity, Shared};
 use crate::mesh::{FreshAddresses, PORT, Shape};
 use crate::registry::Registry;
 use crate::report::{self, PhaseReport, Report, Sample};

@@ -8,7 +8,7 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use crate::ads::Protocol;
+use crate::fleet::Protocol;
 use crate::mesh::Shape;
 use crate::report::{Report, TargetCheck};
 use crate::track::{Expect, XdsType};

@@ -15,8 +15,8 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 
-use crate::ads::{self, Protocol};
 use crate::envoy::Envoy;
+use crate::fleet::Protocol;
 use crate::track::XdsType;
 use crate::wire::{self, Response};
 
@@ -33,7 +33,7 @@ pub(crate) struct Sim {
     types: [TypeState; 4],
 }
 
-impl ads::Sim for Sim {
+impl crate::envoy::Sim for Sim {
     const PROTOCOL: Protocol = Protocol::Sotw;
 
     fn new(envoy: Envoy) -> Sim {

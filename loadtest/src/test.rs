@@ -24,8 +24,9 @@ use std::task::{Context, Poll};
 use bytes::Bytes;
 use http_body::{Body, Frame};
 
-use crate::ads::{Identity, Protocol, Shared, Sim};
 use crate::envoy::Envoy;
+use crate::envoy::Sim;
+use crate::fleet::{Identity, Protocol, Shared};
 use crate::mesh::Shape;
 use crate::scenario::Scenario;
 use crate::track::{Change, Expect, XdsType};

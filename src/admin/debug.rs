@@ -18,7 +18,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
 use super::AdminState;
-use crate::config::parse::Problem;
+use crate::config::Problem;
 use crate::generate::cache::CacheStats;
 use crate::push::history::{PushRecord, unix_millis};
 use crate::push::queue::ConnectionHandle;

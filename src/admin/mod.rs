@@ -26,7 +26,7 @@ use axum::http::{StatusCode, header};
 use axum::response::IntoResponse;
 use axum::routing::get;
 
-use crate::config::parse::Problem;
+use crate::config::Problem;
 use crate::engine::PushEngine;
 use crate::source::SourceStatus;
 use crate::xds::AdsService;

@@ -1,9 +1,13 @@
 //! Typed input objects: the Kubernetes and Istio kinds meshpush reads.
 //!
-//! Role in the data flow: a *source* (a watched directory of YAML, later the
+//! Role in the data flow: a *source* (a watched directory of YAML, the
 //! registry API) parses documents into [`ConfigObject`]s, validates them and
-//! hands them to the [`crate::model::ConfigStore`]. Everything downstream works
-//! on these typed values, never on raw YAML.
+//! hands them to the store (`model::ConfigStore`). Everything downstream
+//! works on these typed values, never on raw YAML.
+//!
+//! This layer sits just above the base types: it knows each kind on its
+//! own, never a store of them (the model layer above it holds the store
+//! and checks references between objects).
 //!
 //! Invariant: a `ConfigObject` that reached the store has passed
 //! [`validate`](crate::config::validate) — generators may rely on its fields
@@ -13,6 +17,7 @@ pub mod duration;
 pub mod istio;
 pub mod k8s;
 pub mod parse;
+pub mod problem;
 pub mod validate;
 
 use std::collections::BTreeMap;
@@ -22,6 +27,7 @@ use std::sync::Arc;
 use serde::{Deserialize, Serialize};
 
 pub use duration::Duration;
+pub use problem::{Problem, Severity};
 
 /// The kinds of object meshpush understands.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]

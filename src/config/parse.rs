@@ -2,86 +2,27 @@
 //!
 //! Role in the data flow: a source (the watched directory, `meshpush validate`)
 //! reads a file and hands its text to [`parse_documents`]; what comes back is
-//! ready for the [`ConfigStore`](crate::model::ConfigStore) plus the problems
+//! ready for the store (`model::ConfigStore`) plus the problems
 //! to show the user. This module owns the `apiVersion` + `kind` → type table,
-//! the YAML-to-type step (with field paths on type errors) and the
-//! [`Problem`] vocabulary every config check reports in.
+//! and the YAML-to-type step (with field paths on type errors); what it
+//! finds is reported as [`Problem`]s.
 //!
 //! Invariant: every object in [`ParsedFile::objects`] parsed cleanly and
 //! passed [`validate`] without an Error, and no
 //! key appears twice there; every non-empty document either yields objects or
 //! leaves at least one problem — nothing is dropped silently.
 
-use std::fmt;
 use std::sync::Arc;
 
-use serde::Serialize;
 use serde::de::DeserializeOwned;
 use serde_yaml_ng::{Mapping, Value};
 
+use super::problem::{Problem, Severity};
 use super::validate::validate;
 use super::{ConfigKey, ConfigKind, ConfigObject, SourceRef, istio, k8s};
 
 #[cfg(test)]
 mod test;
-
-/// How bad a [`Problem`] is.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Severity {
-    /// The object (or document) is refused; a source keeps its previous version.
-    Error,
-    /// Worth knowing, nothing is refused.
-    Warning,
-}
-
-impl fmt::Display for Severity {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
-            Severity::Error => "error",
-            Severity::Warning => "warning",
-        })
-    }
-}
-
-/// One finding about a document or object, located as precisely as known.
-///
-/// Displays as one line:
-/// `reviews.yaml doc 2: VirtualService default/reviews: spec.http[0].route[1].weight: -5 is negative`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct Problem {
-    /// Error or warning.
-    pub severity: Severity,
-    /// The file and document.
-    pub source: SourceRef,
-    /// The object, when its kind and name could be read.
-    pub object: Option<ConfigKey>,
-    /// Field path inside the object (`spec.http[0].route[1].weight`); empty
-    /// when the problem is about the document or object as a whole.
-    pub path: String,
-    /// What was wrong and why.
-    pub message: String,
-}
-
-impl Problem {
-    /// Whether the problem refuses the object.
-    pub fn is_error(&self) -> bool {
-        self.severity == Severity::Error
-    }
-}
-
-impl fmt::Display for Problem {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}: ", self.source)?;
-        if let Some(key) = &self.object {
-            write!(f, "{key}: ")?;
-        }
-        if !self.path.is_empty() {
-            write!(f, "{}: ", self.path)?;
-        }
-        f.write_str(&self.message)
-    }
-}
 
 /// What one file yielded.
 #[derive(Debug, Clone, Default)]

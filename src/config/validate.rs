@@ -3,9 +3,10 @@
 //! Role in the data flow: [`parse_documents`](super::parse::parse_documents)
 //! runs [`validate`] on every object it reads; an object with an Error never
 //! reaches the store, so generators may rely on its fields being well-formed.
-//! [`check_references`] runs afterwards on a whole store snapshot and reports
-//! dangling references (unknown hosts, subsets, gateways) as warnings: like
-//! Istio, meshpush accepts such objects and the route fails at run time.
+//! References between objects (unknown hosts, subsets, gateways) are
+//! checked afterwards on a whole store snapshot, by the model layer
+//! (`model::references`): like Istio, meshpush accepts such objects and the
+//! route fails at run time.
 //!
 //! This module owns the rules; the per-kind checks live in `k8s` and `istio`
 //! beside it. Invariant: [`validate`] looks at one object only and is a pure
@@ -16,17 +17,14 @@ use std::net::IpAddr;
 
 use serde::Serialize;
 
-use super::parse::Severity;
+use super::problem::Severity;
 use super::{ConfigKind, ConfigObject, ObjectMeta};
 
 mod istio;
 mod k8s;
-mod references;
 #[cfg(test)]
 mod test;
 mod virtual_service;
-
-pub use references::check_references;
 
 /// One finding about a field of an object.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]

@@ -2,6 +2,8 @@
 //!
 //! * [`ConfigStore`] holds every config object by [`ConfigKey`](crate::config::ConfigKey),
 //!   with its source and revision; writes yield typed change sets.
+//! * [`check_references`] reports references between the store's objects
+//!   that lead nowhere.
 //! * [`Service`], [`Endpoint`] and [`Proxy`] are the shapes generators read:
 //!   Kubernetes Services and ServiceEntries both become `Service`s; Pods,
 //!   EndpointSlices, WorkloadEntries and inline ServiceEntry endpoints all
@@ -13,11 +15,13 @@
 pub mod endpoint;
 pub mod host;
 pub mod proxy;
+pub mod references;
 pub mod service;
 pub mod store;
 
 pub use endpoint::{Endpoint, ServiceEndpoints};
 pub use host::Hostname;
 pub use proxy::{InterceptionMode, NodeError, Proxy, ProxyKind};
+pub use references::check_references;
 pub use service::{Protocol, Resolution, Service, ServicePort};
 pub use store::{ChangeSet, ConfigStore, StoreSnapshot, StoredObject};

@@ -38,7 +38,8 @@ use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
 use crate::config::SourceRef;
-use crate::config::parse::{ParsedFile, Problem, Severity, parse_documents};
+use crate::config::parse::{ParsedFile, parse_documents};
+use crate::config::{Problem, Severity};
 use crate::model::{ChangeSet, ConfigStore};
 
 mod index;

@@ -21,9 +21,9 @@ use std::fmt::Write as _;
 use std::path::Path;
 
 use crate::config::SourceRef;
-use crate::config::parse::{Problem, Severity};
-use crate::config::validate::check_references;
+use crate::config::{Problem, Severity};
 use crate::model::ConfigStore;
+use crate::model::check_references;
 
 pub mod file;
 pub mod registry;

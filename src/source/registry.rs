@@ -34,8 +34,9 @@ use prost::Message as _;
 use tokio::sync::mpsc;
 use tonic::{Code, Request, Response, Status};
 
-use crate::config::parse::{Problem, Severity, parse_documents};
+use crate::config::parse::parse_documents;
 use crate::config::{ConfigKey, ConfigKind, SourceRef};
+use crate::config::{Problem, Severity};
 use crate::engine::PushEngine;
 use crate::model::store::Write;
 use crate::model::{ChangeSet, ConfigStore};

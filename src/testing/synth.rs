@@ -190,7 +190,7 @@ mod tests {
         for o in &objects {
             let errors: Vec<_> = crate::config::validate::validate(o)
                 .into_iter()
-                .filter(|e| e.severity == crate::config::parse::Severity::Error)
+                .filter(|e| e.severity == crate::config::Severity::Error)
                 .collect();
             assert!(errors.is_empty(), "{}: {errors:?}", o.key());
         }

@@ -1,10 +1,8 @@
 //! Validation is exercised through the parser, as a user meets it: YAML in,
 //! located problems out.
 
-use crate::config::parse::{Problem, Severity, parse_documents};
-use crate::config::validate::check_references;
-use crate::model::ConfigStore;
-use crate::model::store::Write;
+use crate::config::Severity;
+use crate::config::parse::parse_documents;
 
 /// `(severity, path, message)` of every problem in `yaml`.
 fn findings(yaml: &str) -> Vec<(Severity, String, String)> {
@@ -233,78 +231,4 @@ fn kubernetes_rules() {
     let slice = "apiVersion: discovery.k8s.io/v1\nkind: EndpointSlice\nmetadata: {name: e}\naddressType: IPv5\n";
     assert_eq!(error_paths(slice), vec!["metadata.labels", "addressType"]);
     assert_eq!(error_paths("apiVersion: v1\nkind: Service\nmetadata: {name: Reviews_1}\n"), vec!["metadata.name"]);
-}
-
-/// Loads `yaml` into a fresh store, as a source would, and checks references.
-fn reference_problems(yaml: &str) -> Vec<Problem> {
-    let parsed = parse_documents("refs.yaml", yaml);
-    assert!(!parsed.has_errors(), "{:#?}", parsed.problems);
-    let store = ConfigStore::new();
-    store.apply(parsed.objects.into_iter().map(|(o, s)| Write::Put(o, s)));
-    check_references(&store.snapshot())
-}
-
-const REFERENCED: &str = r#"apiVersion: v1
-kind: Service
-metadata: {name: reviews, namespace: prod}
----
-apiVersion: networking.istio.io/v1
-kind: ServiceEntry
-metadata: {name: ext}
-spec: {hosts: ["*.example.com"], ports: [{number: 80, name: http}]}
----
-apiVersion: networking.istio.io/v1
-kind: DestinationRule
-metadata: {name: reviews, namespace: prod}
-spec: {host: reviews, subsets: [{name: v1}]}
----
-apiVersion: networking.istio.io/v1
-kind: Gateway
-metadata: {name: ingress, namespace: edge}
-spec: {servers: [{port: {number: 80, name: http, protocol: HTTP}, hosts: ["*"]}]}
----
-"#;
-
-#[test]
-fn references_that_resolve_give_no_problems() {
-    let yaml = format!(
-        "{REFERENCED}apiVersion: networking.istio.io/v1\nkind: VirtualService\nmetadata: {{name: r, namespace: prod}}\nspec:\n  hosts: [reviews]\n  gateways: [mesh, edge/ingress]\n  http:\n  - route: [{{destination: {{host: reviews, subset: v1}}}}]\n  - route: [{{destination: {{host: api.example.com}}}}]\n"
-    );
-    assert_eq!(reference_problems(&yaml), vec![]);
-}
-
-#[test]
-fn dangling_hosts_subsets_and_gateways_are_warnings_located_in_the_file() {
-    let yaml = format!(
-        "{REFERENCED}apiVersion: networking.istio.io/v1\nkind: VirtualService\nmetadata: {{name: r, namespace: prod}}\nspec:\n  hosts: [reviews]\n  gateways: [ingress]\n  http:\n  - route:\n    - {{destination: {{host: reviews, subset: v2}}, weight: 50}}\n    - {{destination: {{host: ratings}}, weight: 50}}\n"
-    );
-    let problems = reference_problems(&yaml);
-    let found: Vec<(Severity, &str, usize)> =
-        problems.iter().map(|p| (p.severity, p.path.as_str(), p.source.doc)).collect();
-    assert_eq!(
-        found,
-        vec![
-            (Severity::Warning, "spec.http[0].route[0].destination.subset", 4),
-            (Severity::Warning, "spec.http[0].route[1].destination.host", 4),
-            (Severity::Warning, "spec.gateways[0]", 4),
-        ],
-        "{problems:#?}"
-    );
-    assert!(problems[0].message.contains("prod/reviews defines [v1]"), "{}", problems[0].message);
-    assert!(problems[1].message.contains("ratings.prod.svc.cluster.local"), "{}", problems[1].message);
-    assert!(problems[2].message.contains("prod/ingress"), "{}", problems[2].message);
-}
-
-#[test]
-fn two_sidecars_without_selector_in_one_namespace_collide() {
-    let sidecar = |name: &str| {
-        format!(
-            "apiVersion: networking.istio.io/v1\nkind: Sidecar\nmetadata: {{name: {name}, namespace: prod}}\nspec: {{egress: [{{hosts: [./*]}}]}}\n"
-        )
-    };
-    let problems = reference_problems(&format!("{}---\n{}", sidecar("a"), sidecar("b")));
-    assert_eq!(problems.len(), 1, "{problems:#?}");
-    assert_eq!(problems[0].severity, Severity::Error);
-    assert_eq!(problems[0].object.as_ref().map(|k| &*k.name), Some("b"));
-    assert!(problems[0].message.contains("prod/a"), "{}", problems[0].message);
 }

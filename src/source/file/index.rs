@@ -18,8 +18,9 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
-use crate::config::parse::{ParsedFile, Problem, Severity};
+use crate::config::parse::ParsedFile;
 use crate::config::{ConfigKey, ConfigObject, SourceRef};
+use crate::config::{Problem, Severity};
 use crate::model::store::Write;
 
 /// Every file's contribution.
