@@ -22,8 +22,9 @@ use meshpush::resource::TypeUrl;
 use meshpush::testing::memory::{MemoryClient, node};
 use meshpush::testing::synth::MeshSpec;
 use meshpush::xds::AdsService;
-use meshpush::xds::bodies::BodyCache;
-use meshpush::xds::codec::OutgoingResponse;
+use meshpush::xds::sotw::{OutgoingResponse, codec};
+use meshpush::xds::stream::bodies::BodyCache;
+use meshpush::xds::stream::published::Published;
 
 // The server binary's allocator, so the push path is measured as it runs.
 #[global_allocator]
@@ -142,14 +143,15 @@ fn assembly(c: &mut Criterion) {
     let bodies = BodyCache::new();
     let scope = ctx.scope_for(&sidecar(&spec, 5));
     let set = cache.scoped(&ctx, &scope, TypeUrl::Cluster);
+    let view = Published { ctx: &ctx, cache: &cache, bodies: &bodies };
     // The first stream assembles; every later one hits.
-    bodies.sotw(ctx.version, TypeUrl::Cluster, &set.version, &set.resources, false);
+    codec::body(&view, TypeUrl::Cluster, &set.version, &set.resources, false);
     let mut nonce = 0u32;
     group.bench_function("cds_one_stream_cache_hit", |b| {
         b.iter(|| {
             nonce = nonce.wrapping_add(1);
             let set = cache.scoped(&ctx, &scope, TypeUrl::Cluster);
-            let body = bodies.sotw(ctx.version, TypeUrl::Cluster, &set.version, &set.resources, false);
+            let body = codec::body(&view, TypeUrl::Cluster, &set.version, &set.resources, false);
             let response = OutgoingResponse { body, nonce };
             (response.tail(), response)
         })

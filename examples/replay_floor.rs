@@ -44,11 +44,14 @@ use meshpush::model::{ConfigStore, Proxy};
 use meshpush::push::{PushChanges, PushContext, ScopeInterner};
 use meshpush::resource::TypeUrl;
 use meshpush::resource::{EncodedResource, version_of};
-use meshpush::xds::bodies::BodyCache;
-use meshpush::xds::body::ResponseStreamBody;
-use meshpush::xds::codec::OutgoingResponse;
-use meshpush::xds::requests::{RequestMessages, SotwRequest};
 use meshpush::xds::server::MAX_REQUEST_BYTES;
+use meshpush::xds::sotw::OutgoingResponse;
+use meshpush::xds::sotw::SotwRequest;
+use meshpush::xds::sotw::codec::{self, ResponseBody};
+use meshpush::xds::stream::bodies::BodyCache;
+use meshpush::xds::stream::body::ResponseStreamBody;
+use meshpush::xds::stream::messages::RequestMessages;
+use meshpush::xds::stream::published::Published;
 use prost::Message;
 use tokio::sync::{broadcast, mpsc};
 
@@ -77,8 +80,6 @@ struct Replay {
     bodies: [Bytes; 4],
     /// The assignment changes replace an endpoint of.
     changed: ClusterLoadAssignment,
-    /// Bodies of changed assignments, assembled as meshpush assembles them.
-    assembled: BodyCache,
     changes: broadcast::Sender<Bytes>,
 }
 
@@ -107,9 +108,10 @@ fn generate(scenario: Scenario) -> anyhow::Result<Replay> {
     let inbound = ctx.inbound_for(&proxy);
 
     let assembled = BodyCache::new();
+    let view = Published { ctx: &ctx, cache: &cache, bodies: &assembled };
     let body = |t: TypeUrl, resources: &[Arc<EncodedResource>]| {
         let version = version_of(resources.iter().map(|r| (&*r.name, r.hash)));
-        assembled.sotw(ctx.version, t, &version, resources, false)
+        codec::body(&view, t, &version, resources, false)
     };
     let clusters = cache.proxy_set(&ctx, &scope, &inbound, TypeUrl::Cluster);
     let listeners = cache.proxy_set(&ctx, &scope, &inbound, TypeUrl::Listener);
@@ -132,7 +134,7 @@ fn generate(scenario: Scenario) -> anyhow::Result<Replay> {
         routes.resources.len(),
         bodies.iter().map(Bytes::len).sum::<usize>()
     );
-    Ok(Replay { bodies, changed, assembled, changes: broadcast::channel(16).0 })
+    Ok(Replay { bodies, changed, changes: broadcast::channel(16).0 })
 }
 
 impl Replay {
@@ -149,7 +151,8 @@ impl Replay {
         }
         let resource = Arc::new(EncodedResource::encode(TypeUrl::Endpoint, cla.cluster_name.as_str().into(), &cla));
         let version = version_of([(&*resource.name, resource.hash)]);
-        self.assembled.sotw(1, TypeUrl::Endpoint, &version, &[resource], true)
+        // Each change is new content: meshpush assembles its body once, too.
+        ResponseBody::assemble(TypeUrl::Endpoint, &version, [&*resource]).bytes
     }
 }
 
@@ -224,7 +227,7 @@ async fn stream(
         let body = tokio::select! {
             message = futures::StreamExt::next(&mut requests) => {
                 let Some(Ok(message)) = message else { return };
-                let Ok((request, _)) = SotwRequest::decode(message, first) else { return };
+                let Ok((request, _)) = SotwRequest::read(message, first) else { return };
                 if first {
                     requests.leave_out(2);
                     first = false;

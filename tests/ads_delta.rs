@@ -22,7 +22,7 @@ use envoy_types::pb::envoy::service::discovery::v3::{DeltaDiscoveryRequest, Delt
 use envoy_types::pb::google::rpc::Status as RpcStatus;
 use meshpush::config::{ConfigKey, ConfigKind};
 use meshpush::resource::TypeUrl;
-use meshpush::xds::status::SyncState;
+use meshpush::xds::stream::status::SyncState;
 use prost::Message;
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;

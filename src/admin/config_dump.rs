@@ -36,9 +36,10 @@ use super::envoy_json;
 use crate::model::Proxy;
 use crate::resource::TypeUrl;
 use crate::xds::AdsService;
-use crate::xds::codec::{FRAME_HEADER_LEN, OutgoingResponse};
-use crate::xds::connection::Connection;
-use crate::xds::published::Published;
+use crate::xds::sotw::Connection;
+use crate::xds::sotw::OutgoingResponse;
+use crate::xds::stream::body::FRAME_HEADER_LEN;
+use crate::xds::stream::published::Published;
 
 const ADMIN_PREFIX: &str = "type.googleapis.com/envoy.admin.v3.";
 

@@ -23,7 +23,7 @@ use crate::generate::cache::CacheStats;
 use crate::push::history::{PushRecord, unix_millis};
 use crate::push::queue::ConnectionHandle;
 use crate::resource::TypeUrl;
-use crate::xds::status::{StreamStatus, SyncState, TypeStatus};
+use crate::xds::stream::status::{StreamStatus, SyncState, TypeStatus};
 
 /// meshpush's version, shown where Istio shows istiod's.
 pub const VERSION: &str = env!("CARGO_PKG_VERSION");

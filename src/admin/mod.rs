@@ -30,7 +30,7 @@ use crate::config::Problem;
 use crate::engine::PushEngine;
 use crate::source::SourceStatus;
 use crate::xds::AdsService;
-use crate::xds::status::StreamStatus;
+use crate::xds::stream::status::StreamStatus;
 
 pub mod config_dump;
 pub mod debug;

@@ -18,7 +18,7 @@ use super::debug::{VERSION, sorted_connections, sync_state};
 use crate::metrics::HistogramSnapshot;
 use crate::push::history::PushRecord;
 use crate::resource::TypeUrl;
-use crate::xds::status::SyncState;
+use crate::xds::stream::status::SyncState;
 
 /// Seconds between reloads.
 const REFRESH_SECONDS: u32 = 5;

@@ -7,7 +7,7 @@ use serde_json::Value;
 
 use super::table::Table;
 use super::{CliError, admin_client};
-use crate::generate::names::{Direction, parse_cluster};
+use crate::generate::naming::{Direction, parse_cluster};
 
 /// Which part of the configuration to show.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]

@@ -31,7 +31,7 @@ use envoy_types::pb::envoy::extensions::upstreams::http::v3::{
 };
 
 use super::policy::{self, DestinationPolicy};
-use super::{eds, names, proto};
+use super::{eds, naming, proto};
 use crate::config::istio::{DestinationRuleSpec, LoadBalancerSettings, TrafficPolicy};
 use crate::model::{Protocol, ProxyKind, Resolution, Service, ServicePort};
 use crate::push::{InboundKey, PushContext, Scope};
@@ -82,7 +82,7 @@ fn outbound(
     subset: &str,
     rule: Option<&DestinationRuleSpec>,
 ) -> Cluster {
-    let name = names::outbound_cluster(port.port, subset, &svc.hostname);
+    let name = naming::outbound_cluster(port.port, subset, &svc.hostname);
     let DestinationPolicy { traffic, labels, .. } = policy::from_rule(rule, subset);
     let lb = traffic.load_balancer.as_ref();
     let passthrough =
@@ -128,10 +128,10 @@ fn outbound(
 
 /// `inbound|port||`: the local workload on 127.0.0.1.
 fn inbound(port: u32, protocol: Protocol) -> Cluster {
-    let name = names::inbound_cluster(port);
+    let name = naming::inbound_cluster(port);
     let endpoint = LbEndpoint {
         host_identifier: Some(HostIdentifier::Endpoint(EnvoyEndpoint {
-            address: Some(proto::socket_address(names::LOCALHOST, port)),
+            address: Some(proto::socket_address(naming::LOCALHOST, port)),
             ..Default::default()
         })),
         ..Default::default()
@@ -155,7 +155,7 @@ fn inbound(port: u32, protocol: Protocol) -> Cluster {
 /// `BlackHoleCluster`: a static cluster with no hosts.
 fn blackhole() -> Cluster {
     let mut cluster = Cluster {
-        name: names::BLACKHOLE_CLUSTER.to_string(),
+        name: naming::BLACKHOLE_CLUSTER.to_string(),
         connect_timeout: Some(proto::seconds(DEFAULT_CONNECT_TIMEOUT_SECONDS)),
         ..Default::default()
     };
@@ -166,7 +166,7 @@ fn blackhole() -> Cluster {
 /// `PassthroughCluster`: forwards to the connection's original destination.
 fn passthrough() -> Cluster {
     let mut cluster = Cluster {
-        name: names::PASSTHROUGH_CLUSTER.to_string(),
+        name: naming::PASSTHROUGH_CLUSTER.to_string(),
         connect_timeout: Some(proto::seconds(DEFAULT_CONNECT_TIMEOUT_SECONDS)),
         lb_policy: LbPolicy::ClusterProvided as i32,
         circuit_breakers: Some(circuit_breakers(&TrafficPolicy::default())),

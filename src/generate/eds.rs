@@ -17,7 +17,7 @@ use envoy_types::pb::envoy::config::endpoint::v3::{
     ClusterLoadAssignment, Endpoint as EnvoyEndpoint, LbEndpoint, LocalityLbEndpoints, lb_endpoint::HostIdentifier,
 };
 
-use super::names::{self, Direction};
+use super::naming::{self, Direction};
 use super::{policy, proto};
 use crate::model::{Resolution, Service, ServiceEndpoints};
 use crate::push::PushContext;
@@ -25,7 +25,7 @@ use crate::push::PushContext;
 /// The assignment for `cluster_name`: `None` when the name is not an outbound
 /// cluster of a known service port.
 pub fn load_assignment(ctx: &PushContext, cluster_name: &str) -> Option<ClusterLoadAssignment> {
-    let name = names::parse_cluster(cluster_name)?;
+    let name = naming::parse_cluster(cluster_name)?;
     if name.direction != Direction::Outbound {
         return None;
     }
@@ -43,7 +43,7 @@ pub fn load_assignment(ctx: &PushContext, cluster_name: &str) -> Option<ClusterL
 /// The service host of a cluster name (`reviews.default.svc.cluster.local`
 /// for `outbound|9080|v1|reviews.default.svc.cluster.local`).
 pub fn host_of(cluster_name: &str) -> Option<&str> {
-    names::parse_cluster(cluster_name).filter(|n| n.direction == Direction::Outbound).map(|n| n.host)
+    naming::parse_cluster(cluster_name).filter(|n| n.direction == Direction::Outbound).map(|n| n.host)
 }
 
 /// An assignment without endpoints.

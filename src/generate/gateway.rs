@@ -12,7 +12,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
-use super::names;
+use super::naming;
 use crate::config::ConfigObject;
 use crate::model::{Hostname, host};
 use crate::push::index::{GatewayServer, ResolvedGateway, ResolvedVirtualService};
@@ -46,7 +46,7 @@ pub fn gateway_ports<'a>(ctx: &PushContext, scope: &'a Scope) -> Vec<GatewayPort
                 continue;
             }
             let http = is_http(&server.protocol);
-            let bind = server.bind.as_deref().unwrap_or(names::WILDCARD_ADDRESS);
+            let bind = server.bind.as_deref().unwrap_or(naming::WILDCARD_ADDRESS);
             let entry = ports.entry(port).or_insert_with(|| GatewayPort { port, bind, http, servers: Vec::new() });
             if entry.http != http {
                 tracing::debug!(gateway = %gw.name, port, protocol = %server.protocol, "server protocol conflicts with an earlier server on the port; skipped");

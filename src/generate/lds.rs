@@ -46,7 +46,7 @@ use envoy_types::pb::envoy::extensions::filters::network::tcp_proxy::v3::{
 use super::gateway;
 use super::outbound::{self, OutboundPort};
 use super::route::{self, Backends, RouteTarget};
-use super::{names, proto};
+use super::{naming, proto};
 use crate::config::istio::MESH_GATEWAY;
 use crate::model::{InterceptionMode, ProxyKind, Service};
 use crate::push::scope::InboundPort;
@@ -86,11 +86,11 @@ pub fn inbound_listeners(key: &InboundKey) -> Vec<Listener> {
 
 /// A listener the application connects to directly (NONE capture).
 fn bound_listener(ctx: &PushContext, scope: &Scope, port: &OutboundPort<'_>) -> Listener {
-    let bind = port.egress.bind.as_deref().unwrap_or(names::LOCALHOST);
-    let name_ip = if bind == names::LOCALHOST { names::WILDCARD_ADDRESS } else { bind };
-    let name = names::listener(name_ip, port.port);
+    let bind = port.egress.bind.as_deref().unwrap_or(naming::LOCALHOST);
+    let name_ip = if bind == naming::LOCALHOST { naming::WILDCARD_ADDRESS } else { bind };
+    let name = naming::listener(name_ip, port.port);
     let filter = if port.is_http() {
-        http_connection_manager(format!("outbound_{name}"), rds(names::sidecar_route(port.port)))
+        http_connection_manager(format!("outbound_{name}"), rds(naming::sidecar_route(port.port)))
     } else {
         // With a bound address there is no original destination IP to tell
         // TCP services apart: the first one by host takes the port.
@@ -116,8 +116,8 @@ fn bound_listener(ctx: &PushContext, scope: &Scope, port: &OutboundPort<'_>) -> 
 
 /// A listener for redirected traffic, handed over by `virtualOutbound`.
 fn redirected_listener(ctx: &PushContext, scope: &Scope, port: &OutboundPort<'_>) -> Listener {
-    let bind = port.egress.bind.as_deref().unwrap_or(names::WILDCARD_ADDRESS);
-    let name = names::listener(bind, port.port);
+    let bind = port.egress.bind.as_deref().unwrap_or(naming::WILDCARD_ADDRESS);
+    let name = naming::listener(bind, port.port);
     let mut chains = Vec::new();
     let mut claimed: Vec<String> = Vec::new();
     for svc in &port.tcp {
@@ -139,14 +139,14 @@ fn redirected_listener(ctx: &PushContext, scope: &Scope, port: &OutboundPort<'_>
             continue;
         }
         chains.push(FilterChain {
-            name: names::outbound_cluster(port.port, "", &svc.hostname),
+            name: naming::outbound_cluster(port.port, "", &svc.hostname),
             filter_chain_match: Some(FilterChainMatch { prefix_ranges: ranges, ..Default::default() }),
             filters: vec![tcp_service_proxy(ctx, scope, svc, port.port)],
             ..Default::default()
         });
     }
     let default = if port.is_http() {
-        http_connection_manager(format!("outbound_{name}"), rds(names::sidecar_route(port.port)))
+        http_connection_manager(format!("outbound_{name}"), rds(naming::sidecar_route(port.port)))
     } else {
         tcp_service_proxy(ctx, scope, port.tcp[0], port.port)
     };
@@ -166,12 +166,12 @@ fn redirected_listener(ctx: &PushContext, scope: &Scope, port: &OutboundPort<'_>
 /// `PassthroughCluster` (or `BlackHoleCluster` under `REGISTRY_ONLY`).
 fn virtual_outbound(scope: &Scope) -> Listener {
     let cluster = match scope.outbound_policy {
-        OutboundPolicy::AllowAny => names::PASSTHROUGH_CLUSTER,
-        OutboundPolicy::RegistryOnly => names::BLACKHOLE_CLUSTER,
+        OutboundPolicy::AllowAny => naming::PASSTHROUGH_CLUSTER,
+        OutboundPolicy::RegistryOnly => naming::BLACKHOLE_CLUSTER,
     };
     Listener {
-        name: names::VIRTUAL_OUTBOUND.to_string(),
-        address: Some(proto::socket_address(names::WILDCARD_ADDRESS, names::VIRTUAL_OUTBOUND_PORT)),
+        name: naming::VIRTUAL_OUTBOUND.to_string(),
+        address: Some(proto::socket_address(naming::WILDCARD_ADDRESS, naming::VIRTUAL_OUTBOUND_PORT)),
         use_original_dst: Some(proto::bool_value(true)),
         filter_chains: vec![FilterChain {
             name: "virtualOutbound-catchall-tcp".to_string(),
@@ -194,10 +194,10 @@ fn virtual_inbound(ports: &[InboundPort]) -> Listener {
     let mut chains: Vec<FilterChain> = ports
         .iter()
         .map(|p| {
-            let cluster = names::inbound_cluster(p.port);
+            let cluster = naming::inbound_cluster(p.port);
             let filter = if p.protocol.is_http() {
                 http_connection_manager(
-                    format!("inbound_{}", names::listener(names::WILDCARD_ADDRESS, p.port)),
+                    format!("inbound_{}", naming::listener(naming::WILDCARD_ADDRESS, p.port)),
                     RouteSpecifier::RouteConfig(inbound_route_config(p.port)),
                 )
             } else {
@@ -216,12 +216,15 @@ fn virtual_inbound(ports: &[InboundPort]) -> Listener {
         .collect();
     chains.push(FilterChain {
         name: "virtualInbound-catchall-tcp".to_string(),
-        filters: vec![tcp_proxy(names::PASSTHROUGH_CLUSTER, Backends::Single(names::PASSTHROUGH_CLUSTER.to_string()))],
+        filters: vec![tcp_proxy(
+            naming::PASSTHROUGH_CLUSTER,
+            Backends::Single(naming::PASSTHROUGH_CLUSTER.to_string()),
+        )],
         ..Default::default()
     });
     Listener {
-        name: names::VIRTUAL_INBOUND.to_string(),
-        address: Some(proto::socket_address(names::WILDCARD_ADDRESS, names::VIRTUAL_INBOUND_PORT)),
+        name: naming::VIRTUAL_INBOUND.to_string(),
+        address: Some(proto::socket_address(naming::WILDCARD_ADDRESS, naming::VIRTUAL_INBOUND_PORT)),
         listener_filters: vec![ListenerFilter {
             name: proto::ORIGINAL_DST.to_string(),
             config_type: Some(listener_filter::ConfigType::TypedConfig(proto::any(&OriginalDst {}))),
@@ -235,11 +238,11 @@ fn virtual_inbound(ports: &[InboundPort]) -> Listener {
 
 /// The inline route config of an inbound HTTP port: everything to the workload.
 fn inbound_route_config(port: u32) -> RouteConfiguration {
-    let cluster = names::inbound_cluster(port);
+    let cluster = naming::inbound_cluster(port);
     RouteConfiguration {
         name: cluster.clone(),
         virtual_hosts: vec![VirtualHost {
-            name: names::inbound_virtual_host(port),
+            name: naming::inbound_virtual_host(port),
             domains: vec!["*".to_string()],
             routes: vec![Route {
                 name: "default".to_string(),
@@ -261,9 +264,9 @@ fn gateway_listeners(ctx: &PushContext, scope: &Scope) -> Vec<Listener> {
     gateway::gateway_ports(ctx, scope)
         .iter()
         .map(|p| {
-            let name = names::listener(p.bind, p.port);
+            let name = naming::listener(p.bind, p.port);
             let filter = if p.http {
-                http_connection_manager(format!("outbound_{name}"), rds(names::gateway_route(p.port)))
+                http_connection_manager(format!("outbound_{name}"), rds(naming::gateway_route(p.port)))
             } else {
                 let backends = p.servers.iter().find_map(|(gw, server)| {
                     let target =
@@ -274,7 +277,7 @@ fn gateway_listeners(ctx: &PushContext, scope: &Scope) -> Vec<Listener> {
                         .filter(|vs| !gateway::server_hosts(server, vs).is_empty())
                         .find_map(|vs| target.tcp_backends(vs))
                 });
-                let backends = backends.unwrap_or_else(|| Backends::Single(names::BLACKHOLE_CLUSTER.to_string()));
+                let backends = backends.unwrap_or_else(|| Backends::Single(naming::BLACKHOLE_CLUSTER.to_string()));
                 tcp_proxy(&format!("outbound_{name}"), backends)
             };
             Listener {
@@ -291,7 +294,7 @@ fn gateway_listeners(ctx: &PushContext, scope: &Scope) -> Vec<Listener> {
 /// tcp_proxy for one TCP service port: its VirtualService's TCP route when
 /// one applies, else the service's cluster.
 fn tcp_service_proxy(ctx: &PushContext, scope: &Scope, svc: &Service, port: u32) -> Filter {
-    let cluster = names::outbound_cluster(port, "", &svc.hostname);
+    let cluster = naming::outbound_cluster(port, "", &svc.hostname);
     let target = RouteTarget { ctx, namespace: &scope.key.namespace, port, gateway: MESH_GATEWAY };
     let backends = ctx
         .virtual_services

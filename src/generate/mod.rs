@@ -6,7 +6,7 @@
 //! * [`eds`]: the `ClusterLoadAssignment` of one cluster, by name.
 //! * [`lds`]: listeners (`0.0.0.0_PORT`, `virtualOutbound`, `virtualInbound`).
 //! * [`rds`]: route configurations (`PORT` for sidecars, `http.PORT` for gateways).
-//! * [`names`]: Istio's naming, made and parsed in one place.
+//! * [`naming`]: Istio's naming, made and parsed in one place.
 //! * [`cache`]: the per-scope cache of encoded resources built on the above.
 //!
 //! Role in the data flow: the cache layer calls these once per
@@ -25,7 +25,7 @@ pub mod cache;
 pub mod cds;
 pub mod eds;
 pub mod lds;
-pub mod names;
+pub mod naming;
 pub mod rds;
 
 mod gateway;
@@ -37,7 +37,7 @@ mod route;
 pub use cds::clusters;
 pub use eds::{host_of, load_assignment};
 pub use lds::listeners;
-pub use names::{BLACKHOLE_CLUSTER, ClusterName, Direction, PASSTHROUGH_CLUSTER, VIRTUAL_INBOUND, VIRTUAL_OUTBOUND};
+pub use naming::{BLACKHOLE_CLUSTER, ClusterName, Direction, PASSTHROUGH_CLUSTER, VIRTUAL_INBOUND, VIRTUAL_OUTBOUND};
 pub use rds::{route_config, route_configs};
 
 #[cfg(test)]

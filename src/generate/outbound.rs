@@ -8,7 +8,7 @@
 use std::collections::BTreeSet;
 use std::sync::Arc;
 
-use super::names;
+use super::naming;
 use crate::model::Service;
 use crate::push::Scope;
 use crate::push::scope::EgressListener;
@@ -53,7 +53,7 @@ pub fn outbound_ports(scope: &Scope) -> Vec<OutboundPort<'_>> {
         .into_iter()
         .filter_map(|port| {
             let egress = scope.egress_for(port)?;
-            if !egress.capture_none && (port == names::VIRTUAL_OUTBOUND_PORT || port == names::VIRTUAL_INBOUND_PORT) {
+            if !egress.capture_none && (port == naming::VIRTUAL_OUTBOUND_PORT || port == naming::VIRTUAL_INBOUND_PORT) {
                 tracing::debug!(port, "service port collides with a virtual listener; no outbound listener for it");
                 return None;
             }

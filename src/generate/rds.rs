@@ -19,7 +19,7 @@ use envoy_types::pb::envoy::config::route::v3::{RouteConfiguration, VirtualHost}
 use super::gateway::{self, GatewayPort};
 use super::outbound::{self, OutboundPort};
 use super::route::{self, RouteTarget};
-use super::{names, proto};
+use super::{naming, proto};
 use crate::config::istio::MESH_GATEWAY;
 use crate::model::{Hostname, ProxyKind, Service};
 use crate::push::scope::OutboundPolicy;
@@ -47,13 +47,13 @@ pub fn route_configs(ctx: &PushContext, scope: &Scope) -> Vec<RouteConfiguration
 pub fn route_config(ctx: &PushContext, scope: &Scope, name: &str) -> Option<RouteConfiguration> {
     match scope.key.kind {
         ProxyKind::Sidecar => {
-            let port = names::parse_sidecar_route(name)?;
+            let port = naming::parse_sidecar_route(name)?;
             let ports = outbound::outbound_ports(scope);
             let p = ports.iter().find(|p| p.port == port && p.is_http())?;
             Some(sidecar_config(ctx, scope, p))
         }
         ProxyKind::Router => {
-            let port = names::parse_gateway_route(name)?;
+            let port = naming::parse_gateway_route(name)?;
             let ports = gateway::gateway_ports(ctx, scope);
             let p = ports.iter().find(|p| p.port == port && p.http)?;
             Some(gateway_config(ctx, scope, p))
@@ -92,7 +92,7 @@ fn sidecar_config(ctx: &PushContext, scope: &Scope, port: &OutboundPort<'_>) -> 
             routes.push(target.default_route(&svc.namespace, &svc.hostname, port.port));
         }
         virtual_hosts.push(VirtualHost {
-            name: names::virtual_host(&svc.hostname, port.port),
+            name: naming::virtual_host(&svc.hostname, port.port),
             domains,
             routes,
             ..Default::default()
@@ -101,20 +101,20 @@ fn sidecar_config(ctx: &PushContext, scope: &Scope, port: &OutboundPort<'_>) -> 
     if !used.claim(vec!["*".to_string()]).is_empty() {
         virtual_hosts.push(match scope.outbound_policy {
             OutboundPolicy::AllowAny => VirtualHost {
-                name: names::ALLOW_ANY_VIRTUAL_HOST.to_string(),
+                name: naming::ALLOW_ANY_VIRTUAL_HOST.to_string(),
                 domains: vec!["*".to_string()],
-                routes: vec![route::catch_all_route(names::PASSTHROUGH_CLUSTER)],
+                routes: vec![route::catch_all_route(naming::PASSTHROUGH_CLUSTER)],
                 ..Default::default()
             },
             OutboundPolicy::RegistryOnly => VirtualHost {
-                name: names::BLOCK_ALL_VIRTUAL_HOST.to_string(),
+                name: naming::BLOCK_ALL_VIRTUAL_HOST.to_string(),
                 domains: vec!["*".to_string()],
                 routes: vec![route::block_all_route()],
                 ..Default::default()
             },
         });
     }
-    RouteConfiguration { name: names::sidecar_route(port.port), virtual_hosts, ..Default::default() }
+    RouteConfiguration { name: naming::sidecar_route(port.port), virtual_hosts, ..Default::default() }
 }
 
 /// The domains Istio gives a service's virtual host: the FQDN; for
@@ -168,7 +168,7 @@ fn gateway_config(ctx: &PushContext, scope: &Scope, port: &GatewayPort<'_>) -> R
                 continue;
             }
             for h in vhost_hosts {
-                let name = names::virtual_host(&h, server.port);
+                let name = naming::virtual_host(&h, server.port);
                 if !seen.insert((&vs.key, name.clone())) {
                     continue;
                 }
@@ -184,7 +184,7 @@ fn gateway_config(ctx: &PushContext, scope: &Scope, port: &GatewayPort<'_>) -> R
             (!domains.is_empty()).then(|| VirtualHost { name, domains, routes, ..Default::default() })
         })
         .collect();
-    RouteConfiguration { name: names::gateway_route(port.port), virtual_hosts, ..Default::default() }
+    RouteConfiguration { name: naming::gateway_route(port.port), virtual_hosts, ..Default::default() }
 }
 
 /// `host` and `host:port` for the server port and (when different) the port

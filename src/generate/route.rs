@@ -31,7 +31,7 @@ use envoy_types::pb::envoy::r#type::matcher::v3::{
     RegexMatchAndSubstitute, RegexMatcher, StringMatcher, string_matcher::MatchPattern,
 };
 
-use super::{names, policy, proto};
+use super::{naming, policy, proto};
 use crate::config::istio::{Destination, HttpMatchRequest, HttpRetry, HttpRoute, StringMatch};
 use crate::model::host;
 use crate::push::PushContext;
@@ -86,7 +86,7 @@ impl RouteTarget<'_> {
     /// The route of a host without a VirtualService: everything to `cluster`
     /// with Istio's default retries and no timeout.
     pub fn default_route(&self, service_namespace: &str, host: &str, port: u32) -> Route {
-        let cluster = names::outbound_cluster(port, "", host);
+        let cluster = naming::outbound_cluster(port, "", host);
         Route {
             name: "default".to_string(),
             r#match: Some(prefix_match("/")),
@@ -242,7 +242,7 @@ impl RouteTarget<'_> {
             .filter(|p| *p != 0)
             .or_else(|| self.ctx.services.get(&host).filter(|s| s.ports.len() == 1).map(|s| s.ports[0].port))
             .unwrap_or(self.port);
-        names::outbound_cluster(port, d.subset.as_deref().unwrap_or(""), &host)
+        naming::outbound_cluster(port, d.subset.as_deref().unwrap_or(""), &host)
     }
 
     /// The hash policy of the first destination (with a weight) whose
@@ -277,7 +277,7 @@ impl RouteTarget<'_> {
 /// A route sending everything to `cluster` (the catch-all virtual host).
 pub fn catch_all_route(cluster: &str) -> Route {
     Route {
-        name: names::ALLOW_ANY_VIRTUAL_HOST.to_string(),
+        name: naming::ALLOW_ANY_VIRTUAL_HOST.to_string(),
         r#match: Some(prefix_match("/")),
         action: Some(Action::Route(RouteAction {
             cluster_specifier: Some(ClusterSpecifier::Cluster(cluster.to_string())),
@@ -291,7 +291,7 @@ pub fn catch_all_route(cluster: &str) -> Route {
 /// A route answering 502 to everything (`REGISTRY_ONLY`'s catch-all).
 pub fn block_all_route() -> Route {
     Route {
-        name: names::BLOCK_ALL_VIRTUAL_HOST.to_string(),
+        name: naming::BLOCK_ALL_VIRTUAL_HOST.to_string(),
         r#match: Some(prefix_match("/")),
         action: Some(Action::DirectResponse(DirectResponseAction { status: 502, ..Default::default() })),
         ..Default::default()

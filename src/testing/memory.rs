@@ -24,8 +24,9 @@ use tonic::Status;
 
 use crate::resource::TypeUrl;
 use crate::xds::AdsService;
-use crate::xds::codec::{FRAME_HEADER_LEN, OutgoingResponse};
 use crate::xds::server::spawn_stream;
+use crate::xds::sotw::OutgoingResponse;
+use crate::xds::stream::body::{FRAME_HEADER_LEN, nonce_text};
 
 /// Per-type client state.
 #[derive(Debug, Default, Clone)]
@@ -225,7 +226,7 @@ impl MemoryClient {
         }
         let w = &mut self.watches[t.index()];
         w.version = version;
-        w.nonce = OutgoingResponse::nonce_text(response.nonce);
+        w.nonce = nonce_text(response.nonce);
         self.request(t).await;
         t
     }

@@ -1,32 +1,25 @@
-//! The xDS side: ADS streams to Envoy.
+//! The xDS side: ADS streams to Envoy, state of the world and delta.
 //!
-//! * [`codec`]: pre-encoded, gRPC-framed responses; the request decoder.
-//! * [`bodies`]: response bodies assembled once, shared by the streams that send them.
-//! * [`body`]: the HTTP/2 response body that sends shared bytes without copying.
-//! * [`connection`]: one stream's protocol state (SotW ACK/NACK, nonces, watches).
-//! * [`delta`]: one delta stream's protocol state (per-resource versions).
-//! * [`delta_codec`]: pre-encoded, gRPC-framed delta responses.
-//! * [`held`]: what a delta client holds of a type, compact and sorted.
-//! * [`names`]: watched name lists, built once and shared by the streams that watch them.
-//! * [`published`]: what a stream answers from (snapshot, resource cache, body cache).
-//! * [`recorder`]: one stream's metric bookkeeping.
-//! * [`requests`]: the request half of a stream, as whole messages, without a per-stream buffer.
-//! * [`server`]: the hand-written tonic service and the per-stream task.
-//! * [`status`]: a copy of each stream's state for the admin endpoints.
+//! * [`watch`]: what both protocols keep per type (subscriptions, nonces,
+//!   ACKs, NACKs), the watched name lists, and the one decision of what a
+//!   push sends.
+//! * [`stream`]: the stream machinery both share: requests as whole
+//!   messages, the response body and its shared bytes, placement, status,
+//!   metrics.
+//! * [`sotw`]: the state-of-the-world protocol.
+//! * [`delta`]: the delta protocol.
+//! * [`server`]: the hand-written tonic service and the per-stream task
+//!   that drives either protocol.
+//!
+//! Inside this layer imports go one way: `watch` ← `stream` ← `sotw`,
+//! `delta` ← `server`. Both protocols make their shared decisions through
+//! `watch` (`push_plan::plan` decides what a push sends), so they cannot
+//! drift apart.
 
-pub mod bodies;
-pub mod body;
-pub mod codec;
-pub mod connection;
 pub mod delta;
-pub mod delta_codec;
-pub mod held;
-pub mod names;
-pub mod placement;
-pub mod published;
-pub mod recorder;
-pub mod requests;
 pub mod server;
-pub mod status;
+pub mod sotw;
+pub mod stream;
+pub mod watch;
 
 pub use server::AdsService;

@@ -38,16 +38,17 @@ use tonic::body::Body;
 use tonic::server::NamedService;
 use tracing::Instrument;
 
-use super::bodies::BodyCache;
-use super::body::{Framed, ResponseStreamBody};
-use super::codec::OutgoingResponse;
-use super::connection::Connection;
-use super::delta::DeltaConnection;
-use super::delta_codec::DeltaResponse;
-use super::published::Published;
-use super::recorder::StreamRecorder;
-use super::requests::{DeltaRequest, RequestError, RequestMessages, SotwRequest, StreamNode, buffers};
-use super::status::{StatusBoard, StreamState};
+use super::delta::{DeltaConnection, DeltaRequest, DeltaResponse};
+use super::sotw::{Connection, OutgoingResponse, SotwRequest};
+use super::stream::bodies::BodyCache;
+use super::stream::body::{Framed, ResponseStreamBody};
+use super::stream::buffers;
+use super::stream::messages::RequestMessages;
+use super::stream::published::Published;
+use super::stream::recorder::StreamRecorder;
+use super::stream::request::{RequestError, StreamNode};
+use super::stream::status::{StatusBoard, StreamStatus};
+use super::watch::StreamState;
 use crate::engine::PushEngine;
 use crate::model::Proxy;
 use crate::push::{ConnectionHandle, InboundId, PendingPush, Scope};
@@ -147,7 +148,7 @@ impl Protocol for Connection {
         Connection::new(id, proxy)
     }
     fn decode(message: bytes::Bytes, first: bool) -> Result<(SotwRequest, Option<StreamNode>), RequestError> {
-        SotwRequest::decode(message, first)
+        SotwRequest::read(message, first)
     }
     fn recycle(req: SotwRequest) {
         buffers::recycle(req.resource_names.into_message());
@@ -306,7 +307,7 @@ async fn serve_stream<P: Protocol>(
     shared: &Shared,
     mut conn: P,
     handle: &Arc<ConnectionHandle>,
-    status: &parking_lot::Mutex<super::status::StreamStatus>,
+    status: &parking_lot::Mutex<StreamStatus>,
     first: P::Request,
     mut requests: impl futures::Stream<Item = Result<P::Request, Status>> + Unpin,
     tx: mpsc::Sender<P::Response>,

@@ -64,7 +64,7 @@ impl AdsServer {
     }
 
     /// The status the admin endpoints show for the only connected stream.
-    pub fn only_stream_status(&self) -> meshpush::xds::status::StreamStatus {
+    pub fn only_stream_status(&self) -> meshpush::xds::stream::status::StreamStatus {
         let conns = self.engine.queue().connections();
         assert_eq!(conns.len(), 1, "one stream is connected");
         self.ads.statuses().get(conns[0].id)

@@ -9,20 +9,16 @@
 //! fields 6 and 7 are empty, body + nonce is byte-for-byte what prost
 //! encodes for the whole message.
 //!
-//! Requests are read in [`super::requests`].
+//! Requests are read in [`super::request`].
+
+use std::sync::Arc;
 
 use bytes::{BufMut, Bytes, BytesMut};
 use prost::encoding::{self, WireType};
 
-use crate::resource::EncodedResource;
-use crate::resource::TypeUrl;
-
-/// Length of a gRPC frame header.
-pub const FRAME_HEADER_LEN: usize = 5;
-/// Hex digits of a nonce.
-pub const NONCE_LEN: usize = 8;
-/// Encoded length of the nonce field (tag, length, digits).
-pub const NONCE_FIELD_LEN: usize = 2 + NONCE_LEN;
+use crate::resource::{EncodedResource, TypeUrl, version_of};
+use crate::xds::stream::body::{FRAME_HEADER_LEN, Framed, NONCE_FIELD_LEN, nonce_text};
+use crate::xds::stream::published::Published;
 
 /// A gRPC-framed `DiscoveryResponse` without its nonce.
 #[derive(Debug, Clone)]
@@ -75,15 +71,10 @@ pub struct OutgoingResponse {
 }
 
 impl OutgoingResponse {
-    /// The nonce as sent: fixed-width hex.
-    pub fn nonce_text(nonce: u32) -> String {
-        format!("{nonce:08x}")
-    }
-
     /// The per-stream tail: field 5, the nonce.
     pub fn tail(&self) -> Bytes {
         let mut tail = BytesMut::with_capacity(NONCE_FIELD_LEN);
-        encoding::string::encode(5, &Self::nonce_text(self.nonce), &mut tail);
+        encoding::string::encode(5, &nonce_text(self.nonce), &mut tail);
         debug_assert_eq!(tail.len(), NONCE_FIELD_LEN);
         tail.freeze()
     }
@@ -94,10 +85,39 @@ impl OutgoingResponse {
     }
 }
 
+/// The shared body for `resources` at `version`, assembled once for every
+/// stream that sends the same: `partial` says the resources are a subset of
+/// what `version` describes (EDS and RDS send only what changed), so the
+/// subset itself becomes part of the key.
+pub fn body(
+    view: &Published<'_>,
+    type_url: TypeUrl,
+    version: &Arc<str>,
+    resources: &[Arc<EncodedResource>],
+    partial: bool,
+) -> Bytes {
+    let which = if partial {
+        xxhash_rust::xxh3::xxh3_64(version_of(resources.iter().map(|r| (&*r.name, r.hash))).as_bytes())
+    } else {
+        0
+    };
+    view.body((type_url, version.clone(), which), || {
+        ResponseBody::assemble(type_url, version, resources.iter().map(|r| &**r)).bytes
+    })
+}
+
+impl Framed for OutgoingResponse {
+    fn into_chunks(self) -> (Bytes, Bytes) {
+        let tail = self.tail();
+        (self.body, tail)
+    }
+    fn wire_len(&self) -> usize {
+        OutgoingResponse::wire_len(self)
+    }
+}
+
 #[cfg(test)]
 mod tests {
-    use std::sync::Arc;
-
     use envoy_types::pb::envoy::config::cluster::v3::Cluster;
     use envoy_types::pb::envoy::service::discovery::v3::DiscoveryResponse;
     use prost::Message;

@@ -8,7 +8,7 @@
 use std::sync::Arc;
 
 use crate::model::Proxy;
-use crate::push::{InboundId, InboundKey, PushContext, Scope, ScopeId, ScopeKey};
+use crate::push::{InboundId, InboundKey, PendingPush, PushContext, Scope, ScopeId, ScopeKey};
 
 /// A stream's scope and inbound key, kept current with the snapshot.
 #[derive(Debug, Default)]
@@ -34,6 +34,15 @@ impl Placement {
             self.version = ctx.version;
         }
         self.scope.clone().expect("set above")
+    }
+
+    /// Brings the placement to `ctx` for a push: the keys are recomputed
+    /// when the push says scope inputs changed. Returns whether the scope
+    /// moved (the stream then regenerates every type).
+    pub fn refresh_for_push(&mut self, ctx: &PushContext, proxy: &Proxy, push: &PendingPush) -> bool {
+        let before = self.scope.as_ref().map(|s| s.id);
+        let scope = self.refresh(ctx, proxy, push.rescope);
+        before != Some(scope.id)
     }
 
     /// The scope last generated for.

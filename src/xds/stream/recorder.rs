@@ -10,10 +10,10 @@
 use std::sync::Arc;
 use std::time::Instant;
 
-use super::status::StreamState;
 use crate::metrics::{Metrics, SHORT_ORDER};
 use crate::push::PendingPush;
 use crate::resource::TypeUrl;
+use crate::xds::watch::StreamState;
 
 /// Per-type counters of a connection at one moment.
 #[derive(Debug, Default, Clone, Copy)]

@@ -4,9 +4,9 @@
 //! version, and the hash of every resource), what was ACKed and the last
 //! NACK. It is pure protocol logic: it takes requests and pushes, reads the
 //! published snapshot and the cache, and returns responses to write. The
-//! stream task in [`super::server`] owns one and does the I/O.
+//! stream task (`xds::server`) owns one and does the I/O.
 //!
-//! Rules it keeps (see `shared/xds-checklist.md`):
+//! Rules it keeps (docs/xds-protocol.md):
 //! * a request whose nonce is not the latest sent for its type is stale and
 //!   ignored; an ACK (latest nonce, same names) sends nothing;
 //! * a NACK (`error_detail`) is recorded and logged once; the rejected
@@ -23,92 +23,55 @@ use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::SystemTime;
 
-use serde::Serialize;
-
 use super::codec::OutgoingResponse;
-use super::names::{self, NameList, Resolved};
-use super::published::Published;
-use super::requests::SotwRequest;
+use super::request::SotwRequest;
 use crate::model::Proxy;
 use crate::push::{InboundId, PendingPush, PushContext, Scope};
-use crate::resource::{EncodedResource, ResourceSet};
-use crate::resource::{TypeSet, TypeUrl};
+use crate::resource::{EncodedResource, ResourceSet, TypeUrl};
+use crate::xds::stream::body::nonce_text;
+use crate::xds::stream::placement::Placement;
+use crate::xds::stream::published::Published;
+use crate::xds::watch::name_list::{self, NameList, Resolved};
+use crate::xds::watch::push_plan::{self, Step};
+use crate::xds::watch::{NackRecord, RequestCounts, StreamState, Watch};
 
-/// A recorded NACK.
-#[derive(Debug, Clone, Serialize)]
-pub struct NackRecord {
-    /// The nonce that was rejected.
-    pub nonce: String,
-    /// The version the client kept.
-    pub version: String,
-    /// Envoy's message.
-    pub message: String,
-    /// When.
-    pub at: SystemTime,
-}
-
-/// Per-type state of a stream.
-#[derive(Debug, Default, Clone, Serialize)]
-pub struct Watch {
-    /// The client asked for this type.
-    pub subscribed: bool,
-    /// Wildcard subscription (CDS/LDS: empty first request, or `*`).
-    pub wildcard: bool,
-    /// Explicit names (without `*`), shared with every stream watching the same list.
-    pub names: Arc<NameList>,
-    /// The client has named resources explicitly at least once.
-    #[serde(skip)]
+/// What a SotW stream remembers of one type beyond the shared [`Watch`]:
+/// what it sent, so that it sends only what changed and can tell an ACK
+/// from a new subscription.
+#[derive(Debug, Default)]
+struct Sent {
+    /// The client has named resources explicitly at least once (CDS, LDS:
+    /// an empty list then means none, not all).
     explicit_ever: bool,
     /// Hash of the last request's name list (cheap ACK detection).
-    #[serde(skip)]
     names_hash: u64,
-    /// Last nonce sent.
-    pub nonce_sent: Option<String>,
-    /// Version of the last response.
-    pub version_sent: Option<Arc<str>>,
-    /// Last version the client ACKed.
-    pub version_acked: Option<String>,
-    /// Last nonce the client ACKed.
-    pub nonce_acked: Option<String>,
-    /// Last NACK.
-    pub last_nack: Option<NackRecord>,
     /// EDS and RDS: the hash of each watched name's resource as last sent,
-    /// by position in `names` (`None`: not sent).
-    #[serde(skip)]
-    sent: Vec<Option<u64>>,
-    /// EDS and RDS: the sum of `mix` over `sent`, so a change of a few
+    /// by position in the watch's names (`None`: not sent).
+    hashes: Vec<Option<u64>>,
+    /// EDS and RDS: the sum of `mix` over `hashes`, so a change of a few
     /// resources updates the version without visiting every name.
-    #[serde(skip)]
     sum: u64,
     /// CDS and LDS: the set sent last, shared with the streams that were
     /// sent the same (clusters are kept from it to delay their removal).
-    #[serde(skip)]
-    sent_resources: Arc<ResourceSet>,
-    /// Responses sent.
-    pub responses: u64,
+    resources: Arc<ResourceSet>,
 }
 
-impl Watch {
-    /// Whether the last response was ACKed (or nothing is outstanding).
-    pub fn settled(&self) -> bool {
-        self.nonce_sent.is_none() || self.nonce_sent == self.nonce_acked || self.last_nack_is_latest()
-    }
-
+impl Sent {
     /// CDS and LDS: the hash of `name` as last sent.
-    fn sent_resource_hash(&self, name: &str) -> Option<u64> {
-        self.sent_resources.get(name).map(|r| r.hash)
+    fn resource_hash(&self, name: &str) -> Option<u64> {
+        self.resources.get(name).map(|r| r.hash)
     }
 
-    /// EDS and RDS: the hash of `name` as last sent.
-    fn sent_hash(&self, name: &str) -> Option<u64> {
-        self.names.position(name).and_then(|i| self.sent.get(i).copied().flatten())
+    /// EDS and RDS: the hash of `name` of `names` as last sent.
+    fn hash(&self, names: &NameList, name: &str) -> Option<u64> {
+        names.position(name).and_then(|i| self.hashes.get(i).copied().flatten())
     }
 
-    /// EDS and RDS: records that the resource at position `i` was sent with
-    /// `hash` (`None`: it is gone), moving `sum` by the difference.
-    fn record_sent(&mut self, i: usize, hash: Option<u64>) {
-        let key = self.names.key(i);
-        if let Some(old) = std::mem::replace(&mut self.sent[i], hash) {
+    /// EDS and RDS: records that the resource at position `i` of `names`
+    /// was sent with `hash` (`None`: it is gone), moving `sum` by the difference.
+    fn record(&mut self, names: &NameList, i: usize, hash: Option<u64>) {
+        let key = names.key(i);
+        if let Some(old) = std::mem::replace(&mut self.hashes[i], hash) {
             self.sum = self.sum.wrapping_sub(mix(key, old));
         }
         if let Some(new) = hash {
@@ -116,30 +79,33 @@ impl Watch {
         }
     }
 
-    /// EDS and RDS: recomputes `sum` from `sent`.
-    fn resum(&mut self) {
+    /// EDS and RDS: carries over what was sent for the names of `old` that
+    /// `new` still watches (a newly named resource is sent even if the
+    /// client may have it; names dropped are no longer its concern), and
+    /// recomputes `sum`.
+    fn rewatch(&mut self, old: &NameList, new: &NameList) {
+        let (before, after) = (old.names(), new.names());
+        let mut hashes = vec![None; after.len()];
+        let (mut i, mut j) = (0, 0);
+        while i < before.len() && j < after.len() {
+            match before[i].cmp(&after[j]) {
+                std::cmp::Ordering::Less => i += 1,
+                std::cmp::Ordering::Greater => j += 1,
+                std::cmp::Ordering::Equal => {
+                    hashes[j] = self.hashes.get(i).copied().flatten();
+                    i += 1;
+                    j += 1;
+                }
+            }
+        }
+        self.hashes = hashes;
         self.sum = self
-            .sent
+            .hashes
             .iter()
             .enumerate()
-            .filter_map(|(i, h)| h.map(|h| mix(self.names.key(i), h)))
+            .filter_map(|(i, h)| h.map(|h| mix(new.key(i), h)))
             .fold(0u64, u64::wrapping_add);
     }
-
-    fn last_nack_is_latest(&self) -> bool {
-        self.last_nack.as_ref().is_some_and(|n| Some(&n.nonce) == self.nonce_sent.as_ref())
-    }
-}
-
-/// Counters of one stream's request handling.
-#[derive(Debug, Default, Clone, Copy, Serialize)]
-pub struct RequestCounts {
-    /// ACKs.
-    pub acks: u64,
-    /// NACKs.
-    pub nacks: u64,
-    /// Requests ignored for a stale nonce.
-    pub stale: u64,
 }
 
 /// One ADS stream's protocol state.
@@ -153,7 +119,8 @@ pub struct Connection {
     pub watches: [Watch; 4],
     /// Request counters.
     pub counts: RequestCounts,
-    placement: super::placement::Placement,
+    sent: [Sent; 4],
+    placement: Placement,
     nonce: u32,
     cluster_cleanup: bool,
     eds_resend: HashSet<Arc<str>>,
@@ -212,6 +179,7 @@ impl Connection {
             proxy,
             watches: Default::default(),
             counts: RequestCounts::default(),
+            sent: Default::default(),
             placement: Default::default(),
             nonce: 0,
             cluster_cleanup: false,
@@ -231,6 +199,15 @@ impl Connection {
 
     fn watch(&mut self, t: TypeUrl) -> &mut Watch {
         &mut self.watches[t.index()]
+    }
+
+    /// Whether `req` is an ACK of the last response of `t`: its nonce, and
+    /// the names the stream already watches.
+    fn is_ack(&self, t: TypeUrl, req: &SotwRequest) -> bool {
+        let w = &self.watches[t.index()];
+        w.subscribed
+            && w.nonce_sent.as_deref() == Some(req.response_nonce.as_str())
+            && req.resource_names.hash() == self.sent[t.index()].names_hash
     }
 
     /// Refreshes the scope for `ctx`. The key is recomputed only when the
@@ -273,8 +250,8 @@ impl Connection {
             return Vec::new();
         }
 
-        let hash = req.resource_names.hash();
-        if is_latest_nonce && w.subscribed && hash == w.names_hash {
+        if self.is_ack(t, req) {
+            let w = self.watch(t);
             w.version_acked = Some(req.version_info.clone());
             w.nonce_acked = Some(req.response_nonce.clone());
             self.counts.acks += 1;
@@ -301,55 +278,37 @@ impl Connection {
         reconnect: bool,
     ) -> Vec<OutgoingResponse> {
         let hash = req.resource_names.hash();
-        let w = self.watch(t);
+        let (w, sent) = (&mut self.watches[t.index()], &mut self.sent[t.index()]);
         let first = !w.subscribed;
-        if !first && hash == w.names_hash {
+        if !first && hash == sent.names_hash {
             return Vec::new();
         }
-        w.names_hash = hash;
+        sent.names_hash = hash;
         w.subscribed = true;
-        let previous = std::mem::replace(&mut w.names, names::intern(hash, req.resource_names.iter()));
+        let previous = std::mem::replace(&mut w.names, name_list::intern(hash, req.resource_names.iter()));
         if t.is_wildcard_type() {
-            w.wildcard = w.names.has_star() || (req.resource_names.is_empty() && !w.explicit_ever);
+            w.wildcard = w.names.has_star() || (req.resource_names.is_empty() && !sent.explicit_ever);
             if !w.names.is_empty() {
-                w.explicit_ever = true;
+                sent.explicit_ever = true;
             }
         }
         if matches!(t, TypeUrl::Endpoint | TypeUrl::Route) {
-            // What was sent carries over for names watched before and now;
-            // a newly named resource is sent even if the client may have it,
-            // and names dropped from the watch are no longer its concern.
-            let (old, new) = (previous.names(), w.names.names());
-            let mut sent = vec![None; new.len()];
-            let (mut i, mut j) = (0, 0);
-            while i < old.len() && j < new.len() {
-                match old[i].cmp(&new[j]) {
-                    std::cmp::Ordering::Less => i += 1,
-                    std::cmp::Ordering::Greater => j += 1,
-                    std::cmp::Ordering::Equal => {
-                        sent[j] = w.sent.get(i).copied().flatten();
-                        i += 1;
-                        j += 1;
-                    }
-                }
-            }
-            w.sent = sent;
-            w.resum();
+            sent.rewatch(&previous, &w.names);
         }
         if reconnect {
             // The client has this version: skip the response only when it is
             // provably the same content.
             let scope = self.refresh_scope(view.ctx, false);
             let current = self.current(view, &scope, t);
-            let w = self.watch(t);
+            let (w, sent) = (&mut self.watches[t.index()], &mut self.sent[t.index()]);
             if current.version().as_ref() == req.version_info {
                 w.version_sent = Some(current.version().clone());
                 w.version_acked = Some(req.version_info.clone());
                 match current {
-                    Current::Set(set) => w.sent_resources = set,
+                    Current::Set(set) => sent.resources = set,
                     Current::Watched(resolved) => {
                         for (r, &i) in resolved.resources.iter().zip(&resolved.positions) {
-                            w.record_sent(i as usize, Some(r.hash));
+                            sent.record(&w.names, i as usize, Some(r.hash));
                         }
                     }
                 }
@@ -381,35 +340,20 @@ impl Connection {
 
     /// Handles a push from the engine; returns the responses, in push order.
     pub fn on_push(&mut self, view: &Published<'_>, push: &PendingPush) -> Vec<OutgoingResponse> {
-        let before = self.placement.scope().map(|s| s.id);
-        let scope = self.refresh_scope(view.ctx, push.rescope);
-        let moved = before != Some(scope.id);
-        let full = push.full || moved;
-        let types = if moved { TypeSet::ALL } else { push.types };
+        let moved = self.placement.refresh_for_push(view.ctx, &self.proxy, push);
         let mut out = Vec::new();
-        for t in TypeUrl::PUSH_ORDER {
-            if !self.watches[t.index()].subscribed {
-                continue;
-            }
-            if t == TypeUrl::Endpoint {
-                // Assignments move with endpoint pushes, with changes of
-                // their own types, and after their cluster changed.
-                if full && !types.contains(t) && self.eds_resend.is_empty() {
-                    continue;
+        for (t, step) in push_plan::plan(push, moved, |t| self.watches[t.index()].subscribed) {
+            match step {
+                Step::All => out.extend(self.respond(view, t, false, false)),
+                Step::Hosts(hosts) => {
+                    // Only the assignments of the changed hosts can differ.
+                    let w = &self.watches[t.index()];
+                    let positions: Vec<u32> = w.names.of_hosts(hosts.iter()).map(|(i, _)| i as u32).collect();
+                    if !positions.is_empty() {
+                        out.extend(self.respond_endpoints(view, &positions));
+                    }
                 }
-            } else if !full || !types.contains(t) {
-                continue;
             }
-            if !full {
-                // Endpoint-only: only assignments of the changed hosts can differ.
-                let w = &self.watches[t.index()];
-                let positions: Vec<u32> = w.names.of_hosts(push.hosts.iter()).map(|(i, _)| i as u32).collect();
-                if !positions.is_empty() {
-                    out.extend(self.respond_endpoints(view, &positions));
-                }
-                continue;
-            }
-            out.extend(self.respond(view, t, false, false));
         }
         out
     }
@@ -451,17 +395,17 @@ impl Connection {
     fn respond_endpoints(&mut self, view: &Published<'_>, positions: &[u32]) -> Option<OutgoingResponse> {
         let t = TypeUrl::Endpoint;
         let mut changed: Vec<Arc<EncodedResource>> = Vec::new();
-        let w = &mut self.watches[t.index()];
+        let (w, sent) = (&self.watches[t.index()], &mut self.sent[t.index()]);
         for &i in positions {
             let i = i as usize;
             match view.endpoint(&w.names.names()[i]) {
                 Some(r) => {
-                    if w.sent[i] != Some(r.hash) || self.eds_resend.contains(&r.name) {
-                        w.record_sent(i, Some(r.hash));
+                    if sent.hashes[i] != Some(r.hash) || self.eds_resend.contains(&r.name) {
+                        sent.record(&w.names, i, Some(r.hash));
                         changed.push(r);
                     }
                 }
-                None => w.record_sent(i, None),
+                None => sent.record(&w.names, i, None),
             }
         }
         if changed.is_empty() {
@@ -472,11 +416,11 @@ impl Connection {
                 self.eds_resend.remove(&r.name);
             }
         }
-        let version = sum_version(w.sum);
+        let version = sum_version(sent.sum);
         let nonce = self.next_nonce();
-        let body = view.sotw_body(t, &version, &changed, true);
+        let body = super::codec::body(view, t, &version, &changed, true);
         let w = &mut self.watches[t.index()];
-        w.nonce_sent = Some(OutgoingResponse::nonce_text(nonce));
+        w.nonce_sent = Some(nonce_text(nonce));
         w.version_sent = Some(version);
         w.responses += 1;
         Some(OutgoingResponse { body, nonce })
@@ -497,11 +441,11 @@ impl Connection {
         let body;
         match current {
             Current::Set(mut set) => {
-                let w = &self.watches[t.index()];
+                let (w, sent) = (&self.watches[t.index()], &self.sent[t.index()]);
                 if !first
                     && !final_cleanup
                     && w.version_sent.as_ref() == Some(&set.version)
-                    && !w.sent_resources.resources.is_empty()
+                    && !sent.resources.resources.is_empty()
                 {
                     return None;
                 }
@@ -509,7 +453,7 @@ impl Connection {
                     // Make before break: keep clusters the client still has
                     // until the listeners and routes of this push are ACKed.
                     let kept: Vec<&Arc<EncodedResource>> =
-                        w.sent_resources.resources.iter().filter(|old| set.get(&old.name).is_none()).collect();
+                        sent.resources.resources.iter().filter(|old| set.get(&old.name).is_none()).collect();
                     if !kept.is_empty() {
                         let mut resources = set.resources.clone();
                         resources.extend(kept.into_iter().cloned());
@@ -520,11 +464,13 @@ impl Connection {
                 if t == TypeUrl::Cluster {
                     // Every cluster that changed needs its assignment again, even an
                     // unchanged one the client holds (one it lacks is sent anyway).
-                    let (clusters, endpoints) = (&self.watches[t.index()], &self.watches[TypeUrl::Endpoint.index()]);
-                    if endpoints.sent.iter().any(Option::is_some) {
+                    let clusters = &self.sent[t.index()];
+                    let (watched, endpoints) =
+                        (&self.watches[TypeUrl::Endpoint.index()].names, &self.sent[TypeUrl::Endpoint.index()]);
+                    if endpoints.hashes.iter().any(Option::is_some) {
                         for r in &set.resources {
-                            if clusters.sent_resource_hash(&r.name) != Some(r.hash)
-                                && endpoints.sent_hash(&r.name).is_some()
+                            if clusters.resource_hash(&r.name) != Some(r.hash)
+                                && endpoints.hash(watched, &r.name).is_some()
                             {
                                 self.eds_resend.insert(r.name.clone());
                             }
@@ -532,19 +478,18 @@ impl Connection {
                     }
                 }
                 nonce = self.next_nonce();
-                body = view.sotw_body(t, &set.version, &set.resources, false);
-                let w = &mut self.watches[t.index()];
-                w.version_sent = Some(set.version.clone());
-                w.sent_resources = set;
+                body = super::codec::body(view, t, &set.version, &set.resources, false);
+                self.watches[t.index()].version_sent = Some(set.version.clone());
+                self.sent[t.index()].resources = set;
             }
             Current::Watched(resolved) => {
-                let w = &self.watches[t.index()];
+                let sent = &self.sent[t.index()];
                 let resend = |r: &EncodedResource| t == TypeUrl::Endpoint && self.eds_resend.contains(&r.name);
                 // Indices into `resolved` of what the client lacks.
                 let changed: Vec<usize> = (0..resolved.resources.len())
                     .filter(|&k| {
                         let r = &resolved.resources[k];
-                        w.sent[resolved.positions[k] as usize] != Some(r.hash) || resend(r)
+                        sent.hashes[resolved.positions[k] as usize] != Some(r.hash) || resend(r)
                     })
                     .collect();
                 if changed.is_empty() && !first {
@@ -565,17 +510,26 @@ impl Connection {
                     }
                 }
                 nonce = self.next_nonce();
-                body = view.sotw_body(t, &resolved.version, out, partial);
-                let w = &mut self.watches[t.index()];
+                body = super::codec::body(view, t, &resolved.version, out, partial);
+                let (w, sent) = (&mut self.watches[t.index()], &mut self.sent[t.index()]);
                 for &k in &changed {
-                    w.record_sent(resolved.positions[k] as usize, Some(resolved.resources[k].hash));
+                    sent.record(&w.names, resolved.positions[k] as usize, Some(resolved.resources[k].hash));
                 }
                 w.version_sent = Some(resolved.version.clone());
             }
         }
         let w = &mut self.watches[t.index()];
-        w.nonce_sent = Some(OutgoingResponse::nonce_text(nonce));
+        w.nonce_sent = Some(nonce_text(nonce));
         w.responses += 1;
         Some(OutgoingResponse { body, nonce })
+    }
+}
+
+impl StreamState for Connection {
+    fn watches(&self) -> &[Watch; 4] {
+        &self.watches
+    }
+    fn counts(&self) -> RequestCounts {
+        self.counts
     }
 }

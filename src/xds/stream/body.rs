@@ -2,17 +2,17 @@
 //!
 //! A gRPC message on the wire is a 5-byte frame header (compression flag,
 //! big-endian length) followed by the message. Every response meshpush
-//! sends is a shared [`ResponseBody`](super::codec::ResponseBody) — frame
-//! header included, since the nonce has a fixed width and so the length is
-//! known when the body is assembled — followed by this stream's nonce field.
+//! sends is a shared body — frame header included, since the nonce has a
+//! fixed width ([`NONCE_LEN`]) and so the length is known when the body is
+//! assembled — followed by this stream's tail (SotW: the nonce field).
 //! This body yields exactly those two chunks: the shared `Bytes` (a reference
 //! count bump, not a copy) and a small tail. h2 writes them to the socket as
 //! they are. A codec, by contrast, copies every message into a per-stream
 //! buffer; at a thousand streams receiving half a megabyte each that copy
 //! dominated the server's CPU and memory in a prototype.
 //!
-//! Delta responses have the same two-chunk shape (see [`super::delta_codec`]):
-//! a shared body, then a per-stream tail (the nonce and the names removed).
+//! Delta responses have the same two-chunk shape (`delta::codec`): a shared
+//! body, then a per-stream tail (the nonce and the names removed).
 //!
 //! When the stream task is done the body ends with `grpc-status: 0`.
 
@@ -24,7 +24,18 @@ use http::HeaderMap;
 use http_body::Frame;
 use tokio::sync::mpsc;
 
-use super::codec::OutgoingResponse;
+/// Length of a gRPC frame header.
+pub const FRAME_HEADER_LEN: usize = 5;
+/// Hex digits of a nonce.
+pub const NONCE_LEN: usize = 8;
+/// Encoded length of a nonce field (tag, length, digits).
+pub const NONCE_FIELD_LEN: usize = 2 + NONCE_LEN;
+
+/// A nonce as sent: fixed-width hex, so a body's frame length is known
+/// before any stream's nonce is.
+pub fn nonce_text(nonce: u32) -> String {
+    format!("{nonce:08x}")
+}
 
 /// A response as it goes on the wire: a shared, framed body (the frame
 /// header announces body and tail) and this stream's tail.
@@ -35,19 +46,9 @@ pub trait Framed {
     fn wire_len(&self) -> usize;
 }
 
-impl Framed for OutgoingResponse {
-    fn into_chunks(self) -> (Bytes, Bytes) {
-        let tail = self.tail();
-        (self.body, tail)
-    }
-    fn wire_len(&self) -> usize {
-        OutgoingResponse::wire_len(self)
-    }
-}
-
 /// The body of one ADS response stream.
 #[derive(Debug)]
-pub struct ResponseStreamBody<R = OutgoingResponse> {
+pub struct ResponseStreamBody<R> {
     responses: mpsc::Receiver<R>,
     tail: Option<Bytes>,
     done: bool,

@@ -22,10 +22,9 @@ use std::sync::Arc;
 use bytes::{BufMut, Bytes, BytesMut};
 use prost::encoding::{self, WireType};
 
-use super::body::Framed;
-use super::codec::{FRAME_HEADER_LEN, NONCE_FIELD_LEN, OutgoingResponse};
 use crate::resource::EncodedResource;
 use crate::resource::TypeUrl;
+use crate::xds::stream::body::{FRAME_HEADER_LEN, Framed, NONCE_FIELD_LEN, nonce_text};
 
 /// Hex digits of a resource version.
 pub const RESOURCE_VERSION_LEN: usize = 16;
@@ -104,7 +103,7 @@ pub fn assemble(type_url: TypeUrl, system_version: &str, resources: &[Arc<Encode
 /// The per-stream chunk: field 5 (the nonce), then field 6 (`removed`).
 pub fn tail(nonce: u32, removed: &[Arc<str>]) -> Bytes {
     let mut buf = BytesMut::with_capacity(tail_len(removed));
-    put_string_field(5, &OutgoingResponse::nonce_text(nonce), &mut buf);
+    put_string_field(5, &nonce_text(nonce), &mut buf);
     for n in removed {
         put_string_field(6, n, &mut buf);
     }

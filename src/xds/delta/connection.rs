@@ -1,13 +1,13 @@
 //! `DeltaConnection`: one incremental (delta) ADS stream's protocol state.
 //!
-//! The delta twin of [`Connection`](super::connection::Connection), served
+//! The delta twin of the SotW `Connection` (`xds::sotw`), served
 //! by the same stream task, push queue slot, scopes and cache. Per type it
 //! owns what the client subscribed (names, or wildcard) and what the client
 //! *has*: resource name → version, where a version is the content hash the
 //! [`ScopedCache`] already keeps. It learns what the client has from what it
 //! sent, and on a reconnect from `initial_resource_versions`.
 //!
-//! Rules it keeps (see `shared/xds-checklist.md`, "Delta"):
+//! Rules it keeps (docs/xds-protocol.md, "Delta"):
 //! * a response carries exactly the resources whose hash differs from what
 //!   the client has, and in `removed_resources` the names the client has
 //!   that no longer exist (a wildcard type: any; a named type: those it
@@ -28,15 +28,18 @@ use std::collections::{BTreeSet, HashSet};
 use std::sync::Arc;
 use std::time::SystemTime;
 
-use super::connection::{NackRecord, RequestCounts, Watch};
-use super::delta_codec::{self, DeltaResponse};
+use super::codec::{self, DeltaResponse};
 use super::held::Held;
-use super::published::Published;
-use super::requests::DeltaRequest;
+use super::request::DeltaRequest;
 use crate::model::{Hostname, Proxy};
 use crate::push::{InboundId, PendingPush, PushContext, Scope};
 use crate::resource::EncodedResource;
-use crate::resource::{TypeSet, TypeUrl};
+use crate::resource::TypeUrl;
+use crate::xds::stream::body::nonce_text;
+use crate::xds::stream::placement::Placement;
+use crate::xds::stream::published::Published;
+use crate::xds::watch::push_plan::{self, Step};
+use crate::xds::watch::{NackRecord, RequestCounts, StreamState, Watch};
 
 /// Why a response is being built.
 #[derive(Debug, Clone, Copy)]
@@ -70,7 +73,7 @@ pub struct DeltaConnection {
     /// Request counters.
     pub counts: RequestCounts,
     held: [Held; 4],
-    placement: super::placement::Placement,
+    placement: Placement,
     nonce: u32,
     cluster_cleanup: bool,
 }
@@ -156,7 +159,7 @@ impl DeltaConnection {
             *held = Held::from_versions(
                 req.initial_resource_versions
                     .iter()
-                    .map(|(n, v)| (Arc::from(n.as_str()), delta_codec::parse_resource_version(v))),
+                    .map(|(n, v)| (Arc::from(n.as_str()), codec::parse_resource_version(v))),
             );
         }
         let mut subscribe: Vec<&str> = Vec::new();
@@ -213,27 +216,13 @@ impl DeltaConnection {
 
     /// Handles a push from the engine; returns the responses, in push order.
     pub fn on_push(&mut self, view: &Published<'_>, push: &PendingPush) -> Vec<DeltaResponse> {
-        let before = self.placement.scope().map(|s| s.id);
-        let scope = self.refresh_scope(view.ctx, push.full);
-        let moved = before != Some(scope.id);
-        let full = push.full || moved;
-        let types = if moved { TypeSet::ALL } else { push.types };
+        let moved = self.placement.refresh_for_push(view.ctx, &self.proxy, push);
         let mut out = Vec::new();
-        for t in TypeUrl::PUSH_ORDER {
-            if !self.watches[t.index()].subscribed {
-                continue;
-            }
-            // EDS runs on endpoint pushes, and on pushes that changed
-            // clusters (their assignments are owed again); a push of
-            // listeners or routes alone leaves it be.
-            if t == TypeUrl::Endpoint {
-                if full && !types.contains(TypeUrl::Endpoint) && !types.contains(TypeUrl::Cluster) {
-                    continue;
-                }
-            } else if !full || !types.contains(t) {
-                continue;
-            }
-            let hosts = if full { None } else { Some(&*push.hosts) };
+        for (t, step) in push_plan::plan(push, moved, |t| self.watches[t.index()].subscribed) {
+            let hosts = match step {
+                Step::All => None,
+                Step::Hosts(hosts) => Some(hosts),
+            };
             out.extend(self.respond(view, t, Reason::Push { hosts }, &[]));
         }
         // Nothing outstanding (e.g. only removals were due): remove now.
@@ -358,15 +347,24 @@ impl DeltaConnection {
             }
             h.digest()
         };
-        let tail_len = delta_codec::tail_len(&removed);
-        let body = view.delta_body(t, Arc::from(format!("delta:{system_version}")), which, || {
-            delta_codec::assemble(t, &system_version, &changed, tail_len)
+        let tail_len = codec::tail_len(&removed);
+        let body = view.body((t, Arc::from(format!("delta:{system_version}")), which), || {
+            codec::assemble(t, &system_version, &changed, tail_len)
         });
-        let tail = delta_codec::tail(nonce, &removed);
+        let tail = codec::tail(nonce, &removed);
         let w = &mut self.watches[t.index()];
-        w.nonce_sent = Some(super::codec::OutgoingResponse::nonce_text(nonce));
+        w.nonce_sent = Some(nonce_text(nonce));
         w.version_sent = Some(system_version);
         w.responses += 1;
         Some(DeltaResponse { body, tail })
+    }
+}
+
+impl StreamState for DeltaConnection {
+    fn watches(&self) -> &[Watch; 4] {
+        &self.watches
+    }
+    fn counts(&self) -> RequestCounts {
+        self.counts
     }
 }

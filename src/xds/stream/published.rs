@@ -10,7 +10,7 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 
-use super::bodies::BodyCache;
+use super::bodies::{BodyCache, Key};
 use crate::generate::cache::ScopedCache;
 use crate::push::{InboundId, InboundKey, PushContext, Scope};
 use crate::resource::{EncodedResource, ResourceSet, TypeUrl};
@@ -42,19 +42,9 @@ impl Published<'_> {
         self.cache.endpoint(self.ctx, cluster)
     }
 
-    /// The SotW response body for `resources` at `version` (see [`BodyCache::sotw`]).
-    pub fn sotw_body(
-        &self,
-        type_url: TypeUrl,
-        version: &Arc<str>,
-        resources: &[Arc<EncodedResource>],
-        partial: bool,
-    ) -> Bytes {
-        self.bodies.sotw(self.ctx.version, type_url, version, resources, partial)
-    }
-
-    /// A delta response body (see [`BodyCache::delta`]).
-    pub fn delta_body(&self, type_url: TypeUrl, key: Arc<str>, which: u64, build: impl FnOnce() -> Bytes) -> Bytes {
-        self.bodies.delta(self.ctx.version, type_url, key, which, build)
+    /// The shared response body `key` names, assembled by `build` if no
+    /// stream has yet (see [`BodyCache::get_or_assemble`]).
+    pub fn body(&self, key: Key, build: impl FnOnce() -> Bytes) -> Bytes {
+        self.bodies.get_or_assemble(self.ctx.version, key, build)
     }
 }

@@ -1,7 +1,7 @@
 //! `StreamStatus`: a copy of one stream's protocol state that the admin
 //! endpoints can read without touching the stream task.
 //!
-//! The stream task owns its [`Connection`]; after every request or push it
+//! The stream task owns its protocol state; after every request or push it
 //! brings a small copy (a few strings per type, no resource names) up to
 //! date in the [`StatusBoard`], keyed by connection id. `/debug/syncz`,
 //! `/debug/connections`, `proxy-status` and the status page read those
@@ -17,42 +17,9 @@ use std::time::SystemTime;
 use parking_lot::Mutex;
 use serde::Serialize;
 
-use super::connection::{Connection, NackRecord, RequestCounts, Watch};
-use super::delta::DeltaConnection;
 use crate::push::ConnId;
 use crate::resource::TypeUrl;
-
-/// What status and metrics read of a stream's protocol state, SotW
-/// ([`Connection`]) or delta ([`DeltaConnection`]) alike.
-pub trait StreamState {
-    /// Per-type state, indexed by [`TypeUrl::index`].
-    fn watches(&self) -> &[Watch; 4];
-    /// Request counters.
-    fn counts(&self) -> RequestCounts;
-    /// The client has answered (ACKed or NACKed) the last response of
-    /// every type: nothing sent to it is in flight.
-    fn answered(&self) -> bool {
-        self.watches().iter().all(Watch::settled)
-    }
-}
-
-impl StreamState for Connection {
-    fn watches(&self) -> &[Watch; 4] {
-        &self.watches
-    }
-    fn counts(&self) -> RequestCounts {
-        self.counts
-    }
-}
-
-impl StreamState for DeltaConnection {
-    fn watches(&self) -> &[Watch; 4] {
-        &self.watches
-    }
-    fn counts(&self) -> RequestCounts {
-        self.counts
-    }
-}
+use crate::xds::watch::{NackRecord, StreamState, Watch};
 
 /// Istio's sync states, as `istioctl proxy-status` prints them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
