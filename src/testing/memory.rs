@@ -18,6 +18,7 @@ use envoy_types::pb::envoy::extensions::filters::network::http_connection_manage
     HttpConnectionManager, http_connection_manager::RouteSpecifier,
 };
 use envoy_types::pb::envoy::service::discovery::v3::{DiscoveryRequest, DiscoveryResponse};
+use envoy_types::pb::google::protobuf::Any;
 use prost::Message;
 use tokio::sync::mpsc;
 use tonic::Status;
@@ -83,6 +84,35 @@ pub fn decode(response: &OutgoingResponse) -> DiscoveryResponse {
     DiscoveryResponse::decode(&wire[..]).expect("the server sends valid responses")
 }
 
+/// The EDS names the clusters among `resources` ask for, as Envoy subscribes them.
+pub fn eds_names(resources: &[Any]) -> BTreeSet<String> {
+    resources
+        .iter()
+        .filter_map(|a| Cluster::decode(&a.value[..]).ok())
+        .filter(|c| c.eds_cluster_config.is_some())
+        .map(|c| c.name)
+        .collect()
+}
+
+/// The route configurations the listeners among `resources` ask for over RDS.
+pub fn rds_names(resources: &[Any]) -> BTreeSet<String> {
+    resources
+        .iter()
+        .filter_map(|a| Listener::decode(&a.value[..]).ok())
+        .flat_map(|l| l.filter_chains.into_iter().flat_map(|c| c.filters))
+        .filter_map(|f| match f.config_type {
+            Some(ConfigType::TypedConfig(any)) if any.type_url.ends_with("HttpConnectionManager") => {
+                HttpConnectionManager::decode(&any.value[..]).ok()
+            }
+            _ => None,
+        })
+        .filter_map(|hcm| match hcm.route_specifier {
+            Some(RouteSpecifier::Rds(rds)) => Some(rds.route_config_name),
+            _ => None,
+        })
+        .collect()
+}
+
 impl MemoryClient {
     /// Opens a stream for `node`; its first request is CDS wildcard, as Envoy's is.
     pub fn connect(ads: &AdsService, node: Node) -> MemoryClient {
@@ -134,35 +164,12 @@ impl MemoryClient {
         let mut grew = Vec::new();
         match t {
             TypeUrl::Cluster => {
-                let names: BTreeSet<String> = response
-                    .resources
-                    .iter()
-                    .filter_map(|a| Cluster::decode(&a.value[..]).ok())
-                    .filter(|c| c.eds_cluster_config.is_some())
-                    .map(|c| c.name)
-                    .collect();
-                if self.set_names(TypeUrl::Endpoint, names) {
+                if self.set_names(TypeUrl::Endpoint, eds_names(&response.resources)) {
                     grew.push(TypeUrl::Endpoint);
                 }
             }
             TypeUrl::Listener => {
-                let names: BTreeSet<String> = response
-                    .resources
-                    .iter()
-                    .filter_map(|a| Listener::decode(&a.value[..]).ok())
-                    .flat_map(|l| l.filter_chains.into_iter().flat_map(|c| c.filters))
-                    .filter_map(|f| match f.config_type {
-                        Some(ConfigType::TypedConfig(any)) if any.type_url.ends_with("HttpConnectionManager") => {
-                            HttpConnectionManager::decode(&any.value[..]).ok()
-                        }
-                        _ => None,
-                    })
-                    .filter_map(|hcm| match hcm.route_specifier {
-                        Some(RouteSpecifier::Rds(rds)) => Some(rds.route_config_name),
-                        _ => None,
-                    })
-                    .collect();
-                if self.set_names(TypeUrl::Route, names) {
+                if self.set_names(TypeUrl::Route, rds_names(&response.resources)) {
                     grew.push(TypeUrl::Route);
                 }
             }

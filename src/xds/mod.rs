@@ -23,3 +23,6 @@ pub mod stream;
 pub mod watch;
 
 pub use server::AdsService;
+
+#[cfg(test)]
+mod test;

@@ -1,0 +1,360 @@
+//! The two protocols agree: for the same proxy, the same snapshots and the
+//! same changes, a SotW stream and a delta stream end up holding the same
+//! resources, and each push delivers the same ones (new or changed content,
+//! assignments re-sent for changed clusters, removals).
+//!
+//! Each client is a small Envoy: CDS and LDS wildcard, EDS and RDS for the
+//! names its clusters and listeners ask for, every response ACKed. It
+//! drives the protocol state directly, with the engine's own queue
+//! delivering the pushes, so a push is decided exactly as a served stream
+//! decides it.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+
+use envoy_types::pb::envoy::config::cluster::v3::Cluster;
+use envoy_types::pb::envoy::config::endpoint::v3::ClusterLoadAssignment;
+use envoy_types::pb::envoy::config::listener::v3::Listener;
+use envoy_types::pb::envoy::config::route::v3::RouteConfiguration;
+use envoy_types::pb::envoy::service::discovery::v3::{DeltaDiscoveryResponse, DiscoveryResponse};
+use envoy_types::pb::google::protobuf::Any;
+use prost::Message;
+
+use super::delta::{DeltaConnection, DeltaRequest, DeltaResponse};
+use super::sotw::{Connection, OutgoingResponse, SotwRequest};
+use super::stream::bodies::BodyCache;
+use super::stream::body::FRAME_HEADER_LEN;
+use super::stream::published::Published;
+use crate::config::parse::parse_documents;
+use crate::engine::PushEngine;
+use crate::model::store::Write;
+use crate::model::{ConfigStore, Proxy};
+use crate::push::{ConnectionHandle, PushRequest};
+use crate::resource::TypeUrl;
+use crate::testing::memory::{eds_names, node, rds_names};
+
+/// What a client holds: (type, name) → the resource.
+type Held = BTreeMap<(TypeUrl, String), Any>;
+/// What one exchange delivered: (type, name) new, changed, re-sent or removed.
+type Delivered = BTreeSet<(TypeUrl, String)>;
+
+fn name_of(t: TypeUrl, any: &Any) -> String {
+    let bytes = &any.value[..];
+    match t {
+        TypeUrl::Cluster => Cluster::decode(bytes).expect("a cluster").name,
+        TypeUrl::Endpoint => ClusterLoadAssignment::decode(bytes).expect("an assignment").cluster_name,
+        TypeUrl::Listener => Listener::decode(bytes).expect("a listener").name,
+        TypeUrl::Route => RouteConfiguration::decode(bytes).expect("a route configuration").name,
+    }
+}
+
+fn of_type(held: &Held, t: TypeUrl) -> Vec<Any> {
+    held.iter().filter(|((ht, _), _)| *ht == t).map(|(_, a)| a.clone()).collect()
+}
+
+/// The names a client wants of EDS and RDS, from the clusters and listeners it holds.
+fn wanted(held: &Held, t: TypeUrl) -> BTreeSet<String> {
+    match t {
+        TypeUrl::Endpoint => eds_names(&of_type(held, TypeUrl::Cluster)),
+        TypeUrl::Route => rds_names(&of_type(held, TypeUrl::Listener)),
+        TypeUrl::Cluster | TypeUrl::Listener => BTreeSet::new(),
+    }
+}
+
+/// Drops what a client no longer watches: Envoy lets an assignment or a
+/// route configuration go with the cluster or listener that asked for it.
+fn forget_unwatched(held: &mut Held) {
+    let (eds, rds) = (wanted(held, TypeUrl::Endpoint), wanted(held, TypeUrl::Route));
+    held.retain(|(t, name), _| match t {
+        TypeUrl::Endpoint => eds.contains(name),
+        TypeUrl::Route => rds.contains(name),
+        TypeUrl::Cluster | TypeUrl::Listener => true,
+    });
+}
+
+/// A state-of-the-world Envoy.
+struct SotwClient {
+    conn: Connection,
+    handle: Arc<ConnectionHandle>,
+    held: Held,
+    names: [Vec<String>; 4],
+}
+
+impl SotwClient {
+    fn request(&self, t: TypeUrl, version: &str, nonce: &str) -> SotwRequest {
+        SotwRequest {
+            version_info: version.into(),
+            resource_names: self.names[t.index()].clone().into(),
+            type_url: t.as_str().into(),
+            response_nonce: nonce.into(),
+            error_detail: None,
+        }
+    }
+
+    /// Handles `responses` and everything they lead to (ACKs, new
+    /// subscriptions, follow-ups) until the stream has nothing more to send.
+    fn settle(&mut self, view: &Published<'_>, mut responses: Vec<OutgoingResponse>) -> Delivered {
+        let mut delivered = Delivered::new();
+        while !responses.is_empty() {
+            let mut requests = Vec::new();
+            for r in responses.drain(..) {
+                let mut wire = r.body[FRAME_HEADER_LEN..].to_vec();
+                wire.extend_from_slice(&r.tail());
+                let r = DiscoveryResponse::decode(&wire[..]).expect("a DiscoveryResponse");
+                let t = TypeUrl::parse(&r.type_url).expect("a served type");
+                let before = self.held.clone();
+                if t.is_wildcard_type() {
+                    // The whole state: what is left out is gone.
+                    self.held.retain(|(ht, _), _| *ht != t);
+                }
+                for any in r.resources {
+                    let name = name_of(t, &any);
+                    if t.is_wildcard_type() && before.get(&(t, name.clone())) == Some(&any) {
+                        self.held.insert((t, name), any);
+                        continue;
+                    }
+                    delivered.insert((t, name.clone()));
+                    self.held.insert((t, name), any);
+                }
+                delivered.extend(before.keys().filter(|k| k.0 == t && !self.held.contains_key(*k)).cloned());
+                forget_unwatched(&mut self.held);
+                requests.push(self.request(t, &r.version_info, &r.nonce));
+                for next in [TypeUrl::Endpoint, TypeUrl::Route] {
+                    let names: Vec<String> = wanted(&self.held, next).into_iter().collect();
+                    if names != self.names[next.index()] {
+                        self.names[next.index()] = names;
+                        requests.push(self.request(next, "", ""));
+                    }
+                }
+            }
+            for req in requests {
+                // A subscription change repeats the type's last nonce, as Envoy's does.
+                let req = if req.response_nonce.is_empty() {
+                    let w = &self.conn.watches[TypeUrl::parse(&req.type_url).expect("served").index()];
+                    SotwRequest {
+                        response_nonce: w.nonce_sent.clone().unwrap_or_default(),
+                        version_info: w.version_acked.clone().unwrap_or_default(),
+                        ..req
+                    }
+                } else {
+                    req
+                };
+                responses.extend(self.conn.on_request(view, &req));
+            }
+        }
+        delivered
+    }
+}
+
+/// A delta Envoy.
+struct DeltaClient {
+    conn: DeltaConnection,
+    handle: Arc<ConnectionHandle>,
+    held: Held,
+    subscribed: [BTreeSet<String>; 4],
+}
+
+impl DeltaClient {
+    fn settle(&mut self, view: &Published<'_>, mut responses: Vec<DeltaResponse>) -> Delivered {
+        let mut delivered = Delivered::new();
+        while !responses.is_empty() {
+            let mut requests = Vec::new();
+            for r in responses.drain(..) {
+                let r = DeltaDiscoveryResponse::decode(&r.message_bytes()[..]).expect("a DeltaDiscoveryResponse");
+                let t = TypeUrl::parse(&r.type_url).expect("a served type");
+                for resource in r.resources {
+                    let any = resource.resource.expect("a resource");
+                    delivered.insert((t, resource.name.clone()));
+                    self.held.insert((t, resource.name), any);
+                }
+                for name in r.removed_resources {
+                    if self.held.remove(&(t, name.clone())).is_some() {
+                        delivered.insert((t, name));
+                    }
+                }
+                forget_unwatched(&mut self.held);
+                requests.push(DeltaRequest {
+                    type_url: t.as_str().into(),
+                    response_nonce: r.nonce,
+                    ..Default::default()
+                });
+                for next in [TypeUrl::Endpoint, TypeUrl::Route] {
+                    let want = wanted(&self.held, next);
+                    let have = &self.subscribed[next.index()];
+                    let subscribe: Vec<String> = want.difference(have).cloned().collect();
+                    let unsubscribe: Vec<String> = have.difference(&want).cloned().collect();
+                    if !subscribe.is_empty() || !unsubscribe.is_empty() {
+                        self.subscribed[next.index()] = want;
+                        requests.push(DeltaRequest {
+                            type_url: next.as_str().into(),
+                            resource_names_subscribe: subscribe,
+                            resource_names_unsubscribe: unsubscribe,
+                            ..Default::default()
+                        });
+                    }
+                }
+            }
+            for req in requests {
+                responses.extend(self.conn.on_request(view, &req));
+            }
+        }
+        delivered
+    }
+}
+
+/// Bookinfo, one engine, and a SotW and a delta productpage sidecar, synced.
+struct Pair {
+    store: ConfigStore,
+    engine: Arc<PushEngine>,
+    bodies: BodyCache,
+    sotw: SotwClient,
+    delta: DeltaClient,
+}
+
+impl Pair {
+    async fn start() -> Pair {
+        let store = ConfigStore::new();
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/bookinfo");
+        let mut files: Vec<_> =
+            std::fs::read_dir(&dir).expect("examples/bookinfo").map(|e| e.unwrap().path()).collect();
+        files.sort();
+        let mut writes = Vec::new();
+        for path in files.iter().filter(|p| p.extension().is_some_and(|e| e == "yaml")) {
+            let parsed = parse_documents(&path.display().to_string(), &std::fs::read_to_string(path).unwrap());
+            assert!(!parsed.has_errors(), "{:?}", parsed.problems);
+            writes.extend(parsed.objects.into_iter().map(|(o, s)| Write::Put(o, s)));
+        }
+        let engine = PushEngine::new();
+        engine.push(PushRequest::new(store.apply(writes))).await;
+        let node = node("sidecar~127.0.0.11~productpage-v1.default~default.svc.cluster.local", "NONE", &[]);
+        let proxy = Arc::new(Proxy::from_node(&node).expect("a valid node"));
+        let (sh, dh) = (engine.queue().register(proxy.clone()), engine.queue().register(proxy.clone()));
+        let sotw = SotwClient {
+            conn: Connection::new(sh.id, proxy.clone()),
+            handle: sh,
+            held: Held::new(),
+            names: Default::default(),
+        };
+        let delta = DeltaClient {
+            conn: DeltaConnection::new(dh.id, proxy),
+            handle: dh,
+            held: Held::new(),
+            subscribed: Default::default(),
+        };
+        let mut pair = Pair { store, engine, bodies: BodyCache::new(), sotw, delta };
+        let ctx = pair.engine.snapshot();
+        let view = Published { ctx: &ctx, cache: pair.engine.cache(), bodies: &pair.bodies };
+        for t in [TypeUrl::Cluster, TypeUrl::Listener] {
+            let first = pair.sotw.request(t, "", "");
+            let responses = pair.sotw.conn.on_request(&view, &first);
+            pair.sotw.settle(&view, responses);
+            let first = DeltaRequest { type_url: t.as_str().into(), ..Default::default() };
+            let responses = pair.delta.conn.on_request(&view, &first);
+            pair.delta.settle(&view, responses);
+        }
+        drop(ctx);
+        pair.place();
+        pair
+    }
+
+    /// Files each stream under the scope it was generated for, as the stream task does.
+    fn place(&self) {
+        let queue = self.engine.queue();
+        if let (Some(scope), Some(inbound)) = (self.sotw.conn.scope(), self.sotw.conn.inbound()) {
+            queue.set_scope(&self.sotw.handle, scope.id, inbound);
+        }
+        if let (Some(scope), Some(inbound)) = (self.delta.conn.scope(), self.delta.conn.inbound()) {
+            queue.set_scope(&self.delta.handle, scope.id, inbound);
+        }
+    }
+
+    /// Applies YAML (puts) or deletes, pushes, and lets both streams take
+    /// their pushes: what each delivered.
+    async fn change(&mut self, writes: Vec<Write>) -> (Delivered, Delivered) {
+        let changes = self.store.apply(writes);
+        assert!(!changes.is_empty(), "the edit changed something");
+        self.engine.push(PushRequest::new(changes)).await;
+        let ctx = self.engine.snapshot();
+        let view = Published { ctx: &ctx, cache: self.engine.cache(), bodies: &self.bodies };
+        let sotw = match self.sotw.handle.mailbox.try_take() {
+            Some(push) => {
+                let responses = self.sotw.conn.on_push(&view, &push);
+                self.sotw.settle(&view, responses)
+            }
+            None => Delivered::new(),
+        };
+        let delta = match self.delta.handle.mailbox.try_take() {
+            Some(push) => {
+                let responses = self.delta.conn.on_push(&view, &push);
+                self.delta.settle(&view, responses)
+            }
+            None => Delivered::new(),
+        };
+        drop(ctx);
+        self.place();
+        (sotw, delta)
+    }
+
+    fn assert_same_holdings(&self, after: &str) {
+        assert!(!self.sotw.held.is_empty(), "{after}: the SotW client holds nothing");
+        let keys = |h: &Held| h.keys().cloned().collect::<Vec<_>>();
+        assert_eq!(keys(&self.sotw.held), keys(&self.delta.held), "{after}: the clients hold different names");
+        for (key, any) in &self.sotw.held {
+            assert_eq!(Some(any), self.delta.held.get(key), "{after}: {key:?} differs");
+        }
+    }
+}
+
+fn puts(yaml: &str) -> Vec<Write> {
+    let parsed = parse_documents("change.yaml", yaml);
+    assert!(!parsed.has_errors(), "{:?}", parsed.problems);
+    parsed.objects.into_iter().map(|(o, s)| Write::Put(o, s)).collect()
+}
+
+#[tokio::test]
+async fn both_protocols_push_the_same_resources_for_the_same_change() {
+    let mut pair = Pair::start().await;
+    pair.assert_same_holdings("the initial sync");
+    for t in TypeUrl::PUSH_ORDER {
+        assert!(pair.sotw.held.keys().any(|(ht, _)| *ht == t), "the sync delivered no {t}");
+    }
+
+    let changes: [(&str, Vec<Write>); 5] = [
+        (
+            "a route change",
+            puts(
+                "apiVersion: networking.istio.io/v1\nkind: VirtualService\nmetadata: {name: reviews, namespace: default}\nspec:\n  hosts: [reviews]\n  http:\n  - route:\n    - {destination: {host: reviews, subset: v1}, weight: 90}\n    - {destination: {host: reviews, subset: v3}, weight: 10}\n",
+            ),
+        ),
+        (
+            "a cluster policy change",
+            puts(
+                "apiVersion: networking.istio.io/v1\nkind: DestinationRule\nmetadata: {name: reviews, namespace: default}\nspec:\n  host: reviews\n  trafficPolicy: {loadBalancer: {simple: RANDOM}}\n  subsets:\n  - {name: v1, labels: {version: v1}}\n  - {name: v3, labels: {version: v3}}\n",
+            ),
+        ),
+        (
+            "an endpoint change",
+            puts(
+                "apiVersion: v1\nkind: Pod\nmetadata: {name: reviews-v1, namespace: default, labels: {app: reviews, version: v1}}\nstatus: {podIP: 127.0.0.43, phase: Running}\n",
+            ),
+        ),
+        (
+            "a new service",
+            puts(
+                "apiVersion: v1\nkind: Service\nmetadata: {name: payments, namespace: default}\nspec:\n  selector: {app: payments}\n  ports: [{name: http, port: 9080}]\n---\napiVersion: v1\nkind: Pod\nmetadata: {name: payments-1, namespace: default, labels: {app: payments}}\nstatus: {podIP: 127.0.0.40, phase: Running}\n",
+            ),
+        ),
+        (
+            "a Sidecar that narrows what the namespace sees",
+            puts(
+                "apiVersion: networking.istio.io/v1\nkind: Sidecar\nmetadata: {name: default, namespace: default}\nspec:\n  egress: [{hosts: [./reviews.default.svc.cluster.local]}]\n",
+            ),
+        ),
+    ];
+    for (what, writes) in changes {
+        let (sotw, delta) = pair.change(writes).await;
+        assert!(!sotw.is_empty(), "{what}: nothing was pushed");
+        assert_eq!(sotw, delta, "{what}: the protocols pushed different resources");
+        pair.assert_same_holdings(what);
+    }
+}
