@@ -218,20 +218,12 @@ fn watched(t: TypeUrl) -> Vec<&'static str> {
 }
 
 /// Polls `check` (an admin read) until it holds or the deadline passes.
-async fn eventually<F, Fut>(what: &str, mut check: F)
+async fn eventually<F, Fut>(what: &str, check: F)
 where
     F: FnMut() -> Fut,
     Fut: std::future::Future<Output = Result<(), String>>,
 {
-    let deadline = tokio::time::Instant::now() + WAIT;
-    loop {
-        let seen = match check().await {
-            Ok(()) => return,
-            Err(seen) => seen,
-        };
-        assert!(tokio::time::Instant::now() < deadline, "timed out waiting for {what}; last saw: {seen}");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    meshpush::testing::wait::wait_until_async(std::time::Instant::now() + WAIT, what, check).await;
 }
 
 const DR_RANDOM: &str = "apiVersion: networking.istio.io/v1\nkind: DestinationRule\nmetadata: {name: ratings, namespace: default}\nspec:\n  host: ratings\n  trafficPolicy: {loadBalancer: {simple: RANDOM}}\n  subsets: [{name: v1, labels: {version: v1}}]\n";

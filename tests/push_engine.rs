@@ -115,33 +115,55 @@ async fn endpoint_change_encodes_one_assignment_whatever_the_watchers() {
     assert_eq!(after - before, 1, "one assignment encoded for {} watchers", clients.len());
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+/// A client that stops reading blocks only its own stream: once the
+/// responses buffered for it fill up, its task waits on the write and its
+/// later pushes merge in its slot, while every other stream converges on
+/// every change. Time is paused: a push to a client that has not answered
+/// the previous one waits `ANSWER_WAIT`, and advancing the clock past it
+/// pushes the stuck stream again until its buffer is full.
+#[tokio::test(start_paused = true)]
 async fn a_stream_that_never_reads_does_not_delay_the_others() {
+    use meshpush::xds::server::{ANSWER_WAIT, STREAM_BUFFER};
     let spec = MeshSpec::new(50);
     let (ads, store) = engine_with(&spec).await;
     let engine = ads.engine();
     let mut clients = synced_clients(&ads, &spec, 20).await;
-    // The first stream stops reading: its buffer fills and its task waits.
     let stuck = clients.remove(0);
-    for round in 0..20 {
-        apply(&engine, &store, vec![spec.pod(0, 0, &format!("10.201.0.{}", round + 1))]).await;
-    }
-    // Every other stream converges on the last change.
-    let last = "10.201.0.20";
-    for c in &mut clients {
-        tokio::time::timeout(Duration::from_secs(10), async {
-            loop {
-                let (r, _) = c.recv().await.expect("open");
-                let carries_last = r.resources.iter().any(|a| String::from_utf8_lossy(&a.value).contains(last));
-                c.request(TypeUrl::parse(&r.type_url).unwrap()).await;
-                if carries_last {
-                    break;
+    let stuck_handle = engine
+        .queue()
+        .connections()
+        .into_iter()
+        .find(|c| *c.proxy.id == stuck.node.id)
+        .expect("the stuck stream is registered");
+    // One push fills one buffered response; one more is held by the
+    // blocked write; the next one waits in the slot.
+    let rounds = STREAM_BUFFER + 3;
+    for round in 0..rounds {
+        let address = format!("10.201.0.{}", round + 1);
+        apply(&engine, &store, vec![spec.pod(0, 0, &address)]).await;
+        for c in &mut clients {
+            tokio::time::timeout(DEADLINE, async {
+                loop {
+                    let (r, _) = c.recv().await.expect("open");
+                    let carries = r.resources.iter().any(|a| String::from_utf8_lossy(&a.value).contains(&address));
+                    c.request(TypeUrl::parse(&r.type_url).unwrap()).await;
+                    if carries {
+                        break;
+                    }
                 }
-            }
-        })
-        .await
-        .expect("a stuck peer does not hold this stream back");
+            })
+            .await
+            .unwrap_or_else(|_| panic!("change {round} did not reach a stream: the stuck peer held it back"));
+        }
+        // The stuck stream's next push waits for an answer that never comes.
+        tokio::time::advance(ANSWER_WAIT).await;
     }
+    let unanswered = engine.metrics().unanswered_pushes.get();
+    assert!(unanswered >= STREAM_BUFFER as u64, "the stuck stream was pushed into a full buffer: {unanswered} pushes");
+    assert!(
+        stuck_handle.mailbox.is_pending(),
+        "the stuck stream's task waits on its write; its push waits in its slot"
+    );
     drop(stuck);
 }
 

@@ -590,12 +590,29 @@ fn service_entry_resolution_picks_the_cluster_type() {
     assert_eq!(discovery_type(cluster(&clusters, "outbound|8443|v1|payments.corp.internal")), DiscoveryType::Eds);
 }
 
+/// A router is sent what it routes to, never inbound clusters of its own,
+/// even when a Service selects its pod (as one does in front of an ingress
+/// gateway); a sidecar selected the same way gets them.
 #[test]
 fn router_gets_outbound_clusters_but_no_inbound_ones() {
-    let ctx = context(bookinfo());
-    let clusters = cds::clusters(&ctx, &ingress(&ctx));
-    assert!(clusters.iter().any(|c| c.name == format!("outbound|9080||{PRODUCTPAGE}")));
-    assert!(clusters.iter().all(|c| !c.name.starts_with("inbound|")));
+    let mut mesh = bookinfo();
+    mesh.push(service("default", "ingress", "10.96.9.1", &[("http", 8080)], "ingress"));
+    let ctx = context(mesh);
+    let labels = [("app", "ingress"), ("istio", "ingressgateway")];
+    let router = proxy("router~10.0.0.100~ingress.default~default.svc.cluster.local", "REDIRECT", &labels);
+    let sidecar = proxy("sidecar~10.0.0.101~ingress.default~default.svc.cluster.local", "REDIRECT", &labels);
+    let cache = crate::generate::cache::ScopedCache::new();
+    let sent = |p: &Proxy| -> Vec<String> {
+        let set = cache.proxy_set(&ctx, &ctx.scope_for(p), &ctx.inbound_for(p), crate::resource::TypeUrl::Cluster);
+        set.resources.iter().map(|r| r.name.to_string()).collect()
+    };
+    let to_router = sent(&router);
+    assert!(to_router.contains(&format!("outbound|9080||{PRODUCTPAGE}")), "{to_router:?}");
+    assert!(to_router.iter().all(|c| !c.starts_with("inbound|")), "{to_router:?}");
+    assert!(
+        sent(&sidecar).contains(&"inbound|8080||".to_string()),
+        "the same selection gives a sidecar its inbound cluster"
+    );
 }
 
 // ---------------------------------------------------------------- EDS

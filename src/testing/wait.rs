@@ -33,10 +33,11 @@ impl Check for Result<(), String> {
     }
 }
 
-/// One poll's verdict: done, or the failure message once the deadline has passed.
+/// One poll's verdict: done (`Some(Ok)`), go on (`None`), or, once the
+/// deadline has passed (`expired`, after `waited`), the failure message.
 fn attempt(
-    started: Instant,
-    deadline: Instant,
+    expired: bool,
+    waited: Duration,
     what: &str,
     outcome: Result<(), String>,
     report: impl FnOnce() -> String,
@@ -45,11 +46,11 @@ fn attempt(
         Ok(()) => return Some(Ok(())),
         Err(seen) => seen,
     };
-    if Instant::now() < deadline {
+    if !expired {
         return None;
     }
     let seen = if seen.is_empty() { String::new() } else { format!("\nlast attempt: {seen}") };
-    Some(Err(format!("timed out after {:?} waiting for {what}{seen}\n{}", started.elapsed(), report())))
+    Some(Err(format!("timed out after {waited:?} waiting for {what}{seen}\n{}", report())))
 }
 
 /// Polls `cond` until it holds; at `deadline`, panics naming `what`, what
@@ -65,7 +66,8 @@ pub fn wait_until<C: Check>(
     let mut report = Some(report);
     loop {
         let outcome = cond().check();
-        match attempt(started, deadline, what, outcome, || report.take().map(|r| r()).unwrap_or_default()) {
+        let (expired, waited) = (Instant::now() >= deadline, started.elapsed());
+        match attempt(expired, waited, what, outcome, || report.take().map(|r| r()).unwrap_or_default()) {
             Some(Ok(())) => return,
             Some(Err(message)) => panic!("{message}"),
             None => std::thread::sleep(POLL),
@@ -73,17 +75,19 @@ pub fn wait_until<C: Check>(
     }
 }
 
-/// [`wait_until`] inside a tokio runtime: `cond` may await, and the wait
-/// between polls yields to the runtime.
-pub async fn wait_until_async<C, F>(deadline: Instant, what: &str, mut cond: impl FnMut() -> F)
+/// [`wait_until`] inside a tokio runtime: `cond` may await, the wait
+/// between polls yields to the runtime, and the deadline is on tokio's
+/// clock (a test with paused time waits in simulated time).
+pub async fn wait_until_async<C, F>(deadline: impl Into<tokio::time::Instant>, what: &str, mut cond: impl FnMut() -> F)
 where
     C: Check,
     F: Future<Output = C>,
 {
-    let started = Instant::now();
+    let (deadline, started) = (deadline.into(), tokio::time::Instant::now());
     loop {
         let outcome = cond().await.check();
-        match attempt(started, deadline, what, outcome, String::new) {
+        let (expired, waited) = (tokio::time::Instant::now() >= deadline, started.elapsed());
+        match attempt(expired, waited, what, outcome, String::new) {
             Some(Ok(())) => return,
             Some(Err(message)) => panic!("{message}"),
             None => tokio::time::sleep(POLL).await,

@@ -7,9 +7,10 @@
 //! test passed or panicked. Its stdout and stderr go to a log file in a scratch
 //! directory; a failing test keeps that directory and prints where it is.
 //!
-//! [`wait_until`] is the one way tests wait: poll a condition every 50 ms until a
-//! deadline, and on timeout panic with what was awaited and the log tails of the
-//! processes involved. Tests never sleep for a fixed time to let something happen.
+//! [`wait_until`] is meshpush's one way tests wait (`meshpush::testing::wait`):
+//! poll a condition until a deadline, and on timeout panic with what was awaited
+//! and here the log tails of the processes involved. Tests never sleep for a
+//! fixed time to let something happen.
 
 use std::ffi::OsStr;
 use std::fmt::Write as _;
@@ -23,8 +24,10 @@ use std::time::{Duration, Instant};
 use rustix::process::{Pid, Signal, kill_process_group};
 use tempfile::TempDir;
 
-/// How often [`wait_until`] and [`ChildGuard::wait_ready`] poll.
+/// How often [`ChildGuard::wait_ready`] polls.
 pub const POLL: Duration = Duration::from_millis(50);
+
+pub use meshpush::testing::wait::Check;
 
 /// Lines of each log a failure message shows.
 const TAIL_LINES: usize = 60;
@@ -176,28 +179,9 @@ pub fn logs(procs: &[&ChildGuard]) -> String {
     out
 }
 
-/// What a [`wait_until`] condition returns: `bool`, or `Result<(), String>` whose
-/// error says what the last attempt saw (it goes into the timeout message).
-pub trait Check {
-    /// `Ok` when the condition holds.
-    fn check(self) -> Result<(), String>;
-}
-
-impl Check for bool {
-    fn check(self) -> Result<(), String> {
-        if self { Ok(()) } else { Err(String::new()) }
-    }
-}
-
-impl Check for Result<(), String> {
-    fn check(self) -> Result<(), String> {
-        self
-    }
-}
-
-/// Polls `cond` every 50 ms until it holds. On `deadline`, panics naming `what`,
-/// what the last attempt saw, and the log tails of `procs` (typically Envoy and
-/// meshpush).
+/// Polls `cond` until it holds (meshpush's one [`wait_until`](meshpush::testing::wait::wait_until)).
+/// On `deadline`, panics naming `what`, what the last attempt saw, and the log
+/// tails of `procs` (typically Envoy and meshpush).
 pub fn wait_until<C: Check>(deadline: Instant, what: &str, procs: &[&ChildGuard], cond: impl FnMut() -> C) {
     wait_until_report(deadline, what, || logs(procs), cond);
 }
@@ -209,18 +193,7 @@ pub fn wait_until_report<C: Check>(
     deadline: Instant,
     what: &str,
     report: impl FnOnce() -> String,
-    mut cond: impl FnMut() -> C,
+    cond: impl FnMut() -> C,
 ) {
-    let start = Instant::now();
-    loop {
-        let seen = match cond().check() {
-            Ok(()) => return,
-            Err(seen) => seen,
-        };
-        if Instant::now() >= deadline {
-            let seen = if seen.is_empty() { String::new() } else { format!("\nlast attempt: {seen}") };
-            panic!("timed out after {:?} waiting for {what}{seen}\n{}", start.elapsed(), report());
-        }
-        thread::sleep(POLL);
-    }
+    meshpush::testing::wait::wait_until(deadline, what, report, cond);
 }

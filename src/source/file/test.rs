@@ -184,13 +184,13 @@ fn editor_leftovers_and_hidden_paths_are_not_config_files() {
 
 // The watcher, end to end: real files, real notify events.
 
-/// Polls `condition` on the store every 20 ms for up to 5 s.
+/// Waits up to 5 s for `condition` to hold of the store.
 async fn eventually(store: &ConfigStore, what: &str, condition: impl Fn(&StoreSnapshot) -> bool) {
-    let deadline = Instant::now() + Duration::from_secs(5);
-    while !condition(&store.snapshot()) {
-        assert!(Instant::now() < deadline, "timed out waiting until {what}");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    crate::testing::wait::wait_until_async(Instant::now() + Duration::from_secs(5), what, || {
+        let holds = condition(&store.snapshot());
+        async move { holds }
+    })
+    .await;
 }
 
 /// The next ChangeSet, within 5 s.
@@ -239,11 +239,15 @@ async fn a_broken_edit_keeps_the_served_object_until_it_is_fixed() {
     let (store, status, mut changes, task) = watched(&dir);
 
     write(&dir, "reviews.yaml", BAD_VS);
-    let deadline = Instant::now() + Duration::from_secs(5);
-    while status.problems().is_empty() {
-        assert!(Instant::now() < deadline, "the broken edit was never read");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    crate::testing::wait::wait_until_async(
+        Instant::now() + Duration::from_secs(5),
+        "the broken edit to be read",
+        || {
+            let read = !status.problems().is_empty();
+            async move { read }
+        },
+    )
+    .await;
     assert_eq!(vs_destination(&store.snapshot()).as_deref(), Some("v1"));
     assert!(changes.try_recv().is_err(), "a refused edit changes nothing");
 
