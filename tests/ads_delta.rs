@@ -1,6 +1,6 @@
 //! Delta protocol tests: an in-process tonic client on
-//! `DeltaAggregatedResources`, pinning every line of the "Delta" section of
-//! `shared/xds-checklist.md`.
+//! `DeltaAggregatedResources`, pinning the rules of the "Delta" section of
+//! `docs/xds-protocol.md`.
 //!
 //! To prove that the server sent *nothing* in answer to a request (an ACK, a
 //! NACK, a pure unsubscribe), a test sends a probe — a subscription to a

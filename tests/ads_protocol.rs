@@ -1,5 +1,5 @@
 //! Protocol tests: an in-process tonic ADS client against meshpush's server,
-//! pinning the state-of-the-world behaviour of `shared/xds-checklist.md`.
+//! pinning the state-of-the-world rules of `docs/xds-protocol.md`.
 //!
 //! To prove that the server sent *nothing* in answer to a request (an ACK, a
 //! stale nonce, a NACK), a test sends a probe — a request for a type the
