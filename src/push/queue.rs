@@ -76,6 +76,19 @@ pub struct ConnectionHandle {
 
 const SHARDS: usize = 16;
 
+/// Takes one stream off a workload shape's count (0 = not generated for yet).
+fn forget_inbound(counts: &mut HashMap<InboundId, usize>, inbound: InboundId) {
+    if inbound.0 == 0 {
+        return;
+    }
+    if let Some(n) = counts.get_mut(&inbound) {
+        *n -= 1;
+        if *n == 0 {
+            counts.remove(&inbound);
+        }
+    }
+}
+
 /// Every connected stream, sharded by id, and indexed by scope so that a
 /// change reaches the streams of the scopes it touches without visiting
 /// every stream.
@@ -84,6 +97,8 @@ pub struct PushQueue {
     shards: Vec<Mutex<HashMap<ConnId, Arc<ConnectionHandle>>>>,
     /// Scope → its streams. Scope 0 holds streams not generated for yet.
     by_scope: Mutex<HashMap<ScopeId, HashMap<ConnId, Arc<ConnectionHandle>>>>,
+    /// Workload shape → how many streams were last generated for it.
+    by_inbound: Mutex<HashMap<InboundId, usize>>,
     next_id: AtomicU64,
 }
 
@@ -92,6 +107,7 @@ impl Default for PushQueue {
         PushQueue {
             shards: (0..SHARDS).map(|_| Mutex::new(HashMap::new())).collect(),
             by_scope: Mutex::new(HashMap::new()),
+            by_inbound: Mutex::new(HashMap::new()),
             next_id: AtomicU64::new(1),
         }
     }
@@ -116,7 +132,12 @@ impl PushQueue {
 
     /// Records the scope and workload shape a stream was last generated for.
     pub fn set_scope(&self, handle: &Arc<ConnectionHandle>, scope: ScopeId, inbound: InboundId) {
-        handle.inbound.store(inbound.0, Ordering::Relaxed);
+        let old_inbound = InboundId(handle.inbound.swap(inbound.0, Ordering::Relaxed));
+        if old_inbound != inbound {
+            let mut counts = self.by_inbound.lock();
+            forget_inbound(&mut counts, old_inbound);
+            *counts.entry(inbound).or_default() += 1;
+        }
         let old = ScopeId(handle.scope.swap(scope.0, Ordering::Relaxed));
         if old != scope {
             let mut index = self.by_scope.lock();
@@ -133,6 +154,7 @@ impl PushQueue {
     /// Removes a stream.
     pub fn unregister(&self, id: ConnId) {
         if let Some(handle) = self.shards[id as usize % SHARDS].lock().remove(&id) {
+            forget_inbound(&mut self.by_inbound.lock(), InboundId(handle.inbound.load(Ordering::Relaxed)));
             let scope = ScopeId(handle.scope.load(Ordering::Relaxed));
             let mut index = self.by_scope.lock();
             if let Some(set) = index.get_mut(&scope) {
@@ -164,16 +186,11 @@ impl PushQueue {
         self.len() == 0
     }
 
-    /// Scopes and workload shapes in use by at least one connection.
+    /// Scopes and workload shapes in use by at least one connection, read
+    /// from the indexes: O(scopes + shapes), whatever the number of streams.
     pub fn live(&self) -> (HashSet<ScopeId>, HashSet<InboundId>) {
-        let mut scopes = HashSet::new();
-        let mut inbound = HashSet::new();
-        for shard in &self.shards {
-            for c in shard.lock().values() {
-                scopes.insert(ScopeId(c.scope.load(Ordering::Relaxed)));
-                inbound.insert(InboundId(c.inbound.load(Ordering::Relaxed)));
-            }
-        }
+        let scopes = self.by_scope.lock().keys().copied().collect();
+        let inbound = self.by_inbound.lock().keys().copied().collect();
         (scopes, inbound)
     }
 
@@ -187,7 +204,7 @@ impl PushQueue {
         &self,
         changes: &PushChanges,
         first_change: Instant,
-        scope_sees: impl Fn(ScopeId) -> Option<bool>,
+        mut scope_sees: impl FnMut(ScopeId) -> Option<bool>,
     ) -> usize {
         let targets: Vec<(bool, Vec<Arc<ConnectionHandle>>)> = {
             let index = self.by_scope.lock();
@@ -218,5 +235,88 @@ impl PushQueue {
             }
         }
         pushed
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::resource::TypeUrl;
+    use crate::testing::memory::node;
+
+    fn proxy(pod: &str) -> Arc<Proxy> {
+        let id = format!("sidecar~10.0.0.1~{pod}.default~default.svc.cluster.local");
+        Arc::new(Proxy::from_node(&node(&id, "NONE", &[])).expect("a valid node"))
+    }
+
+    fn placed(queue: &PushQueue, pod: &str, scope: u32, inbound: u32) -> Arc<ConnectionHandle> {
+        let handle = queue.register(proxy(pod));
+        queue.set_scope(&handle, ScopeId(scope), InboundId(inbound));
+        handle
+    }
+
+    #[test]
+    fn a_change_reaches_the_streams_of_touched_scopes_and_scopes_that_see_its_hosts_only() {
+        let queue = PushQueue::default();
+        let touched = placed(&queue, "a", 1, 1);
+        let seeing = placed(&queue, "b", 2, 1);
+        let untouched = placed(&queue, "c", 3, 1);
+        let changes = PushChanges {
+            types: TypeSet::of(&[TypeUrl::Route]),
+            touched: [ScopeId(1)].into(),
+            dirty_hosts: ["reviews.default.svc.cluster.local".into()].into(),
+            ..Default::default()
+        };
+        let mut asked = Vec::new();
+        let pushed = queue.enqueue(&changes, Instant::now(), |scope| {
+            asked.push(scope);
+            if changes.touched.contains(&scope) { None } else { Some(scope == ScopeId(2)) }
+        });
+        assert_eq!(pushed, 2);
+        let full = touched.mailbox.try_take().expect("the touched scope's stream is pushed");
+        assert!(full.full, "a touched scope regenerates");
+        let partial = seeing.mailbox.try_take().expect("a scope that sees a changed host is pushed");
+        assert!(!partial.full, "an untouched scope that sees the hosts gets their endpoints only");
+        assert!(untouched.mailbox.try_take().is_none(), "a scope that sees nothing changed is not pushed");
+        asked.sort();
+        assert_eq!(asked, vec![ScopeId(1), ScopeId(2), ScopeId(3)], "one question per scope, not per stream");
+    }
+
+    #[test]
+    fn pushes_to_a_busy_stream_merge_into_one() {
+        let queue = PushQueue::default();
+        let handle = placed(&queue, "a", 1, 1);
+        let push = |host: &str, types: &[TypeUrl], full: bool| PushChanges {
+            full,
+            types: TypeSet::of(types),
+            dirty_hosts: [host.into()].into(),
+            ..Default::default()
+        };
+        let first_change = Instant::now();
+        queue.enqueue(&push("a.default.svc.cluster.local", &[TypeUrl::Endpoint], false), first_change, |_| Some(true));
+        queue.enqueue(&push("b.default.svc.cluster.local", &[TypeUrl::Route], true), Instant::now(), |_| None);
+        let merged = handle.mailbox.try_take().expect("one push waits");
+        assert!(merged.full);
+        assert_eq!(merged.types, TypeSet::of(&[TypeUrl::Endpoint, TypeUrl::Route]));
+        assert_eq!(merged.hosts.len(), 2, "the changed hosts accumulate");
+        assert_eq!(merged.first_change, first_change, "convergence counts from the earliest change");
+        assert!(handle.mailbox.try_take().is_none());
+    }
+
+    #[test]
+    fn live_scopes_and_shapes_follow_registration_placement_and_departure() {
+        let queue = PushQueue::default();
+        let a = placed(&queue, "a", 1, 7);
+        let b = placed(&queue, "b", 1, 8);
+        let (scopes, shapes) = queue.live();
+        assert_eq!((scopes, shapes), ([ScopeId(1)].into(), [InboundId(7), InboundId(8)].into()));
+        queue.set_scope(&b, ScopeId(2), InboundId(7));
+        assert_eq!(queue.live(), ([ScopeId(1), ScopeId(2)].into(), [InboundId(7)].into()));
+        assert_eq!(queue.scope_count(), 2);
+        queue.unregister(a.id);
+        assert_eq!(queue.live(), ([ScopeId(2)].into(), [InboundId(7)].into()));
+        queue.unregister(b.id);
+        assert_eq!(queue.live(), (HashSet::new(), HashSet::new()));
+        assert!(queue.is_empty());
     }
 }
