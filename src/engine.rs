@@ -184,3 +184,50 @@ impl PushEngine {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::{ConfigStore, Proxy};
+    use crate::push::Mailbox;
+    use crate::resource::TypeUrl;
+    use crate::testing::bookinfo;
+    use crate::testing::memory::node;
+
+    #[tokio::test]
+    async fn a_push_publishes_a_snapshot_the_cache_is_already_at() {
+        let engine = PushEngine::new();
+        let store = ConfigStore::new();
+        assert!(!engine.is_ready());
+        let version = engine.push(PushRequest::new(store.apply(bookinfo::writes()))).await;
+        assert_eq!(engine.snapshot().version, version);
+        assert_eq!(*engine.versions().borrow(), version);
+        // A set generated from the published snapshot is kept: the cache was
+        // brought to it before it was published.
+        let ctx = engine.snapshot();
+        let scope = ctx.scope_for(&Proxy::from_node(&node(bookinfo::PRODUCTPAGE, "NONE", &[])).unwrap());
+        let first = engine.cache().scoped(&ctx, &scope, TypeUrl::Cluster);
+        let again = engine.cache().scoped(&ctx, &scope, TypeUrl::Cluster);
+        assert!(Arc::ptr_eq(&first, &again));
+        assert_eq!(engine.readings().snapshot_version, version as i64);
+        assert_eq!(engine.metrics().pushes.get(), 1);
+        assert_eq!(engine.history().last().map(|r| r.version), Some(version));
+    }
+
+    #[tokio::test]
+    async fn the_engine_serves_its_slot_in_order_and_merges_what_waits() {
+        let engine = PushEngine::new();
+        let store = ConfigStore::new();
+        let slot = Arc::new(Mailbox::default());
+        slot.put(PushRequest::new(store.apply(bookinfo::writes())));
+        slot.put(PushRequest::new(store.apply(bookinfo::puts(
+            "apiVersion: v1\nkind: Service\nmetadata: {name: payments, namespace: default}\nspec:\n  ports: [{name: http, port: 9080}]\n",
+        ))));
+        let mut versions = engine.versions();
+        let task = tokio::spawn(engine.clone().run(slot));
+        tokio::time::timeout(std::time::Duration::from_secs(10), versions.changed()).await.expect("a push").unwrap();
+        assert_eq!(*versions.borrow(), 1, "two requests that waited together are one push");
+        assert!(engine.snapshot().services.get("payments.default.svc.cluster.local").is_some());
+        task.abort();
+    }
+}

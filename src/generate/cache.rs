@@ -289,3 +289,78 @@ impl ScopedCache {
         self.len() == (0, 0)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::Ordering;
+
+    use super::*;
+    use crate::model::Proxy;
+    use crate::push::{PushRequest, ScopeInterner};
+    use crate::testing::bookinfo;
+    use crate::testing::memory::node;
+
+    fn productpage(ctx: &PushContext) -> Arc<Scope> {
+        ctx.scope_for(&Proxy::from_node(&node(bookinfo::PRODUCTPAGE, "NONE", &[])).expect("a valid node"))
+    }
+
+    fn generations(cache: &ScopedCache, t: TypeUrl) -> u64 {
+        CacheStats::get(&cache.stats.generations, t)
+    }
+
+    /// A snapshot of the bookinfo mesh, version `version`, and the cache brought to it.
+    fn cache_at(version: u64) -> (PushContext, ScopedCache) {
+        let ctx = PushContext::build(bookinfo::store().snapshot(), version, Arc::new(ScopeInterner::default()));
+        let cache = ScopedCache::new();
+        cache.invalidate(&ctx, &PushChanges { full: true, types: crate::resource::TypeSet::ALL, ..Default::default() });
+        (ctx, cache)
+    }
+
+    #[test]
+    fn a_scope_set_is_generated_once_and_shared() {
+        let (ctx, cache) = cache_at(1);
+        let scope = productpage(&ctx);
+        let first = cache.scoped(&ctx, &scope, TypeUrl::Cluster);
+        let again = cache.scoped(&ctx, &scope, TypeUrl::Cluster);
+        assert!(Arc::ptr_eq(&first, &again), "the same set, not a copy");
+        assert_eq!(generations(&cache, TypeUrl::Cluster), 1);
+        assert!(!first.resources.is_empty());
+    }
+
+    #[test]
+    fn a_builder_on_an_older_snapshot_never_stores_its_output() {
+        let (ctx, cache) = cache_at(2);
+        let older = PushContext::build(bookinfo::store().snapshot(), 1, ctx.interner().clone());
+        let scope = productpage(&older);
+        cache.scoped(&older, &scope, TypeUrl::Route);
+        cache.scoped(&older, &scope, TypeUrl::Route);
+        assert_eq!(generations(&cache, TypeUrl::Route), 2, "output of an older snapshot is not kept");
+        assert_eq!(cache.len().0, 0);
+        cache.scoped(&ctx, &productpage(&ctx), TypeUrl::Route);
+        assert_eq!(cache.len().0, 1, "output of the cache's own snapshot is");
+    }
+
+    #[test]
+    fn an_endpoint_change_drops_only_its_hosts_assignments() {
+        let store = bookinfo::store();
+        let prev = PushContext::build(store.snapshot(), 1, Arc::new(ScopeInterner::default()));
+        let cache = ScopedCache::new();
+        cache
+            .invalidate(&prev, &PushChanges { full: true, types: crate::resource::TypeSet::ALL, ..Default::default() });
+        let reviews = "outbound|9080|v1|reviews.default.svc.cluster.local";
+        let ratings = "outbound|9080||ratings.default.svc.cluster.local";
+        let old_reviews = cache.endpoint(&prev, reviews).expect("an assignment");
+        cache.endpoint(&prev, ratings).expect("an assignment");
+        let changes = store.apply(bookinfo::puts(
+            "apiVersion: v1\nkind: Pod\nmetadata: {name: reviews-v1, namespace: default, labels: {app: reviews, version: v1}}\nstatus: {podIP: 127.0.0.43, phase: Running}\n",
+        ));
+        let (next, pushed) = PushContext::next(&prev, changes.snapshot.clone(), &PushRequest::new(changes));
+        cache.invalidate(&next, &pushed);
+        let before = generations(&cache, TypeUrl::Endpoint);
+        let new_reviews = cache.endpoint(&next, reviews).expect("an assignment");
+        cache.endpoint(&next, ratings).expect("an assignment");
+        assert_eq!(generations(&cache, TypeUrl::Endpoint) - before, 1, "only the changed host's assignment is rebuilt");
+        assert_ne!(old_reviews.hash, new_reviews.hash);
+        assert!(cache.stats.hits[TypeUrl::Endpoint.index()].load(Ordering::Relaxed) >= 1);
+    }
+}

@@ -376,3 +376,59 @@ fn affected_hosts(object: &ConfigObject, old: &ServiceIndex, new: &ServiceIndex,
 pub fn all_keys(store: &StoreSnapshot) -> Vec<ConfigKey> {
     store.iter().map(|s| s.object.key()).collect()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::testing::bookinfo;
+    use crate::testing::memory::node;
+
+    fn productpage() -> Proxy {
+        Proxy::from_node(&node(bookinfo::PRODUCTPAGE, "NONE", &[])).expect("a valid node")
+    }
+
+    #[test]
+    fn a_scope_is_computed_once_per_snapshot() {
+        let ctx = PushContext::build(bookinfo::store().snapshot(), 1, Arc::new(ScopeInterner::default()));
+        let a = ctx.scope_for(&productpage());
+        let b = ctx.scope_for(&productpage());
+        assert!(Arc::ptr_eq(&a, &b), "the memo hands out the one scope");
+        assert_eq!(ctx.scopes().len(), 1);
+    }
+
+    #[test]
+    fn a_routing_change_shares_every_other_index_and_keeps_every_scope_object() {
+        let store = bookinfo::store();
+        let prev = PushContext::build(store.snapshot(), 1, Arc::new(ScopeInterner::default()));
+        let scope = prev.scope_for(&productpage());
+        let changes = store.apply(bookinfo::puts(
+            "apiVersion: networking.istio.io/v1\nkind: VirtualService\nmetadata: {name: reviews, namespace: default}\nspec:\n  hosts: [reviews]\n  http:\n  - route: [{destination: {host: reviews, subset: v1}}]\n",
+        ));
+        let (next, pushed) = PushContext::next(&prev, changes.snapshot.clone(), &PushRequest::new(changes));
+        assert_eq!(next.version, prev.version + 1);
+        assert!(!Arc::ptr_eq(&prev.virtual_services, &next.virtual_services), "the changed index is rebuilt");
+        assert!(Arc::ptr_eq(&prev.services, &next.services), "the rest is shared");
+        assert!(Arc::ptr_eq(&prev.endpoints, &next.endpoints));
+        assert!(Arc::ptr_eq(&prev.destination_rules, &next.destination_rules));
+        assert_eq!(pushed.types, TypeSet::of(&[TypeUrl::Listener, TypeUrl::Route]), "routes change, clusters do not");
+        assert!(pushed.touched.contains(&scope.id), "the scope that sees reviews regenerates its routes");
+        assert!(!pushed.rescope && !pushed.full);
+        let carried = next.scope(scope.id).expect("the scope object is carried over");
+        assert!(Arc::ptr_eq(&scope, &carried), "what a scope sees did not change: the same object");
+        assert!(Arc::ptr_eq(&prev.interner, &next.interner), "scope ids keep their meaning");
+    }
+
+    #[test]
+    fn a_new_service_regenerates_every_scope_and_rescopes() {
+        let store = bookinfo::store();
+        let prev = PushContext::build(store.snapshot(), 1, Arc::new(ScopeInterner::default()));
+        let scope = prev.scope_for(&productpage());
+        let changes = store.apply(bookinfo::puts(
+            "apiVersion: v1\nkind: Service\nmetadata: {name: payments, namespace: default}\nspec:\n  selector: {app: payments}\n  ports: [{name: http, port: 9080}]\n",
+        ));
+        let (next, pushed) = PushContext::next(&prev, changes.snapshot.clone(), &PushRequest::new(changes));
+        assert!(pushed.full && pushed.rescope && pushed.types == TypeSet::ALL);
+        assert!(next.scope(scope.id).is_none(), "what scopes see changed: none is carried over");
+        assert_eq!(next.scope_for(&productpage()).id, scope.id, "the same key keeps its id");
+    }
+}

@@ -5,6 +5,7 @@
 //! the feature for itself as a dev-dependency); a build of the server
 //! never has them.
 //!
+//! * [`bookinfo`]: the bundled example mesh, in a store.
 //! * [`synth`]: synthetic meshes of any size.
 //! * [`memory`]: in-memory ADS clients that drive the server's own stream task.
 //! * [`wait`]: the one way a test waits for a condition, with a deadline.
@@ -12,6 +13,7 @@
 //! This module sits outside the layers: it may use any of them, and only
 //! test code uses it.
 
+pub mod bookinfo;
 pub mod memory;
 pub mod synth;
 pub mod wait;

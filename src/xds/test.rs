@@ -25,12 +25,12 @@ use super::sotw::{Connection, OutgoingResponse, SotwRequest};
 use super::stream::bodies::BodyCache;
 use super::stream::body::FRAME_HEADER_LEN;
 use super::stream::published::Published;
-use crate::config::parse::parse_documents;
 use crate::engine::PushEngine;
 use crate::model::store::Write;
 use crate::model::{ConfigStore, Proxy};
 use crate::push::{ConnectionHandle, PushRequest};
 use crate::resource::TypeUrl;
+use crate::testing::bookinfo::{self, puts};
 use crate::testing::memory::{eds_names, node, rds_names};
 
 /// What a client holds: (type, name) → the resource.
@@ -214,19 +214,9 @@ struct Pair {
 impl Pair {
     async fn start() -> Pair {
         let store = ConfigStore::new();
-        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/bookinfo");
-        let mut files: Vec<_> =
-            std::fs::read_dir(&dir).expect("examples/bookinfo").map(|e| e.unwrap().path()).collect();
-        files.sort();
-        let mut writes = Vec::new();
-        for path in files.iter().filter(|p| p.extension().is_some_and(|e| e == "yaml")) {
-            let parsed = parse_documents(&path.display().to_string(), &std::fs::read_to_string(path).unwrap());
-            assert!(!parsed.has_errors(), "{:?}", parsed.problems);
-            writes.extend(parsed.objects.into_iter().map(|(o, s)| Write::Put(o, s)));
-        }
         let engine = PushEngine::new();
-        engine.push(PushRequest::new(store.apply(writes))).await;
-        let node = node("sidecar~127.0.0.11~productpage-v1.default~default.svc.cluster.local", "NONE", &[]);
+        engine.push(PushRequest::new(store.apply(bookinfo::writes()))).await;
+        let node = node(bookinfo::PRODUCTPAGE, "NONE", &[]);
         let proxy = Arc::new(Proxy::from_node(&node).expect("a valid node"));
         let (sh, dh) = (engine.queue().register(proxy.clone()), engine.queue().register(proxy.clone()));
         let sotw = SotwClient {
@@ -303,12 +293,6 @@ impl Pair {
             assert_eq!(Some(any), self.delta.held.get(key), "{after}: {key:?} differs");
         }
     }
-}
-
-fn puts(yaml: &str) -> Vec<Write> {
-    let parsed = parse_documents("change.yaml", yaml);
-    assert!(!parsed.has_errors(), "{:?}", parsed.problems);
-    parsed.objects.into_iter().map(|(o, s)| Write::Put(o, s)).collect()
 }
 
 #[tokio::test]

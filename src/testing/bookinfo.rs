@@ -1,0 +1,42 @@
+//! The bundled example mesh (`examples/bookinfo`), loaded into a store as
+//! the file source loads it, for tests that want a real mesh rather than a
+//! synthetic one.
+
+use std::path::Path;
+
+use crate::config::parse::parse_documents;
+use crate::model::ConfigStore;
+use crate::model::store::Write;
+
+/// The productpage sidecar's node id (its pod has `127.0.0.11`).
+pub const PRODUCTPAGE: &str = "sidecar~127.0.0.11~productpage-v1.default~default.svc.cluster.local";
+
+/// Every object of `examples/bookinfo`, each put with its file and document.
+pub fn writes() -> Vec<Write> {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/bookinfo");
+    let mut files: Vec<_> =
+        std::fs::read_dir(&dir).expect("examples/bookinfo").map(|e| e.expect("a directory entry").path()).collect();
+    files.sort();
+    let mut writes = Vec::new();
+    for path in files.iter().filter(|p| p.extension().is_some_and(|e| e == "yaml")) {
+        let text = std::fs::read_to_string(path).expect("a readable example file");
+        let parsed = parse_documents(&path.display().to_string(), &text);
+        assert!(!parsed.has_errors(), "{}: {:?}", path.display(), parsed.problems);
+        writes.extend(parsed.objects.into_iter().map(|(o, s)| Write::Put(o, s)));
+    }
+    writes
+}
+
+/// A store holding `examples/bookinfo`.
+pub fn store() -> ConfigStore {
+    let store = ConfigStore::new();
+    store.apply(writes());
+    store
+}
+
+/// Puts for the objects of `yaml` (one or more documents), as an edit of a file would make them.
+pub fn puts(yaml: &str) -> Vec<Write> {
+    let parsed = parse_documents("edit.yaml", yaml);
+    assert!(!parsed.has_errors(), "{:?}", parsed.problems);
+    parsed.objects.into_iter().map(|(o, s)| Write::Put(o, s)).collect()
+}
