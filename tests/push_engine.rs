@@ -77,14 +77,14 @@ async fn full_push_to_ten_thousand_streams_generates_per_scope() {
     }
 
     // A routing change in the shared namespace: every scope sees svc-0.
-    let before = generations(&engine);
-    apply(&engine, &store, vec![spec.virtual_service(0, 10)]).await;
+    let before = generations(engine);
+    apply(engine, &store, vec![spec.virtual_service(0, 10)]).await;
     wait_until_async(Instant::now() + DEADLINE, "every stream to get the new routes", || {
         let received = received.load(std::sync::atomic::Ordering::Relaxed);
         async move { if received >= 10_000 { Ok(()) } else { Err(format!("{received} of 10,000")) } }
     })
     .await;
-    let after = generations(&engine);
+    let after = generations(engine);
     let total: u64 = after.iter().zip(before).map(|(a, b)| a - b).sum();
     assert!(total >= 100, "each of the 100 scopes regenerated its routes: {total}");
     assert!(total <= 400, "at most 100 scopes × 4 types generations, not one per stream: {total}");
@@ -105,7 +105,7 @@ async fn endpoint_change_encodes_one_assignment_whatever_the_watchers() {
     assert!(clients.iter().all(|c| c.watches[TypeUrl::Endpoint.index()].names.contains(&cluster)));
 
     let before = CacheStats::get(&engine.cache().stats.generations, TypeUrl::Endpoint);
-    apply(&engine, &store, vec![spec.pod(0, 0, "10.200.0.1")]).await;
+    apply(engine, &store, vec![spec.pod(0, 0, "10.200.0.1")]).await;
     for c in &mut clients {
         let (r, _) = tokio::time::timeout(DEADLINE, c.recv()).await.expect("pushed").expect("open");
         assert_eq!(r.type_url, TypeUrl::Endpoint.as_str());
@@ -140,7 +140,7 @@ async fn a_stream_that_never_reads_does_not_delay_the_others() {
     let rounds = STREAM_BUFFER + 3;
     for round in 0..rounds {
         let address = format!("10.201.0.{}", round + 1);
-        apply(&engine, &store, vec![spec.pod(0, 0, &address)]).await;
+        apply(engine, &store, vec![spec.pod(0, 0, &address)]).await;
         for c in &mut clients {
             tokio::time::timeout(DEADLINE, async {
                 loop {
@@ -214,13 +214,13 @@ async fn a_push_waits_for_the_answer_to_the_one_in_flight_and_carries_what_merge
         format!("outbound|{}||{}.{}.svc.cluster.local", spec.port, MeshSpec::service_name(i), spec.namespace_of(i))
     };
 
-    apply(&engine, &store, vec![spec.pod(1, 0, "10.202.0.1")]).await;
+    apply(engine, &store, vec![spec.pod(1, 0, "10.202.0.1")]).await;
     let (first, _) = client.recv().await.expect("open");
     assert_eq!(first.resources.len(), 1, "the first change goes out at once");
 
     // Not answered yet: the next two changes wait, and merge.
-    apply(&engine, &store, vec![spec.pod(2, 0, "10.202.0.2")]).await;
-    apply(&engine, &store, vec![spec.pod(3, 0, "10.202.0.3")]).await;
+    apply(engine, &store, vec![spec.pod(2, 0, "10.202.0.2")]).await;
+    apply(engine, &store, vec![spec.pod(3, 0, "10.202.0.3")]).await;
     let early = tokio::time::timeout(ANSWER_WAIT / 2, client.recv()).await;
     let early = early.ok().flatten().map(|(r, _)| (r.type_url, r.resources.len()));
     assert!(early.is_none(), "a push went out before the previous one was answered: {early:?}");
@@ -238,7 +238,7 @@ async fn a_push_waits_for_the_answer_to_the_one_in_flight_and_carries_what_merge
     // Never answered: the next push goes out after ANSWER_WAIT, not never.
     assert_eq!(engine.metrics().unanswered_pushes.get(), 0);
     let unanswered_since = tokio::time::Instant::now();
-    apply(&engine, &store, vec![spec.pod(4, 0, "10.202.0.4")]).await;
+    apply(engine, &store, vec![spec.pod(4, 0, "10.202.0.4")]).await;
     let (late, _) =
         tokio::time::timeout(2 * ANSWER_WAIT, client.recv()).await.expect("pushed after the wait").expect("open");
     assert_eq!(late.resources.len(), 1);

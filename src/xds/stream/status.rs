@@ -219,9 +219,8 @@ mod tests {
 
     #[test]
     fn an_update_in_place_leaves_what_the_watch_holds() {
-        let mut w = Watch::default();
-        w.nonce_sent = Some("00000001".into());
-        w.version_sent = Some("a1".into());
+        let mut w =
+            Watch { nonce_sent: Some("00000001".into()), version_sent: Some("a1".into()), ..Default::default() };
         let mut status = TypeStatus::default();
         status.update(&w);
         assert_eq!((status.nonce_sent.as_deref(), status.version_sent.as_deref()), (Some("00000001"), Some("a1")));

@@ -38,7 +38,7 @@ pub fn plan(push: &PendingPush, moved: bool, subscribed: impl Fn(TypeUrl) -> boo
         .into_iter()
         .filter(|t| subscribed(*t))
         .filter_map(|t| match (full, t) {
-            (false, TypeUrl::Endpoint) => Some((t, Step::Hosts(&*push.hosts))),
+            (false, TypeUrl::Endpoint) => Some((t, Step::Hosts(&push.hosts))),
             (false, _) => None,
             // Assignments are owed again after their clusters changed.
             (true, TypeUrl::Endpoint) if types.contains(TypeUrl::Cluster) => Some((t, Step::All)),
