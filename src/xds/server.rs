@@ -4,17 +4,17 @@
 //! re-encode every response per stream. This service reads requests as
 //! whole messages ([`RequestMessages`], which keeps no buffer between
 //! requests), reads them into requests that skip what a stream no longer
-//! needs ([`super::requests`]), and answers with its own body
+//! needs (`sotw::request`, `delta::request`), and answers with its own body
 //! ([`ResponseStreamBody`]) that hands the shared response bytes to h2
 //! without copying. It runs one task per stream: the task owns the stream's
-//! [`Connection`], reads requests, serves pushes from its slot in the
+//! protocol state, reads requests, serves pushes from its mailbox in the
 //! [`PushQueue`](crate::push::PushQueue), and writes into a small bounded
 //! channel. Client requests are served before pushes; a client that stops
 //! reading blocks only its own task, while pushes for it merge in its slot.
 //!
 //! A push is in flight until the client has answered every response it
 //! carried: the next push waits for those ACKs (or NACKs), merging in the
-//! slot meanwhile. Each stream therefore gets at most one push per round
+//! mailbox meanwhile. Each stream therefore gets at most one push per round
 //! trip, so when the server or its clients are short of CPU, changes merge
 //! into fewer, larger pushes instead of queueing responses (and the ACKs
 //! they draw, each repeating the node and every watched name) faster than
@@ -125,7 +125,7 @@ pub trait Protocol: StreamState + Send + Sized + 'static {
     fn open(id: u64, proxy: Arc<Proxy>) -> Self;
     /// Reads a request message, and its node when `first` (a stream's first
     /// request; Envoy repeats the node in every request after).
-    fn decode(message: bytes::Bytes, first: bool) -> Result<(Self::Request, Option<StreamNode>), RequestError>;
+    fn read(message: bytes::Bytes, first: bool) -> Result<(Self::Request, Option<StreamNode>), RequestError>;
     /// Gives a handled request's buffer back for reuse ([`buffers`]).
     fn recycle(req: Self::Request);
     /// The type a request is about.
@@ -147,7 +147,7 @@ impl Protocol for Connection {
     fn open(id: u64, proxy: Arc<Proxy>) -> Self {
         Connection::new(id, proxy)
     }
-    fn decode(message: bytes::Bytes, first: bool) -> Result<(SotwRequest, Option<StreamNode>), RequestError> {
+    fn read(message: bytes::Bytes, first: bool) -> Result<(SotwRequest, Option<StreamNode>), RequestError> {
         SotwRequest::read(message, first)
     }
     fn recycle(req: SotwRequest) {
@@ -177,7 +177,7 @@ impl Protocol for DeltaConnection {
     fn open(id: u64, proxy: Arc<Proxy>) -> Self {
         DeltaConnection::new(id, proxy)
     }
-    fn decode(message: bytes::Bytes, first: bool) -> Result<(DeltaRequest, Option<StreamNode>), RequestError> {
+    fn read(message: bytes::Bytes, first: bool) -> Result<(DeltaRequest, Option<StreamNode>), RequestError> {
         DeltaRequest::read(message, first)
     }
     fn recycle(_: DeltaRequest) {
@@ -217,7 +217,7 @@ where
     let undecodable = |e: RequestError| Status::invalid_argument(format!("undecodable request: {e}"));
     let mut messages = RequestMessages::new(req.into_body(), MAX_REQUEST_BYTES);
     let (first, node) = match futures::StreamExt::next(&mut messages).await {
-        Some(Ok(message)) => match P::decode(message, true) {
+        Some(Ok(message)) => match P::read(message, true) {
             Ok(decoded) => decoded,
             Err(e) => return undecodable(e).into_http(),
         },
@@ -227,7 +227,7 @@ where
     // Envoy repeats the node in every request; only the first one's is read.
     messages.leave_out(P::NODE_FIELD);
     let requests = futures::StreamExt::map(messages, move |m| {
-        m.and_then(|m| P::decode(m, false).map(|(r, _)| r).map_err(undecodable))
+        m.and_then(|m| P::read(m, false).map(|(r, _)| r).map_err(undecodable))
     });
     let node = node.map(Node::from);
     let proxy = match node.as_ref().ok_or(crate::model::NodeError::Missing).and_then(Proxy::from_node) {

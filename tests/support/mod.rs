@@ -1,7 +1,8 @@
 //! The harness for integration tests that run real processes: Envoy, the meshpush
 //! binary, and the HTTP backends traffic ends at.
 //!
-//! Included by each test binary with `mod support;`. Every process it starts is
+//! Included by each test binary (`tests/protocol`, `tests/e2e`) with
+//! `#[path = "../support/mod.rs"] mod support;`. Every process it starts is
 //! owned by a guard that kills its whole process group on drop, panics included;
 //! every address it binds is on loopback; every wait has a deadline and fails with
 //! the logs of the processes involved.

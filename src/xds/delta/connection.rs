@@ -368,3 +368,72 @@ impl StreamState for DeltaConnection {
         self.counts
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use envoy_types::pb::envoy::service::discovery::v3::DeltaDiscoveryResponse;
+    use prost::Message;
+
+    use super::*;
+    use crate::engine::PushEngine;
+    use crate::model::ConfigStore;
+    use crate::push::PushRequest;
+    use crate::testing::bookinfo;
+    use crate::testing::memory::node;
+    use crate::xds::stream::bodies::BodyCache;
+
+    const REVIEWS_V1: &str = "outbound|9080|v1|reviews.default.svc.cluster.local";
+
+    async fn engine() -> Arc<PushEngine> {
+        let engine = PushEngine::new();
+        engine.push(PushRequest::new(ConfigStore::new().apply(bookinfo::writes()))).await;
+        engine
+    }
+
+    fn connection(id: u64) -> DeltaConnection {
+        let proxy = Proxy::from_node(&node(bookinfo::PRODUCTPAGE, "NONE", &[])).expect("a node");
+        DeltaConnection::new(id, Arc::new(proxy))
+    }
+
+    fn decoded(r: &DeltaResponse) -> DeltaDiscoveryResponse {
+        DeltaDiscoveryResponse::decode(&r.message_bytes()[..]).expect("a DeltaDiscoveryResponse")
+    }
+
+    #[tokio::test]
+    async fn what_the_client_holds_is_what_was_sent_and_unknown_names_are_removed_at_once() {
+        let (engine, bodies) = (engine().await, BodyCache::new());
+        let ctx = engine.snapshot();
+        let view = Published { ctx: &ctx, cache: engine.cache(), bodies: &bodies };
+        let mut conn = connection(1);
+        let subscribe = DeltaRequest {
+            type_url: TypeUrl::Endpoint.as_str().into(),
+            resource_names_subscribe: vec![REVIEWS_V1.into(), "outbound|1||nowhere.default.svc.cluster.local".into()],
+            ..Default::default()
+        };
+        let sent = decoded(&conn.on_request(&view, &subscribe)[0]);
+        assert_eq!(sent.resources.iter().map(|r| r.name.as_str()).collect::<Vec<_>>(), vec![REVIEWS_V1]);
+        assert_eq!(sent.removed_resources, vec!["outbound|1||nowhere.default.svc.cluster.local"]);
+        let held: Vec<(&str, Option<u64>)> = conn.held(TypeUrl::Endpoint).collect();
+        let version = codec::parse_resource_version(&sent.resources[0].version);
+        assert_eq!(held, vec![(REVIEWS_V1, version)], "the client holds what it was sent, under its version");
+    }
+
+    #[tokio::test]
+    async fn a_reconnect_is_sent_only_what_differs_from_its_initial_versions() {
+        let (engine, bodies) = (engine().await, BodyCache::new());
+        let ctx = engine.snapshot();
+        let view = Published { ctx: &ctx, cache: engine.cache(), bodies: &bodies };
+        let wildcard = DeltaRequest { type_url: TypeUrl::Cluster.as_str().into(), ..Default::default() };
+        let first = decoded(&connection(1).on_request(&view, &wildcard)[0]);
+        let mut versions: BTreeMap<String, String> =
+            first.resources.iter().map(|r| (r.name.clone(), r.version.clone())).collect();
+        let stale = first.resources[0].name.clone();
+        versions.insert(stale.clone(), "0000000000000001".into());
+        let reconnect = DeltaRequest { initial_resource_versions: versions.into_iter().collect(), ..wildcard.clone() };
+        let again = decoded(&connection(2).on_request(&view, &reconnect)[0]);
+        assert_eq!(again.resources.iter().map(|r| &r.name).collect::<Vec<_>>(), vec![&stale]);
+        assert!(again.removed_resources.is_empty());
+    }
+}

@@ -6,7 +6,7 @@
 //! one, answer a stale nonce — and the test reads what an operator would:
 //! `/metrics`, `/debug/*`.
 
-mod support;
+use crate::support;
 
 use std::sync::Arc;
 use std::time::Duration;

@@ -8,7 +8,7 @@
 //! files applies them: traffic moves to v2 and the repaired file's Service
 //! reaches Envoy.
 
-mod support;
+use crate::support;
 
 use std::net::SocketAddr;
 use std::time::Duration;

@@ -7,7 +7,7 @@
 //! the probe's. The server handles a stream's requests in order, so anything
 //! it had sent for the earlier request would have arrived first.
 
-mod support;
+use crate::support;
 
 use std::collections::BTreeSet;
 use std::time::Duration;

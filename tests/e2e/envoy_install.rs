@@ -3,7 +3,7 @@
 //! accepts the bootstrap `meshpush::bootstrap::render` produces — node, metadata,
 //! the `xds-grpc` cluster — and dials the xDS address over HTTP/2.
 
-mod support;
+use crate::support;
 
 use std::io::{ErrorKind, Read};
 use std::net::{Ipv4Addr, TcpListener};

@@ -8,7 +8,7 @@
 //! outbound listener binds `127.0.0.1:<that port>`. Nothing else on the
 //! machine is touched.
 
-mod support;
+use crate::support;
 
 use std::fs;
 use std::path::Path;

@@ -7,7 +7,7 @@
 //! parallel, so each has its own service port (181xx) and backend addresses
 //! (127.0.1xx.0/24). The weight shift runs twice: SotW and delta xDS.
 
-mod support;
+use crate::support;
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;

@@ -11,7 +11,7 @@
 //! The workload `web` (namespace `redir`) serves HTTP on 18110; the mesh also
 //! has an HTTP service on 18130 and a TCP service on 18120.
 
-mod support;
+use crate::support;
 
 use std::path::Path;
 use std::time::Duration;

@@ -5,7 +5,7 @@
 //! of a sidecar of `a`: no cluster, no listener, no route. Deleting the Sidecar
 //! file brings `b` in, and `beta` becomes reachable.
 
-mod support;
+use crate::support;
 
 use std::net::SocketAddr;
 use std::time::Duration;

@@ -6,7 +6,7 @@
 //! VirtualService in `shop` bound to that Gateway routes the host to the
 //! `storefront` service, whose pods are loopback backends.
 
-mod support;
+use crate::support;
 
 use std::net::SocketAddr;
 use std::time::Duration;

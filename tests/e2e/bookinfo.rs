@@ -8,7 +8,7 @@
 //! that a routing edit takes effect within two seconds, and that Envoy rejected
 //! nothing it was sent.
 
-mod support;
+use crate::support;
 
 use std::collections::BTreeSet;
 use std::fs;

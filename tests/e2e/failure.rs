@@ -8,7 +8,7 @@
 //! reconnect, and a routing change made after the restart reaches both.
 //! It runs twice: SotW, and delta xDS (ports 18113 and 18123, 127.0.113.0/24).
 
-mod support;
+use crate::support;
 
 use std::net::{SocketAddr, TcpStream};
 use std::time::{Duration, Instant};

@@ -12,7 +12,7 @@
 //! gateway route for `gamma.example.test`. `b1`, `b2` and the gateway must
 //! route to it; `a1` and `a2` must not even get its cluster.
 
-mod support;
+use crate::support;
 
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};

@@ -7,7 +7,7 @@
 //! requests), and not one request fails. It runs twice: SotW, and delta xDS
 //! (port 18114, 127.0.114.0/24).
 
-mod support;
+use crate::support;
 
 use std::net::SocketAddr;
 use std::time::Duration;

@@ -9,7 +9,7 @@
 //! `DELTA_BYTES_SERVICES=N` changes the mesh size, `DELTA_BYTES_TRACE=1`
 //! prints every response.
 
-mod support;
+use crate::support;
 
 use std::time::Duration;
 

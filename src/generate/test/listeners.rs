@@ -1,0 +1,180 @@
+//! LDS: sidecar listeners by interception mode, and gateway listeners.
+
+use super::*;
+
+#[test]
+fn none_mode_listeners_bind_localhost_and_skip_virtual_listeners() {
+    let ctx = context(bookinfo());
+    let scope = productpage(&ctx, "NONE");
+    let listeners = lds::listeners(&ctx, &scope);
+    let names: Vec<&str> = listeners.iter().map(|l| l.name.as_str()).collect();
+    assert!(!names.contains(&"virtualOutbound") && !names.contains(&"virtualInbound"), "{names:?}");
+
+    let http = listener(&listeners, "0.0.0.0_9080");
+    assert_eq!(socket(http), ("127.0.0.1".into(), 9080));
+    assert!(http.bind_to_port.is_none_or(|b| b.value), "NONE-mode listeners bind");
+    let manager = hcm(&http.filter_chains[0].filters[0]);
+    assert_eq!(rds_name(&manager), "9080");
+    assert_eq!(manager.http_filters.last().unwrap().name, "envoy.filters.http.router");
+    assert!(!manager.use_remote_address.unwrap().value);
+
+    let mongo = listener(&listeners, "0.0.0.0_27017");
+    assert_eq!(socket(mongo), ("127.0.0.1".into(), 27017));
+    let proxy = tcp(&mongo.filter_chains[0].filters[0]);
+    assert_eq!(
+        tcp_clusters(&proxy),
+        [format!("outbound|27017|v1|{MONGODB}"), format!("outbound|27017|v2|{MONGODB}")],
+        "the VirtualService's TCP route splits the traffic"
+    );
+    let Some(TcpClusterSpecifier::WeightedClusters(w)) = &proxy.cluster_specifier else { panic!() };
+    assert_eq!(w.clusters.iter().map(|c| c.weight).collect::<Vec<_>>(), [90, 10]);
+}
+
+#[test]
+fn redirect_mode_has_virtual_listeners_and_unbound_port_listeners() {
+    let ctx = context(bookinfo());
+    let scope = productpage(&ctx, "REDIRECT");
+    let mut listeners = lds::listeners(&ctx, &scope);
+    assert!(listeners.iter().all(|l| l.name != "virtualInbound"), "inbound is per workload, not per scope");
+    listeners.extend(lds::inbound_listeners(&productpage_inbound(&ctx, "REDIRECT")));
+
+    let outbound = listener(&listeners, "virtualOutbound");
+    assert_eq!(socket(outbound), ("0.0.0.0".into(), 15001));
+    assert!(outbound.use_original_dst.unwrap().value);
+    assert_eq!(tcp_clusters(&tcp(&outbound.filter_chains[0].filters[0])), ["PassthroughCluster"]);
+
+    let inbound = listener(&listeners, "virtualInbound");
+    assert_eq!(socket(inbound), ("0.0.0.0".into(), 15006));
+    assert_eq!(inbound.listener_filters[0].name, "envoy.filters.listener.original_dst");
+    let chain = inbound
+        .filter_chains
+        .iter()
+        .find(|c| c.filter_chain_match.as_ref().and_then(|m| m.destination_port).is_some_and(|p| p.value == 9080))
+        .expect("a chain for the workload's port");
+    let manager = hcm(&chain.filters[0]);
+    let Some(RouteSpecifier::RouteConfig(inline)) = &manager.route_specifier else { panic!("inline routes expected") };
+    assert_eq!(inline.virtual_hosts[0].name, "inbound|http|9080");
+    assert_eq!(inline.virtual_hosts[0].domains, ["*"]);
+    assert_eq!(single_cluster(&inline.virtual_hosts[0].routes[0]), "inbound|9080||");
+    let catch_all = inbound.filter_chains.last().unwrap();
+    assert!(catch_all.filter_chain_match.is_none());
+    assert_eq!(tcp_clusters(&tcp(&catch_all.filters[0])), ["PassthroughCluster"]);
+
+    let http = listener(&listeners, "0.0.0.0_9080");
+    assert_eq!(socket(http), ("0.0.0.0".into(), 9080));
+    assert!(!http.bind_to_port.unwrap().value);
+    assert_eq!(rds_name(&hcm(&http.filter_chains.last().unwrap().filters[0])), "9080");
+
+    let mongo = listener(&listeners, "0.0.0.0_27017");
+    let by_ip = &mongo.filter_chains[0];
+    let range = &by_ip.filter_chain_match.as_ref().unwrap().prefix_ranges[0];
+    assert_eq!((range.address_prefix.as_str(), range.prefix_len.unwrap().value), ("10.96.0.5", 32));
+    assert_eq!(
+        mongo.filter_chains.len(),
+        2,
+        "the IP zz-legacy-db shares with mongodb stays with mongodb; then the default chain"
+    );
+    assert_eq!(tcp_clusters(&tcp(&by_ip.filters[0]))[0], format!("outbound|27017|v1|{MONGODB}"));
+}
+
+#[test]
+fn gateway_gets_listeners_and_route_configs_for_its_server_ports() {
+    let ctx = context(bookinfo());
+    let scope = ingress(&ctx);
+    let listeners = lds::listeners(&ctx, &scope);
+    assert_eq!(
+        listeners.iter().map(|l| l.name.as_str()).collect::<Vec<_>>(),
+        ["0.0.0.0_31400", "0.0.0.0_8080", "0.0.0.0_8081", "0.0.0.0_9443"],
+        "one per bound port; targetPort 8081 replaces 80"
+    );
+    let http = listener(&listeners, "0.0.0.0_8080");
+    assert_eq!(socket(http), ("0.0.0.0".into(), 8080));
+    assert_eq!(rds_name(&hcm(&http.filter_chains[0].filters[0])), "http.8080");
+    let tcp_listener = listener(&listeners, "0.0.0.0_31400");
+    assert_eq!(tcp_clusters(&tcp(&tcp_listener.filter_chains[0].filters[0])), [format!("outbound|27017||{MONGODB}")]);
+
+    let configs = rds::route_configs(&ctx, &scope);
+    assert_eq!(configs.iter().map(|c| c.name.as_str()).collect::<Vec<_>>(), ["http.8080", "http.8081", "http.9443"]);
+    let rc = config(&configs, "http.8080");
+    assert_eq!(rc.virtual_hosts.len(), 2, "{:?}", rc.virtual_hosts.iter().map(|v| &v.name).collect::<Vec<_>>());
+    let star = vhost(rc, "*:8080");
+    assert_eq!(star.domains, ["*"]);
+    let paths: Vec<_> = star.routes.iter().map(|r| r.r#match.as_ref().unwrap().path_specifier.clone()).collect();
+    assert_eq!(
+        paths,
+        [Some(PathSpecifier::Path("/productpage".into())), Some(PathSpecifier::Prefix("/static".into()))],
+        "the mesh-only match is left out of the gateway"
+    );
+    assert_eq!(single_cluster(&star.routes[0]), format!("outbound|9080||{PRODUCTPAGE}"));
+    let shop = vhost(rc, "shop.bookinfo.example.com:8080");
+    assert_eq!(shop.domains, ["shop.bookinfo.example.com", "shop.bookinfo.example.com:8080"]);
+
+    // Server `default/*.bookinfo.example.com` on 80 → 8081: the `*` rule
+    // narrows to the server's host, the shop rule keeps its own.
+    let alt = config(&configs, "http.8081");
+    let names: Vec<&str> = alt.virtual_hosts.iter().map(|v| v.name.as_str()).collect();
+    assert_eq!(names, ["*.bookinfo.example.com:80", "shop.bookinfo.example.com:80"]);
+    assert!(vhost(alt, "shop.bookinfo.example.com:80").domains.contains(&"shop.bookinfo.example.com:8081".to_string()));
+
+    let lookup = rds::route_config(&ctx, &scope, "http.8080").unwrap();
+    assert_eq!(&lookup, rc);
+    assert!(rds::route_config(&ctx, &scope, "http.31400").is_none(), "TCP ports have no route config");
+}
+
+#[test]
+fn gateway_port_without_bound_rules_serves_an_empty_route_config() {
+    let ctx = context(bookinfo());
+    let configs = rds::route_configs(&ctx, &ingress(&ctx));
+    let empty = config(&configs, "http.9443");
+    assert!(empty.virtual_hosts.is_empty(), "Envoy answers 404 rather than waiting for a missing config");
+}
+
+#[test]
+fn gateway_server_bind_sets_the_listener_address() {
+    let mut objects = bookinfo();
+    objects.push(ConfigObject::Gateway(yaml(
+        r#"
+metadata: {name: local, namespace: default}
+spec:
+  selector: {istio: local}
+  servers:
+  - port: {number: 8080, name: http, protocol: HTTP}
+    hosts: ["*"]
+    bind: 127.0.0.1
+  - port: {number: 8080, name: http-elsewhere, protocol: HTTP}
+    hosts: ["*"]
+    bind: 127.0.0.2
+"#,
+    )));
+    let ctx = context(objects);
+    let local = ctx.scope_for(&proxy(
+        "router~127.0.0.1~local-1.default~default.svc.cluster.local",
+        "REDIRECT",
+        &[("istio", "local")],
+    ));
+    let listeners = lds::listeners(&ctx, &local);
+    assert_eq!(
+        listeners.iter().map(|l| l.name.as_str()).collect::<Vec<_>>(),
+        ["127.0.0.1_8080"],
+        "one listener per port, bound where the first server says; the other bind address is left out"
+    );
+    assert_eq!(socket(&listeners[0]), ("127.0.0.1".into(), 8080));
+    assert_eq!(rds_name(&hcm(&listeners[0].filter_chains[0].filters[0])), "http.8080");
+    assert!(rds::route_config(&ctx, &local, "http.8080").is_some());
+
+    // Without `bind`, a gateway listener binds every address.
+    let listeners = lds::listeners(&ctx, &ingress(&ctx));
+    assert_eq!(socket(listener(&listeners, "0.0.0.0_8080")), ("0.0.0.0".into(), 8080));
+}
+
+#[test]
+fn route_config_lookup_agrees_with_the_full_list() {
+    let ctx = context(bookinfo());
+    for scope in [productpage(&ctx, "REDIRECT"), productpage(&ctx, "NONE"), ingress(&ctx), scoped(&ctx)] {
+        for rc in rds::route_configs(&ctx, &scope) {
+            assert_eq!(rds::route_config(&ctx, &scope, &rc.name).as_ref(), Some(&rc));
+        }
+        assert!(rds::route_config(&ctx, &scope, "4242").is_none());
+        assert!(rds::route_config(&ctx, &scope, "http.4242").is_none());
+    }
+}

@@ -1,0 +1,22 @@
+//! End-to-end tests: the meshpush binary of this build, real Envoy 1.40
+//! processes (installed into `.envoy/` when missing), small HTTP backends
+//! on loopback, the loadtest harness, headless Chromium. Every process is
+//! started with `setsid` and killed with its process group when its guard
+//! drops, panics included. `tests/README.md` says what each module covers.
+
+#[path = "../support/mod.rs"]
+mod support;
+
+mod bad_input;
+mod bookinfo;
+mod bookinfo_example;
+mod endpoints;
+mod envoy_install;
+mod failure;
+mod gateway;
+mod loadtest_smoke;
+mod many;
+mod operate;
+mod redirect;
+mod routing;
+mod scoping;

@@ -1,0 +1,12 @@
+//! In-process tests of the server: the real ADS service on a loopback port,
+//! or its stream task over in-memory channels, against the real engine. No
+//! other process runs. `tests/README.md` says what each module covers.
+
+#[path = "../support/mod.rs"]
+mod support;
+
+mod admin_endpoints;
+mod ads_delta;
+mod ads_protocol;
+mod delta_bytes;
+mod push_engine;
