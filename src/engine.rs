@@ -188,11 +188,10 @@ impl PushEngine {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::{ConfigStore, Proxy};
+    use crate::model::ConfigStore;
     use crate::push::Mailbox;
     use crate::resource::TypeUrl;
     use crate::testing::bookinfo;
-    use crate::testing::memory::node;
 
     #[tokio::test]
     async fn a_push_publishes_a_snapshot_the_cache_is_already_at() {
@@ -205,7 +204,7 @@ mod tests {
         // A set generated from the published snapshot is kept: the cache was
         // brought to it before it was published.
         let ctx = engine.snapshot();
-        let scope = ctx.scope_for(&Proxy::from_node(&node(bookinfo::PRODUCTPAGE, "NONE", &[])).unwrap());
+        let scope = ctx.scope_for(&bookinfo::productpage());
         let first = engine.cache().scoped(&ctx, &scope, TypeUrl::Cluster);
         let again = engine.cache().scoped(&ctx, &scope, TypeUrl::Cluster);
         assert!(Arc::ptr_eq(&first, &again));

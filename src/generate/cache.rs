@@ -295,13 +295,11 @@ mod tests {
     use std::sync::atomic::Ordering;
 
     use super::*;
-    use crate::model::Proxy;
     use crate::push::{PushRequest, ScopeInterner};
     use crate::testing::bookinfo;
-    use crate::testing::memory::node;
 
     fn productpage(ctx: &PushContext) -> Arc<Scope> {
-        ctx.scope_for(&Proxy::from_node(&node(bookinfo::PRODUCTPAGE, "NONE", &[])).expect("a valid node"))
+        ctx.scope_for(&bookinfo::productpage())
     }
 
     fn generations(cache: &ScopedCache, t: TypeUrl) -> u64 {

@@ -381,11 +381,7 @@ pub fn all_keys(store: &StoreSnapshot) -> Vec<ConfigKey> {
 mod tests {
     use super::*;
     use crate::testing::bookinfo;
-    use crate::testing::memory::node;
-
-    fn productpage() -> Proxy {
-        Proxy::from_node(&node(bookinfo::PRODUCTPAGE, "NONE", &[])).expect("a valid node")
-    }
+    use crate::testing::bookinfo::productpage;
 
     #[test]
     fn a_scope_is_computed_once_per_snapshot() {

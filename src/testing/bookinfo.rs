@@ -40,3 +40,17 @@ pub fn puts(yaml: &str) -> Vec<Write> {
     assert!(!parsed.has_errors(), "{:?}", parsed.problems);
     parsed.objects.into_iter().map(|(o, s)| Write::Put(o, s)).collect()
 }
+
+/// An engine that published the bookinfo mesh (not marked ready: streams
+/// driven directly do not wait for it).
+pub async fn engine() -> std::sync::Arc<crate::engine::PushEngine> {
+    let engine = crate::engine::PushEngine::new();
+    engine.push(crate::push::PushRequest::new(ConfigStore::new().apply(writes()))).await;
+    engine
+}
+
+/// The productpage sidecar, in `NONE` interception mode.
+pub fn productpage() -> crate::model::Proxy {
+    let node = crate::testing::memory::node(PRODUCTPAGE, "NONE", &[]);
+    crate::model::Proxy::from_node(&node).expect("the productpage node is valid")
+}

@@ -26,12 +26,12 @@ use super::stream::bodies::BodyCache;
 use super::stream::body::FRAME_HEADER_LEN;
 use super::stream::published::Published;
 use crate::engine::PushEngine;
+use crate::model::ConfigStore;
 use crate::model::store::Write;
-use crate::model::{ConfigStore, Proxy};
 use crate::push::{ConnectionHandle, PushRequest};
 use crate::resource::TypeUrl;
 use crate::testing::bookinfo::{self, puts};
-use crate::testing::memory::{eds_names, node, rds_names};
+use crate::testing::memory::{eds_names, rds_names};
 
 /// What a client holds: (type, name) → the resource.
 type Held = BTreeMap<(TypeUrl, String), Any>;
@@ -216,8 +216,7 @@ impl Pair {
         let store = ConfigStore::new();
         let engine = PushEngine::new();
         engine.push(PushRequest::new(store.apply(bookinfo::writes()))).await;
-        let node = node(bookinfo::PRODUCTPAGE, "NONE", &[]);
-        let proxy = Arc::new(Proxy::from_node(&node).expect("a valid node"));
+        let proxy = Arc::new(bookinfo::productpage());
         let (sh, dh) = (engine.queue().register(proxy.clone()), engine.queue().register(proxy.clone()));
         let sotw = SotwClient {
             conn: Connection::new(sh.id, proxy.clone()),

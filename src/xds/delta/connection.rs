@@ -377,24 +377,15 @@ mod tests {
     use prost::Message;
 
     use super::*;
-    use crate::engine::PushEngine;
-    use crate::model::ConfigStore;
-    use crate::push::PushRequest;
     use crate::testing::bookinfo;
-    use crate::testing::memory::node;
     use crate::xds::stream::bodies::BodyCache;
 
     const REVIEWS_V1: &str = "outbound|9080|v1|reviews.default.svc.cluster.local";
 
-    async fn engine() -> Arc<PushEngine> {
-        let engine = PushEngine::new();
-        engine.push(PushRequest::new(ConfigStore::new().apply(bookinfo::writes()))).await;
-        engine
-    }
+    use crate::testing::bookinfo::engine;
 
     fn connection(id: u64) -> DeltaConnection {
-        let proxy = Proxy::from_node(&node(bookinfo::PRODUCTPAGE, "NONE", &[])).expect("a node");
-        DeltaConnection::new(id, Arc::new(proxy))
+        DeltaConnection::new(id, Arc::new(bookinfo::productpage()))
     }
 
     fn decoded(r: &DeltaResponse) -> DeltaDiscoveryResponse {

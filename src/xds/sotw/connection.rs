@@ -542,23 +542,15 @@ mod tests {
     use prost::Message;
 
     use super::*;
-    use crate::engine::PushEngine;
-    use crate::model::ConfigStore;
-    use crate::push::PushRequest;
     use crate::resource::TypeSet;
     use crate::testing::bookinfo;
-    use crate::testing::memory::node;
     use crate::xds::stream::bodies::BodyCache;
     use crate::xds::stream::body::FRAME_HEADER_LEN;
 
-    async fn engine() -> Arc<PushEngine> {
-        let engine = PushEngine::new();
-        engine.push(PushRequest::new(ConfigStore::new().apply(bookinfo::writes()))).await;
-        engine
-    }
+    use crate::testing::bookinfo::engine;
 
     fn connection(id: u64) -> Connection {
-        Connection::new(id, Arc::new(Proxy::from_node(&node(bookinfo::PRODUCTPAGE, "NONE", &[])).expect("a node")))
+        Connection::new(id, Arc::new(bookinfo::productpage()))
     }
 
     fn request(t: TypeUrl, version: &str, nonce: &str) -> SotwRequest {
