@@ -377,12 +377,10 @@ mod tests {
     use prost::Message;
 
     use super::*;
-    use crate::testing::bookinfo;
+    use crate::testing::bookinfo::{self, engine};
     use crate::xds::stream::bodies::BodyCache;
 
     const REVIEWS_V1: &str = "outbound|9080|v1|reviews.default.svc.cluster.local";
-
-    use crate::testing::bookinfo::engine;
 
     fn connection(id: u64) -> DeltaConnection {
         DeltaConnection::new(id, Arc::new(bookinfo::productpage()))

@@ -1,0 +1,87 @@
+//! `Connection`'s own rules, driven directly: ACKs, stale nonces, NACKs,
+//! reconnects (the same rules over gRPC: `tests/protocol/ads_protocol.rs`).
+
+use std::time::Instant;
+
+use envoy_types::pb::envoy::service::discovery::v3::DiscoveryResponse;
+use prost::Message;
+
+use super::*;
+use crate::resource::TypeSet;
+use crate::testing::bookinfo::{self, engine};
+use crate::xds::stream::bodies::BodyCache;
+use crate::xds::stream::body::FRAME_HEADER_LEN;
+
+fn connection(id: u64) -> Connection {
+    Connection::new(id, Arc::new(bookinfo::productpage()))
+}
+
+fn request(t: TypeUrl, version: &str, nonce: &str) -> SotwRequest {
+    SotwRequest {
+        version_info: version.into(),
+        type_url: t.as_str().into(),
+        response_nonce: nonce.into(),
+        ..Default::default()
+    }
+}
+
+fn decoded(r: &OutgoingResponse) -> DiscoveryResponse {
+    let mut wire = r.body[FRAME_HEADER_LEN..].to_vec();
+    wire.extend_from_slice(&r.tail());
+    DiscoveryResponse::decode(&wire[..]).expect("a DiscoveryResponse")
+}
+
+#[tokio::test]
+async fn an_ack_is_recorded_and_not_answered_and_a_stale_nonce_is_ignored() {
+    let (engine, bodies) = (engine().await, BodyCache::new());
+    let ctx = engine.snapshot();
+    let view = Published { ctx: &ctx, cache: engine.cache(), bodies: &bodies };
+    let mut conn = connection(1);
+    let sent = conn.on_request(&view, &request(TypeUrl::Cluster, "", ""));
+    let sent = decoded(&sent[0]);
+    assert!(!conn.answered(), "a response is out");
+    assert!(conn.on_request(&view, &request(TypeUrl::Cluster, "", "00000099")).is_empty());
+    assert_eq!(conn.counts.stale, 1, "a nonce that was never sent is stale");
+    assert!(conn.on_request(&view, &request(TypeUrl::Cluster, &sent.version_info, &sent.nonce)).is_empty());
+    let w = &conn.watches[TypeUrl::Cluster.index()];
+    assert_eq!((w.nonce_acked.as_deref(), w.version_acked.as_deref()), (Some(&*sent.nonce), Some(&*sent.version_info)));
+    assert_eq!(conn.counts.acks, 1);
+    assert!(conn.answered());
+}
+
+#[tokio::test]
+async fn a_nack_is_recorded_and_the_rejected_content_is_not_sent_again() {
+    let (engine, bodies) = (engine().await, BodyCache::new());
+    let ctx = engine.snapshot();
+    let view = Published { ctx: &ctx, cache: engine.cache(), bodies: &bodies };
+    let mut conn = connection(1);
+    let sent = decoded(&conn.on_request(&view, &request(TypeUrl::Cluster, "", ""))[0]);
+    let mut nack = request(TypeUrl::Cluster, "", &sent.nonce);
+    nack.error_detail = Some(envoy_types::pb::google::rpc::Status { code: 13, message: "no".into(), details: vec![] });
+    assert!(conn.on_request(&view, &nack).is_empty(), "a NACK is not answered with the same content");
+    let w = &conn.watches[TypeUrl::Cluster.index()];
+    assert_eq!(w.last_nack.as_ref().map(|n| n.nonce.as_str()), Some(sent.nonce.as_str()));
+    assert!(conn.answered(), "a NACK answers the response");
+    let push = PendingPush {
+        full: true,
+        hosts: Default::default(),
+        types: TypeSet::of(&[TypeUrl::Cluster]),
+        rescope: false,
+        first_change: Instant::now(),
+    };
+    assert!(conn.on_push(&view, &push).is_empty(), "a push that changes nothing does not resend what was rejected");
+}
+
+#[tokio::test]
+async fn a_stream_that_reconnects_holding_the_current_version_is_sent_nothing() {
+    let (engine, bodies) = (engine().await, BodyCache::new());
+    let ctx = engine.snapshot();
+    let view = Published { ctx: &ctx, cache: engine.cache(), bodies: &bodies };
+    let version = decoded(&connection(1).on_request(&view, &request(TypeUrl::Cluster, "", ""))[0]).version_info;
+    let mut again = connection(2);
+    assert!(again.on_request(&view, &request(TypeUrl::Cluster, &version, "")).is_empty());
+    let w = &again.watches[TypeUrl::Cluster.index()];
+    assert_eq!(w.version_sent.as_deref(), Some(version.as_str()), "it counts as sent and ACKed");
+    let mut old = connection(3);
+    assert_eq!(old.on_request(&view, &request(TypeUrl::Cluster, "0000000000000000", "")).len(), 1);
+}
