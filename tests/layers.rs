@@ -43,6 +43,10 @@ const LOADTEST: &[&[&str]] = &[
     &["run"],
 ];
 
+/// The layers inside `xds`, bottom first (ARCHITECTURE.md: watch ← stream
+/// ← sotw, delta ← server).
+const XDS: &[&[&str]] = &[&["watch"], &["stream"], &["sotw", "delta"], &["server"]];
+
 /// Modules outside the layers that only test code may use.
 const TEST_ONLY: &[&str] = &["testing", "test"];
 
@@ -178,6 +182,78 @@ fn check_file(layers: &[&[&str]], file: &str, module: &str, text: &str) -> Vec<V
     out
 }
 
+/// The module path of a file below `src` (`xds/sotw/connection.rs` →
+/// `[xds, sotw, connection]`; a `mod.rs` is its directory's module).
+fn module_path(relative: &Path) -> Vec<String> {
+    let mut parts: Vec<String> = relative.iter().map(|p| p.to_string_lossy().into_owned()).collect();
+    if let Some(last) = parts.pop() {
+        let stem = last.trim_end_matches(".rs");
+        if stem != "mod" {
+            parts.push(stem.to_string());
+        }
+    }
+    parts
+}
+
+/// The modules of `xds` a line of the file at `path` (a module path below
+/// `src`) names, through `crate::xds::` or a chain of `super::`.
+fn xds_references(path: &[String], line: &str) -> Vec<String> {
+    let mut found = Vec::new();
+    let mut rest = line;
+    while let Some(at) = rest.find("crate::xds::") {
+        found.extend(first_ident(&rest[at + "crate::xds::".len()..]));
+        rest = &rest[at + 1..];
+    }
+    let mut rest = line;
+    while let Some(at) = rest.find("super::") {
+        let before = rest[..at].chars().next_back();
+        let chain = &rest[at..];
+        rest = &rest[at + "super::".len()..];
+        if before.is_some_and(|c| c.is_alphanumeric() || c == '_' || c == ':') {
+            continue;
+        }
+        // `super::super::x` splits into ["", "", "x"]: one empty part per `super`.
+        let ups = chain.split("super::").take_while(|p| p.is_empty()).count();
+        let name = first_ident(&chain["super::".len() * ups..]);
+        if let (Some(name), Some(base)) = (name, path.len().checked_sub(ups)) {
+            let mut target: Vec<String> = path[..base].to_vec();
+            target.push(name);
+            if target.len() >= 2 && target[0] == "xds" {
+                found.push(target[1].clone());
+            }
+        }
+    }
+    found
+}
+
+/// The violations of the layers inside `xds` in one file of it.
+fn check_xds_file(file: &str, path: &[String], text: &str) -> Vec<Violation> {
+    let Some(own) = path.get(1).filter(|own| !TEST_ONLY.contains(&own.as_str())) else { return Vec::new() };
+    if file.ends_with("/test.rs") || file.contains("/test/") {
+        return Vec::new();
+    }
+    let own_layer = layer_of(XDS, own);
+    let mut out = Vec::new();
+    for (i, line) in code_lines(text).iter().enumerate() {
+        let Some(line) = line else { continue };
+        for to in xds_references(path, line) {
+            if &to == own || TEST_ONLY.contains(&to.as_str()) {
+                continue;
+            }
+            let why = match (own_layer, layer_of(XDS, &to)) {
+                (Some(a), Some(b)) if b > a => Some("it is in a layer above, inside xds"),
+                (Some(a), Some(b)) if b == a => Some("it is a peer in the same layer, inside xds"),
+                (None, _) | (_, None) => Some("an xds module without a layer: add it to the table"),
+                _ => None,
+            };
+            if let Some(why) = why {
+                out.push(Violation { file: file.into(), line: i + 1, from: format!("xds::{own}"), to, why });
+            }
+        }
+    }
+    out
+}
+
 fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
     for entry in std::fs::read_dir(dir).unwrap_or_else(|e| panic!("reading {}: {e}", dir.display())) {
         let path = entry.expect("a directory entry").path();
@@ -190,8 +266,9 @@ fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
 }
 
 /// Every violation in the crate rooted at `src` (crate roots — `lib.rs`,
-/// `main.rs` — only declare and re-export, and are skipped).
-fn check_crate(layers: &[&[&str]], src: &Path) -> Vec<Violation> {
+/// `main.rs` — only declare and re-export, and are skipped); `inner` names
+/// the module whose own layers ([`XDS`]) are checked too.
+fn check_crate(layers: &[&[&str]], src: &Path, inner: Option<&str>) -> Vec<Violation> {
     let mut files = Vec::new();
     rust_files(src, &mut files);
     files.sort();
@@ -205,6 +282,9 @@ fn check_crate(layers: &[&[&str]], src: &Path) -> Vec<Violation> {
         }
         let text = std::fs::read_to_string(&path).expect("readable source");
         out.extend(check_file(layers, &path.display().to_string(), module, &text));
+        if inner == Some(module) {
+            out.extend(check_xds_file(&path.display().to_string(), &module_path(relative), &text));
+        }
     }
     out
 }
@@ -216,15 +296,31 @@ fn report(violations: &[Violation]) -> String {
 #[test]
 fn no_meshpush_module_imports_up_a_layer() {
     let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
-    let violations = check_crate(MESHPUSH, &src);
+    let violations = check_crate(MESHPUSH, &src, Some("xds"));
     assert!(violations.is_empty(), "layer rules broken (ARCHITECTURE.md, \"Layers\"):\n{}", report(&violations));
 }
 
 #[test]
 fn no_loadtest_module_imports_up_a_layer() {
     let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("loadtest/src");
-    let violations = check_crate(LOADTEST, &src);
+    let violations = check_crate(LOADTEST, &src, None);
     assert!(violations.is_empty(), "loadtest layer rules broken:\n{}", report(&violations));
+}
+
+#[test]
+fn inside_xds_the_protocols_sit_on_the_shared_machinery_and_under_the_server() {
+    let path = |p: &str| module_path(Path::new(p));
+    let up =
+        "use super::super::server::AdsService;\nuse crate::xds::delta::DeltaConnection;\nuse super::codec::body;\n";
+    let found: Vec<(usize, String)> = check_xds_file("src/xds/sotw/connection.rs", &path("xds/sotw/connection.rs"), up)
+        .into_iter()
+        .map(|v| (v.line, v.to))
+        .collect();
+    assert_eq!(found, vec![(1, "server".to_string()), (2, "delta".to_string())], "its own codec is fine");
+    let down = "use super::stream::body::Framed;\nuse super::sotw::Connection;\n";
+    assert!(check_xds_file("src/xds/server.rs", &path("xds/server.rs"), down).is_empty());
+    let watch_up = "use crate::xds::stream::placement::Placement;\n";
+    assert_eq!(check_xds_file("src/xds/watch/mod.rs", &path("xds/watch/mod.rs"), watch_up).len(), 1);
 }
 
 #[test]

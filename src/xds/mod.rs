@@ -12,7 +12,7 @@
 //!   that drives either protocol.
 //!
 //! Inside this layer imports go one way: `watch` ← `stream` ← `sotw`,
-//! `delta` ← `server`. Both protocols make their shared decisions through
+//! `delta` ← `server` (`tests/layers.rs` checks it). Both protocols make their shared decisions through
 //! `watch` (`push_plan::plan` decides what a push sends), so they cannot
 //! drift apart.
 
