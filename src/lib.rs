@@ -1,9 +1,10 @@
 //! meshpush: an xDS control plane for Envoy service meshes.
 //!
 //! Data flows one way: [`source`] → [`model::ConfigStore`] → [`push::Debouncer`]
-//! → [`push::PushEngine`] (publishes [`push::PushContext`]) → [`generate`]
-//! (cached, pre-encoded) → [`xds`] streams. ARCHITECTURE.md at the repository
-//! root walks through it.
+//! → [`engine::PushEngine`] (publishes [`push::PushContext`]) → [`generate`]
+//! (cached, pre-encoded) → [`xds`] streams. The modules are layered along
+//! that flow, base types ([`resource`]) at the bottom, and no module uses
+//! one above it; ARCHITECTURE.md at the repository root walks through both.
 
 pub mod admin;
 pub mod bootstrap;

@@ -10,7 +10,7 @@
 //! and checks references between objects).
 //!
 //! Invariant: a `ConfigObject` that reached the store has passed
-//! [`validate`](crate::config::validate) — generators may rely on its fields
+//! [`validate`] — generators may rely on its fields
 //! being well-formed (weights non-negative, ports in range, durations parsed).
 
 pub mod duration;

@@ -4,7 +4,7 @@
 //! by the same stream task, push queue slot, scopes and cache. Per type it
 //! owns what the client subscribed (names, or wildcard) and what the client
 //! *has*: resource name → version, where a version is the content hash the
-//! [`ScopedCache`] already keeps. It learns what the client has from what it
+//! resource cache already keeps. It learns what the client has from what it
 //! sent, and on a reconnect from `initial_resource_versions`.
 //!
 //! Rules it keeps (docs/xds-protocol.md, "Delta"):

@@ -23,7 +23,7 @@ use crate::xds::stream::published::Published;
 /// A gRPC-framed `DiscoveryResponse` without its nonce.
 #[derive(Debug, Clone)]
 pub struct ResponseBody {
-    /// Frame header (sized for a nonce of [`NONCE_LEN`]) and fields 1, 2 and 4.
+    /// Frame header (sized for a fixed-width nonce) and fields 1, 2 and 4.
     pub bytes: Bytes,
 }
 

@@ -9,10 +9,10 @@
 //! buffers. Here a stream holds only the message being received: one inside
 //! a single HTTP/2 DATA chunk is handed on without a copy; one across chunks
 //! is copied once, chunk by chunk as they arrive (so h2 can reuse its read
-//! buffer), into a pooled buffer ([`buffers`](super::buffers)). Envoy sends
+//! buffer), into a pooled buffer ([`buffers`]). Envoy sends
 //! DATA frames of at most 16 KB, so most requests take the copy; after a
 //! stream's first request the copy leaves the node out
-//! ([`RequestMessages::leave_out`], through a [`FieldFilter`]).
+//! ([`RequestMessages::leave_out`], through a field filter).
 //!
 //! What a message holds is read by each protocol (`sotw::request`,
 //! `delta::request`).

@@ -5,7 +5,7 @@
 //! answers from, which scope it is generated for, and what it reports.
 //!
 //! * [`messages`]: whole request messages; [`buffers`]: their pool;
-//!   [`field_filter`]: copying them without the node; [`request`]: the
+//!   `field_filter`: copying them without the node; [`request`]: the
 //!   node and request errors.
 //! * [`body`]: the response stream's HTTP/2 body and gRPC framing;
 //!   [`bodies`]: response bodies assembled once, shared by the streams.
