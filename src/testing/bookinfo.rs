@@ -54,3 +54,18 @@ pub fn productpage() -> crate::model::Proxy {
     let node = crate::testing::memory::node(PRODUCTPAGE, "NONE", &[]);
     crate::model::Proxy::from_node(&node).expect("the productpage node is valid")
 }
+
+/// `examples/bookinfo` and, on top of it, `tests/data/mesh-cases.yaml`:
+/// the cases the generator tests need that bookinfo does not have (a rich
+/// DestinationRule and VirtualService, TCP and gRPC services, every
+/// ServiceEntry resolution, colliding virtual IPs, another namespace, a
+/// Sidecar, more gateway servers).
+pub fn with_cases() -> Vec<Write> {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/mesh-cases.yaml");
+    let text = std::fs::read_to_string(&path).expect("tests/data/mesh-cases.yaml");
+    let parsed = parse_documents("mesh-cases.yaml", &text);
+    assert!(!parsed.has_errors(), "mesh-cases.yaml: {:?}", parsed.problems);
+    let mut all = writes();
+    all.extend(parsed.objects.into_iter().map(|(o, s)| Write::Put(o, s)));
+    all
+}

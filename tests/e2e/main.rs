@@ -14,6 +14,7 @@ mod endpoints;
 mod envoy_install;
 mod failure;
 mod gateway;
+mod generated;
 mod loadtest_smoke;
 mod many;
 mod operate;

@@ -5,7 +5,7 @@ use super::*;
 
 #[test]
 fn sidecar_gets_outbound_subset_inbound_and_special_clusters() {
-    let ctx = context(bookinfo());
+    let ctx = context(mesh());
     let scope = productpage(&ctx, "REDIRECT");
     let mut clusters = cds::clusters(&ctx, &scope);
     let inbound = cds::inbound_clusters(&productpage_inbound(&ctx, "REDIRECT"));
@@ -20,11 +20,11 @@ fn sidecar_gets_outbound_subset_inbound_and_special_clusters() {
     assert_eq!(names, sorted, "clusters are sorted by name, each once");
 
     for name in [
-        format!("outbound|9080||{REVIEWS}"),
-        format!("outbound|9080|v1|{REVIEWS}"),
-        format!("outbound|9080|v2|{REVIEWS}"),
-        format!("outbound|9080|v3|{REVIEWS}"),
-        format!("outbound|9080||{RATINGS}"),
+        format!("outbound|9080||{CATALOG}"),
+        format!("outbound|9080|v1|{CATALOG}"),
+        format!("outbound|9080|v2|{CATALOG}"),
+        format!("outbound|9080|v3|{CATALOG}"),
+        format!("outbound|9080||{INVENTORY}"),
         format!("outbound|27017||{MONGODB}"),
         "outbound|9080||billing.other.svc.cluster.local".to_string(),
         "inbound|9080||".to_string(),
@@ -34,7 +34,7 @@ fn sidecar_gets_outbound_subset_inbound_and_special_clusters() {
         assert!(names.contains(&name.as_str()), "missing {name}");
     }
 
-    let reviews = cluster(&clusters, &format!("outbound|9080|v2|{REVIEWS}"));
+    let reviews = cluster(&clusters, &format!("outbound|9080|v2|{CATALOG}"));
     assert_eq!(discovery_type(reviews), DiscoveryType::Eds);
     let eds = reviews.eds_cluster_config.as_ref().unwrap();
     assert_eq!(eds.service_name, reviews.name, "the EDS resource is named after the cluster");
@@ -61,7 +61,7 @@ fn proxies_of_one_scope_and_workload_shape_share_one_merged_cluster_set() {
     use crate::push::PushChanges;
     use crate::resource::{TypeSet, TypeUrl};
 
-    let ctx = context(bookinfo());
+    let ctx = context(mesh());
     let cache = ScopedCache::new();
     let everything = PushChanges { full: true, types: TypeSet::ALL, ..Default::default() };
     cache.invalidate(&ctx, &everything);
@@ -90,11 +90,11 @@ fn proxies_of_one_scope_and_workload_shape_share_one_merged_cluster_set() {
 
 #[test]
 fn destination_rule_policy_shapes_clusters_and_subsets_override_it() {
-    let ctx = context(bookinfo());
+    let ctx = context(mesh());
     let scope = productpage(&ctx, "REDIRECT");
     let clusters = cds::clusters(&ctx, &scope);
 
-    let v1 = cluster(&clusters, &format!("outbound|9080|v1|{REVIEWS}"));
+    let v1 = cluster(&clusters, &format!("outbound|9080|v1|{CATALOG}"));
     assert_eq!(v1.connect_timeout.unwrap().seconds, 2, "tcp.connectTimeout");
     let t = &v1.circuit_breakers.as_ref().unwrap().thresholds[0];
     assert_eq!(t.max_connections.unwrap().value, 100);
@@ -115,16 +115,16 @@ fn destination_rule_policy_shapes_clusters_and_subsets_override_it() {
     assert_eq!(od.max_ejection_percent.unwrap().value, 50);
     assert_eq!(v1.lb_policy, LbPolicy::RoundRobin as i32);
 
-    let v2 = cluster(&clusters, &format!("outbound|9080|v2|{REVIEWS}"));
+    let v2 = cluster(&clusters, &format!("outbound|9080|v2|{CATALOG}"));
     assert_eq!(v2.lb_policy, LbPolicy::LeastRequest as i32);
     assert_eq!(v2.connect_timeout.unwrap().seconds, 2, "the subset keeps the rule's connection pool");
 
-    let v3 = cluster(&clusters, &format!("outbound|9080|v3|{REVIEWS}"));
+    let v3 = cluster(&clusters, &format!("outbound|9080|v3|{CATALOG}"));
     assert_eq!(v3.lb_policy, LbPolicy::RingHash as i32);
     let Some(LbConfig::RingHashLbConfig(ring)) = &v3.lb_config else { panic!("ring hash config expected") };
     assert_eq!(ring.minimum_ring_size.unwrap().value, 2048);
 
-    let ratings = cluster(&clusters, &format!("outbound|9080||{RATINGS}"));
+    let ratings = cluster(&clusters, &format!("outbound|9080||{INVENTORY}"));
     assert_eq!(ratings.connect_timeout.unwrap().seconds, 10, "Istio's default connect timeout");
     assert!(ratings.outlier_detection.is_none());
     assert!(protocol_options(ratings).is_none(), "plain HTTP/1.1 needs no protocol options");
@@ -133,7 +133,7 @@ fn destination_rule_policy_shapes_clusters_and_subsets_override_it() {
 
 #[test]
 fn grpc_ports_get_http2_upstreams_and_tcp_ports_none() {
-    let ctx = context(bookinfo());
+    let ctx = context(mesh());
     let clusters = cds::clusters(&ctx, &productpage(&ctx, "REDIRECT"));
     let grpc = cluster(&clusters, "outbound|7070||grpc-echo.default.svc.cluster.local");
     let Some(UpstreamProtocolOptions::ExplicitHttpConfig(explicit)) =
@@ -147,7 +147,7 @@ fn grpc_ports_get_http2_upstreams_and_tcp_ports_none() {
 
 #[test]
 fn service_entry_resolution_picks_the_cluster_type() {
-    let ctx = context(bookinfo());
+    let ctx = context(mesh());
     let clusters = cds::clusters(&ctx, &productpage(&ctx, "REDIRECT"));
 
     let dns = cluster(&clusters, "outbound|443||api.example.com");
@@ -170,9 +170,9 @@ fn service_entry_resolution_picks_the_cluster_type() {
 /// gateway); a sidecar selected the same way gets them.
 #[test]
 fn router_gets_outbound_clusters_but_no_inbound_ones() {
-    let mut mesh = bookinfo();
-    mesh.push(service("default", "ingress", "10.96.9.1", &[("http", 8080)], "ingress"));
-    let ctx = context(mesh);
+    let ctx = context(mesh_with(
+        "apiVersion: v1\nkind: Service\nmetadata: {name: ingress, namespace: default}\nspec:\n  selector: {app: ingress}\n  ports: [{name: http, port: 8080}]\n",
+    ));
     let labels = [("app", "ingress"), ("istio", "ingressgateway")];
     let router = proxy("router~10.0.0.100~ingress.default~default.svc.cluster.local", "REDIRECT", &labels);
     let sidecar = proxy("sidecar~10.0.0.101~ingress.default~default.svc.cluster.local", "REDIRECT", &labels);

@@ -5,7 +5,7 @@ use super::*;
 
 #[test]
 fn every_reference_resolves_and_nothing_is_duplicated() {
-    let ctx = context(bookinfo());
+    let ctx = context(mesh());
     for scope in [productpage(&ctx, "REDIRECT"), productpage(&ctx, "NONE"), ingress(&ctx), scoped(&ctx)] {
         let clusters: HashSet<String> = cds::clusters(&ctx, &scope).into_iter().map(|c| c.name).collect();
         let configs = rds::route_configs(&ctx, &scope);
@@ -58,8 +58,8 @@ fn every_reference_resolves_and_nothing_is_duplicated() {
 
 #[test]
 fn output_is_deterministic_across_builds_and_input_order() {
-    let encode_all = |objects: Vec<ConfigObject>| {
-        let ctx = context(objects);
+    let encode_all = |writes: Vec<Write>| {
+        let ctx = context(writes);
         let mut bytes: BTreeMap<String, Vec<u8>> = BTreeMap::new();
         for (label, scope) in
             [("redirect", productpage(&ctx, "REDIRECT")), ("none", productpage(&ctx, "NONE")), ("gw", ingress(&ctx))]
@@ -79,9 +79,9 @@ fn output_is_deterministic_across_builds_and_input_order() {
         }
         bytes
     };
-    let first = encode_all(bookinfo());
-    let second = encode_all(bookinfo());
-    let mut reversed = bookinfo();
+    let first = encode_all(mesh());
+    let second = encode_all(mesh());
+    let mut reversed = mesh();
     reversed.reverse();
     let third = encode_all(reversed);
     assert!(first.len() > 40, "fixture produces a real configuration");

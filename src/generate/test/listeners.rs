@@ -4,7 +4,7 @@ use super::*;
 
 #[test]
 fn none_mode_listeners_bind_localhost_and_skip_virtual_listeners() {
-    let ctx = context(bookinfo());
+    let ctx = context(mesh());
     let scope = productpage(&ctx, "NONE");
     let listeners = lds::listeners(&ctx, &scope);
     let names: Vec<&str> = listeners.iter().map(|l| l.name.as_str()).collect();
@@ -32,7 +32,7 @@ fn none_mode_listeners_bind_localhost_and_skip_virtual_listeners() {
 
 #[test]
 fn redirect_mode_has_virtual_listeners_and_unbound_port_listeners() {
-    let ctx = context(bookinfo());
+    let ctx = context(mesh());
     let scope = productpage(&ctx, "REDIRECT");
     let mut listeners = lds::listeners(&ctx, &scope);
     assert!(listeners.iter().all(|l| l.name != "virtualInbound"), "inbound is per workload, not per scope");
@@ -79,7 +79,7 @@ fn redirect_mode_has_virtual_listeners_and_unbound_port_listeners() {
 
 #[test]
 fn gateway_gets_listeners_and_route_configs_for_its_server_ports() {
-    let ctx = context(bookinfo());
+    let ctx = context(mesh());
     let scope = ingress(&ctx);
     let listeners = lds::listeners(&ctx, &scope);
     assert_eq!(
@@ -99,11 +99,19 @@ fn gateway_gets_listeners_and_route_configs_for_its_server_ports() {
     assert_eq!(rc.virtual_hosts.len(), 2, "{:?}", rc.virtual_hosts.iter().map(|v| &v.name).collect::<Vec<_>>());
     let star = vhost(rc, "*:8080");
     assert_eq!(star.domains, ["*"]);
-    let paths: Vec<_> = star.routes.iter().map(|r| r.r#match.as_ref().unwrap().path_specifier.clone()).collect();
+    let paths = |v: &VirtualHost| -> Vec<_> {
+        v.routes.iter().map(|r| r.r#match.as_ref().unwrap().path_specifier.clone()).collect()
+    };
     assert_eq!(
-        paths,
-        [Some(PathSpecifier::Path("/productpage".into())), Some(PathSpecifier::Prefix("/static".into()))],
-        "the mesh-only match is left out of the gateway"
+        paths(star),
+        [
+            Some(PathSpecifier::Path("/productpage".into())),
+            Some(PathSpecifier::Prefix("/static".into())),
+            Some(PathSpecifier::Path("/login".into())),
+            Some(PathSpecifier::Path("/logout".into())),
+            Some(PathSpecifier::Prefix("/api/v1/products".into())),
+        ],
+        "bookinfo's gateway routes, one per match, in order"
     );
     assert_eq!(single_cluster(&star.routes[0]), format!("outbound|9080||{PRODUCTPAGE}"));
     let shop = vhost(rc, "shop.bookinfo.example.com:8080");
@@ -114,6 +122,11 @@ fn gateway_gets_listeners_and_route_configs_for_its_server_ports() {
     let alt = config(&configs, "http.8081");
     let names: Vec<&str> = alt.virtual_hosts.iter().map(|v| v.name.as_str()).collect();
     assert_eq!(names, ["*.bookinfo.example.com:80", "shop.bookinfo.example.com:80"]);
+    assert_eq!(
+        paths(vhost(alt, "*.bookinfo.example.com:80")),
+        [Some(PathSpecifier::Prefix("/edge".into()))],
+        "the mesh-only match is left out of the gateway"
+    );
     assert!(vhost(alt, "shop.bookinfo.example.com:80").domains.contains(&"shop.bookinfo.example.com:8081".to_string()));
 
     let lookup = rds::route_config(&ctx, &scope, "http.8080").unwrap();
@@ -123,7 +136,7 @@ fn gateway_gets_listeners_and_route_configs_for_its_server_ports() {
 
 #[test]
 fn gateway_port_without_bound_rules_serves_an_empty_route_config() {
-    let ctx = context(bookinfo());
+    let ctx = context(mesh());
     let configs = rds::route_configs(&ctx, &ingress(&ctx));
     let empty = config(&configs, "http.9443");
     assert!(empty.virtual_hosts.is_empty(), "Envoy answers 404 rather than waiting for a missing config");
@@ -131,9 +144,10 @@ fn gateway_port_without_bound_rules_serves_an_empty_route_config() {
 
 #[test]
 fn gateway_server_bind_sets_the_listener_address() {
-    let mut objects = bookinfo();
-    objects.push(ConfigObject::Gateway(yaml(
+    let ctx = context(mesh_with(
         r#"
+apiVersion: networking.istio.io/v1
+kind: Gateway
 metadata: {name: local, namespace: default}
 spec:
   selector: {istio: local}
@@ -145,8 +159,7 @@ spec:
     hosts: ["*"]
     bind: 127.0.0.2
 "#,
-    )));
-    let ctx = context(objects);
+    ));
     let local = ctx.scope_for(&proxy(
         "router~127.0.0.1~local-1.default~default.svc.cluster.local",
         "REDIRECT",
@@ -169,7 +182,7 @@ spec:
 
 #[test]
 fn route_config_lookup_agrees_with_the_full_list() {
-    let ctx = context(bookinfo());
+    let ctx = context(mesh());
     for scope in [productpage(&ctx, "REDIRECT"), productpage(&ctx, "NONE"), ingress(&ctx), scoped(&ctx)] {
         for rc in rds::route_configs(&ctx, &scope) {
             assert_eq!(rds::route_config(&ctx, &scope, &rc.name).as_ref(), Some(&rc));

@@ -5,11 +5,11 @@ use super::*;
 
 #[test]
 fn virtual_service_routes_keep_order_matches_and_actions() {
-    let ctx = context(bookinfo());
+    let ctx = context(mesh());
     let scope = productpage(&ctx, "REDIRECT");
     let configs = rds::route_configs(&ctx, &scope);
     let rc = config(&configs, "9080");
-    let routes = &vhost(rc, &format!("{REVIEWS}:9080")).routes;
+    let routes = &vhost(rc, &format!("{CATALOG}:9080")).routes;
     let names: Vec<&str> = routes.iter().map(|r| r.name.as_str()).collect();
     assert_eq!(names, ["jason", "canary", "moved", "api", "api", "rest"], "port-9999 match is left out");
 
@@ -18,7 +18,7 @@ fn virtual_service_routes_keep_order_matches_and_actions() {
     assert_eq!(m.headers[0].name, "end-user");
     let Some(HeaderMatchSpecifier::StringMatch(sm)) = &m.headers[0].header_match_specifier else { panic!() };
     assert_eq!(sm.match_pattern, Some(MatchPattern::Exact("jason".into())));
-    assert_eq!(single_cluster(&routes[0]), format!("outbound|9080|v2|{REVIEWS}"));
+    assert_eq!(single_cluster(&routes[0]), format!("outbound|9080|v2|{CATALOG}"));
 
     // Redirect.
     let Some(Action::Redirect(redirect)) = &routes[2].action else { panic!("redirect expected") };
@@ -30,10 +30,10 @@ fn virtual_service_routes_keep_order_matches_and_actions() {
     let api = route_action(&routes[3]);
     let Some(ClusterSpecifier::WeightedClusters(w)) = &api.cluster_specifier else { panic!("weighted expected") };
     let weights: Vec<(&str, u32)> = w.clusters.iter().map(|c| (c.name.as_str(), c.weight.unwrap().value)).collect();
-    let (v1, v3) = (format!("outbound|9080|v1|{REVIEWS}"), format!("outbound|9080|v3|{REVIEWS}"));
+    let (v1, v3) = (format!("outbound|9080|v1|{CATALOG}"), format!("outbound|9080|v3|{CATALOG}"));
     assert_eq!(weights, [(v1.as_str(), 80), (v3.as_str(), 20)], "a destination without a weight gets 0 and is dropped");
     assert_eq!(api.prefix_rewrite, "/v2/api");
-    assert_eq!(api.host_rewrite_specifier, Some(HostRewriteSpecifier::HostRewriteLiteral("reviews.internal".into())));
+    assert_eq!(api.host_rewrite_specifier, Some(HostRewriteSpecifier::HostRewriteLiteral("catalog.internal".into())));
     assert_eq!(api.timeout.unwrap().seconds, 3);
     let retry = api.retry_policy.as_ref().unwrap();
     assert_eq!(retry.num_retries.unwrap().value, 5);
@@ -59,9 +59,9 @@ fn virtual_service_routes_keep_order_matches_and_actions() {
 
 #[test]
 fn consistent_hash_of_the_destination_rule_goes_on_routes() {
-    let ctx = context(bookinfo());
+    let ctx = context(mesh());
     let configs = rds::route_configs(&ctx, &productpage(&ctx, "REDIRECT"));
-    let routes = &vhost(config(&configs, "9080"), &format!("{REVIEWS}:9080")).routes;
+    let routes = &vhost(config(&configs, "9080"), &format!("{CATALOG}:9080")).routes;
     let canary = route_action(&routes[1]);
     let Some(PolicySpecifier::Header(h)) = &canary.hash_policy[0].policy_specifier else { panic!("header hash") };
     assert_eq!(h.header_name, "x-user");
@@ -71,12 +71,12 @@ fn consistent_hash_of_the_destination_rule_goes_on_routes() {
 
 #[test]
 fn hosts_without_virtual_service_get_a_default_route() {
-    let ctx = context(bookinfo());
+    let ctx = context(mesh());
     let configs = rds::route_configs(&ctx, &productpage(&ctx, "REDIRECT"));
-    let routes = &vhost(config(&configs, "9080"), &format!("{RATINGS}:9080")).routes;
+    let routes = &vhost(config(&configs, "9080"), &format!("{INVENTORY}:9080")).routes;
     assert_eq!(routes.len(), 1);
     assert_eq!(routes[0].r#match.as_ref().unwrap().path_specifier, Some(PathSpecifier::Prefix("/".into())));
-    assert_eq!(single_cluster(&routes[0]), format!("outbound|9080||{RATINGS}"));
+    assert_eq!(single_cluster(&routes[0]), format!("outbound|9080||{INVENTORY}"));
     let action = route_action(&routes[0]);
     assert_eq!(action.retry_policy.as_ref().unwrap().num_retries.unwrap().value, 2);
     assert_eq!(action.timeout.unwrap().seconds, 0);
@@ -84,27 +84,27 @@ fn hosts_without_virtual_service_get_a_default_route() {
 
 #[test]
 fn virtual_host_domains_follow_istio_without_duplicates() {
-    let ctx = context(bookinfo());
+    let ctx = context(mesh());
     let configs = rds::route_configs(&ctx, &productpage(&ctx, "REDIRECT"));
     let rc = config(&configs, "9080");
     let domains = |name: &str| vhost(rc, name).domains.clone();
 
-    let reviews = domains(&format!("{REVIEWS}:9080"));
+    let catalog = domains(&format!("{CATALOG}:9080"));
     for d in [
-        REVIEWS,
-        &format!("{REVIEWS}:9080"),
-        "reviews",
-        "reviews:9080",
-        "reviews.default",
-        "reviews.default:9080",
-        "reviews.default.svc",
+        CATALOG,
+        &format!("{CATALOG}:9080"),
+        "catalog",
+        "catalog:9080",
+        "catalog.default",
+        "catalog.default:9080",
+        "catalog.default.svc",
         "10.96.0.2",
         "10.96.0.2:9080",
     ] {
-        assert!(reviews.contains(&d.to_string()), "reviews lacks {d}: {reviews:?}");
+        assert!(catalog.contains(&d.to_string()), "catalog lacks {d}: {catalog:?}");
     }
-    let ratings = domains(&format!("{RATINGS}:9080"));
-    assert!(ratings.contains(&"10.96.0.3".to_string()), "the first host by name keeps a shared IP");
+    let inventory = domains(&format!("{INVENTORY}:9080"));
+    assert!(inventory.contains(&"10.96.0.3".to_string()), "the first host by name keeps a shared IP");
     let legacy = domains("zz-legacy-web.example.com:9080");
     assert_eq!(legacy, ["zz-legacy-web.example.com", "zz-legacy-web.example.com:9080"]);
     let billing = domains("billing.other.svc.cluster.local:9080");
@@ -123,7 +123,7 @@ fn virtual_host_domains_follow_istio_without_duplicates() {
 
 #[test]
 fn sidecar_resource_hides_other_namespaces_and_blocks_unknown_hosts() {
-    let ctx = context(bookinfo());
+    let ctx = context(mesh());
     let scope = scoped(&ctx);
     let clusters = cds::clusters(&ctx, &scope);
     assert!(clusters.iter().any(|c| c.name == "outbound|8000||local.scoped.svc.cluster.local"));
