@@ -1,4 +1,4 @@
-//! Push-engine benches on synthetic meshes (`meshpush::synth`).
+//! Push-engine benches on synthetic meshes (`meshpush::testing::synth`).
 //!
 //! `cargo bench --bench push` runs them at full size (1k and 10k services,
 //! 5–10 endpoints each, 100 namespaces, 10,000 streams). `cargo test` runs

@@ -2,7 +2,7 @@
 //! scope, not per stream; an endpoint change encodes one assignment whatever
 //! the number of watchers; a stream that stops reading delays nobody else.
 //!
-//! Streams are in-memory (`meshpush::xds::memory`): the server's own stream
+//! Streams are in-memory (`meshpush::testing::memory`): the server's own stream
 //! task over channels, driven by clients that behave like Envoy.
 
 use std::sync::Arc;
