@@ -69,3 +69,28 @@ pub fn with_cases() -> Vec<Write> {
     all.extend(parsed.objects.into_iter().map(|(o, s)| Write::Put(o, s)));
     all
 }
+
+/// A proxy of the test mesh from its node id, interception mode and labels.
+pub fn proxy(id: &str, mode: &str, labels: &[(&str, &str)]) -> crate::model::Proxy {
+    crate::model::Proxy::from_node(&crate::testing::memory::node(id, mode, labels)).expect("a valid node")
+}
+
+/// The productpage sidecar with its pod's labels, in `mode`
+/// (`REDIRECT` or `NONE`): a Service selects it, so it has inbound ports.
+pub fn productpage_in(mode: &str) -> crate::model::Proxy {
+    proxy(
+        "sidecar~10.0.0.1~productpage-v1.default~default.svc.cluster.local",
+        mode,
+        &[("app", "productpage"), ("version", "v1")],
+    )
+}
+
+/// The ingress gateway router (`istio: ingressgateway`).
+pub fn ingress() -> crate::model::Proxy {
+    proxy("router~10.0.0.100~ingress.default~default.svc.cluster.local", "REDIRECT", &[("istio", "ingressgateway")])
+}
+
+/// A sidecar of the Sidecar-scoped namespace of `tests/data/mesh-cases.yaml`.
+pub fn scoped_client() -> crate::model::Proxy {
+    proxy("sidecar~10.0.2.9~client.scoped~scoped.svc.cluster.local", "REDIRECT", &[("app", "client")])
+}

@@ -14,9 +14,9 @@ use envoy_types::pb::envoy::extensions::filters::network::http_connection_manage
 use envoy_types::pb::envoy::extensions::filters::network::http_connection_manager::v3::http_connection_manager::RouteSpecifier;
 use envoy_types::pb::google::protobuf::Any;
 use meshpush::generate::{cds, eds, lds, rds};
-use meshpush::model::{ConfigStore, Proxy};
+use meshpush::model::ConfigStore;
 use meshpush::push::{InboundKey, PushContext, Scope, ScopeInterner};
-use meshpush::testing::{bookinfo, memory::node};
+use meshpush::testing::bookinfo;
 use prost::Message;
 
 use crate::support::envoy::envoy_binary;
@@ -27,30 +27,20 @@ fn context() -> PushContext {
     PushContext::build(store.snapshot(), 1, Arc::new(ScopeInterner::default()))
 }
 
-fn proxy(id: &str, mode: &str, labels: &[(&str, &str)]) -> Proxy {
-    Proxy::from_node(&node(id, mode, labels)).expect("a valid node")
-}
-
-const PRODUCTPAGE: &str = "sidecar~10.0.0.1~productpage-v1.default~default.svc.cluster.local";
-
 fn productpage(ctx: &PushContext, mode: &str) -> Arc<Scope> {
-    ctx.scope_for(&proxy(PRODUCTPAGE, mode, &[("app", "productpage"), ("version", "v1")]))
+    ctx.scope_for(&bookinfo::productpage_in(mode))
 }
 
 fn productpage_inbound(ctx: &PushContext, mode: &str) -> InboundKey {
-    ctx.inbound_for(&proxy(PRODUCTPAGE, mode, &[("app", "productpage"), ("version", "v1")])).1
+    ctx.inbound_for(&bookinfo::productpage_in(mode)).1
 }
 
 fn ingress(ctx: &PushContext) -> Arc<Scope> {
-    ctx.scope_for(&proxy(
-        "router~10.0.0.100~ingress.default~default.svc.cluster.local",
-        "REDIRECT",
-        &[("istio", "ingressgateway")],
-    ))
+    ctx.scope_for(&bookinfo::ingress())
 }
 
 fn scoped(ctx: &PushContext) -> Arc<Scope> {
-    ctx.scope_for(&proxy("sidecar~10.0.2.9~client.scoped~scoped.svc.cluster.local", "REDIRECT", &[("app", "client")]))
+    ctx.scope_for(&bookinfo::scoped_client())
 }
 
 fn any<T: prost::Name>(message: &T) -> Any {

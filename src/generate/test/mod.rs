@@ -35,7 +35,6 @@ use envoy_types::pb::envoy::extensions::upstreams::http::v3::{
     http_protocol_options::{UpstreamProtocolOptions, explicit_http_config::ProtocolConfig},
 };
 use envoy_types::pb::envoy::r#type::matcher::v3::string_matcher::MatchPattern;
-use envoy_types::pb::google::protobuf::{Struct, Value, value::Kind};
 use prost::Message;
 
 use super::{cds, eds, lds, rds};
@@ -79,54 +78,23 @@ fn context(writes: Vec<Write>) -> PushContext {
     PushContext::build(store.snapshot(), 1, Arc::new(ScopeInterner::default()))
 }
 
-fn string(v: &str) -> Value {
-    Value { kind: Some(Kind::StringValue(v.into())) }
-}
-
-fn proxy(id: &str, mode: &str, labels: &[(&str, &str)]) -> Proxy {
-    let labels = Struct { fields: labels.iter().map(|(k, v)| (k.to_string(), string(v))).collect() };
-    let node = envoy_types::pb::envoy::config::core::v3::Node {
-        id: id.into(),
-        metadata: Some(Struct {
-            fields: [
-                ("INTERCEPTION_MODE".to_string(), string(mode)),
-                ("LABELS".to_string(), Value { kind: Some(Kind::StructValue(labels)) }),
-            ]
-            .into(),
-        }),
-        ..Default::default()
-    };
-    Proxy::from_node(&node).expect("valid node")
-}
+use crate::testing::bookinfo::proxy;
 
 fn productpage(ctx: &PushContext, mode: &str) -> Arc<Scope> {
-    ctx.scope_for(&proxy(
-        "sidecar~10.0.0.1~productpage-v1.default~default.svc.cluster.local",
-        mode,
-        &[("app", "productpage"), ("version", "v1")],
-    ))
+    ctx.scope_for(&crate::testing::bookinfo::productpage_in(mode))
 }
 
 /// The inbound key of the productpage workload.
 fn productpage_inbound(ctx: &PushContext, mode: &str) -> crate::push::InboundKey {
-    ctx.inbound_for(&proxy(
-        "sidecar~10.0.0.1~productpage-v1.default~default.svc.cluster.local",
-        mode,
-        &[("app", "productpage"), ("version", "v1")],
-    ))
-    .1
+    ctx.inbound_for(&crate::testing::bookinfo::productpage_in(mode)).1
 }
 
 fn ingress(ctx: &PushContext) -> Arc<Scope> {
-    ctx.scope_for(&proxy(
-        "router~10.0.0.100~ingress.default~default.svc.cluster.local",
-        "REDIRECT",
-        &[("istio", "ingressgateway")],
-    ))
+    ctx.scope_for(&crate::testing::bookinfo::ingress())
 }
 
 fn scoped(ctx: &PushContext) -> Arc<Scope> {
-    ctx.scope_for(&proxy("sidecar~10.0.2.9~client.scoped~scoped.svc.cluster.local", "REDIRECT", &[("app", "client")]))
+    ctx.scope_for(&crate::testing::bookinfo::scoped_client())
 }
 
 // ---------------------------------------------------------------- lookups
