@@ -15,7 +15,6 @@ mod envoy_install;
 mod failure;
 mod gateway;
 mod generated;
-mod loadtest_smoke;
 mod many;
 mod operate;
 mod redirect;

@@ -4,6 +4,10 @@
 //! reach every stream that should see them. It holds the harness and the
 //! registry API to working order in every `cargo test`; the sizing
 //! scenarios (s1, s2, churn) run by hand (see perf.md).
+//!
+//! A test binary of its own: it measures convergence against deadlines, so
+//! it runs alone, not beside the end-to-end tests' Envoys (test binaries
+//! run one after another).
 
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
