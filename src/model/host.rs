@@ -13,18 +13,17 @@ pub fn service_fqdn(name: &str, namespace: &str) -> Hostname {
     format!("{name}.{namespace}.{CLUSTER_DOMAIN}").into()
 }
 
-/// Resolves a host as written in a rule of `namespace` to an FQDN, as Istio does:
-/// a name without dots is a service in the rule's namespace; `name.ns` is
-/// completed with the cluster domain; anything else (FQDNs, wildcards) is kept.
+/// Resolves a host as written in a rule of `namespace` to an FQDN, as Istio
+/// does (`ResolveShortnameToFQDN`): a name without a dot is a service in the
+/// rule's namespace; anything with a dot (`httpbin.org`, `reviews.prod`,
+/// `*.example.com`), `*` and IP addresses are kept as written. So
+/// `reviews.prod` names no Kubernetes service: Istio's rules write
+/// `reviews.prod.svc.cluster.local` for that.
 pub fn resolve(host: &str, namespace: &str) -> Hostname {
-    if host == "*" || host.starts_with("*.") {
+    if host == "*" || host.contains('.') || host.parse::<std::net::IpAddr>().is_ok() {
         return host.into();
     }
-    match host.matches('.').count() {
-        0 => service_fqdn(host, namespace),
-        1 => format!("{host}.{CLUSTER_DOMAIN}").into(),
-        _ => host.into(),
-    }
+    service_fqdn(host, namespace)
 }
 
 /// Whether `pattern` (an FQDN or a `*.suffix` / `*` wildcard) matches `host`.
@@ -47,8 +46,12 @@ mod tests {
     #[test]
     fn short_names_resolve_in_the_rule_namespace() {
         assert_eq!(&*resolve("reviews", "default"), "reviews.default.svc.cluster.local");
-        assert_eq!(&*resolve("reviews.prod", "default"), "reviews.prod.svc.cluster.local");
         assert_eq!(&*resolve("api.example.com", "default"), "api.example.com");
+        // A name with a dot is kept as written, two labels too (Istio's rule).
+        assert_eq!(&*resolve("httpbin.org", "default"), "httpbin.org");
+        assert_eq!(&*resolve("reviews.prod", "default"), "reviews.prod");
+        assert_eq!(&*resolve("fd00::1", "default"), "fd00::1");
+        assert_eq!(&*resolve("*", "default"), "*");
         assert_eq!(&*resolve("*.example.com", "default"), "*.example.com");
     }
 
