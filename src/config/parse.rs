@@ -17,7 +17,8 @@ use std::sync::Arc;
 use serde::de::DeserializeOwned;
 use serde_yaml_ng::{Mapping, Value};
 
-use super::problem::{Problem, Severity};
+use super::istio::api::{self, ApiField};
+use super::problem::{Problem, Severity, not_supported};
 use super::validate::validate;
 use super::{ConfigKey, ConfigKind, ConfigObject, SourceRef, istio, k8s};
 
@@ -185,13 +186,7 @@ impl FileReader {
             ConfigKind::Sidecar => typed::<istio::Sidecar>(value, &mut ignored).map(ConfigObject::Sidecar),
         };
         for path in &ignored {
-            tracing::debug!(
-                file = %self.file,
-                doc,
-                kind = %config_kind,
-                field = %field(prefix, path),
-                "field not modelled by meshpush: ignored"
-            );
+            self.ignored_field(doc, config_kind, key.as_ref(), &field(prefix, path), path);
         }
         let object = match object {
             Ok(object) => object,
@@ -234,6 +229,25 @@ impl FileReader {
                 }
             }
         }
+    }
+
+    /// Reports a field the typed object does not model: a field of Istio's
+    /// API meshpush does not apply, or no field of the API at all. Fields of
+    /// the Kubernetes kinds that meshpush does not read (a Pod's containers)
+    /// and bookkeeping such as `metadata.resourceVersion` stay quiet.
+    fn ignored_field(&mut self, doc: usize, kind: ConfigKind, key: Option<&ConfigKey>, at: &str, path: &str) {
+        if !api::is_istio_kind(kind) {
+            tracing::debug!(file = %self.file, doc, %kind, field = at, "field not read by meshpush: ignored");
+            return;
+        }
+        let message = match api::classify(kind, path) {
+            ApiField::Inert => return,
+            ApiField::Unsupported => not_supported(api::consequence(kind, path)),
+            ApiField::Unknown => format!(
+                "is not a field of Istio's {kind} (networking.istio.io/v1): ignored; check its spelling and indentation"
+            ),
+        };
+        self.problem(Severity::Warning, doc, key.cloned(), at, message);
     }
 
     /// Marks the last problem (a syntax error no document start follows) as ending the file.

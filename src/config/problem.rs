@@ -49,6 +49,17 @@ pub struct Problem {
     pub message: String,
 }
 
+/// The message of a field meshpush reads but does not apply, with what
+/// ignoring it means when that is not plain from its name. Parsing (fields
+/// it does not model) and validation (values it does not act on) word it
+/// alike, so an operator greps for one phrase.
+pub fn not_supported(consequence: Option<&str>) -> String {
+    match consequence {
+        Some(consequence) => format!("not supported by meshpush yet, ignored: {consequence}"),
+        None => "not supported by meshpush yet, ignored".to_string(),
+    }
+}
+
 impl Problem {
     /// Whether the problem refuses the object.
     pub fn is_error(&self) -> bool {

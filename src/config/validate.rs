@@ -17,7 +17,7 @@ use std::net::IpAddr;
 
 use serde::Serialize;
 
-use super::problem::Severity;
+use super::problem::{Severity, not_supported};
 use super::{ConfigKind, ConfigObject, ObjectMeta};
 
 mod istio;
@@ -68,6 +68,11 @@ impl Checker {
 
     fn warning(&mut self, path: impl Into<String>, message: impl Into<String>) {
         self.push(Severity::Warning, path.into(), message.into());
+    }
+
+    /// A field meshpush reads but does not apply (see [`not_supported`]).
+    fn unsupported(&mut self, path: impl Into<String>, consequence: Option<&str>) {
+        self.warning(path, not_supported(consequence));
     }
 
     fn push(&mut self, severity: Severity, path: String, message: String) {

@@ -13,31 +13,40 @@
 //! sorted by name with each name once, so equal inputs encode to equal bytes.
 
 use envoy_types::pb::envoy::config::cluster::v3::{
-    CircuitBreakers, Cluster, OutlierDetection,
-    circuit_breakers::Thresholds,
+    CircuitBreakers, Cluster, OutlierDetection, UpstreamConnectionOptions,
+    circuit_breakers::{Thresholds, thresholds::RetryBudget},
     cluster::{
-        ClusterDiscoveryType, DiscoveryType, DnsLookupFamily, EdsClusterConfig, LbConfig, LbPolicy, RingHashLbConfig,
+        ClusterDiscoveryType, CommonLbConfig, DiscoveryType, DnsLookupFamily, EdsClusterConfig, LbConfig, LbPolicy,
+        LeastRequestLbConfig, MaglevLbConfig, RingHashLbConfig, RoundRobinLbConfig, SlowStartConfig,
     },
 };
 use envoy_types::pb::envoy::config::core::v3::{
-    Http1ProtocolOptions, Http2ProtocolOptions, HttpProtocolOptions as CoreHttpProtocolOptions,
+    Http1ProtocolOptions, Http2ProtocolOptions, HttpProtocolOptions as CoreHttpProtocolOptions, KeepaliveSettings,
+    RuntimeDouble, TcpKeepalive,
 };
 use envoy_types::pb::envoy::config::endpoint::v3::{
     ClusterLoadAssignment, Endpoint as EnvoyEndpoint, LbEndpoint, LocalityLbEndpoints, lb_endpoint::HostIdentifier,
 };
 use envoy_types::pb::envoy::extensions::upstreams::http::v3::{
     HttpProtocolOptions,
-    http_protocol_options::{ExplicitHttpConfig, UpstreamProtocolOptions, explicit_http_config::ProtocolConfig},
+    http_protocol_options::{
+        ExplicitHttpConfig, UpstreamProtocolOptions, UseDownstreamHttpConfig, explicit_http_config::ProtocolConfig,
+    },
 };
+use envoy_types::pb::envoy::r#type::v3::Percent;
 
 use super::policy::{self, DestinationPolicy};
 use super::{eds, naming, proto};
-use crate::config::istio::{DestinationRuleSpec, LoadBalancerSettings, TrafficPolicy};
+use crate::config::istio::{
+    ConnectionPoolSettings, DestinationRuleSpec, LoadBalancerSettings, TcpSettings, TrafficPolicy,
+};
 use crate::model::{Protocol, ProxyKind, Resolution, Service, ServicePort};
 use crate::push::{InboundKey, PushContext, Scope};
 
 /// Istio's default connect timeout.
 const DEFAULT_CONNECT_TIMEOUT_SECONDS: i64 = 10;
+/// Istio's ring size when a consistent hash sets none.
+const DEFAULT_RING_SIZE: u64 = 1024;
 /// Envoy's upper bound for `RingHashLbConfig.minimum_ring_size`.
 const MAX_RING_SIZE: u64 = 8_388_608;
 
@@ -83,7 +92,7 @@ fn outbound(
     rule: Option<&DestinationRuleSpec>,
 ) -> Cluster {
     let name = naming::outbound_cluster(port.port, subset, &svc.hostname);
-    let DestinationPolicy { traffic, labels, .. } = policy::from_rule(rule, subset);
+    let DestinationPolicy { traffic, labels, .. } = policy::from_rule(rule, subset, Some(port.port));
     let lb = traffic.load_balancer.as_ref();
     let passthrough =
         svc.resolution == Resolution::Passthrough || lb.and_then(|l| l.simple.as_deref()) == Some("PASSTHROUGH");
@@ -116,13 +125,16 @@ fn outbound(
         }
         set_load_balancer(&mut cluster, lb);
     }
-    let max_requests_per_connection = traffic
-        .connection_pool
-        .as_ref()
-        .and_then(|p| p.http.as_ref())
-        .and_then(|h| h.max_requests_per_connection)
-        .and_then(proto::positive_u32);
-    set_http_options(&mut cluster, port.protocol, max_requests_per_connection);
+    set_http_options(&mut cluster, port.protocol, traffic.connection_pool.as_ref());
+    set_tcp_keepalive(&mut cluster, traffic.connection_pool.as_ref().and_then(|p| p.tcp.as_ref()));
+    if let Some(od) = &traffic.outlier_detection {
+        // Istio stops the panic mode below `minHealthPercent` (0 unless set):
+        // ejected hosts stay ejected rather than taking traffic again.
+        cluster.common_lb_config = Some(CommonLbConfig {
+            healthy_panic_threshold: Some(Percent { value: od.min_health_percent.unwrap_or(0).clamp(0, 100) as f64 }),
+            ..Default::default()
+        });
+    }
     cluster
 }
 
@@ -191,43 +203,88 @@ fn connect_timeout(traffic: &TrafficPolicy) -> envoy_types::pb::google::protobuf
         .unwrap_or_else(|| proto::seconds(DEFAULT_CONNECT_TIMEOUT_SECONDS))
 }
 
-/// `simple` → `lb_policy`; `consistentHash` → RING_HASH (the hash key itself
-/// goes on the routes, see `rds`).
+/// `simple` → `lb_policy` (Istio's default is LEAST_REQUEST) with the
+/// warmup's slow start; `consistentHash` → RING_HASH (1024 entries unless
+/// set) or MAGLEV — the hash key itself goes on the routes, see `route`.
 fn set_load_balancer(cluster: &mut Cluster, lb: Option<&LoadBalancerSettings>) {
-    let Some(lb) = lb else { return };
-    if let Some(hash) = &lb.consistent_hash {
-        cluster.lb_policy = LbPolicy::RingHash as i32;
-        if let Some(size) = hash.minimum_ring_size.filter(|s| *s > 0) {
-            cluster.lb_config = Some(LbConfig::RingHashLbConfig(RingHashLbConfig {
-                minimum_ring_size: Some(envoy_types::pb::google::protobuf::UInt64Value {
-                    value: size.min(MAX_RING_SIZE),
-                }),
-                ..Default::default()
-            }));
+    let slow_start = lb.and_then(slow_start);
+    cluster.lb_policy = match lb.and_then(|l| l.simple.as_deref()) {
+        Some("RANDOM") => LbPolicy::Random,
+        Some("ROUND_ROBIN") => {
+            cluster.lb_config =
+                slow_start.map(|s| LbConfig::RoundRobinLbConfig(RoundRobinLbConfig { slow_start_config: Some(s) }));
+            LbPolicy::RoundRobin
         }
+        _ => {
+            cluster.lb_config = slow_start.map(|s| {
+                LbConfig::LeastRequestLbConfig(LeastRequestLbConfig {
+                    slow_start_config: Some(s),
+                    ..Default::default()
+                })
+            });
+            LbPolicy::LeastRequest
+        }
+    } as i32;
+    let Some(hash) = lb.and_then(|l| l.consistent_hash.as_ref()) else { return };
+    let u64_value = |value: u64| envoy_types::pb::google::protobuf::UInt64Value { value };
+    if let Some(maglev) = &hash.maglev {
+        cluster.lb_policy = LbPolicy::Maglev as i32;
+        cluster.lb_config = maglev
+            .table_size
+            .filter(|t| *t > 0)
+            .map(|t| LbConfig::MaglevLbConfig(MaglevLbConfig { table_size: Some(u64_value(t)) }));
         return;
     }
-    cluster.lb_policy = match lb.simple.as_deref() {
-        Some("LEAST_REQUEST") | Some("LEAST_CONN") => LbPolicy::LeastRequest,
-        Some("RANDOM") => LbPolicy::Random,
-        _ => LbPolicy::RoundRobin,
-    } as i32;
+    cluster.lb_policy = LbPolicy::RingHash as i32;
+    let size = match &hash.ring_hash {
+        Some(ring) => ring.minimum_ring_size.filter(|s| *s > 0),
+        None => Some(hash.minimum_ring_size.filter(|s| *s > 0).unwrap_or(DEFAULT_RING_SIZE)),
+    };
+    cluster.lb_config = size.map(|size| {
+        LbConfig::RingHashLbConfig(RingHashLbConfig {
+            minimum_ring_size: Some(u64_value(size.min(MAX_RING_SIZE))),
+            ..Default::default()
+        })
+    });
+}
+
+/// Slow start from `warmup` (Istio's defaults: aggression 1, 10% minimum
+/// weight) or the older `warmupDurationSecs`.
+fn slow_start(lb: &LoadBalancerSettings) -> Option<SlowStartConfig> {
+    if let Some(warmup) = &lb.warmup {
+        return Some(SlowStartConfig {
+            slow_start_window: warmup.duration.map(|d| d.to_proto()),
+            aggression: Some(RuntimeDouble {
+                default_value: warmup.aggression.unwrap_or(1.0),
+                runtime_key: "(".to_string(),
+            }),
+            min_weight_percent: Some(Percent { value: warmup.minimum_percent.unwrap_or(10.0) }),
+        });
+    }
+    lb.warmup_duration_secs.map(|d| SlowStartConfig { slow_start_window: Some(d.to_proto()), ..Default::default() })
 }
 
 /// Istio's circuit breakers: every limit at its maximum unless the
 /// connection pool sets it (Envoy's own defaults, 1024 connections and 3
-/// concurrent retries, surprise people who never asked for limits).
+/// concurrent retries, surprise people who never asked for limits), and the
+/// retry budget when the policy has one (Istio's defaults: 20%, 3).
 fn circuit_breakers(traffic: &TrafficPolicy) -> CircuitBreakers {
     let pool = traffic.connection_pool.as_ref();
     let tcp = pool.and_then(|p| p.tcp.as_ref());
     let http = pool.and_then(|p| p.http.as_ref());
     let limit = |v: Option<i64>| Some(proto::u32_value(v.and_then(proto::positive_u32).unwrap_or(u32::MAX)));
+    let retry_budget = traffic.retry_budget.as_ref().map(|b| RetryBudget {
+        budget_percent: Some(Percent { value: b.percent.unwrap_or(20.0) }),
+        min_retry_concurrency: Some(proto::u32_value(b.min_retry_concurrency.filter(|n| *n > 0).unwrap_or(3))),
+        budget_interval: b.budget_interval.map(|d| d.to_proto()),
+    });
     CircuitBreakers {
         thresholds: vec![Thresholds {
             max_connections: limit(tcp.and_then(|t| t.max_connections)),
             max_pending_requests: limit(http.and_then(|h| h.http1_max_pending_requests)),
             max_requests: limit(http.and_then(|h| h.http2_max_requests)),
             max_retries: limit(http.and_then(|h| h.max_retries)),
+            retry_budget,
             track_remaining: true,
             ..Default::default()
         }],
@@ -235,25 +292,63 @@ fn circuit_breakers(traffic: &TrafficPolicy) -> CircuitBreakers {
     }
 }
 
-/// HTTP/2 upstream for http2 and grpc ports; `max_requests_per_connection`
-/// for HTTP ports. TCP ports get no HTTP options at all.
-fn set_http_options(cluster: &mut Cluster, protocol: Protocol, max_requests_per_connection: Option<u32>) {
-    let config = match protocol {
-        Protocol::Http2 | Protocol::Grpc => ProtocolConfig::Http2ProtocolOptions(Http2ProtocolOptions::default()),
-        // Envoy requires an upstream protocol whenever the options are set.
-        Protocol::Http if max_requests_per_connection.is_some() => {
-            ProtocolConfig::HttpProtocolOptions(Http1ProtocolOptions::default())
-        }
-        _ => return,
+/// The upstream HTTP protocol, as Istio picks it: HTTP/2 for http2 and grpc
+/// ports and for HTTP ports with `h2UpgradePolicy: UPGRADE`, the client's
+/// protocol with `useClientProtocol`; with the pool's idle timeout (HTTP,
+/// else TCP), requests per connection, connection lifetime, and for HTTP/2
+/// its concurrent streams and keepalive. TCP ports get no HTTP options.
+fn set_http_options(cluster: &mut Cluster, protocol: Protocol, pool: Option<&ConnectionPoolSettings>) {
+    let http = pool.and_then(|p| p.http.as_ref());
+    let tcp = pool.and_then(|p| p.tcp.as_ref());
+    if !matches!(protocol, Protocol::Http | Protocol::Http2 | Protocol::Grpc) {
+        return;
+    }
+    let use_client_protocol = http.and_then(|h| h.use_client_protocol) == Some(true);
+    let upgrade = protocol == Protocol::Http && http.and_then(|h| h.h2_upgrade_policy.as_deref()) == Some("UPGRADE");
+    let http2 = matches!(protocol, Protocol::Http2 | Protocol::Grpc) || upgrade;
+    let common = CoreHttpProtocolOptions {
+        idle_timeout: http.and_then(|h| h.idle_timeout).or(tcp.and_then(|t| t.idle_timeout)).map(|d| d.to_proto()),
+        max_requests_per_connection: http
+            .and_then(|h| h.max_requests_per_connection)
+            .and_then(proto::positive_u32)
+            .map(proto::u32_value),
+        max_connection_duration: tcp.and_then(|t| t.max_connection_duration).map(|d| d.to_proto()),
+        ..Default::default()
     };
-    let options = HttpProtocolOptions {
-        common_http_protocol_options: max_requests_per_connection.map(|n| CoreHttpProtocolOptions {
-            max_requests_per_connection: Some(proto::u32_value(n)),
+    let has_common = common != CoreHttpProtocolOptions::default();
+    let http2_options = || Http2ProtocolOptions {
+        max_concurrent_streams: http
+            .and_then(|h| h.max_concurrent_streams)
+            .and_then(proto::positive_u32)
+            .map(proto::u32_value),
+        connection_keepalive: http.and_then(|h| h.http2_keep_alive.as_ref()).map(|k| KeepaliveSettings {
+            interval: k.interval.map(|d| d.to_proto()),
+            timeout: k.timeout.map(|d| d.to_proto()),
             ..Default::default()
         }),
-        upstream_protocol_options: Some(UpstreamProtocolOptions::ExplicitHttpConfig(ExplicitHttpConfig {
-            protocol_config: Some(config),
-        })),
+        ..Default::default()
+    };
+    let upstream = if use_client_protocol {
+        UpstreamProtocolOptions::UseDownstreamProtocolConfig(UseDownstreamHttpConfig {
+            http_protocol_options: Some(Http1ProtocolOptions::default()),
+            http2_protocol_options: Some(http2_options()),
+            ..Default::default()
+        })
+    } else if http2 {
+        UpstreamProtocolOptions::ExplicitHttpConfig(ExplicitHttpConfig {
+            protocol_config: Some(ProtocolConfig::Http2ProtocolOptions(http2_options())),
+        })
+    } else if has_common {
+        // Envoy requires an upstream protocol whenever the options are set.
+        UpstreamProtocolOptions::ExplicitHttpConfig(ExplicitHttpConfig {
+            protocol_config: Some(ProtocolConfig::HttpProtocolOptions(Http1ProtocolOptions::default())),
+        })
+    } else {
+        return;
+    };
+    let options = HttpProtocolOptions {
+        common_http_protocol_options: has_common.then_some(common),
+        upstream_protocol_options: Some(upstream),
         ..Default::default()
     };
     // A single entry: prost writes map entries in iteration order, and one
@@ -261,20 +356,43 @@ fn set_http_options(cluster: &mut Cluster, protocol: Protocol, max_requests_per_
     cluster.typed_extension_protocol_options.insert(proto::HTTP_PROTOCOL_OPTIONS.to_string(), proto::any(&options));
 }
 
-/// Istio's outlier detection: `consecutive5xxErrors` is enforced at 100%,
-/// and the success-rate and gateway-failure detectors Envoy enables by
-/// default are turned off.
+/// TCP keepalive on upstream connections (whole seconds, as Envoy takes them).
+fn set_tcp_keepalive(cluster: &mut Cluster, tcp: Option<&TcpSettings>) {
+    let Some(keepalive) = tcp.and_then(|t| t.tcp_keepalive.as_ref()) else { return };
+    let secs =
+        |d: Option<crate::config::Duration>| d.map(|d| proto::u32_value(d.0.as_secs().min(u64::from(u32::MAX)) as u32));
+    cluster.upstream_connection_options = Some(UpstreamConnectionOptions {
+        tcp_keepalive: Some(TcpKeepalive {
+            keepalive_probes: keepalive.probes.map(proto::u32_value),
+            keepalive_time: secs(keepalive.time),
+            keepalive_interval: secs(keepalive.interval),
+        }),
+        ..Default::default()
+    });
+}
+
+/// Istio's outlier detection: consecutive 5xx and gateway errors are
+/// enforced at 100% when set, locally originated failures counted apart
+/// when asked, and the success-rate detector Envoy enables by default is off.
 fn outlier_detection(od: &crate::config::istio::OutlierDetection) -> OutlierDetection {
     // Envoy requires positive durations.
     let positive = |d: Option<crate::config::Duration>| d.filter(|d| !d.0.is_zero()).map(|d| d.to_proto());
+    let enforcing = |n: u32| proto::u32_value(if n > 0 { 100 } else { 0 });
+    let split = od.split_external_local_origin_errors == Some(true);
+    let local_failures = od.consecutive_local_origin_failures.filter(|n| split && *n > 0);
     OutlierDetection {
-        consecutive_5xx: od.consecutive_5xx_errors.filter(|n| *n > 0).map(proto::u32_value),
-        enforcing_consecutive_5xx: od.consecutive_5xx_errors.map(|n| proto::u32_value(if n > 0 { 100 } else { 0 })),
-        enforcing_consecutive_gateway_failure: Some(proto::u32_value(0)),
+        consecutive_5xx: od.consecutive_5xx_errors.map(proto::u32_value),
+        enforcing_consecutive_5xx: od.consecutive_5xx_errors.map(enforcing),
+        consecutive_gateway_failure: od.consecutive_gateway_errors.map(proto::u32_value),
+        enforcing_consecutive_gateway_failure: od.consecutive_gateway_errors.map(enforcing),
         enforcing_success_rate: Some(proto::u32_value(0)),
         interval: positive(od.interval),
         base_ejection_time: positive(od.base_ejection_time),
-        max_ejection_percent: od.max_ejection_percent.map(|p| proto::u32_value(p.clamp(0, 100) as u32)),
+        max_ejection_percent: od.max_ejection_percent.filter(|p| *p > 0).map(|p| proto::u32_value(p.min(100) as u32)),
+        split_external_local_origin_errors: split,
+        consecutive_local_origin_failure: local_failures.map(proto::u32_value),
+        enforcing_consecutive_local_origin_failure: local_failures.map(|_| proto::u32_value(100)),
+        enforcing_local_origin_success_rate: split.then(|| proto::u32_value(0)),
         ..Default::default()
     }
 }

@@ -32,7 +32,7 @@ pub fn load_assignment(ctx: &PushContext, cluster_name: &str) -> Option<ClusterL
     let svc = ctx.services.get(name.host)?;
     svc.port(name.port)?;
     // The service's own namespace picks the rule: EDS is shared by every proxy.
-    let policy = policy::for_destination(ctx, &svc.namespace, &svc.namespace, &svc.hostname, name.subset);
+    let policy = policy::for_destination(ctx, &svc.namespace, &svc.namespace, &svc.hostname, name.subset, None);
     if !policy.subset_found {
         tracing::debug!(cluster = cluster_name, "subset is not defined by a DestinationRule; sending no endpoints");
         return Some(empty(cluster_name));

@@ -31,17 +31,21 @@ use envoy_types::pb::envoy::config::listener::v3::{
 use envoy_types::pb::envoy::config::route::v3::{
     Route, RouteAction, RouteConfiguration, VirtualHost, route::Action, route_action::ClusterSpecifier,
 };
+use envoy_types::pb::envoy::extensions::filters::http::cors::v3::Cors;
+use envoy_types::pb::envoy::extensions::filters::http::fault::v3::HttpFault;
 use envoy_types::pb::envoy::extensions::filters::http::router::v3::Router;
 use envoy_types::pb::envoy::extensions::filters::listener::original_dst::v3::OriginalDst;
 use envoy_types::pb::envoy::extensions::filters::network::http_connection_manager::v3::{
     HttpConnectionManager, HttpFilter, Rds,
-    http_connection_manager::{CodecType, RouteSpecifier},
+    http_connection_manager::{CodecType, RouteSpecifier, UpgradeConfig},
     http_filter,
 };
 use envoy_types::pb::envoy::extensions::filters::network::tcp_proxy::v3::{
     TcpProxy,
     tcp_proxy::{self, ClusterSpecifier as TcpClusterSpecifier},
 };
+
+use envoy_types::pb::google::protobuf::Any;
 
 use super::gateway;
 use super::outbound::{self, OutboundPort};
@@ -52,6 +56,9 @@ use crate::model::{InterceptionMode, ProxyKind, Service};
 use crate::push::scope::InboundPort;
 use crate::push::scope::OutboundPolicy;
 use crate::push::{InboundKey, PushContext, Scope};
+
+/// The upgrade type every HTTP connection manager allows, as Istio's do.
+pub const WEBSOCKET: &str = "websocket";
 
 /// Every listener of `scope`, sorted by name.
 pub fn listeners(ctx: &PushContext, scope: &Scope) -> Vec<Listener> {
@@ -269,8 +276,7 @@ fn gateway_listeners(ctx: &PushContext, scope: &Scope) -> Vec<Listener> {
                 http_connection_manager(format!("outbound_{name}"), rds(naming::gateway_route(p.port)))
             } else {
                 let backends = p.servers.iter().find_map(|(gw, server)| {
-                    let target =
-                        RouteTarget { ctx, namespace: &scope.key.namespace, port: server.port, gateway: &gw.name };
+                    let target = RouteTarget::new(ctx, scope, server.port, &gw.name);
                     ctx.virtual_services
                         .for_gateway(&gw.name)
                         .filter(|vs| vs.export_to.visible_to(&scope.key.namespace))
@@ -295,7 +301,7 @@ fn gateway_listeners(ctx: &PushContext, scope: &Scope) -> Vec<Listener> {
 /// one applies, else the service's cluster.
 fn tcp_service_proxy(ctx: &PushContext, scope: &Scope, svc: &Service, port: u32) -> Filter {
     let cluster = naming::outbound_cluster(port, "", &svc.hostname);
-    let target = RouteTarget { ctx, namespace: &scope.key.namespace, port, gateway: MESH_GATEWAY };
+    let target = RouteTarget::new(ctx, scope, port, MESH_GATEWAY);
     let backends = ctx
         .virtual_services
         .for_host(MESH_GATEWAY, &scope.key.namespace, &svc.hostname)
@@ -326,17 +332,25 @@ fn rds(route_config_name: String) -> RouteSpecifier {
     RouteSpecifier::Rds(Rds { config_source: Some(proto::ads_config_source()), route_config_name })
 }
 
+/// An HTTP connection manager as Istio builds one: the fault and CORS
+/// filters (which routes configure through `typed_per_filter_config`), then
+/// the router; websocket upgrades allowed.
 fn http_connection_manager(stat_prefix: String, routes: RouteSpecifier) -> Filter {
-    let router = HttpFilter {
-        name: proto::ROUTER.to_string(),
-        config_type: Some(http_filter::ConfigType::TypedConfig(proto::any(&Router::default()))),
+    let filter = |name: &str, config: Any| HttpFilter {
+        name: name.to_string(),
+        config_type: Some(http_filter::ConfigType::TypedConfig(config)),
         ..Default::default()
     };
     let hcm = HttpConnectionManager {
         codec_type: CodecType::Auto as i32,
         stat_prefix,
         route_specifier: Some(routes),
-        http_filters: vec![router],
+        http_filters: vec![
+            filter(proto::FAULT, proto::any(&HttpFault::default())),
+            filter(proto::CORS, proto::any(&Cors::default())),
+            filter(proto::ROUTER, proto::any(&Router::default())),
+        ],
+        upgrade_configs: vec![UpgradeConfig { upgrade_type: WEBSOCKET.to_string(), ..Default::default() }],
         use_remote_address: Some(proto::bool_value(false)),
         ..Default::default()
     };

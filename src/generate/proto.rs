@@ -15,12 +15,18 @@ use envoy_types::pb::google::protobuf::{Any, BoolValue, Duration, UInt32Value};
 pub const HTTP_CONNECTION_MANAGER: &str = "envoy.filters.network.http_connection_manager";
 /// Network filter: TCP proxy.
 pub const TCP_PROXY: &str = "envoy.filters.network.tcp_proxy";
+/// HTTP filter: fault injection (configured per route).
+pub const FAULT: &str = "envoy.filters.http.fault";
+/// HTTP filter: CORS (configured per route).
+pub const CORS: &str = "envoy.filters.http.cors";
 /// HTTP filter: router (always last).
 pub const ROUTER: &str = "envoy.filters.http.router";
 /// Listener filter: restores the original destination of a redirected connection.
 pub const ORIGINAL_DST: &str = "envoy.filters.listener.original_dst";
 /// Key of a cluster's upstream HTTP protocol options.
 pub const HTTP_PROTOCOL_OPTIONS: &str = "envoy.extensions.upstreams.http.v3.HttpProtocolOptions";
+/// Retry priority spreading retries over localities not tried yet.
+pub const PREVIOUS_PRIORITIES: &str = "envoy.retry_priorities.previous_priorities";
 /// Retry host predicate preferring hosts not tried yet.
 pub const PREVIOUS_HOSTS: &str = "envoy.retry_host_predicates.previous_hosts";
 

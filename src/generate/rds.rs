@@ -75,7 +75,7 @@ impl Domains {
 
 fn sidecar_config(ctx: &PushContext, scope: &Scope, port: &OutboundPort<'_>) -> RouteConfiguration {
     let namespace = &*scope.key.namespace;
-    let target = RouteTarget { ctx, namespace, port: port.port, gateway: MESH_GATEWAY };
+    let target = RouteTarget::new(ctx, scope, port.port, MESH_GATEWAY);
     let mut used = Domains::default();
     let mut virtual_hosts = Vec::new();
     for svc in &port.http {
@@ -157,7 +157,7 @@ fn gateway_config(ctx: &PushContext, scope: &Scope, port: &GatewayPort<'_>) -> R
         BTreeMap::new();
     let mut seen: BTreeSet<(&crate::config::ConfigKey, String)> = BTreeSet::new();
     for (gw, server) in &port.servers {
-        let target = RouteTarget { ctx, namespace, port: server.port, gateway: &gw.name };
+        let target = RouteTarget::new(ctx, scope, server.port, &gw.name);
         for vs in ctx.virtual_services.for_gateway(&gw.name).filter(|vs| vs.export_to.visible_to(namespace)) {
             let vhost_hosts = gateway::server_hosts(server, vs);
             if vhost_hosts.is_empty() {

@@ -1,56 +1,64 @@
 //! VirtualService routes as Envoy routes, and TCP routes as tcp_proxy
-//! destinations.
+//! destinations, as Istio's `route.TranslateRoute` builds them.
 //!
 //! Istio's semantics are kept where a user would notice them: one Envoy
-//! route per match condition, in order; a match limited to a port or to
-//! gateways applies only there; weights default to 100 for a lone
-//! destination and to 0 for a destination left without one when others have
-//! weights; a route without `retries` gets Istio's default retry policy (2
-//! attempts) and a route without `timeout` none at all (`0s`). The
-//! consistent-hash key of the destination's DestinationRule goes on the
-//! route, where Envoy computes the hash.
+//! route per match condition, in order; a match limited to a port, to
+//! gateways, to `sourceLabels` or a `sourceNamespace` applies only there (a
+//! match naming gateways ignores the source conditions, as in Istio); a
+//! lone destination is the route's cluster whatever its weight, several
+//! are weighted clusters without those of weight 0; a route without
+//! `retries` gets Istio's default retry policy and one without `timeout`
+//! none (`0s`). Header operations go on the route (a lone destination's
+//! too) or on the weighted cluster; setting `:authority`/`host` rewrites
+//! the authority. `fault` and `corsPolicy` configure the connection
+//! manager's filters per route. The consistent-hash key of each
+//! destination's DestinationRule goes on the route, where Envoy hashes.
 //!
 //! Everything here is a pure function of the context, the rule and the
 //! [`RouteTarget`]; nothing depends on map iteration order.
 
+mod headers;
+mod matching;
+mod per_filter;
+mod retry;
+
+use std::collections::BTreeMap;
+
+use base64::Engine as _;
+use envoy_types::pb::envoy::config::core::v3::{DataSource, RuntimeFractionalPercent, data_source::Specifier};
 use envoy_types::pb::envoy::config::route::v3::{
-    DirectResponseAction, HeaderMatcher, RedirectAction, RetryPolicy, Route, RouteAction, RouteMatch, WeightedCluster,
-    header_matcher::HeaderMatchSpecifier,
-    redirect_action::{PathRewriteSpecifier, RedirectResponseCode},
-    retry_policy::RetryHostPredicate,
+    DirectResponseAction, RedirectAction, Route, RouteAction, WeightedCluster,
+    redirect_action::{PathRewriteSpecifier, RedirectResponseCode, SchemeRewriteSpecifier},
     route::Action,
     route_action::{
-        ClusterSpecifier, HashPolicy, HostRewriteSpecifier,
-        hash_policy::{ConnectionProperties, Header, PolicySpecifier},
+        ClusterSpecifier, HashPolicy, HostRewriteSpecifier, RequestMirrorPolicy,
+        hash_policy::{ConnectionProperties, Cookie, CookieAttribute, Header, PolicySpecifier, QueryParameter},
     },
-    route_match::PathSpecifier,
-    weighted_cluster::ClusterWeight,
+    weighted_cluster::{ClusterWeight, cluster_weight},
 };
-use envoy_types::pb::envoy::extensions::retry::host::previous_hosts::v3::PreviousHostsPredicate;
-use envoy_types::pb::envoy::r#type::matcher::v3::{
-    RegexMatchAndSubstitute, RegexMatcher, StringMatcher, string_matcher::MatchPattern,
-};
+use envoy_types::pb::envoy::r#type::matcher::v3::RegexMatchAndSubstitute;
+
+pub use matching::prefix_match;
+pub use retry::default_retry_policy;
 
 use super::{naming, policy, proto};
-use crate::config::istio::{Destination, HttpMatchRequest, HttpRetry, HttpRoute, StringMatch};
+use crate::config::istio::{Destination, HttpMatchRequest, HttpRedirect, HttpRoute, Percent};
 use crate::model::host;
-use crate::push::PushContext;
 use crate::push::index::{ResolvedVirtualService, resolve_gateway_ref};
-
-/// Istio's default `retryOn`.
-pub const DEFAULT_RETRY_ON: &str = "connect-failure,refused-stream,unavailable,cancelled,retriable-status-codes";
-/// Istio's default number of retries.
-pub const DEFAULT_RETRY_ATTEMPTS: u32 = 2;
+use crate::push::{PushContext, Scope};
 
 /// Where routes are generated for: the proxy's namespace (which
-/// DestinationRule applies), the port requests arrive on, and the gateway
-/// (`mesh` for sidecars, `namespace/name` for routers).
+/// DestinationRule applies, which `sourceNamespace` matches), the
+/// `sourceLabels` its labels satisfy, the port requests arrive on, and the
+/// gateway (`mesh` for sidecars, `namespace/name` for routers).
 #[derive(Debug, Clone, Copy)]
 pub struct RouteTarget<'a> {
     /// The snapshot.
     pub ctx: &'a PushContext,
     /// The proxy's namespace.
     pub namespace: &'a str,
+    /// The `sourceLabels` selectors the proxy satisfies.
+    pub source_labels: &'a [BTreeMap<String, String>],
     /// The port requests arrive on: a match's `port` must equal it, and it
     /// is the destination port of last resort.
     pub port: u32,
@@ -67,7 +75,20 @@ pub enum Backends {
     Weighted(Vec<(String, u32)>),
 }
 
-impl RouteTarget<'_> {
+/// The conditions of a match that decide whether it applies to a proxy.
+struct Applicability<'m> {
+    port: Option<u32>,
+    gateways: &'m [String],
+    source_labels: &'m BTreeMap<String, String>,
+    source_namespace: Option<&'m str>,
+}
+
+impl<'a> RouteTarget<'a> {
+    /// The target for a proxy of `scope` on `port` through `gateway`.
+    pub fn new(ctx: &'a PushContext, scope: &'a Scope, port: u32, gateway: &'a str) -> RouteTarget<'a> {
+        RouteTarget { ctx, namespace: &scope.key.namespace, source_labels: &scope.key.source_labels, port, gateway }
+    }
+
     /// The Envoy routes of a VirtualService's HTTP routes that apply here, in order.
     pub fn http_routes(&self, vs: &ResolvedVirtualService) -> Vec<Route> {
         let mut out = Vec::new();
@@ -76,7 +97,7 @@ impl RouteTarget<'_> {
                 out.extend(self.http_route(vs, route, None));
                 continue;
             }
-            for m in route.matches.iter().filter(|m| self.applies(vs, m.port, &m.gateways)) {
+            for m in route.matches.iter().filter(|m| self.applies(vs, &http_conditions(m))) {
                 out.extend(self.http_route(vs, route, Some(m)));
             }
         }
@@ -93,8 +114,8 @@ impl RouteTarget<'_> {
             action: Some(Action::Route(RouteAction {
                 cluster_specifier: Some(ClusterSpecifier::Cluster(cluster)),
                 timeout: Some(proto::seconds(0)),
-                retry_policy: Some(default_retry_policy()),
-                hash_policy: self.hash_policy(service_namespace, host, "").into_iter().collect(),
+                retry_policy: Some(default_retry_policy(false)),
+                hash_policy: self.hash_policy(service_namespace, host, "", Some(port)).into_iter().collect(),
                 ..Default::default()
             })),
             ..Default::default()
@@ -103,19 +124,35 @@ impl RouteTarget<'_> {
 
     /// The backends of the first TCP route of `vs` that applies here.
     pub fn tcp_backends(&self, vs: &ResolvedVirtualService) -> Option<Backends> {
-        let route = vs
-            .spec
-            .tcp
-            .iter()
-            .find(|r| r.matches.is_empty() || r.matches.iter().any(|m| self.applies(vs, m.port, &m.gateways)))?;
+        let route = vs.spec.tcp.iter().find(|r| {
+            r.matches.is_empty()
+                || r.matches.iter().any(|m| {
+                    self.applies(
+                        vs,
+                        &Applicability {
+                            port: m.port,
+                            gateways: &m.gateways,
+                            source_labels: &m.source_labels,
+                            source_namespace: m.source_namespace.as_deref(),
+                        },
+                    )
+                })
+        })?;
         self.backends(vs, route.route.iter().map(|d| (&d.destination, d.weight)))
     }
 
-    /// Whether a match limited by `port` and `gateways` applies here.
-    fn applies(&self, vs: &ResolvedVirtualService, port: Option<u32>, gateways: &[String]) -> bool {
-        port.is_none_or(|p| p == self.port)
-            && (gateways.is_empty()
-                || gateways.iter().any(|g| &*resolve_gateway_ref(g, &vs.key.namespace) == self.gateway))
+    /// Whether a match applies here (Istio's `sourceMatchHTTP`): the port
+    /// must be the one requests arrive on; a match naming gateways applies
+    /// on those only, any other to proxies with its source labels and namespace.
+    fn applies(&self, vs: &ResolvedVirtualService, m: &Applicability<'_>) -> bool {
+        if m.port.is_some_and(|p| p != self.port) {
+            return false;
+        }
+        if !m.gateways.is_empty() {
+            return m.gateways.iter().any(|g| &*resolve_gateway_ref(g, &vs.key.namespace) == self.gateway);
+        }
+        (m.source_labels.is_empty() || self.source_labels.contains(m.source_labels))
+            && m.source_namespace.is_none_or(|ns| ns.is_empty() || ns == self.namespace)
     }
 
     /// One Envoy route for one match condition (`None`: match everything).
@@ -125,76 +162,209 @@ impl RouteTarget<'_> {
         route: &HttpRoute,
         m: Option<&HttpMatchRequest>,
     ) -> Option<Route> {
-        let action = if let Some(redirect) = &route.redirect {
-            let code = match redirect.redirect_code {
-                Some(302) => RedirectResponseCode::Found,
-                Some(303) => RedirectResponseCode::SeeOther,
-                Some(307) => RedirectResponseCode::TemporaryRedirect,
-                Some(308) => RedirectResponseCode::PermanentRedirect,
-                _ => RedirectResponseCode::MovedPermanently,
-            };
-            Action::Redirect(RedirectAction {
-                host_redirect: redirect.authority.clone().unwrap_or_default(),
-                path_rewrite_specifier: redirect.uri.clone().map(PathRewriteSpecifier::PathRedirect),
-                response_code: code as i32,
-                ..Default::default()
-            })
-        } else {
-            let Some(backends) = self.backends(vs, route.route.iter().map(|d| (&d.destination, d.weight))) else {
-                tracing::debug!(rule = %vs.key, "HTTP route without destinations or redirect; skipped");
-                return None;
-            };
-            let mut action = RouteAction {
-                cluster_specifier: Some(match backends {
-                    Backends::Single(cluster) => ClusterSpecifier::Cluster(cluster),
-                    Backends::Weighted(clusters) => ClusterSpecifier::WeightedClusters(WeightedCluster {
-                        clusters: clusters
-                            .into_iter()
-                            .map(|(name, weight)| ClusterWeight {
-                                name,
-                                weight: Some(proto::u32_value(weight)),
-                                ..Default::default()
-                            })
-                            .collect(),
-                        ..Default::default()
-                    }),
-                }),
-                timeout: Some(route.timeout.map(|t| t.to_proto()).unwrap_or_else(|| proto::seconds(0))),
-                retry_policy: retry_policy(route.retries.as_ref()),
-                hash_policy: self.route_hash_policy(vs, route).into_iter().collect(),
-                ..Default::default()
-            };
-            if let Some(rewrite) = &route.rewrite {
-                if let Some(uri) = &rewrite.uri {
-                    match m.and_then(|m| m.uri.as_ref()) {
-                        // The matched prefix is replaced, the rest of the path kept.
-                        None => action.prefix_rewrite = uri.clone(),
-                        Some(s) if s.prefix.is_some() => action.prefix_rewrite = uri.clone(),
-                        // Exact and regex matches replace the whole path (query kept).
-                        Some(_) => {
-                            action.regex_rewrite = Some(RegexMatchAndSubstitute {
-                                pattern: Some(regex("^.*$")),
-                                substitution: uri.clone(),
-                            })
-                        }
-                    }
-                }
-                if let Some(authority) = &rewrite.authority {
-                    action.host_rewrite_specifier = Some(HostRewriteSpecifier::HostRewriteLiteral(authority.clone()));
-                }
-            }
-            Action::Route(action)
-        };
         let name = match (route.name.as_deref(), m.and_then(|m| m.name.as_deref())) {
             (Some(r), Some(m)) => format!("{r}.{m}"),
             (Some(r), None) => r.to_string(),
             (None, Some(m)) => m.to_string(),
             (None, None) => String::new(),
         };
-        Some(Route { name, r#match: Some(route_match(m)), action: Some(action), ..Default::default() })
+        let mut out = Route {
+            name,
+            r#match: Some(matching::route_match(m)),
+            stat_prefix: m.and_then(|m| m.stat_prefix.clone()).unwrap_or_default(),
+            ..Default::default()
+        };
+        let mut authority = None;
+        if let Some(h) = &route.headers {
+            let ops = headers::mutations(h);
+            out.request_headers_to_add = ops.request_add;
+            out.request_headers_to_remove = ops.request_remove;
+            out.response_headers_to_add = ops.response_add;
+            out.response_headers_to_remove = ops.response_remove;
+            authority = ops.authority;
+        }
+        let action = if let Some(redirect) = &route.redirect {
+            Action::Redirect(self.redirect(redirect))
+        } else if let Some(direct) = &route.direct_response {
+            let body = direct.body.as_ref().and_then(|b| match (&b.string, &b.bytes) {
+                (Some(text), _) => Some(Specifier::InlineString(text.clone())),
+                (None, Some(encoded)) => {
+                    base64::engine::general_purpose::STANDARD.decode(encoded).ok().map(Specifier::InlineBytes)
+                }
+                (None, None) => None,
+            });
+            Action::DirectResponse(DirectResponseAction {
+                status: direct.status,
+                body: body.map(|specifier| DataSource { specifier: Some(specifier), ..Default::default() }),
+                ..Default::default()
+            })
+        } else {
+            Action::Route(self.route_action(vs, route, &mut out, authority)?)
+        };
+        out.action = Some(action);
+        if let Some(fault) = route.fault.as_ref().and_then(per_filter::fault) {
+            out.typed_per_filter_config.insert(proto::FAULT.to_string(), proto::any(&fault));
+        }
+        if let Some(cors) = &route.cors_policy {
+            out.typed_per_filter_config.insert(proto::CORS.to_string(), proto::any(&per_filter::cors(cors)));
+        }
+        Some(out)
     }
 
-    /// Clusters and weights of a destination list (Istio's weight rules).
+    /// The forwarding action of a route; a lone destination's header
+    /// operations go on `out`.
+    fn route_action(
+        &self,
+        vs: &ResolvedVirtualService,
+        route: &HttpRoute,
+        out: &mut Route,
+        mut authority: Option<String>,
+    ) -> Option<RouteAction> {
+        let mut action = RouteAction {
+            timeout: Some(route.timeout.map(|t| t.to_proto()).unwrap_or_else(|| proto::seconds(0))),
+            ..Default::default()
+        };
+        if let Some(rewrite) = &route.rewrite {
+            if let Some(regex) = &rewrite.uri_regex_rewrite {
+                action.regex_rewrite = Some(RegexMatchAndSubstitute {
+                    pattern: Some(matching::regex(&regex.pattern)),
+                    substitution: regex.rewrite.clone(),
+                });
+            } else if let Some(uri) = rewrite.uri.as_ref().filter(|u| !u.is_empty()) {
+                // The matched prefix (for an exact or regex match, the whole path) is replaced.
+                action.prefix_rewrite = uri.clone();
+            }
+            if let Some(a) = rewrite.authority.as_ref().filter(|a| !a.is_empty()) {
+                authority = Some(a.clone());
+            }
+        }
+        if let Some(a) = authority {
+            action.host_rewrite_specifier = Some(HostRewriteSpecifier::HostRewriteLiteral(a));
+        }
+        let mirrors = route
+            .mirror
+            .as_ref()
+            .map(|d| (d, mirror_share(route.mirror_percentage.as_ref(), route.mirror_percent)))
+            .into_iter()
+            .chain(route.mirrors.iter().map(|m| (&m.destination, mirror_share(m.percentage.as_ref(), None))));
+        for (destination, share) in mirrors {
+            let Some(share) = share else { continue };
+            action.request_mirror_policies.push(RequestMirrorPolicy {
+                cluster: self.cluster_for(&vs.key.namespace, destination),
+                runtime_fraction: Some(RuntimeFractionalPercent { default_value: Some(share), ..Default::default() }),
+                trace_sampled: Some(proto::bool_value(false)),
+                ..Default::default()
+            });
+        }
+        let mut consistent_hash = false;
+        match route.route.as_slice() {
+            [] => {
+                tracing::debug!(rule = %vs.key, "HTTP route without destinations, redirect or response; skipped");
+                return None;
+            }
+            [only] => {
+                action.cluster_specifier =
+                    Some(ClusterSpecifier::Cluster(self.cluster_for(&vs.key.namespace, &only.destination)));
+                if let Some(h) = &only.headers {
+                    let ops = headers::mutations(h);
+                    out.request_headers_to_add.extend(ops.request_add);
+                    out.request_headers_to_remove.extend(ops.request_remove);
+                    out.response_headers_to_add.extend(ops.response_add);
+                    out.response_headers_to_remove.extend(ops.response_remove);
+                    if let (Some(a), None) = (ops.authority, &action.host_rewrite_specifier) {
+                        action.host_rewrite_specifier = Some(HostRewriteSpecifier::HostRewriteLiteral(a));
+                    }
+                }
+                let hash = self.destination_hash(vs, &only.destination);
+                consistent_hash = hash.is_some();
+                action.hash_policy.extend(hash);
+            }
+            several => {
+                // Without any weight the destinations share equally.
+                let any_weight = several.iter().any(|d| d.weight.is_some());
+                let mut clusters = Vec::new();
+                for d in several {
+                    let weight =
+                        if any_weight { d.weight.unwrap_or(0).clamp(0, i64::from(u32::MAX)) as u32 } else { 1 };
+                    if weight == 0 {
+                        continue;
+                    }
+                    let mut cluster = ClusterWeight {
+                        name: self.cluster_for(&vs.key.namespace, &d.destination),
+                        weight: Some(proto::u32_value(weight)),
+                        ..Default::default()
+                    };
+                    if let Some(h) = &d.headers {
+                        let ops = headers::mutations(h);
+                        cluster.request_headers_to_add = ops.request_add;
+                        cluster.request_headers_to_remove = ops.request_remove;
+                        cluster.response_headers_to_add = ops.response_add;
+                        cluster.response_headers_to_remove = ops.response_remove;
+                        cluster.host_rewrite_specifier =
+                            ops.authority.map(cluster_weight::HostRewriteSpecifier::HostRewriteLiteral);
+                    }
+                    clusters.push(cluster);
+                    action.hash_policy.extend(self.destination_hash(vs, &d.destination));
+                }
+                if clusters.is_empty() {
+                    // Every weight is 0: Envoy needs a positive total, so they share.
+                    return self.route_action(vs, &all_weighted_equally(route), out, None);
+                }
+                action.cluster_specifier = Some(match clusters.len() {
+                    1 if clusters[0].request_headers_to_add.is_empty()
+                        && clusters[0].request_headers_to_remove.is_empty()
+                        && clusters[0].response_headers_to_add.is_empty()
+                        && clusters[0].response_headers_to_remove.is_empty()
+                        && clusters[0].host_rewrite_specifier.is_none() =>
+                    {
+                        ClusterSpecifier::Cluster(clusters.remove(0).name)
+                    }
+                    _ => ClusterSpecifier::WeightedClusters(WeightedCluster { clusters, ..Default::default() }),
+                });
+            }
+        }
+        action.retry_policy = retry::retry_policy(route.retries.as_ref(), consistent_hash);
+        Some(action)
+    }
+
+    /// A redirect as Istio's `ApplyRedirect` builds it.
+    fn redirect(&self, redirect: &HttpRedirect) -> RedirectAction {
+        let code = match redirect.redirect_code {
+            Some(302) => RedirectResponseCode::Found,
+            Some(303) => RedirectResponseCode::SeeOther,
+            Some(307) => RedirectResponseCode::TemporaryRedirect,
+            Some(308) => RedirectResponseCode::PermanentRedirect,
+            _ => RedirectResponseCode::MovedPermanently,
+        };
+        let path = match (&redirect.prefix_rewrite, &redirect.uri) {
+            (Some(prefix), _) if !prefix.is_empty() => Some(PathRewriteSpecifier::PrefixRewrite(prefix.clone())),
+            (_, Some(uri)) => Some(PathRewriteSpecifier::PathRedirect(uri.clone())),
+            _ => None,
+        };
+        let mut port = match (redirect.port, redirect.derive_port.as_deref()) {
+            (Some(p), _) => p,
+            // Envoy cannot take the port from the request; routes are built
+            // per port, so the port requests arrive on is that port.
+            (None, Some("FROM_REQUEST_PORT")) => self.port,
+            _ => 0,
+        };
+        let scheme = redirect.scheme.as_deref().filter(|s| !s.is_empty());
+        // No explicit :80 for http or :443 for https (this listener is plain HTTP).
+        let effective_scheme = scheme.unwrap_or("http");
+        if (port == 80 && effective_scheme == "http") || (port == 443 && effective_scheme == "https") {
+            port = 0;
+        }
+        RedirectAction {
+            host_redirect: redirect.authority.clone().unwrap_or_default(),
+            path_rewrite_specifier: path,
+            scheme_rewrite_specifier: scheme.map(|s| SchemeRewriteSpecifier::SchemeRedirect(s.to_string())),
+            port_redirect: port,
+            response_code: code as i32,
+            ..Default::default()
+        }
+    }
+
+    /// Clusters and weights of a TCP destination list (Istio's weight rules).
     fn backends<'d>(
         &self,
         vs: &ResolvedVirtualService,
@@ -202,9 +372,10 @@ impl RouteTarget<'_> {
     ) -> Option<Backends> {
         let list: Vec<(String, Option<i64>)> =
             destinations.map(|(d, w)| (self.cluster_for(&vs.key.namespace, d), w)).collect();
+        if list.len() == 1 {
+            return list.into_iter().next().map(|(c, _)| Backends::Single(c));
+        }
         let any_weight = list.iter().any(|(_, w)| w.is_some());
-        // Without any weight the destinations share equally; a destination
-        // left without one when others have weights gets 0.
         let mut weights: Vec<u32> = list
             .iter()
             .map(|(_, w)| if any_weight { w.map_or(0, |w| w.clamp(0, i64::from(u32::MAX)) as u32) } else { 1 })
@@ -235,43 +406,88 @@ impl RouteTarget<'_> {
     /// port, else the port requests arrived on.
     fn cluster_for(&self, rule_namespace: &str, d: &Destination) -> String {
         let host = host::resolve(&d.host, rule_namespace);
-        let port = d
-            .port
+        naming::outbound_cluster(self.destination_port(&host, d), d.subset.as_deref().unwrap_or(""), &host)
+    }
+
+    fn destination_port(&self, host: &str, d: &Destination) -> u32 {
+        d.port
             .as_ref()
             .map(|p| p.number)
             .filter(|p| *p != 0)
-            .or_else(|| self.ctx.services.get(&host).filter(|s| s.ports.len() == 1).map(|s| s.ports[0].port))
-            .unwrap_or(self.port);
-        naming::outbound_cluster(port, d.subset.as_deref().unwrap_or(""), &host)
+            .or_else(|| self.ctx.services.get(host).filter(|s| s.ports.len() == 1).map(|s| s.ports[0].port))
+            .unwrap_or(self.port)
     }
 
-    /// The hash policy of the first destination (with a weight) whose
-    /// DestinationRule hashes consistently.
-    fn route_hash_policy(&self, vs: &ResolvedVirtualService, route: &HttpRoute) -> Option<HashPolicy> {
-        let any_weight = route.route.iter().any(|d| d.weight.is_some());
-        route.route.iter().filter(|d| !any_weight || d.weight.is_some_and(|w| w > 0)).find_map(|d| {
-            let host = host::resolve(&d.destination.host, &vs.key.namespace);
-            let svc_ns = self.ctx.services.get(&host).map(|s| s.namespace.clone());
-            self.hash_policy(
-                svc_ns.as_deref().unwrap_or(self.namespace),
-                &host,
-                d.destination.subset.as_deref().unwrap_or(""),
-            )
-        })
+    /// The hash policy of a destination whose DestinationRule hashes consistently.
+    fn destination_hash(&self, vs: &ResolvedVirtualService, d: &Destination) -> Option<HashPolicy> {
+        let host = host::resolve(&d.host, &vs.key.namespace);
+        let svc_ns = self.ctx.services.get(&host).map(|s| s.namespace.clone());
+        let port = self.destination_port(&host, d);
+        self.hash_policy(
+            svc_ns.as_deref().unwrap_or(self.namespace),
+            &host,
+            d.subset.as_deref().unwrap_or(""),
+            Some(port),
+        )
     }
 
-    fn hash_policy(&self, service_namespace: &str, host: &str, subset: &str) -> Option<HashPolicy> {
-        let policy = policy::for_destination(self.ctx, self.namespace, service_namespace, host, subset);
+    fn hash_policy(&self, service_namespace: &str, host: &str, subset: &str, port: Option<u32>) -> Option<HashPolicy> {
+        let policy = policy::for_destination(self.ctx, self.namespace, service_namespace, host, subset, port);
         let hash = policy.traffic.load_balancer?.consistent_hash?;
         let specifier = if let Some(header) = hash.http_header_name.filter(|h| !h.is_empty()) {
             PolicySpecifier::Header(Header { header_name: header, ..Default::default() })
+        } else if let Some(cookie) = hash.http_cookie {
+            PolicySpecifier::Cookie(Cookie {
+                name: cookie.name,
+                ttl: cookie.ttl.map(|t| t.to_proto()),
+                path: cookie.path.unwrap_or_default(),
+                attributes: cookie
+                    .attributes
+                    .into_iter()
+                    .map(|a| CookieAttribute { name: a.name, value: a.value.unwrap_or_default() })
+                    .collect(),
+            })
         } else if hash.use_source_ip == Some(true) {
             PolicySpecifier::ConnectionProperties(ConnectionProperties { source_ip: true })
+        } else if let Some(name) = hash.http_query_parameter_name.filter(|n| !n.is_empty()) {
+            PolicySpecifier::QueryParameter(QueryParameter { name })
         } else {
             return None;
         };
         Some(HashPolicy { policy_specifier: Some(specifier), ..Default::default() })
     }
+}
+
+/// The applicability conditions of an HTTP match.
+fn http_conditions(m: &HttpMatchRequest) -> Applicability<'_> {
+    Applicability {
+        port: m.port,
+        gateways: &m.gateways,
+        source_labels: &m.source_labels,
+        source_namespace: m.source_namespace.as_deref(),
+    }
+}
+
+/// The share of requests a mirror copies: `None` for an explicit 0 (no
+/// mirroring), every request when no share is given.
+fn mirror_share(
+    percentage: Option<&Percent>,
+    percent: Option<u32>,
+) -> Option<envoy_types::pb::envoy::r#type::v3::FractionalPercent> {
+    match (percentage, percent) {
+        (Some(p), _) => (p.value > 0.0).then(|| per_filter::per_million(p)),
+        (None, Some(n)) => (n > 0).then(|| per_filter::per_hundred(n.min(100))),
+        (None, None) => Some(per_filter::per_hundred(100)),
+    }
+}
+
+/// The route with every destination's weight removed (they then share equally).
+fn all_weighted_equally(route: &HttpRoute) -> HttpRoute {
+    let mut route = route.clone();
+    for d in &mut route.route {
+        d.weight = None;
+    }
+    route
 }
 
 /// A route sending everything to `cluster` (the catch-all virtual host).
@@ -296,102 +512,4 @@ pub fn block_all_route() -> Route {
         action: Some(Action::DirectResponse(DirectResponseAction { status: 502, ..Default::default() })),
         ..Default::default()
     }
-}
-
-/// A match on a path prefix.
-pub fn prefix_match(prefix: &str) -> RouteMatch {
-    RouteMatch { path_specifier: Some(PathSpecifier::Prefix(prefix.to_string())), ..Default::default() }
-}
-
-fn route_match(m: Option<&HttpMatchRequest>) -> RouteMatch {
-    let Some(m) = m else { return prefix_match("/") };
-    let path = match &m.uri {
-        Some(StringMatch { exact: Some(p), .. }) => PathSpecifier::Path(p.clone()),
-        Some(StringMatch { prefix: Some(p), .. }) => PathSpecifier::Prefix(p.clone()),
-        Some(StringMatch { regex: Some(r), .. }) => PathSpecifier::SafeRegex(regex(r)),
-        _ => PathSpecifier::Prefix("/".to_string()),
-    };
-    // `headers` is a BTreeMap: the matchers come out sorted by name.
-    let headers = m
-        .headers
-        .iter()
-        .map(|(name, value)| {
-            let pattern = match value {
-                StringMatch { exact: Some(v), .. } => Some(MatchPattern::Exact(v.clone())),
-                StringMatch { prefix: Some(v), .. } => Some(MatchPattern::Prefix(v.clone())),
-                StringMatch { regex: Some(v), .. } => Some(MatchPattern::SafeRegex(regex(v))),
-                _ => None,
-            };
-            HeaderMatcher {
-                name: name.clone(),
-                header_match_specifier: Some(match pattern {
-                    Some(p) => {
-                        HeaderMatchSpecifier::StringMatch(StringMatcher { match_pattern: Some(p), ignore_case: false })
-                    }
-                    // An empty match asks only for the header to be there.
-                    None => HeaderMatchSpecifier::PresentMatch(true),
-                }),
-                ..Default::default()
-            }
-        })
-        .collect();
-    RouteMatch { path_specifier: Some(path), headers, ..Default::default() }
-}
-
-/// An RE2 matcher. The engine is left unset: Envoy's default is RE2, and the
-/// explicit `google_re2` field is deprecated.
-fn regex(pattern: &str) -> RegexMatcher {
-    RegexMatcher { regex: pattern.to_string(), ..Default::default() }
-}
-
-/// Istio's retry policy for a route: its defaults when `retries` is absent,
-/// none when `attempts` is 0.
-fn retry_policy(retries: Option<&HttpRetry>) -> Option<RetryPolicy> {
-    let Some(retries) = retries else {
-        return Some(default_retry_policy());
-    };
-    let attempts = proto::positive_u32(retries.attempts)?;
-    let mut policy = default_retry_policy();
-    policy.num_retries = Some(proto::u32_value(attempts));
-    if let Some(on) = retries.retry_on.as_deref().filter(|s| !s.trim().is_empty()) {
-        // Numbers in `retryOn` are status codes (Istio's extension).
-        let (mut conditions, mut codes) = (Vec::new(), Vec::new());
-        for part in on.split(',').map(str::trim).filter(|p| !p.is_empty()) {
-            match part.parse::<u32>() {
-                Ok(code) if (100..600).contains(&code) => codes.push(code),
-                _ => conditions.push(part),
-            }
-        }
-        if !codes.is_empty() && !conditions.contains(&"retriable-status-codes") {
-            conditions.push("retriable-status-codes");
-        }
-        policy.retry_on = conditions.join(",");
-        policy.retriable_status_codes = codes;
-    }
-    if let Some(t) = retries.per_try_timeout {
-        policy.per_try_timeout = Some(t.to_proto());
-    }
-    Some(policy)
-}
-
-/// Istio's `DefaultRetryPolicy`: 2 retries on connection failures, refused
-/// streams and 503, preferring hosts not tried yet. Built once (its host
-/// predicate is an encoded `Any`); every route gets a clone.
-pub fn default_retry_policy() -> RetryPolicy {
-    static DEFAULT: std::sync::LazyLock<RetryPolicy> = std::sync::LazyLock::new(|| RetryPolicy {
-        retry_on: DEFAULT_RETRY_ON.to_string(),
-        num_retries: Some(proto::u32_value(DEFAULT_RETRY_ATTEMPTS)),
-        retriable_status_codes: vec![503],
-        retry_host_predicate: vec![RetryHostPredicate {
-            name: proto::PREVIOUS_HOSTS.to_string(),
-            config_type: Some(
-                envoy_types::pb::envoy::config::route::v3::retry_policy::retry_host_predicate::ConfigType::TypedConfig(
-                    proto::any(&PreviousHostsPredicate::default()),
-                ),
-            ),
-        }],
-        host_selection_retry_max_attempts: 5,
-        ..Default::default()
-    });
-    DEFAULT.clone()
 }

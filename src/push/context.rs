@@ -226,6 +226,12 @@ impl PushContext {
         if prev.version == 0 {
             changes.full = true;
         }
+        // Which `sourceLabels` a proxy satisfies is part of its scope key: a
+        // new or gone selector moves proxies between scopes (rare: a rule
+        // edit that adds or drops one), so every key is recomputed.
+        if virtual_services.source_selectors() != prev.virtual_services.source_selectors() {
+            changes.full = true;
+        }
         changes.rescope = changes.full
             || [ConfigKind::Service, ConfigKind::ServiceEntry, ConfigKind::Sidecar, ConfigKind::Gateway]
                 .iter()

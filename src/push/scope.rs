@@ -16,7 +16,7 @@
 //! interner never forgets or reuses ids); a [`Scope`] is computed from one
 //! `PushContext` and never changes afterwards.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
 
 use parking_lot::Mutex;
@@ -53,6 +53,10 @@ pub struct ScopeKey {
     pub sidecar: Option<ConfigKey>,
     /// For routers: the Gateways whose selector matches it.
     pub gateways: Vec<ConfigKey>,
+    /// The `sourceLabels` selectors of VirtualService matches that the
+    /// proxy's labels satisfy, sorted (empty in a mesh without any, so
+    /// proxies differing only in labels still share a scope).
+    pub source_labels: Vec<BTreeMap<String, String>>,
 }
 
 /// Interned [`InboundKey`].
@@ -164,6 +168,13 @@ impl Scope {
 
 /// Computes the key for a proxy against a snapshot.
 pub fn scope_key(ctx: &PushContext, proxy: &Proxy) -> ScopeKey {
+    let source_labels: Vec<BTreeMap<String, String>> = ctx
+        .virtual_services
+        .source_selectors()
+        .iter()
+        .filter(|selector| selector.iter().all(|(k, v)| proxy.labels.get(k) == Some(v)))
+        .cloned()
+        .collect();
     match proxy.kind {
         ProxyKind::Router => ScopeKey {
             kind: ProxyKind::Router,
@@ -171,6 +182,7 @@ pub fn scope_key(ctx: &PushContext, proxy: &Proxy) -> ScopeKey {
             interception: proxy.interception,
             sidecar: None,
             gateways: ctx.gateways.matching(&proxy.labels).iter().map(|g| g.key.clone()).collect(),
+            source_labels,
         },
         ProxyKind::Sidecar => ScopeKey {
             kind: ProxyKind::Sidecar,
@@ -178,6 +190,7 @@ pub fn scope_key(ctx: &PushContext, proxy: &Proxy) -> ScopeKey {
             interception: proxy.interception,
             sidecar: ctx.sidecars.for_workload(&proxy.namespace, &proxy.labels).map(|(k, _)| k.clone()),
             gateways: Vec::new(),
+            source_labels,
         },
     }
 }

@@ -137,6 +137,7 @@ impl MeshSpec {
         let dest = |host: &str, w: i64| HttpRouteDestination {
             destination: Destination { host: host.into(), ..Default::default() },
             weight: Some(w),
+            headers: None,
         };
         ConfigObject::VirtualService(VirtualService {
             metadata: meta(&name, &self.namespace_of(i), BTreeMap::new()),

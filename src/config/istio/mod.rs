@@ -4,6 +4,7 @@
 //! parse unchanged. Matching fields Istio has but meshpush does not act on are
 //! accepted and reported as ignored by the parser.
 
+pub mod api;
 mod destination_rule;
 mod gateway;
 mod service_entry;

@@ -244,12 +244,12 @@ fn fields_meshpush_does_not_model_are_accepted() {
 
 #[test]
 fn ignored_field_paths_read_like_error_paths() {
-    let text = "spec: {http: [{mirror: {host: x}}], hosts: [a]}\nextra: 1\n";
+    let text = "spec: {http: [{mirrors: [{destination: {host: x}, percentag: {value: 5}}]}], hosts: [a]}\nextra: 1\n";
     let value: Value = serde_yaml_ng::from_str(text).unwrap();
     let mut ignored = Vec::new();
     let _: istio::VirtualService = typed(value, &mut ignored).ok().unwrap();
     ignored.sort();
-    assert_eq!(ignored, vec!["extra".to_string(), "spec.http[0].mirror".to_string()]);
+    assert_eq!(ignored, vec!["extra".to_string(), "spec.http[0].mirrors[0].percentag".to_string()]);
 }
 
 #[test]

@@ -7,7 +7,8 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use super::{Checker, LABEL_RULE, check_namespaced_host, is_dns1123_label, is_ip, is_ip_or_cidr, is_wildcard_host};
 use crate::config::istio::{
-    DestinationRule, Gateway, ServiceEntry, Sidecar, TrafficPolicy, WorkloadEntry, WorkloadEntrySpec,
+    ConnectionPoolSettings, DestinationRule, Gateway, LoadBalancerSettings, OutlierDetection, ServiceEntry, Sidecar,
+    TrafficPolicy, WorkloadEntry, WorkloadEntrySpec,
 };
 
 /// Port protocols Istio knows (`protocol.Parse`), compared case-insensitively as Istio does.
@@ -24,6 +25,12 @@ pub(super) fn destination_rule(check: &mut Checker, dr: &DestinationRule) {
     check.export_to(&spec.export_to);
     if let Some(policy) = &spec.traffic_policy {
         traffic_policy(check, "spec.trafficPolicy", policy);
+    }
+    if spec.workload_selector.is_some() {
+        check.unsupported(
+            "spec.workloadSelector",
+            Some("the rule applies to every proxy that sees the host, not only the selected workloads"),
+        );
     }
     let mut names: BTreeMap<&str, usize> = BTreeMap::new();
     for (i, subset) in spec.subsets.iter().enumerate() {
@@ -46,52 +53,180 @@ pub(super) fn destination_rule(check: &mut Checker, dr: &DestinationRule) {
 
 fn traffic_policy(check: &mut Checker, path: &str, policy: &TrafficPolicy) {
     if let Some(lb) = &policy.load_balancer {
-        let lb_path = format!("{path}.loadBalancer");
-        if let Some(simple) = &lb.simple {
-            check.one_of(
-                format!("{lb_path}.simple"),
-                simple,
-                &["ROUND_ROBIN", "LEAST_REQUEST", "LEAST_CONN", "RANDOM", "PASSTHROUGH"],
-            );
-        }
-        if let Some(hash) = &lb.consistent_hash {
-            if lb.simple.is_some() {
-                check.error(lb_path.clone(), "sets both simple and consistentHash: choose one load balancer");
-            }
-            let header = hash.http_header_name.as_deref().is_some_and(|h| !h.is_empty());
-            let source_ip = hash.use_source_ip == Some(true);
-            match (header, source_ip) {
-                (true, true) => check.error(
-                    format!("{lb_path}.consistentHash"),
-                    "sets both httpHeaderName and useSourceIp: a consistent hash has exactly one key",
-                ),
-                (false, false) => check.error(
-                    format!("{lb_path}.consistentHash"),
-                    "names no hash key: set httpHeaderName or useSourceIp: true",
-                ),
-                _ => {}
-            }
-        }
+        load_balancer(check, &format!("{path}.loadBalancer"), lb);
     }
     if let Some(pool) = &policy.connection_pool {
-        let pool_path = format!("{path}.connectionPool");
-        if let Some(tcp) = &pool.tcp {
-            check.non_negative(format!("{pool_path}.tcp.maxConnections"), tcp.max_connections);
+        connection_pool(check, &format!("{path}.connectionPool"), pool);
+    }
+    if let Some(od) = &policy.outlier_detection {
+        outlier_detection(check, &format!("{path}.outlierDetection"), od);
+    }
+    let mut ports: BTreeMap<u32, usize> = BTreeMap::new();
+    for (i, entry) in policy.port_level_settings.iter().enumerate() {
+        let ppath = format!("{path}.portLevelSettings[{i}]");
+        match &entry.port {
+            None => check.error(format!("{ppath}.port"), "is missing: a port-level setting names its port"),
+            Some(port) => {
+                check.port(format!("{ppath}.port.number"), port.number);
+                if let Some(first) = ports.insert(port.number, i) {
+                    check.error(
+                        format!("{ppath}.port.number"),
+                        format!("port {} already has settings in {path}.portLevelSettings[{first}]", port.number),
+                    );
+                }
+            }
         }
-        if let Some(http) = &pool.http {
-            let h = format!("{pool_path}.http");
-            check.non_negative(format!("{h}.http1MaxPendingRequests"), http.http1_max_pending_requests);
-            check.non_negative(format!("{h}.http2MaxRequests"), http.http2_max_requests);
-            check.non_negative(format!("{h}.maxRequestsPerConnection"), http.max_requests_per_connection);
-            check.non_negative(format!("{h}.maxRetries"), http.max_retries);
+        if let Some(lb) = &entry.load_balancer {
+            load_balancer(check, &format!("{ppath}.loadBalancer"), lb);
+        }
+        if let Some(pool) = &entry.connection_pool {
+            connection_pool(check, &format!("{ppath}.connectionPool"), pool);
+        }
+        if let Some(od) = &entry.outlier_detection {
+            outlier_detection(check, &format!("{ppath}.outlierDetection"), od);
         }
     }
-    if let Some(percent) = policy.outlier_detection.as_ref().and_then(|o| o.max_ejection_percent)
+    if let Some(budget) = &policy.retry_budget
+        && let Some(p) = budget.percent
+        && !(0.0..=100.0).contains(&p)
+    {
+        check.error(format!("{path}.retryBudget.percent"), format!("{p} is not a percentage (0 to 100)"));
+    }
+}
+
+fn load_balancer(check: &mut Checker, lb_path: &str, lb: &LoadBalancerSettings) {
+    if let Some(simple) = &lb.simple {
+        check.one_of(
+            format!("{lb_path}.simple"),
+            simple,
+            &["UNSPECIFIED", "ROUND_ROBIN", "LEAST_REQUEST", "LEAST_CONN", "RANDOM", "PASSTHROUGH"],
+        );
+    }
+    if let Some(hash) = &lb.consistent_hash {
+        if lb.simple.is_some() {
+            check.error(lb_path, "sets both simple and consistentHash: choose one load balancer");
+        }
+        let hpath = format!("{lb_path}.consistentHash");
+        let keys: Vec<&str> = [
+            ("httpHeaderName", hash.http_header_name.as_deref().is_some_and(|h| !h.is_empty())),
+            ("httpCookie", hash.http_cookie.is_some()),
+            ("useSourceIp", hash.use_source_ip == Some(true)),
+            ("httpQueryParameterName", hash.http_query_parameter_name.as_deref().is_some_and(|h| !h.is_empty())),
+        ]
+        .into_iter()
+        .filter_map(|(name, set)| set.then_some(name))
+        .collect();
+        match keys.as_slice() {
+            [] => check.error(
+                hpath.clone(),
+                "names no hash key: set one of httpHeaderName, httpCookie, useSourceIp or httpQueryParameterName",
+            ),
+            [_] => {}
+            several => check
+                .error(hpath.clone(), format!("sets {}: a consistent hash has exactly one key", several.join(" and "))),
+        }
+        if let Some(cookie) = &hash.http_cookie {
+            if cookie.name.is_empty() {
+                check.error(format!("{hpath}.httpCookie.name"), "is empty: a hash cookie needs a name");
+            }
+            if cookie.ttl.is_none() {
+                check.warning(
+                    format!("{hpath}.httpCookie.ttl"),
+                    "is not set: Envoy then hashes on the cookie only when the client sends it, and never sets it",
+                );
+            }
+        }
+        let algorithms = [hash.ring_hash.is_some(), hash.maglev.is_some()].iter().filter(|s| **s).count();
+        if algorithms > 1 {
+            check.error(hpath.clone(), "sets both ringHash and maglev: choose one");
+        }
+        if hash.minimum_ring_size.is_some() && algorithms > 0 {
+            check.error(
+                format!("{hpath}.minimumRingSize"),
+                "is deprecated and conflicts with ringHash or maglev: use ringHash.minimumRingSize",
+            );
+        }
+    }
+    if let Some(locality) = &lb.locality_lb_setting {
+        let lpath = format!("{lb_path}.localityLbSetting");
+        if !locality.distribute.is_empty() && !locality.failover.is_empty() {
+            check.error(lpath.clone(), "sets both distribute and failover: Istio allows one");
+        }
+        check.unsupported(
+            lpath,
+            Some("every endpoint is at one priority whatever its locality (no locality-weighted shares or failover)"),
+        );
+    }
+    if lb.warmup.is_some() && lb.warmup_duration_secs.is_some() {
+        check.error(lb_path, "sets both warmup and warmupDurationSecs: keep warmup");
+    }
+    if let Some(warmup) = &lb.warmup {
+        if warmup.duration.is_none() {
+            check.error(format!("{lb_path}.warmup.duration"), "is missing: a warmup needs its duration");
+        }
+        if let Some(p) = warmup.minimum_percent
+            && !(0.0..=100.0).contains(&p)
+        {
+            check.error(format!("{lb_path}.warmup.minimumPercent"), format!("{p} is not a percentage (0 to 100)"));
+        }
+        if let Some(a) = warmup.aggression
+            && a < 1.0
+        {
+            check.error(format!("{lb_path}.warmup.aggression"), format!("{a} is less than 1"));
+        }
+    }
+    let consistent = lb.consistent_hash.is_some();
+    if consistent && (lb.warmup.is_some() || lb.warmup_duration_secs.is_some()) {
+        check.warning(
+            lb_path,
+            "warmup applies to ROUND_ROBIN and LEAST_REQUEST only: ignored with consistentHash (as in Istio)",
+        );
+    }
+}
+
+fn connection_pool(check: &mut Checker, pool_path: &str, pool: &ConnectionPoolSettings) {
+    if let Some(tcp) = &pool.tcp {
+        check.non_negative(format!("{pool_path}.tcp.maxConnections"), tcp.max_connections);
+        if let Some(t) = tcp.connect_timeout
+            && t.0 < std::time::Duration::from_millis(1)
+        {
+            check.error(format!("{pool_path}.tcp.connectTimeout"), "must be at least 1ms");
+        }
+    }
+    if let Some(http) = &pool.http {
+        let h = format!("{pool_path}.http");
+        check.non_negative(format!("{h}.http1MaxPendingRequests"), http.http1_max_pending_requests);
+        check.non_negative(format!("{h}.http2MaxRequests"), http.http2_max_requests);
+        check.non_negative(format!("{h}.maxRequestsPerConnection"), http.max_requests_per_connection);
+        check.non_negative(format!("{h}.maxRetries"), http.max_retries);
+        check.non_negative(format!("{h}.maxConcurrentStreams"), http.max_concurrent_streams);
+        if let Some(policy) = &http.h2_upgrade_policy {
+            check.one_of(format!("{h}.h2UpgradePolicy"), policy, &["DEFAULT", "DO_NOT_UPGRADE", "UPGRADE"]);
+        }
+    }
+}
+
+fn outlier_detection(check: &mut Checker, path: &str, od: &OutlierDetection) {
+    if let Some(percent) = od.max_ejection_percent
         && !(0..=100).contains(&percent)
     {
-        check.error(
-            format!("{path}.outlierDetection.maxEjectionPercent"),
-            format!("{percent} is not a percentage (0..100)"),
+        check.error(format!("{path}.maxEjectionPercent"), format!("{percent} is not a percentage (0..100)"));
+    }
+    if let Some(percent) = od.min_health_percent
+        && !(0..=100).contains(&percent)
+    {
+        check.error(format!("{path}.minHealthPercent"), format!("{percent} is not a percentage (0..100)"));
+    }
+    if od.consecutive_errors.is_some() {
+        check.unsupported(
+            format!("{path}.consecutiveErrors"),
+            Some("Istio ignores this deprecated field too; use consecutive5xxErrors or consecutiveGatewayErrors"),
+        );
+    }
+    if od.consecutive_local_origin_failures.is_some() && od.split_external_local_origin_errors != Some(true) {
+        check.warning(
+            format!("{path}.consecutiveLocalOriginFailures"),
+            "is used only with splitExternalLocalOriginErrors: true (as in Istio): ignored",
         );
     }
 }
@@ -262,6 +397,12 @@ fn workload(check: &mut Checker, path: &str, spec: &WorkloadEntrySpec) {
     }
     if spec.weight == Some(0) {
         check.error(format!("{path}.weight"), "0 is not a weight: it must be at least 1 (leave it out for 1)");
+    }
+    if spec.network.as_deref().is_some_and(|n| !n.is_empty()) {
+        check.unsupported(
+            format!("{path}.network"),
+            Some("meshpush serves one network: the endpoint is reached directly, as if on the caller's network"),
+        );
     }
 }
 

@@ -110,7 +110,26 @@ fn destination_rule_rules() {
             &dr("  host: a\n  trafficPolicy: {loadBalancer: {simple: FASTEST}}\n"),
             "spec.trafficPolicy.loadBalancer.simple"
         ),
-        "\"FASTEST\" is not one of ROUND_ROBIN, LEAST_REQUEST, LEAST_CONN, RANDOM, PASSTHROUGH"
+        "\"FASTEST\" is not one of UNSPECIFIED, ROUND_ROBIN, LEAST_REQUEST, LEAST_CONN, RANDOM, PASSTHROUGH"
+    );
+    // Every hash key Istio has is accepted on its own; two are refused.
+    for key in [
+        "httpHeaderName: x-user",
+        "httpCookie: {name: user, ttl: 0s}",
+        "useSourceIp: true",
+        "httpQueryParameterName: u",
+    ] {
+        let text = dr(&format!("  host: a\n  trafficPolicy: {{loadBalancer: {{consistentHash: {{{key}}}}}}}\n"));
+        assert!(error_paths(&text).is_empty(), "{key}: {:?}", error_paths(&text));
+    }
+    assert_eq!(
+        message_at(
+            &dr(
+                "  host: a\n  trafficPolicy: {loadBalancer: {consistentHash: {httpHeaderName: a, useSourceIp: true}}}\n"
+            ),
+            "spec.trafficPolicy.loadBalancer.consistentHash"
+        ),
+        "sets httpHeaderName and useSourceIp: a consistent hash has exactly one key"
     );
     assert_eq!(
         error_paths(&dr("  host: a\n  trafficPolicy: {loadBalancer: {consistentHash: {minimumRingSize: 5}}}\n")),

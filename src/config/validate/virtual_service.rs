@@ -1,8 +1,13 @@
 //! Checks for VirtualService: hosts, gateways, HTTP and TCP routes, matches,
 //! destinations and weights, following Istio's `validateVirtualService`.
 
-use super::{Checker, LABEL_RULE, is_dns1123_label, is_dns1123_subdomain, is_wildcard_host, one_line};
-use crate::config::istio::{Destination, HttpRoute, MESH_GATEWAY, StringMatch, TcpRoute, VirtualService};
+use base64::Engine as _;
+
+use super::{Checker, LABEL_RULE, is_dns1123_label, is_dns1123_subdomain, is_ip_or_cidr, is_wildcard_host, one_line};
+use crate::config::istio::{
+    Destination, Headers, HttpFaultInjection, HttpMatchRequest, HttpRedirect, HttpRoute, MESH_GATEWAY, Percent,
+    StringMatch, TcpRoute, VirtualService, grpc_status_code, grpc_status_names,
+};
 
 pub(super) fn virtual_service(check: &mut Checker, vs: &VirtualService) {
     let spec = &vs.spec;
@@ -31,7 +36,10 @@ pub(super) fn virtual_service(check: &mut Checker, vs: &VirtualService) {
     }
     check.export_to(&spec.export_to);
     if spec.http.is_empty() && spec.tcp.is_empty() {
-        check.error("spec", "has neither http nor tcp routes: the VirtualService would route nothing");
+        check.error(
+            "spec",
+            "has neither http nor tcp routes (tls routes are not supported yet): the VirtualService would route nothing",
+        );
     }
     for (i, route) in spec.http.iter().enumerate() {
         http_route(check, &format!("spec.http[{i}]"), route);
@@ -42,41 +50,251 @@ pub(super) fn virtual_service(check: &mut Checker, vs: &VirtualService) {
 }
 
 fn http_route(check: &mut Checker, path: &str, route: &HttpRoute) {
-    match (route.route.is_empty(), &route.redirect) {
-        (false, Some(_)) => {
-            check.error(path, "has both route and redirect: a route either forwards or redirects");
-        }
-        (true, None) => {
-            check.error(path, "has neither route nor redirect: matching requests would have nowhere to go");
-        }
-        _ => {}
+    let actions: Vec<&str> = [
+        ("route", !route.route.is_empty()),
+        ("redirect", route.redirect.is_some()),
+        ("directResponse", route.direct_response.is_some()),
+        ("delegate", route.delegate.is_some()),
+    ]
+    .into_iter()
+    .filter_map(|(name, set)| set.then_some(name))
+    .collect();
+    match actions.as_slice() {
+        [] => check.error(
+            path,
+            "has none of route, redirect, directResponse or delegate: matching requests would have nowhere to go",
+        ),
+        [_] => {}
+        several => check.error(
+            path,
+            format!(
+                "sets {}: a route either forwards, redirects, answers directly or delegates",
+                several.join(" and ")
+            ),
+        ),
     }
-    if route.redirect.is_some() && route.rewrite.is_some() {
+    if route.rewrite.is_some() && (route.redirect.is_some() || route.direct_response.is_some()) {
         check.error(
             path,
-            "has both redirect and rewrite: a redirected request is not forwarded, so it cannot be rewritten",
+            "has a rewrite with a redirect or directResponse: such a request is not forwarded, so it cannot be rewritten",
         );
     }
-    if let Some(code) = route.redirect.as_ref().and_then(|r| r.redirect_code)
+    if let Some(redirect) = &route.redirect {
+        redirect_checks(check, &format!("{path}.redirect"), redirect);
+    }
+    if let Some(direct) = &route.direct_response {
+        let dpath = format!("{path}.directResponse");
+        if !(200..=599).contains(&direct.status) {
+            check.error(format!("{dpath}.status"), format!("{} is not an HTTP status (200 to 599)", direct.status));
+        }
+        if let Some(body) = &direct.body {
+            match (&body.string, &body.bytes) {
+                (Some(_), Some(_)) => check.error(format!("{dpath}.body"), "sets both string and bytes: set one"),
+                (None, Some(bytes)) if base64::engine::general_purpose::STANDARD.decode(bytes).is_err() => {
+                    check.error(format!("{dpath}.body.bytes"), "is not base64 (bytes are written as base64 in YAML)")
+                }
+                _ => {}
+            }
+        }
+    }
+    if let Some(delegate) = &route.delegate {
+        let dpath = format!("{path}.delegate");
+        check.unsupported(
+            dpath.clone(),
+            Some("VirtualService delegation is not implemented: requests matching this route are not routed"),
+        );
+        if !is_dns1123_subdomain(&delegate.name) {
+            check.error(format!("{dpath}.name"), format!("{:?} is not a VirtualService name", delegate.name));
+        }
+    }
+    if let Some(rewrite) = &route.rewrite {
+        if rewrite.uri.is_some() && rewrite.uri_regex_rewrite.is_some() {
+            check.error(format!("{path}.rewrite"), "sets both uri and uriRegexRewrite: set one");
+        }
+        if let Some(regex) = &rewrite.uri_regex_rewrite {
+            compiles(check, &format!("{path}.rewrite.uriRegexRewrite.match"), &regex.pattern);
+        }
+    }
+    if let Some(retries) = &route.retries {
+        if retries.attempts < 0 {
+            check.error(format!("{path}.retries.attempts"), format!("{} is negative", retries.attempts));
+        }
+        if let Some(t) = retries.per_try_timeout
+            && t.0 < std::time::Duration::from_millis(1)
+        {
+            check.error(format!("{path}.retries.perTryTimeout"), "must be at least 1ms");
+        }
+    }
+    if let Some(fault) = &route.fault {
+        fault_checks(check, &format!("{path}.fault"), fault);
+    }
+    if route.mirror.is_some() && !route.mirrors.is_empty() {
+        check.error(path, "sets both mirror and mirrors: use mirrors for several destinations");
+    }
+    if route.mirror_percentage.is_some() && route.mirror_percent.is_some() {
+        check.error(path, "sets both mirrorPercentage and the deprecated mirrorPercent: keep mirrorPercentage");
+    }
+    if let Some(p) = &route.mirror_percentage {
+        percentage(check, &format!("{path}.mirrorPercentage.value"), p);
+    }
+    if let Some(p) = route.mirror_percent.filter(|p| *p > 100) {
+        check.error(format!("{path}.mirrorPercent"), format!("{p} is more than 100"));
+    }
+    if let Some(mirror) = &route.mirror {
+        destination(check, &format!("{path}.mirror"), mirror);
+    }
+    for (i, mirror) in route.mirrors.iter().enumerate() {
+        destination(check, &format!("{path}.mirrors[{i}].destination"), &mirror.destination);
+        if let Some(p) = &mirror.percentage {
+            percentage(check, &format!("{path}.mirrors[{i}].percentage.value"), p);
+        }
+    }
+    if let Some(cors) = &route.cors_policy {
+        let cpath = format!("{path}.corsPolicy");
+        for (i, origin) in cors.allow_origins.iter().enumerate() {
+            string_match(check, &format!("{cpath}.allowOrigins[{i}]"), origin);
+        }
+        if !cors.allow_origins.is_empty() && !cors.allow_origin.is_empty() {
+            check.warning(
+                format!("{cpath}.allowOrigin"),
+                "is ignored because allowOrigins is set (as in Istio): move these origins to allowOrigins",
+            );
+        }
+        if let Some(age) = cors.max_age
+            && age.0.subsec_nanos() != 0
+        {
+            check.error(format!("{cpath}.maxAge"), format!("{age} is not a whole number of seconds"));
+        }
+        if let Some(mode) = &cors.unmatched_preflights {
+            check.one_of(format!("{cpath}.unmatchedPreflights"), mode, &["UNSPECIFIED", "FORWARD", "IGNORE"]);
+        }
+        for (field, names) in [("allowHeaders", &cors.allow_headers), ("exposeHeaders", &cors.expose_headers)] {
+            for (i, name) in names.iter().enumerate() {
+                if !is_header_name(name) && name != "*" {
+                    check.error(format!("{cpath}.{field}[{i}]"), format!("{name:?} is not a header name"));
+                }
+            }
+        }
+    }
+    if let Some(headers) = &route.headers {
+        header_operations(check, &format!("{path}.headers"), headers);
+    }
+    for (m, condition) in route.matches.iter().enumerate() {
+        match_checks(check, &format!("{path}.match[{m}]"), condition);
+    }
+    for (d, dest) in route.route.iter().enumerate() {
+        destination(check, &format!("{path}.route[{d}].destination"), &dest.destination);
+        if let Some(headers) = &dest.headers {
+            header_operations(check, &format!("{path}.route[{d}].headers"), headers);
+        }
+    }
+    let weights: Vec<_> = route.route.iter().map(|d| d.weight).collect();
+    check_weights(check, path, &weights);
+}
+
+fn redirect_checks(check: &mut Checker, path: &str, redirect: &HttpRedirect) {
+    if let Some(code) = redirect.redirect_code
         && ![301, 302, 303, 307, 308].contains(&code)
     {
         check.error(
-            format!("{path}.redirect.redirectCode"),
+            format!("{path}.redirectCode"),
             format!("{code} is not a redirect status (301, 302, 303, 307 or 308)"),
         );
     }
-    if let Some(retries) = &route.retries
-        && retries.attempts < 0
-    {
-        check.error(format!("{path}.retries.attempts"), format!("{} is negative", retries.attempts));
+    if redirect.port.is_some() && redirect.derive_port.is_some() {
+        check.error(path, "sets both port and derivePort: set one");
     }
-    for (m, condition) in route.matches.iter().enumerate() {
-        let mpath = format!("{path}.match[{m}]");
-        if let Some(uri) = &condition.uri {
-            string_match(check, &format!("{mpath}.uri"), uri);
+    if let Some(port) = redirect.port {
+        check.port(format!("{path}.port"), port);
+    }
+    if let Some(derive) = &redirect.derive_port {
+        check.one_of(format!("{path}.derivePort"), derive, &["FROM_PROTOCOL_DEFAULT", "FROM_REQUEST_PORT"]);
+    }
+    if redirect.uri.is_some() && redirect.prefix_rewrite.is_some() {
+        check.error(path, "sets both uri and prefixRewrite: set one");
+    }
+}
+
+fn fault_checks(check: &mut Checker, path: &str, fault: &HttpFaultInjection) {
+    if fault.delay.is_none() && fault.abort.is_none() {
+        check.error(path, "sets neither delay nor abort");
+    }
+    if let Some(delay) = &fault.delay {
+        let dpath = format!("{path}.delay");
+        match (delay.fixed_delay, delay.exponential_delay) {
+            (Some(_), Some(_)) => check.error(dpath.clone(), "sets both fixedDelay and exponentialDelay: set one"),
+            (None, Some(_)) => check.unsupported(
+                format!("{dpath}.exponentialDelay"),
+                Some("Istio does not implement exponential delays either; no delay is injected"),
+            ),
+            (None, None) => check.error(dpath.clone(), "has no fixedDelay"),
+            (Some(_), None) => {}
         }
-        for (name, value) in &condition.headers {
-            let hpath = format!("{mpath}.headers.{name}");
+        if let Some(p) = &delay.percentage {
+            percentage(check, &format!("{dpath}.percentage.value"), p);
+        } else if let Some(n) = delay.percent {
+            if !(0..=100).contains(&n) {
+                check.error(format!("{dpath}.percent"), format!("{n} is not a percentage (0 to 100)"));
+            }
+        } else {
+            check.warning(
+                format!("{dpath}.percentage"),
+                "is not set: no request is delayed (as in Istio); set percentage.value: 100 to delay every request",
+            );
+        }
+    }
+    if let Some(abort) = &fault.abort {
+        let apath = format!("{path}.abort");
+        let set = [abort.http_status.is_some(), abort.grpc_status.is_some(), abort.http2_error.is_some()];
+        if set.iter().filter(|s| **s).count() > 1 {
+            check.error(apath.clone(), "sets more than one of httpStatus, grpcStatus and http2Error: set one");
+        }
+        if let Some(status) = abort.http_status
+            && !(200..=599).contains(&status)
+        {
+            check.error(format!("{apath}.httpStatus"), format!("{status} is not an HTTP status (200 to 599)"));
+        }
+        if let Some(name) = &abort.grpc_status
+            && grpc_status_code(name).is_none()
+        {
+            check.error(
+                format!("{apath}.grpcStatus"),
+                format!("{name:?} is not a gRPC status name ({})", grpc_status_names().join(", ")),
+            );
+        }
+        if abort.http2_error.is_some() && abort.http_status.is_none() && abort.grpc_status.is_none() {
+            check.unsupported(
+                format!("{apath}.http2Error"),
+                Some("Istio does not implement HTTP/2 error aborts either; no request is aborted"),
+            );
+        }
+        if abort.http_status.is_none() && abort.grpc_status.is_none() && abort.http2_error.is_none() {
+            check.error(apath.clone(), "sets none of httpStatus, grpcStatus or http2Error");
+        }
+        match &abort.percentage {
+            Some(p) => percentage(check, &format!("{apath}.percentage.value"), p),
+            None => check.warning(
+                format!("{apath}.percentage"),
+                "is not set: no request is aborted (as in Istio); set percentage.value: 100 to abort every request",
+            ),
+        }
+    }
+}
+
+fn match_checks(check: &mut Checker, mpath: &str, condition: &HttpMatchRequest) {
+    for (field, value) in [
+        ("uri", &condition.uri),
+        ("scheme", &condition.scheme),
+        ("method", &condition.method),
+        ("authority", &condition.authority),
+    ] {
+        if let Some(value) = value {
+            string_match(check, &format!("{mpath}.{field}"), value);
+        }
+    }
+    for (field, map) in [("headers", &condition.headers), ("withoutHeaders", &condition.without_headers)] {
+        for (name, value) in map {
+            let hpath = format!("{mpath}.{field}.{name}");
             if name.is_empty() {
                 check.error(hpath.clone(), "a header name is empty");
             } else if name.chars().any(|c| c.is_ascii_uppercase()) {
@@ -85,20 +303,65 @@ fn http_route(check: &mut Checker, path: &str, route: &HttpRoute) {
                     format!("header name {name:?} has upper-case letters: write it as {:?} (HTTP/2 header names are lower-case)", name.to_ascii_lowercase()),
                 );
             }
-            string_match(check, &hpath, value);
-        }
-        if let Some(port) = condition.port {
-            check.port(format!("{mpath}.port"), port);
-        }
-        for (g, gateway) in condition.gateways.iter().enumerate() {
-            gateway_name(check, format!("{mpath}.gateways[{g}]"), gateway);
+            string_match_or_presence(check, &hpath, value);
         }
     }
-    for (d, dest) in route.route.iter().enumerate() {
-        destination(check, &format!("{path}.route[{d}].destination"), &dest.destination);
+    for (name, value) in &condition.query_params {
+        string_match_or_presence(check, &format!("{mpath}.queryParams.{name}"), value);
     }
-    let weights: Vec<_> = route.route.iter().map(|d| d.weight).collect();
-    check_weights(check, path, &weights);
+    if let Some(port) = condition.port {
+        check.port(format!("{mpath}.port"), port);
+    }
+    for (g, gateway) in condition.gateways.iter().enumerate() {
+        gateway_name(check, format!("{mpath}.gateways[{g}]"), gateway);
+    }
+    if let Some(ns) = condition.source_namespace.as_deref().filter(|ns| !ns.is_empty())
+        && !is_dns1123_label(ns)
+    {
+        check.error(format!("{mpath}.sourceNamespace"), format!("{ns:?} is not a namespace name: {LABEL_RULE}"));
+    }
+    if !condition.gateways.is_empty() && (!condition.source_labels.is_empty() || condition.source_namespace.is_some()) {
+        check.warning(
+            format!("{mpath}.sourceLabels"),
+            "is not used: a match that names gateways applies on those gateways whatever the source (as in Istio)",
+        );
+    }
+}
+
+fn header_operations(check: &mut Checker, path: &str, headers: &Headers) {
+    for (side, ops) in [("request", &headers.request), ("response", &headers.response)] {
+        let Some(ops) = ops else { continue };
+        for (op, names) in [
+            ("set", ops.set.keys().collect::<Vec<_>>()),
+            ("add", ops.add.keys().collect()),
+            ("remove", ops.remove.iter().collect()),
+        ] {
+            for name in names {
+                let at = format!("{path}.{side}.{op}.{name}");
+                if !is_header_name(name.trim_start_matches(':')) {
+                    check.error(at, format!("{name:?} is not a header name"));
+                } else if name.starts_with(':') && !(side == "request" && op != "remove" && name == ":authority") {
+                    check.warning(
+                        at,
+                        format!("{name:?} is a pseudo-header, which Envoy does not let routes change: ignored"),
+                    );
+                } else if name.eq_ignore_ascii_case("host") && op == "remove" {
+                    check.warning(at, "the host header cannot be removed: ignored");
+                }
+            }
+        }
+    }
+}
+
+/// An HTTP header name: an RFC 9110 token.
+fn is_header_name(name: &str) -> bool {
+    !name.is_empty() && name.bytes().all(|b| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b))
+}
+
+fn percentage(check: &mut Checker, path: &str, p: &Percent) {
+    if !(0.0..=100.0).contains(&p.value) {
+        check.error(path, format!("{} is not a percentage (0 to 100)", p.value));
+    }
 }
 
 fn tcp_route(check: &mut Checker, path: &str, route: &TcpRoute) {
@@ -108,6 +371,24 @@ fn tcp_route(check: &mut Checker, path: &str, route: &TcpRoute) {
     for (m, condition) in route.matches.iter().enumerate() {
         if let Some(port) = condition.port {
             check.port(format!("{path}.match[{m}].port"), port);
+        }
+        for (i, subnet) in condition.destination_subnets.iter().enumerate() {
+            let at = format!("{path}.match[{m}].destinationSubnets[{i}]");
+            if !is_ip_or_cidr(subnet) {
+                check.error(at, format!("{subnet:?} is not an IP address or CIDR block"));
+            } else {
+                check.unsupported(at, Some("the route applies whatever the destination address"));
+            }
+        }
+        if let Some(subnet) = &condition.source_subnet {
+            check.unsupported(
+                format!("{path}.match[{m}].sourceSubnet"),
+                Some(if is_ip_or_cidr(subnet) {
+                    "the route applies whatever the source address"
+                } else {
+                    "and it is not an IP address or CIDR block"
+                }),
+            );
         }
         for (g, gateway) in condition.gateways.iter().enumerate() {
             gateway_name(check, format!("{path}.match[{m}].gateways[{g}]"), gateway);
@@ -175,6 +456,22 @@ fn check_weights(check: &mut Checker, path: &str, weights: &[Option<i64>]) {
     }
 }
 
+/// A string match where an empty one means "present" (headers, query parameters).
+fn string_match_or_presence(check: &mut Checker, path: &str, m: &StringMatch) {
+    if m.exact.is_some() || m.prefix.is_some() || m.regex.is_some() {
+        if m.regex.as_deref() == Some("*") {
+            return;
+        }
+        string_match(check, path, m);
+    }
+}
+
+fn compiles(check: &mut Checker, path: &str, pattern: &str) {
+    if let Err(err) = regex::Regex::new(pattern) {
+        check.error(path, format!("{pattern:?} does not compile: {}", one_line(&err.to_string())));
+    }
+}
+
 fn string_match(check: &mut Checker, path: &str, m: &StringMatch) {
     let set: Vec<&str> = [("exact", &m.exact), ("prefix", &m.prefix), ("regex", &m.regex)]
         .into_iter()
@@ -185,10 +482,8 @@ fn string_match(check: &mut Checker, path: &str, m: &StringMatch) {
         1 => {}
         _ => check.error(path, format!("sets {}: set exactly one of exact, prefix or regex", set.join(" and "))),
     }
-    if let Some(pattern) = &m.regex
-        && let Err(err) = regex::Regex::new(pattern)
-    {
-        check.error(format!("{path}.regex"), format!("{pattern:?} does not compile: {}", one_line(&err.to_string())));
+    if let Some(pattern) = &m.regex {
+        compiles(check, &format!("{path}.regex"), pattern);
     }
 }
 

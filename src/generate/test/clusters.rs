@@ -113,7 +113,12 @@ fn destination_rule_policy_shapes_clusters_and_subsets_override_it() {
     assert_eq!(od.interval.unwrap().seconds, 30);
     assert_eq!(od.base_ejection_time.unwrap().seconds, 60);
     assert_eq!(od.max_ejection_percent.unwrap().value, 50);
-    assert_eq!(v1.lb_policy, LbPolicy::RoundRobin as i32);
+    assert_eq!(v1.lb_policy, LbPolicy::LeastRequest as i32, "Istio's default load balancer");
+    assert_eq!(
+        v1.common_lb_config.as_ref().unwrap().healthy_panic_threshold.as_ref().unwrap().value,
+        0.0,
+        "with outlier detection, Istio turns the panic threshold off unless minHealthPercent is set"
+    );
 
     let v2 = cluster(&clusters, &format!("outbound|9080|v2|{CATALOG}"));
     assert_eq!(v2.lb_policy, LbPolicy::LeastRequest as i32);

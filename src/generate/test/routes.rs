@@ -41,11 +41,12 @@ fn virtual_service_routes_keep_order_matches_and_actions() {
     assert_eq!(retry.retriable_status_codes, [503]);
     assert_eq!(retry.per_try_timeout.unwrap().seconds, 1);
 
-    // The regex match of the same route rewrites the whole path.
+    // The regex match of the same route: Envoy's prefix rewrite replaces
+    // the whole path of a regex match, and Istio relies on it.
     let regex_route = route_action(&routes[4]);
     assert!(matches!(routes[4].r#match.as_ref().unwrap().path_specifier, Some(PathSpecifier::SafeRegex(_))));
-    assert_eq!(regex_route.prefix_rewrite, "");
-    assert_eq!(regex_route.regex_rewrite.as_ref().unwrap().substitution, "/v2/api");
+    assert_eq!(regex_route.prefix_rewrite, "/v2/api");
+    assert!(regex_route.regex_rewrite.is_none());
 
     // No retries field: Istio's default policy; no timeout: disabled.
     let rest = route_action(&routes[5]);

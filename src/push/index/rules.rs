@@ -57,7 +57,13 @@ pub struct VirtualServiceIndex {
     by_host: HashMap<Hostname, Vec<usize>>,
     /// Positions of rules with at least one wildcard host, ascending.
     wildcard: Vec<usize>,
+    /// Every distinct `sourceLabels` of a match, sorted: a proxy's scope
+    /// records which of them its labels satisfy.
+    source_selectors: Vec<Labels>,
 }
+
+/// A label selector as a rule writes it.
+pub type Labels = BTreeMap<String, String>;
 
 impl VirtualServiceIndex {
     /// Builds the index.
@@ -86,7 +92,24 @@ impl VirtualServiceIndex {
                 }
             }
         }
-        VirtualServiceIndex { all, by_host, wildcard }
+        let mut source_selectors: Vec<Labels> = all
+            .iter()
+            .flat_map(|vs| {
+                let http = vs.spec.http.iter().flat_map(|r| r.matches.iter().map(|m| &m.source_labels));
+                let tcp = vs.spec.tcp.iter().flat_map(|r| r.matches.iter().map(|m| &m.source_labels));
+                http.chain(tcp)
+            })
+            .filter(|labels| !labels.is_empty())
+            .cloned()
+            .collect();
+        source_selectors.sort();
+        source_selectors.dedup();
+        VirtualServiceIndex { all, by_host, wildcard, source_selectors }
+    }
+
+    /// Every distinct `sourceLabels` selector of the rules' matches, sorted.
+    pub fn source_selectors(&self) -> &[Labels] {
+        &self.source_selectors
     }
 
     /// Every rule.
