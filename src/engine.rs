@@ -163,15 +163,14 @@ impl PushEngine {
             endpoint_only: changes.endpoint_only,
             dirty_hosts: changes.dirty_hosts.len(),
         });
-        tracing::debug!(
+        // One line per applied change, so an operator sees an edit land.
+        tracing::info!(
             version,
-            keys = changes.kinds.len(),
-            dirty_hosts = changes.dirty_hosts.len(),
+            proxies = pushed,
             full = changes.full,
-            endpoint_only = changes.endpoint_only,
-            streams = pushed,
-            build_ms = started.elapsed().as_secs_f64() * 1e3,
-            "published push context"
+            build_ms = (build.as_secs_f64() * 1e4).round() / 10.0,
+            "applied {}",
+            trigger.summary()
         );
         version
     }

@@ -157,6 +157,11 @@ pub async fn run(options: ServeOptions) -> anyhow::Result<()> {
         .context("loading the config directory")??;
     admin_state.set_source(source.status());
     let version = engine.push(PushRequest::new(report.changes)).await;
+    // The reference checks `meshpush validate` makes, on what is served.
+    let references = admin_state.references().clone();
+    let snapshot = engine.snapshot().store.clone();
+    let initial = references.clone();
+    tokio::task::spawn_blocking(move || initial.refresh(&snapshot, true)).await.context("checking references")?;
     engine.set_ready();
     let ctx = engine.snapshot();
     tracing::info!(
@@ -170,6 +175,7 @@ pub async fn run(options: ServeOptions) -> anyhow::Result<()> {
     let watcher = source.watch(store.clone(), changes_tx).context("watching the config directory")?;
     let debouncer = tokio::spawn(Debouncer::new(options.debounce, slot.clone()).run(changes_rx));
     let pusher = tokio::spawn(engine.clone().run(slot));
+    let checker = tokio::spawn(check_references_of_each_version(engine.clone(), references));
 
     wait_for_signal().await;
     tracing::info!("shutting down");
@@ -177,6 +183,7 @@ pub async fn run(options: ServeOptions) -> anyhow::Result<()> {
     watcher.abort();
     debouncer.abort();
     pusher.abort();
+    checker.abort();
     let _ = tokio::time::timeout(Duration::from_secs(5), async {
         let _ = ads.await;
         let _ = admin.await;
@@ -186,6 +193,19 @@ pub async fn run(options: ServeOptions) -> anyhow::Result<()> {
         let _ = std::fs::remove_file(path);
     }
     Ok(())
+}
+
+/// Re-checks references whenever a new snapshot is published (a revision
+/// checked already is skipped, so endpoint churn costs a comparison).
+async fn check_references_of_each_version(engine: Arc<PushEngine>, report: crate::source::ReferenceReport) {
+    let mut versions = engine.versions();
+    while versions.changed().await.is_ok() {
+        let store = engine.snapshot().store.clone();
+        let report = report.clone();
+        if tokio::task::spawn_blocking(move || report.refresh(&store, true)).await.is_err() {
+            return;
+        }
+    }
 }
 
 /// The bound xDS listener.

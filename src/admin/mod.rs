@@ -28,7 +28,7 @@ use axum::routing::get;
 
 use crate::config::Problem;
 use crate::engine::PushEngine;
-use crate::source::SourceStatus;
+use crate::source::{ReferenceReport, SourceStatus};
 use crate::xds::AdsService;
 use crate::xds::stream::status::StreamStatus;
 
@@ -47,12 +47,19 @@ pub struct AdminState {
     /// The file source's problems, once it is loaded (the admin server
     /// starts before the load so that `/ready` can answer 503 meanwhile).
     source: Arc<OnceLock<SourceStatus>>,
+    /// Reference problems of the served store.
+    references: ReferenceReport,
 }
 
 impl AdminState {
     /// State over the streams of `ads` and its engine, with no source yet.
     pub fn new(ads: AdsService) -> AdminState {
-        AdminState { engine: ads.engine().clone(), ads, source: Arc::new(OnceLock::new()) }
+        AdminState {
+            engine: ads.engine().clone(),
+            ads,
+            source: Arc::new(OnceLock::new()),
+            references: ReferenceReport::new(),
+        }
     }
 
     /// A copy of stream `id`'s status.
@@ -65,9 +72,20 @@ impl AdminState {
         let _ = self.source.set(source);
     }
 
-    /// The sources' current problems.
+    /// The reference report the server keeps current (see `serve`).
+    pub fn references(&self) -> &ReferenceReport {
+        &self.references
+    }
+
+    /// The sources' current problems and the served store's reference
+    /// problems, sorted by file and document as `meshpush validate` prints them.
     pub fn problems(&self) -> Vec<Problem> {
-        self.source.get().map(SourceStatus::problems).unwrap_or_default()
+        let mut problems = self.source.get().map(SourceStatus::problems).unwrap_or_default();
+        problems.extend(self.references.problems());
+        problems.sort_by(|a, b| {
+            (&a.source.file, a.source.doc, a.severity).cmp(&(&b.source.file, b.source.doc, b.severity))
+        });
+        problems
     }
 }
 

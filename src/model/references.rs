@@ -45,6 +45,13 @@ pub fn check_references(snapshot: &StoreSnapshot) -> Vec<Problem> {
                 let path = format!("spec.http[{r}].route[{d}].destination");
                 registry.destination(&mut report, path, &dest.destination, namespace);
             }
+            if let Some(mirror) = &route.mirror {
+                registry.destination(&mut report, format!("spec.http[{r}].mirror"), mirror, namespace);
+            }
+            for (i, mirror) in route.mirrors.iter().enumerate() {
+                let path = format!("spec.http[{r}].mirrors[{i}].destination");
+                registry.destination(&mut report, path, &mirror.destination, namespace);
+            }
         }
         for (r, route) in vs.spec.tcp.iter().enumerate() {
             for (m, condition) in route.matches.iter().enumerate() {

@@ -68,6 +68,20 @@ fn update_type(key: &ConfigKey, deleted: bool) -> &'static str {
 }
 
 impl PushTrigger {
+    /// The changed keys in a few words: `VirtualService default/reviews`,
+    /// or `3 changes: Pod default/a, Pod default/b, Service default/c`, at
+    /// most [`Self::SAMPLE`] named.
+    pub fn summary(&self) -> String {
+        match self.keys {
+            0 => "no change".to_string(),
+            1 => self.sample.first().cloned().unwrap_or_default(),
+            n => {
+                let more = if n > self.sample.len() { ", …" } else { "" };
+                format!("{n} changes: {}{more}", self.sample.join(", "))
+            }
+        }
+    }
+
     /// What the metrics record of this push, built in `build`.
     pub fn reading(&self, build: std::time::Duration) -> PushReading<'_> {
         PushReading { build, merged: self.merged, reasons: &self.reasons, updates: &self.updates }

@@ -11,7 +11,9 @@
 //! This module also holds the offline check behind `meshpush validate DIR`
 //! ([`validate_dir`], [`print_report`]): the same parsing, validation and
 //! file merging as the running source, plus the cross-object reference
-//! checks, so the command and the server never disagree about a file.
+//! checks, which the server runs too on every revision it serves
+//! ([`ReferenceReport`]) — so the command and the server never disagree
+//! about a file.
 //!
 //! Invariant: a source never lets an object that failed validation into the
 //! store, and never removes a served object because its file became
@@ -26,9 +28,11 @@ use crate::model::ConfigStore;
 use crate::model::check_references;
 
 pub mod file;
+pub mod references;
 pub mod registry;
 
 pub use file::{FileSource, LoadReport, SourceError, SourceStatus};
+pub use references::ReferenceReport;
 pub use registry::RegistryService;
 
 #[cfg(test)]

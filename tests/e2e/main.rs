@@ -20,3 +20,4 @@ mod operate;
 mod redirect;
 mod routing;
 mod scoping;
+mod traffic_rules;

@@ -7,6 +7,10 @@
 //! `x-echo-<name>`. So a test reads from one response which workload Envoy chose
 //! and what Envoy sent it.
 //!
+//! A websocket upgrade request (`upgrade: websocket`) is answered `101
+//! Switching Protocols`, after which the backend echoes every byte back, so
+//! a test sees the upgraded connection carry data both ways.
+//!
 //! Connections are kept alive as Envoy expects of an upstream. Dropping the
 //! backend stops accepting, shuts every open connection and joins every thread.
 
@@ -118,6 +122,18 @@ fn serve(name: &str, stream: TcpStream, shared: &Shared) {
         let method = parts.next().unwrap_or_default();
         let path = parts.next().unwrap_or_default();
         let close = header(&headers, "connection").is_some_and(|c| c.eq_ignore_ascii_case("close"));
+        if header(&headers, "upgrade").is_some_and(|u| u.eq_ignore_ascii_case("websocket")) {
+            shared.hits.fetch_add(1, Ordering::Relaxed);
+            // The accept key is not checked by Envoy or by the tests' client.
+            let head = format!(
+                "HTTP/1.1 101 Switching Protocols\r\nupgrade: websocket\r\nconnection: Upgrade\r\nx-backend: {name}\r\n\r\n"
+            );
+            if writer.write_all(head.as_bytes()).is_err() {
+                return;
+            }
+            let _ = std::io::copy(&mut reader, &mut writer);
+            return;
+        }
 
         let body = format!("{name} {method} {path}\n");
         let mut response = format!(

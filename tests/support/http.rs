@@ -44,10 +44,32 @@ pub fn header<'h>(headers: &'h [(String, String)], name: &str) -> Option<&'h str
 /// `GET path` from `addr` with extra `headers`. A `host` among them replaces the
 /// default (`addr`).
 pub fn get(addr: SocketAddr, path: &str, headers: &[(&str, &str)]) -> io::Result<Response> {
+    request(addr, "GET", path, headers)
+}
+
+/// `METHOD path` from `addr` with extra `headers` (no body).
+pub fn request(addr: SocketAddr, method: &str, path: &str, headers: &[(&str, &str)]) -> io::Result<Response> {
     let stream = TcpStream::connect_timeout(&addr, TIMEOUT)?;
     stream.set_read_timeout(Some(TIMEOUT))?;
     stream.set_write_timeout(Some(TIMEOUT))?;
-    exchange(stream, &addr.to_string(), path, headers)
+    exchange(stream, &addr.to_string(), method, path, headers)
+}
+
+/// Asks `addr` to upgrade `GET path` (`Host: host`) to a websocket. Returns
+/// the response head and, on `101 Switching Protocols`, the open connection
+/// (the bytes after the head belong to the upgraded protocol).
+pub fn upgrade(addr: SocketAddr, host: &str, path: &str) -> io::Result<(Head, BufReader<TcpStream>)> {
+    let mut stream = TcpStream::connect_timeout(&addr, TIMEOUT)?;
+    stream.set_read_timeout(Some(TIMEOUT))?;
+    stream.set_write_timeout(Some(TIMEOUT))?;
+    let request = format!(
+        "GET {path} HTTP/1.1\r\nhost: {host}\r\nconnection: Upgrade\r\nupgrade: websocket\r\n\
+         sec-websocket-version: 13\r\nsec-websocket-key: dGhlIHNhbXBsZSBub25jZQ==\r\n\r\n"
+    );
+    stream.write_all(request.as_bytes())?;
+    let mut reader = BufReader::new(stream);
+    let head = read_head(&mut reader)?.ok_or_else(|| invalid("connection closed before a response"))?;
+    Ok((head, reader))
 }
 
 /// `GET path` over the Unix domain socket at `socket` (an Envoy admin `pipe`
@@ -56,17 +78,18 @@ pub fn get_unix(socket: &Path, path: &str, headers: &[(&str, &str)]) -> io::Resu
     let stream = UnixStream::connect(socket)?;
     stream.set_read_timeout(Some(TIMEOUT))?;
     stream.set_write_timeout(Some(TIMEOUT))?;
-    exchange(stream, "localhost", path, headers)
+    exchange(stream, "localhost", "GET", path, headers)
 }
 
-/// Sends one `GET` on `stream` and reads the response.
+/// Sends one request on `stream` and reads the response.
 fn exchange(
     mut stream: impl Read + Write,
     default_host: &str,
+    method: &str,
     path: &str,
     headers: &[(&str, &str)],
 ) -> io::Result<Response> {
-    let mut request = format!("GET {path} HTTP/1.1\r\n");
+    let mut request = format!("{method} {path} HTTP/1.1\r\n");
     if !headers.iter().any(|(n, _)| n.eq_ignore_ascii_case("host")) {
         request.push_str(&format!("host: {default_host}\r\n"));
     }

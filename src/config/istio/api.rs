@@ -164,7 +164,8 @@ fn matches(pattern: &[&str], concrete: &[&str]) -> bool {
         (None, Some(_)) | (Some(_), None) => false,
         (Some(&"*"), Some(_)) if pattern.len() == 1 => concrete.len() == 1,
         (Some(&"*"), Some(_)) => (1..=concrete.len()).any(|n| matches(&pattern[1..], &concrete[n..])),
-        (Some(p), Some(c)) => p == c && matches(&pattern[1..], &concrete[1..]),
+        // A list left out as a whole is reported by its name (`spec.tls`).
+        (Some(p), Some(c)) => (p == c || p.strip_suffix("[]") == Some(c)) && matches(&pattern[1..], &concrete[1..]),
     }
 }
 
@@ -176,6 +177,8 @@ mod tests {
     fn fields_of_istio_are_told_from_typos_and_bookkeeping() {
         let vs = ConfigKind::VirtualService;
         assert_eq!(classify(vs, "spec.http[0].fault"), ApiField::Unsupported);
+        assert_eq!(classify(vs, "spec.tls"), ApiField::Unsupported, "a whole list");
+        assert_eq!(classify(vs, "spec.tls[1].match"), ApiField::Unsupported);
         assert_eq!(classify(vs, "spec.http[12].match[3].headers.x-user.exact"), ApiField::Unsupported);
         assert_eq!(classify(vs, "spec.http[0].match[0].headers.app.kubernetes.io/name.prefix"), ApiField::Unsupported);
         assert_eq!(classify(vs, "spec.http[0].faults"), ApiField::Unknown);

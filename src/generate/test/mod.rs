@@ -45,6 +45,7 @@ use crate::push::{PushContext, Scope, ScopeInterner};
 
 mod clusters;
 mod endpoints;
+mod features;
 mod invariants;
 mod listeners;
 mod routes;
