@@ -18,6 +18,7 @@ pub mod istio;
 pub mod k8s;
 pub mod parse;
 pub mod problem;
+pub mod protocol;
 pub mod validate;
 
 use std::collections::BTreeMap;

@@ -41,6 +41,7 @@ use crate::config::istio::{
     ConnectionPoolSettings, DestinationRuleSpec, LoadBalancerSettings, TcpSettings, TrafficPolicy,
 };
 use crate::model::{Protocol, ProxyKind, Resolution, Service, ServicePort};
+use crate::push::scope::{InboundEndpoint, InboundPort};
 use crate::push::{InboundKey, PushContext, Scope};
 
 /// Istio's default connect timeout.
@@ -76,7 +77,7 @@ pub fn inbound_clusters(key: &InboundKey) -> Vec<Cluster> {
     if key.kind != ProxyKind::Sidecar {
         return Vec::new();
     }
-    let mut out: Vec<Cluster> = key.ports.iter().map(|p| inbound(p.port, p.protocol)).collect();
+    let mut out: Vec<Cluster> = key.ports.iter().map(inbound).collect();
     out.sort_by(|a, b| a.name.cmp(&b.name));
     out.dedup_by(|a, b| a.name == b.name);
     out
@@ -138,20 +139,24 @@ fn outbound(
     cluster
 }
 
-/// `inbound|port||`: the local workload on 127.0.0.1.
-fn inbound(port: u32, protocol: Protocol) -> Cluster {
-    let name = naming::inbound_cluster(port);
+/// `inbound|port||`: the local workload, where the port's endpoint says
+/// (127.0.0.1 at the same port unless a Sidecar ingress listener moves it),
+/// with the Sidecar's inbound connection pool.
+fn inbound(port: &InboundPort) -> Cluster {
+    let name = naming::inbound_cluster(port.port);
+    let address = match &port.endpoint {
+        InboundEndpoint::Socket { ip, port } => proto::socket_address(ip, *port),
+        InboundEndpoint::Unix(path) => proto::pipe_address(path),
+    };
     let endpoint = LbEndpoint {
-        host_identifier: Some(HostIdentifier::Endpoint(EnvoyEndpoint {
-            address: Some(proto::socket_address(naming::LOCALHOST, port)),
-            ..Default::default()
-        })),
+        host_identifier: Some(HostIdentifier::Endpoint(EnvoyEndpoint { address: Some(address), ..Default::default() })),
         ..Default::default()
     };
+    let traffic = TrafficPolicy { connection_pool: port.pool.clone(), ..Default::default() };
     let mut cluster = Cluster {
         name: name.clone(),
-        connect_timeout: Some(proto::seconds(DEFAULT_CONNECT_TIMEOUT_SECONDS)),
-        circuit_breakers: Some(circuit_breakers(&TrafficPolicy::default())),
+        connect_timeout: Some(connect_timeout(&traffic)),
+        circuit_breakers: Some(circuit_breakers(&traffic)),
         load_assignment: Some(ClusterLoadAssignment {
             cluster_name: name,
             endpoints: vec![LocalityLbEndpoints { lb_endpoints: vec![endpoint], ..Default::default() }],
@@ -160,7 +165,8 @@ fn inbound(port: u32, protocol: Protocol) -> Cluster {
         ..Default::default()
     };
     set_type(&mut cluster, DiscoveryType::Static);
-    set_http_options(&mut cluster, protocol, None);
+    set_http_options(&mut cluster, port.protocol, port.pool.as_ref());
+    set_tcp_keepalive(&mut cluster, port.pool.as_ref().and_then(|p| p.tcp.as_ref()));
     cluster
 }
 

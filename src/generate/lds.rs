@@ -54,7 +54,6 @@ use super::{naming, proto};
 use crate::config::istio::MESH_GATEWAY;
 use crate::model::{InterceptionMode, ProxyKind, Service};
 use crate::push::scope::InboundPort;
-use crate::push::scope::OutboundPolicy;
 use crate::push::{InboundKey, PushContext, Scope};
 
 /// The upgrade type every HTTP connection manager allows, as Istio's do.
@@ -83,12 +82,57 @@ fn sidecar_listeners(ctx: &PushContext, scope: &Scope) -> Vec<Listener> {
 }
 
 /// The inbound listeners of a workload: `virtualInbound` for redirected
-/// sidecars; none in NONE mode (the application owns its ports) or for routers.
+/// sidecars, with a chain per redirected port; a listener of its own
+/// (`BIND_PORT`) for each port that is not redirected (a Sidecar ingress
+/// listener with `captureMode: NONE`, or any ingress listener of a
+/// NONE-mode proxy). Without ingress listeners a NONE-mode proxy has none
+/// (the application owns its ports); routers have none.
 pub fn inbound_listeners(key: &InboundKey) -> Vec<Listener> {
-    if key.kind != ProxyKind::Sidecar || key.interception == InterceptionMode::None {
+    if key.kind != ProxyKind::Sidecar {
         return Vec::new();
     }
-    vec![virtual_inbound(&key.ports)]
+    let mut out: Vec<Listener> = key
+        .ports
+        .iter()
+        .filter_map(|p| {
+            let bind = p.bind.as_deref()?;
+            Some(Listener {
+                name: naming::listener(bind, p.port),
+                address: Some(proto::socket_address(bind, p.port)),
+                filter_chains: vec![inbound_chain(p)],
+                traffic_direction: TrafficDirection::Inbound as i32,
+                ..Default::default()
+            })
+        })
+        .collect();
+    if key.interception != InterceptionMode::None {
+        let redirected: Vec<&InboundPort> = key.ports.iter().filter(|p| p.bind.is_none()).collect();
+        out.push(virtual_inbound(&redirected));
+    }
+    out.sort_by(|a, b| a.name.cmp(&b.name));
+    out
+}
+
+/// The chain of one inbound port: to `inbound|PORT||` over HTTP or TCP.
+fn inbound_chain(p: &InboundPort) -> FilterChain {
+    let cluster = naming::inbound_cluster(p.port);
+    let filter = if p.protocol.is_http() {
+        http_connection_manager(
+            format!("inbound_{}", naming::listener(naming::WILDCARD_ADDRESS, p.port)),
+            RouteSpecifier::RouteConfig(inbound_route_config(p.port)),
+        )
+    } else {
+        tcp_proxy(&cluster, Backends::Single(cluster.clone()))
+    };
+    FilterChain {
+        name: cluster,
+        filter_chain_match: Some(FilterChainMatch {
+            destination_port: Some(proto::u32_value(p.port)),
+            ..Default::default()
+        }),
+        filters: vec![filter],
+        ..Default::default()
+    }
 }
 
 /// A listener the application connects to directly (NONE capture).
@@ -172,10 +216,8 @@ fn redirected_listener(ctx: &PushContext, scope: &Scope, port: &OutboundPort<'_>
 /// to the listener of its original destination, and sends the rest to
 /// `PassthroughCluster` (or `BlackHoleCluster` under `REGISTRY_ONLY`).
 fn virtual_outbound(scope: &Scope) -> Listener {
-    let cluster = match scope.outbound_policy {
-        OutboundPolicy::AllowAny => naming::PASSTHROUGH_CLUSTER,
-        OutboundPolicy::RegistryOnly => naming::BLACKHOLE_CLUSTER,
-    };
+    let cluster = naming::unknown_destination_cluster(&scope.outbound_policy);
+    let cluster = cluster.as_str();
     Listener {
         name: naming::VIRTUAL_OUTBOUND.to_string(),
         address: Some(proto::socket_address(naming::WILDCARD_ADDRESS, naming::VIRTUAL_OUTBOUND_PORT)),
@@ -197,30 +239,8 @@ fn virtual_outbound(scope: &Scope) -> Listener {
 /// filter instead of `use_original_dst`: handing inbound connections over
 /// would deliver a connection for the workload's port 9080 to the outbound
 /// listener `0.0.0.0_9080`.
-fn virtual_inbound(ports: &[InboundPort]) -> Listener {
-    let mut chains: Vec<FilterChain> = ports
-        .iter()
-        .map(|p| {
-            let cluster = naming::inbound_cluster(p.port);
-            let filter = if p.protocol.is_http() {
-                http_connection_manager(
-                    format!("inbound_{}", naming::listener(naming::WILDCARD_ADDRESS, p.port)),
-                    RouteSpecifier::RouteConfig(inbound_route_config(p.port)),
-                )
-            } else {
-                tcp_proxy(&cluster, Backends::Single(cluster.clone()))
-            };
-            FilterChain {
-                name: cluster.clone(),
-                filter_chain_match: Some(FilterChainMatch {
-                    destination_port: Some(proto::u32_value(p.port)),
-                    ..Default::default()
-                }),
-                filters: vec![filter],
-                ..Default::default()
-            }
-        })
-        .collect();
+fn virtual_inbound(ports: &[&InboundPort]) -> Listener {
+    let mut chains: Vec<FilterChain> = ports.iter().map(|p| inbound_chain(p)).collect();
     chains.push(FilterChain {
         name: "virtualInbound-catchall-tcp".to_string(),
         filters: vec![tcp_proxy(

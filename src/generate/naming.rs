@@ -7,6 +7,8 @@
 //! ones by `http.<port>`. The EDS cache is keyed by cluster name, so
 //! [`parse_cluster`] must read back exactly what [`outbound_cluster`] writes.
 
+use crate::push::scope::OutboundPolicy;
+
 /// Cluster that drops every connection (unknown destinations under `REGISTRY_ONLY`).
 pub const BLACKHOLE_CLUSTER: &str = "BlackHoleCluster";
 /// Cluster that forwards to the original destination (unknown destinations under `ALLOW_ANY`).
@@ -58,6 +60,17 @@ pub struct ClusterName<'a> {
     pub subset: &'a str,
     /// Service FQDN; empty for inbound clusters.
     pub host: &'a str,
+}
+
+/// Where traffic for destinations the mesh does not know goes: the
+/// original destination (`PassthroughCluster`), the Sidecar's egress proxy,
+/// or nowhere (`BlackHoleCluster`, `REGISTRY_ONLY`).
+pub fn unknown_destination_cluster(policy: &OutboundPolicy) -> String {
+    match policy {
+        OutboundPolicy::AllowAny { egress_proxy: None } => PASSTHROUGH_CLUSTER.to_string(),
+        OutboundPolicy::AllowAny { egress_proxy: Some((host, port, subset)) } => outbound_cluster(*port, subset, host),
+        OutboundPolicy::RegistryOnly => BLACKHOLE_CLUSTER.to_string(),
+    }
 }
 
 /// `outbound|9080|v1|reviews.default.svc.cluster.local`; an empty subset gives `outbound|9080||host`.

@@ -50,6 +50,16 @@ pub fn socket_address(ip: &str, port: u32) -> Address {
     }
 }
 
+/// A Unix domain socket address.
+pub fn pipe_address(path: &str) -> Address {
+    Address {
+        address: Some(address::Address::Pipe(envoy_types::pb::envoy::config::core::v3::Pipe {
+            path: path.to_string(),
+            mode: 0,
+        })),
+    }
+}
+
 /// A CIDR range from an address (`10.0.0.1` → /32, `fd00::1` → /128) or a
 /// range (`10.0.0.0/24`); `None` for anything else (host names).
 pub fn cidr_range(text: &str) -> Option<CidrRange> {

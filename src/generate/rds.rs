@@ -100,10 +100,10 @@ fn sidecar_config(ctx: &PushContext, scope: &Scope, port: &OutboundPort<'_>) -> 
     }
     if !used.claim(vec!["*".to_string()]).is_empty() {
         virtual_hosts.push(match scope.outbound_policy {
-            OutboundPolicy::AllowAny => VirtualHost {
+            OutboundPolicy::AllowAny { .. } => VirtualHost {
                 name: naming::ALLOW_ANY_VIRTUAL_HOST.to_string(),
                 domains: vec!["*".to_string()],
-                routes: vec![route::catch_all_route(naming::PASSTHROUGH_CLUSTER)],
+                routes: vec![route::catch_all_route(&naming::unknown_destination_cluster(&scope.outbound_policy))],
                 ..Default::default()
             },
             OutboundPolicy::RegistryOnly => VirtualHost {

@@ -74,6 +74,18 @@ pub fn check_references(snapshot: &StoreSnapshot) -> Vec<Problem> {
             }
         }
     }
+    for stored in snapshot.kind(ConfigKind::Sidecar).values() {
+        let ConfigObject::Sidecar(sidecar) = &stored.object else {
+            continue;
+        };
+        if let Some(proxy) = sidecar.spec.outbound_traffic_policy.as_ref().and_then(|p| p.egress_proxy.as_ref()) {
+            let mut report = |path: String, message: String| {
+                problems.push(problem(stored, Severity::Warning, path, message));
+            };
+            let path = "spec.outboundTrafficPolicy.egressProxy".to_string();
+            registry.destination(&mut report, path, proxy, sidecar.metadata.namespace());
+        }
+    }
     sidecar_collisions(snapshot, &mut problems);
     problems
 }

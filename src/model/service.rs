@@ -7,50 +7,7 @@ use serde::Serialize;
 
 use super::Hostname;
 use crate::config::ConfigKey;
-
-/// Application protocol of a port, as Istio infers it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
-pub enum Protocol {
-    /// HTTP/1.1.
-    Http,
-    /// HTTP/2 (cleartext).
-    Http2,
-    /// gRPC (HTTP/2).
-    Grpc,
-    /// Opaque TCP.
-    Tcp,
-    /// TLS (passed through by SNI; treated as TCP).
-    Tls,
-    /// Not declared: Istio sniffs; meshpush treats it as TCP on outbound
-    /// listeners and HTTP in route configs is not generated for it.
-    Unknown,
-}
-
-impl Protocol {
-    /// Parses an Istio protocol name or a port-name prefix (`http`, `http-web`, `grpc-x`).
-    pub fn from_name(name: &str) -> Protocol {
-        let lower = name.to_ascii_lowercase();
-        let prefix = lower.split(['-', '_']).next().unwrap_or("");
-        match prefix {
-            "http" => Protocol::Http,
-            "http2" | "h2c" => Protocol::Http2,
-            "grpc" | "grpc-web" => Protocol::Grpc,
-            "tcp" | "mongo" | "redis" | "mysql" => Protocol::Tcp,
-            "tls" | "https" => Protocol::Tls,
-            _ => Protocol::Unknown,
-        }
-    }
-
-    /// Whether traffic on this port goes through an HTTP connection manager.
-    pub fn is_http(self) -> bool {
-        matches!(self, Protocol::Http | Protocol::Http2 | Protocol::Grpc)
-    }
-
-    /// Whether the upstream speaks HTTP/2.
-    pub fn is_http2(self) -> bool {
-        matches!(self, Protocol::Http2 | Protocol::Grpc)
-    }
-}
+pub use crate::config::protocol::Protocol;
 
 /// One port of a service.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize)]
@@ -161,15 +118,6 @@ impl Service {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn protocol_comes_from_port_name_prefix() {
-        assert_eq!(Protocol::from_name("http-web"), Protocol::Http);
-        assert_eq!(Protocol::from_name("grpc"), Protocol::Grpc);
-        assert_eq!(Protocol::from_name("HTTP2"), Protocol::Http2);
-        assert_eq!(Protocol::from_name("tcp-db"), Protocol::Tcp);
-        assert_eq!(Protocol::from_name("web"), Protocol::Unknown);
-    }
 
     #[test]
     fn export_to_dot_means_own_namespace() {

@@ -25,20 +25,61 @@ use serde::Serialize;
 use super::PushContext;
 use super::index::ResolvedGateway;
 use crate::config::ConfigKey;
+use crate::config::istio::{self, ConnectionPoolSettings};
 use crate::model::{Hostname, InterceptionMode, Protocol, Proxy, ProxyKind, Service, host};
 
 /// Interned [`ScopeKey`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
 pub struct ScopeId(pub u32);
 
-/// One inbound port of a workload: the port the application listens on.
+/// One inbound port of a workload: where traffic arrives, and where the
+/// sidecar hands it to the application.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
 pub struct InboundPort {
-    /// The workload (target) port.
+    /// The port traffic arrives on (a Service's target port, or a Sidecar
+    /// ingress listener's port).
     pub port: u32,
-    /// Protocol, from the service port that targets it.
+    /// Protocol, from the service port that targets it or the ingress listener.
     pub protocol: Protocol,
+    /// Where the application listens.
+    pub endpoint: InboundEndpoint,
+    /// The address a listener of its own binds, for traffic that is not
+    /// redirected (a Sidecar ingress listener with `captureMode: NONE`, or a
+    /// NONE-mode proxy); `None`: a chain of `virtualInbound`.
+    pub bind: Option<Arc<str>>,
+    /// Connection pool of the inbound cluster (from the Sidecar).
+    pub pool: Option<ConnectionPoolSettings>,
 }
+
+/// Where a sidecar forwards inbound traffic.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+pub enum InboundEndpoint {
+    /// An IP address and port (127.0.0.1 unless a Sidecar says otherwise).
+    Socket {
+        /// The address.
+        ip: Arc<str>,
+        /// The port.
+        port: u32,
+    },
+    /// A Unix domain socket path.
+    Unix(Arc<str>),
+}
+
+impl InboundPort {
+    /// A port whose traffic goes to the application on 127.0.0.1 at the same port.
+    pub fn local(port: u32, protocol: Protocol) -> InboundPort {
+        InboundPort {
+            port,
+            protocol,
+            endpoint: InboundEndpoint::Socket { ip: Arc::from(LOCALHOST), port },
+            bind: None,
+            pool: None,
+        }
+    }
+}
+
+/// Where inbound traffic goes when nothing else is said.
+const LOCALHOST: &str = "127.0.0.1";
 
 /// The inputs that decide a proxy's configuration.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
@@ -116,12 +157,21 @@ impl ScopeInterner {
 }
 
 /// How a sidecar handles traffic to destinations it does not know.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub enum OutboundPolicy {
-    /// Forward to the original destination (PassthroughCluster).
-    AllowAny,
+    /// Forward to the original destination (PassthroughCluster), or to the
+    /// Sidecar's `egressProxy` when it names one.
+    AllowAny {
+        /// The egress proxy: host, port and subset.
+        egress_proxy: Option<(Hostname, u32, Arc<str>)>,
+    },
     /// Refuse (BlackHoleCluster).
     RegistryOnly,
+}
+
+impl OutboundPolicy {
+    /// `ALLOW_ANY` to the original destination.
+    pub const ALLOW_ANY: OutboundPolicy = OutboundPolicy::AllowAny { egress_proxy: None };
 }
 
 /// One egress listener of a scope (the default one when no Sidecar applies).
@@ -195,22 +245,71 @@ pub fn scope_key(ctx: &PushContext, proxy: &Proxy) -> ScopeKey {
     }
 }
 
-/// Computes the inbound key of a proxy: the target ports of the services of
-/// its namespace whose selector matches its labels.
+/// Computes the inbound key of a proxy: the ingress listeners of the
+/// Sidecar that applies to it when it has any (they replace the rest, as in
+/// Istio), else the target ports of the services of its namespace whose
+/// selector matches its labels.
 pub fn inbound_key(ctx: &PushContext, proxy: &Proxy) -> InboundKey {
     let mut ports: Vec<InboundPort> = Vec::new();
     if proxy.kind == ProxyKind::Sidecar {
-        for svc in ctx.services.selecting(&proxy.namespace, &proxy.labels) {
-            for p in &svc.ports {
-                let port = p.target_port.unwrap_or(p.port);
-                if !ports.iter().any(|i| i.port == port) {
-                    ports.push(InboundPort { port, protocol: p.protocol });
+        let sidecar = ctx.sidecars.for_workload(&proxy.namespace, &proxy.labels).map(|(_, s)| &s.spec);
+        let sidecar_pool = sidecar.and_then(|s| s.inbound_connection_pool.clone());
+        match sidecar.filter(|s| !s.ingress.is_empty()) {
+            Some(spec) => {
+                for listener in &spec.ingress {
+                    if ports.iter().any(|i| i.port == listener.port.number) {
+                        continue;
+                    }
+                    ports.push(ingress_port(proxy, listener, sidecar_pool.clone()));
+                }
+            }
+            None => {
+                for svc in ctx.services.selecting(&proxy.namespace, &proxy.labels) {
+                    for p in &svc.ports {
+                        let port = p.target_port.unwrap_or(p.port);
+                        if !ports.iter().any(|i| i.port == port) {
+                            ports.push(InboundPort {
+                                pool: sidecar_pool.clone(),
+                                ..InboundPort::local(port, p.protocol)
+                            });
+                        }
+                    }
                 }
             }
         }
         ports.sort();
     }
     InboundKey { kind: proxy.kind, interception: proxy.interception, ports }
+}
+
+/// One Sidecar ingress listener as an inbound port of `proxy`.
+fn ingress_port(
+    proxy: &Proxy,
+    listener: &istio::IstioIngressListener,
+    sidecar_pool: Option<ConnectionPoolSettings>,
+) -> InboundPort {
+    let number = listener.port.number;
+    let protocol = match (listener.port.protocol.as_deref(), listener.port.name.as_deref()) {
+        (Some(p), _) => Protocol::from_name(p),
+        (None, name) => Protocol::of_kubernetes_port(number, name, None),
+    };
+    let endpoint = match listener.default_endpoint.as_deref().filter(|e| !e.is_empty()) {
+        None => InboundEndpoint::Socket { ip: Arc::from(LOCALHOST), port: number },
+        Some(e) => match e.strip_prefix("unix://") {
+            Some(path) => InboundEndpoint::Unix(Arc::from(path)),
+            None => {
+                let (ip, port) = e.rsplit_once(':').unwrap_or((e, ""));
+                let ip = ip.trim_start_matches('[').trim_end_matches(']');
+                let port = port.parse().unwrap_or(number);
+                // `0.0.0.0` and `::` stand for the instance IP.
+                let ip: Arc<str> = if ip == "0.0.0.0" || ip == "::" { proxy.ip.clone() } else { Arc::from(ip) };
+                InboundEndpoint::Socket { ip, port }
+            }
+        },
+    };
+    let capture_none = listener.capture_mode.as_deref() == Some("NONE") || proxy.interception == InterceptionMode::None;
+    let bind = capture_none.then(|| listener.bind.as_deref().map(Arc::from).unwrap_or_else(|| proxy.ip.clone()));
+    InboundPort { port: number, protocol, endpoint, bind, pool: listener.connection_pool.clone().or(sidecar_pool) }
 }
 
 /// Whether a Sidecar egress host pattern (`ns/host`) admits `svc` for a proxy in `namespace`.
@@ -279,15 +378,22 @@ pub fn compute(ctx: &PushContext, id: ScopeId, key: ScopeKey) -> Scope {
                     })
                     .collect()
             };
-            let policy = match sc.spec.outbound_traffic_policy.as_ref().and_then(|p| p.mode.as_deref()) {
+            let traffic_policy = sc.spec.outbound_traffic_policy.as_ref();
+            let policy = match traffic_policy.and_then(|p| p.mode.as_deref()) {
                 Some("REGISTRY_ONLY") => OutboundPolicy::RegistryOnly,
-                _ => OutboundPolicy::AllowAny,
+                _ => OutboundPolicy::AllowAny {
+                    egress_proxy: traffic_policy.and_then(|p| p.egress_proxy.as_ref()).map(|d| {
+                        let host = host::resolve(&d.host, sc.metadata.namespace());
+                        let port = d.port.as_ref().map(|p| p.number).unwrap_or(0);
+                        (host, port, Arc::from(d.subset.as_deref().unwrap_or("")))
+                    }),
+                },
             };
             (listeners, policy)
         }
         _ => (
             vec![EgressListener { port: None, bind: None, capture_none: none_mode, services: exported() }],
-            OutboundPolicy::AllowAny,
+            OutboundPolicy::ALLOW_ANY,
         ),
     };
 

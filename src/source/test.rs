@@ -15,7 +15,7 @@ fn validate_dir_reports_file_problems_and_dangling_references() {
     fs::write(dir.path().join("app.yaml"), "apiVersion: apps/v1\nkind: Deployment\nmetadata: {name: web}\n").unwrap();
     fs::write(
         dir.path().join("broken.yaml"),
-        "apiVersion: v1\nkind: Service\nmetadata: {name: s}\nspec: {ports: [{port: 0}]}\n",
+        "apiVersion: v1\nkind: Service\nmetadata: {name: s}\nspec: {ports: [{name: http, port: 0}]}\n",
     )
     .unwrap();
 
@@ -37,7 +37,11 @@ fn validate_dir_reports_file_problems_and_dangling_references() {
 fn validate_dir_accepts_a_single_file() {
     let dir = TempDir::new().unwrap();
     let file = dir.path().join("svc.yaml");
-    fs::write(&file, "apiVersion: v1\nkind: Service\nmetadata: {name: s}\nspec: {ports: [{port: 80}]}\n").unwrap();
+    fs::write(
+        &file,
+        "apiVersion: v1\nkind: Service\nmetadata: {name: s}\nspec: {ports: [{name: http-web, port: 80}]}\n",
+    )
+    .unwrap();
     assert_eq!(validate_dir(&file), vec![]);
 }
 

@@ -257,3 +257,51 @@ spec:
     );
     scene.assert_nothing_rejected();
 }
+
+/// `Sidecar.ingress` on a NONE-mode proxy: the sidecar binds the ingress
+/// port on its address and hands requests to the application at
+/// `defaultEndpoint`; `outboundTrafficPolicy.egressProxy` sends requests for
+/// hosts the mesh does not know to the egress proxy.
+#[test]
+fn sidecar_ingress_listeners_and_the_egress_proxy_carry_traffic() {
+    const PORT: u16 = 18205;
+    const APP_PORT: u16 = 18215;
+    let mesh = docs(&[
+        service("shop", "web", PORT),
+        service("shop", "egress", PORT),
+        pod("shop", "egress-1", "127.0.125.3", &[("app", "egress")], PORT),
+    ]);
+    let sidecars = "\
+apiVersion: networking.istio.io/v1
+kind: Sidecar
+metadata: {name: web, namespace: shop}
+spec:
+  workloadSelector: {labels: {app: web}}
+  ingress:
+  - port: {number: 18205, protocol: HTTP, name: http}
+    bind: 127.0.125.20
+    captureMode: NONE
+    defaultEndpoint: 127.0.0.1:18215
+  egress:
+  - hosts: [./*]
+  outboundTrafficPolicy:
+    mode: ALLOW_ANY
+    egressProxy: {host: egress, port: {number: 18205}}
+";
+    let mut scene = Scene::start(
+        &[("mesh.yaml", &mesh), ("sidecars.yaml", sidecars)],
+        &[("web-app", "127.0.0.1:18215"), ("egress-1", "127.0.125.3:18205")],
+    );
+    let opts = scene.sidecar(&sidecar_node("127.0.125.20", "web-1", "shop"), &[("app", "web")]);
+    scene.add_envoy("web", &opts);
+    let inbound = Request::new(SocketAddr::from(([127, 0, 125, 20], PORT)), "web.shop");
+    scene.wait(CONVERGE, "the ingress listener to reach the application", Section::Listeners, || {
+        inbound.all_answered_by(3, &["web-app"])
+    });
+    // Outbound from the same sidecar: a host the mesh does not know goes to the egress proxy.
+    let unknown = Request::new(SocketAddr::from(([127, 0, 0, 1], PORT)), "api.partner.example");
+    scene.wait(CONVERGE, "an unknown host to reach the egress proxy", Section::Routes, || {
+        unknown.all_answered_by(3, &["egress-1"])
+    });
+    scene.assert_nothing_rejected();
+}

@@ -210,7 +210,7 @@ pub struct LocalityFailover {
 }
 
 /// Connection pool settings.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", default)]
 pub struct ConnectionPoolSettings {
     /// TCP settings.
@@ -220,7 +220,7 @@ pub struct ConnectionPoolSettings {
 }
 
 /// TCP connection pool settings.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", default)]
 pub struct TcpSettings {
     /// Maximum connections to the destination.
@@ -236,7 +236,7 @@ pub struct TcpSettings {
 }
 
 /// TCP keepalive settings.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", default)]
 pub struct TcpKeepalive {
     /// Probes before the connection is dead.
@@ -248,7 +248,7 @@ pub struct TcpKeepalive {
 }
 
 /// HTTP connection pool settings.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", default)]
 pub struct HttpSettings {
     /// Maximum pending HTTP/1.1 requests.
@@ -272,7 +272,7 @@ pub struct HttpSettings {
 }
 
 /// HTTP/2 keepalive.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", default)]
 pub struct ConnectionKeepalive {
     /// Time between pings.

@@ -221,7 +221,7 @@ items:
 - apiVersion: v1
   kind: Service
   metadata: {name: b}
-  spec: {ports: [{port: 70000}]}
+  spec: {ports: [{name: http, port: 70000}]}
 - apiVersion: networking.istio.io/v1
   kind: DestinationRule
   metadata: {name: c}
@@ -236,7 +236,7 @@ items:
 
 #[test]
 fn fields_meshpush_does_not_model_are_accepted() {
-    let text = "apiVersion: v1\nkind: Service\nmetadata: {name: a, uid: x1, resourceVersion: '7'}\nspec: {sessionAffinity: None, ports: [{port: 80, nodePort: 30080}]}\nstatus: {loadBalancer: {}}\n";
+    let text = "apiVersion: v1\nkind: Service\nmetadata: {name: a, uid: x1, resourceVersion: '7'}\nspec: {sessionAffinity: None, ports: [{name: http, port: 80, nodePort: 30080}]}\nstatus: {loadBalancer: {}}\n";
     let parsed = parse_documents("a.yaml", text);
     assert!(parsed.problems.is_empty(), "{:#?}", parsed.problems);
     assert_eq!(parsed.objects.len(), 1);

@@ -5,6 +5,8 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
+use crate::config::protocol::Protocol;
+
 use super::{Checker, LABEL_RULE, check_namespaced_host, is_dns1123_label, is_ip, is_ip_or_cidr, is_wildcard_host};
 use crate::config::istio::{
     ConnectionPoolSettings, DestinationRule, Gateway, LoadBalancerSettings, OutlierDetection, ServiceEntry, Sidecar,
@@ -330,6 +332,16 @@ pub(super) fn service_entry(check: &mut Checker, se: &ServiceEntry) {
         if let Some(target) = port.target_port {
             check.port(format!("{path}.targetPort"), target);
         }
+        if port.protocol.as_deref().is_none_or(str::is_empty) {
+            check.warning(
+                format!("{path}.protocol"),
+                format!(
+                    "is not set: Istio would detect HTTP by sniffing; meshpush serves port {} as plain TCP, \
+                     so HTTP rules do not apply to it (set protocol: HTTP, TCP, …)",
+                    port.number
+                ),
+            );
+        }
     }
     if let Some(location) = &spec.location {
         check.one_of("spec.location", location, &["MESH_EXTERNAL", "MESH_INTERNAL"]);
@@ -406,8 +418,67 @@ fn workload(check: &mut Checker, path: &str, spec: &WorkloadEntrySpec) {
     }
 }
 
+/// A Sidecar ingress `defaultEndpoint`: loopback or "the instance IP" with a port, or a Unix socket.
+fn is_default_endpoint(endpoint: &str) -> bool {
+    if let Some(path) = endpoint.strip_prefix("unix://") {
+        return path.starts_with('/');
+    }
+    let Some((ip, port)) = endpoint.rsplit_once(':') else { return false };
+    matches!(ip, "127.0.0.1" | "[::1]" | "0.0.0.0" | "[::]") && port.parse::<u16>().is_ok_and(|p| p > 0)
+}
+
 pub(super) fn sidecar(check: &mut Checker, sidecar: &Sidecar) {
     let spec = &sidecar.spec;
+    let mut ingress_ports: BTreeMap<u32, usize> = BTreeMap::new();
+    for (i, listener) in spec.ingress.iter().enumerate() {
+        let path = format!("spec.ingress[{i}]");
+        check.port(format!("{path}.port.number"), listener.port.number);
+        if let Some(first) = ingress_ports.insert(listener.port.number, i) {
+            check.error(
+                format!("{path}.port.number"),
+                format!("port {} is already used by spec.ingress[{first}]", listener.port.number),
+            );
+        }
+        if let Some(protocol) = &listener.port.protocol
+            && Protocol::parse(protocol).is_none()
+        {
+            check.error(format!("{path}.port.protocol"), format!("{protocol:?} is not a protocol Istio knows"));
+        }
+        if let Some(bind) = &listener.bind
+            && !is_ip(bind)
+        {
+            check.error(
+                format!("{path}.bind"),
+                format!("{bind:?} is not an IP address (Unix sockets cannot be bound here)"),
+            );
+        }
+        if let Some(mode) = &listener.capture_mode {
+            check.one_of(format!("{path}.captureMode"), mode, &["DEFAULT", "IPTABLES", "NONE"]);
+        }
+        if let Some(endpoint) = listener.default_endpoint.as_deref().filter(|e| !e.is_empty())
+            && !is_default_endpoint(endpoint)
+        {
+            check.error(
+                format!("{path}.defaultEndpoint"),
+                format!(
+                    "{endpoint:?} is not one of 127.0.0.1:PORT, [::1]:PORT, 0.0.0.0:PORT, [::]:PORT or unix:///path"
+                ),
+            );
+        }
+    }
+    if let Some(proxy) = spec.outbound_traffic_policy.as_ref().and_then(|p| p.egress_proxy.as_ref()) {
+        let path = "spec.outboundTrafficPolicy.egressProxy";
+        if proxy.host.is_empty() || proxy.host.contains('*') || !is_wildcard_host(&proxy.host) {
+            check.error(format!("{path}.host"), format!("{:?} is not a host name", proxy.host));
+        }
+        match &proxy.port {
+            None => check.error(format!("{path}.port"), "is missing: the egress proxy needs its port"),
+            Some(port) => check.port(format!("{path}.port.number"), port.number),
+        }
+        if spec.outbound_traffic_policy.as_ref().and_then(|p| p.mode.as_deref()) == Some("REGISTRY_ONLY") {
+            check.warning(path, "is used only with mode ALLOW_ANY (as in Istio): ignored under REGISTRY_ONLY");
+        }
+    }
     let mut without_port = None;
     let mut ports: BTreeMap<(u32, &str), usize> = BTreeMap::new();
     for (i, listener) in spec.egress.iter().enumerate() {

@@ -5,6 +5,7 @@ use std::net::{Ipv4Addr, Ipv6Addr};
 
 use super::{Checker, is_dns1123_label, is_ip, is_wildcard_host};
 use crate::config::k8s::{EndpointSlice, IntOrString, Pod, SERVICE_NAME_LABEL, Service};
+use crate::config::protocol::Protocol;
 
 pub(super) fn service(check: &mut Checker, service: &Service) {
     let spec = &service.spec;
@@ -22,6 +23,25 @@ pub(super) fn service(check: &mut Checker, service: &Service) {
         }
         if let Some(protocol) = &port.protocol {
             check.one_of(format!("{path}.protocol"), protocol, &["TCP", "UDP", "SCTP"]);
+        }
+        let tcp = port.protocol.as_deref().is_none_or(|p| p == "TCP");
+        if tcp
+            && Protocol::of_kubernetes_port(port.port, port.name.as_deref(), port.app_protocol.as_deref())
+                == Protocol::Unknown
+        {
+            let named = match (&port.app_protocol, port.name.as_deref()) {
+                (Some(app), _) => format!("appProtocol {app:?}"),
+                (None, Some(name)) if !name.is_empty() => format!("port name {name:?}"),
+                _ => "the port, which has no name,".to_string(),
+            };
+            check.warning(
+                path.clone(),
+                format!(
+                    "{named} declares no protocol Istio knows: Istio would detect HTTP by sniffing; meshpush serves \
+                     port {} as plain TCP, so HTTP rules do not apply to it (name it http-…, grpc-…, tcp-…, or set appProtocol)",
+                    port.port
+                ),
+            );
         }
         match port.name.as_deref() {
             Some(name) if !name.is_empty() => {

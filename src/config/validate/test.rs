@@ -251,3 +251,18 @@ fn kubernetes_rules() {
     assert_eq!(error_paths(slice), vec!["metadata.labels", "addressType"]);
     assert_eq!(error_paths("apiVersion: v1\nkind: Service\nmetadata: {name: Reviews_1}\n"), vec!["metadata.name"]);
 }
+
+#[test]
+fn ports_without_a_protocol_istio_knows_are_reported_as_served_as_tcp() {
+    let service = |spec: &str| format!("apiVersion: v1\nkind: Service\nmetadata: {{name: s}}\nspec: {spec}\n");
+    let warned = |spec: &str| -> Vec<String> {
+        findings(&service(spec)).into_iter().filter(|f| f.0 == Severity::Warning).map(|f| f.1).collect()
+    };
+    assert_eq!(warned("{ports: [{name: web, port: 8080}]}"), vec!["spec.ports[0]"]);
+    assert_eq!(warned("{ports: [{port: 8080}]}"), vec!["spec.ports[0]"]);
+    assert_eq!(warned("{ports: [{name: web, port: 8080, appProtocol: http}]}"), Vec::<String>::new());
+    assert_eq!(warned("{ports: [{name: http-web, port: 8080}, {name: db, port: 3306}]}"), Vec::<String>::new());
+    assert_eq!(warned("{ports: [{name: dns, port: 5353, protocol: UDP}]}"), Vec::<String>::new(), "UDP is not served");
+    let message = message_at(&service("{ports: [{name: web, port: 8080}]}"), "spec.ports[0]");
+    assert!(message.contains("sniffing") && message.contains("plain TCP"), "{message}");
+}

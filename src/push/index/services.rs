@@ -114,13 +114,6 @@ impl ServiceIndex {
     }
 }
 
-fn protocol_of(app_protocol: Option<&str>, name: Option<&str>) -> Protocol {
-    match app_protocol {
-        Some(p) => Protocol::from_name(p),
-        None => name.map(Protocol::from_name).unwrap_or(Protocol::Unknown),
-    }
-}
-
 /// A Kubernetes Service as a mesh service.
 pub fn from_kubernetes(svc: &k8s::Service) -> Service {
     let namespace = svc.metadata.namespace();
@@ -132,7 +125,7 @@ pub fn from_kubernetes(svc: &k8s::Service) -> Service {
         .map(|p| ServicePort {
             name: p.name.clone().unwrap_or_default().into(),
             port: p.port,
-            protocol: protocol_of(p.app_protocol.as_deref(), p.name.as_deref()),
+            protocol: Protocol::of_kubernetes_port(p.port, p.name.as_deref(), p.app_protocol.as_deref()),
             target_port: match &p.target_port {
                 None => Some(p.port),
                 Some(k8s::IntOrString::Int(n)) => Some(*n),
@@ -176,10 +169,12 @@ pub fn from_service_entry(se: &istio::ServiceEntry) -> Vec<Service> {
     let mut ports: Vec<ServicePort> = spec
         .ports
         .iter()
+        // Istio serves no UDP.
+        .filter(|p| !p.protocol.as_deref().is_some_and(|p| p.eq_ignore_ascii_case("UDP")))
         .map(|p| ServicePort {
             name: p.name.as_str().into(),
             port: p.number,
-            protocol: protocol_of(p.protocol.as_deref(), Some(&p.name)),
+            protocol: p.protocol.as_deref().map_or(Protocol::Unknown, Protocol::from_name),
             target_port: p.target_port,
             target_port_name: None,
         })
