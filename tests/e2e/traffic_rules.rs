@@ -265,7 +265,6 @@ spec:
 #[test]
 fn sidecar_ingress_listeners_and_the_egress_proxy_carry_traffic() {
     const PORT: u16 = 18205;
-    const APP_PORT: u16 = 18215;
     let mesh = docs(&[
         service("shop", "web", PORT),
         service("shop", "egress", PORT),
