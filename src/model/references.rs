@@ -48,6 +48,28 @@ pub fn check_references(snapshot: &StoreSnapshot) -> Vec<Problem> {
             if let Some(mirror) = &route.mirror {
                 registry.destination(&mut report, format!("spec.http[{r}].mirror"), mirror, namespace);
             }
+            if let Some(delegate) = &route.delegate {
+                let ns = delegate.namespace.as_deref().filter(|n| !n.is_empty()).unwrap_or(namespace);
+                let found = snapshot.get(&ConfigKey::new(ConfigKind::VirtualService, ns, &delegate.name));
+                let why = match found.map(|s| &s.object) {
+                    None => Some(format!("VirtualService {ns}/{} does not exist", delegate.name)),
+                    Some(ConfigObject::VirtualService(d)) if !d.spec.hosts.is_empty() => {
+                        Some(format!("VirtualService {ns}/{} has hosts, so it is not a delegate", delegate.name))
+                    }
+                    Some(ConfigObject::VirtualService(d))
+                        if !super::service::ExportTo::parse(&d.spec.export_to, ns).visible_to(namespace) =>
+                    {
+                        Some(format!("VirtualService {ns}/{} is not exported to namespace {namespace}", delegate.name))
+                    }
+                    _ => None,
+                };
+                if let Some(why) = why {
+                    report(
+                        format!("spec.http[{r}].delegate"),
+                        format!("{why}: requests matching this route are not routed by it (as in Istio)"),
+                    );
+                }
+            }
             for (i, mirror) in route.mirrors.iter().enumerate() {
                 let path = format!("spec.http[{r}].mirrors[{i}].destination");
                 registry.destination(&mut report, path, &mirror.destination, namespace);

@@ -203,6 +203,23 @@ impl PushContext {
             for object in [old, new].into_iter().flatten() {
                 affected_hosts(object, &prev.services, &services, &mut changes.dirty_hosts);
             }
+            // A delegate has no hosts: its roots' hosts are what changed.
+            if key.kind == ConfigKind::VirtualService {
+                for index in [&prev.virtual_services, &virtual_services] {
+                    for root in index.roots_of(key) {
+                        if root.gateways.iter().any(|g| &**g != crate::config::istio::MESH_GATEWAY) {
+                            changes.gateways = true;
+                        }
+                        for h in &root.hosts {
+                            if h.starts_with('*') {
+                                changes.full = true;
+                            } else {
+                                changes.dirty_hosts.insert(h.clone());
+                            }
+                        }
+                    }
+                }
+            }
             if matches!(key.kind, ConfigKind::Sidecar | ConfigKind::Service | ConfigKind::ServiceEntry) {
                 changes.namespaces.insert(key.namespace.clone());
             }
@@ -357,8 +374,11 @@ fn affected_hosts(object: &ConfigObject, old: &ServiceIndex, new: &ServiceIndex,
         ConfigObject::VirtualService(vs) => {
             vs.spec.hosts.iter().for_each(|h| add_matching(&host::resolve(h, ns)));
             // Destinations change which clusters routes use.
-            for d in vs.spec.http.iter().flat_map(|r| r.route.iter().map(|d| &d.destination.host)) {
-                add_matching(&host::resolve(d, ns));
+            for route in &vs.spec.http {
+                let mirrors = route.mirror.iter().chain(route.mirrors.iter().map(|m| &m.destination));
+                for d in route.route.iter().map(|d| &d.destination).chain(mirrors) {
+                    add_matching(&host::resolve(&d.host, ns));
+                }
             }
         }
         ConfigObject::DestinationRule(dr) => add_matching(&host::resolve(&dr.spec.host, ns)),
@@ -396,6 +416,23 @@ mod tests {
         let b = ctx.scope_for(&productpage());
         assert!(Arc::ptr_eq(&a, &b), "the memo hands out the one scope");
         assert_eq!(ctx.scopes().len(), 1);
+    }
+
+    #[test]
+    fn a_delegate_edit_dirties_the_hosts_of_its_roots() {
+        let store = crate::model::ConfigStore::new();
+        store.apply(bookinfo::with_cases());
+        let prev = PushContext::build(store.snapshot(), 1, Arc::new(ScopeInterner::default()));
+        let changes = store.apply(bookinfo::puts(
+            "apiVersion: networking.istio.io/v1\nkind: VirtualService\nmetadata: {name: cart-routes, namespace: other}\n\
+             spec:\n  http:\n  - route: [{destination: {host: billing, port: {number: 9080}}, weight: 100}]\n",
+        ));
+        let (_, pushed) = PushContext::next(&prev, changes.snapshot.clone(), &PushRequest::new(changes));
+        assert!(
+            pushed.dirty_hosts.contains("storefront.default.svc.cluster.local"),
+            "the root's host: {:?}",
+            pushed.dirty_hosts
+        );
     }
 
     #[test]

@@ -55,7 +55,20 @@ fn weights_on_some_destinations_only_is_a_warning() {
 
 #[test]
 fn virtual_service_rules() {
-    assert_eq!(error_paths(&vs("  hosts: []\n  http: [{route: [{destination: {host: a}}]}]\n")), vec!["spec.hosts"]);
+    // No hosts: a delegate, which routes HTTP only, has no gateways and does not delegate again.
+    assert_eq!(error_paths(&vs("  hosts: []\n  http: [{route: [{destination: {host: a}}]}]\n")), Vec::<String>::new());
+    assert_eq!(
+        error_paths(&vs(
+            "  gateways: [g]\n  http: [{delegate: {name: d}}]\n  tcp: [{route: [{destination: {host: a}}]}]\n"
+        )),
+        vec!["spec.gateways", "spec.tcp", "spec.http[0].delegate"]
+    );
+    assert_eq!(error_paths(&vs("  hosts: []\n")), vec!["spec.http"]);
+    assert_eq!(
+        error_paths(&vs("  hosts: [a]\n  http: [{delegate: {name: d}, route: [{destination: {host: a}}]}]\n")),
+        vec!["spec.http[0]"],
+        "a route either delegates or routes"
+    );
     assert_eq!(
         error_paths(&vs("  hosts: [\"*\"]\n  http: [{route: [{destination: {host: a}}]}]\n")),
         vec!["spec.hosts[0]"],

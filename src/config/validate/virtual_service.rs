@@ -12,8 +12,33 @@ use crate::config::istio::{
 pub(super) fn virtual_service(check: &mut Checker, vs: &VirtualService) {
     let spec = &vs.spec;
     let bound_to_mesh = spec.gateways.is_empty() || spec.gateways.iter().any(|g| g == MESH_GATEWAY);
-    if spec.hosts.is_empty() {
-        check.error("spec.hosts", "is empty: a VirtualService needs at least one host");
+    // A VirtualService without hosts is a delegate: it routes only through
+    // a root VirtualService that hands routes over to it.
+    let delegate = spec.hosts.is_empty();
+    if delegate {
+        if !spec.gateways.is_empty() {
+            check.error(
+                "spec.gateways",
+                "a delegate VirtualService (one without hosts) takes its root's gateways: remove these",
+            );
+        }
+        if !spec.tcp.is_empty() {
+            check.error("spec.tcp", "a delegate VirtualService (one without hosts) routes HTTP only");
+        }
+        if spec.http.is_empty() {
+            check.error(
+                "spec.http",
+                "is empty: a VirtualService needs hosts, and a delegate (one without hosts) HTTP routes",
+            );
+        }
+        for (i, route) in spec.http.iter().enumerate() {
+            if route.delegate.is_some() {
+                check.error(
+                    format!("spec.http[{i}].delegate"),
+                    "a delegate cannot delegate again (Istio does not nest delegation)",
+                );
+            }
+        }
     }
     for (i, host) in spec.hosts.iter().enumerate() {
         let path = format!("spec.hosts[{i}]");
@@ -35,7 +60,7 @@ pub(super) fn virtual_service(check: &mut Checker, vs: &VirtualService) {
         gateway_name(check, format!("spec.gateways[{i}]"), gateway);
     }
     check.export_to(&spec.export_to);
-    if spec.http.is_empty() && spec.tcp.is_empty() {
+    if spec.http.is_empty() && spec.tcp.is_empty() && !delegate {
         check.error(
             "spec",
             "has neither http nor tcp routes (tls routes are not supported yet): the VirtualService would route nothing",
@@ -99,12 +124,13 @@ fn http_route(check: &mut Checker, path: &str, route: &HttpRoute) {
     }
     if let Some(delegate) = &route.delegate {
         let dpath = format!("{path}.delegate");
-        check.unsupported(
-            dpath.clone(),
-            Some("VirtualService delegation is not implemented: requests matching this route are not routed"),
-        );
         if !is_dns1123_subdomain(&delegate.name) {
             check.error(format!("{dpath}.name"), format!("{:?} is not a VirtualService name", delegate.name));
+        }
+        if let Some(ns) = delegate.namespace.as_deref().filter(|n| !n.is_empty())
+            && !is_dns1123_label(ns)
+        {
+            check.error(format!("{dpath}.namespace"), format!("{ns:?} is not a namespace name: {LABEL_RULE}"));
         }
     }
     if let Some(rewrite) = &route.rewrite {

@@ -141,3 +141,21 @@ fn sidecar_resource_hides_other_namespaces_and_blocks_unknown_hosts() {
     let outbound = listener(&listeners, "virtualOutbound");
     assert_eq!(tcp_clusters(&tcp(&outbound.filter_chains[0].filters[0])), ["BlackHoleCluster"]);
 }
+
+#[test]
+fn a_delegate_s_routes_take_the_place_of_the_root_route() {
+    let ctx = context(mesh());
+    let scope = productpage(&ctx, "REDIRECT");
+    let configs = rds::route_configs(&ctx, &scope);
+    let routes = &vhost(config(&configs, "9097"), "storefront.default.svc.cluster.local:9097").routes;
+    let names: Vec<&str> = routes.iter().map(|r| r.name.as_str()).collect();
+    assert_eq!(names, ["cart-v2", "cart", ""]);
+    let billing = "outbound|9080||billing.other.svc.cluster.local";
+    assert_eq!(single_cluster(&routes[0]), billing, "the delegate's short name resolves in its namespace");
+    let m = routes[0].r#match.as_ref().unwrap();
+    assert_eq!(m.path_specifier, Some(PathSpecifier::Prefix("/cart/v2".into())));
+    assert_eq!(m.headers[0].name, "x-beta");
+    assert_eq!(route_action(&routes[0]).timeout.unwrap().seconds, 4, "the root's timeout fills in");
+    assert_eq!(routes[1].r#match.as_ref().unwrap().path_specifier, Some(PathSpecifier::Prefix("/cart".into())));
+    assert_eq!(single_cluster(&routes[2]), "outbound|9097||storefront.default.svc.cluster.local");
+}

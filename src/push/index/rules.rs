@@ -4,6 +4,7 @@
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
+use super::delegation::{self, Delegates};
 use crate::config::{ConfigKey, ConfigKind, ConfigObject, istio};
 use crate::model::service::ExportTo;
 use crate::model::{Hostname, StoreSnapshot, host};
@@ -19,8 +20,11 @@ pub struct ResolvedVirtualService {
     pub gateways: Vec<Arc<str>>,
     /// Visibility.
     pub export_to: ExportTo,
-    /// The spec as written.
+    /// The spec as written, its delegating HTTP routes replaced by the
+    /// delegates' routes (see `delegation`).
     pub spec: istio::VirtualServiceSpec,
+    /// The delegate VirtualServices its routes hand over to.
+    pub delegates: Vec<ConfigKey>,
 }
 
 impl ResolvedVirtualService {
@@ -68,12 +72,28 @@ pub type Labels = BTreeMap<String, String>;
 impl VirtualServiceIndex {
     /// Builds the index.
     pub fn build(snapshot: &StoreSnapshot) -> VirtualServiceIndex {
-        let all = snapshot
+        let rules: Vec<(&ConfigKey, &istio::VirtualService)> = snapshot
             .kind(ConfigKind::VirtualService)
-            .values()
-            .filter_map(|stored| match &stored.object {
-                ConfigObject::VirtualService(vs) => Some(Arc::new(resolve_virtual_service(vs))),
+            .iter()
+            .filter_map(|(key, stored)| match &stored.object {
+                ConfigObject::VirtualService(vs) => Some((key, vs)),
                 _ => None,
+            })
+            .collect();
+        // A rule without hosts is a delegate: it routes only through a root.
+        let delegates: Delegates<'_> =
+            rules.iter().filter(|(_, vs)| vs.spec.hosts.is_empty()).map(|(k, vs)| ((*k).clone(), *vs)).collect();
+        let all = rules
+            .iter()
+            .filter(|(_, vs)| !vs.spec.hosts.is_empty())
+            .map(|(_, vs)| {
+                let mut resolved = resolve_virtual_service(vs);
+                if vs.spec.http.iter().any(|r| r.delegate.is_some()) {
+                    let (http, used) = delegation::merge(vs, &delegates);
+                    resolved.spec.http = http;
+                    resolved.delegates = used;
+                }
+                Arc::new(resolved)
             })
             .collect::<Vec<Arc<ResolvedVirtualService>>>();
         let mut by_host: HashMap<Hostname, Vec<usize>> = HashMap::new();
@@ -112,9 +132,17 @@ impl VirtualServiceIndex {
         &self.source_selectors
     }
 
-    /// Every rule.
+    /// Every rule (delegates are only inside their roots).
     pub fn all(&self) -> &[Arc<ResolvedVirtualService>] {
         &self.all
+    }
+
+    /// The roots that hand routes over to `delegate`.
+    pub fn roots_of<'a>(
+        &'a self,
+        delegate: &'a ConfigKey,
+    ) -> impl Iterator<Item = &'a Arc<ResolvedVirtualService>> + 'a {
+        self.all.iter().filter(move |vs| vs.delegates.contains(delegate))
     }
 
     /// The rule that routes `hostname` for proxies of `namespace` bound to
@@ -148,6 +176,7 @@ pub fn resolve_virtual_service(vs: &istio::VirtualService) -> ResolvedVirtualSer
         gateways,
         export_to: ExportTo::parse(&vs.spec.export_to, ns),
         spec: vs.spec.clone(),
+        delegates: Vec::new(),
     }
 }
 
