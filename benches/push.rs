@@ -109,7 +109,7 @@ fn generation(c: &mut Criterion) {
         b.iter(|| {
             eds_names
                 .iter()
-                .filter_map(|n| eds::load_assignment(&ctx, n))
+                .filter_map(|n| eds::load_assignment(&ctx, n, None))
                 .map(|cla| EncodedResource::encode(TypeUrl::Endpoint, cla.cluster_name.as_str().into(), &cla))
                 .collect::<Vec<_>>()
         })

@@ -117,9 +117,9 @@ fn generate(scenario: Scenario) -> anyhow::Result<Replay> {
     let listeners = cache.proxy_set(&ctx, &scope, &inbound, TypeUrl::Listener);
     let routes = cache.scoped(&ctx, &scope, TypeUrl::Route);
     let assignments: Vec<Arc<EncodedResource>> =
-        clusters.resources.iter().filter_map(|c| cache.endpoint(&ctx, &c.name)).collect();
+        clusters.resources.iter().filter_map(|c| cache.endpoint(&ctx, &c.name, None)).collect();
     let first = shape.cluster(0, 0);
-    let changed = cache.endpoint(&ctx, &first).with_context(|| format!("no assignment for {first}"))?;
+    let changed = cache.endpoint(&ctx, &first, None).with_context(|| format!("no assignment for {first}"))?;
     let changed = ClusterLoadAssignment::decode(&changed.to_any().value[..])?;
     let mut bodies: [Bytes; 4] = Default::default();
     bodies[TypeUrl::Cluster.index()] = body(TypeUrl::Cluster, &clusters.resources);

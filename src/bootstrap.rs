@@ -58,6 +58,8 @@ pub struct BootstrapOptions {
     pub interception: String,
     /// Use Delta xDS (`DELTA_GRPC`) instead of State of the World (`GRPC`).
     pub delta: bool,
+    /// `node.locality` as `REGION/ZONE/SUBZONE` (parts may be left out).
+    pub locality: Option<String>,
 }
 
 impl BootstrapOptions {
@@ -73,6 +75,7 @@ impl BootstrapOptions {
             meta: BTreeMap::new(),
             interception: "REDIRECT".to_string(),
             delta: false,
+            locality: None,
         }
     }
 }
@@ -132,11 +135,16 @@ pub fn render(opts: &BootstrapOptions) -> Result<String, BootstrapError> {
 
     let cluster = opts.cluster.clone().unwrap_or_else(|| derived_cluster(&proxy, &opts.labels));
 
-    let node = json!({
+    let mut node = json!({
         "id": opts.node_id,
         "cluster": cluster,
         "metadata": metadata,
     });
+    if let Some(locality) = opts.locality.as_deref().filter(|l| !l.is_empty()) {
+        let mut parts = locality.splitn(3, '/');
+        let mut next = || parts.next().unwrap_or("").to_string();
+        node["locality"] = json!({ "region": next(), "zone": next(), "sub_zone": next() });
+    }
     let dynamic_resources = json!({
         "ads_config": {
             "api_type": if opts.delta { "DELTA_GRPC" } else { "GRPC" },

@@ -110,6 +110,11 @@ struct BootstrapArgs {
     /// Use delta xDS (`api_type: DELTA_GRPC`) instead of state of the world.
     #[arg(long)]
     delta: bool,
+    /// Envoy `node.locality` as `REGION/ZONE/SUBZONE` (pilot-agent takes it
+    /// from the node's topology labels); locality load balancing prefers
+    /// endpoints near it.
+    #[arg(long)]
+    locality: Option<String>,
 }
 
 fn parse_duration(s: &str) -> Result<Duration, String> {
@@ -217,6 +222,7 @@ fn bootstrap(args: BootstrapArgs) -> Result<String, meshpush::bootstrap::Bootstr
         meta: args.meta.iter().map(|m| parse_key_value("meta", m)).collect::<Result<_, _>>()?,
         interception: args.interception,
         delta: args.delta,
+        locality: args.locality,
     };
     meshpush::bootstrap::render(&opts)
 }

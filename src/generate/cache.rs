@@ -8,8 +8,10 @@
 //!   `virtualInbound` listener — are cached per `(type, InboundId)`; they
 //!   depend on nothing but the workload's ports, so no config change
 //!   invalidates them.
-//! * ClusterLoadAssignments do not depend on the proxy at all: they are
-//!   cached by cluster name, shared by every scope.
+//! * ClusterLoadAssignments are cached by cluster name, shared by every
+//!   scope — or, for a cluster whose DestinationRule turns on locality load
+//!   balancing, by cluster name and endpoint view (the proxy's locality and
+//!   failover labels), shared by every proxy with that view.
 //!
 //! Invalidation follows the published snapshot: [`ScopedCache::invalidate`]
 //! drops the sets of scopes the change touched (those the new `PushContext`
@@ -26,6 +28,7 @@ use parking_lot::RwLock;
 use prost::Message;
 
 use crate::generate;
+use crate::push::scope::EndpointView;
 use crate::push::{InboundId, InboundKey, PushChanges, PushContext, Scope, ScopeId};
 use crate::resource::{EncodedResource, ResourceSet, TypeUrl};
 
@@ -150,12 +153,12 @@ impl ScopedCache {
         get_mut(&mut maps).entry(key).or_default().clone()
     }
 
-    /// Records a cached assignment name under its host, so invalidation
+    /// Records a cached assignment key under its host, so invalidation
     /// finds the assignments of a changed host without scanning them all.
-    fn index_endpoint(&self, cluster: &str) {
+    fn index_endpoint(&self, key: &str, cluster: &str) {
         if let Some(host) = crate::generate::eds::host_of(cluster) {
             let mut maps = self.maps.write();
-            if let Some((name, _)) = maps.endpoints.get_key_value(cluster) {
+            if let Some((name, _)) = maps.endpoints.get_key_value(key) {
                 let name = name.clone();
                 maps.endpoints_by_host.entry(Arc::from(host)).or_default().push(name);
             }
@@ -194,20 +197,36 @@ impl ScopedCache {
         self.maps.write().inbound.entry((type_url, id)).or_insert(set).clone()
     }
 
-    /// The ClusterLoadAssignment for a cluster name; `None` when no such cluster exists.
-    pub fn endpoint(&self, ctx: &PushContext, cluster: &str) -> Option<Arc<EncodedResource>> {
+    /// The ClusterLoadAssignment for a cluster name as a proxy with endpoint
+    /// `view` gets it; `None` when no such cluster exists. Assignments that
+    /// do not depend on the view (most: see `eds`) are cached once by name.
+    pub fn endpoint(
+        &self,
+        ctx: &PushContext,
+        cluster: &str,
+        view: Option<&EndpointView>,
+    ) -> Option<Arc<EncodedResource>> {
+        let view = view.filter(|_| crate::generate::eds::depends_on_view(ctx, cluster));
+        let keyed;
+        let key = match view {
+            None => cluster,
+            Some(v) => {
+                keyed = format!("{cluster}\u{1f}{}", v.key);
+                &keyed
+            }
+        };
         // Hits look up by `&str`: no allocation on the hot path.
-        let hit = self.maps.read().endpoints.get(cluster).cloned();
+        let hit = self.maps.read().endpoints.get(key).cloned();
         let cell = match hit {
             Some(cell) => cell,
-            None => self.cell(ctx, |m| &m.endpoints, |m| &mut m.endpoints, Arc::from(cluster)),
+            None => self.cell(ctx, |m| &m.endpoints, |m| &mut m.endpoints, Arc::from(key)),
         };
         let mut generated = false;
         let r = cell
             .get_or_init(|| {
                 generated = true;
-                self.index_endpoint(cluster);
-                let cla = crate::generate::eds::load_assignment(ctx, cluster)?;
+                self.index_endpoint(key, cluster);
+                let cla = crate::generate::eds::load_assignment(ctx, cluster, view)?;
                 CacheStats::count(&self.stats.generations, TypeUrl::Endpoint, 1);
                 Some(Arc::new(self.encode(TypeUrl::Endpoint, cluster.into(), &cla)))
             })
@@ -347,16 +366,16 @@ mod tests {
             .invalidate(&prev, &PushChanges { full: true, types: crate::resource::TypeSet::ALL, ..Default::default() });
         let reviews = "outbound|9080|v1|reviews.default.svc.cluster.local";
         let ratings = "outbound|9080||ratings.default.svc.cluster.local";
-        let old_reviews = cache.endpoint(&prev, reviews).expect("an assignment");
-        cache.endpoint(&prev, ratings).expect("an assignment");
+        let old_reviews = cache.endpoint(&prev, reviews, None).expect("an assignment");
+        cache.endpoint(&prev, ratings, None).expect("an assignment");
         let changes = store.apply(bookinfo::puts(
             "apiVersion: v1\nkind: Pod\nmetadata: {name: reviews-v1, namespace: default, labels: {app: reviews, version: v1}}\nstatus: {podIP: 127.0.0.43, phase: Running}\n",
         ));
         let (next, pushed) = PushContext::next(&prev, changes.snapshot.clone(), &PushRequest::new(changes));
         cache.invalidate(&next, &pushed);
         let before = generations(&cache, TypeUrl::Endpoint);
-        let new_reviews = cache.endpoint(&next, reviews).expect("an assignment");
-        cache.endpoint(&next, ratings).expect("an assignment");
+        let new_reviews = cache.endpoint(&next, reviews, None).expect("an assignment");
+        cache.endpoint(&next, ratings, None).expect("an assignment");
         assert_eq!(generations(&cache, TypeUrl::Endpoint) - before, 1, "only the changed host's assignment is rebuilt");
         assert_ne!(old_reviews.hash, new_reviews.hash);
         assert!(cache.stats.hits[TypeUrl::Endpoint.index()].load(Ordering::Relaxed) >= 1);

@@ -18,6 +18,7 @@ use envoy_types::pb::envoy::config::cluster::v3::{
     cluster::{
         ClusterDiscoveryType, CommonLbConfig, DiscoveryType, DnsLookupFamily, EdsClusterConfig, LbConfig, LbPolicy,
         LeastRequestLbConfig, MaglevLbConfig, RingHashLbConfig, RoundRobinLbConfig, SlowStartConfig,
+        common_lb_config::{LocalityConfigSpecifier, LocalityWeightedLbConfig},
     },
 };
 use envoy_types::pb::envoy::config::core::v3::{
@@ -110,8 +111,13 @@ fn outbound(
         cluster.lb_policy = LbPolicy::ClusterProvided as i32;
     } else {
         match svc.resolution {
-            Resolution::Dns => {
-                set_type(&mut cluster, DiscoveryType::StrictDns);
+            Resolution::Dns | Resolution::DnsRoundRobin => {
+                let kind = if svc.resolution == Resolution::Dns {
+                    DiscoveryType::StrictDns
+                } else {
+                    DiscoveryType::LogicalDns
+                };
+                set_type(&mut cluster, kind);
                 // Istio's default: A records only, so a name with both
                 // families resolves to the same address on every proxy.
                 cluster.dns_lookup_family = DnsLookupFamily::V4Only as i32;
@@ -131,10 +137,12 @@ fn outbound(
     if let Some(od) = &traffic.outlier_detection {
         // Istio stops the panic mode below `minHealthPercent` (0 unless set):
         // ejected hosts stay ejected rather than taking traffic again.
-        cluster.common_lb_config = Some(CommonLbConfig {
-            healthy_panic_threshold: Some(Percent { value: od.min_health_percent.unwrap_or(0).clamp(0, 100) as f64 }),
-            ..Default::default()
-        });
+        cluster.common_lb_config.get_or_insert_with(CommonLbConfig::default).healthy_panic_threshold =
+            Some(Percent { value: od.min_health_percent.unwrap_or(0).clamp(0, 100) as f64 });
+    }
+    if !passthrough && eds::locality_weighted(&traffic) {
+        cluster.common_lb_config.get_or_insert_with(CommonLbConfig::default).locality_config_specifier =
+            Some(LocalityConfigSpecifier::LocalityWeightedLbConfig(LocalityWeightedLbConfig::default()));
     }
     cluster
 }

@@ -1,30 +1,49 @@
 //! EDS: the `ClusterLoadAssignment` of one outbound cluster.
 //!
-//! The cache key of an assignment is the cluster name alone, so the output is
-//! a function of `(PushContext, cluster name)` and never of the proxy asking:
-//! the DestinationRule whose subset labels filter the endpoints is the one a
-//! proxy in the *service's* namespace would see. Endpoints are grouped by
+//! An assignment is a function of `(PushContext, cluster name)` — the
+//! DestinationRule whose subset labels filter the endpoints is the one a
+//! proxy in the *service's* namespace would see — and, only when that rule
+//! turns on locality load balancing, of the asking proxy's
+//! [`EndpointView`] too ([`depends_on_view`]). Endpoints are grouped by
 //! locality; groups are sorted by locality and endpoints by address, so the
 //! same endpoint set always encodes to the same bytes.
+//!
+//! Locality load balancing, as Istio's `loadbalancer` package applies it:
+//! enabled unless the rule's `localityLbSetting.enabled` is false;
+//! `distribute` re-weighs the localities for proxies of a matching `from`;
+//! otherwise, when the policy has outlier detection, endpoints get
+//! priorities — by `failoverPriority` labels compared with the proxy's,
+//! and (without such labels, or with `failover` entries) by how much of
+//! the proxy's locality they share (same subzone 0, zone 1, region 2, other
+//! regions 3, or 4 for regions a `failover` entry does not name as the
+//! proxy region's) — renumbered from 0 without gaps.
+//! DNS clusters carry their endpoints inline in CDS, which is shared by a
+//! scope: they get no locality priorities.
 //!
 //! A known cluster with no endpoints gets an assignment with no endpoints
 //! (never silence: Envoy keeps an EDS cluster warming until it gets one).
 
 use std::collections::BTreeMap;
 
-use envoy_types::pb::envoy::config::core::v3::{HealthStatus, Locality};
+use envoy_types::pb::envoy::config::core::v3::{HealthStatus, Locality as EnvoyLocality};
 use envoy_types::pb::envoy::config::endpoint::v3::{
     ClusterLoadAssignment, Endpoint as EnvoyEndpoint, LbEndpoint, LocalityLbEndpoints, lb_endpoint::HostIdentifier,
 };
 
 use super::naming::{self, Direction};
 use super::{policy, proto};
-use crate::model::{Resolution, Service, ServiceEndpoints};
+use crate::config::istio::{LocalityDistribute, LocalityFailover, TrafficPolicy};
+use crate::model::{Locality, Resolution, Service, ServiceEndpoints};
 use crate::push::PushContext;
+use crate::push::scope::EndpointView;
 
 /// The assignment for `cluster_name`: `None` when the name is not an outbound
 /// cluster of a known service port.
-pub fn load_assignment(ctx: &PushContext, cluster_name: &str) -> Option<ClusterLoadAssignment> {
+pub fn load_assignment(
+    ctx: &PushContext,
+    cluster_name: &str,
+    view: Option<&EndpointView>,
+) -> Option<ClusterLoadAssignment> {
     let name = naming::parse_cluster(cluster_name)?;
     if name.direction != Direction::Outbound {
         return None;
@@ -32,12 +51,201 @@ pub fn load_assignment(ctx: &PushContext, cluster_name: &str) -> Option<ClusterL
     let svc = ctx.services.get(name.host)?;
     svc.port(name.port)?;
     // The service's own namespace picks the rule: EDS is shared by every proxy.
-    let policy = policy::for_destination(ctx, &svc.namespace, &svc.namespace, &svc.hostname, name.subset, None);
+    let policy =
+        policy::for_destination(ctx, &svc.namespace, &svc.namespace, &svc.hostname, name.subset, Some(name.port));
     if !policy.subset_found {
         tracing::debug!(cluster = cluster_name, "subset is not defined by a DestinationRule; sending no endpoints");
         return Some(empty(cluster_name));
     }
-    Some(assignment(cluster_name, svc, name.port, ctx.endpoints.get(&svc.hostname).map(|e| &**e), &policy.labels))
+    let endpoints = ctx.endpoints.get(&svc.hostname).map(|e| &**e);
+    let mut cla = assignment(cluster_name, svc, name.port, endpoints, &policy.labels);
+    if let (Some(view), Some(mode)) = (view, LocalityMode::of(&policy.traffic)) {
+        apply_locality(&mut cla, endpoints, &mode, view);
+    }
+    Some(cla)
+}
+
+/// Whether the assignment of `cluster_name` depends on the proxy's endpoint
+/// view (its rule turns on locality load balancing).
+pub fn depends_on_view(ctx: &PushContext, cluster_name: &str) -> bool {
+    if !ctx.destination_rules.locality_aware() {
+        return false;
+    }
+    let Some(name) = naming::parse_cluster(cluster_name).filter(|n| n.direction == Direction::Outbound) else {
+        return false;
+    };
+    let Some(svc) = ctx.services.get(name.host) else { return false };
+    let policy =
+        policy::for_destination(ctx, &svc.namespace, &svc.namespace, &svc.hostname, name.subset, Some(name.port));
+    LocalityMode::of(&policy.traffic).is_some()
+}
+
+/// How locality load balancing shapes a cluster's assignment.
+#[derive(Debug)]
+enum LocalityMode<'p> {
+    /// Re-weigh localities (`distribute`).
+    Distribute(&'p [LocalityDistribute]),
+    /// Priorities by failover labels, then by locality.
+    Failover { failover: &'p [LocalityFailover], labels: &'p [String] },
+}
+
+impl<'p> LocalityMode<'p> {
+    fn of(traffic: &'p TrafficPolicy) -> Option<LocalityMode<'p>> {
+        let setting = traffic.load_balancer.as_ref().and_then(|lb| lb.locality_lb_setting.as_ref());
+        if setting.is_some_and(|s| s.enabled == Some(false)) {
+            return None;
+        }
+        match setting {
+            Some(s) if !s.distribute.is_empty() => Some(LocalityMode::Distribute(&s.distribute)),
+            // Without a rule of its own, Istio's mesh default: failover by locality.
+            _ if traffic.outlier_detection.is_some() => Some(LocalityMode::Failover {
+                failover: setting.map_or(&[][..], |s| &s.failover),
+                labels: setting.map_or(&[][..], |s| &s.failover_priority),
+            }),
+            _ => None,
+        }
+    }
+}
+
+/// Whether a cluster's load balancer must honour locality weights (Istio
+/// sets it for `distribute`, and for failover with explicit entries).
+pub fn locality_weighted(traffic: &TrafficPolicy) -> bool {
+    match LocalityMode::of(traffic) {
+        Some(LocalityMode::Distribute(_)) => true,
+        Some(LocalityMode::Failover { failover, labels }) => !failover.is_empty() || !labels.is_empty(),
+        None => false,
+    }
+}
+
+fn apply_locality(
+    cla: &mut ClusterLoadAssignment,
+    endpoints: Option<&ServiceEndpoints>,
+    mode: &LocalityMode<'_>,
+    view: &EndpointView,
+) {
+    match mode {
+        LocalityMode::Distribute(rules) => distribute(cla, rules, &view.locality),
+        LocalityMode::Failover { failover, labels } => {
+            if !labels.is_empty() {
+                split_by_failover_labels(cla, endpoints, labels, view);
+            }
+            // With failover labels, localities rank only when `failover` names regions (as in Istio).
+            let by_locality = labels.is_empty() || !failover.is_empty();
+            for group in cla.endpoints.iter_mut().filter(|_| by_locality) {
+                let locality = group.locality.as_ref().map(from_proto).unwrap_or_default();
+                let mut p = view.locality.priority_of(&locality);
+                if p == 3
+                    && let Some(rule) = failover.iter().find(|f| f.from == view.locality.region)
+                    && locality.region != rule.to
+                {
+                    p = 4;
+                }
+                group.priority = group.priority * 5 + p;
+            }
+            renumber(cla);
+        }
+    }
+}
+
+/// Istio's `applyLocalityWeights`: the first rule whose `from` matches the
+/// proxy shares traffic among the localities its `to` names, in proportion
+/// to their endpoints' weights; localities it does not name get nothing.
+fn distribute(cla: &mut ClusterLoadAssignment, rules: &[LocalityDistribute], proxy: &Locality) {
+    let Some(rule) = rules.iter().find(|r| proxy.matches(&r.from)) else { return };
+    let mut unmatched: Vec<bool> = vec![true; cla.endpoints.len()];
+    for (pattern, share) in &rule.to {
+        let members: Vec<usize> = (0..cla.endpoints.len())
+            .filter(|&i| {
+                unmatched[i] && cla.endpoints[i].locality.as_ref().map(from_proto).unwrap_or_default().matches(pattern)
+            })
+            .collect();
+        let weights: Vec<u32> =
+            members.iter().map(|&i| cla.endpoints[i].load_balancing_weight.map_or(1, |w| w.value)).collect();
+        let total: u32 = weights.iter().sum();
+        for (&i, &weight) in members.iter().zip(&weights) {
+            unmatched[i] = false;
+            let w = (f64::from(weight) * f64::from(*share) / f64::from(total.max(1))).ceil() as u32;
+            if w > 0 {
+                cla.endpoints[i].load_balancing_weight = Some(proto::u32_value(w));
+            }
+        }
+    }
+    for (i, group) in cla.endpoints.iter_mut().enumerate() {
+        if unmatched[i] {
+            group.lb_endpoints.clear();
+        }
+    }
+}
+
+/// Istio's `applyFailoverPriorities`: within each locality, endpoints whose
+/// labels agree with the proxy's on the first N listed labels rank before
+/// those that agree on fewer (`label=value` compares with the value given).
+fn split_by_failover_labels(
+    cla: &mut ClusterLoadAssignment,
+    endpoints: Option<&ServiceEndpoints>,
+    labels: &[String],
+    view: &EndpointView,
+) {
+    let by_address: BTreeMap<&str, &BTreeMap<String, String>> =
+        endpoints.map(|e| e.endpoints.iter().map(|e| (&*e.address, &e.labels)).collect()).unwrap_or_default();
+    let wanted: Vec<(&str, Option<&str>)> = labels
+        .iter()
+        .map(|l| match l.split_once('=') {
+            Some((name, value)) => (name, Some(value)),
+            None => (l.as_str(), None),
+        })
+        .collect();
+    let priority = |labels: Option<&&BTreeMap<String, String>>| -> u32 {
+        for (j, (name, value)) in wanted.iter().enumerate() {
+            let mine = value.or_else(|| view.labels.get(*name).map(String::as_str));
+            let theirs = labels.and_then(|l| l.get(*name)).map(String::as_str);
+            if mine != theirs {
+                return (wanted.len() - j) as u32;
+            }
+        }
+        0
+    };
+    let mut out = Vec::with_capacity(cla.endpoints.len());
+    for group in std::mem::take(&mut cla.endpoints) {
+        let mut by_priority: BTreeMap<u32, Vec<LbEndpoint>> = BTreeMap::new();
+        for ep in group.lb_endpoints.iter().cloned() {
+            let address = match &ep.host_identifier {
+                Some(HostIdentifier::Endpoint(e)) => match e.address.as_ref().and_then(|a| a.address.as_ref()) {
+                    Some(envoy_types::pb::envoy::config::core::v3::address::Address::SocketAddress(sa)) => {
+                        sa.address.as_str()
+                    }
+                    _ => "",
+                },
+                _ => "",
+            };
+            by_priority.entry(priority(by_address.get(address))).or_default().push(ep);
+        }
+        for (p, members) in by_priority {
+            let total =
+                members.iter().fold(0u32, |sum, m| sum.saturating_add(m.load_balancing_weight.map_or(1, |w| w.value)));
+            out.push(LocalityLbEndpoints {
+                lb_endpoints: members,
+                priority: p,
+                load_balancing_weight: Some(proto::u32_value(total)),
+                ..group.clone()
+            });
+        }
+    }
+    cla.endpoints = out;
+}
+
+/// Renumbers priorities 0, 1, 2… keeping their order (Envoy needs no gaps).
+fn renumber(cla: &mut ClusterLoadAssignment) {
+    let mut used: Vec<u32> = cla.endpoints.iter().map(|g| g.priority).collect();
+    used.sort_unstable();
+    used.dedup();
+    for group in &mut cla.endpoints {
+        group.priority = used.binary_search(&group.priority).unwrap_or(0) as u32;
+    }
+}
+
+fn from_proto(l: &EnvoyLocality) -> Locality {
+    Locality { region: l.region.clone(), zone: l.zone.clone(), subzone: l.sub_zone.clone() }
 }
 
 /// The service host of a cluster name (`reviews.default.svc.cluster.local`
@@ -108,11 +316,11 @@ pub(crate) fn assignment(
 }
 
 /// `region/zone/subzone` (any suffix may be missing); `None` when empty.
-fn parse_locality(text: &str) -> Option<Locality> {
+fn parse_locality(text: &str) -> Option<EnvoyLocality> {
     if text.is_empty() {
         return None;
     }
     let mut parts = text.splitn(3, '/');
     let mut next = || parts.next().unwrap_or("").to_string();
-    Some(Locality { region: next(), zone: next(), sub_zone: next() })
+    Some(EnvoyLocality { region: next(), zone: next(), sub_zone: next() })
 }

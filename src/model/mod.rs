@@ -14,6 +14,7 @@
 
 pub mod endpoint;
 pub mod host;
+pub mod locality;
 pub mod proxy;
 pub mod references;
 pub mod service;
@@ -21,6 +22,7 @@ pub mod store;
 
 pub use endpoint::{Endpoint, ServiceEndpoints};
 pub use host::Hostname;
+pub use locality::Locality;
 pub use proxy::{InterceptionMode, NodeError, Proxy, ProxyKind};
 pub use references::check_references;
 pub use service::{Protocol, Resolution, Service, ServicePort};

@@ -11,6 +11,8 @@ use envoy_types::pb::envoy::config::core::v3::Node;
 use envoy_types::pb::google::protobuf::{Struct, Value, value::Kind};
 use serde::Serialize;
 
+use super::Locality;
+
 /// What kind of proxy it is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
 pub enum ProxyKind {
@@ -72,6 +74,8 @@ pub struct Proxy {
     pub interception: InterceptionMode,
     /// Envoy's `node.cluster` (shown by proxy-status).
     pub cluster: Arc<str>,
+    /// Envoy's `node.locality` (locality load balancing prefers endpoints near it).
+    pub locality: Locality,
     /// Every metadata value, flattened to strings.
     pub metadata: BTreeMap<String, String>,
 }
@@ -126,6 +130,11 @@ impl Proxy {
             labels,
             interception,
             cluster: node.cluster.as_str().into(),
+            locality: node
+                .locality
+                .as_ref()
+                .map(|l| Locality { region: l.region.clone(), zone: l.zone.clone(), subzone: l.sub_zone.clone() })
+                .unwrap_or_default(),
             metadata,
         })
     }

@@ -29,10 +29,21 @@ pub struct ServicePort {
 pub enum Resolution {
     /// Endpoints are known IPs, delivered by EDS.
     Static,
-    /// Endpoints are DNS names Envoy resolves itself (STRICT_DNS cluster).
+    /// Endpoints are DNS names Envoy resolves itself, using every address
+    /// (STRICT_DNS cluster).
     Dns,
+    /// One DNS name Envoy resolves, connecting to one address at a time
+    /// (LOGICAL_DNS cluster: ServiceEntry `DNS_ROUND_ROBIN`).
+    DnsRoundRobin,
     /// No endpoints: traffic goes to the original destination (ORIGINAL_DST cluster).
     Passthrough,
+}
+
+impl Resolution {
+    /// Whether Envoy resolves the endpoints by DNS.
+    pub fn is_dns(self) -> bool {
+        matches!(self, Resolution::Dns | Resolution::DnsRoundRobin)
+    }
 }
 
 /// Where a service lives relative to the mesh.

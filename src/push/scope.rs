@@ -26,7 +26,7 @@ use super::PushContext;
 use super::index::ResolvedGateway;
 use crate::config::ConfigKey;
 use crate::config::istio::{self, ConnectionPoolSettings};
-use crate::model::{Hostname, InterceptionMode, Protocol, Proxy, ProxyKind, Service, host};
+use crate::model::{Hostname, InterceptionMode, Locality, Protocol, Proxy, ProxyKind, Service, host};
 
 /// Interned [`ScopeKey`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
@@ -113,6 +113,38 @@ pub struct InboundKey {
     pub interception: InterceptionMode,
     /// The workload's ports, sorted.
     pub ports: Vec<InboundPort>,
+}
+
+/// What of a proxy decides its endpoint assignments, when a DestinationRule
+/// makes them depend on the proxy (locality failover or weights, failover
+/// priority labels): its locality and the values of the labels the mesh's
+/// `failoverPriority` entries compare. Proxies with equal views share every
+/// assignment; with no such rule in the mesh there is no view at all and
+/// every proxy shares every assignment.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize)]
+pub struct EndpointView {
+    /// The proxy's locality.
+    pub locality: Locality,
+    /// Values of the failover-priority labels the proxy has.
+    pub labels: BTreeMap<String, String>,
+    /// The view as a cache key: `region/zone/subzone|k=v,…`.
+    pub key: Arc<str>,
+}
+
+/// The endpoint view of `proxy` in `ctx`; `None` when no rule needs one.
+pub fn endpoint_view(ctx: &PushContext, proxy: &Proxy) -> Option<Arc<EndpointView>> {
+    if !ctx.destination_rules.locality_aware() {
+        return None;
+    }
+    let labels: BTreeMap<String, String> = ctx
+        .destination_rules
+        .failover_labels()
+        .iter()
+        .filter_map(|l| proxy.labels.get(l).map(|v| (l.clone(), v.clone())))
+        .collect();
+    let listed: Vec<String> = labels.iter().map(|(k, v)| format!("{k}={v}")).collect();
+    let key = format!("{}|{}", proxy.locality, listed.join(","));
+    Some(Arc::new(EndpointView { locality: proxy.locality.clone(), labels, key: key.into() }))
 }
 
 /// Hands out [`ScopeId`]s and [`InboundId`]s; shared by every `PushContext` of a server.

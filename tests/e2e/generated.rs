@@ -98,11 +98,15 @@ fn envoy_accepts_everything_generated() {
     ] {
         let mut clusters = cds::clusters(&ctx, &scope);
         clusters.extend(inbound.iter().flat_map(cds::inbound_clusters));
-        // EDS clusters only: DNS clusters carry their (host name) endpoints inline.
+        // EDS clusters only: DNS clusters carry their (host name) endpoints
+        // inline. As a proxy in us-east sees them: with locality priorities.
+        let mut client = bookinfo::productpage();
+        client.locality = meshpush::model::Locality::parse("us-east/zone-a");
+        let view = meshpush::push::scope::endpoint_view(&ctx, &client);
         let assignments: Vec<_> = clusters
             .iter()
             .filter(|c| c.eds_cluster_config.is_some())
-            .filter_map(|c| eds::load_assignment(&ctx, &c.name))
+            .filter_map(|c| eds::load_assignment(&ctx, &c.name, view.as_deref()))
             .collect();
         for (i, mut cla) in assignments.into_iter().enumerate() {
             let name = format!("eds-check-{i}");

@@ -304,3 +304,47 @@ spec:
     });
     scene.assert_nothing_rejected();
 }
+
+/// Locality failover, Istio's default with outlier detection: a client in
+/// `us-east/zone-a` is served by the endpoint in its zone; when that one
+/// fails and is ejected, traffic fails over to the other region.
+#[test]
+fn outlier_detection_keeps_traffic_in_the_callers_locality_and_fails_over() {
+    const PORT: u16 = 18206;
+    let entry = |name: &str, ip: &str, locality: &str| {
+        format!(
+            "apiVersion: networking.istio.io/v1\nkind: WorkloadEntry\nmetadata: {{name: {name}, namespace: shop}}\n\
+             spec: {{address: {ip}, locality: {locality}, labels: {{app: api}}}}\n"
+        )
+    };
+    let mesh = docs(&[
+        service("shop", "api", PORT),
+        entry("api-near", "127.0.126.2", "us-east/zone-a"),
+        entry("api-far", "127.0.126.3", "eu-west/zone-b"),
+    ]);
+    let rule = "\
+apiVersion: networking.istio.io/v1
+kind: DestinationRule
+metadata: {name: api, namespace: shop}
+spec:
+  host: api
+  trafficPolicy:
+    outlierDetection: {consecutive5xxErrors: 1, interval: 1s, baseEjectionTime: 1m, maxEjectionPercent: 100}
+";
+    let mut scene = Scene::start(
+        &[("mesh.yaml", &mesh), ("rule.yaml", rule)],
+        &[("api-near", "127.0.126.2:18206"), ("api-far", "127.0.126.3:18206")],
+    );
+    let mut opts = scene.sidecar(&sidecar_node("127.0.126.9", "client", "shop"), &[("app", "client")]);
+    opts.locality = Some("us-east/zone-a".into());
+    scene.add_envoy("client", &opts);
+    let api = Request::new(loopback(PORT), "api");
+    scene.wait(CONVERGE, "api to answer through the sidecar", Section::Endpoints, || api.send().map(drop));
+    api.all_answered_by(20, &["api-near"]).unwrap();
+
+    scene.remove_backend("api-near");
+    scene.wait(Duration::from_secs(10), "traffic to fail over to the other region", Section::Endpoints, || {
+        api.all_answered_by(10, &["api-far"])
+    });
+    scene.assert_nothing_rejected();
+}

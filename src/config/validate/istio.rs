@@ -56,6 +56,15 @@ pub(super) fn destination_rule(check: &mut Checker, dr: &DestinationRule) {
 fn traffic_policy(check: &mut Checker, path: &str, policy: &TrafficPolicy) {
     if let Some(lb) = &policy.load_balancer {
         load_balancer(check, &format!("{path}.loadBalancer"), lb);
+        if let Some(locality) = &lb.locality_lb_setting
+            && (!locality.failover.is_empty() || !locality.failover_priority.is_empty())
+            && policy.outlier_detection.is_none()
+        {
+            check.warning(
+                format!("{path}.loadBalancer.localityLbSetting"),
+                "fails over only when endpoints are ejected: without outlierDetection it has no effect (as in Istio)",
+            );
+        }
     }
     if let Some(pool) = &policy.connection_pool {
         connection_pool(check, &format!("{path}.connectionPool"), pool);
@@ -151,13 +160,33 @@ fn load_balancer(check: &mut Checker, lb_path: &str, lb: &LoadBalancerSettings) 
     }
     if let Some(locality) = &lb.locality_lb_setting {
         let lpath = format!("{lb_path}.localityLbSetting");
-        if !locality.distribute.is_empty() && !locality.failover.is_empty() {
-            check.error(lpath.clone(), "sets both distribute and failover: Istio allows one");
+        if !locality.distribute.is_empty() && (!locality.failover.is_empty() || !locality.failover_priority.is_empty())
+        {
+            check.error(
+                lpath.clone(),
+                "sets distribute with failover or failoverPriority: Istio allows one or the other",
+            );
         }
-        check.unsupported(
-            lpath,
-            Some("every endpoint is at one priority whatever its locality (no locality-weighted shares or failover)"),
-        );
+        for (i, d) in locality.distribute.iter().enumerate() {
+            let dpath = format!("{lpath}.distribute[{i}]");
+            if d.from.is_empty() {
+                check.error(
+                    format!("{dpath}.from"),
+                    "is empty: name the locality traffic comes from (region/zone/subzone, * wildcards)",
+                );
+            }
+            let total: u64 = d.to.values().map(|w| u64::from(*w)).sum();
+            if total != 100 {
+                check.error(format!("{dpath}.to"), format!("weights add up to {total}, not 100"));
+            }
+        }
+        for (i, f) in locality.failover.iter().enumerate() {
+            if f.from.is_empty() || f.to.is_empty() || f.from.contains('/') || f.to.contains('/') {
+                check.error(format!("{lpath}.failover[{i}]"), "from and to must be regions (no zone)");
+            } else if f.from == f.to {
+                check.error(format!("{lpath}.failover[{i}]"), format!("fails over from {} to itself", f.from));
+            }
+        }
     }
     if lb.warmup.is_some() && lb.warmup_duration_secs.is_some() {
         check.error(lb_path, "sets both warmup and warmupDurationSecs: keep warmup");

@@ -161,6 +161,8 @@ fn service_entry_resolution_picks_the_cluster_type() {
     let Some(HostIdentifier::Endpoint(ep)) = &cla.endpoints[0].lb_endpoints[0].host_identifier else { panic!() };
     let Some(address::Address::SocketAddress(sa)) = ep.address.as_ref().unwrap().address.as_ref() else { panic!() };
     assert_eq!(sa.address, "api.example.com");
+    let round_robin = cluster(&clusters, "outbound|80||rr.example.com");
+    assert_eq!(discovery_type(round_robin), DiscoveryType::LogicalDns, "DNS_ROUND_ROBIN");
 
     let passthrough = cluster(&clusters, "outbound|8080||passthrough.example.com");
     assert_eq!(discovery_type(passthrough), DiscoveryType::OriginalDst);

@@ -65,7 +65,7 @@ fn output_is_deterministic_across_builds_and_input_order() {
             [("redirect", productpage(&ctx, "REDIRECT")), ("none", productpage(&ctx, "NONE")), ("gw", ingress(&ctx))]
         {
             for c in cds::clusters(&ctx, &scope) {
-                if let Some(cla) = eds::load_assignment(&ctx, &c.name) {
+                if let Some(cla) = eds::load_assignment(&ctx, &c.name, None) {
                     bytes.insert(format!("eds {}", c.name), cla.encode_to_vec());
                 }
                 bytes.insert(format!("{label} cds {}", c.name), c.encode_to_vec());

@@ -11,7 +11,7 @@ use rayon::prelude::*;
 
 use super::{ServiceIndex, Workload, WorkloadIndex};
 use crate::config::{ConfigKind, ConfigObject, k8s};
-use crate::model::{Endpoint, Hostname, Resolution, Service, ServiceEndpoints, StoreSnapshot};
+use crate::model::{Endpoint, Hostname, Service, ServiceEndpoints, StoreSnapshot};
 
 /// Endpoints by service host, in a persistent map: the successor of an
 /// index after an endpoint change shares every untouched entry (O(1) clone,
@@ -235,7 +235,7 @@ fn inline_endpoints(svc: &Service, se: &crate::config::istio::ServiceEntry) -> V
             service_account: e.service_account.as_deref().map(Arc::from),
         })
         .collect();
-    if out.is_empty() && svc.resolution == Resolution::Dns && !svc.hostname.starts_with('*') {
+    if out.is_empty() && svc.resolution.is_dns() && !svc.hostname.starts_with('*') {
         out.push(Endpoint {
             address: svc.hostname.clone(),
             ports: svc.ports.iter().map(|p| (p.port, p.target_port.unwrap_or(p.port))).collect(),

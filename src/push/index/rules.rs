@@ -198,6 +198,16 @@ pub struct ResolvedDestinationRule {
 pub struct DestinationRuleIndex {
     by_host: HashMap<Hostname, Vec<Arc<ResolvedDestinationRule>>>,
     wildcards: Vec<Arc<ResolvedDestinationRule>>,
+    /// Whether any rule can make endpoint assignments depend on the proxy's
+    /// locality (outlier detection, or a locality setting anywhere in it).
+    locality_aware: bool,
+    /// The label names of every `failoverPriority`, sorted and unique.
+    failover_labels: Vec<String>,
+}
+
+/// The policies of a rule: its own, each port's, each subset's.
+fn policies(spec: &istio::DestinationRuleSpec) -> impl Iterator<Item = &istio::TrafficPolicy> {
+    spec.traffic_policy.iter().chain(spec.subsets.iter().filter_map(|s| s.traffic_policy.as_ref()))
 }
 
 impl DestinationRuleIndex {
@@ -213,6 +223,27 @@ impl DestinationRuleIndex {
                     export_to: ExportTo::parse(&dr.spec.export_to, ns),
                     spec: dr.spec.clone(),
                 });
+                for policy in policies(&rule.spec) {
+                    let lbs = policy
+                        .load_balancer
+                        .iter()
+                        .chain(policy.port_level_settings.iter().filter_map(|p| p.load_balancer.as_ref()));
+                    let ods = policy.outlier_detection.is_some()
+                        || policy.port_level_settings.iter().any(|p| p.outlier_detection.is_some());
+                    let mut aware = ods;
+                    for lb in lbs {
+                        if let Some(locality) = &lb.locality_lb_setting {
+                            aware = true;
+                            index.failover_labels.extend(
+                                locality
+                                    .failover_priority
+                                    .iter()
+                                    .map(|l| l.split('=').next().unwrap_or("").to_string()),
+                            );
+                        }
+                    }
+                    index.locality_aware |= aware;
+                }
                 if rule.host.starts_with('*') {
                     index.wildcards.push(rule);
                 } else {
@@ -220,7 +251,20 @@ impl DestinationRuleIndex {
                 }
             }
         }
+        index.failover_labels.sort();
+        index.failover_labels.dedup();
         index
+    }
+
+    /// Whether any rule can make endpoint assignments depend on the proxy
+    /// (when none does, every proxy shares every assignment).
+    pub fn locality_aware(&self) -> bool {
+        self.locality_aware
+    }
+
+    /// The label names `failoverPriority` entries compare, sorted.
+    pub fn failover_labels(&self) -> &[String] {
+        &self.failover_labels
     }
 
     /// The rule that applies to `hostname` (a service of `service_namespace`)

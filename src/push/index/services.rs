@@ -182,7 +182,8 @@ pub fn from_service_entry(se: &istio::ServiceEntry) -> Vec<Service> {
     ports.sort_by_key(|p| p.port);
     let resolution = match spec.resolution.as_deref() {
         Some("STATIC") => Resolution::Static,
-        Some("DNS") | Some("DNS_ROUND_ROBIN") => Resolution::Dns,
+        Some("DNS") => Resolution::Dns,
+        Some("DNS_ROUND_ROBIN") => Resolution::DnsRoundRobin,
         _ => Resolution::Passthrough,
     };
     let location = match spec.location.as_deref() {

@@ -266,7 +266,8 @@ impl DeltaConnection {
                     clusters = view.scoped(scope, TypeUrl::Cluster);
                     names.extend(clusters.resources.iter().map(|r| &*r.name).filter(|n| in_reach(n, hosts)));
                 }
-                names.into_iter().filter_map(|n| view.endpoint(n)).collect()
+                let eds_view = self.placement.view().map(|v| &**v);
+                names.into_iter().filter_map(|n| view.endpoint(n, eds_view)).collect()
             }
         };
         resources.sort_by(|a, b| a.name.cmp(&b.name));

@@ -374,7 +374,13 @@ impl Connection {
             TypeUrl::Endpoint => {
                 // Streams watching the same list share one resolution (and
                 // its version) per snapshot.
-                Current::Watched(w.names.endpoints(view.ctx.id, |names| resolve(names, |n| view.endpoint(n))))
+                let eds_view = self.placement.view();
+                let key = eds_view.map_or("", |v| &*v.key);
+                Current::Watched(
+                    w.names.endpoints(view.ctx.id, key, |names| {
+                        resolve(names, |n| view.endpoint(n, eds_view.map(|v| &**v)))
+                    }),
+                )
             }
             TypeUrl::Route => {
                 let set = view.scoped(scope, t);
@@ -398,7 +404,7 @@ impl Connection {
         let (w, sent) = (&self.watches[t.index()], &mut self.sent[t.index()]);
         for &i in positions {
             let i = i as usize;
-            match view.endpoint(&w.names.names()[i]) {
+            match view.endpoint(&w.names.names()[i], self.placement.view().map(|v| &**v)) {
                 Some(r) => {
                     if sent.hashes[i] != Some(r.hash) || self.eds_resend.contains(&r.name) {
                         sent.record(&w.names, i, Some(r.hash));

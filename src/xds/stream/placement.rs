@@ -8,6 +8,7 @@
 use std::sync::Arc;
 
 use crate::model::Proxy;
+use crate::push::scope::{EndpointView, endpoint_view};
 use crate::push::{InboundId, InboundKey, PendingPush, PushContext, Scope, ScopeId, ScopeKey};
 
 /// A stream's scope and inbound key, kept current with the snapshot.
@@ -17,6 +18,10 @@ pub struct Placement {
     inbound: Option<(InboundId, InboundKey)>,
     scope: Option<Arc<Scope>>,
     version: u64,
+    /// The endpoint view, recomputed when the DestinationRules change.
+    view: Option<Arc<EndpointView>>,
+    /// The DestinationRule index `view` was computed from.
+    view_rules: usize,
 }
 
 impl Placement {
@@ -32,6 +37,11 @@ impl Placement {
             let (id, key) = self.key.as_ref().expect("set above");
             self.scope = Some(ctx.scope_of(*id, key));
             self.version = ctx.version;
+            let rules = Arc::as_ptr(&ctx.destination_rules) as usize;
+            if rules != self.view_rules {
+                self.view = endpoint_view(ctx, proxy);
+                self.view_rules = rules;
+            }
         }
         self.scope.clone().expect("set above")
     }
@@ -48,6 +58,11 @@ impl Placement {
     /// The scope last generated for.
     pub fn scope(&self) -> Option<&Arc<Scope>> {
         self.scope.as_ref()
+    }
+
+    /// The endpoint view last computed (`None`: every proxy shares every assignment).
+    pub fn view(&self) -> Option<&Arc<EndpointView>> {
+        self.view.as_ref()
     }
 
     /// The workload shape last generated for.

@@ -12,6 +12,7 @@ use bytes::Bytes;
 
 use super::bodies::{BodyCache, Key};
 use crate::generate::cache::ScopedCache;
+use crate::push::scope::EndpointView;
 use crate::push::{InboundId, InboundKey, PushContext, Scope};
 use crate::resource::{EncodedResource, ResourceSet, TypeUrl};
 
@@ -37,9 +38,10 @@ impl Published<'_> {
         self.cache.proxy_set(self.ctx, scope, inbound, type_url)
     }
 
-    /// The ClusterLoadAssignment of a cluster; `None` when no such cluster exists.
-    pub fn endpoint(&self, cluster: &str) -> Option<Arc<EncodedResource>> {
-        self.cache.endpoint(self.ctx, cluster)
+    /// The ClusterLoadAssignment of a cluster as a proxy with endpoint
+    /// `view` gets it; `None` when no such cluster exists.
+    pub fn endpoint(&self, cluster: &str, view: Option<&EndpointView>) -> Option<Arc<EncodedResource>> {
+        self.cache.endpoint(self.ctx, cluster, view)
     }
 
     /// The shared response body `key` names, assembled by `build` if no

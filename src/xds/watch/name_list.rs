@@ -36,10 +36,13 @@ pub struct NameList {
     /// EDS: positions in `names` by service host, built on first use.
     by_host: OnceLock<HashMap<Box<str>, Box<[u32]>, foldhash::fast::RandomState>>,
     /// EDS: the assignments of these names in the snapshot of the given
-    /// [`PushContext::id`](crate::push::PushContext::id), resolved by the
-    /// first stream that needed them.
-    endpoints: Mutex<Option<(u64, Arc<Resolved>)>>,
+    /// [`PushContext::id`](crate::push::PushContext::id), per endpoint view
+    /// (empty key: no view), resolved by the first stream that needed them.
+    endpoints: Mutex<Option<(u64, ByView)>>,
 }
+
+/// Resolutions of one snapshot, by endpoint view key.
+type ByView = Vec<(Arc<str>, Arc<Resolved>)>;
 
 /// The resources of a list's names in one snapshot.
 #[derive(Debug, Default)]
@@ -105,19 +108,27 @@ impl NameList {
         by_host.get(host).map_or(&[], |v| v)
     }
 
-    /// The assignments of this list's names in snapshot `ctx_id`: resolved
-    /// once per snapshot, by the first stream that asks (the others wait for
+    /// The assignments of this list's names in snapshot `ctx_id` for the
+    /// endpoint view `view` (its key; empty without one): resolved once per
+    /// snapshot and view, by the first stream that asks (the others wait for
     /// it rather than repeat the lookups), then shared.
-    pub fn endpoints(&self, ctx_id: u64, resolve: impl FnOnce(&NameList) -> Resolved) -> Arc<Resolved> {
+    pub fn endpoints(&self, ctx_id: u64, view: &str, resolve: impl FnOnce(&NameList) -> Resolved) -> Arc<Resolved> {
         let mut memo = self.endpoints.lock();
-        if let Some((id, resolved)) = &*memo
-            && *id == ctx_id
-        {
-            return resolved.clone();
+        match &mut *memo {
+            Some((id, views)) if *id == ctx_id => {
+                if let Some((_, resolved)) = views.iter().find(|(v, _)| &**v == view) {
+                    return resolved.clone();
+                }
+                let resolved = Arc::new(resolve(self));
+                views.push((Arc::from(view), resolved.clone()));
+                resolved
+            }
+            _ => {
+                let resolved = Arc::new(resolve(self));
+                *memo = Some((ctx_id, vec![(Arc::from(view), resolved.clone())]));
+                resolved
+            }
         }
-        let resolved = Arc::new(resolve(self));
-        *memo = Some((ctx_id, resolved.clone()));
-        resolved
     }
 
     /// The watched names (with their positions) of services `hosts`.
@@ -315,7 +326,7 @@ mod tests {
         let list = req(&["memo-a", "memo-b"]);
         let mut calls = 0;
         let mut resolve = |id: u64| {
-            list.endpoints(id, |l| {
+            list.endpoints(id, "", |l| {
                 calls += 1;
                 Resolved { resources: Vec::new(), positions: (0..l.len() as u32).collect(), version: "v".into() }
             })
