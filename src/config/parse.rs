@@ -243,6 +243,9 @@ impl FileReader {
         let message = match api::classify(kind, path) {
             ApiField::Inert => return,
             ApiField::Unsupported => not_supported(api::consequence(kind, path)),
+            ApiField::Removed(instead) => {
+                format!("was removed from Istio's {kind} API and is ignored, as Istio ignores it: {instead}")
+            }
             ApiField::Unknown => format!(
                 "is not a field of Istio's {kind} (networking.istio.io/v1): ignored; check its spelling and indentation"
             ),

@@ -37,6 +37,9 @@ use crate::model::{Locality, Resolution, Service, ServiceEndpoints};
 use crate::push::PushContext;
 use crate::push::scope::EndpointView;
 
+/// The address prefix of a Unix domain socket endpoint (`unix:///var/run/app.sock`).
+const UNIX_PREFIX: &str = "unix://";
+
 /// The assignment for `cluster_name`: `None` when the name is not an outbound
 /// cluster of a known service port.
 pub fn load_assignment(
@@ -282,7 +285,7 @@ pub(crate) fn assignment(
         if !e.matches(subset_labels) {
             continue;
         }
-        if need_ip && !proto::is_ip(&e.address) {
+        if need_ip && !proto::is_ip(&e.address) && !e.address.starts_with(UNIX_PREFIX) {
             tracing::debug!(cluster = cluster_name, address = %e.address, "endpoint is not an IP address; left out of EDS");
             continue;
         }
@@ -300,7 +303,11 @@ pub(crate) fn assignment(
                     .into_iter()
                     .map(|(address, port, weight)| LbEndpoint {
                         host_identifier: Some(HostIdentifier::Endpoint(EnvoyEndpoint {
-                            address: Some(proto::socket_address(address, port)),
+                            address: Some(match address.strip_prefix(UNIX_PREFIX) {
+                                // A Unix domain socket: the port means nothing.
+                                Some(path) => proto::pipe_address(path),
+                                None => proto::socket_address(address, port),
+                            }),
                             ..Default::default()
                         })),
                         health_status: HealthStatus::Healthy as i32,

@@ -15,6 +15,7 @@ mod envoy_install;
 mod failure;
 mod gateway;
 mod generated;
+mod istio_manifests;
 mod many;
 mod operate;
 mod redirect;

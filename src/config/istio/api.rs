@@ -27,6 +27,9 @@ use crate::config::ConfigKind;
 pub enum ApiField {
     /// A field of Istio's API that meshpush does not apply.
     Unsupported,
+    /// A field Istio's API had and removed (its name is reserved in the
+    /// protos): Istio ignores it too; the text says what replaced it.
+    Removed(&'static str),
     /// A field without effect on the configuration in Istio too.
     Inert,
     /// Not a field of the kind's API.
@@ -51,6 +54,25 @@ const INERT: &[&str] = &[
     "metadata.ownerReferences",
     "metadata.finalizers",
     "status",
+];
+
+/// Fields Istio removed from its API (`reserved` in istio/api's protos),
+/// with what replaced them.
+const REMOVED: &[(&str, &str, &str)] = &[
+    ("VirtualService", "spec.http[].websocketUpgrade", "websocket upgrades are always allowed"),
+    ("VirtualService", "spec.http[].appendHeaders", "use headers.request.add"),
+    ("VirtualService", "spec.http[].appendRequestHeaders", "use headers.request.add"),
+    ("VirtualService", "spec.http[].removeRequestHeaders", "use headers.request.remove"),
+    ("VirtualService", "spec.http[].appendResponseHeaders", "use headers.response.add"),
+    ("VirtualService", "spec.http[].removeResponseHeaders", "use headers.response.remove"),
+    ("VirtualService", "spec.http[].route[].appendRequestHeaders", "use headers.request.add"),
+    ("VirtualService", "spec.http[].route[].removeRequestHeaders", "use headers.request.remove"),
+    ("VirtualService", "spec.http[].route[].appendResponseHeaders", "use headers.response.add"),
+    ("VirtualService", "spec.http[].route[].removeResponseHeaders", "use headers.response.remove"),
+    ("VirtualService", "spec.tls[].match[].sourceSubnet", "there is no replacement"),
+    ("VirtualService", "spec.http[].fault.abort.percent", "use percentage"),
+    ("Sidecar", "spec.ingress[].localhostServerTls", "there is no replacement"),
+    ("Sidecar", "spec.egress[].localhostClientTls", "there is no replacement"),
 ];
 
 /// Field paths of each kind, split into segments.
@@ -89,6 +111,9 @@ pub fn classify(kind: ConfigKind, path: &str) -> ApiField {
         return ApiField::Inert;
     }
     let normalized = normalize_indexes(path);
+    if let Some((_, _, instead)) = REMOVED.iter().find(|(k, p, _)| *k == kind.as_str() && *p == normalized) {
+        return ApiField::Removed(instead);
+    }
     let concrete = segments(&normalized);
     let known = FIELDS.get(kind.as_str()).is_some_and(|all| all.iter().any(|f| matches(f, &concrete)));
     if known { ApiField::Unsupported } else { ApiField::Unknown }
@@ -181,6 +206,10 @@ mod tests {
         let vs = ConfigKind::VirtualService;
         assert_eq!(classify(vs, "spec.http[0].fault"), ApiField::Unsupported);
         assert_eq!(classify(vs, "spec.tls"), ApiField::Unsupported, "a whole list");
+        assert_eq!(
+            classify(vs, "spec.http[2].websocketUpgrade"),
+            ApiField::Removed("websocket upgrades are always allowed")
+        );
         assert_eq!(classify(vs, "spec.tls[1].match"), ApiField::Unsupported);
         assert_eq!(classify(vs, "spec.http[12].match[3].headers.x-user.exact"), ApiField::Unsupported);
         assert_eq!(classify(vs, "spec.http[0].match[0].headers.app.kubernetes.io/name.prefix"), ApiField::Unsupported);

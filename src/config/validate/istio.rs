@@ -405,10 +405,17 @@ pub(super) fn service_entry(check: &mut Checker, se: &ServiceEntry) {
     for (i, endpoint) in spec.endpoints.iter().enumerate() {
         let path = format!("spec.endpoints[{i}]");
         workload(check, &path, endpoint);
-        if resolution == "STATIC" && !endpoint.address.is_empty() && !is_ip(&endpoint.address) {
+        if resolution == "STATIC"
+            && !endpoint.address.is_empty()
+            && !is_ip(&endpoint.address)
+            && !endpoint.address.starts_with("unix://")
+        {
             check.error(
                 format!("{path}.address"),
-                format!("{:?} is not an IP address: resolution STATIC needs IPs (use DNS for names)", endpoint.address),
+                format!(
+                    "{:?} is not an IP address or unix:// socket: resolution STATIC needs them (use DNS for names)",
+                    endpoint.address
+                ),
             );
         }
         for name in endpoint.ports.keys() {
@@ -430,6 +437,13 @@ pub(super) fn workload_entry(check: &mut Checker, we: &WorkloadEntry) {
 fn workload(check: &mut Checker, path: &str, spec: &WorkloadEntrySpec) {
     if spec.address.is_empty() {
         check.error(format!("{path}.address"), "is empty: a workload needs an IP address or DNS name");
+    } else if let Some(socket) = spec.address.strip_prefix("unix://") {
+        if !socket.starts_with('/') {
+            check.error(
+                format!("{path}.address"),
+                format!("{:?}: a Unix socket address is unix:///absolute/path", spec.address),
+            );
+        }
     } else if !is_ip(&spec.address) && (!is_wildcard_host(&spec.address) || spec.address.starts_with('*')) {
         check.error(format!("{path}.address"), format!("{:?} is neither an IP address nor a DNS name", spec.address));
     }

@@ -156,3 +156,14 @@ fn distribute_reweighs_localities_and_failover_priority_ranks_by_labels() {
         "endpoints with the caller's version first"
     );
 }
+
+#[test]
+fn a_unix_socket_endpoint_is_a_pipe_address() {
+    let ctx = context(mesh());
+    let cla = eds::load_assignment(&ctx, "outbound|80||socket.local.example", None).unwrap();
+    let Some(HostIdentifier::Endpoint(ep)) = &cla.endpoints[0].lb_endpoints[0].host_identifier else { panic!() };
+    let Some(address::Address::Pipe(pipe)) = ep.address.as_ref().unwrap().address.as_ref() else {
+        panic!("a pipe address: {ep:?}")
+    };
+    assert_eq!(pipe.path, "/var/run/example/socket");
+}
