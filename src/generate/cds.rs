@@ -173,7 +173,15 @@ fn inbound(port: &InboundPort) -> Cluster {
         ..Default::default()
     };
     set_type(&mut cluster, DiscoveryType::Static);
-    set_http_options(&mut cluster, port.protocol, port.pool.as_ref());
+    // Istio never upgrades inbound connections to HTTP/2.
+    let pool = port.pool.as_ref().map(|p| {
+        let mut p = p.clone();
+        if let Some(http) = &mut p.http {
+            http.h2_upgrade_policy = None;
+        }
+        p
+    });
+    set_http_options(&mut cluster, port.protocol, pool.as_ref());
     set_tcp_keepalive(&mut cluster, port.pool.as_ref().and_then(|p| p.tcp.as_ref()));
     cluster
 }

@@ -29,7 +29,15 @@ pub struct DestinationRuleSpec {
     /// Namespaces the rule is visible to.
     pub export_to: Vec<String>,
     /// Workloads of the rule's namespace it applies to (all when absent).
-    pub workload_selector: Option<super::WorkloadSelector>,
+    pub workload_selector: Option<LabelSelector>,
+}
+
+/// A label selector as `istio.type.v1beta1.WorkloadSelector` writes it.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct LabelSelector {
+    /// Labels that must all match.
+    pub match_labels: BTreeMap<String, String>,
 }
 
 /// A named subset of a service's endpoints.

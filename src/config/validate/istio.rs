@@ -206,11 +206,16 @@ fn load_balancer(check: &mut Checker, lb_path: &str, lb: &LoadBalancerSettings) 
             check.error(format!("{lb_path}.warmup.aggression"), format!("{a} is less than 1"));
         }
     }
-    let consistent = lb.consistent_hash.is_some();
-    if consistent && (lb.warmup.is_some() || lb.warmup_duration_secs.is_some()) {
+    let warmup = lb.warmup.is_some() || lb.warmup_duration_secs.is_some();
+    if warmup && lb.consistent_hash.is_some() {
         check.warning(
             lb_path,
             "warmup applies to ROUND_ROBIN and LEAST_REQUEST only: ignored with consistentHash (as in Istio)",
+        );
+    } else if warmup && matches!(lb.simple.as_deref(), Some("RANDOM") | Some("PASSTHROUGH")) {
+        check.warning(
+            lb_path,
+            "warmup applies to ROUND_ROBIN and LEAST_REQUEST only: ignored with this load balancer (as in Istio)",
         );
     }
 }
@@ -453,6 +458,12 @@ fn workload(check: &mut Checker, path: &str, spec: &WorkloadEntrySpec) {
     if spec.weight == Some(0) {
         check.error(format!("{path}.weight"), "0 is not a weight: it must be at least 1 (leave it out for 1)");
     }
+    if spec.service_account.as_deref().is_some_and(|a| !a.is_empty()) {
+        check.unsupported(
+            format!("{path}.serviceAccount"),
+            Some("Istio uses it for mTLS identities only, and meshpush serves no mesh mTLS yet"),
+        );
+    }
     if spec.network.as_deref().is_some_and(|n| !n.is_empty()) {
         check.unsupported(
             format!("{path}.network"),
@@ -498,6 +509,27 @@ pub(super) fn sidecar(check: &mut Checker, sidecar: &Sidecar) {
         if let Some(mode) = &listener.capture_mode {
             check.one_of(format!("{path}.captureMode"), mode, &["DEFAULT", "IPTABLES", "NONE"]);
         }
+        if listener.port.protocol.is_none()
+            && Protocol::of_kubernetes_port(listener.port.number, listener.port.name.as_deref(), None)
+                == Protocol::Unknown
+        {
+            check.warning(
+                format!("{path}.port"),
+                "declares no protocol (protocol, or a name such as http-…): Istio would detect HTTP by sniffing; \
+                 meshpush serves the port as plain TCP",
+            );
+        }
+        if listener
+            .connection_pool
+            .as_ref()
+            .and_then(|p| p.http.as_ref())
+            .is_some_and(|h| h.h2_upgrade_policy.is_some())
+        {
+            check.warning(
+                format!("{path}.connectionPool.http.h2UpgradePolicy"),
+                "is not used: Istio does not upgrade inbound connections to HTTP/2",
+            );
+        }
         if let Some(endpoint) = listener.default_endpoint.as_deref().filter(|e| !e.is_empty())
             && !is_default_endpoint(endpoint)
         {
@@ -508,6 +540,17 @@ pub(super) fn sidecar(check: &mut Checker, sidecar: &Sidecar) {
                 ),
             );
         }
+    }
+    if spec
+        .inbound_connection_pool
+        .as_ref()
+        .and_then(|p| p.http.as_ref())
+        .is_some_and(|h| h.h2_upgrade_policy.is_some())
+    {
+        check.warning(
+            "spec.inboundConnectionPool.http.h2UpgradePolicy",
+            "is not used: Istio does not upgrade inbound connections to HTTP/2",
+        );
     }
     if let Some(proxy) = spec.outbound_traffic_policy.as_ref().and_then(|p| p.egress_proxy.as_ref()) {
         let path = "spec.outboundTrafficPolicy.egressProxy";
@@ -552,6 +595,14 @@ pub(super) fn sidecar(check: &mut Checker, sidecar: &Sidecar) {
             && !is_ip(bind)
         {
             check.error(format!("{path}.bind"), format!("{bind:?} is not an IP address"));
+        }
+        if let Some(protocol) = listener.port.as_ref().and_then(|p| p.protocol.as_deref()) {
+            check.unsupported(
+                format!("{path}.port.protocol"),
+                Some(&format!(
+                    "the listener serves each service on the port by the service's own protocol, not {protocol:?}"
+                )),
+            );
         }
         if let Some(mode) = &listener.capture_mode {
             check.one_of(format!("{path}.captureMode"), mode, &["DEFAULT", "IPTABLES", "NONE"]);

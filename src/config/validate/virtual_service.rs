@@ -250,8 +250,8 @@ fn fault_checks(check: &mut Checker, path: &str, fault: &HttpFaultInjection) {
         match (delay.fixed_delay, delay.exponential_delay) {
             (Some(_), Some(_)) => check.error(dpath.clone(), "sets both fixedDelay and exponentialDelay: set one"),
             (None, Some(_)) => check.unsupported(
-                format!("{dpath}.exponentialDelay"),
-                Some("Istio does not implement exponential delays either; no delay is injected"),
+                dpath.clone(),
+                Some("an exponentialDelay, which Istio does not implement either: no delay is injected"),
             ),
             (None, None) => check.error(dpath.clone(), "has no fixedDelay"),
             (Some(_), None) => {}
@@ -290,8 +290,8 @@ fn fault_checks(check: &mut Checker, path: &str, fault: &HttpFaultInjection) {
         }
         if abort.http2_error.is_some() && abort.http_status.is_none() && abort.grpc_status.is_none() {
             check.unsupported(
-                format!("{apath}.http2Error"),
-                Some("Istio does not implement HTTP/2 error aborts either; no request is aborted"),
+                apath.clone(),
+                Some("an http2Error abort, which Istio does not implement either: no request is aborted"),
             );
         }
         if abort.http_status.is_none() && abort.grpc_status.is_none() && abort.http2_error.is_none() {

@@ -44,6 +44,7 @@ use crate::model::{ConfigStore, Proxy};
 use crate::push::{PushContext, Scope, ScopeInterner};
 
 mod clusters;
+mod coverage;
 mod endpoints;
 mod features;
 mod invariants;

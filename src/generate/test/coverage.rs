@@ -1,0 +1,320 @@
+//! Every field of Istio's API is either visible in the generated Envoy
+//! configuration or reported — the rule "accepted means applied", checked
+//! field by field.
+//!
+//! `tests/data/api-coverage/<kind>.yaml` holds variants of one kind that
+//! together set every field the API table (`config/istio/api_fields.txt`,
+//! from istio/api) lists for it. Each variant is applied alone on top of
+//! `base.yaml` (and `support.yaml` where its references need it), and the
+//! configuration of four proxies is generated: sidecars `client-v1` and
+//! `client-v2` of namespace `cov` (in two localities), `client-other` of
+//! namespace `other`, and the router of Gateway `cov-gateway`. Then, for
+//! every leaf the variant sets, the variant is applied again without that
+//! leaf: the leaf is *applied* when the generated configuration (or what
+//! validation says about the object) changes,
+//! *reported* when a problem names it (or a field around it as ignored, or
+//! refuses the whole object), and otherwise silently dropped — which fails
+//! the test. A short list,
+//! [`NO_EFFECT`], names the fields that change nothing in Istio's
+//! configuration either, with the reason.
+
+use std::collections::BTreeSet;
+use std::path::Path;
+
+use serde_yaml_ng::{Mapping, Value};
+
+use super::*;
+use crate::config::Problem;
+use crate::config::istio::api;
+use crate::config::parse::parse_documents;
+use crate::model::{Locality, check_references};
+use crate::push::scope::endpoint_view;
+
+/// Fields that change no Envoy configuration in Istio either, for the
+/// proxies meshpush serves today: `(kind, table path, why)`.
+const NO_EFFECT: &[(&str, &str, &str)] = &[
+    ("Gateway", "spec.servers[].name", "Istio uses a server's name only as the stat prefix of HTTPS servers"),
+    ("Gateway", "spec.servers[].port.name", "Istio uses a plain HTTP or TCP server port's name for nothing"),
+    ("ServiceEntry", "spec.location", "Istio uses it only to leave external services out of mesh mTLS"),
+    ("Sidecar", "spec.egress[].captureMode", "DEFAULT and IPTABLES are what a redirected proxy does anyway"),
+    ("Sidecar", "spec.ingress[].captureMode", "DEFAULT and IPTABLES are what a redirected proxy does anyway"),
+    ("Sidecar", "spec.ingress[].port.name", "Istio takes the protocol from port.protocol when it is set"),
+    ("Sidecar", "spec.egress[].port.name", "Istio takes the protocol from port.protocol when it is set"),
+];
+
+/// Which support files a kind's variants are applied with.
+fn support_for(kind: &str) -> &'static [&'static str] {
+    match kind {
+        "VirtualService" | "Sidecar" => &["support.yaml"],
+        _ => &[],
+    }
+}
+
+fn dir() -> std::path::PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/api-coverage")
+}
+
+fn documents(text: &str) -> Vec<Value> {
+    serde_yaml_ng::Deserializer::from_str(text)
+        .map(|d| <Value as serde::Deserialize>::deserialize(d).expect("coverage documents are valid YAML"))
+        .filter(|v| !v.is_null())
+        .collect()
+}
+
+fn yaml(docs: &[Value]) -> String {
+    docs.iter().map(|d| serde_yaml_ng::to_string(d).unwrap()).collect::<Vec<_>>().join("---\n")
+}
+
+fn kind_of(doc: &Value) -> &str {
+    doc.get("kind").and_then(Value::as_str).unwrap_or("")
+}
+
+/// The proxies whose configuration is compared.
+fn proxies() -> Vec<crate::model::Proxy> {
+    let mut v1 = proxy(
+        "sidecar~10.50.0.1~client-v1.cov~cov.svc.cluster.local",
+        "REDIRECT",
+        &[("app", "client"), ("version", "v1")],
+    );
+    v1.locality = Locality::parse("us-east/zone-a");
+    let mut v2 = proxy(
+        "sidecar~10.50.0.2~client-v2.cov~cov.svc.cluster.local",
+        "REDIRECT",
+        &[("app", "client"), ("version", "v2")],
+    );
+    v2.locality = Locality::parse("eu-west/zone-b");
+    let other = proxy(
+        "sidecar~10.50.0.3~client.other~other.svc.cluster.local",
+        "REDIRECT",
+        &[("app", "client"), ("version", "v1")],
+    );
+    let router = proxy("router~10.50.0.4~gateway.cov~cov.svc.cluster.local", "REDIRECT", &[("istio", "cov-gateway")]);
+    vec![v1, v2, other, router]
+}
+
+/// Everything generated for the proxies from `text`, encoded, followed by
+/// what validation said (a removed field that changes either was read);
+/// and the problems.
+fn generate(text: &str) -> (Vec<u8>, Vec<Problem>) {
+    let parsed = parse_documents("coverage.yaml", text);
+    let store = ConfigStore::new();
+    store.apply(parsed.objects.into_iter().map(|(o, s)| Write::Put(o, s)).collect::<Vec<_>>());
+    let mut problems = parsed.problems;
+    problems.extend(check_references(&store.snapshot()));
+    let ctx = PushContext::build(store.snapshot(), 1, Arc::new(ScopeInterner::default()));
+    let mut out = Vec::new();
+    for p in proxies() {
+        let scope = ctx.scope_for(&p);
+        let (_, inbound) = ctx.inbound_for(&p);
+        let view = endpoint_view(&ctx, &p);
+        let mut clusters = cds::clusters(&ctx, &scope);
+        clusters.extend(cds::inbound_clusters(&inbound));
+        for c in &clusters {
+            out.extend(c.encode_to_vec());
+            if let Some(cla) = eds::load_assignment(&ctx, &c.name, view.as_deref()) {
+                out.extend(cla.encode_to_vec());
+            }
+        }
+        for l in lds::listeners(&ctx, &scope).iter().chain(&lds::inbound_listeners(&inbound)) {
+            out.extend(l.encode_to_vec());
+        }
+        for r in rds::route_configs(&ctx, &scope) {
+            out.extend(r.encode_to_vec());
+        }
+    }
+    let mut said: Vec<String> = problems.iter().map(ToString::to_string).collect();
+    said.sort();
+    out.extend(said.join("\n").into_bytes());
+    (out, problems)
+}
+
+/// One leaf the document sets: its concrete path (`spec.http[0].name`),
+/// its table path (`spec.http[].name`), and how to reach it.
+#[derive(Debug, Clone)]
+struct Leaf {
+    concrete: String,
+    table: String,
+    steps: Vec<Step>,
+}
+
+#[derive(Debug, Clone)]
+enum Step {
+    Key(Value),
+    Index(usize),
+}
+
+/// Every leaf of `value` below `prefix`, naming map entries `*` where the
+/// table says the field is a map.
+fn leaves(fields: &BTreeSet<String>, value: &Value, leaf: Leaf, out: &mut Vec<Leaf>) {
+    match value {
+        Value::Mapping(map) => {
+            for (k, v) in map {
+                let key = k.as_str().unwrap_or_default();
+                let is_map = fields.contains(&format!("{}.*", leaf.table));
+                let table = if leaf.table.is_empty() {
+                    key.to_string()
+                } else if is_map {
+                    format!("{}.*", leaf.table)
+                } else {
+                    format!("{}.{key}", leaf.table)
+                };
+                let concrete =
+                    if leaf.concrete.is_empty() { key.to_string() } else { format!("{}.{key}", leaf.concrete) };
+                let mut steps = leaf.steps.clone();
+                steps.push(Step::Key(k.clone()));
+                leaves(fields, v, Leaf { concrete, table, steps }, out);
+            }
+        }
+        Value::Sequence(items) => {
+            for (i, item) in items.iter().enumerate() {
+                let mut steps = leaf.steps.clone();
+                steps.push(Step::Index(i));
+                let next =
+                    Leaf { concrete: format!("{}[{i}]", leaf.concrete), table: format!("{}[]", leaf.table), steps };
+                leaves(fields, item, next, out);
+            }
+        }
+        _ => out.push(leaf),
+    }
+}
+
+/// `doc` without the leaf (an emptied list or map is left in place).
+fn without(doc: &Value, steps: &[Step]) -> Value {
+    let mut doc = doc.clone();
+    let mut node = &mut doc;
+    for step in &steps[..steps.len() - 1] {
+        node = match step {
+            Step::Key(k) => node.get_mut(k).expect("the path exists"),
+            Step::Index(i) => node.get_mut(*i).expect("the path exists"),
+        };
+    }
+    match (steps.last().expect("a leaf has a step"), node) {
+        (Step::Key(k), Value::Mapping(map)) => {
+            map.remove(k);
+        }
+        (Step::Index(i), Value::Sequence(items)) => {
+            items.remove(*i);
+        }
+        _ => unreachable!("steps follow the document"),
+    }
+    doc
+}
+
+fn normalized(path: &str) -> String {
+    let mut out = String::new();
+    let mut in_index = false;
+    for c in path.chars() {
+        match c {
+            '[' => {
+                in_index = true;
+                out.push('[');
+            }
+            ']' => {
+                in_index = false;
+                out.push(']');
+            }
+            _ if in_index => {}
+            _ => out.push(c),
+        }
+    }
+    out
+}
+
+/// Whether a problem reports the leaf: one naming it, one saying a field
+/// around it (or the whole document) is ignored, or an error refusing the
+/// whole object.
+fn reported(problems: &[Problem], name: &str, leaf: &Leaf) -> bool {
+    problems.iter().any(|p| {
+        let mine = p.object.as_ref().is_none_or(|k| &*k.name == name);
+        if mine && p.is_error() {
+            return true;
+        }
+        let drops =
+            ["ignored", "not supported", "skipped", "not used", "not routed"].iter().any(|w| p.message.contains(w));
+        mine && (p.path == leaf.concrete
+            || (drops
+                && (p.path.is_empty()
+                    || leaf.concrete.starts_with(&format!("{}.", p.path))
+                    || leaf.concrete.starts_with(&format!("{}[", p.path)))))
+    })
+}
+
+#[test]
+fn every_field_of_istio_s_api_is_applied_or_reported() {
+    let base = std::fs::read_to_string(dir().join("base.yaml")).unwrap();
+    let mut failures = Vec::new();
+    for (kind, file) in [
+        ("VirtualService", "virtual-service.yaml"),
+        ("DestinationRule", "destination-rule.yaml"),
+        ("Gateway", "gateway.yaml"),
+        ("ServiceEntry", "service-entry.yaml"),
+        ("WorkloadEntry", "service-entry.yaml"),
+        ("WorkloadGroup", "workload-group.yaml"),
+        ("Sidecar", "sidecar.yaml"),
+    ] {
+        let fields: BTreeSet<String> = api::fields(kind).into_iter().collect();
+        let docs = documents(&std::fs::read_to_string(dir().join(file)).unwrap());
+        let support: String = support_for(kind)
+            .iter()
+            .map(|f| std::fs::read_to_string(dir().join(f)).unwrap())
+            .collect::<Vec<_>>()
+            .join("---\n");
+        let (variants, helpers): (Vec<&Value>, Vec<&Value>) = docs.iter().partition(|d| kind_of(d) == kind);
+        assert!(!variants.is_empty(), "{file} has no {kind}");
+        let mut seen: BTreeSet<String> = BTreeSet::new();
+        for variant in variants {
+            let name = variant["metadata"]["name"].as_str().unwrap_or_default().to_string();
+            let helpers: Vec<Value> = helpers.iter().map(|h| (*h).clone()).collect();
+            let text_with = |doc: &Value| {
+                let mut all = helpers.clone();
+                all.push(doc.clone());
+                format!("{base}\n---\n{support}\n---\n{}", yaml(&all))
+            };
+            let (baseline, problems) = generate(&text_with(variant));
+            let spec = variant.get("spec").cloned().unwrap_or(Value::Mapping(Mapping::new()));
+            let mut found = Vec::new();
+            let root = Leaf { concrete: "spec".into(), table: "spec".into(), steps: vec![Step::Key("spec".into())] };
+            leaves(&fields, &spec, root, &mut found);
+            for leaf in found {
+                let mut table = leaf.table.clone();
+                seen.insert(table.clone());
+                // Every enclosing field counts as set too.
+                while let Some(cut) = table.rfind(['.', '[']) {
+                    table.truncate(cut);
+                    let parent =
+                        if fields.contains(&format!("{table}[]")) { format!("{table}[]") } else { table.clone() };
+                    seen.insert(parent);
+                }
+                if reported(&problems, &name, &leaf) {
+                    continue;
+                }
+                if NO_EFFECT.iter().any(|(k, p, _)| *k == kind && *p == leaf.table) {
+                    continue;
+                }
+                let (changed, _) = generate(&text_with(&without(variant, &leaf.steps)));
+                if changed == baseline {
+                    failures.push(format!("{kind} {name}: {} is neither applied nor reported", leaf.concrete));
+                }
+            }
+        }
+        let missing: Vec<&String> = fields.iter().filter(|f| !seen.contains(*f)).collect();
+        if !missing.is_empty() {
+            failures.push(format!("{file} sets no value for these {kind} fields: {missing:?}"));
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+#[test]
+fn the_walk_names_fields_as_the_table_does() {
+    let fields: BTreeSet<String> = api::fields("VirtualService").into_iter().collect();
+    let doc = documents("spec: {http: [{match: [{headers: {x-a: {exact: b}}}]}]}\n").remove(0);
+    let mut found = Vec::new();
+    let root = Leaf { concrete: "spec".into(), table: "spec".into(), steps: vec![Step::Key("spec".into())] };
+    leaves(&fields, &doc["spec"], root, &mut found);
+    let paths: Vec<(&str, &str)> = found.iter().map(|l| (l.concrete.as_str(), l.table.as_str())).collect();
+    assert_eq!(paths, [("spec.http[0].match[0].headers.x-a.exact", "spec.http[].match[].headers.*.exact")]);
+    assert_eq!(normalized("spec.http[3].route[0]"), "spec.http[].route[]");
+    let removed = without(&doc, &found[0].steps);
+    assert!(removed["spec"]["http"][0]["match"][0]["headers"]["x-a"].as_mapping().is_some_and(|m| m.is_empty()));
+}
