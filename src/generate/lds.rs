@@ -24,6 +24,8 @@
 //! depends only on the context and the scope; listeners are sorted by name,
 //! each name once; no listener has two filter chains with the same match.
 
+use std::sync::Arc;
+
 use envoy_types::pb::envoy::config::core::v3::TrafficDirection;
 use envoy_types::pb::envoy::config::listener::v3::{
     Filter, FilterChain, FilterChainMatch, Listener, ListenerFilter, filter, listener_filter,
@@ -148,7 +150,7 @@ fn bound_listener(ctx: &PushContext, scope: &Scope, port: &OutboundPort<'_>) -> 
         if port.tcp.len() > 1 {
             tracing::debug!(port = port.port, chosen = %port.tcp[0].hostname, "several TCP services share a bound port; the first by host takes it");
         }
-        tcp_service_proxy(ctx, scope, port.tcp[0], port.port)
+        tcp_service_proxy(ctx, scope, port.tcp[0], port.port, &[])
     };
     if port.is_http() && !port.tcp.is_empty() {
         tracing::debug!(
@@ -192,14 +194,15 @@ fn redirected_listener(ctx: &PushContext, scope: &Scope, port: &OutboundPort<'_>
         chains.push(FilterChain {
             name: naming::outbound_cluster(port.port, "", &svc.hostname),
             filter_chain_match: Some(FilterChainMatch { prefix_ranges: ranges, ..Default::default() }),
-            filters: vec![tcp_service_proxy(ctx, scope, svc, port.port)],
+            filters: vec![tcp_service_proxy(ctx, scope, svc, port.port, &svc.addresses)],
             ..Default::default()
         });
     }
     let default = if port.is_http() {
         http_connection_manager(format!("outbound_{name}"), rds(naming::sidecar_route(port.port)))
     } else {
-        tcp_service_proxy(ctx, scope, port.tcp[0], port.port)
+        chains.extend(subnet_chains(ctx, scope, port.tcp[0], port.port, &mut claimed));
+        tcp_service_proxy(ctx, scope, port.tcp[0], port.port, &[])
     };
     chains.push(FilterChain { name: "default".to_string(), filters: vec![default], ..Default::default() });
     Listener {
@@ -301,7 +304,7 @@ fn gateway_listeners(ctx: &PushContext, scope: &Scope) -> Vec<Listener> {
                         .for_gateway(&gw.name)
                         .filter(|vs| vs.export_to.visible_to(&scope.key.namespace))
                         .filter(|vs| !gateway::server_hosts(server, vs).is_empty())
-                        .find_map(|vs| target.tcp_backends(vs))
+                        .find_map(|vs| target.tcp_backends(vs, &[]))
                 });
                 let backends = backends.unwrap_or_else(|| Backends::Single(naming::BLACKHOLE_CLUSTER.to_string()));
                 tcp_proxy(&format!("outbound_{name}"), backends)
@@ -319,15 +322,58 @@ fn gateway_listeners(ctx: &PushContext, scope: &Scope) -> Vec<Listener> {
 
 /// tcp_proxy for one TCP service port: its VirtualService's TCP route when
 /// one applies, else the service's cluster.
-fn tcp_service_proxy(ctx: &PushContext, scope: &Scope, svc: &Service, port: u32) -> Filter {
+/// `destination`: the addresses the chain matches (the service's virtual
+/// IPs), empty for a chain that matches any.
+fn tcp_service_proxy(ctx: &PushContext, scope: &Scope, svc: &Service, port: u32, destination: &[Arc<str>]) -> Filter {
     let cluster = naming::outbound_cluster(port, "", &svc.hostname);
     let target = RouteTarget::new(ctx, scope, port, MESH_GATEWAY);
     let backends = ctx
         .virtual_services
         .for_host(MESH_GATEWAY, &scope.key.namespace, &svc.hostname)
-        .and_then(|vs| target.tcp_backends(vs))
+        .and_then(|vs| target.tcp_backends(vs, destination))
         .unwrap_or_else(|| Backends::Single(cluster.clone()));
     tcp_proxy(&cluster, backends)
+}
+
+/// Chains for the `destinationSubnets` routes of a TCP service matched by
+/// no address of its own (the port's default chain), as Istio builds them:
+/// one per route, matching its subnets.
+fn subnet_chains(
+    ctx: &PushContext,
+    scope: &Scope,
+    svc: &Service,
+    port: u32,
+    claimed: &mut Vec<String>,
+) -> Vec<FilterChain> {
+    let target = RouteTarget::new(ctx, scope, port, MESH_GATEWAY);
+    let Some(vs) = ctx.virtual_services.for_host(MESH_GATEWAY, &scope.key.namespace, &svc.hostname) else {
+        return Vec::new();
+    };
+    let cluster = naming::outbound_cluster(port, "", &svc.hostname);
+    target
+        .tcp_subnet_routes(vs)
+        .into_iter()
+        .enumerate()
+        .filter_map(|(i, (subnets, backends))| {
+            let ranges: Vec<_> = subnets
+                .iter()
+                .filter_map(|s| proto::cidr_range(s))
+                .filter(|r| {
+                    let key = format!("{}/{}", r.address_prefix, r.prefix_len.as_ref().map_or(0, |l| l.value));
+                    !claimed.contains(&key) && {
+                        claimed.push(key);
+                        true
+                    }
+                })
+                .collect();
+            (!ranges.is_empty()).then(|| FilterChain {
+                name: format!("{cluster}-subnets-{i}"),
+                filter_chain_match: Some(FilterChainMatch { prefix_ranges: ranges, ..Default::default() }),
+                filters: vec![tcp_proxy(&cluster, backends)],
+                ..Default::default()
+            })
+        })
+        .collect()
 }
 
 fn tcp_proxy(stat_prefix: &str, backends: Backends) -> Filter {

@@ -73,6 +73,31 @@ pub fn cidr_range(text: &str) -> Option<CidrRange> {
     (len <= max).then(|| CidrRange { address_prefix: ip.to_string(), prefix_len: Some(u32_value(len)) })
 }
 
+/// Whether the range `outer` (`10.0.0.0/8`, or an address) holds all of
+/// `inner` (an address or a range); `false` when either is not an IP form
+/// or they are of different families.
+pub fn cidr_contains(outer: &str, inner: &str) -> bool {
+    fn parse(text: &str) -> Option<(std::net::IpAddr, u32)> {
+        let range = cidr_range(text)?;
+        Some((range.address_prefix.parse().ok()?, range.prefix_len.map_or(0, |l| l.value)))
+    }
+    let (Some((o, olen)), Some((i, ilen))) = (parse(outer), parse(inner)) else { return false };
+    if ilen < olen {
+        return false;
+    }
+    match (o, i) {
+        (std::net::IpAddr::V4(o), std::net::IpAddr::V4(i)) => {
+            let mask = if olen == 0 { 0 } else { u32::MAX << (32 - olen) };
+            u32::from(o) & mask == u32::from(i) & mask
+        }
+        (std::net::IpAddr::V6(o), std::net::IpAddr::V6(i)) => {
+            let mask = if olen == 0 { 0 } else { u128::MAX << (128 - olen) };
+            u128::from(o) & mask == u128::from(i) & mask
+        }
+        _ => false,
+    }
+}
+
 /// Whether `text` is an IP address (not a host name, not a range).
 pub fn is_ip(text: &str) -> bool {
     text.parse::<std::net::IpAddr>().is_ok()
@@ -116,5 +141,17 @@ mod tests {
         assert_eq!(cidr_range("10.1.0.0/16").unwrap().prefix_len.unwrap().value, 16);
         assert!(cidr_range("api.example.com").is_none());
         assert!(cidr_range("10.0.0.0/40").is_none());
+    }
+
+    #[test]
+    fn ranges_contain_addresses_and_narrower_ranges() {
+        assert!(cidr_contains("10.0.0.0/8", "10.20.0.3"));
+        assert!(cidr_contains("10.20.0.3/32", "10.20.0.3"));
+        assert!(cidr_contains("10.0.0.0/8", "10.20.0.0/16"));
+        assert!(!cidr_contains("10.20.0.0/16", "10.0.0.0/8"));
+        assert!(!cidr_contains("10.0.0.0/8", "11.0.0.1"));
+        assert!(cidr_contains("fd00::/8", "fd00::1"));
+        assert!(!cidr_contains("10.0.0.0/8", "fd00::1"));
+        assert!(!cidr_contains("10.0.0.0/8", "db.example"));
     }
 }

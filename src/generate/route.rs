@@ -23,6 +23,7 @@ mod per_filter;
 mod retry;
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use base64::Engine as _;
 use envoy_types::pb::envoy::config::core::v3::{DataSource, RuntimeFractionalPercent, data_source::Specifier};
@@ -42,7 +43,7 @@ pub use matching::prefix_match;
 pub use retry::default_retry_policy;
 
 use super::{naming, policy, proto};
-use crate::config::istio::{Destination, HttpMatchRequest, HttpRedirect, HttpRoute, Percent};
+use crate::config::istio::{Destination, HttpMatchRequest, HttpRedirect, HttpRoute, L4MatchAttributes, Percent};
 use crate::model::host;
 use crate::push::index::{ResolvedVirtualService, resolve_gateway_ref};
 use crate::push::{PushContext, Scope};
@@ -122,23 +123,45 @@ impl<'a> RouteTarget<'a> {
         }
     }
 
-    /// The backends of the first TCP route of `vs` that applies here.
-    pub fn tcp_backends(&self, vs: &ResolvedVirtualService) -> Option<Backends> {
+    /// The backends of the first TCP route of `vs` that applies here, for
+    /// connections to `destination` (the addresses the chain matches; empty
+    /// when it matches none): a match with `destinationSubnets` applies only
+    /// when every one of them lies in one of its subnets.
+    pub fn tcp_backends(&self, vs: &ResolvedVirtualService, destination: &[Arc<str>]) -> Option<Backends> {
         let route = vs.spec.tcp.iter().find(|r| {
             r.matches.is_empty()
                 || r.matches.iter().any(|m| {
-                    self.applies(
-                        vs,
-                        &Applicability {
-                            port: m.port,
-                            gateways: &m.gateways,
-                            source_labels: &m.source_labels,
-                            source_namespace: m.source_namespace.as_deref(),
-                        },
-                    )
+                    self.applies(vs, &l4_conditions(m))
+                        && (m.destination_subnets.is_empty()
+                            || (!destination.is_empty()
+                                && destination
+                                    .iter()
+                                    .all(|a| m.destination_subnets.iter().any(|s| proto::cidr_contains(s, a)))))
                 })
         })?;
         self.backends(vs, route.route.iter().map(|d| (&d.destination, d.weight)))
+    }
+
+    /// The TCP routes of `vs` that apply here only to connections to some
+    /// `destinationSubnets`, with those subnets: Istio gives each a filter
+    /// chain matching them, before the port's default chain.
+    pub fn tcp_subnet_routes(&self, vs: &ResolvedVirtualService) -> Vec<(Vec<String>, Backends)> {
+        let mut out = Vec::new();
+        for route in &vs.spec.tcp {
+            let subnets: Vec<String> = route
+                .matches
+                .iter()
+                .filter(|m| !m.destination_subnets.is_empty() && self.applies(vs, &l4_conditions(m)))
+                .flat_map(|m| m.destination_subnets.iter().cloned())
+                .collect();
+            if subnets.is_empty() {
+                continue;
+            }
+            if let Some(backends) = self.backends(vs, route.route.iter().map(|d| (&d.destination, d.weight))) {
+                out.push((subnets, backends));
+            }
+        }
+        out
     }
 
     /// Whether a match applies here (Istio's `sourceMatchHTTP`): the port
@@ -455,6 +478,16 @@ impl<'a> RouteTarget<'a> {
             return None;
         };
         Some(HashPolicy { policy_specifier: Some(specifier), ..Default::default() })
+    }
+}
+
+/// The applicability conditions of a TCP match.
+fn l4_conditions(m: &L4MatchAttributes) -> Applicability<'_> {
+    Applicability {
+        port: m.port,
+        gateways: &m.gateways,
+        source_labels: &m.source_labels,
+        source_namespace: m.source_namespace.as_deref(),
     }
 }
 

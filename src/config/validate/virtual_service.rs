@@ -402,8 +402,6 @@ fn tcp_route(check: &mut Checker, path: &str, route: &TcpRoute) {
             let at = format!("{path}.match[{m}].destinationSubnets[{i}]");
             if !is_ip_or_cidr(subnet) {
                 check.error(at, format!("{subnet:?} is not an IP address or CIDR block"));
-            } else {
-                check.unsupported(at, Some("the route applies whatever the destination address"));
             }
         }
         if let Some(subnet) = &condition.source_subnet {

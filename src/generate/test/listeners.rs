@@ -191,3 +191,34 @@ fn route_config_lookup_agrees_with_the_full_list() {
         assert!(rds::route_config(&ctx, &scope, "http.4242").is_none());
     }
 }
+
+#[test]
+fn tcp_routes_with_destination_subnets_get_chains_of_their_own() {
+    let extra = concat!(
+        "apiVersion: networking.istio.io/v1\nkind: ServiceEntry\nmetadata: {name: warehouse, namespace: default}\n",
+        "spec:\n  hosts: [warehouse.corp.internal]\n  resolution: NONE\n  ports: [{number: 7000, name: tcp, protocol: TCP}]\n",
+        "---\napiVersion: networking.istio.io/v1\nkind: VirtualService\nmetadata: {name: warehouse, namespace: default}\n",
+        "spec:\n  hosts: [warehouse.corp.internal]\n  tcp:\n",
+        "  - match: [{destinationSubnets: [10.70.0.0/16]}]\n",
+        "    route: [{destination: {host: inventory, port: {number: 9080}}}]\n",
+        "  - route: [{destination: {host: warehouse.corp.internal}}]\n",
+    );
+    let ctx = context(mesh_with(extra));
+    let listeners = lds::listeners(&ctx, &productpage(&ctx, "REDIRECT"));
+    let port = listener(&listeners, "0.0.0.0_7000");
+    let subnet = port
+        .filter_chains
+        .iter()
+        .find(|c| c.filter_chain_match.as_ref().is_some_and(|m| !m.prefix_ranges.is_empty()))
+        .expect("a chain for the subnets");
+    let range = &subnet.filter_chain_match.as_ref().unwrap().prefix_ranges[0];
+    assert_eq!((range.address_prefix.as_str(), range.prefix_len.unwrap().value), ("10.70.0.0", 16));
+    assert!(
+        matches!(tcp(&subnet.filters[0]).cluster_specifier, Some(TcpClusterSpecifier::Cluster(ref c)) if c == &format!("outbound|9080||{INVENTORY}"))
+    );
+    let default = port.filter_chains.last().unwrap();
+    assert!(
+        matches!(tcp(&default.filters[0]).cluster_specifier, Some(TcpClusterSpecifier::Cluster(ref c)) if c == "outbound|7000||warehouse.corp.internal"),
+        "other destinations take the next route"
+    );
+}
