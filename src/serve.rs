@@ -25,6 +25,7 @@ use crate::engine::PushEngine;
 use crate::model::ConfigStore;
 use crate::push::{DebounceConfig, Debouncer, PushRequest, PushSlot};
 use crate::source::RegistryService;
+use crate::source::autoregistration::{self, AutoRegistration};
 use crate::source::file::FileSource;
 use crate::xds::AdsService;
 
@@ -172,10 +173,13 @@ pub async fn run(options: ServeOptions) -> anyhow::Result<()> {
     );
 
     let slot = Arc::new(PushSlot::default());
-    let watcher = source.watch(store.clone(), changes_tx).context("watching the config directory")?;
+    let watcher = source.watch(store.clone(), changes_tx.clone()).context("watching the config directory")?;
     let debouncer = tokio::spawn(Debouncer::new(options.debounce, slot.clone()).run(changes_rx));
     let pusher = tokio::spawn(engine.clone().run(slot));
     let checker = tokio::spawn(check_references_of_each_version(engine.clone(), references));
+    let registration = tokio::spawn(
+        AutoRegistration::new(store.clone(), engine.clone(), changes_tx.clone(), autoregistration::DEFAULT_GRACE).run(),
+    );
 
     wait_for_signal().await;
     tracing::info!("shutting down");
@@ -184,6 +188,7 @@ pub async fn run(options: ServeOptions) -> anyhow::Result<()> {
     debouncer.abort();
     pusher.abort();
     checker.abort();
+    registration.abort();
     let _ = tokio::time::timeout(Duration::from_secs(5), async {
         let _ = ads.await;
         let _ = admin.await;

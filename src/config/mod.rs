@@ -51,11 +51,13 @@ pub enum ConfigKind {
     Gateway,
     /// `networking.istio.io Sidecar`.
     Sidecar,
+    /// `networking.istio.io WorkloadGroup`.
+    WorkloadGroup,
 }
 
 impl ConfigKind {
     /// Every kind, in a fixed order.
-    pub const ALL: [ConfigKind; 9] = [
+    pub const ALL: [ConfigKind; 10] = [
         ConfigKind::Service,
         ConfigKind::Pod,
         ConfigKind::EndpointSlice,
@@ -65,6 +67,7 @@ impl ConfigKind {
         ConfigKind::DestinationRule,
         ConfigKind::Gateway,
         ConfigKind::Sidecar,
+        ConfigKind::WorkloadGroup,
     ];
 
     /// The Kubernetes `kind` string.
@@ -79,6 +82,7 @@ impl ConfigKind {
             ConfigKind::DestinationRule => "DestinationRule",
             ConfigKind::Gateway => "Gateway",
             ConfigKind::Sidecar => "Sidecar",
+            ConfigKind::WorkloadGroup => "WorkloadGroup",
         }
     }
 
@@ -181,6 +185,8 @@ pub enum ConfigObject {
     Gateway(istio::Gateway),
     /// Istio Sidecar.
     Sidecar(istio::Sidecar),
+    /// Istio WorkloadGroup.
+    WorkloadGroup(istio::WorkloadGroup),
 }
 
 impl ConfigObject {
@@ -196,6 +202,7 @@ impl ConfigObject {
             ConfigObject::DestinationRule(_) => ConfigKind::DestinationRule,
             ConfigObject::Gateway(_) => ConfigKind::Gateway,
             ConfigObject::Sidecar(_) => ConfigKind::Sidecar,
+            ConfigObject::WorkloadGroup(_) => ConfigKind::WorkloadGroup,
         }
     }
 
@@ -211,6 +218,7 @@ impl ConfigObject {
             ConfigObject::DestinationRule(o) => &o.metadata,
             ConfigObject::Gateway(o) => &o.metadata,
             ConfigObject::Sidecar(o) => &o.metadata,
+            ConfigObject::WorkloadGroup(o) => &o.metadata,
         }
     }
 

@@ -184,6 +184,9 @@ impl FileReader {
             }
             ConfigKind::Gateway => typed::<istio::Gateway>(value, &mut ignored).map(ConfigObject::Gateway),
             ConfigKind::Sidecar => typed::<istio::Sidecar>(value, &mut ignored).map(ConfigObject::Sidecar),
+            ConfigKind::WorkloadGroup => {
+                typed::<istio::WorkloadGroup>(value, &mut ignored).map(ConfigObject::WorkloadGroup)
+            }
         };
         for path in &ignored {
             self.ignored_field(doc, config_kind, key.as_ref(), &field(prefix, path), path);

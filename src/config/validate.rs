@@ -51,6 +51,7 @@ pub fn validate(object: &ConfigObject) -> Vec<FieldError> {
         ConfigObject::DestinationRule(o) => istio::destination_rule(&mut check, o),
         ConfigObject::Gateway(o) => istio::gateway(&mut check, o),
         ConfigObject::Sidecar(o) => istio::sidecar(&mut check, o),
+        ConfigObject::WorkloadGroup(o) => istio::workload_group(&mut check, o),
     }
     check.found
 }

@@ -66,6 +66,8 @@ pub fn affected_types(kind: ConfigKind) -> TypeSet {
         // Cluster policy, subset endpoints, and hash policies on routes.
         ConfigKind::DestinationRule => TypeSet::of(&[Cluster, Endpoint, Route]),
         ConfigKind::Gateway => TypeSet::of(&[Listener, Route]),
+        // A template for auto-registered WorkloadEntries, which carry the change.
+        ConfigKind::WorkloadGroup => TypeSet::EMPTY,
     }
 }
 
@@ -394,7 +396,7 @@ fn affected_hosts(object: &ConfigObject, old: &ServiceIndex, new: &ServiceIndex,
                 }
             }
         }
-        ConfigObject::Gateway(_) | ConfigObject::Sidecar(_) => {}
+        ConfigObject::Gateway(_) | ConfigObject::Sidecar(_) | ConfigObject::WorkloadGroup(_) => {}
     }
 }
 

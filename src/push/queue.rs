@@ -100,6 +100,9 @@ pub struct PushQueue {
     /// Workload shape → how many streams were last generated for it.
     by_inbound: Mutex<HashMap<InboundId, usize>>,
     next_id: AtomicU64,
+    /// Woken when a stream registers or unregisters (auto-registration
+    /// follows connections with it).
+    membership: tokio::sync::Notify,
 }
 
 impl Default for PushQueue {
@@ -109,6 +112,7 @@ impl Default for PushQueue {
             by_scope: Mutex::new(HashMap::new()),
             by_inbound: Mutex::new(HashMap::new()),
             next_id: AtomicU64::new(1),
+            membership: tokio::sync::Notify::new(),
         }
     }
 }
@@ -127,6 +131,7 @@ impl PushQueue {
         });
         self.shards[id as usize % SHARDS].lock().insert(id, handle.clone());
         self.by_scope.lock().entry(ScopeId(0)).or_default().insert(id, handle.clone());
+        self.membership.notify_one();
         handle
     }
 
@@ -163,7 +168,15 @@ impl PushQueue {
                     index.remove(&scope);
                 }
             }
+            drop(index);
+            self.membership.notify_one();
         }
+    }
+
+    /// Resolves once a stream registered or unregistered since the last
+    /// call returned (a change before the first call counts).
+    pub async fn membership_changed(&self) {
+        self.membership.notified().await;
     }
 
     /// Number of scopes with at least one stream.

@@ -27,6 +27,7 @@ use crate::config::{Problem, Severity};
 use crate::model::ConfigStore;
 use crate::model::check_references;
 
+pub mod autoregistration;
 pub mod file;
 pub mod references;
 pub mod registry;

@@ -348,3 +348,48 @@ spec:
     });
     scene.assert_nothing_rejected();
 }
+
+/// WorkloadGroup auto-registration: a VM's Envoy that connects with
+/// `AUTO_REGISTER_GROUP` becomes an endpoint of the Service its group's
+/// labels select, and a client's requests reach the VM.
+#[test]
+fn a_vm_proxy_registers_into_its_workload_group_and_receives_traffic() {
+    const PORT: u16 = 18207;
+    let mesh = docs(&[service("shop", "ratings", PORT)]);
+    let group = "\
+apiVersion: networking.istio.io/v1
+kind: WorkloadGroup
+metadata: {name: ratings-vm, namespace: shop}
+spec:
+  metadata: {labels: {app: ratings}}
+  template: {ports: {http: 18207}}
+";
+    // The VM's proxy runs beside the client's on this host: its listeners bind an address of their own.
+    let vm_sidecar = sidecar("shop", "vm", None, &["./*"], Some("127.0.127.6"));
+    let vm_sidecar = vm_sidecar.replace("spec:\n", "spec:\n  workloadSelector:\n    labels:\n      role: vm\n");
+    let mut scene = Scene::start(
+        &[("mesh.yaml", &mesh), ("group.yaml", group), ("vm-sidecar.yaml", &vm_sidecar)],
+        &[("vm-app", "127.0.127.5:18207")],
+    );
+    let ratings = Request::new(loopback(PORT), "ratings");
+    let opts = scene.sidecar(&sidecar_node("127.0.127.9", "client", "shop"), &[("app", "client")]);
+    scene.add_envoy("client", &opts);
+    scene.wait(CONVERGE, "the client's listener for ratings", Section::Listeners, || {
+        if scene.envoy("client").has_active_listener("0.0.0.0_18207") {
+            Ok(())
+        } else {
+            Err("no listener yet".to_string())
+        }
+    });
+    assert!(ratings.send().is_err(), "no workload has registered yet");
+
+    let mut vm = scene.sidecar(&sidecar_node("127.0.127.5", "ratings-vm-1", "shop"), &[("role", "vm")]);
+    vm.meta.insert("AUTO_REGISTER_GROUP".into(), "ratings-vm".into());
+    scene.add_envoy("vm", &vm);
+    scene.wait(CONVERGE, "ratings to be answered by the registered VM", Section::Endpoints, || {
+        ratings.all_answered_by(3, &["vm-app"])
+    });
+    let configz = scene.mesh().admin("/debug/configz").body;
+    assert!(configz.contains("ratings-vm-127.0.127.5"), "the registered entry is shown");
+    scene.assert_nothing_rejected();
+}

@@ -89,3 +89,36 @@ pub struct WorkloadEntrySpec {
     /// Network name.
     pub network: Option<String>,
 }
+
+/// Istio WorkloadGroup: the template of the WorkloadEntries of workloads
+/// (VMs) that register themselves when their proxy connects.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct WorkloadGroup {
+    /// Metadata.
+    pub metadata: ObjectMeta,
+    /// Spec.
+    pub spec: WorkloadGroupSpec,
+}
+
+/// `WorkloadGroup.spec`.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct WorkloadGroupSpec {
+    /// Labels and annotations every registered entry gets.
+    pub metadata: WorkloadGroupMetadata,
+    /// The entry every registered workload starts from (its address is the proxy's).
+    pub template: WorkloadEntrySpec,
+    /// Readiness probe the workload's agent runs.
+    pub probe: Option<serde_yaml_ng::Value>,
+}
+
+/// `WorkloadGroup.spec.metadata`.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct WorkloadGroupMetadata {
+    /// Labels.
+    pub labels: BTreeMap<String, String>,
+    /// Annotations.
+    pub annotations: BTreeMap<String, String>,
+}

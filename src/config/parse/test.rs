@@ -71,6 +71,13 @@ metadata: {name: default, namespace: bookinfo}
 spec:
   egress: [{hosts: [./*, istio-system/*]}]
   outboundTrafficPolicy: {mode: REGISTRY_ONLY}
+---
+apiVersion: networking.istio.io/v1
+kind: WorkloadGroup
+metadata: {name: ratings-vm, namespace: bookinfo}
+spec:
+  metadata: {labels: {app: ratings}}
+  template: {ports: {http: 9080}}
 "#;
 
 fn kinds(parsed: &ParsedFile) -> Vec<ConfigKind> {

@@ -10,7 +10,7 @@ use crate::config::protocol::Protocol;
 use super::{Checker, LABEL_RULE, check_namespaced_host, is_dns1123_label, is_ip, is_ip_or_cidr, is_wildcard_host};
 use crate::config::istio::{
     ConnectionPoolSettings, DestinationRule, Gateway, LoadBalancerSettings, OutlierDetection, ServiceEntry, Sidecar,
-    TrafficPolicy, WorkloadEntry, WorkloadEntrySpec,
+    TrafficPolicy, WorkloadEntry, WorkloadEntrySpec, WorkloadGroup,
 };
 
 /// Port protocols Istio knows (`protocol.Parse`), compared case-insensitively as Istio does.
@@ -431,6 +431,46 @@ pub(super) fn service_entry(check: &mut Checker, se: &ServiceEntry) {
                 );
             }
         }
+    }
+}
+
+pub(super) fn workload_group(check: &mut Checker, group: &WorkloadGroup) {
+    let template = &group.spec.template;
+    if !template.address.is_empty() {
+        check.warning(
+            "spec.template.address",
+            "is not used: a registered workload's address is its proxy's (as in Istio)",
+        );
+    }
+    for (name, port) in &template.ports {
+        check.port(format!("spec.template.ports.{name}"), *port);
+    }
+    if template.weight == Some(0) {
+        check.error("spec.template.weight", "0 is not a weight: it must be at least 1 (leave it out for 1)");
+    }
+    for (field, value) in [("serviceAccount", &template.service_account), ("network", &template.network)] {
+        if value.as_deref().is_some_and(|v| !v.is_empty()) {
+            check.unsupported(
+                format!("spec.template.{field}"),
+                Some(if field == "network" {
+                    "meshpush serves one network: the entry is reached directly"
+                } else {
+                    "Istio uses it for mTLS identities only, and meshpush serves no mesh mTLS yet"
+                }),
+            );
+        }
+    }
+    if group.spec.probe.is_some() {
+        check.unsupported(
+            "spec.probe",
+            Some("meshpush takes no health reports from agents: a registered workload gets traffic as soon as it connects"),
+        );
+    }
+    if !group.spec.metadata.annotations.is_empty() {
+        check.warning(
+            "spec.metadata.annotations",
+            "no annotation configures traffic on a WorkloadEntry: they are kept on the registered entries only",
+        );
     }
 }
 

@@ -69,14 +69,16 @@ fn kind_of(doc: &Value) -> &str {
     doc.get("kind").and_then(Value::as_str).unwrap_or("")
 }
 
-/// The proxies whose configuration is compared.
-fn proxies() -> Vec<crate::model::Proxy> {
+/// The proxies whose configuration is compared, with a VM's proxy that
+/// registers into WorkloadGroup `group` when one is given.
+fn proxies(group: Option<&str>) -> Vec<crate::model::Proxy> {
     let mut v1 = proxy(
         "sidecar~10.50.0.1~client-v1.cov~cov.svc.cluster.local",
         "REDIRECT",
         &[("app", "client"), ("version", "v1")],
     );
     v1.locality = Locality::parse("us-east/zone-a");
+
     let mut v2 = proxy(
         "sidecar~10.50.0.2~client-v2.cov~cov.svc.cluster.local",
         "REDIRECT",
@@ -89,21 +91,39 @@ fn proxies() -> Vec<crate::model::Proxy> {
         &[("app", "client"), ("version", "v1")],
     );
     let router = proxy("router~10.50.0.4~gateway.cov~cov.svc.cluster.local", "REDIRECT", &[("istio", "cov-gateway")]);
-    vec![v1, v2, other, router]
+    let mut all = vec![v1, v2, other, router];
+    if let Some(group) = group {
+        let mut vm = proxy("sidecar~10.50.0.5~vm-1.cov~cov.svc.cluster.local", "REDIRECT", &[]);
+        vm.metadata.insert(crate::source::autoregistration::GROUP_METADATA.to_string(), group.to_string());
+        all.push(vm);
+    }
+    all
 }
 
 /// Everything generated for the proxies from `text`, encoded, followed by
 /// what validation said (a removed field that changes either was read);
 /// and the problems.
-fn generate(text: &str) -> (Vec<u8>, Vec<Problem>) {
+fn generate(text: &str, group: Option<&str>) -> (Vec<u8>, Vec<Problem>) {
     let parsed = parse_documents("coverage.yaml", text);
     let store = ConfigStore::new();
     store.apply(parsed.objects.into_iter().map(|(o, s)| Write::Put(o, s)).collect::<Vec<_>>());
+    // A member of the group registers, as the server's auto-registration would make it.
+    let registered: Vec<Write> = proxies(group)
+        .iter()
+        .filter_map(|p| crate::source::autoregistration::entry_for(&store.snapshot(), p))
+        .map(|e| {
+            Write::Put(
+                crate::config::ConfigObject::WorkloadEntry(e),
+                crate::config::SourceRef { file: "registered".into(), doc: 0 },
+            )
+        })
+        .collect();
+    store.apply(registered);
     let mut problems = parsed.problems;
     problems.extend(check_references(&store.snapshot()));
     let ctx = PushContext::build(store.snapshot(), 1, Arc::new(ScopeInterner::default()));
     let mut out = Vec::new();
-    for p in proxies() {
+    for p in proxies(group) {
         let scope = ctx.scope_for(&p);
         let (_, inbound) = ctx.inbound_for(&p);
         let view = endpoint_view(&ctx, &p);
@@ -270,7 +290,8 @@ fn every_field_of_istio_s_api_is_applied_or_reported() {
                 all.push(doc.clone());
                 format!("{base}\n---\n{support}\n---\n{}", yaml(&all))
             };
-            let (baseline, problems) = generate(&text_with(variant));
+            let group = (kind == "WorkloadGroup").then_some(name.as_str());
+            let (baseline, problems) = generate(&text_with(variant), group);
             let spec = variant.get("spec").cloned().unwrap_or(Value::Mapping(Mapping::new()));
             let mut found = Vec::new();
             let root = Leaf { concrete: "spec".into(), table: "spec".into(), steps: vec![Step::Key("spec".into())] };
@@ -291,7 +312,7 @@ fn every_field_of_istio_s_api_is_applied_or_reported() {
                 if NO_EFFECT.iter().any(|(k, p, _)| *k == kind && *p == leaf.table) {
                     continue;
                 }
-                let (changed, _) = generate(&text_with(&without(variant, &leaf.steps)));
+                let (changed, _) = generate(&text_with(&without(variant, &leaf.steps)), group);
                 if changed == baseline {
                     failures.push(format!("{kind} {name}: {} is neither applied nor reported", leaf.concrete));
                 }
