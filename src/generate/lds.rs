@@ -26,7 +26,7 @@
 
 use std::sync::Arc;
 
-use envoy_types::pb::envoy::config::core::v3::TrafficDirection;
+use envoy_types::pb::envoy::config::core::v3::{CidrRange, TrafficDirection};
 use envoy_types::pb::envoy::config::listener::v3::{
     Filter, FilterChain, FilterChainMatch, Listener, ListenerFilter, filter, listener_filter,
 };
@@ -174,20 +174,7 @@ fn redirected_listener(ctx: &PushContext, scope: &Scope, port: &OutboundPort<'_>
     let mut chains = Vec::new();
     let mut claimed: Vec<String> = Vec::new();
     for svc in &port.tcp {
-        let ranges: Vec<_> = svc
-            .addresses
-            .iter()
-            .filter_map(|a| proto::cidr_range(a))
-            .filter(|r| {
-                let key = format!("{}/{}", r.address_prefix, r.prefix_len.as_ref().map_or(0, |l| l.value));
-                // A range two services claim goes to the first: identical
-                // matches would make Envoy refuse the listener.
-                !claimed.contains(&key) && {
-                    claimed.push(key);
-                    true
-                }
-            })
-            .collect();
+        let ranges = unclaimed(svc.addresses.iter().filter_map(|a| proto::cidr_range(a)), &mut claimed);
         if ranges.is_empty() {
             continue;
         }
@@ -335,6 +322,21 @@ fn tcp_service_proxy(ctx: &PushContext, scope: &Scope, svc: &Service, port: u32,
     tcp_proxy(&cluster, backends)
 }
 
+/// The ranges no earlier chain of the listener claimed, now claimed: a
+/// range two chains would match goes to the first, as identical matches
+/// would make Envoy refuse the listener.
+fn unclaimed(ranges: impl Iterator<Item = CidrRange>, claimed: &mut Vec<String>) -> Vec<CidrRange> {
+    ranges
+        .filter(|r| {
+            let key = format!("{}/{}", r.address_prefix, r.prefix_len.as_ref().map_or(0, |l| l.value));
+            !claimed.contains(&key) && {
+                claimed.push(key);
+                true
+            }
+        })
+        .collect()
+}
+
 /// Chains for the `destinationSubnets` routes of a TCP service matched by
 /// no address of its own (the port's default chain), as Istio builds them:
 /// one per route, matching its subnets.
@@ -355,17 +357,7 @@ fn subnet_chains(
         .into_iter()
         .enumerate()
         .filter_map(|(i, (subnets, backends))| {
-            let ranges: Vec<_> = subnets
-                .iter()
-                .filter_map(|s| proto::cidr_range(s))
-                .filter(|r| {
-                    let key = format!("{}/{}", r.address_prefix, r.prefix_len.as_ref().map_or(0, |l| l.value));
-                    !claimed.contains(&key) && {
-                        claimed.push(key);
-                        true
-                    }
-                })
-                .collect();
+            let ranges = unclaimed(subnets.iter().filter_map(|s| proto::cidr_range(s)), claimed);
             (!ranges.is_empty()).then(|| FilterChain {
                 name: format!("{cluster}-subnets-{i}"),
                 filter_chain_match: Some(FilterChainMatch { prefix_ranges: ranges, ..Default::default() }),

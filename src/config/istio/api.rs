@@ -156,8 +156,8 @@ pub fn consequence(kind: ConfigKind, path: &str) -> Option<&'static str> {
         .map(|(_, _, c)| *c)
 }
 
-/// `spec.http[3].route[0]` → `spec.http[].route[]`.
-fn normalize_indexes(path: &str) -> String {
+/// `spec.http[3].route[0]` → `spec.http[].route[]`: a concrete path in the table's shape.
+pub fn normalize_indexes(path: &str) -> String {
     let mut out = String::with_capacity(path.len());
     let mut in_index = false;
     for c in path.chars() {

@@ -220,26 +220,6 @@ fn without(doc: &Value, steps: &[Step]) -> Value {
     doc
 }
 
-fn normalized(path: &str) -> String {
-    let mut out = String::new();
-    let mut in_index = false;
-    for c in path.chars() {
-        match c {
-            '[' => {
-                in_index = true;
-                out.push('[');
-            }
-            ']' => {
-                in_index = false;
-                out.push(']');
-            }
-            _ if in_index => {}
-            _ => out.push(c),
-        }
-    }
-    out
-}
-
 /// Whether a problem reports the leaf: one naming it, one saying a field
 /// around it (or the whole document) is ignored, or an error refusing the
 /// whole object.
@@ -335,7 +315,7 @@ fn the_walk_names_fields_as_the_table_does() {
     leaves(&fields, &doc["spec"], root, &mut found);
     let paths: Vec<(&str, &str)> = found.iter().map(|l| (l.concrete.as_str(), l.table.as_str())).collect();
     assert_eq!(paths, [("spec.http[0].match[0].headers.x-a.exact", "spec.http[].match[].headers.*.exact")]);
-    assert_eq!(normalized("spec.http[3].route[0]"), "spec.http[].route[]");
+    assert_eq!(api::normalize_indexes("spec.http[3].route[0]"), "spec.http[].route[]");
     let removed = without(&doc, &found[0].steps);
     assert!(removed["spec"]["http"][0]["match"][0]["headers"]["x-a"].as_mapping().is_some_and(|m| m.is_empty()));
 }
