@@ -93,7 +93,7 @@ impl<'a> RouteTarget<'a> {
     /// The Envoy routes of a VirtualService's HTTP routes that apply here, in order.
     pub fn http_routes(&self, vs: &ResolvedVirtualService) -> Vec<Route> {
         let mut out = Vec::new();
-        for route in &vs.spec.http {
+        for route in vs.http() {
             if route.matches.is_empty() {
                 out.extend(self.http_route(vs, route, None));
                 continue;
@@ -128,7 +128,7 @@ impl<'a> RouteTarget<'a> {
     /// when it matches none): a match with `destinationSubnets` applies only
     /// when every one of them lies in one of its subnets.
     pub fn tcp_backends(&self, vs: &ResolvedVirtualService, destination: &[Arc<str>]) -> Option<Backends> {
-        let route = vs.spec.tcp.iter().find(|r| {
+        let route = vs.spec().tcp.iter().find(|r| {
             r.matches.is_empty()
                 || r.matches.iter().any(|m| {
                     self.applies(vs, &l4_conditions(m))
@@ -147,7 +147,7 @@ impl<'a> RouteTarget<'a> {
     /// chain matching them, before the port's default chain.
     pub fn tcp_subnet_routes(&self, vs: &ResolvedVirtualService) -> Vec<(Vec<String>, Backends)> {
         let mut out = Vec::new();
-        for route in &vs.spec.tcp {
+        for route in &vs.spec().tcp {
             let subnets: Vec<String> = route
                 .matches
                 .iter()

@@ -206,7 +206,8 @@ impl PushContext {
                 affected_hosts(object, &prev.services, &services, &mut changes.dirty_hosts);
             }
             // A delegate has no hosts: its roots' hosts are what changed.
-            if key.kind == ConfigKind::VirtualService {
+            let is_delegate = |o: Option<&ConfigObject>| matches!(o, Some(ConfigObject::VirtualService(vs)) if vs.spec.hosts.is_empty());
+            if is_delegate(old) || is_delegate(new) {
                 for index in [&prev.virtual_services, &virtual_services] {
                     for root in index.roots_of(key) {
                         if root.gateways.iter().any(|g| &**g != crate::config::istio::MESH_GATEWAY) {

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use super::delegation::{self, Delegates};
 use crate::config::{ConfigKey, ConfigKind, ConfigObject, istio};
 use crate::model::service::ExportTo;
-use crate::model::{Hostname, StoreSnapshot, host};
+use crate::model::{Hostname, StoreSnapshot, StoredObject, host};
 
 /// A VirtualService with its hosts and gateways resolved.
 #[derive(Debug)]
@@ -20,14 +20,30 @@ pub struct ResolvedVirtualService {
     pub gateways: Vec<Arc<str>>,
     /// Visibility.
     pub export_to: ExportTo,
-    /// The spec as written, its delegating HTTP routes replaced by the
-    /// delegates' routes (see `delegation`).
-    pub spec: istio::VirtualServiceSpec,
+    /// The stored object (shared with the store, never copied).
+    object: Arc<StoredObject>,
+    /// The HTTP routes with the delegating ones replaced by the delegates'
+    /// routes (see `delegation`); `None` when no route delegates.
+    merged_http: Option<Vec<istio::HttpRoute>>,
     /// The delegate VirtualServices its routes hand over to.
     pub delegates: Vec<ConfigKey>,
 }
 
 impl ResolvedVirtualService {
+    /// The spec as written.
+    pub fn spec(&self) -> &istio::VirtualServiceSpec {
+        match &self.object.object {
+            ConfigObject::VirtualService(vs) => &vs.spec,
+            _ => unreachable!("a ResolvedVirtualService is built from a VirtualService"),
+        }
+    }
+
+    /// The HTTP routes as they apply: delegating routes replaced by their
+    /// delegates' merged routes.
+    pub fn http(&self) -> &[istio::HttpRoute] {
+        self.merged_http.as_deref().unwrap_or(&self.spec().http)
+    }
+
     /// Whether the rule binds to `gateway` (`mesh` or `ns/name`).
     pub fn binds(&self, gateway: &str) -> bool {
         self.gateways.iter().any(|g| &**g == gateway)
@@ -72,25 +88,25 @@ pub type Labels = BTreeMap<String, String>;
 impl VirtualServiceIndex {
     /// Builds the index.
     pub fn build(snapshot: &StoreSnapshot) -> VirtualServiceIndex {
-        let rules: Vec<(&ConfigKey, &istio::VirtualService)> = snapshot
+        let rules: Vec<(&ConfigKey, &Arc<StoredObject>, &istio::VirtualService)> = snapshot
             .kind(ConfigKind::VirtualService)
             .iter()
             .filter_map(|(key, stored)| match &stored.object {
-                ConfigObject::VirtualService(vs) => Some((key, vs)),
+                ConfigObject::VirtualService(vs) => Some((key, stored, vs)),
                 _ => None,
             })
             .collect();
         // A rule without hosts is a delegate: it routes only through a root.
         let delegates: Delegates<'_> =
-            rules.iter().filter(|(_, vs)| vs.spec.hosts.is_empty()).map(|(k, vs)| ((*k).clone(), *vs)).collect();
+            rules.iter().filter(|(_, _, vs)| vs.spec.hosts.is_empty()).map(|(k, _, vs)| ((*k).clone(), *vs)).collect();
         let all = rules
             .iter()
-            .filter(|(_, vs)| !vs.spec.hosts.is_empty())
-            .map(|(_, vs)| {
-                let mut resolved = resolve_virtual_service(vs);
+            .filter(|(_, _, vs)| !vs.spec.hosts.is_empty())
+            .map(|(_, stored, vs)| {
+                let mut resolved = resolve_virtual_service(stored, vs);
                 if vs.spec.http.iter().any(|r| r.delegate.is_some()) {
                     let (http, used) = delegation::merge(vs, &delegates);
-                    resolved.spec.http = http;
+                    resolved.merged_http = Some(http);
                     resolved.delegates = used;
                 }
                 Arc::new(resolved)
@@ -115,8 +131,8 @@ impl VirtualServiceIndex {
         let mut source_selectors: Vec<Labels> = all
             .iter()
             .flat_map(|vs| {
-                let http = vs.spec.http.iter().flat_map(|r| r.matches.iter().map(|m| &m.source_labels));
-                let tcp = vs.spec.tcp.iter().flat_map(|r| r.matches.iter().map(|m| &m.source_labels));
+                let http = vs.http().iter().flat_map(|r| r.matches.iter().map(|m| &m.source_labels));
+                let tcp = vs.spec().tcp.iter().flat_map(|r| r.matches.iter().map(|m| &m.source_labels));
                 http.chain(tcp)
             })
             .filter(|labels| !labels.is_empty())
@@ -162,8 +178,8 @@ impl VirtualServiceIndex {
     }
 }
 
-/// Resolves one VirtualService.
-pub fn resolve_virtual_service(vs: &istio::VirtualService) -> ResolvedVirtualService {
+/// Resolves one VirtualService (`vs` is `stored`'s object).
+fn resolve_virtual_service(stored: &Arc<StoredObject>, vs: &istio::VirtualService) -> ResolvedVirtualService {
     let ns = vs.metadata.namespace();
     let gateways = if vs.spec.gateways.is_empty() {
         vec![Arc::from(istio::MESH_GATEWAY)]
@@ -175,7 +191,8 @@ pub fn resolve_virtual_service(vs: &istio::VirtualService) -> ResolvedVirtualSer
         hosts: vs.spec.hosts.iter().map(|h| host::resolve(h, ns)).collect(),
         gateways,
         export_to: ExportTo::parse(&vs.spec.export_to, ns),
-        spec: vs.spec.clone(),
+        object: stored.clone(),
+        merged_http: None,
         delegates: Vec::new(),
     }
 }
