@@ -46,6 +46,7 @@ use super::stream::buffers;
 use super::stream::messages::RequestMessages;
 use super::stream::published::Published;
 use super::stream::recorder::StreamRecorder;
+use super::stream::body::EndStatus;
 use super::stream::request::{RequestError, StreamNode};
 use super::stream::status::{StatusBoard, StreamStatus};
 use super::watch::StreamState;
@@ -237,8 +238,9 @@ where
             return Status::invalid_argument(e.to_string()).into_http();
         }
     };
-    let rx = spawn::<P>(&ads, proxy, first, requests, peer);
-    let mut response = http::Response::new(Body::new(ResponseStreamBody::new(rx)));
+    let end = EndStatus::default();
+    let rx = spawn::<P>(&ads, proxy, first, requests, peer, end.clone());
+    let mut response = http::Response::new(Body::new(ResponseStreamBody::new(rx, end)));
     response.headers_mut().insert(http::header::CONTENT_TYPE, http::HeaderValue::from_static("application/grpc"));
     response
 }
@@ -257,7 +259,7 @@ pub fn spawn_stream(
     peer: String,
 ) -> mpsc::Receiver<OutgoingResponse> {
     let requests = futures::StreamExt::map(requests, |r| r.map(SotwRequest::from));
-    spawn::<Connection>(ads, proxy, first.into(), requests, peer)
+    spawn::<Connection>(ads, proxy, first.into(), requests, peer, EndStatus::default())
 }
 
 /// [`spawn_stream`] for a delta stream.
@@ -269,7 +271,7 @@ pub fn spawn_delta_stream(
     peer: String,
 ) -> mpsc::Receiver<DeltaResponse> {
     let requests = futures::StreamExt::map(requests, |r| r.map(DeltaRequest::from));
-    spawn::<DeltaConnection>(ads, proxy, first.into(), requests, peer)
+    spawn::<DeltaConnection>(ads, proxy, first.into(), requests, peer, EndStatus::default())
 }
 
 fn spawn<P: Protocol>(
@@ -278,6 +280,7 @@ fn spawn<P: Protocol>(
     first: P::Request,
     requests: impl futures::Stream<Item = Result<P::Request, Status>> + Unpin + Send + 'static,
     peer: String,
+    end: EndStatus,
 ) -> mpsc::Receiver<P::Response> {
     let (tx, rx) = mpsc::channel(STREAM_BUFFER);
     let shared = ads.shared.clone();
@@ -292,17 +295,25 @@ fn spawn<P: Protocol>(
                 shared.engine.wait_ready().await;
             }
             let conn = P::open(handle.id, proxy);
-            let end = serve_stream(&shared, conn, &handle, &status, first, requests, tx).await;
+            let (reason, failure) = serve_stream(&shared, conn, &handle, &status, first, requests, tx).await;
             shared.engine.queue().unregister(handle.id);
             shared.statuses.close(handle.id);
-            tracing::debug!(reason = %end, "stream closed");
+            match failure {
+                // The trailers carry why (the channel to the body is gone by now).
+                Some(failure) => {
+                    tracing::info!(reason = %reason, "stream ended on a bad request");
+                    let _ = end.set(failure);
+                }
+                None => tracing::debug!(reason = %reason, "stream closed"),
+            }
         }
         .instrument(span),
     );
     rx
 }
 
-/// Serves one stream until the client goes away; returns why it ended.
+/// Serves one stream until the client goes away; returns why it ended, and
+/// the status to end it with when a request could not be read.
 async fn serve_stream<P: Protocol>(
     shared: &Shared,
     mut conn: P,
@@ -311,7 +322,7 @@ async fn serve_stream<P: Protocol>(
     first: P::Request,
     mut requests: impl futures::Stream<Item = Result<P::Request, Status>> + Unpin,
     tx: mpsc::Sender<P::Response>,
-) -> String {
+) -> (String, Option<Status>) {
     let engine = &shared.engine;
     let mut pending = Some(first);
     let mut recorder = StreamRecorder::new(engine.metrics().clone());
@@ -333,8 +344,8 @@ async fn serve_stream<P: Protocol>(
                 biased;
                 msg = futures::StreamExt::next(&mut requests) => match msg {
                     Some(Ok(req)) => { pending = Some(req); continue; }
-                    None => return "client closed the stream".into(),
-                    Some(Err(status)) => return format!("stream error: {status}"),
+                    None => return ("client closed the stream".into(), None),
+                    Some(Err(status)) => return (format!("stream error: {}", status.message()), Some(status)),
                 },
                 _ = tokio::time::sleep_until(answer_deadline), if !may_push => continue,
                 push = handle.mailbox.take(), if may_push => {
@@ -355,7 +366,7 @@ async fn serve_stream<P: Protocol>(
         let sent_any = !responses.is_empty();
         for response in responses {
             if tx.send(response).await.is_err() {
-                return "response channel closed".into();
+                return ("response channel closed".into(), None);
             }
         }
         if sent_any {

@@ -448,3 +448,75 @@ async fn node_may_be_omitted_after_the_first_request() {
     let listeners = names::<Listener>(&lds, |l| l.name.clone());
     assert!(listeners.contains("0.0.0.0_9080"), "{listeners:?}");
 }
+
+/// Passes request bytes through as they are, so a test can send what no
+/// encoder would produce.
+#[derive(Debug, Clone, Default)]
+struct RawCodec;
+
+impl tonic::codec::Codec for RawCodec {
+    type Encode = bytes::Bytes;
+    type Decode = bytes::Bytes;
+    type Encoder = RawCodec;
+    type Decoder = RawCodec;
+    fn encoder(&mut self) -> RawCodec {
+        RawCodec
+    }
+    fn decoder(&mut self) -> RawCodec {
+        RawCodec
+    }
+}
+
+impl tonic::codec::Encoder for RawCodec {
+    type Item = bytes::Bytes;
+    type Error = tonic::Status;
+    fn encode(&mut self, item: bytes::Bytes, dst: &mut tonic::codec::EncodeBuf<'_>) -> Result<(), tonic::Status> {
+        bytes::BufMut::put(dst, item);
+        Ok(())
+    }
+}
+
+impl tonic::codec::Decoder for RawCodec {
+    type Item = bytes::Bytes;
+    type Error = tonic::Status;
+    fn decode(&mut self, src: &mut tonic::codec::DecodeBuf<'_>) -> Result<Option<bytes::Bytes>, tonic::Status> {
+        let n = bytes::Buf::remaining(src);
+        Ok(Some(bytes::Buf::copy_to_bytes(src, n)))
+    }
+}
+
+#[tokio::test]
+async fn a_later_request_that_cannot_be_decoded_ends_the_stream_with_invalid_argument() {
+    let h = Harness::start().await;
+    let channel = tonic::transport::Endpoint::from_shared(format!("http://{}", h.addr)).unwrap().connect().await.unwrap();
+    let mut grpc = tonic::client::Grpc::new(channel);
+    grpc.ready().await.unwrap();
+    let (tx, rx) = mpsc::channel::<bytes::Bytes>(4);
+    let first = DiscoveryRequest {
+        node: Some(Node { id: PRODUCTPAGE.into(), ..Default::default() }),
+        type_url: TypeUrl::Cluster.as_str().into(),
+        ..Default::default()
+    };
+    tx.send(first.encode_to_vec().into()).await.unwrap();
+    let path = http::uri::PathAndQuery::from_static(
+        "/envoy.service.discovery.v3.AggregatedDiscoveryService/StreamAggregatedResources",
+    );
+    let mut responses = grpc
+        .streaming(tonic::Request::new(ReceiverStream::new(rx)), path, RawCodec)
+        .await
+        .expect("the stream opens")
+        .into_inner();
+    let cds = responses.message().await.expect("a CDS response").expect("a message");
+    assert!(DiscoveryResponse::decode(cds).is_ok());
+    // Field 1 (version_info) announced as 200 bytes long, then nothing: no decoder can read it.
+    tx.send(bytes::Bytes::from_static(&[0x0a, 0xc8, 0x01, 0x41])).await.unwrap();
+    let status = loop {
+        match responses.message().await {
+            Ok(Some(_)) => continue,
+            Ok(None) => panic!("the stream ended with OK"),
+            Err(status) => break status,
+        }
+    };
+    assert_eq!(status.code(), tonic::Code::InvalidArgument, "{status:?}");
+    assert!(status.message().contains("undecodable request"), "{}", status.message());
+}

@@ -17,6 +17,7 @@
 //! When the stream task is done the body ends with `grpc-status: 0`.
 
 use std::pin::Pin;
+use std::sync::{Arc, OnceLock};
 use std::task::{Context, Poll};
 
 use bytes::Bytes;
@@ -46,18 +47,23 @@ pub trait Framed {
     fn wire_len(&self) -> usize;
 }
 
+/// How a stream ended, set by its task before it drops the response
+/// channel: the status its trailers carry (`OK` when never set).
+pub type EndStatus = Arc<OnceLock<tonic::Status>>;
+
 /// The body of one ADS response stream.
 #[derive(Debug)]
 pub struct ResponseStreamBody<R> {
     responses: mpsc::Receiver<R>,
+    end: EndStatus,
     tail: Option<Bytes>,
     done: bool,
 }
 
 impl<R> ResponseStreamBody<R> {
-    /// A body fed by the stream task through `responses`.
-    pub fn new(responses: mpsc::Receiver<R>) -> ResponseStreamBody<R> {
-        ResponseStreamBody { responses, tail: None, done: false }
+    /// A body fed by the stream task through `responses`, ending with `end`'s status.
+    pub fn new(responses: mpsc::Receiver<R>, end: EndStatus) -> ResponseStreamBody<R> {
+        ResponseStreamBody { responses, end, tail: None, done: false }
     }
 }
 
@@ -81,7 +87,16 @@ impl<R: Framed> http_body::Body for ResponseStreamBody<R> {
             Poll::Ready(None) => {
                 self.done = true;
                 let mut trailers = HeaderMap::new();
-                trailers.insert("grpc-status", http::HeaderValue::from_static("0"));
+                match self.end.get() {
+                    Some(status) => {
+                        if status.add_header(&mut trailers).is_err() {
+                            trailers.insert("grpc-status", http::HeaderValue::from(status.code() as i32));
+                        }
+                    }
+                    None => {
+                        trailers.insert("grpc-status", http::HeaderValue::from_static("0"));
+                    }
+                }
                 Poll::Ready(Some(Ok(Frame::trailers(trailers))))
             }
             Poll::Pending => Poll::Pending,
