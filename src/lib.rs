@@ -3,7 +3,7 @@
 //! Data flows one way: [`source`] → [`model::ConfigStore`] → [`push::Debouncer`]
 //! → [`engine::PushEngine`] (publishes [`push::PushContext`]) → [`generate`]
 //! (cached, pre-encoded) → [`xds`] streams. The modules are layered along
-//! that flow, base types ([`resource`]) at the bottom, and no module uses
+//! that flow, base types ([`resource`], [`text`]) at the bottom, and no module uses
 //! one above it; ARCHITECTURE.md at the repository root walks through both.
 
 pub mod admin;
@@ -20,4 +20,5 @@ pub mod serve;
 pub mod source;
 #[cfg(any(test, feature = "testing"))]
 pub mod testing;
+pub mod text;
 pub mod xds;

@@ -13,7 +13,7 @@ use std::path::{Path, PathBuf};
 /// meshpush's layers, bottom first: a module may use the modules of the
 /// layers before its own.
 const MESHPUSH: &[&[&str]] = &[
-    &["resource"],
+    &["resource", "text"],
     &["metrics"],
     &["config"],
     &["model"],

@@ -5,6 +5,7 @@
 //! source's problems — so a debug request never waits on a stream or the
 //! engine, and a stream never waits on it.
 
+use crate::text::shown;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
@@ -102,11 +103,13 @@ pub fn sorted_connections(state: &AdminState) -> Vec<Arc<ConnectionHandle>> {
 
 /// The sync view of one connection.
 pub fn proxy_sync(conn: &ConnectionHandle, status: &StreamStatus) -> ProxySync {
+    // What a client sent is shown bounded (`text::Shown`): one client's
+    // megabyte of node id must not become a megabyte of every answer.
     ProxySync {
-        proxy: conn.proxy.id.to_string(),
+        proxy: shown(&conn.proxy.id).into_owned(),
         conn_id: conn.id,
-        cluster: conn.proxy.cluster.to_string(),
-        proxy_version: conn.proxy.metadata.get("ISTIO_VERSION").cloned(),
+        cluster: shown(&conn.proxy.cluster).into_owned(),
+        proxy_version: conn.proxy.metadata.get("ISTIO_VERSION").map(|v| shown(v).into_owned()),
         meshpush_version: VERSION.to_string(),
         types: STATUS_ORDER.iter().map(|t| type_sync(*t, status.get(*t))).collect(),
     }
@@ -151,14 +154,14 @@ pub async fn connections(State(state): State<AdminState>) -> Json<Vec<Value>> {
             let age = c.connected.elapsed();
             let view = ConnectionView {
                 conn_id: c.id,
-                proxy: c.proxy.id.to_string(),
+                proxy: shown(&c.proxy.id).into_owned(),
                 kind: format!("{:?}", c.proxy.kind),
-                cluster: c.proxy.cluster.to_string(),
-                namespace: c.proxy.namespace.to_string(),
-                ip: c.proxy.ip.to_string(),
-                labels: c.proxy.labels.clone(),
+                cluster: shown(&c.proxy.cluster).into_owned(),
+                namespace: shown(&c.proxy.namespace).into_owned(),
+                ip: shown(&c.proxy.ip).into_owned(),
+                labels: c.proxy.labels.iter().map(|(k, v)| (shown(k).into_owned(), shown(v).into_owned())).collect(),
                 interception: format!("{:?}", c.proxy.interception),
-                proxy_version: c.proxy.metadata.get("ISTIO_VERSION").cloned(),
+                proxy_version: c.proxy.metadata.get("ISTIO_VERSION").map(|v| shown(v).into_owned()),
                 connected_at: SystemTime::now().checked_sub(age).unwrap_or(SystemTime::UNIX_EPOCH),
                 connected_seconds: age.as_secs_f64(),
                 scope: c.scope.load(Ordering::Relaxed),
@@ -265,7 +268,7 @@ pub async fn scopes(State(state): State<AdminState>) -> Json<Vec<Value>> {
     let ctx = state.engine.snapshot();
     let mut members: BTreeMap<u32, Vec<String>> = BTreeMap::new();
     for c in state.engine.queue().connections() {
-        members.entry(c.scope.load(Ordering::Relaxed)).or_default().push(c.proxy.id.to_string());
+        members.entry(c.scope.load(Ordering::Relaxed)).or_default().push(shown(&c.proxy.id).into_owned());
     }
     let mut scopes = ctx.scopes();
     scopes.sort_by_key(|s| s.id);

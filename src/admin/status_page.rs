@@ -108,8 +108,8 @@ pub fn render(state: &AdminState) -> String {
             let _ = write!(
                 html,
                 "<tr class=\"proxy\"><td class=\"mono\">{}</td><td>{}</td>",
-                escape(&c.proxy.id),
-                escape(&c.proxy.cluster)
+                escape(&crate::text::shown(&c.proxy.id)),
+                escape(&crate::text::shown(&c.proxy.cluster))
             );
             for t in [TypeUrl::Cluster, TypeUrl::Listener, TypeUrl::Endpoint, TypeUrl::Route] {
                 let s = sync_state(state, c, t);

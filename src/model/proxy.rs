@@ -12,6 +12,7 @@ use envoy_types::pb::google::protobuf::{Struct, Value, value::Kind};
 use serde::Serialize;
 
 use super::Locality;
+use crate::text::Shown;
 
 /// What kind of proxy it is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
@@ -41,10 +42,10 @@ pub enum NodeError {
     #[error("the first request of the stream has no node")]
     Missing,
     /// The node id is not `type~ip~id~domain`.
-    #[error("node id {0:?} is not of the form TYPE~IP~POD.NAMESPACE~DOMAIN (TYPE sidecar or router)")]
+    #[error("node id \"{}\" is not of the form TYPE~IP~POD.NAMESPACE~DOMAIN (TYPE sidecar or router)", Shown(.0))]
     BadId(String),
     /// A metadata value could not be read.
-    #[error("node {id:?}: metadata {key}: {reason}")]
+    #[error("node \"{}\": metadata {key}: {}", Shown(id), Shown(reason))]
     BadMetadata {
         /// The node id.
         id: String,

@@ -41,18 +41,19 @@ use tracing::Instrument;
 use super::delta::{DeltaConnection, DeltaRequest, DeltaResponse};
 use super::sotw::{Connection, OutgoingResponse, SotwRequest};
 use super::stream::bodies::BodyCache;
+use super::stream::body::EndStatus;
 use super::stream::body::{Framed, ResponseStreamBody};
 use super::stream::buffers;
 use super::stream::messages::RequestMessages;
 use super::stream::published::Published;
 use super::stream::recorder::StreamRecorder;
-use super::stream::body::EndStatus;
 use super::stream::request::{RequestError, StreamNode};
 use super::stream::status::{StatusBoard, StreamStatus};
 use super::watch::StreamState;
 use crate::engine::PushEngine;
 use crate::model::Proxy;
 use crate::push::{ConnectionHandle, InboundId, PendingPush, Scope};
+use crate::text::Shown;
 
 /// gRPC service name.
 pub const SERVICE_NAME: &str = "envoy.service.discovery.v3.AggregatedDiscoveryService";
@@ -286,7 +287,7 @@ fn spawn<P: Protocol>(
     let shared = ads.shared.clone();
     let handle = shared.engine.queue().register(proxy.clone());
     let status = shared.statuses.open(handle.id);
-    let span = tracing::info_span!("ads", conn_id = handle.id, node_id = %proxy.id);
+    let span = tracing::info_span!("ads", conn_id = handle.id, node_id = %Shown(&proxy.id));
     tokio::spawn(
         async move {
             tracing::debug!(%peer, "stream connected");

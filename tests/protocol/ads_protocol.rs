@@ -488,7 +488,8 @@ impl tonic::codec::Decoder for RawCodec {
 #[tokio::test]
 async fn a_later_request_that_cannot_be_decoded_ends_the_stream_with_invalid_argument() {
     let h = Harness::start().await;
-    let channel = tonic::transport::Endpoint::from_shared(format!("http://{}", h.addr)).unwrap().connect().await.unwrap();
+    let channel =
+        tonic::transport::Endpoint::from_shared(format!("http://{}", h.addr)).unwrap().connect().await.unwrap();
     let mut grpc = tonic::client::Grpc::new(channel);
     grpc.ready().await.unwrap();
     let (tx, rx) = mpsc::channel::<bytes::Bytes>(4);
@@ -519,4 +520,27 @@ async fn a_later_request_that_cannot_be_decoded_ends_the_stream_with_invalid_arg
     };
     assert_eq!(status.code(), tonic::Code::InvalidArgument, "{status:?}");
     assert!(status.message().contains("undecodable request"), "{}", status.message());
+}
+
+#[tokio::test]
+async fn a_huge_node_id_is_refused_with_a_bounded_message() {
+    let h = Harness::start().await;
+    let mut client = AggregatedDiscoveryServiceClient::connect(format!("http://{}", h.addr)).await.unwrap();
+    let (tx, rx) = mpsc::channel(1);
+    let huge = format!("not-an-istio-id\n{}", "x".repeat(1 << 20));
+    tx.send(DiscoveryRequest {
+        node: Some(Node { id: huge, ..Default::default() }),
+        type_url: TypeUrl::Cluster.as_str().into(),
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    let status = match client.stream_aggregated_resources(ReceiverStream::new(rx)).await {
+        Err(status) => status,
+        Ok(response) => response.into_inner().message().await.expect_err("the stream must fail"),
+    };
+    assert_eq!(status.code(), tonic::Code::InvalidArgument);
+    assert!(status.message().len() < 512, "{} bytes echoed", status.message().len());
+    assert!(status.message().contains("not-an-istio-id\\nxxx"), "escaped: {}", status.message());
+    assert!(status.message().contains("(1048592 bytes)"), "{}", status.message());
 }

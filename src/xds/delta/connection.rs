@@ -35,6 +35,7 @@ use crate::model::{Hostname, Proxy};
 use crate::push::{InboundId, PendingPush, PushContext, Scope};
 use crate::resource::EncodedResource;
 use crate::resource::TypeUrl;
+use crate::text::Shown;
 use crate::xds::stream::body::nonce_text;
 use crate::xds::stream::placement::Placement;
 use crate::xds::stream::published::Published;
@@ -129,12 +130,12 @@ impl DeltaConnection {
                 // subscription changes below still apply.
                 self.counts.stale += 1;
             } else if let Some(err) = &req.error_detail {
-                tracing::warn!(conn_id = id, node_id = %proxy_id, type_url = %t, nonce = %req.response_nonce,
-                    "NACK: {}", err.message);
+                tracing::warn!(conn_id = id, node_id = %Shown(&proxy_id), type_url = %t, nonce = %Shown(&req.response_nonce),
+                    "NACK: {}", Shown(&err.message));
                 w.last_nack = Some(NackRecord {
-                    nonce: req.response_nonce.clone(),
+                    nonce: crate::text::shown(&req.response_nonce).into_owned(),
                     version: w.version_acked.clone().unwrap_or_default(),
-                    message: err.message.clone(),
+                    message: crate::text::shown(&err.message).into_owned(),
                     at: SystemTime::now(),
                 });
                 self.counts.nacks += 1;

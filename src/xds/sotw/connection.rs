@@ -28,6 +28,7 @@ use super::request::SotwRequest;
 use crate::model::Proxy;
 use crate::push::{InboundId, PendingPush, PushContext, Scope};
 use crate::resource::{EncodedResource, ResourceSet, TypeUrl};
+use crate::text::Shown;
 use crate::xds::stream::body::nonce_text;
 use crate::xds::stream::placement::Placement;
 use crate::xds::stream::published::Published;
@@ -232,12 +233,12 @@ impl Connection {
                 self.counts.stale += 1;
                 return Vec::new();
             }
-            tracing::warn!(conn_id = id, node_id = %proxy_id, type_url = %t, nonce = %req.response_nonce,
-                version = %req.version_info, "NACK: {}", err.message);
+            tracing::warn!(conn_id = id, node_id = %Shown(&proxy_id), type_url = %t, nonce = %Shown(&req.response_nonce),
+                version = %Shown(&req.version_info), "NACK: {}", Shown(&err.message));
             w.last_nack = Some(NackRecord {
-                nonce: req.response_nonce.clone(),
-                version: req.version_info.clone(),
-                message: err.message.clone(),
+                nonce: crate::text::shown(&req.response_nonce).into_owned(),
+                version: crate::text::shown(&req.version_info).into_owned(),
+                message: crate::text::shown(&err.message).into_owned(),
                 at: SystemTime::now(),
             });
             self.counts.nacks += 1;

@@ -73,6 +73,22 @@ async fn a_nack_is_recorded_and_the_rejected_content_is_not_sent_again() {
 }
 
 #[tokio::test]
+async fn a_huge_nack_message_is_kept_bounded() {
+    let (engine, bodies) = (engine().await, BodyCache::new());
+    let ctx = engine.snapshot();
+    let view = Published { ctx: &ctx, cache: engine.cache(), bodies: &bodies };
+    let mut conn = connection(1);
+    let sent = decoded(&conn.on_request(&view, &request(TypeUrl::Cluster, "", ""))[0]);
+    let mut nack = request(TypeUrl::Cluster, "", &sent.nonce);
+    let message = format!("bad\n{}", "y".repeat(1 << 20));
+    nack.error_detail = Some(envoy_types::pb::google::rpc::Status { code: 13, message, details: vec![] });
+    conn.on_request(&view, &nack);
+    let recorded = &conn.watches[TypeUrl::Cluster.index()].last_nack.as_ref().unwrap().message;
+    assert!(recorded.len() < crate::text::MAX_SHOWN + 32, "{} bytes kept", recorded.len());
+    assert!(recorded.starts_with("bad\\ny"), "{recorded}");
+}
+
+#[tokio::test]
 async fn a_stream_that_reconnects_holding_the_current_version_is_sent_nothing() {
     let (engine, bodies) = (engine().await, BodyCache::new());
     let ctx = engine.snapshot();

@@ -1,0 +1,69 @@
+//! `Shown`: a client-supplied string made safe to show — in a log line, a
+//! gRPC status message, a debug endpoint or a CLI table.
+//!
+//! Anything a client sends (a node id, a NACK's message, a nonce, label
+//! values) may be huge or hold control characters. Shown, it is at most
+//! [`MAX_SHOWN`] bytes of the original followed by `…(N bytes)`, and
+//! control characters are escaped (`\n`, `\u{1b}`), so one client can
+//! neither flood a log nor forge lines in it.
+//!
+//! Invariant: showing never allocates for a short, clean string, and a
+//! shown string is at most `MAX_SHOWN` bytes plus its escapes and suffix.
+
+use std::borrow::Cow;
+use std::fmt;
+
+/// Bytes of a client string shown at most.
+pub const MAX_SHOWN: usize = 256;
+
+/// A string displayed bounded and escaped (see the module docs).
+#[derive(Debug, Clone, Copy)]
+pub struct Shown<'a>(pub &'a str);
+
+impl fmt::Display for Shown<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&shown(self.0))
+    }
+}
+
+/// The string as [`Shown`] displays it.
+pub fn shown(text: &str) -> Cow<'_, str> {
+    let clean = !text.chars().any(char::is_control);
+    if clean && text.len() <= MAX_SHOWN {
+        return Cow::Borrowed(text);
+    }
+    let mut cut = text.len().min(MAX_SHOWN);
+    while !text.is_char_boundary(cut) {
+        cut -= 1;
+    }
+    let mut out = String::with_capacity(cut + 24);
+    for c in text[..cut].chars() {
+        if c.is_control() {
+            out.extend(c.escape_default());
+        } else {
+            out.push(c);
+        }
+    }
+    if cut < text.len() {
+        out.push_str(&format!("…({} bytes)", text.len()));
+    }
+    Cow::Owned(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn long_strings_are_cut_and_control_characters_escaped() {
+        assert!(matches!(shown("sidecar~10.0.0.1~a.b~b.svc"), Cow::Borrowed(_)));
+        let long = "x".repeat(1 << 20);
+        let out = shown(&long);
+        assert!(out.len() < MAX_SHOWN + 32, "{}", out.len());
+        assert!(out.ends_with("…(1048576 bytes)"), "{out}");
+        assert_eq!(shown("a\nWARN forged\r\u{1b}[31m"), "a\\nWARN forged\\r\\u{1b}[31m");
+        let multibyte = "é".repeat(200);
+        assert!(shown(&multibyte).starts_with("éé"), "cut on a character boundary");
+        assert_eq!(Shown("ok").to_string(), "ok");
+    }
+}
