@@ -203,7 +203,8 @@ impl tower_service::Service<http::Request<tonic::body::Body>> for ReplayService 
         Box::pin(async move {
             let (tx, rx) = mpsc::channel(8);
             tokio::spawn(stream(replay, RequestMessages::new(request.into_body(), MAX_REQUEST_BYTES), tx));
-            let mut response = http::Response::new(tonic::body::Body::new(ResponseStreamBody::new(rx, Default::default())));
+            let mut response =
+                http::Response::new(tonic::body::Body::new(ResponseStreamBody::new(rx, Default::default())));
             response
                 .headers_mut()
                 .insert(http::header::CONTENT_TYPE, http::HeaderValue::from_static("application/grpc"));

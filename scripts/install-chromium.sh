@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs headless Chromium from Debian's packages (package `chromium`) when it
 # is missing, and prints the path of the binary. The status page's browser test
-# (tests/status_page.rs) runs this; a developer can too. Needs root (CI and the
+# (tests/e2e/operate.rs, through tests/support/browser.rs) runs this; a developer can too. Needs root (CI and the
 # development machines run as root) and a reachable Debian mirror.
 #
 # Safe to run concurrently: a flock serializes installers.

@@ -163,14 +163,26 @@ pub async fn run(options: ServeOptions) -> anyhow::Result<()> {
     let snapshot = engine.snapshot().store.clone();
     let initial = references.clone();
     tokio::task::spawn_blocking(move || initial.refresh(&snapshot, true)).await.context("checking references")?;
-    engine.set_ready();
-    let ctx = engine.snapshot();
-    tracing::info!(
-        version,
-        services = ctx.services.len(),
-        endpoints = ctx.endpoints.endpoint_count(),
-        "first snapshot published; ready"
-    );
+    let status = source.status();
+    let unread = status.unread_files();
+    let readiness = if unread.is_empty() {
+        announce_ready(&engine, version);
+        None
+    } else {
+        // Serving a mesh with a file's objects missing would push every
+        // proxy a config without them: wait until every file was read once.
+        tracing::error!(
+            files = %unread.iter().map(|f| f.to_string()).collect::<Vec<_>>().join(", "),
+            "not ready: these config files cannot be read (see /debug/configz); ready once each was read"
+        );
+        let engine = engine.clone();
+        Some(tokio::spawn(async move {
+            while !status.unread_files().is_empty() {
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+            announce_ready(&engine, *engine.versions().borrow());
+        }))
+    };
 
     let slot = Arc::new(PushSlot::default());
     let watcher = source.watch(store.clone(), changes_tx.clone()).context("watching the config directory")?;
@@ -189,6 +201,9 @@ pub async fn run(options: ServeOptions) -> anyhow::Result<()> {
     pusher.abort();
     checker.abort();
     registration.abort();
+    if let Some(readiness) = readiness {
+        readiness.abort();
+    }
     let _ = tokio::time::timeout(Duration::from_secs(5), async {
         let _ = ads.await;
         let _ = admin.await;
@@ -198,6 +213,18 @@ pub async fn run(options: ServeOptions) -> anyhow::Result<()> {
         let _ = std::fs::remove_file(path);
     }
     Ok(())
+}
+
+/// Marks the engine ready (streams are answered, `/ready` says 200).
+fn announce_ready(engine: &PushEngine, version: u64) {
+    engine.set_ready();
+    let ctx = engine.snapshot();
+    tracing::info!(
+        version,
+        services = ctx.services.len(),
+        endpoints = ctx.endpoints.endpoint_count(),
+        "first snapshot published; ready"
+    );
 }
 
 /// Re-checks references whenever a new snapshot is published (a revision

@@ -33,6 +33,8 @@ pub struct ParsedFile {
     pub objects: Vec<(ConfigObject, SourceRef)>,
     /// Everything refused or worth a warning, in document order.
     pub problems: Vec<Problem>,
+    /// The file could not be read at all (its text never reached the parser).
+    pub unread: bool,
 }
 
 impl ParsedFile {

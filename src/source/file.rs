@@ -114,6 +114,13 @@ impl SourceStatus {
     pub fn problems(&self) -> Vec<Problem> {
         self.tree.index.lock().problems()
     }
+
+    /// Files that exist but were never read whole (unreadable, too large):
+    /// the server is not ready while there are any, as istiod waits for its
+    /// informers to sync before serving.
+    pub fn unread_files(&self) -> Vec<Arc<str>> {
+        self.tree.index.lock().unread_files()
+    }
 }
 
 /// The directory and what was read from it; shared by the source, its
@@ -347,6 +354,7 @@ impl Tree {
     fn read(&self, name: &str) -> Option<ParsedFile> {
         let path = self.root.join(name);
         match std::fs::metadata(&path) {
+            Ok(meta) if meta.is_file() && meta.len() > MAX_FILE_BYTES => return Some(too_large(name, meta.len())),
             Ok(meta) if meta.is_file() => {}
             Ok(_) => return None,
             Err(err) if err.kind() == io::ErrorKind::NotFound => return None,
@@ -390,8 +398,9 @@ impl Tree {
             }
             // A directory removed or renamed away: the files read from under it.
             names.extend(known.iter().filter(|n| Path::new(&n[..]).starts_with(relative)).map(|n| n.to_string()));
-            // A directory created or renamed in: the files now under it.
-            if path.is_dir() {
+            // A directory created or renamed in: the files now under it. A
+            // symlink to a directory is not followed, as at startup (it could loop).
+            if path.symlink_metadata().is_ok_and(|m| m.is_dir()) {
                 match self.walk(path) {
                     Ok(found) => names.extend(found),
                     Err(err) => tracing::warn!("{err}; its files are not read"),
@@ -447,6 +456,27 @@ impl Tree {
     }
 }
 
+/// Config files larger than this are not read (16 MiB: a file of a
+/// thousand objects is well under 1 MiB, and parsing one is ten times its
+/// size in memory).
+pub const MAX_FILE_BYTES: u64 = 16 << 20;
+
+/// A file over [`MAX_FILE_BYTES`]: an Error with no object key, so the
+/// index keeps everything the file defined before.
+fn too_large(name: &str, len: u64) -> ParsedFile {
+    let problem = Problem {
+        severity: Severity::Error,
+        source: SourceRef { file: name.into(), doc: 0 },
+        object: None,
+        path: String::new(),
+        message: format!(
+            "is {len} bytes, more than the {} MiB a config file may hold: not read (split it into several files)",
+            MAX_FILE_BYTES >> 20
+        ),
+    };
+    ParsedFile { objects: Vec::new(), problems: vec![problem], unread: true }
+}
+
 /// A file that exists but cannot be read: an Error with no object key, so
 /// the index keeps everything the file defined before.
 fn unreadable(name: &str, err: &io::Error) -> ParsedFile {
@@ -457,7 +487,7 @@ fn unreadable(name: &str, err: &io::Error) -> ParsedFile {
         path: String::new(),
         message: format!("cannot read the file: {err}"),
     };
-    ParsedFile { objects: Vec::new(), problems: vec![problem] }
+    ParsedFile { objects: Vec::new(), problems: vec![problem], unread: true }
 }
 
 /// Whether a path (relative to the root) is a config file: `*.yaml` or

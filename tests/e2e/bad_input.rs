@@ -11,6 +11,7 @@
 use crate::support;
 
 use std::net::SocketAddr;
+use std::path::Path;
 use std::time::Duration;
 
 use support::envoy::Section;
@@ -206,4 +207,48 @@ spec:
         "the applied edit is logged at INFO:\n{}",
         scene.mesh().log_tail(20)
     );
+}
+
+/// A config file that exists but cannot be read at startup (here: larger
+/// than the 16 MiB limit) keeps the server from turning ready, with the
+/// problem on `/debug/configz`; once the file reads, the server is ready.
+#[test]
+fn a_file_that_cannot_be_read_at_startup_keeps_the_server_unready_until_it_can() {
+    use support::process::{ChildGuard, free_addr, scratch_dir, wait_until};
+    let dir = support::scene::MeshDir::new();
+    dir.write("mesh.yaml", &docs(&[service("shop", "web", 18110)]));
+    dir.write("big.yaml", &format!("# {}\n", "x".repeat(17 << 20)));
+    let admin = free_addr();
+    let args = [
+        "serve".to_string(),
+        "--config".into(),
+        dir.path().display().to_string(),
+        "--xds-addr".into(),
+        free_addr().to_string(),
+        "--admin-addr".into(),
+        admin.to_string(),
+    ];
+    let server = ChildGuard::spawn(
+        "meshpush-unready",
+        scratch_dir("meshpush-unready"),
+        Path::new(env!("CARGO_BIN_EXE_meshpush")),
+        args,
+    );
+    let deadline = || std::time::Instant::now() + Duration::from_secs(10);
+    wait_until(deadline(), "configz to name the unreadable file", &[&server], || {
+        let configz = support::http::get(admin, "/debug/configz", &[]).map_err(|e| e.to_string())?;
+        if configz.body.contains("big.yaml") && configz.body.contains("more than the 16 MiB") {
+            Ok(())
+        } else {
+            Err("not yet".to_string())
+        }
+    });
+    let ready = support::http::get(admin, "/ready", &[]).unwrap();
+    assert_eq!(ready.status, 503, "not ready while a file cannot be read");
+    assert!(server.log_tail(20).contains("not ready: these config files cannot be read"), "{}", server.log_tail(20));
+
+    dir.write("big.yaml", &docs(&[service("shop", "api", 18110)]));
+    wait_until(deadline(), "the server to turn ready once the file reads", &[&server], || {
+        support::http::get(admin, "/ready", &[]).is_ok_and(|r| r.status == 200)
+    });
 }

@@ -35,6 +35,8 @@ pub(super) struct FileIndex {
 struct FileEntry {
     objects: BTreeMap<ConfigKey, Contribution>,
     problems: Vec<Problem>,
+    /// The file was read whole at least once.
+    read_once: bool,
 }
 
 /// One object as a file last defined it successfully.
@@ -93,7 +95,8 @@ impl FileIndex {
         if log && parsed.problems != previous.problems {
             log_problems(file, &parsed.problems, &kept);
         }
-        self.files.insert(file.into(), FileEntry { objects, problems: parsed.problems });
+        let read_once = previous.read_once || !parsed.unread;
+        self.files.insert(file.into(), FileEntry { objects, problems: parsed.problems, read_once });
         touched
     }
 
@@ -154,6 +157,11 @@ impl FileIndex {
             (&a.source.file, a.source.doc, a.severity).cmp(&(&b.source.file, b.source.doc, b.severity))
         });
         problems
+    }
+
+    /// Files that exist but were never read whole.
+    pub(super) fn unread_files(&self) -> Vec<Arc<str>> {
+        self.files.iter().filter(|(_, f)| !f.read_once).map(|(name, _)| name.clone()).collect()
     }
 
     /// The files currently known (read at least once and not gone).

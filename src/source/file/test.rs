@@ -1,3 +1,4 @@
+use std::collections::BTreeSet;
 use std::fs;
 
 use tempfile::TempDir;
@@ -284,4 +285,40 @@ async fn the_watch_task_ends_when_the_change_receiver_is_dropped() {
     let (_store, _status, changes, task) = watched(&dir);
     drop(changes);
     tokio::time::timeout(Duration::from_secs(5), task).await.expect("the task did not end").unwrap();
+}
+
+#[tokio::test]
+async fn a_file_too_large_to_read_is_unread_until_it_shrinks() {
+    let dir = TempDir::new().unwrap();
+    write(&dir, "a.yaml", &dr_yaml("x", "one"));
+    let big = format!("# padding\n{}", "#".repeat((MAX_FILE_BYTES + 1) as usize));
+    write(&dir, "big.yaml", &big);
+    let (store, status, _changes, task) = watched(&dir);
+    assert_eq!(status.unread_files(), vec![Arc::<str>::from("big.yaml")]);
+    let problem = status.problems().into_iter().find(|p| &*p.source.file == "big.yaml").expect("a problem");
+    assert!(problem.is_error() && problem.message.contains("more than the 16 MiB"), "{problem}");
+    assert!(dr_host(&store.snapshot(), "x").is_some(), "the other files are read");
+
+    write(&dir, "big.yaml", &dr_yaml("y", "two"));
+    eventually(&store, "the shrunk file is read", |s| dr_host(s, "y").is_some()).await;
+    assert!(status.unread_files().is_empty());
+    task.abort();
+}
+
+#[test]
+fn a_symlink_to_a_directory_is_not_followed_at_startup_or_while_watching() {
+    let dir = TempDir::new().unwrap();
+    let elsewhere = TempDir::new().unwrap();
+    fs::write(elsewhere.path().join("x.yaml"), dr_yaml("x", "linked")).unwrap();
+    std::os::unix::fs::symlink(elsewhere.path(), dir.path().join("at-start")).unwrap();
+    write(&dir, "a.yaml", &dr_yaml("a", "one"));
+    let store = ConfigStore::new();
+    let (source, _) = FileSource::load(dir.path(), &store).unwrap();
+    assert!(dr_host(&store.snapshot(), "x").is_none(), "not followed at startup");
+
+    // While watching, the link's creation is an event for its path.
+    let link = source.tree.root.join("while-serving");
+    std::os::unix::fs::symlink(elsewhere.path(), &link).unwrap();
+    let affected = source.tree.affected(&BTreeSet::from([link]), false);
+    assert!(affected.is_empty(), "not followed while watching either: {affected:?}");
 }
