@@ -15,13 +15,21 @@
 //! edit never removes or damages what is being served — the object keeps its
 //! previous version until the file is fixed.
 //!
+//! A file is read only when its writer is done with it: a write (a data
+//! modification, or a new file) marks the file as being written, and it is
+//! read when the writer closes it (inotify's close-write), when it is
+//! renamed into place, or — should no close ever come (a platform without
+//! close events, a writer that keeps the file open) — [`WRITE_GRACE`] after
+//! its last write. So a script that writes a file in place, pauses, and
+//! writes the rest is never served half a file.
+//!
 //! Events are debounced: the first event opens a 50 ms window, everything
 //! arriving in it is one batch, and only the files it touched are re-read.
 //! Hidden files and editor leftovers (`.foo.swp`, `foo~`, `#foo#`) are
 //! ignored, so editors that write a temporary file and rename it over the
 //! original produce exactly one update.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::io;
 use std::path::{Component, Path, PathBuf};
 use std::sync::Arc;
@@ -50,6 +58,9 @@ use index::FileIndex;
 
 /// How long events are collected after the first one before files are re-read.
 const DEBOUNCE: Duration = Duration::from_millis(50);
+
+/// How long a file written to but not closed waits before it is read anyway.
+const WRITE_GRACE: Duration = Duration::from_secs(5);
 
 /// Filesystem notices queued between notify's thread and the watch task.
 /// When it is full, notices are dropped and the next batch rescans the whole directory.
@@ -201,6 +212,8 @@ impl FileSource {
                     // complete); other access events are our own reads.
                     Ok(event) if is_read_only(&event.kind) => return,
                     Ok(event) if event.need_rescan() => Notice::Rescan,
+                    // Written to, maybe not finished: wait for the close.
+                    Ok(event) if is_write_in_progress(&event.kind) => Notice::Writing(event.paths),
                     Ok(event) => Notice::Paths(event.paths),
                     Err(err) => {
                         tracing::warn!("file watcher: {err}; rescanning the config directory");
@@ -215,7 +228,7 @@ impl FileSource {
         let watch_error = |source: notify::Error| SourceError::Watch { path: self.tree.root.clone(), source };
         let mut watcher = notify::recommended_watcher(on_event).map_err(watch_error)?;
         watcher.watch(&self.tree.root, RecursiveMode::Recursive).map_err(watch_error)?;
-        let batches = Batches { queue, overflowed, pending: BTreeSet::new(), rescan: true };
+        let batches = Batches { queue, overflowed, pending: BTreeSet::new(), writing: BTreeMap::new(), rescan: true };
         Ok(tokio::spawn(run(self.tree, watcher, batches, store, changes)))
     }
 }
@@ -243,8 +256,11 @@ pub(super) fn read_quietly(path: &Path, store: &ConfigStore) -> Result<Vec<Probl
 /// What notify's callback passes to the watch task.
 #[derive(Debug)]
 enum Notice {
-    /// These paths changed (created, written, removed or renamed).
+    /// These paths changed and are complete (closed after writing, created
+    /// by a rename, removed, renamed away).
     Paths(Vec<PathBuf>),
+    /// These files are being written: read them once they are closed.
+    Writing(Vec<PathBuf>),
     /// Events were lost: look at everything.
     Rescan,
 }
@@ -254,16 +270,33 @@ struct Batches {
     queue: mpsc::Receiver<Notice>,
     overflowed: Arc<AtomicBool>,
     pending: BTreeSet<PathBuf>,
+    /// Files written to and not closed yet, with their last write.
+    writing: BTreeMap<PathBuf, Instant>,
     rescan: bool,
 }
 
 impl Batches {
-    /// Waits for the next batch: the first notice, then whatever arrives
-    /// within [`DEBOUNCE`]. `None` when the watcher is gone.
+    /// Waits for the next batch: the first notice that makes a file ready,
+    /// then whatever arrives within [`DEBOUNCE`]. `None` when the watcher
+    /// is gone.
     async fn next(&mut self) -> Option<(BTreeSet<PathBuf>, bool)> {
-        if self.pending.is_empty() && !self.rescan {
-            let notice = self.queue.recv().await?;
+        while self.pending.is_empty() && !self.rescan {
+            // Wake for the next notice, or when a file left open is due.
+            let due = self.writing.values().min().map(|last| *last + WRITE_GRACE);
+            let notice = match due {
+                Some(due) => match tokio::time::timeout_at(due, self.queue.recv()).await {
+                    Ok(notice) => notice?,
+                    Err(_) => {
+                        self.flush_overdue(Instant::now());
+                        continue;
+                    }
+                },
+                None => self.queue.recv().await?,
+            };
             self.add(notice);
+            if self.pending.is_empty() && !self.rescan {
+                continue;
+            }
             let deadline = Instant::now() + DEBOUNCE;
             while let Ok(notice) = tokio::time::timeout_at(deadline, self.queue.recv()).await {
                 self.add(notice?);
@@ -275,8 +308,39 @@ impl Batches {
 
     fn add(&mut self, notice: Notice) {
         match notice {
-            Notice::Paths(paths) => self.pending.extend(paths),
+            Notice::Paths(paths) => {
+                for path in paths {
+                    self.writing.remove(&path);
+                    self.pending.insert(path);
+                }
+            }
+            Notice::Writing(paths) => {
+                let now = Instant::now();
+                for path in paths {
+                    // A directory's contents arrive as events of their own.
+                    if path.is_dir() {
+                        self.pending.insert(path);
+                    } else {
+                        self.writing.insert(path, now);
+                    }
+                }
+            }
             Notice::Rescan => self.rescan = true,
+        }
+    }
+
+    /// Files written to more than [`WRITE_GRACE`] ago and never closed are read now.
+    fn flush_overdue(&mut self, now: Instant) {
+        let overdue: Vec<PathBuf> = self
+            .writing
+            .iter()
+            .filter(|(_, last)| now.duration_since(**last) >= WRITE_GRACE)
+            .map(|(p, _)| p.clone())
+            .collect();
+        for path in overdue {
+            tracing::debug!(path = %path.display(), "written to and not closed: reading it now");
+            self.writing.remove(&path);
+            self.pending.insert(path);
         }
     }
 }
@@ -508,6 +572,16 @@ fn is_config_file(relative: &Path) -> bool {
 }
 
 /// Access events other than a writer closing the file: they change nothing.
+/// Whether an event means a file is being written: its data modified, or
+/// the file created (its content may follow). A close, a rename or a
+/// removal is complete.
+fn is_write_in_progress(kind: &EventKind) -> bool {
+    matches!(
+        kind,
+        EventKind::Modify(notify::event::ModifyKind::Data(_)) | EventKind::Create(notify::event::CreateKind::File)
+    )
+}
+
 fn is_read_only(kind: &EventKind) -> bool {
     matches!(kind, EventKind::Access(access) if *access != AccessKind::Close(AccessMode::Write))
 }

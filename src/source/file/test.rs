@@ -322,3 +322,34 @@ fn a_symlink_to_a_directory_is_not_followed_at_startup_or_while_watching() {
     let affected = source.tree.affected(&BTreeSet::from([link]), false);
     assert!(affected.is_empty(), "not followed while watching either: {affected:?}");
 }
+
+#[tokio::test]
+async fn a_file_written_in_place_with_a_pause_is_read_only_once_it_is_closed() {
+    use std::io::Write as _;
+    let dir = TempDir::new().unwrap();
+    let whole = format!("{}---\n{}", dr_yaml("x", "one"), dr_yaml("y", "two"));
+    write(&dir, "a.yaml", &whole);
+    let (store, _status, mut changes, task) = watched(&dir);
+    assert!(dr_host(&store.snapshot(), "y").is_some());
+    // Once another file's change came through, the watch task is past its first rescan.
+    write(&dir, "b.yaml", &dr_yaml("z", "other"));
+    next_change(&mut changes).await;
+
+    // Rewritten in place: the first part, a pause, then the rest.
+    let mut file = fs::OpenOptions::new().write(true).truncate(true).open(dir.path().join("a.yaml")).unwrap();
+    let edited = format!("{}---\n{}", dr_yaml("x", "three"), dr_yaml("y", "four"));
+    // Cut inside the second document: read now, y would be gone.
+    let (head, tail) = edited.split_at(dr_yaml("x", "three").len() + 4 + 40);
+    file.write_all(head.as_bytes()).unwrap();
+    file.flush().unwrap();
+    // While the file is open and half-written, nothing is applied: no change set comes.
+    let early = tokio::time::timeout(Duration::from_millis(700), changes.recv()).await;
+    assert!(early.is_err(), "a half-written file was applied: {:?}", early.map(|c| c.map(|c| c.keys)));
+    assert_eq!(dr_host(&store.snapshot(), "y").as_deref(), Some("two"), "y is still served");
+    file.write_all(tail.as_bytes()).unwrap();
+    drop(file);
+    let change = next_change(&mut changes).await;
+    assert_eq!(dr_host(&change.snapshot, "x").as_deref(), Some("three"));
+    assert_eq!(dr_host(&change.snapshot, "y").as_deref(), Some("four"), "read whole once closed");
+    task.abort();
+}
