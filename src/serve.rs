@@ -94,6 +94,11 @@ fn bind_unix(path: &Path) -> io::Result<tokio::net::UnixListener> {
     }
 }
 
+/// Worker threads of the admin runtime.
+const ADMIN_WORKERS: usize = 1;
+/// Blocking threads of the admin runtime (config dumps are built on them).
+const ADMIN_BLOCKING_THREADS: usize = 2;
+
 /// Change sets buffered between the sources and the debouncer.
 const CHANGE_QUEUE: usize = 1024;
 
@@ -109,9 +114,19 @@ pub async fn run(options: ServeOptions) -> anyhow::Result<()> {
         ListenAddr::Unix(path) => bind_unix(path).map(XdsListener::Unix),
     }
     .with_context(|| format!("binding the xDS address {}", options.xds_addr))?;
-    let admin_listener = tokio::net::TcpListener::bind(options.admin_addr)
-        .await
+    let admin_listener = std::net::TcpListener::bind(options.admin_addr)
+        .and_then(|l| l.set_nonblocking(true).map(|()| l))
         .with_context(|| format!("binding the admin address {}", options.admin_addr))?;
+    // The admin endpoints run on a runtime of their own (one worker, a
+    // small blocking pool), as ztunnel keeps its admin off the data path:
+    // however hard they are polled, they never take an xDS worker.
+    let admin_runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(ADMIN_WORKERS)
+        .max_blocking_threads(ADMIN_BLOCKING_THREADS)
+        .thread_name("meshpush-admin")
+        .enable_all()
+        .build()
+        .context("starting the admin runtime")?;
 
     let (shutdown_tx, shutdown_rx) = tokio::sync::watch::channel(false);
     let shutdown = move || {
@@ -143,10 +158,13 @@ pub async fn run(options: ServeOptions) -> anyhow::Result<()> {
         ),
     };
     let admin_state = crate::admin::AdminState::new(ads_service);
-    let admin = tokio::spawn({
+    let admin = admin_runtime.spawn({
         let router = crate::admin::router_with(admin_state.clone());
         let shutdown = shutdown();
-        async move { axum::serve(admin_listener, router).with_graceful_shutdown(shutdown).await }
+        async move {
+            let listener = tokio::net::TcpListener::from_std(admin_listener)?;
+            axum::serve(listener, router).with_graceful_shutdown(shutdown).await
+        }
     });
     tracing::info!(xds = %options.xds_addr, admin = %options.admin_addr, "listening");
 
@@ -212,6 +230,7 @@ pub async fn run(options: ServeOptions) -> anyhow::Result<()> {
     if let ListenAddr::Unix(path) = &options.xds_addr {
         let _ = std::fs::remove_file(path);
     }
+    admin_runtime.shutdown_background();
     Ok(())
 }
 

@@ -96,6 +96,12 @@ pub fn router(ads: AdsService) -> Router {
 
 /// Builds the admin router.
 pub fn router_with(state: AdminState) -> Router {
+    router_limited(state, MAX_CONCURRENT_REQUESTS)
+}
+
+/// [`router_with`] serving at most `max_concurrent` requests at once.
+pub fn router_limited(state: AdminState, max_concurrent: usize) -> Router {
+    let limit = Arc::new(tokio::sync::Semaphore::new(max_concurrent));
     Router::new()
         .route("/", get(status_page::page))
         .route("/ready", get(ready))
@@ -107,7 +113,21 @@ pub fn router_with(state: AdminState) -> Router {
         .route("/debug/scopes", get(debug::scopes))
         .route("/debug/configz", get(debug::configz))
         .with_state(state)
+        .layer(axum::middleware::from_fn(move |request, next: axum::middleware::Next| {
+            let limit = limit.clone();
+            async move {
+                // Beyond the cap a request is turned away at once rather
+                // than queued: a flood of pollers cannot pile up work.
+                match limit.try_acquire_owned() {
+                    Ok(_permit) => next.run(request).await,
+                    Err(_) => (StatusCode::SERVICE_UNAVAILABLE, "too many admin requests at once\n").into_response(),
+                }
+            }
+        }))
 }
+
+/// Admin requests served at once at most; more are answered 503.
+pub const MAX_CONCURRENT_REQUESTS: usize = 32;
 
 /// `GET /ready`: 200 once the first snapshot from the sources is published.
 async fn ready(State(state): State<AdminState>) -> (StatusCode, &'static str) {

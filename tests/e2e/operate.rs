@@ -234,3 +234,20 @@ fn status_page_escapes_text_from_proxies() {
     assert!(!html.contains("<img"), "markup from a node id reached the page:\n{html}");
     assert!(html.contains("&lt;b&gt;c&lt;/b&gt;") && !html.contains("<b>c</b>"));
 }
+
+/// The admin endpoints run on threads of their own, never on the xDS
+/// runtime's workers.
+#[test]
+fn the_admin_endpoints_have_a_runtime_of_their_own() {
+    let dir = crate::support::scene::MeshDir::new();
+    dir.write("mesh.yaml", &crate::support::manifests::service("shop", "web", 18111));
+    let mesh = crate::support::meshpush::Meshpush::start(&dir.path());
+    let pid = mesh.process().pid();
+    let names: Vec<String> = std::fs::read_dir(format!("/proc/{pid}/task"))
+        .unwrap()
+        .filter_map(|t| std::fs::read_to_string(t.ok()?.path().join("comm")).ok())
+        .map(|n| n.trim().to_string())
+        .collect();
+    assert!(names.iter().any(|n| n.starts_with("meshpush-admin")), "threads: {names:?}");
+    assert_eq!(mesh.admin("/ready").status, 200, "served from there");
+}

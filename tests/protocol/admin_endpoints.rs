@@ -469,3 +469,17 @@ async fn config_dump_shows_what_the_proxy_is_sent_in_envoys_shape() {
         "the dump did not disturb the stream"
     );
 }
+
+#[tokio::test]
+async fn requests_beyond_the_concurrency_cap_are_turned_away_at_once() {
+    let state = AdminState::new(AdsService::new(PushEngine::new()));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    // A cap of 0: every request is beyond it.
+    let router = meshpush::admin::router_limited(state, 0);
+    let http = tokio::spawn(async move { axum::serve(listener, router).await.unwrap() });
+    let r = tokio::task::spawn_blocking(move || support::http::get(addr, "/ready", &[])).await.unwrap().unwrap();
+    assert_eq!(r.status, 503);
+    assert!(r.body.contains("too many admin requests"), "{}", r.body);
+    http.abort();
+}
