@@ -95,7 +95,12 @@ impl RegistryService {
 
     fn version(&self) -> VersionResponse {
         let ctx = self.engine.snapshot();
-        VersionResponse { version: ctx.version, revision: ctx.store.revision(), ready: self.engine.is_ready() }
+        VersionResponse {
+            version: ctx.version,
+            revision: ctx.store.revision(),
+            ready: self.engine.is_ready(),
+            instance_id: instance_id().to_string(),
+        }
     }
 }
 
@@ -126,7 +131,12 @@ impl Registry for RegistryService {
             permit.send(changes);
         });
         tracing::debug!(keys = changes.keys.len(), revision = changes.revision, "registry batch applied");
-        Ok(Response::new(ApplyResponse { revision: changes.revision, changed: changes.keys.len() as u32, warnings }))
+        Ok(Response::new(ApplyResponse {
+            revision: changes.revision,
+            changed: changes.keys.len() as u32,
+            warnings,
+            instance_id: instance_id().to_string(),
+        }))
     }
 
     async fn get_version(&self, _request: Request<GetVersionRequest>) -> Result<Response<VersionResponse>, Status> {
@@ -253,6 +263,16 @@ fn prepare(request: &ApplyRequest) -> Result<Batch, Vec<ObjectProblem>> {
 }
 
 /// `Kind namespace/name`, as problems show objects.
+/// This server process's identity for registry clients: its pid and the
+/// moment it started, so a restart (even reusing the pid) changes it.
+fn instance_id() -> &'static str {
+    static ID: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    ID.get_or_init(|| {
+        let started = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
+        format!("{}-{}", std::process::id(), started.as_nanos())
+    })
+}
+
 fn describe_key(key: &ConfigKey) -> String {
     key.to_string()
 }

@@ -143,6 +143,11 @@ async fn apply_puts_and_deletes_objects_and_the_revision_gets_published() {
     assert_eq!(server.store.snapshot().len(), 1, "only the Service is left");
     let version = client.get_version(GetVersionRequest {}).await.unwrap().into_inner();
     assert!(version.ready);
+    // Every answer names the server instance, the same one throughout.
+    assert!(!version.instance_id.is_empty());
+    assert_eq!(applied.instance_id, version.instance_id);
+    assert_eq!(published.instance_id, version.instance_id);
+    assert!(version.instance_id.starts_with(&format!("{}-", std::process::id())), "{}", version.instance_id);
 }
 
 #[tokio::test]
