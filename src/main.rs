@@ -61,6 +61,25 @@ enum Command {
         #[arg(long, default_value = "127.0.0.1:15014")]
         admin: String,
     },
+    /// Apply the documents of files or directories through the registry API (like `kubectl apply`).
+    Apply {
+        /// A file or a directory (read recursively); repeatable.
+        #[arg(short = 'f', long = "filename", required = true)]
+        files: Vec<PathBuf>,
+        /// meshpush's xDS address (the registry API is served there).
+        #[arg(long, default_value = "127.0.0.1:15010")]
+        xds_addr: String,
+    },
+    /// Delete one object through the registry API (like `kubectl delete`).
+    Delete {
+        /// Its kind (`Service`, `VirtualService`, …).
+        kind: String,
+        /// `NAMESPACE/NAME` (the namespace `default` when left out).
+        object: String,
+        /// meshpush's xDS address (the registry API is served there).
+        #[arg(long, default_value = "127.0.0.1:15010")]
+        xds_addr: String,
+    },
     /// Print the version.
     Version,
 }
@@ -148,6 +167,10 @@ fn main() -> ExitCode {
         Command::ProxyConfig { section, proxy, output, admin } => {
             print_or_fail("proxy-config", meshpush::cli::proxy_config::run(&admin, section, &proxy, output))
         }
+        Command::Apply { files, xds_addr } => registry_outcome("apply", meshpush::cli::apply::apply(&xds_addr, &files)),
+        Command::Delete { kind, object, xds_addr } => {
+            registry_outcome("delete", meshpush::cli::apply::delete(&xds_addr, &kind, &object))
+        }
         Command::Validate { dir } => {
             init_tracing(&cli.log_level, cli.log_format);
             let problems = meshpush::source::validate_dir(&dir);
@@ -194,6 +217,21 @@ fn main() -> ExitCode {
 fn opt_out_of_huge_pages() {
     if let Err(e) = rustix::thread::disable_transparent_huge_pages(true) {
         tracing::warn!("could not turn transparent huge pages off for meshpush (prctl PR_SET_THP_DISABLE): {e}");
+    }
+}
+
+/// Prints a registry command's outcome: exit 0 when applied, 1 when the
+/// batch was refused (its problems printed), 2 when the server could not be asked.
+fn registry_outcome(command: &str, outcome: Result<meshpush::cli::apply::Outcome, String>) -> ExitCode {
+    match outcome {
+        Ok(outcome) => {
+            print!("{}", outcome.text);
+            if outcome.applied { ExitCode::SUCCESS } else { ExitCode::from(1) }
+        }
+        Err(e) => {
+            eprintln!("meshpush {command}: {e}");
+            ExitCode::from(2)
+        }
     }
 }
 

@@ -1,11 +1,13 @@
-//! The operator commands that talk to a running meshpush through its admin
-//! address: `proxy-status` and `proxy-config`, shaped like `istioctl`'s.
+//! The operator commands that talk to a running meshpush: `proxy-status` and
+//! `proxy-config` through its admin address, shaped like `istioctl`'s, and
+//! `apply`/`delete` through its registry API, shaped like `kubectl`'s.
 //!
 //! They read only the admin JSON endpoints (`/debug/syncz`,
 //! `/debug/config_dump`), so they work against any meshpush an operator can
 //! reach over HTTP, and what they print is exactly what those endpoints say.
 
 pub mod admin_client;
+pub mod apply;
 pub mod proxy_config;
 pub mod proxy_status;
 pub mod table;

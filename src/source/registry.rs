@@ -292,7 +292,7 @@ fn object_problem(delete: bool, index: usize, problem: &Problem) -> ObjectProble
 }
 
 /// One line for a problem: `puts[2]: VirtualService default/r: spec.http[0]: reason`.
-fn problem_line(problem: &ObjectProblem) -> String {
+pub fn problem_line(problem: &ObjectProblem) -> String {
     let list = if problem.delete { "deletes" } else { "puts" };
     let mut line = format!("{list}[{}]: ", problem.index);
     for part in [&problem.object, &problem.path] {

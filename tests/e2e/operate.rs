@@ -251,3 +251,55 @@ fn the_admin_endpoints_have_a_runtime_of_their_own() {
     assert!(names.iter().any(|n| n.starts_with("meshpush-admin")), "threads: {names:?}");
     assert_eq!(mesh.admin("/ready").status, 200, "served from there");
 }
+
+/// `meshpush apply -f` and `meshpush delete` feed the registry API as
+/// `kubectl` feeds an API server: a valid batch applies, an invalid one is
+/// refused whole with each problem located in its file and document.
+#[test]
+fn apply_and_delete_from_the_command_line() {
+    let dir = crate::support::scene::MeshDir::new();
+    let mesh = crate::support::meshpush::Meshpush::start(&dir.path());
+    let xds = mesh.xds_addr().to_string();
+    let files = tempfile::tempdir().unwrap();
+    let good = files.path().join("good.yaml");
+    std::fs::write(
+        &good,
+        format!(
+            "{}---\n{}",
+            crate::support::manifests::service("shop", "web", 18112),
+            crate::support::manifests::service("shop", "api", 18112)
+        ),
+    )
+    .unwrap();
+    let run = |args: &[&str]| {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_meshpush")).args(args).output().unwrap();
+        (out.status.code(), String::from_utf8_lossy(&out.stdout).into_owned())
+    };
+    let (code, out) = run(&["apply", "-f", good.to_str().unwrap(), "--xds-addr", &xds]);
+    assert_eq!(code, Some(0), "{out}");
+    assert!(out.starts_with("applied: 2 objects changed"), "{out}");
+    let configz = || mesh.admin("/debug/configz").body;
+    let deadline = || std::time::Instant::now() + std::time::Duration::from_secs(5);
+    let has_api = || configz().contains("\"name\":\"api\"");
+    crate::support::process::wait_until(deadline(), "the applied Service to be served", &[mesh.process()], has_api);
+
+    let bad = files.path().join("bad.yaml");
+    std::fs::write(
+        &bad,
+        "apiVersion: v1\nkind: Service\nmetadata: {name: db, namespace: shop}\nspec: {ports: [{name: tcp, port: 0}]}\n",
+    )
+    .unwrap();
+    let (code, out) = run(&["apply", "-f", bad.to_str().unwrap(), "--xds-addr", &xds]);
+    assert_eq!(code, Some(1), "{out}");
+    assert!(
+        out.contains("refused, nothing applied")
+            && out.contains("bad.yaml doc 0")
+            && out.contains("spec.ports[0].port"),
+        "{out}"
+    );
+
+    let (code, out) = run(&["delete", "Service", "shop/api", "--xds-addr", &xds]);
+    assert_eq!(code, Some(0), "{out}");
+    assert!(out.starts_with("applied: 1 objects changed"), "{out}");
+    crate::support::process::wait_until(deadline(), "the deleted Service to be gone", &[mesh.process()], || !has_api());
+}
