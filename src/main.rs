@@ -38,6 +38,9 @@ enum Command {
     Validate {
         /// The directory (read recursively).
         dir: PathBuf,
+        /// Config files larger than this are not read (as `serve --max-config-file-bytes`).
+        #[arg(long, default_value = "16MiB", value_parser = parse_bytes)]
+        max_config_file_bytes: u64,
     },
     /// Print an Envoy bootstrap that connects to meshpush.
     Bootstrap(BootstrapArgs),
@@ -101,6 +104,63 @@ struct ServeArgs {
     /// Longest a burst of config changes is held back.
     #[arg(long, default_value = "10s", value_parser = parse_duration)]
     debounce_max: Duration,
+    /// Config files larger than this are not read (an error that keeps what
+    /// the file defined before; `16MiB`, `64MB`, bytes).
+    #[arg(long, default_value = "16MiB", value_parser = parse_bytes)]
+    max_config_file_bytes: u64,
+    /// Largest ADS request accepted; a larger one ends its stream with RESOURCE_EXHAUSTED.
+    #[arg(long, default_value = "64MiB", value_parser = parse_bytes)]
+    max_request_bytes: u64,
+    /// Request bytes all ADS streams together may be receiving or handling;
+    /// a request waits for room, and is refused after 10 s.
+    #[arg(long, default_value = "256MiB", value_parser = parse_bytes)]
+    request_budget_bytes: u64,
+    /// New ADS streams started per second, in arrival order (0: no pacing).
+    /// Default: 1,000 per core.
+    #[arg(long)]
+    max_new_streams_per_second: Option<u32>,
+    /// New streams that may start at once after a quiet spell (default: a second's worth).
+    #[arg(long)]
+    new_stream_burst: Option<u32>,
+    /// Age at which an xDS connection is drained (GOAWAY; its streams end
+    /// UNAVAILABLE and Envoy reconnects), jittered ±10 %; `0s`: never.
+    #[arg(long, default_value = "30m", value_parser = parse_duration)]
+    max_connection_age: Duration,
+    /// How long a drained connection's streams have to end before it is closed.
+    #[arg(long, default_value = "10s", value_parser = parse_duration)]
+    max_connection_age_grace: Duration,
+    /// Concurrent streams one xDS connection may open (HTTP/2 SETTINGS_MAX_CONCURRENT_STREAMS).
+    #[arg(long, default_value_t = 100)]
+    max_streams_per_connection: u32,
+}
+
+impl ServeArgs {
+    fn connections(&self) -> meshpush::serve::connections::ConnectionPolicy {
+        meshpush::serve::connections::ConnectionPolicy {
+            max_age: Some(self.max_connection_age).filter(|age| !age.is_zero()),
+            grace: self.max_connection_age_grace,
+            max_streams: self.max_streams_per_connection.max(1),
+            ..Default::default()
+        }
+    }
+
+    fn limits(&self) -> meshpush::xds::server::StreamLimits {
+        use meshpush::xds::stream::admission::AdmissionRate;
+        let default = AdmissionRate::default_for_this_machine();
+        let admission = match self.max_new_streams_per_second {
+            Some(0) => AdmissionRate::UNLIMITED,
+            Some(rate) => {
+                AdmissionRate { per_second: Some(f64::from(rate)), burst: self.new_stream_burst.unwrap_or(rate) }
+            }
+            None => AdmissionRate { burst: self.new_stream_burst.unwrap_or(default.burst), ..default },
+        };
+        meshpush::xds::server::StreamLimits {
+            admission,
+            max_request_bytes: usize::try_from(self.max_request_bytes).unwrap_or(usize::MAX),
+            request_budget_bytes: usize::try_from(self.request_budget_bytes).unwrap_or(usize::MAX),
+            ..Default::default()
+        }
+    }
 }
 
 #[derive(Debug, clap::Args)]
@@ -140,6 +200,13 @@ fn parse_duration(s: &str) -> Result<Duration, String> {
     s.parse::<meshpush::config::Duration>().map(|d| d.0).map_err(|e| e.to_string())
 }
 
+/// A size: bytes, or a number with a unit (`16MiB`, `64 MB`, `512KiB`).
+fn parse_bytes(s: &str) -> Result<u64, String> {
+    s.parse::<bytesize::ByteSize>()
+        .map(|b| b.as_u64())
+        .map_err(|e| format!("{s:?} is not a size (16MiB, 64MB, bytes): {e}"))
+}
+
 fn init_tracing(level: &str, format: LogFormat) {
     let filter = tracing_subscriber::EnvFilter::try_new(level).unwrap_or_else(|e| {
         eprintln!("meshpush: --log-level {level:?} is not a tracing filter ({e}); using info");
@@ -171,9 +238,9 @@ fn main() -> ExitCode {
         Command::Delete { kind, object, xds_addr } => {
             registry_outcome("delete", meshpush::cli::apply::delete(&xds_addr, &kind, &object))
         }
-        Command::Validate { dir } => {
+        Command::Validate { dir, max_config_file_bytes } => {
             init_tracing(&cli.log_level, cli.log_format);
-            let problems = meshpush::source::validate_dir(&dir);
+            let problems = meshpush::source::validate_dir(&dir, max_config_file_bytes);
             ExitCode::from(meshpush::source::print_report(&problems) as u8)
         }
         Command::Bootstrap(args) => match bootstrap(args) {
@@ -191,6 +258,9 @@ fn main() -> ExitCode {
             opt_out_of_huge_pages();
             let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().expect("tokio runtime");
             let options = meshpush::serve::ServeOptions {
+                connections: args.connections(),
+                limits: args.limits(),
+                max_file_bytes: args.max_config_file_bytes,
                 config_dir: args.config,
                 xds_addr: args.xds_addr,
                 admin_addr: args.admin_addr,

@@ -34,7 +34,7 @@ use prometheus_client::collector::Collector;
 use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric, MetricEncoder, NoLabelSet};
 use prometheus_client::metrics::counter::{ConstCounter, Counter};
 use prometheus_client::metrics::family::Family;
-use prometheus_client::metrics::gauge::ConstGauge;
+use prometheus_client::metrics::gauge::{ConstGauge, Gauge};
 use prometheus_client::metrics::{MetricType, TypedMetric};
 use prometheus_client::registry::Registry;
 
@@ -224,6 +224,16 @@ pub struct Metrics {
     /// `meshpush_xds_unanswered_pushes_total`: pushes sent to a stream whose
     /// client had not answered the previous one within `ANSWER_WAIT`.
     pub unanswered_pushes: Counter,
+    /// `meshpush_xds_streams_admitted_total`: new streams let through the admission pacing.
+    pub streams_admitted: Counter,
+    /// `meshpush_xds_streams_awaiting_admission`: new streams waiting for their admission slot.
+    pub streams_awaiting_admission: Gauge,
+    /// `meshpush_xds_connections_drained_total{reason}`: connections told to go
+    /// away (GOAWAY, their streams ended UNAVAILABLE), by why.
+    pub connections_drained: Family<Label, Counter>,
+    /// `meshpush_xds_requests_refused_total{reason}`: requests refused with
+    /// RESOURCE_EXHAUSTED (too large, or the request memory budget was spent).
+    pub requests_refused: Family<Label, Counter>,
 }
 
 impl Default for Metrics {
@@ -251,6 +261,10 @@ impl Metrics {
             debounce_merges: Counter::default(),
             pushes: Counter::default(),
             unanswered_pushes: Counter::default(),
+            streams_admitted: Counter::default(),
+            streams_awaiting_admission: Gauge::default(),
+            connections_drained: Family::default(),
+            requests_refused: Family::default(),
         };
         let mut r = Registry::default();
         r.register("pilot_xds_pushes", "Responses sent to proxies, by xDS type", m.xds_pushes.clone());
@@ -302,6 +316,26 @@ impl Metrics {
             "Pushes sent to a stream whose client had not answered (ACKed or NACKed) the previous response \
              within the answer wait (10 s); Envoy answers every response, so these point at a stuck client",
             m.unanswered_pushes.clone(),
+        );
+        r.register(
+            "meshpush_xds_streams_admitted",
+            "New ADS streams let through the admission pacing (--max-new-streams-per-second)",
+            m.streams_admitted.clone(),
+        );
+        r.register(
+            "meshpush_xds_streams_awaiting_admission",
+            "New ADS streams waiting, in arrival order, for their admission slot",
+            m.streams_awaiting_admission.clone(),
+        );
+        r.register(
+            "meshpush_xds_connections_drained",
+            "xDS connections sent GOAWAY with their streams ended UNAVAILABLE, by reason (max_age, shutdown)",
+            m.connections_drained.clone(),
+        );
+        r.register(
+            "meshpush_xds_requests_refused",
+            "ADS requests refused with RESOURCE_EXHAUSTED, by reason (too_large, budget)",
+            m.requests_refused.clone(),
         );
         Metrics { registry: r, ..m }
     }

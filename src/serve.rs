@@ -8,7 +8,11 @@
 //!
 //! ADS listens on TCP or on a Unix domain socket ([`ListenAddr`]): the
 //! socket lets an Envoy in another network namespace (no route to the
-//! host's loopback) reach meshpush through the filesystem.
+//! host's loopback) reach meshpush through the filesystem. Its connections
+//! are served by [`connections`]: kept alive, capped in streams, drained
+//! at their maximum age and at shutdown.
+
+pub mod connections;
 
 use std::fmt;
 use std::io;
@@ -28,6 +32,8 @@ use crate::source::RegistryService;
 use crate::source::autoregistration::{self, AutoRegistration};
 use crate::source::file::FileSource;
 use crate::xds::AdsService;
+use crate::xds::server::StreamLimits;
+use connections::{ConnectionPolicy, XdsListener};
 
 /// Options of `meshpush serve`.
 #[derive(Debug, Clone)]
@@ -40,6 +46,12 @@ pub struct ServeOptions {
     pub admin_addr: SocketAddr,
     /// Debounce timing.
     pub debounce: DebounceConfig,
+    /// How the xDS port treats its connections.
+    pub connections: ConnectionPolicy,
+    /// What the ADS streams may take.
+    pub limits: StreamLimits,
+    /// Config files larger than this are not read.
+    pub max_file_bytes: u64,
 }
 
 /// Where a server listens: `IP:PORT`, or `unix:/path/to.sock`.
@@ -129,34 +141,26 @@ pub async fn run(options: ServeOptions) -> anyhow::Result<()> {
         .context("starting the admin runtime")?;
 
     let (shutdown_tx, shutdown_rx) = tokio::sync::watch::channel(false);
-    let shutdown = move || {
-        let mut rx = shutdown_rx.clone();
-        async move {
-            let _ = rx.wait_for(|stop| *stop).await;
+    let shutdown = {
+        let shutdown_rx = shutdown_rx.clone();
+        move || {
+            let mut rx = shutdown_rx.clone();
+            async move {
+                let _ = rx.wait_for(|stop| *stop).await;
+            }
         }
     };
 
-    let ads_service = AdsService::new(engine.clone());
-    let ads = tonic::transport::Server::builder()
-        .http2_keepalive_interval(Some(Duration::from_secs(30)))
-        .http2_keepalive_timeout(Some(Duration::from_secs(10)))
-        .max_concurrent_streams(Some(u32::MAX))
-        .add_service(ads_service.clone())
+    let ads_service = AdsService::with_limits(engine.clone(), options.limits);
+    let routes = tonic::service::Routes::new(ads_service.clone())
         .add_service(RegistryService::new(store.clone(), engine.clone(), changes_tx.clone()).into_server());
-    let ads = match xds_listener {
-        XdsListener::Tcp(l) => {
-            // A response leaves as its shared body, then a small per-stream
-            // tail (the nonce); with Nagle's algorithm on, that tail waited
-            // for the client's delayed ACK: 40 ms added to a push, often.
-            let incoming = tokio_stream::StreamExt::map(tokio_stream::wrappers::TcpListenerStream::new(l), |s| {
-                s.and_then(|s| s.set_nodelay(true).map(|()| s))
-            });
-            tokio::spawn(ads.serve_with_incoming_shutdown(incoming, shutdown()))
-        }
-        XdsListener::Unix(l) => tokio::spawn(
-            ads.serve_with_incoming_shutdown(tokio_stream::wrappers::UnixListenerStream::new(l), shutdown()),
-        ),
-    };
+    let ads = tokio::spawn(connections::serve(
+        xds_listener,
+        routes,
+        options.connections,
+        engine.metrics().clone(),
+        shutdown_rx.clone(),
+    ));
     let admin_state = crate::admin::AdminState::new(ads_service);
     let admin = admin_runtime.spawn({
         let router = crate::admin::router_with(admin_state.clone());
@@ -171,9 +175,11 @@ pub async fn run(options: ServeOptions) -> anyhow::Result<()> {
     // Initial load: one batch, one snapshot, then ready.
     let dir = options.config_dir.clone();
     let load_store = store.clone();
-    let (source, report) = tokio::task::spawn_blocking(move || FileSource::load(&dir, &load_store))
-        .await
-        .context("loading the config directory")??;
+    let max_file_bytes = options.max_file_bytes;
+    let (source, report) =
+        tokio::task::spawn_blocking(move || FileSource::load_limited(&dir, &load_store, max_file_bytes))
+            .await
+            .context("loading the config directory")??;
     admin_state.set_source(source.status());
     let version = engine.push(PushRequest::new(report.changes)).await;
     // The reference checks `meshpush validate` makes, on what is served.
@@ -257,12 +263,6 @@ async fn check_references_of_each_version(engine: Arc<PushEngine>, report: crate
             return;
         }
     }
-}
-
-/// The bound xDS listener.
-enum XdsListener {
-    Tcp(tokio::net::TcpListener),
-    Unix(tokio::net::UnixListener),
 }
 
 async fn wait_for_signal() {

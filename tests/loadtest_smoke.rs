@@ -5,14 +5,27 @@
 //! registry API to working order in every `cargo test`; the sizing
 //! scenarios (s1, s2, churn) run by hand (see perf.md).
 //!
+//! A reconnect storm of 5,000 streams checks the admission pacing: the
+//! server lets new streams in at its configured rate, and every one syncs.
+//!
 //! A test binary of its own: it measures convergence against deadlines, so
 //! it runs alone, not beside the end-to-end tests' Envoys (test binaries
-//! run one after another).
+//! run one after another), and its tests take turns ([`SERIAL`]).
+
+#[path = "support/mod.rs"]
+mod support;
 
 use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use loadtest::{Options, Protocol, Scenario};
+use meshpush::serve::ListenAddr;
+use support::meshpush::Meshpush;
+
+/// One scenario at a time: each measures against deadlines.
+static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn smoke_scenario_syncs_every_stream_and_converges_every_change() {
@@ -27,6 +40,7 @@ async fn smoke_scenario_on_delta_syncs_every_stream_and_converges_every_change()
 }
 
 async fn smoke(delta: bool) {
+    let _turn = SERIAL.lock().await;
     let started = Instant::now();
     let options = Options {
         meshpush_bin: Some(PathBuf::from(env!("CARGO_BIN_EXE_meshpush"))),
@@ -50,4 +64,79 @@ async fn smoke(delta: bool) {
         assert_eq!(phase.unexpected, 0, "{}: reached streams outside its scope: {table}", phase.name);
     }
     eprintln!("{table}\nsmoke ({}) took {:?}", protocol.name(), started.elapsed());
+}
+
+/// 5,000 simulated Envoys connect at once to a server that admits 500 new
+/// streams a second, 50 at once. Sampled from the server's metrics during
+/// the storm, the streams admitted between any two samples never exceed
+/// what that rate allows, streams are seen waiting their turn, the storm
+/// takes at least as long as the rate implies, and every stream syncs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reconnect_storm_is_admitted_at_the_configured_rate_and_every_stream_syncs() {
+    const RATE: f64 = 500.0;
+    const BURST: f64 = 50.0;
+    let _turn = SERIAL.lock().await;
+    let config = tempfile::tempdir().unwrap();
+    let server = Arc::new(Meshpush::start_with_flags(
+        config.path(),
+        &["--max-new-streams-per-second", "500", "--new-stream-burst", "50"],
+    ));
+    let ListenAddr::Tcp(xds) = *server.xds_addr() else { unreachable!("TCP by default") };
+
+    // (sent, answered, admitted, waiting) every 100 ms until stopped.
+    let stop = Arc::new(AtomicBool::new(false));
+    let sampler = std::thread::spawn({
+        let (server, stop) = (server.clone(), stop.clone());
+        move || {
+            let mut samples = Vec::new();
+            while !stop.load(Ordering::Relaxed) {
+                let sent = Instant::now();
+                let admitted = server.metric("meshpush_xds_streams_admitted_total");
+                let waiting = server.metric("meshpush_xds_streams_awaiting_admission");
+                samples.push((sent, Instant::now(), admitted, waiting));
+                std::thread::sleep(Duration::from_millis(100));
+            }
+            samples
+        }
+    });
+    let options = Options {
+        target: Some(xds),
+        server_pid: Some(server.process().pid()),
+        progress: false,
+        command: "cargo test --test loadtest_smoke".into(),
+        ..Options::new(Scenario::Storm)
+    };
+    let report = tokio::time::timeout(Duration::from_secs(180), loadtest::run(options))
+        .await
+        .expect("the storm scenario stops by itself")
+        .expect("the storm scenario runs");
+    stop.store(true, Ordering::Relaxed);
+    let samples = sampler.join().unwrap();
+    let table = report.table();
+    assert!(report.failures.is_empty(), "storm failed:{table}\n{}", server.log_tail(20));
+    let storm = &report.phases[0];
+    assert_eq!((storm.converged, storm.expected), (5000, 5000), "{table}");
+
+    for (i, &(sent_i, _, admitted_i, _)) in samples.iter().enumerate() {
+        for &(_, answered_j, admitted_j, _) in &samples[i + 1..] {
+            let allowed = RATE * answered_j.duration_since(sent_i).as_secs_f64() + BURST + 1.0;
+            assert!(
+                admitted_j - admitted_i <= allowed,
+                "{} streams admitted within {:?}, more than {allowed:.0} at {RATE}/s with a burst of {BURST}",
+                admitted_j - admitted_i,
+                answered_j.duration_since(sent_i)
+            );
+        }
+    }
+    let most_waiting = samples.iter().map(|s| s.3).fold(0.0, f64::max);
+    assert!(most_waiting >= 100.0, "the storm never had to wait its turn (at most {most_waiting} waiting)");
+    let least = (5000.0 - BURST) / RATE;
+    assert!(
+        storm.wall_s >= least * 0.95,
+        "the storm synced in {:.2} s, faster than the rate allows ({least:.1} s)",
+        storm.wall_s
+    );
+    let admitted = server.metric("meshpush_xds_streams_admitted_total");
+    assert!(admitted >= 5000.0, "only {admitted} streams admitted");
+    eprintln!("{table}\nstorm: {most_waiting} streams waited at most at once; synced in {:.2} s", storm.wall_s);
 }

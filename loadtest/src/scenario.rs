@@ -26,6 +26,11 @@ pub enum Scenario {
     S2,
     /// S2's mesh with 200 endpoint changes per second for 60 seconds.
     Churn,
+    /// A reconnect storm: 5,000 streams at once to a small mesh (50
+    /// services), then nothing; fails unless every stream syncs. Run it
+    /// against a server with `--max-new-streams-per-second` to see the
+    /// pacing (CI does, with the server's metrics).
+    Storm,
 }
 
 impl Scenario {
@@ -53,6 +58,13 @@ impl Scenario {
                 sidecars_per_namespace: 100,
                 scoped: true,
             },
+            Scenario::Storm => Shape {
+                namespaces: 2,
+                services_per_namespace: 25,
+                endpoints_per_service: 3,
+                sidecars_per_namespace: 2500,
+                scoped: true,
+            },
         }
     }
 
@@ -62,6 +74,7 @@ impl Scenario {
             Scenario::S1 => "s1",
             Scenario::S2 => "s2",
             Scenario::Churn => "churn",
+            Scenario::Storm => "storm",
         }
     }
 
@@ -70,7 +83,7 @@ impl Scenario {
         match self {
             Scenario::Smoke => Duration::from_secs(30),
             Scenario::S1 => Duration::from_secs(60),
-            Scenario::S2 | Scenario::Churn => Duration::from_secs(120),
+            Scenario::S2 | Scenario::Churn | Scenario::Storm => Duration::from_secs(120),
         }
     }
 }
@@ -208,7 +221,7 @@ pub(crate) fn steps(scenario: Scenario, shape: &Shape, options: &Options) -> Vec
             Step::Route { name: "shared-namespace change", namespace: 0, expect: Expect::All },
             Step::Route { name: "one-namespace change", namespace: one, expect: Expect::Namespaces(vec![one]) },
         ],
-        Scenario::Churn => Vec::new(),
+        Scenario::Churn | Scenario::Storm => Vec::new(),
     }
 }
 
@@ -256,7 +269,7 @@ pub(crate) fn targets(scenario: Scenario, report: &Report) -> Vec<TargetCheck> {
             let caught_up = phase("after churn").map(|p| (p.expected - p.converged) as f64);
             check("streams still behind after churn", "0", 0.0, caught_up, &|v| format!("{v:.0}"));
         }
-        Scenario::Smoke => {
+        Scenario::Smoke | Scenario::Storm => {
             let all = report.phases.iter().all(|p| p.converged == p.expected);
             check("every stream synced, every change converged", "all", 0.0, Some(if all { 0.0 } else { 1.0 }), &|v| {
                 if v == 0.0 { "all".into() } else { "not all".into() }

@@ -140,6 +140,8 @@ impl SourceStatus {
 struct Tree {
     /// Canonical path of the directory; event paths are relative to it.
     root: PathBuf,
+    /// Files larger than this are not read.
+    max_file_bytes: u64,
     index: Mutex<FileIndex>,
 }
 
@@ -149,11 +151,22 @@ impl FileSource {
     /// Fails only when `dir` itself cannot be read; a broken file is a
     /// problem in the report (and in [`problems`](Self::problems)), not a failure.
     pub fn load(dir: &Path, store: &ConfigStore) -> Result<(FileSource, LoadReport), SourceError> {
+        FileSource::load_limited(dir, store, DEFAULT_MAX_FILE_BYTES)
+    }
+
+    /// [`load`](Self::load), reading no file larger than `max_file_bytes`
+    /// (now or while watching): such a file is an Error that keeps what it
+    /// defined before.
+    pub fn load_limited(
+        dir: &Path,
+        store: &ConfigStore,
+        max_file_bytes: u64,
+    ) -> Result<(FileSource, LoadReport), SourceError> {
         let root = dir.canonicalize().map_err(|source| SourceError::Io { path: dir.to_path_buf(), source })?;
         if !root.is_dir() {
             return Err(SourceError::NotADirectory(dir.to_path_buf()));
         }
-        let tree = Arc::new(Tree { root, index: Mutex::new(FileIndex::default()) });
+        let tree = Arc::new(Tree { root, max_file_bytes, index: Mutex::new(FileIndex::default()) });
         let names = tree.walk(&tree.root)?;
         let files = names.len();
         let changes = tree.refresh(store, names, true, None);
@@ -235,7 +248,7 @@ impl FileSource {
 
 /// Parses every config file under `path` (a directory or one file) into
 /// `store`, without logging, and returns the problems found.
-pub(super) fn read_quietly(path: &Path, store: &ConfigStore) -> Result<Vec<Problem>, SourceError> {
+pub(super) fn read_quietly(path: &Path, store: &ConfigStore, max_file_bytes: u64) -> Result<Vec<Problem>, SourceError> {
     let canonical = path.canonicalize().map_err(|source| SourceError::Io { path: path.to_path_buf(), source })?;
     let (root, single) = if canonical.is_dir() {
         (canonical, None)
@@ -244,7 +257,7 @@ pub(super) fn read_quietly(path: &Path, store: &ConfigStore) -> Result<Vec<Probl
         let name = canonical.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
         (parent, Some(name))
     };
-    let tree = Tree { root, index: Mutex::default() };
+    let tree = Tree { root, max_file_bytes, index: Mutex::default() };
     let names = match single {
         Some(name) => BTreeSet::from([name]),
         None => tree.walk(&tree.root)?,
@@ -418,7 +431,9 @@ impl Tree {
     fn read(&self, name: &str) -> Option<ParsedFile> {
         let path = self.root.join(name);
         match std::fs::metadata(&path) {
-            Ok(meta) if meta.is_file() && meta.len() > MAX_FILE_BYTES => return Some(too_large(name, meta.len())),
+            Ok(meta) if meta.is_file() && meta.len() > self.max_file_bytes => {
+                return Some(too_large(name, meta.len(), self.max_file_bytes));
+            }
             Ok(meta) if meta.is_file() => {}
             Ok(_) => return None,
             Err(err) if err.kind() == io::ErrorKind::NotFound => return None,
@@ -520,22 +535,22 @@ impl Tree {
     }
 }
 
-/// Config files larger than this are not read (16 MiB: a file of a
-/// thousand objects is well under 1 MiB, and parsing one is ten times its
-/// size in memory).
-pub const MAX_FILE_BYTES: u64 = 16 << 20;
+/// Config files larger than this are not read unless the limit is raised
+/// (`--max-config-file-bytes`; 16 MiB: a file of a thousand objects is well
+/// under 1 MiB, and parsing one takes about ten times its size in memory).
+pub const DEFAULT_MAX_FILE_BYTES: u64 = 16 << 20;
 
-/// A file over [`MAX_FILE_BYTES`]: an Error with no object key, so the
-/// index keeps everything the file defined before.
-fn too_large(name: &str, len: u64) -> ParsedFile {
+/// A file over the size limit: an Error with no object key, so the index
+/// keeps everything the file defined before.
+fn too_large(name: &str, len: u64, limit: u64) -> ParsedFile {
     let problem = Problem {
         severity: Severity::Error,
         source: SourceRef { file: name.into(), doc: 0 },
         object: None,
         path: String::new(),
         message: format!(
-            "is {len} bytes, more than the {} MiB a config file may hold: not read (split it into several files)",
-            MAX_FILE_BYTES >> 20
+            "is {len} bytes, more than the {limit} bytes a config file may hold: not read, what it defined \
+             before is kept (split it into several files, or raise --max-config-file-bytes)"
         ),
     };
     ParsedFile { objects: Vec::new(), problems: vec![problem], unread: true }

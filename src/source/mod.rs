@@ -42,10 +42,11 @@ mod test;
 /// Checks a config directory (or a single file) as the server would load it:
 /// every file parsed and validated, duplicate definitions resolved, then
 /// references between the accepted objects checked. Problems are sorted by
-/// file and document; an unreadable directory is itself one Error.
-pub fn validate_dir(dir: &Path) -> Vec<Problem> {
+/// file and document; an unreadable directory is itself one Error. No file
+/// larger than `max_file_bytes` is read (as `serve`, whose limit it is).
+pub fn validate_dir(dir: &Path, max_file_bytes: u64) -> Vec<Problem> {
     let store = ConfigStore::new();
-    let mut problems = match file::read_quietly(dir, &store) {
+    let mut problems = match file::read_quietly(dir, &store, max_file_bytes) {
         Ok(problems) => problems,
         Err(err) => {
             return vec![Problem {

@@ -40,11 +40,14 @@ use tracing::Instrument;
 
 use super::delta::{DeltaConnection, DeltaRequest, DeltaResponse};
 use super::sotw::{Connection, OutgoingResponse, SotwRequest};
+use super::stream::admission::{Admission, AdmissionRate};
 use super::stream::bodies::BodyCache;
 use super::stream::body::EndStatus;
 use super::stream::body::{Framed, ResponseStreamBody};
+use super::stream::budget::{BUDGET_WAIT, DEFAULT_BUDGET_BYTES, PARTIAL_TIMEOUT, RequestBudget};
 use super::stream::buffers;
-use super::stream::messages::RequestMessages;
+use super::stream::drain::{ConnectionContext, Drain};
+use super::stream::messages::{self, RequestMessages};
 use super::stream::published::Published;
 use super::stream::recorder::StreamRecorder;
 use super::stream::request::{RequestError, StreamNode};
@@ -60,9 +63,38 @@ pub const SERVICE_NAME: &str = "envoy.service.discovery.v3.AggregatedDiscoverySe
 const SOTW_PATH: &str = "/envoy.service.discovery.v3.AggregatedDiscoveryService/StreamAggregatedResources";
 const DELTA_PATH: &str = "/envoy.service.discovery.v3.AggregatedDiscoveryService/DeltaAggregatedResources";
 
-/// Largest request accepted: Envoy's SotW EDS requests list every watched
-/// cluster, and its gRPC client has no limit of its own.
+/// Largest request accepted by default: Envoy's SotW EDS requests list
+/// every watched cluster, and its gRPC client has no limit of its own.
 pub const MAX_REQUEST_BYTES: usize = 64 * 1024 * 1024;
+
+/// What the server lets its streams take.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct StreamLimits {
+    /// How fast new streams start.
+    pub admission: AdmissionRate,
+    /// Largest request message.
+    pub max_request_bytes: usize,
+    /// Request bytes all streams together may be receiving or handling.
+    pub request_budget_bytes: usize,
+    /// How long a request waits for room in that budget before it is refused.
+    pub budget_wait: Duration,
+    /// How long a begun request may take to arrive.
+    pub partial_timeout: Duration,
+}
+
+impl Default for StreamLimits {
+    /// No admission pacing (tests and benches open streams as fast as they
+    /// like); the default request limits. `meshpush serve` sets its own.
+    fn default() -> Self {
+        StreamLimits {
+            admission: AdmissionRate::UNLIMITED,
+            max_request_bytes: MAX_REQUEST_BYTES,
+            request_budget_bytes: DEFAULT_BUDGET_BYTES,
+            budget_wait: BUDGET_WAIT,
+            partial_timeout: PARTIAL_TIMEOUT,
+        }
+    }
+}
 
 /// Responses buffered per stream before its task waits for the client.
 pub const STREAM_BUFFER: usize = 4;
@@ -84,14 +116,35 @@ struct Shared {
     engine: Arc<PushEngine>,
     bodies: BodyCache,
     statuses: Arc<StatusBoard>,
+    admission: Admission,
+    budget: RequestBudget,
+    max_request_bytes: usize,
 }
 
 impl AdsService {
-    /// A service over `engine`.
+    /// A service over `engine`, with the default [`StreamLimits`].
     pub fn new(engine: Arc<PushEngine>) -> AdsService {
+        AdsService::with_limits(engine, StreamLimits::default())
+    }
+
+    /// A service over `engine` whose streams live within `limits`.
+    pub fn with_limits(engine: Arc<PushEngine>, limits: StreamLimits) -> AdsService {
         AdsService {
-            shared: Arc::new(Shared { engine, bodies: BodyCache::new(), statuses: Arc::new(StatusBoard::default()) }),
+            shared: Arc::new(Shared {
+                engine,
+                bodies: BodyCache::new(),
+                statuses: Arc::new(StatusBoard::default()),
+                admission: Admission::new(limits.admission),
+                budget: RequestBudget::new(limits.request_budget_bytes)
+                    .with_timeouts(limits.budget_wait, limits.partial_timeout),
+                max_request_bytes: limits.max_request_bytes,
+            }),
         }
+    }
+
+    /// The request budget the streams share.
+    pub fn budget(&self) -> &RequestBudget {
+        &self.shared.budget
     }
 
     /// The engine the streams are pushed from.
@@ -202,29 +255,34 @@ impl Protocol for DeltaConnection {
     }
 }
 
-/// Opens a stream of protocol `P`: reads the first request (it carries the
-/// node), refuses the stream if the node is unusable, else starts the
-/// stream task and answers with a body fed by it.
+/// Opens a stream of protocol `P`: waits for its admission slot, reads the
+/// first request (it carries the node), refuses the stream if the node is
+/// unusable, else starts the stream task and answers with a body fed by it.
 async fn open<P: Protocol, B>(ads: AdsService, req: http::Request<B>) -> http::Response<Body>
 where
     B: http_body::Body<Data = bytes::Bytes> + Send + 'static,
     B::Error: Into<Box<dyn std::error::Error + Send + Sync>> + Send + 'static,
 {
-    let peer = req
-        .extensions()
-        .get::<tonic::transport::server::TcpConnectInfo>()
-        .and_then(|i| i.remote_addr())
-        .map(|a| a.to_string())
-        .unwrap_or_default();
+    let connection = req.extensions().get::<ConnectionContext>().cloned();
+    let peer = connection.as_ref().and_then(|c| c.peer).map(|a| a.to_string()).unwrap_or_default();
+    let drain = connection.map_or_else(Drain::never, |c| c.drain);
+    let shared = &ads.shared;
+    // In arrival order, at the configured rate: a reconnect storm is served
+    // a slice at a time, each slice synced before the next is read.
+    shared.admission.admit(shared.engine.metrics()).await;
     let undecodable = |e: RequestError| Status::invalid_argument(format!("undecodable request: {e}"));
-    let mut messages = RequestMessages::new(req.into_body(), MAX_REQUEST_BYTES);
+    let mut messages =
+        RequestMessages::new(req.into_body(), shared.max_request_bytes).with_budget(shared.budget.clone());
     let (first, node) = match futures::StreamExt::next(&mut messages).await {
         Some(Ok(message)) => match P::read(message, true) {
             Ok(decoded) => decoded,
             Err(e) => return undecodable(e).into_http(),
         },
         None => return Status::cancelled("stream ended before its first request").into_http(),
-        Some(Err(status)) => return status.into_http(),
+        Some(Err(status)) => {
+            note_refusal(shared, &status, &peer, None);
+            return status.into_http();
+        }
     };
     // Envoy repeats the node in every request; only the first one's is read.
     messages.leave_out(P::NODE_FIELD);
@@ -240,7 +298,7 @@ where
         }
     };
     let end = EndStatus::default();
-    let rx = spawn::<P>(&ads, proxy, first, requests, peer, end.clone());
+    let rx = spawn::<P>(&ads, proxy, first, requests, peer, end.clone(), drain);
     let mut response = http::Response::new(Body::new(ResponseStreamBody::new(rx, end)));
     response.headers_mut().insert(http::header::CONTENT_TYPE, http::HeaderValue::from_static("application/grpc"));
     response
@@ -260,7 +318,7 @@ pub fn spawn_stream(
     peer: String,
 ) -> mpsc::Receiver<OutgoingResponse> {
     let requests = futures::StreamExt::map(requests, |r| r.map(SotwRequest::from));
-    spawn::<Connection>(ads, proxy, first.into(), requests, peer, EndStatus::default())
+    spawn::<Connection>(ads, proxy, first.into(), requests, peer, EndStatus::default(), Drain::never())
 }
 
 /// [`spawn_stream`] for a delta stream.
@@ -272,7 +330,7 @@ pub fn spawn_delta_stream(
     peer: String,
 ) -> mpsc::Receiver<DeltaResponse> {
     let requests = futures::StreamExt::map(requests, |r| r.map(DeltaRequest::from));
-    spawn::<DeltaConnection>(ads, proxy, first.into(), requests, peer, EndStatus::default())
+    spawn::<DeltaConnection>(ads, proxy, first.into(), requests, peer, EndStatus::default(), Drain::never())
 }
 
 fn spawn<P: Protocol>(
@@ -282,6 +340,7 @@ fn spawn<P: Protocol>(
     requests: impl futures::Stream<Item = Result<P::Request, Status>> + Unpin + Send + 'static,
     peer: String,
     end: EndStatus,
+    drain: Drain,
 ) -> mpsc::Receiver<P::Response> {
     let (tx, rx) = mpsc::channel(STREAM_BUFFER);
     let shared = ads.shared.clone();
@@ -296,13 +355,17 @@ fn spawn<P: Protocol>(
                 shared.engine.wait_ready().await;
             }
             let conn = P::open(handle.id, proxy);
-            let (reason, failure) = serve_stream(&shared, conn, &handle, &status, first, requests, tx).await;
+            let (reason, failure) = serve_stream(&shared, conn, &handle, &status, first, requests, tx, drain).await;
             shared.engine.queue().unregister(handle.id);
             shared.statuses.close(handle.id);
             match failure {
                 // The trailers carry why (the channel to the body is gone by now).
                 Some(failure) => {
-                    tracing::info!(reason = %reason, "stream ended on a bad request");
+                    if failure.code() == tonic::Code::Unavailable {
+                        tracing::debug!(reason = %reason, "stream ended: its connection was drained");
+                    } else if !note_refusal(&shared, &failure, &peer, Some(handle.id)) {
+                        tracing::info!(reason = %reason, "stream ended on a bad request");
+                    }
                     let _ = end.set(failure);
                 }
                 None => tracing::debug!(reason = %reason, "stream closed"),
@@ -313,8 +376,25 @@ fn spawn<P: Protocol>(
     rx
 }
 
-/// Serves one stream until the client goes away; returns why it ended, and
-/// the status to end it with when a request could not be read.
+/// Counts and logs a request refused for its size or for the request
+/// budget; returns whether `status` was such a refusal.
+fn note_refusal(shared: &Shared, status: &Status, peer: &str, conn_id: Option<u64>) -> bool {
+    let Some(reason) = messages::refusal_reason(status) else { return false };
+    shared.engine.metrics().requests_refused.get_or_create(&[("reason", reason)]).inc();
+    tracing::warn!(
+        %peer,
+        conn_id,
+        budget_free = shared.budget.available(),
+        "refused an ADS request (RESOURCE_EXHAUSTED): {}",
+        status.message()
+    );
+    true
+}
+
+/// Serves one stream until the client goes away or its connection is
+/// drained; returns why it ended, and the status to end it with when a
+/// request could not be read or the connection was drained.
+#[allow(clippy::too_many_arguments, reason = "one stream's parts, passed once")]
 async fn serve_stream<P: Protocol>(
     shared: &Shared,
     mut conn: P,
@@ -323,6 +403,7 @@ async fn serve_stream<P: Protocol>(
     first: P::Request,
     mut requests: impl futures::Stream<Item = Result<P::Request, Status>> + Unpin,
     tx: mpsc::Sender<P::Response>,
+    mut drain: Drain,
 ) -> (String, Option<Status>) {
     let engine = &shared.engine;
     let mut pending = Some(first);
@@ -348,6 +429,9 @@ async fn serve_stream<P: Protocol>(
                     None => return ("client closed the stream".into(), None),
                     Some(Err(status)) => return (format!("stream error: {}", status.message()), Some(status)),
                 },
+                reason = drain.drained() => {
+                    return (reason.message().into(), Some(Status::unavailable(reason.message())));
+                }
                 _ = tokio::time::sleep_until(answer_deadline), if !may_push => continue,
                 push = handle.mailbox.take(), if may_push => {
                     if !conn.answered() {

@@ -237,7 +237,7 @@ fn a_file_that_cannot_be_read_at_startup_keeps_the_server_unready_until_it_can()
     let deadline = || std::time::Instant::now() + Duration::from_secs(10);
     wait_until(deadline(), "configz to name the unreadable file", &[&server], || {
         let configz = support::http::get(admin, "/debug/configz", &[]).map_err(|e| e.to_string())?;
-        if configz.body.contains("big.yaml") && configz.body.contains("more than the 16 MiB") {
+        if configz.body.contains("big.yaml") && configz.body.contains("more than the 16777216 bytes") {
             Ok(())
         } else {
             Err("not yet".to_string())

@@ -10,3 +10,4 @@ mod ads_delta;
 mod ads_protocol;
 mod delta_bytes;
 mod push_engine;
+mod request_limits;

@@ -11,8 +11,10 @@ use meshpush::engine::PushEngine;
 use meshpush::model::ConfigStore;
 use meshpush::model::store::Write;
 use meshpush::push::PushRequest;
+use meshpush::serve::connections::{self, ConnectionPolicy, XdsListener};
 use meshpush::source::file::FileSource;
 use meshpush::xds::AdsService;
+use meshpush::xds::server::StreamLimits;
 
 /// A running server; stopped on drop.
 pub struct AdsServer {
@@ -25,16 +27,22 @@ pub struct AdsServer {
     /// Where it listens.
     pub addr: SocketAddr,
     server: tokio::task::JoinHandle<()>,
+    _stop: tokio::sync::watch::Sender<bool>,
 }
 
 impl AdsServer {
     /// A server over the bookinfo example.
     pub async fn bookinfo() -> AdsServer {
+        AdsServer::bookinfo_with(StreamLimits::default()).await
+    }
+
+    /// A server over the bookinfo example whose streams live within `limits`.
+    pub async fn bookinfo_with(limits: StreamLimits) -> AdsServer {
         let store = Arc::new(ConfigStore::new());
         let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/bookinfo");
         let (_source, report) = FileSource::load(&dir, &store).expect("bookinfo loads");
         assert_eq!(report.errors, 0, "bookinfo has no errors");
-        AdsServer::serve(store, report.changes).await
+        AdsServer::serve(store, report.changes, limits).await
     }
 
     /// A server over `objects`.
@@ -42,25 +50,28 @@ impl AdsServer {
         let store = Arc::new(ConfigStore::new());
         let source = SourceRef { file: "test".into(), doc: 0 };
         let changes = store.apply(objects.into_iter().map(|o| Write::Put(o, source.clone())));
-        AdsServer::serve(store, changes).await
+        AdsServer::serve(store, changes, StreamLimits::default()).await
     }
 
-    async fn serve(store: Arc<ConfigStore>, initial: meshpush::model::ChangeSet) -> AdsServer {
+    /// Serves the engine over `store` as `meshpush serve` does (its
+    /// connection handling, the default connection policy).
+    async fn serve(store: Arc<ConfigStore>, initial: meshpush::model::ChangeSet, limits: StreamLimits) -> AdsServer {
         let engine = PushEngine::new();
         engine.push(PushRequest::new(initial)).await;
         engine.set_ready();
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("a free loopback port");
         let addr = listener.local_addr().expect("bound");
-        let service = AdsService::new(engine.clone());
+        let service = AdsService::with_limits(engine.clone(), limits);
         let ads = service.clone();
-        let server = tokio::spawn(async move {
-            tonic::transport::Server::builder()
-                .add_service(service)
-                .serve_with_incoming(tokio_stream::wrappers::TcpListenerStream::new(listener))
-                .await
-                .expect("the ADS server runs");
-        });
-        AdsServer { engine, ads, store, addr, server }
+        let (stop, stopped) = tokio::sync::watch::channel(false);
+        let server = tokio::spawn(connections::serve(
+            XdsListener::Tcp(listener),
+            tonic::service::Routes::new(service),
+            ConnectionPolicy::default(),
+            engine.metrics().clone(),
+            stopped,
+        ));
+        AdsServer { engine, ads, store, addr, server, _stop: stop }
     }
 
     /// The status the admin endpoints show for the only connected stream.

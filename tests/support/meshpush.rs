@@ -31,6 +31,8 @@ pub struct Meshpush {
     xds: ListenAddr,
     admin: SocketAddr,
     config: PathBuf,
+    /// Flags added to `serve`'s (kept for restarts).
+    extra: Vec<String>,
 }
 
 impl Meshpush {
@@ -46,10 +48,34 @@ impl Meshpush {
         Meshpush::start_on(config_dir, ListenAddr::Unix(socket.to_path_buf()))
     }
 
+    /// Starts meshpush with `extra` flags added to `serve`'s, and waits until it is ready.
+    pub fn start_with_flags(config_dir: &Path, extra: &[&str]) -> Meshpush {
+        let extra: Vec<String> = extra.iter().map(|s| s.to_string()).collect();
+        Meshpush::start_on_with(config_dir, ListenAddr::Tcp(free_addr()), extra)
+    }
+
     fn start_on(config_dir: &Path, xds: ListenAddr) -> Meshpush {
+        Meshpush::start_on_with(config_dir, xds, Vec::new())
+    }
+
+    fn start_on_with(config_dir: &Path, xds: ListenAddr, extra: Vec<String>) -> Meshpush {
         let admin = free_addr();
-        let child = spawn("meshpush", config_dir, &xds, admin);
-        Meshpush { child, previous: Vec::new(), xds, admin, config: config_dir.to_path_buf() }
+        let child = spawn("meshpush", config_dir, &xds, admin, &extra);
+        Meshpush { child, previous: Vec::new(), xds, admin, config: config_dir.to_path_buf(), extra }
+    }
+
+    /// A counter or gauge of `GET /metrics` (the sum over its label sets
+    /// when `name` has no labels but the series do); 0 when absent.
+    pub fn metric(&self, name: &str) -> f64 {
+        let text = self.admin("/metrics").body;
+        text.lines()
+            .filter(|l| !l.starts_with('#'))
+            .filter_map(|l| l.rsplit_once(' '))
+            .filter(|(series, _)| {
+                *series == name || series.strip_prefix(name).is_some_and(|rest| rest.starts_with('{'))
+            })
+            .filter_map(|(_, value)| value.parse::<f64>().ok())
+            .sum()
     }
 
     /// Kills the server with SIGKILL: no shutdown, no goodbye to the Envoys.
@@ -66,7 +92,7 @@ impl Meshpush {
             self.child.kill_hard();
         }
         let name = format!("meshpush-{}", self.previous.len() + 2);
-        let child = spawn(&name, &self.config, &self.xds, self.admin);
+        let child = spawn(&name, &self.config, &self.xds, self.admin, &self.extra);
         self.previous.push(std::mem::replace(&mut self.child, child));
     }
 
@@ -114,7 +140,7 @@ impl Meshpush {
 }
 
 /// Runs `meshpush serve` and waits for `/ready`.
-fn spawn(name: &str, config_dir: &Path, xds: &ListenAddr, admin: SocketAddr) -> ChildGuard {
+fn spawn(name: &str, config_dir: &Path, xds: &ListenAddr, admin: SocketAddr, extra: &[String]) -> ChildGuard {
     let binary = Path::new(env!("CARGO_BIN_EXE_meshpush"));
     let args = [
         "serve".to_string(),
@@ -126,7 +152,9 @@ fn spawn(name: &str, config_dir: &Path, xds: &ListenAddr, admin: SocketAddr) -> 
         admin.to_string(),
         "--log-level".to_string(),
         "info,meshpush=debug".to_string(),
-    ];
+    ]
+    .into_iter()
+    .chain(extra.iter().cloned());
     let mut child = ChildGuard::spawn(name, scratch_dir(name), binary, args);
     child.wait_ready(Instant::now() + READY_TIMEOUT, "meshpush GET /ready to answer 200", || {
         http::get(admin, "/ready", &[]).is_ok_and(|r| r.status == 200)

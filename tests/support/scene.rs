@@ -94,7 +94,12 @@ impl Scene {
         })
     }
 
-    fn start_with(files: &[(&str, &str)], backends: &[(&str, &str)], mesh: impl FnOnce(&Path) -> Meshpush) -> Scene {
+    /// A scene whose meshpush `mesh` starts on the scene's config directory.
+    pub fn start_with(
+        files: &[(&str, &str)],
+        backends: &[(&str, &str)],
+        mesh: impl FnOnce(&Path) -> Meshpush,
+    ) -> Scene {
         // On a fresh machine installing Envoy is the slow part; it must not
         // eat into any deadline.
         envoy_binary();

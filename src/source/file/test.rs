@@ -291,12 +291,12 @@ async fn the_watch_task_ends_when_the_change_receiver_is_dropped() {
 async fn a_file_too_large_to_read_is_unread_until_it_shrinks() {
     let dir = TempDir::new().unwrap();
     write(&dir, "a.yaml", &dr_yaml("x", "one"));
-    let big = format!("# padding\n{}", "#".repeat((MAX_FILE_BYTES + 1) as usize));
+    let big = format!("# padding\n{}", "#".repeat((DEFAULT_MAX_FILE_BYTES + 1) as usize));
     write(&dir, "big.yaml", &big);
     let (store, status, _changes, task) = watched(&dir);
     assert_eq!(status.unread_files(), vec![Arc::<str>::from("big.yaml")]);
     let problem = status.problems().into_iter().find(|p| &*p.source.file == "big.yaml").expect("a problem");
-    assert!(problem.is_error() && problem.message.contains("more than the 16 MiB"), "{problem}");
+    assert!(problem.is_error() && problem.message.contains("more than the 16777216 bytes"), "{problem}");
     assert!(dr_host(&store.snapshot(), "x").is_some(), "the other files are read");
 
     write(&dir, "big.yaml", &dr_yaml("y", "two"));

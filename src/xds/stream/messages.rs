@@ -17,11 +17,17 @@
 //! What a message holds is read by each protocol (`sotw::request`,
 //! `delta::request`).
 //!
+//! Every message takes its length from the server's request budget
+//! ([`RequestBudget`]) once its frame header has arrived, and holds it
+//! until the stream asks for the next message (by then it has handled this
+//! one). While the budget is spent the body is not read further.
+//!
 //! Invariants: messages come out whole and in order; a compressed message,
-//! a message over the size limit and a body that ends inside a message are
-//! errors, and end the stream.
+//! a message over the size limit, one the budget cannot hold and a body
+//! that ends inside a message are errors, and end the stream.
 
 use std::collections::VecDeque;
+use std::future::Future as _;
 use std::pin::Pin;
 use std::task::{Context, Poll, ready};
 
@@ -30,6 +36,7 @@ use http_body::Body;
 use tonic::Status;
 
 use super::body::FRAME_HEADER_LEN;
+use super::budget::{BudgetRefusal, RequestBudget, Reservation};
 use super::buffers;
 use super::field_filter::FieldFilter;
 
@@ -59,6 +66,16 @@ pub struct RequestMessages<B> {
     filter: FieldFilter,
     /// The body ended (or failed): nothing more comes.
     ended: bool,
+    /// The server's request budget, if the stream counts against one.
+    budget: Option<RequestBudget>,
+    /// The wait for the next message's bytes.
+    waiting: Option<futures::future::BoxFuture<'static, Result<Reservation, BudgetRefusal>>>,
+    /// The next message's bytes, taken from the budget.
+    reserved: Option<Reservation>,
+    /// The last message handed on: its bytes go back once the next is asked for.
+    handed_on: Option<Reservation>,
+    /// When the message being put together must have arrived (with a budget only).
+    partial_deadline: Option<Pin<Box<tokio::time::Sleep>>>,
 }
 
 impl<B> RequestMessages<B>
@@ -79,7 +96,58 @@ where
             leave_out: None,
             filter: FieldFilter::default(),
             ended: false,
+            budget: None,
+            waiting: None,
+            reserved: None,
+            handed_on: None,
+            partial_deadline: None,
         }
+    }
+
+    /// Counts every message against `budget` (see the module docs).
+    pub fn with_budget(mut self, budget: RequestBudget) -> RequestMessages<B> {
+        self.budget = Some(budget);
+        self
+    }
+
+    /// Takes the next message's bytes from the budget once its header is
+    /// here: `Ready(Ok)` when taken (or nothing to take), `Pending` while
+    /// the budget is spent.
+    fn reserve_next(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Status>> {
+        let Some(budget) = &self.budget else { return Poll::Ready(Ok(())) };
+        if self.partial.is_some() || self.reserved.is_some() {
+            return Poll::Ready(Ok(()));
+        }
+        let len = match self.next_len() {
+            Ok(Some(len)) if len > 0 => len,
+            Ok(_) => return Poll::Ready(Ok(())),
+            Err(status) => return Poll::Ready(Err(status)),
+        };
+        if self.waiting.is_none() {
+            if let Some(reservation) = budget.try_reserve(len) {
+                self.reserved = Some(reservation);
+                return Poll::Ready(Ok(()));
+            }
+            let budget = budget.clone();
+            self.waiting = Some(Box::pin(async move { budget.reserve(len).await }));
+        }
+        let waiting = self.waiting.as_mut().expect("set above");
+        let reserved = ready!(waiting.as_mut().poll(cx));
+        self.waiting = None;
+        let (total, wait) = self.budget.as_ref().map_or((0, Default::default()), |b| (b.bytes(), b.wait()));
+        Poll::Ready(match reserved {
+            Ok(reservation) => {
+                self.reserved = Some(reservation);
+                Ok(())
+            }
+            Err(BudgetRefusal::TooLarge) => Err(Status::resource_exhausted(format!(
+                "request of {len} bytes is larger than the server's request memory budget of {total} bytes"
+            ))),
+            Err(BudgetRefusal::Spent) => Err(Status::resource_exhausted(format!(
+                "the server's request memory budget ({total} bytes) stayed spent for {wait:?}; \
+                 the request of {len} bytes was not read"
+            ))),
+        })
     }
 
     /// From the next message on, a message that arrives across chunks is
@@ -119,6 +187,9 @@ where
             self.partial_len = len;
             self.partial_read = 0;
             self.filter = FieldFilter::default();
+            if let Some(budget) = &self.budget {
+                self.partial_deadline = Some(Box::pin(tokio::time::sleep(budget.partial_timeout())));
+            }
         }
         // Across chunks: each chunk is copied as it comes and let go, so
         // h2 can reuse its read buffer.
@@ -191,6 +262,16 @@ where
     }
 }
 
+/// What a `RESOURCE_EXHAUSTED` status of [`RequestMessages`] refused a
+/// request for, as a metric label: `too_large` (over the per-request
+/// limit), `budget` (the request budget could not hold it).
+pub fn refusal_reason(status: &Status) -> Option<&'static str> {
+    if status.code() != tonic::Code::ResourceExhausted {
+        return None;
+    }
+    Some(if status.message().contains("over the limit") { "too_large" } else { "budget" })
+}
+
 impl<B> futures::Stream for RequestMessages<B>
 where
     B: Body<Data = Bytes>,
@@ -200,12 +281,22 @@ where
 
     fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
         let this = self.get_mut();
+        // Asked for the next message: the last one was handled.
+        this.handed_on = None;
         loop {
             if this.ended && this.chunks.is_empty() && this.partial.is_none() {
                 return Poll::Ready(None);
             }
-            match this.take_message() {
-                Ok(Some(message)) => return Poll::Ready(Some(Ok(message))),
+            let reserved = match this.reserve_next(cx) {
+                Poll::Pending => return Poll::Pending,
+                Poll::Ready(reserved) => reserved,
+            };
+            match reserved.and_then(|()| this.take_message()) {
+                Ok(Some(message)) => {
+                    this.handed_on = this.reserved.take();
+                    this.partial_deadline = None;
+                    return Poll::Ready(Some(Ok(message)));
+                }
                 Ok(None) if this.ended => {
                     this.chunks.clear();
                     this.partial = None;
@@ -216,10 +307,33 @@ where
                     this.ended = true;
                     this.chunks.clear();
                     this.partial = None;
+                    this.reserved = None;
                     return Poll::Ready(Some(Err(status)));
                 }
             }
-            match ready!(this.body.as_mut().poll_frame(cx)) {
+            let frame = match this.body.as_mut().poll_frame(cx) {
+                Poll::Ready(frame) => frame,
+                Poll::Pending => {
+                    if let Some(deadline) = &mut this.partial_deadline
+                        && deadline.as_mut().poll(cx).is_ready()
+                    {
+                        let timeout = this.budget.as_ref().map(RequestBudget::partial_timeout).unwrap_or_default();
+                        let status = Status::deadline_exceeded(format!(
+                            "a request of {} bytes was not received within {timeout:?} of its start \
+                             ({} bytes arrived)",
+                            this.partial_len, this.partial_read
+                        ));
+                        this.ended = true;
+                        this.chunks.clear();
+                        this.partial = None;
+                        this.reserved = None;
+                        this.partial_deadline = None;
+                        return Poll::Ready(Some(Err(status)));
+                    }
+                    return Poll::Pending;
+                }
+            };
+            match frame {
                 Some(Ok(frame)) => {
                     if let Ok(data) = frame.into_data()
                         && !data.is_empty()
@@ -275,6 +389,69 @@ mod tests {
     fn messages(wire: &[u8], size: usize, max: usize) -> Vec<Result<Bytes, Status>> {
         let chunks = wire.chunks(size).map(Bytes::copy_from_slice).collect();
         futures::executor::block_on(RequestMessages::new(Chunks(chunks), max).collect())
+    }
+
+    #[tokio::test]
+    async fn a_message_holds_its_bytes_of_the_budget_until_the_next_is_asked_for() {
+        let budget = RequestBudget::new(100);
+        let body = |messages: &[&[u8]]| {
+            let wire: Vec<u8> = messages.iter().flat_map(|m| framed(m)).collect();
+            Chunks(wire.chunks(7).map(Bytes::copy_from_slice).collect())
+        };
+        let mut a = RequestMessages::new(body(&[&[1; 60], &[2; 10]]), 1 << 20).with_budget(budget.clone());
+        assert_eq!(a.next().await.unwrap().unwrap().len(), 60);
+        assert_eq!(budget.available(), 40, "held while the stream handles it");
+        // Another stream's 50 bytes wait, without reading, for room.
+        let mut b = RequestMessages::new(body(&[&[3; 50]]), 1 << 20).with_budget(budget.clone());
+        let mut b_next = std::pin::pin!(b.next());
+        assert!(futures::poll!(b_next.as_mut()).is_pending());
+        assert_eq!(a.next().await.unwrap().unwrap().len(), 10);
+        assert_eq!(b_next.await.unwrap().unwrap().len(), 50);
+        assert_eq!(budget.available(), 100 - 10 - 50);
+        drop(a);
+        drop(b);
+        assert_eq!(budget.available(), 100, "everything given back");
+    }
+
+    /// A body that yields its chunks, then never anything more.
+    struct Stalls(VecDeque<Bytes>);
+
+    impl Body for Stalls {
+        type Data = Bytes;
+        type Error = Infallible;
+
+        fn poll_frame(mut self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, Infallible>>> {
+            match self.0.pop_front() {
+                Some(chunk) => Poll::Ready(Some(Ok(Frame::data(chunk)))),
+                None => Poll::Pending,
+            }
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_message_begun_and_not_finished_in_time_ends_the_stream_and_frees_its_budget() {
+        let budget = RequestBudget::new(1000);
+        let wire = framed(&[7; 500]);
+        let chunks = vec![Bytes::copy_from_slice(&wire[..200])].into();
+        let mut messages = RequestMessages::new(Stalls(chunks), 1 << 20).with_budget(budget.clone());
+        let started = tokio::time::Instant::now();
+        let status = messages.next().await.unwrap().unwrap_err();
+        assert_eq!(status.code(), tonic::Code::DeadlineExceeded, "{status:?}");
+        assert!(status.message().contains("a request of 500 bytes was not received within 30s"), "{status:?}");
+        assert_eq!(started.elapsed(), crate::xds::stream::budget::PARTIAL_TIMEOUT);
+        assert_eq!(budget.available(), 1000);
+    }
+
+    #[tokio::test]
+    async fn a_message_larger_than_the_budget_is_refused() {
+        let budget = RequestBudget::new(100);
+        let chunks = vec![Bytes::from(framed(&[0; 101]))].into();
+        let mut messages = RequestMessages::new(Chunks(chunks), 1 << 20).with_budget(budget.clone());
+        let status = messages.next().await.unwrap().unwrap_err();
+        assert_eq!(status.code(), tonic::Code::ResourceExhausted);
+        assert!(status.message().contains("larger than the server's request memory budget of 100 bytes"), "{status:?}");
+        assert!(messages.next().await.is_none());
+        assert_eq!(budget.available(), 100);
     }
 
     #[test]

@@ -13,13 +13,19 @@
 //!   reads; [`placement`]: its scope and workload shape.
 //! * [`status`]: each stream's state for the admin endpoints;
 //!   [`recorder`]: its metric bookkeeping.
+//! * The server's limits: [`admission`] paces new streams; [`budget`]
+//!   bounds the request bytes all streams hold; [`drain`] ends the streams
+//!   of a connection that reached its maximum age.
 //!
 //! Nothing here knows either protocol: `sotw` and `delta` build on it, and
 //! the server (`xds::server`) drives them.
 
+pub mod admission;
 pub mod bodies;
 pub mod body;
+pub mod budget;
 pub mod buffers;
+pub mod drain;
 mod field_filter;
 pub mod messages;
 pub mod placement;

@@ -1,0 +1,219 @@
+//! The xDS port's HTTP/2 connections: accepted, kept alive, capped, aged
+//! and drained.
+//!
+//! tonic's server would serve these too, but its maximum connection age
+//! waits for every stream to end after GOAWAY, and an ADS stream never ends
+//! by itself, so the connection would never close. Here each connection is
+//! served by hyper directly, and on reaching its age it is drained: GOAWAY
+//! (no new streams on it), then each ADS stream on it ends `UNAVAILABLE`
+//! ([`Drain`](crate::xds::stream::drain)), and Envoy, keeping the config it
+//! has, reconnects. Ages are jittered ±10 % so connections opened together
+//! (by a reconnect storm) do not all come back together. Streams that have
+//! not ended [`ConnectionPolicy::grace`] after the drain are cut off with
+//! the connection. A server shutdown drains every connection the same way.
+//!
+//! Every request gets a [`ConnectionContext`] extension: the peer address
+//! and the connection's drain.
+
+use std::io;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+use tokio::io::{AsyncRead, AsyncWrite};
+use tokio::sync::watch;
+use tokio::task::JoinSet;
+
+use crate::metrics::Metrics;
+use crate::xds::stream::drain::{ConnectionContext, DrainReason, DrainSignal};
+
+/// How the xDS port treats its connections.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ConnectionPolicy {
+    /// Age at which a connection is drained (±10 % jitter); `None`: never.
+    pub max_age: Option<Duration>,
+    /// How long a drained connection's streams have to end before it is closed.
+    pub grace: Duration,
+    /// HTTP/2 PING interval on an idle connection.
+    pub keepalive_interval: Duration,
+    /// How long a PING may go unanswered before the connection is closed.
+    pub keepalive_timeout: Duration,
+    /// Concurrent streams one connection may open (HTTP/2
+    /// `SETTINGS_MAX_CONCURRENT_STREAMS`; Envoy opens one ADS stream per
+    /// connection, a client multiplexing more waits for a free one).
+    pub max_streams: u32,
+}
+
+impl Default for ConnectionPolicy {
+    /// Istio's: connections drained at 30 minutes, 10 s of grace; a PING
+    /// every 30 s answered within 10 s; 100 streams per connection.
+    fn default() -> Self {
+        ConnectionPolicy {
+            max_age: Some(Duration::from_secs(30 * 60)),
+            grace: Duration::from_secs(10),
+            keepalive_interval: Duration::from_secs(30),
+            keepalive_timeout: Duration::from_secs(10),
+            max_streams: 100,
+        }
+    }
+}
+
+impl ConnectionPolicy {
+    /// A new connection's age: the maximum, jittered by up to ±10 %.
+    fn age(&self) -> Option<Duration> {
+        self.max_age.map(|age| age.mul_f64(0.9 + 0.2 * fastrand::f64()))
+    }
+
+    fn http2(&self) -> hyper::server::conn::http2::Builder<TokioExecutor> {
+        let mut builder = hyper::server::conn::http2::Builder::new(TokioExecutor::new());
+        builder
+            .timer(TokioTimer::new())
+            .keep_alive_interval(Some(self.keepalive_interval))
+            .keep_alive_timeout(self.keepalive_timeout)
+            .max_concurrent_streams(self.max_streams);
+        builder
+    }
+}
+
+/// The bound xDS listener.
+#[derive(Debug)]
+pub enum XdsListener {
+    /// On TCP.
+    Tcp(tokio::net::TcpListener),
+    /// On a Unix domain socket.
+    Unix(tokio::net::UnixListener),
+}
+
+/// Accepts and serves connections with `routes` until `shutdown` turns
+/// true; then drains every connection and returns once all are closed.
+pub async fn serve(
+    listener: XdsListener,
+    routes: tonic::service::Routes,
+    policy: ConnectionPolicy,
+    metrics: Arc<Metrics>,
+    shutdown: watch::Receiver<bool>,
+) {
+    let builder = policy.http2();
+    let mut connections = JoinSet::new();
+    let mut stop = shutdown.clone();
+    loop {
+        let accepted = tokio::select! {
+            _ = stop.wait_for(|s| *s) => break,
+            Some(_) = connections.join_next(), if !connections.is_empty() => continue,
+            accepted = accept(&listener) => accepted,
+        };
+        let (io, peer) = match accepted {
+            Ok(accepted) => accepted,
+            Err(e) => {
+                // Out of file descriptors, mostly: wait a little rather than spin.
+                tracing::warn!("accepting an xDS connection: {e}");
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                continue;
+            }
+        };
+        let connection = Connection {
+            builder: builder.clone(),
+            routes: routes.clone(),
+            policy,
+            metrics: metrics.clone(),
+            shutdown: shutdown.clone(),
+        };
+        match io {
+            Accepted::Tcp(io) => connections.spawn(connection.serve(io, peer)),
+            Accepted::Unix(io) => connections.spawn(connection.serve(io, peer)),
+        };
+    }
+    drop(listener);
+    while connections.join_next().await.is_some() {}
+}
+
+enum Accepted {
+    Tcp(tokio::net::TcpStream),
+    Unix(tokio::net::UnixStream),
+}
+
+async fn accept(listener: &XdsListener) -> io::Result<(Accepted, Option<SocketAddr>)> {
+    match listener {
+        XdsListener::Tcp(l) => {
+            let (stream, peer) = l.accept().await?;
+            // A response leaves as its shared body, then a small per-stream
+            // tail (the nonce); with Nagle's algorithm on, that tail waited
+            // for the client's delayed ACK: 40 ms added to a push, often.
+            stream.set_nodelay(true)?;
+            Ok((Accepted::Tcp(stream), Some(peer)))
+        }
+        XdsListener::Unix(l) => Ok((Accepted::Unix(l.accept().await?.0), None)),
+    }
+}
+
+/// What serving one connection takes.
+struct Connection {
+    builder: hyper::server::conn::http2::Builder<TokioExecutor>,
+    routes: tonic::service::Routes,
+    policy: ConnectionPolicy,
+    metrics: Arc<Metrics>,
+    shutdown: watch::Receiver<bool>,
+}
+
+impl Connection {
+    async fn serve<IO>(mut self, io: IO, peer: Option<SocketAddr>)
+    where
+        IO: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+    {
+        let (signal, drain) = DrainSignal::new();
+        let context = ConnectionContext { peer, drain };
+        let routes = self.routes;
+        let service = hyper::service::service_fn(move |mut req: http::Request<hyper::body::Incoming>| {
+            req.extensions_mut().insert(context.clone());
+            let mut routes = routes.clone();
+            tower_service::Service::call(&mut routes, req.map(tonic::body::Body::new))
+        });
+        let conn = self.builder.serve_connection(TokioIo::new(io), service);
+        let mut conn = std::pin::pin!(conn);
+        let age = self.policy.age();
+        let reason = tokio::select! {
+            served = conn.as_mut() => {
+                if let Err(e) = served {
+                    tracing::debug!(?peer, "xDS connection ended: {e}");
+                }
+                return;
+            }
+            () = sleep_or_never(age) => DrainReason::MaxAge,
+            _ = self.shutdown.wait_for(|s| *s) => DrainReason::Shutdown,
+        };
+        tracing::debug!(
+            ?peer,
+            reason = reason.label(),
+            "draining an xDS connection: GOAWAY, its streams end UNAVAILABLE"
+        );
+        self.metrics.connections_drained.get_or_create(&[("reason", reason.label())]).inc();
+        conn.as_mut().graceful_shutdown();
+        signal.drain(reason);
+        if tokio::time::timeout(self.policy.grace, conn.as_mut()).await.is_err() {
+            tracing::debug!(?peer, grace = ?self.policy.grace, "closing a drained xDS connection whose streams did not end");
+        }
+    }
+}
+
+async fn sleep_or_never(age: Option<Duration>) {
+    match age {
+        Some(age) => tokio::time::sleep(age).await,
+        None => std::future::pending().await,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ages_are_jittered_within_ten_percent() {
+        let policy = ConnectionPolicy { max_age: Some(Duration::from_secs(100)), ..ConnectionPolicy::default() };
+        let ages: Vec<Duration> = (0..1000).map(|_| policy.age().unwrap()).collect();
+        assert!(ages.iter().all(|a| (Duration::from_secs(90)..=Duration::from_secs(110)).contains(a)));
+        let spread = ages.iter().max().unwrap().saturating_sub(*ages.iter().min().unwrap());
+        assert!(spread > Duration::from_secs(15), "ages barely differ: {spread:?}");
+        assert_eq!(ConnectionPolicy { max_age: None, ..policy }.age(), None);
+    }
+}
