@@ -109,11 +109,11 @@ struct ServeArgs {
     #[arg(long, default_value = "16MiB", value_parser = parse_bytes)]
     max_config_file_bytes: u64,
     /// Largest ADS request accepted; a larger one ends its stream with RESOURCE_EXHAUSTED.
-    #[arg(long, default_value = "64MiB", value_parser = parse_bytes)]
+    #[arg(long, default_value = "4MiB", value_parser = parse_bytes)]
     max_request_bytes: u64,
     /// Request bytes all ADS streams together may be receiving or handling;
     /// a request waits for room, and is refused after 10 s.
-    #[arg(long, default_value = "256MiB", value_parser = parse_bytes)]
+    #[arg(long, default_value = "64MiB", value_parser = parse_bytes)]
     request_budget_bytes: u64,
     /// New ADS streams started per second, in arrival order (0: no pacing).
     /// Default: 1,000 per core.

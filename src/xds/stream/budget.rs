@@ -24,9 +24,11 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 /// Longest a request waits for the budget before it is refused (by default).
 pub const BUDGET_WAIT: Duration = Duration::from_secs(10);
 
-/// The default budget: 256 MiB of requests at once, four of the largest
-/// (64 MiB) or about four thousand of Envoy 1.40's first requests (60 KB).
-pub const DEFAULT_BUDGET_BYTES: usize = 256 * 1024 * 1024;
+/// The default budget: 64 MiB of requests at once, sixteen of the largest
+/// (4 MiB) or about a thousand of Envoy 1.40's first requests (60 KB). A
+/// request costs about twelve times its size while handled, so this bounds
+/// what requests take at well under 1 GiB.
+pub const DEFAULT_BUDGET_BYTES: usize = 64 * 1024 * 1024;
 
 /// The server's request budget, shared by every stream.
 #[derive(Debug, Clone)]
