@@ -167,7 +167,10 @@ pub async fn run(options: ServeOptions) -> anyhow::Result<()> {
         let shutdown = shutdown();
         async move {
             let listener = tokio::net::TcpListener::from_std(admin_listener)?;
-            axum::serve(listener, router).with_graceful_shutdown(shutdown).await
+            // With each client's address: the expensive views are rate-limited per client.
+            axum::serve(listener, router.into_make_service_with_connect_info::<SocketAddr>())
+                .with_graceful_shutdown(shutdown)
+                .await
         }
     });
     tracing::info!(xds = %options.xds_addr, admin = %options.admin_addr, "listening");

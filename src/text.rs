@@ -2,13 +2,14 @@
 //! gRPC status message, a debug endpoint or a CLI table.
 //!
 //! Anything a client sends (a node id, a NACK's message, a nonce, label
-//! values) may be huge or hold control characters. Shown, it is at most
-//! [`MAX_SHOWN`] bytes of the original followed by `…(N bytes)`, and
-//! control characters are escaped (`\n`, `\u{1b}`), so one client can
-//! neither flood a log nor forge lines in it.
+//! values) may be huge or hold control characters. Shown, control
+//! characters are escaped (`\n`, `\u{1b}`) and what is shown is cut at
+//! [`MAX_SHOWN`] bytes, escapes included, followed by `…(N bytes)` (the
+//! original's length), so one client can neither flood a log nor forge
+//! lines in it.
 //!
 //! Invariant: showing never allocates for a short, clean string, and a
-//! shown string is at most `MAX_SHOWN` bytes plus its escapes and suffix.
+//! shown string is at most `MAX_SHOWN` bytes plus the suffix.
 
 use std::borrow::Cow;
 use std::fmt;
@@ -32,19 +33,22 @@ pub fn shown(text: &str) -> Cow<'_, str> {
     if clean && text.len() <= MAX_SHOWN {
         return Cow::Borrowed(text);
     }
-    let mut cut = text.len().min(MAX_SHOWN);
-    while !text.is_char_boundary(cut) {
-        cut -= 1;
-    }
-    let mut out = String::with_capacity(cut + 24);
-    for c in text[..cut].chars() {
+    let mut out = String::with_capacity(MAX_SHOWN + 24);
+    // Bytes of `text` shown: up to MAX_SHOWN bytes of output, escapes counted.
+    let mut taken = 0;
+    for (at, c) in text.char_indices() {
+        let len = if c.is_control() { c.escape_default().count() } else { c.len_utf8() };
+        if out.len() + len > MAX_SHOWN {
+            break;
+        }
         if c.is_control() {
             out.extend(c.escape_default());
         } else {
             out.push(c);
         }
+        taken = at + c.len_utf8();
     }
-    if cut < text.len() {
+    if taken < text.len() {
         out.push_str(&format!("…({} bytes)", text.len()));
     }
     Cow::Owned(out)
@@ -64,6 +68,10 @@ mod tests {
         assert_eq!(shown("a\nWARN forged\r\u{1b}[31m"), "a\\nWARN forged\\r\\u{1b}[31m");
         let multibyte = "é".repeat(200);
         assert!(shown(&multibyte).starts_with("éé"), "cut on a character boundary");
+        let controls = "\u{1f}".repeat(200);
+        let out = shown(&controls);
+        assert!(out.len() <= MAX_SHOWN + 32, "escapes count against the bound: {} bytes", out.len());
+        assert!(out.starts_with("\\u{1f}") && out.ends_with("…(200 bytes)"), "{out}");
         assert_eq!(Shown("ok").to_string(), "ok");
     }
 }

@@ -17,7 +17,17 @@
 //! | `/debug/scopes` | scopes, their members and visible services |
 //! | `/debug/configz` | objects with their source file, validation problems |
 //! | `/` | the status page |
+//!
+//! The admin server runs on a runtime of its own (see `serve`). At most
+//! [`MAX_CONCURRENT_REQUESTS`] requests are served at once (more are
+//! answered 503), and the views that walk every stream or generate config
+//! (`/`, `/debug/syncz`, `/debug/config_dump`, `/debug/connections`,
+//! `/debug/scopes`, `/debug/configz`) are rate-limited per client address
+//! ([`EXPENSIVE_PER_SECOND`], answered 429 beyond): one busy poller cannot
+//! take the admin server from the others.
 
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::num::NonZeroU32;
 use std::sync::{Arc, OnceLock};
 
 use axum::Router;
@@ -101,17 +111,49 @@ pub fn router_with(state: AdminState) -> Router {
 
 /// [`router_with`] serving at most `max_concurrent` requests at once.
 pub fn router_limited(state: AdminState, max_concurrent: usize) -> Router {
+    router_with_limits(state, max_concurrent, EXPENSIVE_PER_SECOND, EXPENSIVE_BURST)
+}
+
+/// [`router_with`] serving at most `max_concurrent` requests at once, and
+/// each client at most `per_second` expensive views a second (`burst` at once).
+pub fn router_with_limits(state: AdminState, max_concurrent: usize, per_second: u32, burst: u32) -> Router {
     let limit = Arc::new(tokio::sync::Semaphore::new(max_concurrent));
-    Router::new()
+    let quota = governor::Quota::per_second(NonZeroU32::new(per_second).unwrap_or(NonZeroU32::MIN))
+        .allow_burst(NonZeroU32::new(burst).unwrap_or(NonZeroU32::MIN));
+    let clients: Arc<governor::DefaultKeyedRateLimiter<IpAddr>> = Arc::new(governor::RateLimiter::keyed(quota));
+    let expensive = Router::new()
         .route("/", get(status_page::page))
-        .route("/ready", get(ready))
-        .route("/metrics", get(metrics))
         .route("/debug/syncz", get(debug::syncz))
         .route("/debug/config_dump", get(debug::config_dump))
         .route("/debug/connections", get(debug::connections))
-        .route("/debug/push_status", get(debug::push_status))
         .route("/debug/scopes", get(debug::scopes))
         .route("/debug/configz", get(debug::configz))
+        .layer(axum::middleware::from_fn(move |request: axum::extract::Request, next: axum::middleware::Next| {
+            let clients = clients.clone();
+            async move {
+                let client = request
+                    .extensions()
+                    .get::<axum::extract::ConnectInfo<SocketAddr>>()
+                    .map_or(IpAddr::V4(Ipv4Addr::UNSPECIFIED), |info| info.0.ip());
+                if clients.len() > MAX_TRACKED_CLIENTS {
+                    clients.retain_recent();
+                }
+                match clients.check_key(&client) {
+                    Ok(()) => next.run(request).await,
+                    Err(_) => (
+                        StatusCode::TOO_MANY_REQUESTS,
+                        [(header::RETRY_AFTER, "1")],
+                        "too many requests for this view from your address; retry in a second\n",
+                    )
+                        .into_response(),
+                }
+            }
+        }));
+    Router::new()
+        .route("/ready", get(ready))
+        .route("/metrics", get(metrics))
+        .route("/debug/push_status", get(debug::push_status))
+        .merge(expensive)
         .with_state(state)
         .layer(axum::middleware::from_fn(move |request, next: axum::middleware::Next| {
             let limit = limit.clone();
@@ -128,6 +170,15 @@ pub fn router_limited(state: AdminState, max_concurrent: usize) -> Router {
 
 /// Admin requests served at once at most; more are answered 503.
 pub const MAX_CONCURRENT_REQUESTS: usize = 32;
+
+/// Expensive views one client address may ask for per second (then 429).
+pub const EXPENSIVE_PER_SECOND: u32 = 20;
+
+/// Expensive views one client may ask for at once after a quiet spell.
+pub const EXPENSIVE_BURST: u32 = 40;
+
+/// Client addresses whose rate is tracked before stale ones are forgotten.
+const MAX_TRACKED_CLIENTS: usize = 4096;
 
 /// `GET /ready`: 200 once the first snapshot from the sources is published.
 async fn ready(State(state): State<AdminState>) -> (StatusCode, &'static str) {

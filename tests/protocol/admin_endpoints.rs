@@ -483,3 +483,48 @@ async fn requests_beyond_the_concurrency_cap_are_turned_away_at_once() {
     assert!(r.body.contains("too many admin requests"), "{}", r.body);
     http.abort();
 }
+
+/// `GET path` from `admin` over a connection from address `from` (a
+/// loopback address of the test's choosing): the status.
+async fn get_from(from: std::net::IpAddr, admin: std::net::SocketAddr, path: &str) -> u16 {
+    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+    let socket = tokio::net::TcpSocket::new_v4().unwrap();
+    socket.bind(std::net::SocketAddr::new(from, 0)).unwrap();
+    let mut stream = socket.connect(admin).await.unwrap();
+    stream
+        .write_all(format!("GET {path} HTTP/1.1\r\nHost: admin\r\nConnection: close\r\n\r\n").as_bytes())
+        .await
+        .unwrap();
+    let mut reply = String::new();
+    stream.read_to_string(&mut reply).await.unwrap();
+    reply.split(' ').nth(1).and_then(|s| s.parse().ok()).unwrap_or_else(|| panic!("no status line: {reply:?}"))
+}
+
+#[tokio::test]
+async fn expensive_views_are_rate_limited_per_client_address_and_the_rest_are_not() {
+    let engine = meshpush::engine::PushEngine::new();
+    engine.set_ready();
+    let state = meshpush::admin::AdminState::new(meshpush::xds::AdsService::new(engine));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let admin = listener.local_addr().unwrap();
+    // Each client 1 view a second, 3 at once.
+    let router = meshpush::admin::router_with_limits(state, 32, 1, 3)
+        .into_make_service_with_connect_info::<std::net::SocketAddr>();
+    let http = tokio::spawn(async move { axum::serve(listener, router).await.unwrap() });
+    let one: std::net::IpAddr = [127, 0, 0, 1].into();
+    let mut statuses = Vec::new();
+    for _ in 0..5 {
+        statuses.push(get_from(one, admin, "/debug/syncz").await);
+    }
+    assert_eq!(statuses[..3], [200, 200, 200], "the burst is served: {statuses:?}");
+    assert!(statuses[3..].contains(&429), "then the client is slowed: {statuses:?}");
+    // Cheap endpoints are not limited; another address has its own allowance.
+    for _ in 0..10 {
+        assert_eq!(get_from(one, admin, "/ready").await, 200);
+        assert_eq!(get_from(one, admin, "/metrics").await, 200);
+    }
+    let other: std::net::IpAddr = [127, 0, 0, 2].into();
+    assert_eq!(get_from(other, admin, "/debug/connections").await, 200);
+    assert_eq!(get_from(other, admin, "/").await, 200);
+    http.abort();
+}
