@@ -23,8 +23,11 @@
 //! its last write. So a script that writes a file in place, pauses, and
 //! writes the rest is never served half a file.
 //!
-//! Events are debounced: the first event opens a 50 ms window, everything
-//! arriving in it is one batch, and only the files it touched are re-read.
+//! A batch is the first event that makes a file ready and every event
+//! already queued behind it; only the files it touched are re-read. While
+//! other files are still being written the batch waits up to 50 ms for them
+//! to close too; otherwise a closed file is read at once (the engine's own
+//! debounce merges what follows into one push).
 //! Hidden files and editor leftovers (`.foo.swp`, `foo~`, `#foo#`) are
 //! ignored, so editors that write a temporary file and rename it over the
 //! original produce exactly one update.
@@ -56,7 +59,7 @@ mod test;
 
 use index::FileIndex;
 
-/// How long events are collected after the first one before files are re-read.
+/// How long a batch waits for files still being written to close.
 const DEBOUNCE: Duration = Duration::from_millis(50);
 
 /// How long a file written to but not closed waits before it is read anyway.
@@ -290,8 +293,8 @@ struct Batches {
 
 impl Batches {
     /// Waits for the next batch: the first notice that makes a file ready,
-    /// then whatever arrives within [`DEBOUNCE`]. `None` when the watcher
-    /// is gone.
+    /// what is queued behind it, and, while other files are being written,
+    /// whatever arrives within [`DEBOUNCE`]. `None` when the watcher is gone.
     async fn next(&mut self) -> Option<(BTreeSet<PathBuf>, bool)> {
         while self.pending.is_empty() && !self.rescan {
             // Wake for the next notice, or when a file left open is due.
@@ -310,8 +313,18 @@ impl Batches {
             if self.pending.is_empty() && !self.rescan {
                 continue;
             }
+            // What is already queued joins the batch. A closed or renamed
+            // file is complete, so there is no window to wait out, unless
+            // other files are still being written: they are likely part of
+            // the same edit (a checkout, a tool writing several files), and
+            // get up to DEBOUNCE to close.
+            while let Ok(notice) = self.queue.try_recv() {
+                self.add(notice);
+            }
             let deadline = Instant::now() + DEBOUNCE;
-            while let Ok(notice) = tokio::time::timeout_at(deadline, self.queue.recv()).await {
+            while !self.writing.is_empty()
+                && let Ok(notice) = tokio::time::timeout_at(deadline, self.queue.recv()).await
+            {
                 self.add(notice?);
             }
         }
