@@ -67,7 +67,9 @@ impl SotwRequest {
             };
             match tag {
                 1 => request.version_info = text()?,
-                2 if with_node => node = Some(StreamNode::decode(value)?),
+                // A message field that occurs again is merged into the
+                // first, as protobuf parsers do (Envoy writes it once).
+                2 if with_node => node.get_or_insert_with(StreamNode::default).merge(value)?,
                 2 => {}
                 3 => {
                     spans.push((value_start as u32, len as u32));
@@ -82,7 +84,7 @@ impl SotwRequest {
                 }
                 4 => request.type_url = text()?,
                 5 => request.response_nonce = text()?,
-                _ => request.error_detail = Some(envoy_types::pb::google::rpc::Status::decode(value)?),
+                _ => request.error_detail.get_or_insert_with(Default::default).merge(value)?,
             }
         }
         let hash = match region {
@@ -168,6 +170,25 @@ mod tests {
     use envoy_types::pb::envoy::config::core::v3::Node;
 
     use super::*;
+
+    /// Found by the `sotw_request` fuzz target: a node field that occurs
+    /// twice was read as the last occurrence; prost (and every protobuf
+    /// parser) merges the two.
+    #[test]
+    fn a_node_that_occurs_twice_is_merged_as_protobuf_merges_it() {
+        use envoy_types::pb::envoy::service::discovery::v3::DiscoveryRequest;
+        let first = Node { id: "sidecar~1.2.3.4~a.b~b.svc.cluster.local".into(), ..Default::default() };
+        let second = Node { cluster: "a.b".into(), ..Default::default() };
+        let mut wire = Vec::new();
+        for node in [&first, &second] {
+            prost::encoding::message::encode(2, node, &mut wire);
+        }
+        let (_, node) = SotwRequest::read(Bytes::from(wire.clone()), true).unwrap();
+        let node = Node::from(node.unwrap());
+        let expected = DiscoveryRequest::decode(&wire[..]).unwrap().node.unwrap();
+        assert_eq!((node.id.as_str(), node.cluster.as_str()), (expected.id.as_str(), expected.cluster.as_str()));
+        assert_eq!(node.id, first.id);
+    }
 
     #[test]
     fn requests_read_as_envoy_wrote_them_and_later_ones_skip_the_node() {
