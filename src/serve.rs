@@ -131,11 +131,13 @@ pub async fn run(options: ServeOptions) -> anyhow::Result<()> {
         .with_context(|| format!("binding the admin address {}", options.admin_addr))?;
     // The admin endpoints run on a runtime of their own (one worker, a
     // small blocking pool), as ztunnel keeps its admin off the data path:
-    // however hard they are polled, they never take an xDS worker.
+    // however hard they are polled, they never take an xDS worker, and at
+    // a lower priority they yield the cores to the xDS workers.
     let admin_runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(ADMIN_WORKERS)
         .max_blocking_threads(ADMIN_BLOCKING_THREADS)
         .thread_name("meshpush-admin")
+        .on_thread_start(lower_this_threads_priority)
         .enable_all()
         .build()
         .context("starting the admin runtime")?;
@@ -241,6 +243,21 @@ pub async fn run(options: ServeOptions) -> anyhow::Result<()> {
     }
     admin_runtime.shutdown_background();
     Ok(())
+}
+
+/// Niceness of the admin threads: when they compete for a core with the
+/// xDS workers (at 0), the kernel gives them a small share of it.
+const ADMIN_NICENESS: i32 = 10;
+
+/// Lowers the calling thread's scheduling priority to [`ADMIN_NICENESS`]
+/// (Linux schedules threads, and `setpriority` on a thread id affects that
+/// thread only). Admin requests then wait for the xDS workers, not the
+/// other way round, when the cores are busy.
+fn lower_this_threads_priority() {
+    let tid = rustix::thread::gettid();
+    if let Err(e) = rustix::process::setpriority_process(Some(tid), ADMIN_NICENESS) {
+        tracing::debug!("could not lower an admin thread's priority: {e}");
+    }
 }
 
 /// Marks the engine ready (streams are answered, `/ready` says 200).
