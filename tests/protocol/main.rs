@@ -8,6 +8,7 @@ mod support;
 mod admin_endpoints;
 mod ads_delta;
 mod ads_protocol;
+mod connections;
 mod delta_bytes;
 mod push_engine;
 mod request_limits;

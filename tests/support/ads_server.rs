@@ -38,11 +38,20 @@ impl AdsServer {
 
     /// A server over the bookinfo example whose streams live within `limits`.
     pub async fn bookinfo_with(limits: StreamLimits) -> AdsServer {
+        AdsServer::bookinfo_served(limits, ConnectionPolicy::default()).await
+    }
+
+    /// A server over the bookinfo example whose connections follow `policy`.
+    pub async fn bookinfo_with_policy(policy: ConnectionPolicy) -> AdsServer {
+        AdsServer::bookinfo_served(StreamLimits::default(), policy).await
+    }
+
+    async fn bookinfo_served(limits: StreamLimits, policy: ConnectionPolicy) -> AdsServer {
         let store = Arc::new(ConfigStore::new());
         let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/bookinfo");
         let (_source, report) = FileSource::load(&dir, &store).expect("bookinfo loads");
         assert_eq!(report.errors, 0, "bookinfo has no errors");
-        AdsServer::serve(store, report.changes, limits).await
+        AdsServer::serve(store, report.changes, limits, policy).await
     }
 
     /// A server over `objects`.
@@ -50,12 +59,17 @@ impl AdsServer {
         let store = Arc::new(ConfigStore::new());
         let source = SourceRef { file: "test".into(), doc: 0 };
         let changes = store.apply(objects.into_iter().map(|o| Write::Put(o, source.clone())));
-        AdsServer::serve(store, changes, StreamLimits::default()).await
+        AdsServer::serve(store, changes, StreamLimits::default(), ConnectionPolicy::default()).await
     }
 
     /// Serves the engine over `store` as `meshpush serve` does (its
-    /// connection handling, the default connection policy).
-    async fn serve(store: Arc<ConfigStore>, initial: meshpush::model::ChangeSet, limits: StreamLimits) -> AdsServer {
+    /// connection handling, with `policy`).
+    async fn serve(
+        store: Arc<ConfigStore>,
+        initial: meshpush::model::ChangeSet,
+        limits: StreamLimits,
+        policy: ConnectionPolicy,
+    ) -> AdsServer {
         let engine = PushEngine::new();
         engine.push(PushRequest::new(initial)).await;
         engine.set_ready();
@@ -67,7 +81,7 @@ impl AdsServer {
         let server = tokio::spawn(connections::serve(
             XdsListener::Tcp(listener),
             tonic::service::Routes::new(service),
-            ConnectionPolicy::default(),
+            policy,
             engine.metrics().clone(),
             stopped,
         ));

@@ -1,0 +1,88 @@
+//! The xDS port's connection policy, over real HTTP/2: a connection
+//! carries at most `max_streams` streams at once (a client multiplexing
+//! more waits for a free one), and a peer that stops answering HTTP/2
+//! PINGs is disconnected after the keepalive interval and timeout.
+
+use std::time::{Duration, Instant};
+
+use envoy_types::pb::envoy::service::discovery::v3::DiscoveryRequest;
+use envoy_types::pb::envoy::service::discovery::v3::aggregated_discovery_service_client::AggregatedDiscoveryServiceClient;
+use meshpush::resource::TypeUrl;
+use meshpush::serve::connections::ConnectionPolicy;
+use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+use tokio_stream::wrappers::ReceiverStream;
+
+use crate::support::ads_server::AdsServer;
+
+const PRODUCTPAGE: &str = "sidecar~127.0.0.11~productpage-v1.default~default.svc.cluster.local";
+
+/// Opens a SotW stream on `client` and waits up to `wait` for its CDS
+/// response; the request sender keeps the stream open.
+async fn first_response(
+    client: &mut AggregatedDiscoveryServiceClient<tonic::transport::Channel>,
+    wait: Duration,
+) -> Option<(
+    tokio::sync::mpsc::Sender<DiscoveryRequest>,
+    tonic::Streaming<envoy_types::pb::envoy::service::discovery::v3::DiscoveryResponse>,
+)> {
+    let (tx, rx) = tokio::sync::mpsc::channel(4);
+    let node = meshpush::testing::memory::node(PRODUCTPAGE, "NONE", &[("app", "productpage")]);
+    tx.send(DiscoveryRequest { node: Some(node), type_url: TypeUrl::Cluster.as_str().into(), ..Default::default() })
+        .await
+        .unwrap();
+    let mut client = client.clone();
+    let opened = async move {
+        let mut responses = client.stream_aggregated_resources(ReceiverStream::new(rx)).await.ok()?.into_inner();
+        responses.message().await.ok()??;
+        Some(responses)
+    };
+    tokio::time::timeout(wait, opened).await.ok().flatten().map(|responses| (tx, responses))
+}
+
+#[tokio::test]
+async fn a_connection_carries_at_most_max_streams_and_a_third_waits_for_a_free_one() {
+    let policy = ConnectionPolicy { max_streams: 2, ..ConnectionPolicy::default() };
+    let server = AdsServer::bookinfo_with_policy(policy).await;
+    // One connection (a Channel is one HTTP/2 connection).
+    let mut client = AggregatedDiscoveryServiceClient::connect(format!("http://{}", server.addr)).await.unwrap();
+    let a = first_response(&mut client, Duration::from_secs(10)).await.expect("the first stream is served");
+    let _b = first_response(&mut client, Duration::from_secs(10)).await.expect("the second stream is served");
+    assert!(
+        first_response(&mut client, Duration::from_millis(1500)).await.is_none(),
+        "a third stream on the connection is served while two are open"
+    );
+    // Once one ends, a new stream gets its place.
+    drop(a);
+    first_response(&mut client, Duration::from_secs(10)).await.expect("a stream is served once one ended");
+}
+
+#[tokio::test]
+async fn a_peer_that_stops_answering_pings_is_disconnected() {
+    let policy = ConnectionPolicy {
+        keepalive_interval: Duration::from_millis(500),
+        keepalive_timeout: Duration::from_millis(500),
+        ..ConnectionPolicy::default()
+    };
+    let server = AdsServer::bookinfo_with_policy(policy).await;
+    // An HTTP/2 peer that says hello (preface, empty SETTINGS) and then
+    // reads without ever answering: no SETTINGS ACK, no PING ACK.
+    let mut peer = tokio::net::TcpStream::connect(server.addr).await.unwrap();
+    peer.write_all(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n").await.unwrap();
+    peer.write_all(&[0, 0, 0, 4, 0, 0, 0, 0, 0]).await.unwrap();
+    let started = Instant::now();
+    let mut buf = [0u8; 4096];
+    let mut pings = 0;
+    let closed = tokio::time::timeout(Duration::from_secs(10), async {
+        loop {
+            match peer.read(&mut buf).await {
+                Ok(0) | Err(_) => return,
+                // Frame type 6 is PING (a rough count: frames may share a read).
+                Ok(n) => pings += buf[..n].windows(4).filter(|w| w[0..3] == [0, 0, 8] && w[3] == 6).count(),
+            }
+        }
+    })
+    .await;
+    assert!(closed.is_ok(), "the silent peer was still connected after 10 s");
+    assert!(pings >= 1, "the server closed without pinging");
+    assert!(started.elapsed() >= Duration::from_millis(500), "closed before a ping could go unanswered");
+}
