@@ -132,6 +132,11 @@ struct ServeArgs {
     /// Concurrent streams one xDS connection may open (HTTP/2 SETTINGS_MAX_CONCURRENT_STREAMS).
     #[arg(long, default_value_t = 100)]
     max_streams_per_connection: u32,
+    /// Time the admin port's expensive views (`/`, syncz, config_dump,
+    /// connections, scopes, configz) may take per second, all clients
+    /// together; beyond it they are answered 503 with Retry-After (`0s`: no limit).
+    #[arg(long, default_value = "100ms", value_parser = parse_duration)]
+    admin_render_budget: Duration,
 }
 
 impl ServeArgs {
@@ -260,6 +265,10 @@ fn main() -> ExitCode {
             let options = meshpush::serve::ServeOptions {
                 connections: args.connections(),
                 limits: args.limits(),
+                admin_limits: meshpush::admin::AdminLimits {
+                    render_time_per_second: args.admin_render_budget,
+                    ..Default::default()
+                },
                 max_file_bytes: args.max_config_file_bytes,
                 config_dir: args.config,
                 xds_addr: args.xds_addr,

@@ -50,6 +50,8 @@ pub struct ServeOptions {
     pub connections: ConnectionPolicy,
     /// What the ADS streams may take.
     pub limits: StreamLimits,
+    /// What the admin port's clients may take.
+    pub admin_limits: crate::admin::AdminLimits,
     /// Config files larger than this are not read.
     pub max_file_bytes: u64,
 }
@@ -165,7 +167,7 @@ pub async fn run(options: ServeOptions) -> anyhow::Result<()> {
     ));
     let admin_state = crate::admin::AdminState::new(ads_service);
     let admin = admin_runtime.spawn({
-        let router = crate::admin::router_with(admin_state.clone());
+        let router = crate::admin::router_with_limits(admin_state.clone(), options.admin_limits);
         let shutdown = shutdown();
         async move {
             let listener = tokio::net::TcpListener::from_std(admin_listener)?;

@@ -18,13 +18,11 @@
 //! | `/debug/configz` | objects with their source file, validation problems |
 //! | `/` | the status page |
 //!
-//! The admin server runs on a runtime of its own (see `serve`). At most
-//! [`MAX_CONCURRENT_REQUESTS`] requests are served at once (more are
-//! answered 503), and the views that walk every stream or generate config
-//! (`/`, `/debug/syncz`, `/debug/config_dump`, `/debug/connections`,
-//! `/debug/scopes`, `/debug/configz`) are rate-limited per client address
-//! ([`EXPENSIVE_PER_SECOND`], answered 429 beyond): one busy poller cannot
-//! take the admin server from the others.
+//! The admin server runs on a runtime of its own (see `serve`), and what
+//! its clients may take is bounded ([`limits`]): requests at once, the
+//! expensive views (`/`, `/debug/syncz`, `/debug/config_dump`,
+//! `/debug/connections`, `/debug/scopes`, `/debug/configz`) per client
+//! address, and the time all clients together may keep it busy with them.
 
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::num::NonZeroU32;
@@ -45,7 +43,10 @@ use crate::xds::stream::status::StreamStatus;
 pub mod config_dump;
 pub mod debug;
 pub mod envoy_json;
+pub mod limits;
 pub mod status_page;
+
+pub use limits::AdminLimits;
 
 /// What the admin handlers read.
 #[derive(Debug, Clone)]
@@ -104,23 +105,33 @@ pub fn router(ads: AdsService) -> Router {
     router_with(AdminState::new(ads))
 }
 
-/// Builds the admin router.
+/// Builds the admin router with the default [`AdminLimits`].
 pub fn router_with(state: AdminState) -> Router {
-    router_limited(state, MAX_CONCURRENT_REQUESTS)
+    router_with_limits(state, AdminLimits::default())
 }
 
-/// [`router_with`] serving at most `max_concurrent` requests at once.
-pub fn router_limited(state: AdminState, max_concurrent: usize) -> Router {
-    router_with_limits(state, max_concurrent, EXPENSIVE_PER_SECOND, EXPENSIVE_BURST)
-}
-
-/// [`router_with`] serving at most `max_concurrent` requests at once, and
-/// each client at most `per_second` expensive views a second (`burst` at once).
-pub fn router_with_limits(state: AdminState, max_concurrent: usize, per_second: u32, burst: u32) -> Router {
-    let limit = Arc::new(tokio::sync::Semaphore::new(max_concurrent));
-    let quota = governor::Quota::per_second(NonZeroU32::new(per_second).unwrap_or(NonZeroU32::MIN))
-        .allow_burst(NonZeroU32::new(burst).unwrap_or(NonZeroU32::MIN));
+/// Builds the admin router, its clients bounded by `limits`.
+pub fn router_with_limits(state: AdminState, limits: AdminLimits) -> Router {
+    let at_once = Arc::new(tokio::sync::Semaphore::new(limits.max_concurrent));
+    let quota = governor::Quota::per_second(NonZeroU32::new(limits.per_client_per_second).unwrap_or(NonZeroU32::MIN))
+        .allow_burst(NonZeroU32::new(limits.per_client_burst).unwrap_or(NonZeroU32::MIN));
     let clients: Arc<governor::DefaultKeyedRateLimiter<IpAddr>> = Arc::new(governor::RateLimiter::keyed(quota));
+    let budget = Arc::new(limits::RenderBudget::new(limits.render_time_per_second));
+    // The cap on requests at once covers the work of answering only, not
+    // the wait of a refused request (below), so that refused pollers cannot
+    // hold the permits.
+    let at_once = axum::middleware::from_fn(move |request: axum::extract::Request, next: axum::middleware::Next| {
+        let at_once = at_once.clone();
+        async move {
+            match at_once.try_acquire_owned() {
+                Ok(_permit) => next.run(request).await,
+                Err(_) => {
+                    refuse(StatusCode::SERVICE_UNAVAILABLE, REFUSAL_WAIT_AT_ONCE, "too many admin requests at once")
+                        .await
+                }
+            }
+        }
+    });
     let expensive = Router::new()
         .route("/", get(status_page::page))
         .route("/debug/syncz", get(debug::syncz))
@@ -128,8 +139,10 @@ pub fn router_with_limits(state: AdminState, max_concurrent: usize, per_second: 
         .route("/debug/connections", get(debug::connections))
         .route("/debug/scopes", get(debug::scopes))
         .route("/debug/configz", get(debug::configz))
+        .layer(at_once.clone())
         .layer(axum::middleware::from_fn(move |request: axum::extract::Request, next: axum::middleware::Next| {
             let clients = clients.clone();
+            let budget = budget.clone();
             async move {
                 let client = request
                     .extensions()
@@ -138,44 +151,43 @@ pub fn router_with_limits(state: AdminState, max_concurrent: usize, per_second: 
                 if clients.len() > MAX_TRACKED_CLIENTS {
                     clients.retain_recent();
                 }
-                match clients.check_key(&client) {
-                    Ok(()) => next.run(request).await,
-                    Err(_) => (
-                        StatusCode::TOO_MANY_REQUESTS,
-                        [(header::RETRY_AFTER, "1")],
-                        "too many requests for this view from your address; retry in a second\n",
-                    )
-                        .into_response(),
+                if clients.check_key(&client).is_err() {
+                    let text = "too many requests for this view from your address";
+                    return refuse(StatusCode::TOO_MANY_REQUESTS, REFUSAL_WAIT_MAX, text).await;
                 }
+                let start = std::time::Instant::now();
+                if let Err(wait) = budget.admit(start) {
+                    let text = "the admin port's time for expensive views is spent for now (--admin-render-budget)";
+                    return refuse(StatusCode::SERVICE_UNAVAILABLE, wait.min(REFUSAL_WAIT_MAX), text).await;
+                }
+                let response = next.run(request).await;
+                budget.spend(start.elapsed(), std::time::Instant::now());
+                response
             }
         }));
     Router::new()
         .route("/ready", get(ready))
         .route("/metrics", get(metrics))
         .route("/debug/push_status", get(debug::push_status))
+        .layer(at_once)
         .merge(expensive)
         .with_state(state)
-        .layer(axum::middleware::from_fn(move |request, next: axum::middleware::Next| {
-            let limit = limit.clone();
-            async move {
-                // Beyond the cap a request is turned away at once rather
-                // than queued: a flood of pollers cannot pile up work.
-                match limit.try_acquire_owned() {
-                    Ok(_permit) => next.run(request).await,
-                    Err(_) => (StatusCode::SERVICE_UNAVAILABLE, "too many admin requests at once\n").into_response(),
-                }
-            }
-        }))
 }
 
-/// Admin requests served at once at most; more are answered 503.
-pub const MAX_CONCURRENT_REQUESTS: usize = 32;
+/// A refusal, answered after `wait`: a poller that ignores `Retry-After`
+/// and asks again at once would otherwise turn refusals into a busy loop
+/// on both sides. The wait holds a timer, no permit and no thread.
+async fn refuse(status: StatusCode, wait: std::time::Duration, text: &str) -> axum::response::Response {
+    tokio::time::sleep(wait).await;
+    let retry_after = wait.as_secs().max(1).to_string();
+    (status, [(header::RETRY_AFTER, retry_after)], format!("{text}; retry in a moment\n")).into_response()
+}
 
-/// Expensive views one client address may ask for per second (then 429).
-pub const EXPENSIVE_PER_SECOND: u32 = 20;
+/// The longest a refused request is held before its answer.
+const REFUSAL_WAIT_MAX: std::time::Duration = std::time::Duration::from_secs(1);
 
-/// Expensive views one client may ask for at once after a quiet spell.
-pub const EXPENSIVE_BURST: u32 = 40;
+/// How long a request beyond the cap on requests at once is held.
+const REFUSAL_WAIT_AT_ONCE: std::time::Duration = std::time::Duration::from_millis(100);
 
 /// Client addresses whose rate is tracked before stale ones are forgotten.
 const MAX_TRACKED_CLIENTS: usize = 4096;

@@ -476,7 +476,8 @@ async fn requests_beyond_the_concurrency_cap_are_turned_away_at_once() {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     // A cap of 0: every request is beyond it.
-    let router = meshpush::admin::router_limited(state, 0);
+    let limits = meshpush::admin::AdminLimits { max_concurrent: 0, ..Default::default() };
+    let router = meshpush::admin::router_with_limits(state, limits);
     let http = tokio::spawn(async move { axum::serve(listener, router).await.unwrap() });
     let r = tokio::task::spawn_blocking(move || support::http::get(addr, "/ready", &[])).await.unwrap().unwrap();
     assert_eq!(r.status, 503);
@@ -508,7 +509,8 @@ async fn expensive_views_are_rate_limited_per_client_address_and_the_rest_are_no
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let admin = listener.local_addr().unwrap();
     // Each client 1 view a second, 3 at once.
-    let router = meshpush::admin::router_with_limits(state, 32, 1, 3)
+    let limits = meshpush::admin::AdminLimits { per_client_per_second: 1, per_client_burst: 3, ..Default::default() };
+    let router = meshpush::admin::router_with_limits(state, limits)
         .into_make_service_with_connect_info::<std::net::SocketAddr>();
     let http = tokio::spawn(async move { axum::serve(listener, router).await.unwrap() });
     let one: std::net::IpAddr = [127, 0, 0, 1].into();
@@ -526,5 +528,31 @@ async fn expensive_views_are_rate_limited_per_client_address_and_the_rest_are_no
     let other: std::net::IpAddr = [127, 0, 0, 2].into();
     assert_eq!(get_from(other, admin, "/debug/connections").await, 200);
     assert_eq!(get_from(other, admin, "/").await, 200);
+    http.abort();
+}
+
+#[tokio::test]
+async fn expensive_views_stop_when_their_time_budget_is_spent_whoever_asks() {
+    let engine = meshpush::engine::PushEngine::new();
+    engine.set_ready();
+    let state = meshpush::admin::AdminState::new(meshpush::xds::AdsService::new(engine));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let admin = listener.local_addr().unwrap();
+    // A microsecond a second: the first view spends more than the whole
+    // budget (two microseconds), and for many seconds none is built.
+    let limits =
+        meshpush::admin::AdminLimits { render_time_per_second: Duration::from_micros(1), ..Default::default() };
+    let router = meshpush::admin::router_with_limits(state, limits)
+        .into_make_service_with_connect_info::<std::net::SocketAddr>();
+    let http = tokio::spawn(async move { axum::serve(listener, router).await.unwrap() });
+    let one: std::net::IpAddr = [127, 0, 0, 1].into();
+    assert_eq!(get_from(one, admin, "/debug/syncz").await, 200);
+    // Another address, well within its own rate, is refused all the same.
+    let other: std::net::IpAddr = [127, 0, 0, 2].into();
+    assert_eq!(get_from(other, admin, "/debug/connections").await, 503);
+    assert_eq!(get_from(other, admin, "/").await, 503);
+    // The cheap endpoints are not part of the budget.
+    assert_eq!(get_from(other, admin, "/ready").await, 200);
+    assert_eq!(get_from(other, admin, "/metrics").await, 200);
     http.abort();
 }
