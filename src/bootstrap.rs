@@ -42,10 +42,13 @@ pub struct BootstrapOptions {
     /// `node.cluster`; when `None`, derived as Istio does: `APP.NAMESPACE`, APP being
     /// the canonical-name, `app.kubernetes.io/name` or `app` label, else the pod name.
     pub cluster: Option<String>,
-    /// The meshpush xDS address as `host:port` (`127.0.0.1:15010`, `[::1]:15010`,
-    /// `meshpush.mesh.svc:15010`) or `unix:PATH` (a Unix domain socket, Envoy's
-    /// `pipe` address). An IP or a socket gives a STATIC cluster, a name STRICT_DNS.
-    pub xds_addr: String,
+    /// The meshpush xDS addresses, each `host:port` (`127.0.0.1:15010`,
+    /// `[::1]:15010`, `meshpush.mesh.svc:15010`) or `unix:PATH` (a Unix domain
+    /// socket, Envoy's `pipe` address). IPs and sockets give a STATIC cluster,
+    /// names STRICT_DNS. Several are replicas of one control plane: the
+    /// `xds-grpc` cluster balances over them, and when the replica Envoy is
+    /// connected to goes away its next stream goes to another.
+    pub xds_addrs: Vec<String>,
     /// Envoy's admin port; the admin listener binds 127.0.0.1 only.
     pub admin_port: u16,
     /// Workload labels (metadata `LABELS`); they select the proxy into subsets,
@@ -69,7 +72,7 @@ impl BootstrapOptions {
         BootstrapOptions {
             node_id: node_id.into(),
             cluster: None,
-            xds_addr: xds_addr.into(),
+            xds_addrs: vec![xds_addr.into()],
             admin_port: 15000,
             labels: BTreeMap::new(),
             meta: BTreeMap::new(),
@@ -103,6 +106,10 @@ pub enum BootstrapError {
     /// The xDS address is not `host:port` or `unix:PATH`.
     #[error("--xds-addr {0:?}: expected HOST:PORT (127.0.0.1:15010) or unix:PATH (unix:/run/meshpush/xds.sock)")]
     XdsAddr(String),
+    /// No xDS address, or sockets and host names together (Envoy resolves
+    /// either a STATIC or a STRICT_DNS cluster, not both).
+    #[error("--xds-addr: {0}")]
+    XdsAddrs(&'static str),
     /// Serializing the bootstrap failed (a bug: the tree is built from strings).
     #[error("serializing the bootstrap: {0}")]
     Yaml(#[from] serde_yaml_ng::Error),
@@ -122,7 +129,7 @@ pub fn parse_key_value(flag: &'static str, arg: &str) -> Result<(String, String)
 /// Renders the bootstrap YAML for `opts`.
 pub fn render(opts: &BootstrapOptions) -> Result<String, BootstrapError> {
     let proxy = validate(opts)?;
-    let (discovery, xds_address) = xds_address(&opts.xds_addr)?;
+    let (discovery, xds_endpoints) = xds_endpoints(&opts.xds_addrs)?;
 
     let mut metadata = Map::new();
     for (key, value) in &opts.meta {
@@ -163,7 +170,7 @@ pub fn render(opts: &BootstrapOptions) -> Result<String, BootstrapError> {
             "connect_timeout": "1s",
             "load_assignment": {
                 "cluster_name": XDS_CLUSTER,
-                "endpoints": [{ "lb_endpoints": [{ "endpoint": { "address": xds_address }}]}],
+                "endpoints": [{ "lb_endpoints": xds_endpoints }],
             },
             "typed_extension_protocol_options": {
                 "envoy.extensions.upstreams.http.v3.HttpProtocolOptions": {
@@ -237,18 +244,34 @@ fn derived_cluster(proxy: &Proxy, labels: &BTreeMap<String, String>) -> String {
     format!("{app}.{}", proxy.namespace)
 }
 
-/// The `xds-grpc` cluster's discovery type and endpoint address for `--xds-addr`.
-fn xds_address(addr: &str) -> Result<(&'static str, serde_json::Value), BootstrapError> {
-    if let Some(path) = addr.strip_prefix("unix:") {
-        if path.is_empty() {
-            return Err(BootstrapError::XdsAddr(addr.to_string()));
-        }
-        return Ok(("STATIC", json!({ "pipe": { "path": path } })));
+/// The `xds-grpc` cluster's discovery type and its `lb_endpoints`, one per `--xds-addr`.
+fn xds_endpoints(addrs: &[String]) -> Result<(&'static str, serde_json::Value), BootstrapError> {
+    if addrs.is_empty() {
+        return Err(BootstrapError::XdsAddrs("at least one address is needed"));
     }
-    let (host, port) = split_host_port(addr)?;
-    // An IP needs no resolver; a name is resolved (and re-resolved) by Envoy.
-    let discovery = if host.parse::<IpAddr>().is_ok() { "STATIC" } else { "STRICT_DNS" };
-    Ok((discovery, json!({ "socket_address": { "address": host, "port_value": port } })))
+    let mut names = false;
+    let mut sockets = false;
+    let mut endpoints = Vec::with_capacity(addrs.len());
+    for addr in addrs {
+        let address = if let Some(path) = addr.strip_prefix("unix:") {
+            if path.is_empty() {
+                return Err(BootstrapError::XdsAddr(addr.to_string()));
+            }
+            sockets = true;
+            json!({ "pipe": { "path": path } })
+        } else {
+            let (host, port) = split_host_port(addr)?;
+            names |= host.parse::<IpAddr>().is_err();
+            json!({ "socket_address": { "address": host, "port_value": port } })
+        };
+        endpoints.push(json!({ "endpoint": { "address": address } }));
+    }
+    if names && sockets {
+        return Err(BootstrapError::XdsAddrs("unix: sockets and host names cannot be mixed"));
+    }
+    // IPs and sockets need no resolver; names are resolved (and re-resolved) by Envoy.
+    let discovery = if names { "STRICT_DNS" } else { "STATIC" };
+    Ok((discovery, serde_json::Value::Array(endpoints)))
 }
 
 /// Splits `host:port`, `[v6]:port` included.
@@ -380,6 +403,31 @@ mod tests {
         let mut opts = BootstrapOptions::new(SIDECAR, "127.0.0.1:15010");
         opts.meta.insert("LABELS".into(), "{}".into());
         assert!(matches!(render(&opts), Err(BootstrapError::ReservedMeta(k)) if k == "LABELS"));
+    }
+
+    #[test]
+    fn several_xds_addresses_are_one_cluster_of_replicas() {
+        let mut opts = BootstrapOptions::new(SIDECAR, "127.0.0.1:15010");
+        opts.xds_addrs.push("127.0.0.2:15010".into());
+        let b = parsed(&opts);
+        let c = &b["static_resources"]["clusters"][0];
+        assert_eq!(b["static_resources"]["clusters"].as_array().unwrap().len(), 1);
+        assert_eq!(c["type"], "STATIC");
+        let hosts: Vec<_> = c["load_assignment"]["endpoints"][0]["lb_endpoints"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|e| e["endpoint"]["address"]["socket_address"]["address"].as_str().unwrap().to_owned())
+            .collect();
+        assert_eq!(hosts, ["127.0.0.1", "127.0.0.2"]);
+        // One name among IPs: Envoy resolves them all.
+        opts.xds_addrs.push("meshpush-1.mesh.svc:15010".into());
+        assert_eq!(parsed(&opts)["static_resources"]["clusters"][0]["type"], "STRICT_DNS");
+        // A socket among names cannot be resolved; no address at all is refused too.
+        opts.xds_addrs.push("unix:/run/meshpush/xds.sock".into());
+        assert!(matches!(render(&opts).unwrap_err(), BootstrapError::XdsAddrs(_)));
+        opts.xds_addrs.clear();
+        assert!(matches!(render(&opts).unwrap_err(), BootstrapError::XdsAddrs(_)));
     }
 
     #[test]

@@ -176,9 +176,10 @@ struct BootstrapArgs {
     /// Envoy `node.cluster` (default: the workload's `app.namespace`, as Istio).
     #[arg(long)]
     cluster: Option<String>,
-    /// meshpush's ADS address: `HOST:PORT`, or `unix:PATH` for a Unix domain socket.
-    #[arg(long, default_value = "127.0.0.1:15010")]
-    xds_addr: String,
+    /// meshpush's ADS address: `HOST:PORT`, or `unix:PATH` for a Unix domain
+    /// socket. Repeat it for replicas: Envoy balances over them and fails over.
+    #[arg(long = "xds-addr", default_value = "127.0.0.1:15010")]
+    xds_addrs: Vec<String>,
     /// Envoy admin port (on 127.0.0.1).
     #[arg(long, default_value_t = 15000)]
     admin_port: u16,
@@ -333,7 +334,7 @@ fn bootstrap(args: BootstrapArgs) -> Result<String, meshpush::bootstrap::Bootstr
     let opts = meshpush::bootstrap::BootstrapOptions {
         node_id: args.node_id,
         cluster: args.cluster,
-        xds_addr: args.xds_addr,
+        xds_addrs: args.xds_addrs,
         admin_port: args.admin_port,
         labels: args.labels.iter().map(|l| parse_key_value("label", l)).collect::<Result<_, _>>()?,
         meta: args.meta.iter().map(|m| parse_key_value("meta", m)).collect::<Result<_, _>>()?,

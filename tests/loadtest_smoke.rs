@@ -100,8 +100,8 @@ async fn a_reconnect_storm_is_admitted_at_the_configured_rate_and_every_stream_s
         }
     });
     let options = Options {
-        target: Some(xds),
-        server_pid: Some(server.process().pid()),
+        targets: vec![xds],
+        server_pids: vec![server.process().pid()],
         progress: false,
         command: "cargo test --test loadtest_smoke".into(),
         ..Options::new(Scenario::Storm)
@@ -139,4 +139,50 @@ async fn a_reconnect_storm_is_admitted_at_the_configured_rate_and_every_stream_s
     let admitted = server.metric("meshpush_xds_streams_admitted_total");
     assert!(admitted >= 5000.0, "only {admitted} streams admitted");
     eprintln!("{table}\nstorm: {most_waiting} streams waited at most at once; synced in {:.2} s", storm.wall_s);
+}
+
+/// Two replicas of one control plane, each fed the mesh and every change
+/// through its own registry API: the harness spreads its connections over
+/// both, every stream syncs and converges on the replica it is connected
+/// to, and the report shows each replica's share.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_smoke_scenario_spreads_over_two_replicas_and_reports_each() {
+    let _turn = SERIAL.lock().await;
+    let (one, two) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let replicas = [Meshpush::start(one.path()), Meshpush::start(two.path())];
+    let tcp = |m: &Meshpush| match *m.xds_addr() {
+        ListenAddr::Tcp(addr) => addr,
+        ListenAddr::Unix(_) => unreachable!("TCP by default"),
+    };
+    let options = Options {
+        targets: replicas.iter().map(tcp).collect(),
+        server_pids: replicas.iter().map(|m| m.process().pid()).collect(),
+        streams_per_connection: 10,
+        progress: false,
+        command: "cargo test --test loadtest_smoke".into(),
+        ..Options::new(Scenario::Smoke)
+    };
+    let report = tokio::time::timeout(Duration::from_secs(120), loadtest::run(options))
+        .await
+        .expect("the smoke scenario stops by itself")
+        .expect("the smoke scenario runs");
+    let table = report.table();
+    assert!(report.failures.is_empty(), "smoke over two replicas failed:{table}");
+    // 100 streams, 10 a connection, connections alternating: 50 each.
+    let shares: Vec<u32> = report.replicas.iter().map(|r| r.streams).collect();
+    assert_eq!(shares, [50, 50], "{table}");
+    assert!(report.replicas.iter().all(|r| r.cpu_total_s.is_some() && r.peak_rss_mib.is_some()), "{table}");
+    for replica in &replicas {
+        let admitted = replica.metric("meshpush_xds_streams_admitted_total");
+        assert_eq!(admitted, 50.0, "each replica served its share of the streams:{table}");
+    }
+    for phase in &report.phases {
+        assert_eq!(phase.converged, phase.expected, "{}: {table}", phase.name);
+        let counts: Vec<usize> = phase.per_replica.iter().map(|s| s.as_ref().map_or(0, |s| s.count)).collect();
+        assert_eq!(counts.len(), 2, "{}: {table}", phase.name);
+        assert_eq!(counts.iter().sum::<usize>(), phase.converged, "{}: {table}", phase.name);
+        assert!(counts.iter().all(|c| *c > 0), "{}: a replica converged no stream: {table}", phase.name);
+    }
+    assert!(table.contains("per replica"), "{table}");
+    eprintln!("{table}");
 }

@@ -258,7 +258,7 @@ impl Envoy {
         }
         if !self.synced && self.lds_acked && self.eds.received.missing == 0 && self.rds.received.missing == 0 {
             self.synced = true;
-            self.shared.sync.record();
+            self.shared.sync.record(self.identity.id);
         }
     }
 }

@@ -25,12 +25,15 @@ struct Cli {
     /// The scenario.
     #[arg(value_enum)]
     scenario: Scenario,
-    /// A server already running (ADS address); without it, meshpush is started on the scenario's mesh.
-    #[arg(long)]
-    target: Option<SocketAddr>,
-    /// meshpush's registry API address (default: the target's address).
-    #[arg(long)]
-    registry: Option<SocketAddr>,
+    /// A server already running (ADS address); without it, meshpush is started on the scenario's
+    /// mesh. Repeat it for replicas of one control plane: the streams' connections go to each in
+    /// turn, the mesh and every change are applied through each one's registry API, and the
+    /// report adds a section per replica.
+    #[arg(long = "target")]
+    targets: Vec<SocketAddr>,
+    /// meshpush's registry API address (default: each target's address); repeat it as --target.
+    #[arg(long = "registry")]
+    registries: Vec<SocketAddr>,
     /// With --target: do not load the generated mesh through the registry (it is loaded already).
     #[arg(long)]
     no_load: bool,
@@ -45,9 +48,10 @@ struct Cli {
     /// How many triggered changes.
     #[arg(long, default_value_t = 1)]
     repeat: u32,
-    /// The server's pid, for CPU and memory figures of a --target.
-    #[arg(long)]
-    server_pid: Option<u32>,
+    /// The server's pid, for CPU and memory figures of a --target; repeat it, in the targets'
+    /// order, for replicas.
+    #[arg(long = "server-pid")]
+    server_pids: Vec<u32>,
     /// The meshpush binary to start (default: target/release/meshpush beside this binary).
     #[arg(long)]
     meshpush_bin: Option<PathBuf>,
@@ -98,12 +102,12 @@ fn main() -> ExitCode {
         };
     }
     let options = Options {
-        target: cli.target,
-        registry: cli.registry,
+        targets: cli.targets,
+        registries: cli.registries,
         trigger: cli.trigger,
         expect: cli.expect,
         repeat: cli.repeat,
-        server_pid: cli.server_pid,
+        server_pids: cli.server_pids,
         meshpush_bin: cli.meshpush_bin,
         streams_per_connection: cli.streams_per_connection,
         churn_rate: cli.churn_rate,

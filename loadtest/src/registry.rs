@@ -88,3 +88,21 @@ impl Registry {
         Ok(response.into_inner())
     }
 }
+
+/// The registry API of every replica under test. Each replica's registry
+/// store is its own, so a change is applied to each, at once.
+#[derive(Debug, Clone)]
+pub struct Registries(Vec<Registry>);
+
+impl Registries {
+    /// The registries, in the order of the replicas.
+    pub fn new(registries: Vec<Registry>) -> Registries {
+        Registries(registries)
+    }
+
+    /// Applies documents in one batch to every replica.
+    pub async fn apply(&mut self, documents: Vec<String>) -> anyhow::Result<()> {
+        let applies = self.0.iter_mut().map(|registry| registry.apply(documents.clone()));
+        futures::future::try_join_all(applies).await.map(|_| ())
+    }
+}

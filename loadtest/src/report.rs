@@ -103,6 +103,9 @@ pub struct PhaseReport {
     pub windows: Vec<Summary>,
     /// Anything else worth knowing.
     pub notes: Vec<String>,
+    /// With several replicas: the latencies of each one's streams, in the
+    /// order of the replicas (empty with one).
+    pub per_replica: Vec<Option<Summary>>,
     #[serde(skip)]
     sample: Sample,
 }
@@ -136,8 +139,31 @@ impl PhaseReport {
             changes_converged: 0,
             windows: Vec::new(),
             notes: Vec::new(),
+            per_replica: Vec::new(),
             sample,
         }
+    }
+
+    /// Splits the phase's latencies by replica: `streams[i]` is the stream
+    /// of `latencies[i]`, `replica_of` the replica serving a stream.
+    pub fn split_by_replica(
+        &mut self,
+        replicas: usize,
+        latencies: &[Duration],
+        streams: &[u32],
+        replica_of: impl Fn(u32) -> usize,
+    ) {
+        if replicas < 2 {
+            return;
+        }
+        let mut split = vec![Vec::new(); replicas];
+        for (latency, stream) in latencies.iter().zip(streams) {
+            split[replica_of(*stream).min(replicas - 1)].push(*latency);
+        }
+        self.per_replica = split
+            .into_iter()
+            .map(|sample| Some(Sample::new(sample).summary()).filter(|summary| summary.count > 0))
+            .collect();
     }
 
     /// One line for the log.
@@ -209,12 +235,27 @@ pub struct Report {
     pub lean_node: bool,
     /// Notes (file-descriptor limit…).
     pub notes: Vec<String>,
+    /// With several replicas: each one, in the order of `--target`.
+    pub replicas: Vec<ReplicaReport>,
     /// The scenario's targets.
     pub targets: Vec<TargetCheck>,
     /// Phases in order.
     pub phases: Vec<PhaseReport>,
     /// Why the run failed its own checks (empty: it passed).
     pub failures: Vec<String>,
+}
+
+/// One replica of several under test.
+#[derive(Debug, Clone, Serialize)]
+pub struct ReplicaReport {
+    /// Its ADS address.
+    pub address: String,
+    /// Streams connected to it.
+    pub streams: u32,
+    /// Its CPU since it started (with `--server-pid`).
+    pub cpu_total_s: Option<f64>,
+    /// Its peak resident memory (with `--server-pid`).
+    pub peak_rss_mib: Option<f64>,
 }
 
 /// Bytes to MiB.
@@ -319,6 +360,27 @@ impl Report {
                 let p99s: Vec<String> = phase.windows.iter().map(|w| format!("{:.0}", w.p99_ms)).collect();
                 let _ = writeln!(out, "{}: p99 per 10 s window (ms): {}", phase.name, p99s.join(" "));
             }
+        }
+        if !self.replicas.is_empty() {
+            out.push_str("\nper replica (p99 ms of its streams per phase):\n");
+            let mut header = vec!["replica".to_string(), "streams".into(), "CPU s".into(), "peak MiB".into()];
+            header.extend(self.phases.iter().map(|p| p.name.clone()));
+            let mut rows = vec![header];
+            for (i, replica) in self.replicas.iter().enumerate() {
+                let mut row = vec![
+                    replica.address.clone(),
+                    replica.streams.to_string(),
+                    opt(replica.cpu_total_s, 2),
+                    opt(replica.peak_rss_mib, 0),
+                ];
+                for phase in &self.phases {
+                    let p99 = phase.per_replica.get(i).cloned().flatten().map(|l| l.p99_ms);
+                    let count = phase.per_replica.get(i).cloned().flatten().map_or(0, |l| l.count);
+                    row.push(format!("{} ({count})", opt(p99, 1)));
+                }
+                rows.push(row);
+            }
+            out.push_str(&render(&rows));
         }
         let _ = writeln!(
             out,

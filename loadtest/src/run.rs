@@ -16,9 +16,9 @@ use indicatif::{ProgressBar, ProgressStyle};
 use crate::ads;
 use crate::fleet::{Identity, Shared};
 use crate::mesh::{FreshAddresses, PORT, Shape};
-use crate::registry::Registry;
-use crate::report::{self, PhaseReport, Report, Sample};
-use crate::scenario::{Options, Scenario, Step, steps, targets};
+use crate::registry::{Registries, Registry};
+use crate::report::{self, PhaseReport, ReplicaReport, Report, Sample};
+use crate::scenario::{Options, Scenario, Step, steps};
 use crate::server::{self, ServerProcess};
 use crate::track::{Change, Expect, XdsType};
 
@@ -59,14 +59,30 @@ impl Target {
     fn cpu(&self) -> Option<Duration> {
         self.pid.and_then(|pid| server::cpu_time(&pid.to_string()))
     }
+
+    fn memory(&self, field: &str) -> Option<u64> {
+        self.pid.and_then(|pid| server::memory(&pid.to_string(), field))
+    }
+}
+
+/// Every target alive, or the first one's error.
+fn all_alive(targets: &mut [Target]) -> anyhow::Result<()> {
+    targets.iter_mut().try_for_each(Target::alive)
+}
+
+/// The sum of every target's figure, when each has one.
+fn sum_all<T: std::iter::Sum<T>>(targets: &[Target], figure: impl Fn(&Target) -> Option<T>) -> Option<T> {
+    targets.iter().map(figure).collect::<Option<Vec<T>>>().map(|figures| figures.into_iter().sum())
 }
 
 /// The run's moving parts.
 struct Run {
     options: Options,
     shape: Shape,
-    target: Target,
-    registry: Option<Registry>,
+    /// The server, or the replicas of one control plane: connection `c`
+    /// goes to `targets[c % targets.len()]`.
+    targets: Vec<Target>,
+    registry: Option<Registries>,
     shared: Arc<Shared>,
     fresh: FreshAddresses,
     /// Services changed so far: how many times, and their addresses now.
@@ -89,7 +105,7 @@ pub async fn run(options: Options) -> anyhow::Result<Report> {
         eprintln!("loadtest: {note}");
     }
 
-    let mut target = start_target(&options, &shape)?;
+    let mut targets = start_targets(&options, &shape)?;
     // Received responses land in freshly grown buffers; with transparent huge
     // pages on ("always"), each growth faulted in and zeroed a 2 MiB page, and
     // that zeroing was half of the harness's CPU. Only the harness opts out,
@@ -100,31 +116,39 @@ pub async fn run(options: Options) -> anyhow::Result<Report> {
         Err(e) => notes.push(format!("could not turn transparent huge pages off for the harness: {e}")),
     }
     let deadline = Instant::now() + Duration::from_secs(120);
-    let registry = match (&options.trigger, options.registry.unwrap_or(target.xds)) {
-        (Some(_), _) if options.registry.is_none() => None,
-        (_, addr) => {
-            let mut registry = Registry::connect(addr, deadline, || target.alive()).await?;
-            let version = registry.wait_ready(deadline, || target.alive()).await?;
-            if options.target.is_some() && options.load_mesh && options.trigger.is_none() {
+    let registry = if options.trigger.is_some() && options.registries.is_empty() {
+        None
+    } else {
+        let addresses: Vec<SocketAddr> = if options.registries.is_empty() {
+            targets.iter().map(|t| t.xds).collect()
+        } else {
+            options.registries.clone()
+        };
+        let mut registries = Vec::with_capacity(addresses.len());
+        for addr in addresses {
+            let mut registry = Registry::connect(addr, deadline, || all_alive(&mut targets)).await?;
+            let version = registry.wait_ready(deadline, || all_alive(&mut targets)).await?;
+            if !options.targets.is_empty() && options.load_mesh && options.trigger.is_none() {
                 load_mesh(&mut registry, &shape).await?;
             } else {
                 eprintln!(
-                    "loadtest: server ready (snapshot version {}, revision {})",
+                    "loadtest: server {addr} ready (snapshot version {}, revision {})",
                     version.version, version.revision
                 );
             }
-            Some(registry)
+            registries.push(registry);
         }
+        Some(Registries::new(registries))
     };
     if registry.is_none() && options.expect.is_none() {
         bail!("--trigger needs --expect TYPE:RESOURCE:TOKEN to recognize the change");
     }
     let node_common = bytes::Bytes::from(Shape::node_common(options.lean_node));
-    let server_rss_loaded = target.pid.and_then(|pid| server::memory(&pid.to_string(), "VmRSS"));
+    let server_rss_loaded = sum_all(&targets, |t| t.memory("VmRSS"));
 
     let mut run = Run {
         shape,
-        target,
+        targets,
         registry,
         shared: Shared::new(node_common.clone()),
         node_common: node_common.clone(),
@@ -188,15 +212,29 @@ pub async fn run(options: Options) -> anyhow::Result<Report> {
     if refused > 0 {
         failures.push(format!("{refused} streams could not be opened"));
     }
-    let pid = run.target.pid.map(|p| p.to_string());
-    let server_peak_rss = pid.as_deref().and_then(|p| server::memory(p, "VmHWM"));
-    let server_cpu_total = run.target.cpu();
+    // With replicas, the sums: what the control plane as a whole took.
+    let server_peak_rss = sum_all(&run.targets, |t| t.memory("VmHWM"));
+    let server_cpu_total = sum_all(&run.targets, Target::cpu);
+    let replicas = if run.targets.len() > 1 {
+        run.targets
+            .iter()
+            .enumerate()
+            .map(|(i, t)| ReplicaReport {
+                address: t.xds.to_string(),
+                streams: (0..streams).filter(|s| run.replica_of(*s) == i).count() as u32,
+                cpu_total_s: t.cpu().map(|d| d.as_secs_f64()),
+                peak_rss_mib: t.memory("VmHWM").map(report::mib),
+            })
+            .collect()
+    } else {
+        Vec::new()
+    };
     let report = Report {
         scenario: options.scenario.name().into(),
         protocol: options.protocol(),
         command: options.command.clone(),
         machine: report::machine(),
-        server: run.target.description.clone(),
+        server: run.targets.iter().map(|t| t.description.as_str()).collect::<Vec<_>>().join("; "),
         shape: run.shape,
         streams,
         connections,
@@ -212,13 +250,14 @@ pub async fn run(options: Options) -> anyhow::Result<Report> {
         node_bytes: run.shape.node(0).len() + run.node_common.len(),
         lean_node: options.lean_node,
         notes,
+        replicas,
         targets: Vec::new(),
         phases,
         failures,
     };
     let mut report = report;
-    report.targets = targets(options.scenario, &report);
-    if let Some(process) = &run.target.process
+    report.targets = crate::scenario::targets(options.scenario, &report);
+    if let Some(process) = run.targets.first().and_then(|t| t.process.as_ref())
         && !report.failures.is_empty()
     {
         eprintln!("loadtest: meshpush log tail:\n{}", process.log_tail(20));
@@ -226,13 +265,35 @@ pub async fn run(options: Options) -> anyhow::Result<Report> {
     Ok(report)
 }
 
-fn start_target(options: &Options, shape: &Shape) -> anyhow::Result<Target> {
-    if let Some(xds) = options.target {
-        let description = match options.server_pid {
-            Some(pid) => format!("{xds} (pid {pid}, started by the user)"),
-            None => format!("{xds} (started by the user; no --server-pid: no server CPU or memory figures)"),
-        };
-        return Ok(Target { process: None, xds, pid: options.server_pid, description });
+fn start_targets(options: &Options, shape: &Shape) -> anyhow::Result<Vec<Target>> {
+    if !options.targets.is_empty() {
+        if !options.server_pids.is_empty() && options.server_pids.len() != options.targets.len() {
+            bail!(
+                "{} --server-pid for {} --target: give one per target, in the same order",
+                options.server_pids.len(),
+                options.targets.len()
+            );
+        }
+        if !options.registries.is_empty() && options.registries.len() != options.targets.len() {
+            bail!(
+                "{} --registry for {} --target: give one per target, in the same order",
+                options.registries.len(),
+                options.targets.len()
+            );
+        }
+        return Ok(options
+            .targets
+            .iter()
+            .enumerate()
+            .map(|(i, &xds)| {
+                let pid = options.server_pids.get(i).copied();
+                let description = match pid {
+                    Some(pid) => format!("{xds} (pid {pid}, started by the user)"),
+                    None => format!("{xds} (started by the user; no --server-pid: no server CPU or memory figures)"),
+                };
+                Target { process: None, xds, pid, description }
+            })
+            .collect());
     }
     let binary = options.meshpush_bin.clone().unwrap_or_else(server::default_meshpush_binary);
     if !binary.is_file() {
@@ -255,7 +316,7 @@ fn start_target(options: &Options, shape: &Shape) -> anyhow::Result<Target> {
     let pid = Some(process.pid());
     let xds = process.xds;
     let description = format!("{} (started by the harness, pid {})", binary.display(), process.pid());
-    Ok(Target { process: Some(process), xds, pid, description })
+    Ok(vec![Target { process: Some(process), xds, pid, description }])
 }
 
 /// Loads the generated mesh into a running meshpush through the registry,
@@ -290,25 +351,42 @@ impl Run {
         let stats = &self.shared.stats;
         Mark {
             at: Instant::now(),
-            server_cpu: self.target.cpu(),
+            server_cpu: sum_all(&self.targets, Target::cpu),
             harness_cpu: server::cpu_time("self"),
             responses: stats.responses_total(),
             bytes: stats.bytes.load(std::sync::atomic::Ordering::Relaxed),
         }
     }
 
-    fn phase(&self, name: &str, from: &Mark, to: &Mark, expected: usize, samples: Vec<Duration>) -> PhaseReport {
+    /// The replica serving stream `stream`: its connection's.
+    fn replica_of(&self, stream: u32) -> usize {
+        let per_connection = self.options.streams_per_connection.max(1);
+        (stream / per_connection) as usize % self.targets.len().max(1)
+    }
+
+    /// A phase's report from its marks and latencies (`streams[i]` is the stream of `samples[i]`).
+    fn phase(
+        &self,
+        name: &str,
+        from: &Mark,
+        to: &Mark,
+        expected: usize,
+        samples: Vec<Duration>,
+        streams: &[u32],
+    ) -> PhaseReport {
         let sub = |a: Option<Duration>, b: Option<Duration>| Some(b?.saturating_sub(a?).as_secs_f64());
-        PhaseReport::new(
+        let mut phase = PhaseReport::new(
             name,
             expected,
-            Sample::new(samples),
+            Sample::new(samples.clone()),
             to.at.duration_since(from.at).as_secs_f64(),
             sub(from.server_cpu, to.server_cpu),
             sub(from.harness_cpu, to.harness_cpu),
             to.responses - from.responses,
             to.bytes - from.bytes,
-        )
+        );
+        phase.split_by_replica(self.targets.len(), &samples, streams, |s| self.replica_of(s));
+        phase
     }
 
     /// Opens every stream at once and waits until all are synced.
@@ -325,10 +403,14 @@ impl Run {
         tokio::time::sleep(SETTLE).await;
         let before = self.mark();
         self.shared = Shared::new(self.node_common.clone());
-        let xds = self.target.xds;
-        let channels = futures::future::join_all((0..connections).map(|_| ads::connect(xds))).await;
-        let channels: Vec<_> =
-            channels.into_iter().collect::<Result<_, _>>().with_context(|| format!("connecting to {xds}"))?;
+        let replicas: Vec<SocketAddr> = self.targets.iter().map(|t| t.xds).collect();
+        let xds = |c: u32| replicas[c as usize % replicas.len()];
+        let channels = futures::future::join_all((0..connections).map(|c| ads::connect(xds(c)))).await;
+        let channels: Vec<_> = channels
+            .into_iter()
+            .enumerate()
+            .map(|(c, channel)| channel.with_context(|| format!("connecting to {}", xds(c as u32))))
+            .collect::<Result<_, _>>()?;
         let mut tasks = Vec::with_capacity(streams as usize);
         for identity in identities {
             let channel = channels[(identity.id / per_connection) as usize].clone();
@@ -357,11 +439,11 @@ impl Run {
         let last_synced = self.shared.sync.times().last().copied();
         tokio::time::sleep(SETTLE).await;
         let after = self.mark();
-        let times = self.shared.sync.times();
+        let (streams, times): (Vec<u32>, Vec<Duration>) = self.shared.sync.stream_times().into_iter().unzip();
         if waited.is_err() || times.len() < all {
             failures.push(format!("connect storm: {} of {all} streams synced within {limit:?}", times.len()));
         }
-        let mut phase = self.phase("connect storm → all synced", &before, &after, all, times);
+        let mut phase = self.phase("connect storm → all synced", &before, &after, all, times, &streams);
         phase.wall_s = last_synced.map_or(phase.wall_s, |d| d.as_secs_f64());
         eprintln!("loadtest: {}", phase.one_line());
         Ok((phase, tasks))
@@ -450,7 +532,7 @@ impl Run {
         tokio::time::sleep(SETTLE).await;
         let after = self.mark();
         let outcome = change.outcome();
-        let mut phase = self.phase(&name, &before, &after, change.expected, outcome.latencies);
+        let mut phase = self.phase(&name, &before, &after, change.expected, outcome.latencies, &outcome.streams);
         phase.unexpected = outcome.unexpected;
         phase.changes = 1;
         phase.changes_converged = usize::from(change.complete());

@@ -124,18 +124,19 @@ impl std::str::FromStr for ExpectSpec {
 pub struct Options {
     /// The scenario.
     pub scenario: Scenario,
-    /// A server already running (else meshpush is started).
-    pub target: Option<SocketAddr>,
-    /// Where the registry API is (default: the target's address).
-    pub registry: Option<SocketAddr>,
+    /// Servers already running (else meshpush is started): replicas of one
+    /// control plane, the streams' connections spread across them in turn.
+    pub targets: Vec<SocketAddr>,
+    /// Where each replica's registry API is (default: each target's address).
+    pub registries: Vec<SocketAddr>,
     /// A command that makes a change on a server that is not meshpush.
     pub trigger: Option<String>,
     /// How to recognize a triggered change.
     pub expect: Option<ExpectSpec>,
     /// How many times to run the trigger.
     pub repeat: u32,
-    /// The server's pid, for CPU and memory figures of a `--target`.
-    pub server_pid: Option<u32>,
+    /// Each target's pid, in the order of the targets, for CPU and memory figures.
+    pub server_pids: Vec<u32>,
     /// The meshpush binary to start (default: `target/release/meshpush`).
     pub meshpush_bin: Option<PathBuf>,
     /// ADS streams per HTTP/2 connection.
@@ -161,12 +162,12 @@ impl Options {
     pub fn new(scenario: Scenario) -> Options {
         Options {
             scenario,
-            target: None,
-            registry: None,
+            targets: Vec::new(),
+            registries: Vec::new(),
             trigger: None,
             expect: None,
             repeat: 1,
-            server_pid: None,
+            server_pids: Vec::new(),
             meshpush_bin: None,
             streams_per_connection: 32,
             churn_rate: 200,

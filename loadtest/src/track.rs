@@ -100,7 +100,7 @@ pub struct SyncState {
     /// When the streams started connecting.
     pub start: Instant,
     synced: watch::Sender<usize>,
-    times: Mutex<Vec<Duration>>,
+    times: Mutex<Vec<(u32, Duration)>>,
 }
 
 impl Default for SyncState {
@@ -115,9 +115,9 @@ impl SyncState {
         SyncState { start: Instant::now(), synced: watch::Sender::new(0), times: Mutex::new(Vec::new()) }
     }
 
-    /// Records one stream synced now.
-    pub fn record(&self) {
-        self.times.lock().push(self.start.elapsed());
+    /// Records stream `stream` synced now.
+    pub fn record(&self, stream: u32) {
+        self.times.lock().push((stream, self.start.elapsed()));
         self.synced.send_modify(|n| *n += 1);
     }
 
@@ -133,6 +133,11 @@ impl SyncState {
 
     /// Each synced stream's time from the start, in order of syncing.
     pub fn times(&self) -> Vec<Duration> {
+        self.times.lock().iter().map(|(_, t)| *t).collect()
+    }
+
+    /// Each synced stream and its time from the start, in order of syncing.
+    pub fn stream_times(&self) -> Vec<(u32, Duration)> {
         self.times.lock().clone()
     }
 }
@@ -261,6 +266,8 @@ pub struct Change {
 struct ChangeState {
     seen: HashSet<u32>,
     latencies: Vec<Duration>,
+    /// The stream of each latency, in the same order.
+    streams: Vec<u32>,
     unexpected: usize,
 }
 
@@ -273,6 +280,8 @@ pub struct ChangeOutcome {
     pub expected: usize,
     /// Each converged expected stream's latency.
     pub latencies: Vec<Duration>,
+    /// The stream of each latency, in the same order.
+    pub streams: Vec<u32>,
     /// Streams that received it without being expected to.
     pub unexpected: usize,
 }
@@ -319,6 +328,7 @@ impl Change {
         }
         if expected {
             state.latencies.push(acked.saturating_duration_since(self.start));
+            state.streams.push(stream);
             let n = state.latencies.len();
             drop(state);
             // Two streams recording at once may publish out of order: keep the larger count.
@@ -357,6 +367,7 @@ impl Change {
             label: self.label.clone(),
             expected: self.expected,
             latencies: state.latencies.clone(),
+            streams: state.streams.clone(),
             unexpected: state.unexpected,
         }
     }

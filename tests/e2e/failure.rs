@@ -210,3 +210,101 @@ fn an_envoy_reconnects_after_the_maximum_connection_age_and_no_request_fails() {
     assert_eq!(tally.failed, 0, "requests failed across the reconnects: {:?}", tally.failures);
     scene.assert_nothing_rejected();
 }
+
+#[test]
+fn an_envoy_fails_over_to_another_replica_and_no_request_fails() {
+    replica_failover(18142, false);
+}
+
+/// The same over delta xDS: the sidecar tells the replica it moves to what
+/// it holds per resource (`initial_resource_versions`).
+#[test]
+fn an_envoy_fails_over_to_another_replica_and_no_request_fails_over_delta() {
+    replica_failover(18143, true);
+}
+
+/// Two meshpush replicas serve one config directory; a sidecar is
+/// bootstrapped with both (`--xds-addr A --xds-addr B`). The replica it is
+/// connected to is killed with SIGKILL under steady traffic: the sidecar
+/// reconnects to the other, not one request fails, and a change made
+/// afterwards reaches it through the survivor, which sends nothing the
+/// sidecar already holds (service port `port`, addresses 127.0.N.0/24,
+/// N = port - 18000).
+fn replica_failover(port: u16, delta: bool) {
+    let net = format!("127.0.{}", port - 18000);
+    let ip = |host: u8| format!("{net}.{host}");
+    let mesh = docs(&[
+        service("shop", "ledger", port),
+        pod("shop", "ledger-v1", &ip(2), &[("app", "ledger"), ("version", "v1")], port),
+        pod("shop", "ledger-v2", &ip(3), &[("app", "ledger"), ("version", "v2")], port),
+        subsets("shop", "ledger", &["v1", "v2"]),
+    ]);
+    let mut scene = Scene::start(
+        &[("mesh.yaml", &mesh), ("ledger-vs.yaml", &ledger_route("v1"))],
+        &[("ledger-v1", &format!("{}:{port}", ip(2))), ("ledger-v2", &format!("{}:{port}", ip(3)))],
+    );
+    let mut other = support::meshpush::Meshpush::start(&scene.dir().path());
+    let mut opts = scene.sidecar(&sidecar_node(&ip(9), "client", "shop"), &[("app", "client")]);
+    opts.xds_addrs.push(other.xds_addr().to_string());
+    opts.delta = delta;
+    scene.add_envoy("client", &opts);
+    let request = Request::new(SocketAddr::from(([127, 0, 0, 1], port)), "ledger");
+    scene.wait(Duration::from_secs(15), "the sidecar to reach ledger-v1", Section::Routes, || {
+        request.all_answered_by(5, &["ledger-v1"])
+    });
+    let traffic = Traffic::start(request.clone());
+
+    // Which replica holds the stream: the one whose `pilot_xds` gauge is 1.
+    let streams = |mesh: &support::meshpush::Meshpush| mesh.metric("pilot_xds");
+    scene.wait(Duration::from_secs(5), "one replica to hold the sidecar's stream", Section::Clusters, || {
+        let (first, second) = (streams(scene.mesh()), streams(&other));
+        if first + second == 1.0 { Ok(()) } else { Err(format!("streams: {first} and {second}")) }
+    });
+    let first_held = streams(scene.mesh()) == 1.0;
+    // What the replica holding the stream sent: the sidecar's whole config.
+    let sent = |mesh: &support::meshpush::Meshpush| mesh.metric("meshpush_xds_sent_bytes_total");
+    let whole_config = if first_held { sent(scene.mesh()) } else { sent(&other) };
+    if first_held {
+        scene.mesh_mut().kill_hard();
+    } else {
+        other.kill_hard();
+    }
+    let killed_at = traffic.sent();
+    let survivor = if first_held { &other } else { scene.mesh() };
+    let envoy = scene.envoy("client");
+    scene.wait(Duration::from_secs(20), "the sidecar to reconnect to the surviving replica", Section::Clusters, || {
+        if streams(survivor) == 1.0 && envoy.connected() {
+            Ok(())
+        } else {
+            Err(format!("survivor's streams {}, Envoy connected {}", streams(survivor), envoy.connected()))
+        }
+    });
+    scene.wait(Duration::from_secs(10), "100 requests through the sidecar since the kill", Section::Routes, || {
+        let since = traffic.sent() - killed_at;
+        if since >= 100 { Ok(()) } else { Err(format!("{since} requests")) }
+    });
+
+    scene.dir().write("ledger-vs.yaml", &ledger_route("v2"));
+    scene.wait(
+        Duration::from_secs(10),
+        "the sidecar to move to ledger-v2 through the survivor",
+        Section::Routes,
+        || request.all_answered_by(10, &["ledger-v2"]),
+    );
+    let tally = traffic.stop();
+    eprintln!("through the sidecar: {tally:?}");
+    assert!(tally.sent >= 100, "too little traffic to tell: {tally:?}");
+    assert_eq!(tally.failed, 0, "requests failed across the failover: {:?}", tally.failures);
+    let survivor = if first_held { &other } else { scene.mesh() };
+    let resent = sent(survivor);
+    eprintln!("the first replica sent {whole_config} bytes, the survivor {resent} (delta: {delta})");
+    // The survivor sent the changed route, not the clusters, listeners and
+    // assignments again: its versions are content hashes, the same on every
+    // replica, and the sidecar's requests name the ones it holds (SotW's
+    // `version_info` per type, delta's `initial_resource_versions` per resource).
+    assert!(
+        resent * 2.0 < whole_config,
+        "the survivor sent {resent} bytes after the failover, the whole config was {whole_config}"
+    );
+    scene.assert_nothing_rejected();
+}

@@ -55,7 +55,7 @@ spec:
     let mut scene = Scene::start_unix(&[("mesh.yaml", &mesh)], &[]);
     let mut opts = scene.sidecar(&sidecar_node("127.0.110.2", "web-1", "redir"), &[("app", "web")]);
     opts.interception = "REDIRECT".into();
-    assert!(opts.xds_addr.starts_with("unix:"), "{}", opts.xds_addr);
+    assert!(opts.xds_addrs.iter().all(|a| a.starts_with("unix:")), "{:?}", opts.xds_addrs);
     scene.keep_envoy(Envoy::start_isolated("web", &opts));
     let web = scene.envoy("web");
 

@@ -396,6 +396,42 @@ async fn reconnect_with_initial_versions_sends_only_what_differs() {
     s4.probe_nothing_pending().await;
 }
 
+/// Replicas of one control plane, each with its own engine over the same
+/// config, write the same versions: a client that moves from one to the
+/// other (its replica died) is sent nothing it already holds, of any type.
+#[tokio::test]
+async fn a_replica_sends_a_client_moving_from_another_nothing_it_holds() {
+    let a = Harness::start().await;
+    let b = Harness::start().await;
+    let mut s = a.stream().await;
+    let cds = s.recv_type(TypeUrl::Cluster).await;
+    s.ack(&cds).await;
+    s.subscribe(TypeUrl::Listener, &[], "").await;
+    let lds = s.recv_type(TypeUrl::Listener).await;
+    s.ack(&lds).await;
+    s.subscribe(TypeUrl::Endpoint, &[REVIEWS_V1, REVIEWS_V2, RATINGS], "").await;
+    let eds = s.recv_type(TypeUrl::Endpoint).await;
+    s.ack(&eds).await;
+    drop(s);
+    assert!(names(&cds).len() > 3 && !names(&lds).is_empty(), "a mesh to hold: {:?} {:?}", names(&cds), names(&lds));
+
+    for (t, held, subscribe) in [
+        (TypeUrl::Cluster, versions(&cds), vec![]),
+        (TypeUrl::Listener, versions(&lds), vec![]),
+        (TypeUrl::Endpoint, versions(&eds), vec![REVIEWS_V1.into(), REVIEWS_V2.into(), RATINGS.into()]),
+    ] {
+        let mut moved = b
+            .stream_with(DeltaDiscoveryRequest {
+                type_url: t.as_str().into(),
+                resource_names_subscribe: subscribe,
+                initial_resource_versions: held,
+                ..Default::default()
+            })
+            .await;
+        moved.probe_nothing_pending().await;
+    }
+}
+
 #[tokio::test]
 async fn endpoint_change_sends_only_the_changed_assignment() {
     let h = Harness::start().await;

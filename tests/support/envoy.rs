@@ -175,7 +175,10 @@ impl Envoy {
     /// seeds the `--base-id`). Panics, saying why, where network namespaces
     /// cannot be created.
     pub fn start_isolated(name: &str, opts: &BootstrapOptions) -> Envoy {
-        assert!(opts.xds_addr.starts_with("unix:"), "an isolated Envoy reaches meshpush over a unix: socket");
+        assert!(
+            opts.xds_addrs.iter().all(|a| a.starts_with("unix:")),
+            "an isolated Envoy reaches meshpush over a unix: socket"
+        );
         let netns = netns_command().unwrap_or_else(|e| panic!("{e}"));
         let binary = envoy_binary();
         let dir = scratch_dir(name);

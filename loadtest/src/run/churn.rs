@@ -86,6 +86,7 @@ impl Run {
         let after = self.mark();
         let start = before.at;
         let mut all = Vec::new();
+        let mut all_streams = Vec::new();
         let mut expected = 0;
         let mut converged_changes = 0;
         let mut windows: Vec<Vec<Duration>> = Vec::new();
@@ -103,6 +104,7 @@ impl Run {
             }
             windows[window].extend(&outcome.latencies);
             all.extend(outcome.latencies);
+            all_streams.extend(outcome.streams);
         }
         let mut phase = self.phase(
             &format!("churn: {rate}/s endpoint changes for {}s", duration.as_secs()),
@@ -110,6 +112,7 @@ impl Run {
             &after,
             expected,
             all,
+            &all_streams,
         );
         phase.changes = changes.len();
         phase.changes_converged = converged_changes;
