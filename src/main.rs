@@ -90,8 +90,17 @@ enum Command {
 #[derive(Debug, clap::Args)]
 struct ServeArgs {
     /// Directory of Kubernetes-style YAML (read recursively, watched).
-    #[arg(long, default_value = "examples/bookinfo")]
-    config: PathBuf,
+    /// Default: `examples/bookinfo`, unless the mesh comes from Kubernetes.
+    #[arg(long)]
+    config: Option<PathBuf>,
+    /// Read the mesh from the Kubernetes API server of this kubeconfig's
+    /// current context (alone, or together with --config).
+    #[arg(long, conflicts_with = "in_cluster")]
+    kubeconfig: Option<PathBuf>,
+    /// Read the mesh from the Kubernetes API server of the Pod meshpush runs
+    /// in (its service account; KUBERNETES_SERVICE_HOST).
+    #[arg(long)]
+    in_cluster: bool,
     /// ADS gRPC address: `IP:PORT`, or `unix:PATH` for a Unix domain socket.
     #[arg(long, default_value = "127.0.0.1:15010")]
     xds_addr: meshpush::serve::ListenAddr,
@@ -137,9 +146,22 @@ struct ServeArgs {
     /// together; beyond it they are answered 503 with Retry-After (`0s`: no limit).
     #[arg(long, default_value = "100ms", value_parser = parse_duration)]
     admin_render_budget: Duration,
+    /// Expensive admin views one client address may ask for per second
+    /// (twice that at once after a quiet spell; then 429); 0: no limit.
+    #[arg(long, default_value_t = 20)]
+    admin_views_per_client: u32,
 }
 
 impl ServeArgs {
+    fn kube_access(&self) -> Option<meshpush::source::kube::KubeAccess> {
+        use meshpush::source::kube::KubeAccess;
+        match (&self.kubeconfig, self.in_cluster) {
+            (Some(path), _) => Some(KubeAccess::Kubeconfig(path.clone())),
+            (None, true) => Some(KubeAccess::InCluster),
+            (None, false) => None,
+        }
+    }
+
     fn connections(&self) -> meshpush::serve::connections::ConnectionPolicy {
         meshpush::serve::connections::ConnectionPolicy {
             max_age: Some(self.max_connection_age).filter(|age| !age.is_zero()),
@@ -268,10 +290,17 @@ fn main() -> ExitCode {
                 limits: args.limits(),
                 admin_limits: meshpush::admin::AdminLimits {
                     render_time_per_second: args.admin_render_budget,
+                    per_client_per_second: args.admin_views_per_client,
+                    per_client_burst: args.admin_views_per_client.saturating_mul(2),
                     ..Default::default()
                 },
                 max_file_bytes: args.max_config_file_bytes,
-                config_dir: args.config,
+                kube: args.kube_access(),
+                config_dir: match (args.config.clone(), args.kube_access()) {
+                    (Some(dir), _) => Some(dir),
+                    (None, None) => Some(PathBuf::from("examples/bookinfo")),
+                    (None, Some(_)) => None,
+                },
                 xds_addr: args.xds_addr,
                 admin_addr: args.admin_addr,
                 debounce: meshpush::push::DebounceConfig { after: args.debounce_after, max: args.debounce_max },

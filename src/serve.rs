@@ -38,8 +38,10 @@ use connections::{ConnectionPolicy, XdsListener};
 /// Options of `meshpush serve`.
 #[derive(Debug, Clone)]
 pub struct ServeOptions {
-    /// Directory of YAML.
-    pub config_dir: PathBuf,
+    /// Directory of YAML (none: only the other sources).
+    pub config_dir: Option<PathBuf>,
+    /// A Kubernetes API server to read the mesh from.
+    pub kube: Option<crate::source::kube::KubeAccess>,
     /// ADS address.
     pub xds_addr: ListenAddr,
     /// Admin address.
@@ -179,44 +181,79 @@ pub async fn run(options: ServeOptions) -> anyhow::Result<()> {
     });
     tracing::info!(xds = %options.xds_addr, admin = %options.admin_addr, "listening");
 
-    // Initial load: one batch, one snapshot, then ready.
-    let dir = options.config_dir.clone();
-    let load_store = store.clone();
-    let max_file_bytes = options.max_file_bytes;
-    let (source, report) =
-        tokio::task::spawn_blocking(move || FileSource::load_limited(&dir, &load_store, max_file_bytes))
-            .await
-            .context("loading the config directory")??;
-    admin_state.set_source(source.status());
-    let version = engine.push(PushRequest::new(report.changes)).await;
+    // Initial load: the directory in one batch, one snapshot; then the
+    // Kubernetes watchers' first lists; then ready.
+    let (source, changes) = match options.config_dir.clone() {
+        Some(dir) => {
+            let load_store = store.clone();
+            let max_file_bytes = options.max_file_bytes;
+            let (source, report) =
+                tokio::task::spawn_blocking(move || FileSource::load_limited(&dir, &load_store, max_file_bytes))
+                    .await
+                    .context("loading the config directory")??;
+            admin_state.set_source(source.status());
+            (Some(source), report.changes)
+        }
+        None => (None, store.apply(Vec::new())),
+    };
+    let version = engine.push(PushRequest::new(changes)).await;
     // The reference checks `meshpush validate` makes, on what is served.
     let references = admin_state.references().clone();
     let snapshot = engine.snapshot().store.clone();
     let initial = references.clone();
     tokio::task::spawn_blocking(move || initial.refresh(&snapshot, true)).await.context("checking references")?;
-    let status = source.status();
-    let unread = status.unread_files();
-    let readiness = if unread.is_empty() {
+    let (kube, kube_watchers) = match &options.kube {
+        Some(access) => {
+            let client = crate::source::kube::client(access).await.context("connecting to the Kubernetes API")?;
+            let resources =
+                crate::source::kube::resources(&client).await.context("discovering the Kubernetes API's kinds")?;
+            let (status, watchers) = crate::source::kube::start(client, resources, store.clone(), changes_tx.clone());
+            admin_state.set_kube(status.clone());
+            (Some(status), watchers)
+        }
+        None => (None, Vec::new()),
+    };
+    let unread = source.as_ref().map(|s| s.status().unread_files()).unwrap_or_default();
+    let readiness = if unread.is_empty() && kube.is_none() {
         announce_ready(&engine, version);
         None
     } else {
-        // Serving a mesh with a file's objects missing would push every
-        // proxy a config without them: wait until every file was read once.
-        tracing::error!(
-            files = %unread.iter().map(|f| f.to_string()).collect::<Vec<_>>().join(", "),
-            "not ready: these config files cannot be read (see /debug/configz); ready once each was read"
-        );
+        if !unread.is_empty() {
+            // Serving a mesh with a file's objects missing would push every
+            // proxy a config without them: wait until every file was read once.
+            tracing::error!(
+                files = %unread.iter().map(|f| f.to_string()).collect::<Vec<_>>().join(", "),
+                "not ready: these config files cannot be read (see /debug/configz); ready once each was read"
+            );
+        }
+        let status = source.as_ref().map(FileSource::status);
         let engine = engine.clone();
         Some(tokio::spawn(async move {
-            while !status.unread_files().is_empty() {
-                tokio::time::sleep(Duration::from_millis(200)).await;
+            if let Some(status) = status {
+                while !status.unread_files().is_empty() {
+                    tokio::time::sleep(Duration::from_millis(200)).await;
+                }
+            }
+            if let Some(kube) = kube {
+                // As istiod waits for its informers: ready once what every
+                // watcher listed first is in a published snapshot.
+                let revision = kube.wait_synced().await;
+                let mut versions = engine.versions();
+                while engine.snapshot().store.revision() < revision {
+                    if versions.changed().await.is_err() {
+                        return;
+                    }
+                }
             }
             announce_ready(&engine, *engine.versions().borrow());
         }))
     };
 
     let slot = Arc::new(PushSlot::default());
-    let watcher = source.watch(store.clone(), changes_tx.clone()).context("watching the config directory")?;
+    let watcher = match source {
+        Some(source) => Some(source.watch(store.clone(), changes_tx.clone()).context("watching the config directory")?),
+        None => None,
+    };
     let debouncer = tokio::spawn(Debouncer::new(options.debounce, slot.clone()).run(changes_rx));
     let pusher = tokio::spawn(engine.clone().run(slot));
     let checker = tokio::spawn(check_references_of_each_version(engine.clone(), references));
@@ -227,7 +264,12 @@ pub async fn run(options: ServeOptions) -> anyhow::Result<()> {
     wait_for_signal().await;
     tracing::info!("shutting down");
     let _ = shutdown_tx.send(true);
-    watcher.abort();
+    if let Some(watcher) = watcher {
+        watcher.abort();
+    }
+    for watcher in kube_watchers {
+        watcher.abort();
+    }
     debouncer.abort();
     pusher.abort();
     checker.abort();

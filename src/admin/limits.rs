@@ -22,7 +22,8 @@ use std::time::{Duration, Instant};
 pub struct AdminLimits {
     /// Requests served at once at most; more are answered 503.
     pub max_concurrent: usize,
-    /// Expensive views one client address may ask for per second (then 429).
+    /// Expensive views one client address may ask for per second (then
+    /// 429); 0: no limit.
     pub per_client_per_second: u32,
     /// Expensive views one client may ask for at once after a quiet spell.
     pub per_client_burst: u32,

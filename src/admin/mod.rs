@@ -36,6 +36,7 @@ use axum::routing::get;
 
 use crate::config::Problem;
 use crate::engine::PushEngine;
+use crate::source::kube::KubeStatus;
 use crate::source::{ReferenceReport, SourceStatus};
 use crate::xds::AdsService;
 use crate::xds::stream::status::StreamStatus;
@@ -58,6 +59,8 @@ pub struct AdminState {
     /// The file source's problems, once it is loaded (the admin server
     /// starts before the load so that `/ready` can answer 503 meanwhile).
     source: Arc<OnceLock<SourceStatus>>,
+    /// The Kubernetes source's problems, when there is one.
+    kube: Arc<OnceLock<KubeStatus>>,
     /// Reference problems of the served store.
     references: ReferenceReport,
 }
@@ -69,6 +72,7 @@ impl AdminState {
             engine: ads.engine().clone(),
             ads,
             source: Arc::new(OnceLock::new()),
+            kube: Arc::new(OnceLock::new()),
             references: ReferenceReport::new(),
         }
     }
@@ -83,6 +87,11 @@ impl AdminState {
         let _ = self.source.set(source);
     }
 
+    /// Attaches the Kubernetes source (once; later calls are ignored).
+    pub fn set_kube(&self, kube: KubeStatus) {
+        let _ = self.kube.set(kube);
+    }
+
     /// The reference report the server keeps current (see `serve`).
     pub fn references(&self) -> &ReferenceReport {
         &self.references
@@ -92,6 +101,7 @@ impl AdminState {
     /// problems, sorted by file and document as `meshpush validate` prints them.
     pub fn problems(&self) -> Vec<Problem> {
         let mut problems = self.source.get().map(SourceStatus::problems).unwrap_or_default();
+        problems.extend(self.kube.get().map(KubeStatus::problems).unwrap_or_default());
         problems.extend(self.references.problems());
         problems.sort_by(|a, b| {
             (&a.source.file, a.source.doc, a.severity).cmp(&(&b.source.file, b.source.doc, b.severity))
@@ -117,6 +127,7 @@ pub fn router_with_limits(state: AdminState, limits: AdminLimits) -> Router {
         .allow_burst(NonZeroU32::new(limits.per_client_burst).unwrap_or(NonZeroU32::MIN));
     let clients: Arc<governor::DefaultKeyedRateLimiter<IpAddr>> = Arc::new(governor::RateLimiter::keyed(quota));
     let budget = Arc::new(limits::RenderBudget::new(limits.render_time_per_second));
+    let per_client_limited = limits.per_client_per_second > 0;
     // The cap on requests at once covers the work of answering only, not
     // the wait of a refused request (below), so that refused pollers cannot
     // hold the permits.
@@ -151,7 +162,7 @@ pub fn router_with_limits(state: AdminState, limits: AdminLimits) -> Router {
                 if clients.len() > MAX_TRACKED_CLIENTS {
                     clients.retain_recent();
                 }
-                if clients.check_key(&client).is_err() {
+                if per_client_limited && clients.check_key(&client).is_err() {
                     let text = "too many requests for this view from your address";
                     return refuse(StatusCode::TOO_MANY_REQUESTS, REFUSAL_WAIT_MAX, text).await;
                 }

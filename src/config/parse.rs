@@ -87,6 +87,19 @@ pub fn parse_documents(file: &str, text: &str) -> ParsedFile {
     reader.finish()
 }
 
+/// Parses one object already decoded from JSON (an object of the
+/// Kubernetes API), through the same type table, typing and validation as a
+/// document of a file; `source` labels its problems and its [`SourceRef`]
+/// (document 0).
+pub fn parse_json(source: &str, object: &serde_json::Value) -> ParsedFile {
+    let mut reader = FileReader { file: source.into(), parsed: ParsedFile::default() };
+    match serde_yaml_ng::to_value(object) {
+        Ok(value) => reader.read_document(0, value),
+        Err(err) => reader.problem(Severity::Error, 0, None, "", format!("cannot be read as an object: {err}")),
+    }
+    reader.finish()
+}
+
 /// Where a chunk stopped on a YAML syntax error.
 struct SyntaxStop {
     doc: usize,

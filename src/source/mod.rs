@@ -1,8 +1,9 @@
 //! Config sources: where typed config objects come from.
 //!
 //! Role in the data flow: a source is the only writer of the [`ConfigStore`].
-//! There are two: the watched YAML directory ([`FileSource`]) and the
-//! registry gRPC API ([`RegistryService`]). Each turns documents into
+//! There are three: the watched YAML directory ([`FileSource`]), the
+//! registry gRPC API ([`RegistryService`]) and a Kubernetes API server
+//! ([`kube`]). Each turns documents into
 //! validated [`ConfigObject`](crate::config::ConfigObject)s, applies them in
 //! atomic batches and hands each resulting
 //! [`ChangeSet`](crate::model::ChangeSet) to the push side, both down the
@@ -29,6 +30,7 @@ use crate::model::check_references;
 
 pub mod autoregistration;
 pub mod file;
+pub mod kube;
 pub mod references;
 pub mod registry;
 

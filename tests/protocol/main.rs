@@ -10,5 +10,6 @@ mod ads_delta;
 mod ads_protocol;
 mod connections;
 mod delta_bytes;
+mod kube_source;
 mod push_engine;
 mod request_limits;

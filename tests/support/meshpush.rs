@@ -30,7 +30,8 @@ pub struct Meshpush {
     previous: Vec<ChildGuard>,
     xds: ListenAddr,
     admin: SocketAddr,
-    config: PathBuf,
+    /// The config directory (none: the mesh comes from Kubernetes alone).
+    config: Option<PathBuf>,
     /// Flags added to `serve`'s (kept for restarts).
     extra: Vec<String>,
 }
@@ -58,10 +59,23 @@ impl Meshpush {
         Meshpush::start_on_with(config_dir, xds, Vec::new())
     }
 
+    /// Starts meshpush reading the mesh from the Kubernetes API server of
+    /// `kubeconfig` (and no config directory), with `extra` flags, and waits
+    /// until it is ready: every watcher's first list applied.
+    pub fn start_kube(kubeconfig: &Path, extra: &[&str]) -> Meshpush {
+        let mut flags = vec!["--kubeconfig".to_string(), kubeconfig.display().to_string()];
+        flags.extend(extra.iter().map(|s| s.to_string()));
+        Meshpush::start_from(None, ListenAddr::Tcp(free_addr()), flags)
+    }
+
     fn start_on_with(config_dir: &Path, xds: ListenAddr, extra: Vec<String>) -> Meshpush {
+        Meshpush::start_from(Some(config_dir), xds, extra)
+    }
+
+    fn start_from(config_dir: Option<&Path>, xds: ListenAddr, extra: Vec<String>) -> Meshpush {
         let admin = free_addr();
         let child = spawn("meshpush", config_dir, &xds, admin, &extra);
-        Meshpush { child, previous: Vec::new(), xds, admin, config: config_dir.to_path_buf(), extra }
+        Meshpush { child, previous: Vec::new(), xds, admin, config: config_dir.map(Path::to_path_buf), extra }
     }
 
     /// A counter or gauge of `GET /metrics` (the sum over its label sets
@@ -92,7 +106,7 @@ impl Meshpush {
             self.child.kill_hard();
         }
         let name = format!("meshpush-{}", self.previous.len() + 2);
-        let child = spawn(&name, &self.config, &self.xds, self.admin, &self.extra);
+        let child = spawn(&name, self.config.as_deref(), &self.xds, self.admin, &self.extra);
         self.previous.push(std::mem::replace(&mut self.child, child));
     }
 
@@ -114,7 +128,7 @@ impl Meshpush {
 
     /// The config directory it serves.
     pub fn config_dir(&self) -> &Path {
-        &self.config
+        self.config.as_deref().expect("this meshpush serves a config directory")
     }
 
     /// The last `n` lines of meshpush's log.
@@ -140,21 +154,32 @@ impl Meshpush {
 }
 
 /// Runs `meshpush serve` and waits for `/ready`.
-fn spawn(name: &str, config_dir: &Path, xds: &ListenAddr, admin: SocketAddr, extra: &[String]) -> ChildGuard {
+fn spawn(name: &str, config_dir: Option<&Path>, xds: &ListenAddr, admin: SocketAddr, extra: &[String]) -> ChildGuard {
     let binary = Path::new(env!("CARGO_BIN_EXE_meshpush"));
-    let args = [
-        "serve".to_string(),
-        "--config".to_string(),
-        config_dir.display().to_string(),
-        "--xds-addr".to_string(),
-        xds.to_string(),
-        "--admin-addr".to_string(),
-        admin.to_string(),
-        "--log-level".to_string(),
-        "info,meshpush=debug".to_string(),
-    ]
-    .into_iter()
-    .chain(extra.iter().cloned());
+    let config = config_dir.map(|dir| ["--config".to_string(), dir.display().to_string()]);
+    // Tests poll the admin's expensive views in tight loops (every 20 ms;
+    // a debug build takes milliseconds for each): the limits that keep real
+    // pollers off the push path would turn their waits into 429s and 503s.
+    // A test of the limits sets them itself.
+    let unlimited = [("--admin-render-budget", "0s"), ("--admin-views-per-client", "0")];
+    let limits: Vec<String> = unlimited
+        .into_iter()
+        .filter(|(flag, _)| !extra.iter().any(|f| f == flag))
+        .flat_map(|(flag, value)| [flag.to_string(), value.to_string()])
+        .collect();
+    let args = ["serve".to_string()]
+        .into_iter()
+        .chain(config.into_iter().flatten())
+        .chain([
+            "--xds-addr".to_string(),
+            xds.to_string(),
+            "--admin-addr".to_string(),
+            admin.to_string(),
+            "--log-level".to_string(),
+            "info,meshpush=debug".to_string(),
+        ])
+        .chain(limits)
+        .chain(extra.iter().cloned());
     let mut child = ChildGuard::spawn(name, scratch_dir(name), binary, args);
     child.wait_ready(Instant::now() + READY_TIMEOUT, "meshpush GET /ready to answer 200", || {
         http::get(admin, "/ready", &[]).is_ok_and(|r| r.status == 200)

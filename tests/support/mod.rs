@@ -14,6 +14,7 @@
 //! * [`backend`]: [`backend::Backend`], tiny HTTP servers that say who they are.
 //! * [`browser`]: headless Chromium, installed on first use, for page tests.
 //! * [`http`]: the minimal HTTP/1.1 client and parser the others share.
+//! * [`kube_api`]: a stand-in Kubernetes API server (lists, watches, 410 Gone).
 //! * [`traffic`]: requests through Envoy, single or as steady background traffic.
 //! * [`scene`]: one scenario's mesh directory, processes and failure report.
 //! * [`manifests`]: the YAML of Services, Pods, Istio rules for scenario meshes.
@@ -26,6 +27,7 @@ pub mod backend;
 pub mod browser;
 pub mod envoy;
 pub mod http;
+pub mod kube_api;
 pub mod manifests;
 pub mod meshpush;
 pub mod process;

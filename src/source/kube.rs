@@ -1,0 +1,434 @@
+//! `KubeSource`: the mesh from a Kubernetes API server.
+//!
+//! Role in the data flow: the third source beside the watched directory and
+//! the registry API. One watcher per kind (kube-runtime's list-then-watch,
+//! with bookmarks and backoff) turns each event into one atomic write of the
+//! [`ConfigStore`], whose [`ChangeSet`] goes down the same channel as the
+//! other sources' into the debouncer. Every object goes through the same
+//! type table, typing and validation as a document of a file
+//! ([`parse_json`]); its source is `k8s:KIND/NAMESPACE/NAME@RESOURCEVERSION`,
+//! which `/debug/configz` shows.
+//!
+//! | kind | API | version |
+//! |---|---|---|
+//! | Service, Pod | core | `v1` |
+//! | EndpointSlice | `discovery.k8s.io` | `v1` |
+//! | ServiceEntry, WorkloadEntry, VirtualService, DestinationRule, Gateway, Sidecar, WorkloadGroup | `networking.istio.io` | the first the server serves of `v1`, `v1beta1`, `v1alpha3` |
+//!
+//! Rules:
+//! * A (re)list is applied whole when it is complete (`InitDone`): the
+//!   objects listed are put, and the objects this watcher had put that the
+//!   list no longer has are deleted — an object deleted while the watch was
+//!   down (a `410 Gone` forces a relist) is deleted, not kept.
+//! * An object that does not parse or validate is a problem on
+//!   `/debug/configz` and in the log, and the last good version of it stays
+//!   served (as a broken file keeps what it defined); its deletion deletes it.
+//! * Nothing of a watch is kept but the objects meshpush models (a Pod's
+//!   labels, IP and service account, not its spec) and each key's resource
+//!   version: the watcher's events are parsed as they arrive.
+//! * [`KubeStatus::wait_synced`] resolves once every watcher's first list is
+//!   applied, with the store revision that holds them all: `serve` is not
+//!   ready before that is published, as istiod waits for its informers.
+//!
+//! Invariant: as for every source, an object that failed validation never
+//! enters the store, and no served object is removed except because the
+//! API server says it is gone.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use futures::StreamExt as _;
+use kube::api::{Api, ApiResource, DynamicObject};
+use kube::runtime::WatchStreamExt as _;
+use kube::runtime::watcher::{self, Event};
+use tokio::sync::{mpsc, watch};
+
+use crate::config::parse::parse_json;
+use crate::config::{ConfigKey, ConfigKind, Problem, Severity, SourceRef};
+use crate::model::store::Write;
+use crate::model::{ChangeSet, ConfigStore};
+use crate::text::Shown;
+
+/// Where the API server is and how to authenticate.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum KubeAccess {
+    /// A kubeconfig file (its current context).
+    Kubeconfig(PathBuf),
+    /// The Pod's service account: `KUBERNETES_SERVICE_HOST`/`_PORT`, the
+    /// token and CA under `/var/run/secrets/kubernetes.io/serviceaccount`.
+    InCluster,
+}
+
+/// Why the source could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum KubeError {
+    /// The kubeconfig could not be read or used.
+    #[error("the kubeconfig {path}: {source}")]
+    Kubeconfig {
+        /// The file.
+        path: String,
+        /// What was wrong.
+        source: kube::config::KubeconfigError,
+    },
+    /// Not running in a Pod, or its service account is not mounted.
+    #[error("in-cluster config (KUBERNETES_SERVICE_HOST, the service-account token): {0}")]
+    InCluster(#[from] kube::config::InClusterError),
+    /// The client could not be built, or discovery failed.
+    #[error("the Kubernetes API: {0}")]
+    Client(#[from] kube::Error),
+}
+
+/// A client for `access`.
+pub async fn client(access: &KubeAccess) -> Result<kube::Client, KubeError> {
+    let config = match access {
+        KubeAccess::Kubeconfig(path) => {
+            let kubeconfig = kube::config::Kubeconfig::read_from(path)
+                .map_err(|source| KubeError::Kubeconfig { path: path.display().to_string(), source })?;
+            kube::Config::from_custom_kubeconfig(kubeconfig, &kube::config::KubeConfigOptions::default())
+                .await
+                .map_err(|source| KubeError::Kubeconfig { path: path.display().to_string(), source })?
+        }
+        KubeAccess::InCluster => kube::Config::incluster()?,
+    };
+    Ok(kube::Client::try_from(config)?)
+}
+
+/// Istio's API group, and the versions read from it, most preferred first.
+const ISTIO_GROUP: &str = "networking.istio.io";
+const ISTIO_VERSIONS: [&str; 3] = ["v1", "v1beta1", "v1alpha3"];
+
+/// The kinds of Istio's API group meshpush reads.
+const ISTIO_KINDS: [ConfigKind; 7] = [
+    ConfigKind::ServiceEntry,
+    ConfigKind::WorkloadEntry,
+    ConfigKind::VirtualService,
+    ConfigKind::DestinationRule,
+    ConfigKind::Gateway,
+    ConfigKind::Sidecar,
+    ConfigKind::WorkloadGroup,
+];
+
+/// The resources to watch: the core and discovery kinds always, and each
+/// Istio kind at the first version the server serves (none when Istio's
+/// CRDs are not installed: logged, and those kinds stay empty).
+pub async fn resources(client: &kube::Client) -> Result<Vec<(ConfigKind, ApiResource)>, KubeError> {
+    let mut resources = vec![
+        (ConfigKind::Service, core("Service", "services")),
+        (ConfigKind::Pod, core("Pod", "pods")),
+        (ConfigKind::EndpointSlice, resource("discovery.k8s.io", "v1", "EndpointSlice", "endpointslices")),
+    ];
+    let istio = match kube::discovery::group(client, ISTIO_GROUP).await {
+        Ok(group) => Some(group),
+        Err(kube::Error::Discovery(e)) => {
+            tracing::warn!("the API server serves no {ISTIO_GROUP} ({e}): Istio's kinds are not read");
+            None
+        }
+        Err(e) => return Err(e.into()),
+    };
+    for kind in ISTIO_KINDS {
+        let served = istio.as_ref().and_then(|group| {
+            ISTIO_VERSIONS.iter().find_map(|version| {
+                group.versioned_resources(version).into_iter().find(|(r, _)| r.kind == kind.as_str()).map(|(r, _)| r)
+            })
+        });
+        match served {
+            Some(found) => resources.push((kind, found)),
+            None if istio.is_some() => {
+                tracing::warn!("the API server serves no {kind} in {ISTIO_GROUP} (v1, v1beta1, v1alpha3): not read");
+            }
+            None => {}
+        }
+    }
+    Ok(resources)
+}
+
+fn core(kind: &str, plural: &str) -> ApiResource {
+    resource("", "v1", kind, plural)
+}
+
+fn resource(group: &str, version: &str, kind: &str, plural: &str) -> ApiResource {
+    let api_version = if group.is_empty() { version.to_string() } else { format!("{group}/{version}") };
+    ApiResource { group: group.into(), version: version.into(), api_version, kind: kind.into(), plural: plural.into() }
+}
+
+/// What the watchers report: each object's problems, and which kinds have
+/// not had their first list applied yet. Cheap to clone.
+#[derive(Debug, Clone)]
+pub struct KubeStatus {
+    inner: Arc<parking_lot::Mutex<StatusInner>>,
+    synced: watch::Sender<Option<u64>>,
+}
+
+#[derive(Debug, Default)]
+struct StatusInner {
+    /// The current problems of each object that has any.
+    problems: HashMap<ConfigKey, Vec<Problem>>,
+    /// Kinds still waiting for their first complete list.
+    pending: BTreeSet<ConfigKind>,
+    /// The highest store revision written by a first list so far.
+    revision: u64,
+}
+
+impl KubeStatus {
+    fn new(kinds: impl IntoIterator<Item = ConfigKind>) -> KubeStatus {
+        let pending: BTreeSet<ConfigKind> = kinds.into_iter().collect();
+        let synced = watch::Sender::new(pending.is_empty().then_some(0));
+        KubeStatus { inner: Arc::new(parking_lot::Mutex::new(StatusInner { pending, ..Default::default() })), synced }
+    }
+
+    /// Every object's current problems, sorted by source.
+    pub fn problems(&self) -> Vec<Problem> {
+        let mut problems: Vec<Problem> = self.inner.lock().problems.values().flatten().cloned().collect();
+        problems.sort_by(|a, b| (&a.source.file, a.severity).cmp(&(&b.source.file, b.severity)));
+        problems
+    }
+
+    /// Kinds whose first list has not been applied yet.
+    pub fn pending(&self) -> Vec<ConfigKind> {
+        self.inner.lock().pending.iter().copied().collect()
+    }
+
+    /// Waits until every kind's first list is applied; the store revision
+    /// that holds them all.
+    pub async fn wait_synced(&self) -> u64 {
+        let mut rx = self.synced.subscribe();
+        match rx.wait_for(Option::is_some).await {
+            Ok(revision) => revision.unwrap_or(0),
+            // The sender lives in `self`: it cannot be gone while we wait.
+            Err(_) => 0,
+        }
+    }
+
+    fn set_problems(&self, key: &ConfigKey, problems: Vec<Problem>) {
+        let mut inner = self.inner.lock();
+        if problems.is_empty() {
+            inner.problems.remove(key);
+        } else {
+            inner.problems.insert(key.clone(), problems);
+        }
+    }
+
+    fn listed(&self, kind: ConfigKind, revision: u64) {
+        let mut inner = self.inner.lock();
+        inner.revision = inner.revision.max(revision);
+        if inner.pending.remove(&kind) && inner.pending.is_empty() {
+            let revision = inner.revision;
+            drop(inner);
+            tracing::info!(revision, "every Kubernetes watcher's first list is applied");
+            self.synced.send_replace(Some(revision));
+        }
+    }
+}
+
+/// Starts one watcher per resource, writing into `store` and sending each
+/// change set on `changes`. The watchers run until aborted.
+pub fn start(
+    client: kube::Client,
+    resources: Vec<(ConfigKind, ApiResource)>,
+    store: Arc<ConfigStore>,
+    changes: mpsc::Sender<ChangeSet>,
+) -> (KubeStatus, Vec<tokio::task::JoinHandle<()>>) {
+    let status = KubeStatus::new(resources.iter().map(|(kind, _)| *kind));
+    let tasks = resources
+        .into_iter()
+        .map(|(kind, resource)| {
+            let watch = KindWatch {
+                kind,
+                resource,
+                store: store.clone(),
+                changes: changes.clone(),
+                status: status.clone(),
+                held: HashMap::new(),
+            };
+            tokio::spawn(watch.run(client.clone()))
+        })
+        .collect();
+    (status, tasks)
+}
+
+/// One kind's watcher and what it has put in the store.
+struct KindWatch {
+    kind: ConfigKind,
+    resource: ApiResource,
+    store: Arc<ConfigStore>,
+    changes: mpsc::Sender<ChangeSet>,
+    status: KubeStatus,
+    /// Keys this watcher put in the store, with the resource version that
+    /// was last seen of each (valid or not).
+    held: HashMap<ConfigKey, Arc<str>>,
+}
+
+/// One object of an event, parsed.
+struct Parsed {
+    key: ConfigKey,
+    resource_version: Arc<str>,
+    /// The write, when it parsed and validated.
+    put: Option<Write>,
+    problems: Vec<Problem>,
+}
+
+impl KindWatch {
+    async fn run(mut self, client: kube::Client) {
+        let api: Api<DynamicObject> = Api::all_with(client, &self.resource);
+        let mut events = std::pin::pin!(watcher::watcher(api, watcher::Config::default()).default_backoff());
+        // The objects of a list in progress, applied together at its end.
+        let mut listing: Option<Vec<Parsed>> = None;
+        while let Some(event) = events.next().await {
+            match event {
+                Ok(Event::Init) => listing = Some(Vec::new()),
+                Ok(Event::InitApply(object)) => {
+                    let parsed = self.parse(object);
+                    listing.get_or_insert_with(Vec::new).push(parsed);
+                }
+                Ok(Event::InitDone) => {
+                    let listed = listing.take().unwrap_or_default();
+                    let revision = self.apply_list(listed).await;
+                    self.status.listed(self.kind, revision);
+                }
+                Ok(Event::Apply(object)) => {
+                    let parsed = self.parse(object);
+                    self.apply_one(parsed).await;
+                }
+                Ok(Event::Delete(object)) => {
+                    let key = self.key_of(&object);
+                    self.status.set_problems(&key, Vec::new());
+                    if self.held.remove(&key).is_some() {
+                        self.write(vec![Write::Delete(key)]).await;
+                    }
+                }
+                Err(e) => {
+                    // The backoff retries; a relist follows a watch that
+                    // cannot resume (410 Gone).
+                    let text = e.to_string();
+                    tracing::warn!(kind = %self.kind, "watching the Kubernetes API: {}; retrying", Shown(&text));
+                }
+            }
+        }
+    }
+
+    fn key_of(&self, object: &DynamicObject) -> ConfigKey {
+        let namespace = object.metadata.namespace.as_deref().filter(|n| !n.is_empty()).unwrap_or("default");
+        ConfigKey::new(self.kind, namespace, object.metadata.name.as_deref().unwrap_or_default())
+    }
+
+    fn parse(&self, mut object: DynamicObject) -> Parsed {
+        let key = self.key_of(&object);
+        let resource_version: Arc<str> = object.metadata.resource_version.as_deref().unwrap_or_default().into();
+        let label = format!("k8s:{}/{}/{}@{}", self.kind, key.namespace, key.name, resource_version);
+        // List items carry no apiVersion and kind: the resource says them.
+        object.types = Some(kube::api::TypeMeta {
+            api_version: self.resource.api_version.clone(),
+            kind: self.resource.kind.clone(),
+        });
+        let json = match serde_json::to_value(&object) {
+            Ok(json) => json,
+            Err(e) => {
+                let problem = Problem {
+                    severity: Severity::Error,
+                    source: SourceRef { file: label.into(), doc: 0 },
+                    object: Some(key.clone()),
+                    path: String::new(),
+                    message: format!("cannot be read: {e}"),
+                };
+                return Parsed { key, resource_version, put: None, problems: vec![problem] };
+            }
+        };
+        drop(object);
+        let parsed = parse_json(&label, &json);
+        let refused = parsed.has_errors();
+        let put = parsed
+            .objects
+            .into_iter()
+            .find(|(o, _)| o.key() == key)
+            .filter(|_| !refused)
+            .map(|(object, source)| Write::Put(object, source));
+        Parsed { key, resource_version, put, problems: parsed.problems }
+    }
+
+    /// Applies a complete list: what it holds is put, what this watcher put
+    /// before and the list no longer holds is deleted. Returns the store
+    /// revision after it.
+    async fn apply_list(&mut self, listed: Vec<Parsed>) -> u64 {
+        let mut writes = Vec::with_capacity(listed.len());
+        let mut seen: HashMap<ConfigKey, Arc<str>> = HashMap::with_capacity(listed.len());
+        for parsed in listed {
+            self.report(&parsed);
+            if let Some(put) = parsed.put {
+                writes.push(put);
+                seen.insert(parsed.key, parsed.resource_version);
+            } else if self.held.contains_key(&parsed.key) {
+                // Broken now: the last good version stays.
+                seen.insert(parsed.key, parsed.resource_version);
+            }
+        }
+        let gone: BTreeMap<ConfigKey, ()> =
+            self.held.keys().filter(|key| !seen.contains_key(*key)).map(|key| (key.clone(), ())).collect();
+        for key in gone.keys() {
+            self.status.set_problems(key, Vec::new());
+        }
+        if !gone.is_empty() {
+            tracing::info!(kind = %self.kind, deleted = gone.len(), "objects gone from a relist are deleted");
+        }
+        writes.extend(gone.into_keys().map(Write::Delete));
+        self.held = seen;
+        self.write(writes).await
+    }
+
+    async fn apply_one(&mut self, parsed: Parsed) {
+        self.report(&parsed);
+        match parsed.put {
+            Some(put) => {
+                self.held.insert(parsed.key, parsed.resource_version);
+                self.write(vec![put]).await;
+            }
+            None => {
+                if let Some(version) = self.held.get_mut(&parsed.key) {
+                    *version = parsed.resource_version;
+                }
+            }
+        }
+    }
+
+    fn report(&self, parsed: &Parsed) {
+        for problem in &parsed.problems {
+            match problem.severity {
+                Severity::Error => tracing::warn!("{problem}; the last good version stays served"),
+                Severity::Warning => tracing::info!("{problem}"),
+            }
+        }
+        self.status.set_problems(&parsed.key, parsed.problems.clone());
+    }
+
+    /// One atomic write; its change set goes down the channel in store
+    /// order (the slot is reserved first). Returns the store revision.
+    async fn write(&self, writes: Vec<Write>) -> u64 {
+        let Ok(permit) = self.changes.clone().reserve_owned().await else {
+            // The server is shutting down.
+            return self.store.snapshot().revision();
+        };
+        let changes = self.store.apply_then(writes, move |changes| {
+            permit.send(changes);
+        });
+        changes.revision
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn wait_synced_resolves_once_every_kind_has_listed_with_the_highest_revision() {
+        let status = KubeStatus::new([ConfigKind::Service, ConfigKind::Pod]);
+        status.listed(ConfigKind::Service, 7);
+        assert_eq!(status.pending(), [ConfigKind::Pod]);
+        let waiting = tokio::spawn({
+            let status = status.clone();
+            async move { status.wait_synced().await }
+        });
+        status.listed(ConfigKind::Pod, 5);
+        assert_eq!(waiting.await.unwrap(), 7);
+        assert!(status.pending().is_empty());
+    }
+}

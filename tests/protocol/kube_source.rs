@@ -1,0 +1,252 @@
+//! The Kubernetes source against the stand-in API server
+//! (`support::kube_api`): `kubectl` lists and watches through the stand-in
+//! (a real client agrees it speaks the protocol), and the meshpush binary
+//! with `--kubeconfig` serves what the API holds — each object with its
+//! `k8s:KIND/NS/NAME@RV` source, changes and deletions as they happen,
+//! a relist after `410 Gone` that deletes what went while the watch was
+//! down, and an invalid object refused with its last good version kept.
+
+use crate::support;
+
+use std::io::{BufRead as _, BufReader};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+use support::kube_api::KubeApi;
+use support::meshpush::Meshpush;
+
+const WAIT: Duration = Duration::from_secs(15);
+
+fn service(name: &str) -> String {
+    format!(
+        "apiVersion: v1\nkind: Service\nmetadata: {{name: {name}, namespace: shop}}\n\
+         spec:\n  selector: {{app: {name}}}\n  ports:\n  - {{name: http, port: 9080, targetPort: 9080}}\n"
+    )
+}
+
+fn pod(name: &str, app: &str, ip: &str) -> String {
+    format!(
+        "apiVersion: v1\nkind: Pod\nmetadata: {{name: {name}, namespace: shop, labels: {{app: {app}}}}}\n\
+         spec: {{serviceAccountName: {app}, containers: [{{name: app, image: x}}]}}\n\
+         status: {{podIP: {ip}, phase: Running, conditions: [{{type: Ready, status: \"True\"}}]}}\n"
+    )
+}
+
+fn route(prefix: &str) -> String {
+    format!(
+        "apiVersion: networking.istio.io/v1\nkind: VirtualService\nmetadata: {{name: ledger, namespace: shop}}\n\
+         spec:\n  hosts: [ledger.shop.svc.cluster.local]\n  http:\n  - match: [{{uri: {{prefix: {prefix}}}}}]\n    \
+         route: [{{destination: {{host: ledger.shop.svc.cluster.local}}}}]\n"
+    )
+}
+
+/// `/debug/configz`'s objects: `KIND/NS/NAME` → its source file.
+fn served(mesh: &Meshpush) -> std::collections::BTreeMap<String, String> {
+    let configz = configz(mesh);
+    configz["objects"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|o| {
+            (
+                format!(
+                    "{}/{}/{}",
+                    o["kind"].as_str().unwrap(),
+                    o["namespace"].as_str().unwrap(),
+                    o["name"].as_str().unwrap()
+                ),
+                o["source"]["file"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect()
+}
+
+/// `/debug/configz` as JSON.
+fn configz(mesh: &Meshpush) -> Value {
+    let response = mesh.admin("/debug/configz");
+    serde_json::from_str(&response.body)
+        .unwrap_or_else(|e| panic!("/debug/configz answered {} {:?}: {e}", response.status, response.body))
+}
+
+fn problems(mesh: &Meshpush) -> Vec<String> {
+    let configz = configz(mesh);
+    configz["problems"].as_array().unwrap().iter().map(|p| p["text"].as_str().unwrap().to_string()).collect()
+}
+
+/// The VirtualService's first match prefix as served.
+fn served_prefix(mesh: &Meshpush) -> Option<String> {
+    let configz = configz(mesh);
+    configz["objects"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|o| o["kind"] == "VirtualService")
+        .and_then(|o| o["object"]["spec"]["http"][0]["match"][0]["uri"]["prefix"].as_str().map(str::to_string))
+}
+
+fn write_kubeconfig(api: &KubeApi) -> tempfile::NamedTempFile {
+    let file = tempfile::NamedTempFile::new().unwrap();
+    std::fs::write(file.path(), api.kubeconfig()).unwrap();
+    file
+}
+
+#[test]
+fn kubectl_lists_gets_and_watches_through_the_stand_in() {
+    let Ok(kubectl) = which("kubectl") else {
+        panic!("kubectl is needed to check the stand-in API server (Debian: apt-get install kubectl)");
+    };
+    let api = KubeApi::start();
+    let kubeconfig = write_kubeconfig(&api);
+    let cache = tempfile::tempdir().unwrap();
+    let base = |args: &[&str]| {
+        let mut command = Command::new(&kubectl);
+        command.arg("--kubeconfig").arg(kubeconfig.path()).arg("--cache-dir").arg(cache.path()).args(args);
+        command
+    };
+    api.put("apiVersion: v1\nkind: Namespace\nmetadata: {name: shop}\n");
+    api.put(&route("/v1"));
+    api.put(&service("ledger"));
+
+    // A list of an Istio kind at another served version, and one object by name.
+    let out =
+        base(&["get", "virtualservices.v1beta1.networking.istio.io", "-n", "shop", "-o", "json"]).output().unwrap();
+    assert!(out.status.success(), "kubectl get: {}", String::from_utf8_lossy(&out.stderr));
+    let list: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(list["items"][0]["metadata"]["name"], "ledger", "{list}");
+    let out =
+        base(&["get", "service", "ledger", "-n", "shop", "-o", "jsonpath={.spec.ports[0].port}"]).output().unwrap();
+    assert!(out.status.success(), "kubectl get service: {}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "9080");
+    let out = base(&["get", "service", "nothing", "-n", "shop"]).output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success() && stderr.contains("not found"), "kubectl get of a missing object: {stderr}");
+
+    // A watch sees a Pod created after it started.
+    let mut watch = KillOnDrop(
+        base(&["get", "pods", "-n", "shop", "--watch-only", "-o", "name"])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    let stdout = watch.0.stdout.take().unwrap();
+    let (lines_tx, lines_rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+            let _ = lines_tx.send(line);
+        }
+    });
+    // kubectl lists, then watches: the Pod comes once its watch is open.
+    support::process::wait_until(Instant::now() + WAIT, "kubectl's watch to open", &[], || {
+        if api.open_watches() > 0 { Ok(()) } else { Err("no watch open".to_string()) }
+    });
+    api.put(&pod("ledger-v2", "ledger", "127.0.0.9"));
+    let deadline = Instant::now() + WAIT;
+    let mut seen = Vec::new();
+    while Instant::now() < deadline && !seen.iter().any(|l: &String| l.contains("ledger-v2")) {
+        if let Ok(line) = lines_rx.recv_timeout(Duration::from_millis(200)) {
+            seen.push(line);
+        }
+    }
+    drop(watch);
+    assert!(seen.iter().any(|l| l == "pod/ledger-v2"), "kubectl's watch printed {seen:?}");
+}
+
+/// A child process killed (and reaped) when this drops, panics included.
+struct KillOnDrop(std::process::Child);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn which(program: &str) -> Result<std::path::PathBuf, ()> {
+    std::env::var_os("PATH")
+        .and_then(|paths| std::env::split_paths(&paths).map(|dir| dir.join(program)).find(|p| p.is_file()))
+        .ok_or(())
+}
+
+#[test]
+fn meshpush_serves_the_api_objects_and_follows_changes_relists_and_bad_objects() {
+    let api = KubeApi::start();
+    let kubeconfig = write_kubeconfig(&api);
+    api.put(&service("ledger"));
+    api.put(&pod("ledger-v1", "ledger", "127.0.0.2"));
+    api.put(&service("audit"));
+    let route_revision = api.put(&route("/v1"));
+    let mesh = Meshpush::start_kube(kubeconfig.path(), &[]);
+
+    // Ready means listed: every object is there at once, with its source.
+    let objects = served(&mesh);
+    assert_eq!(
+        objects.get("VirtualService/shop/ledger").map(String::as_str),
+        Some(format!("k8s:VirtualService/shop/ledger@{route_revision}").as_str()),
+        "{objects:?}"
+    );
+    for key in ["Service/shop/ledger", "Pod/shop/ledger-v1", "Service/shop/audit"] {
+        assert!(objects.get(key).is_some_and(|s| s.starts_with("k8s:")), "{key} not served: {objects:?}");
+    }
+
+    // A change and a deletion arrive over the watch.
+    api.put(&route("/v2"));
+    api.delete("Service", "shop", "audit");
+    support::process::wait_until(Instant::now() + WAIT, "the watch's change and deletion", &[mesh.process()], || {
+        let objects = served(&mesh);
+        let prefix = served_prefix(&mesh);
+        if prefix.as_deref() == Some("/v2") && !objects.contains_key("Service/shop/audit") {
+            Ok(())
+        } else {
+            Err(format!("prefix {prefix:?}, objects {objects:?}"))
+        }
+    });
+
+    // An outage: while the watches are down a Pod goes and a Service comes,
+    // and afterwards they cannot resume (410 Gone). The relist deletes the
+    // one and adds the other.
+    api.go_down();
+    api.delete("Pod", "shop", "ledger-v1");
+    api.put(&service("billing"));
+    api.come_back();
+    support::process::wait_until(Instant::now() + WAIT, "the relist after 410 Gone", &[mesh.process()], || {
+        let objects = served(&mesh);
+        if !objects.contains_key("Pod/shop/ledger-v1") && objects.contains_key("Service/shop/billing") {
+            Ok(())
+        } else {
+            Err(format!("objects {objects:?}"))
+        }
+    });
+    assert!(mesh.log().contains("objects gone from a relist are deleted"), "{}", mesh.log_tail(30));
+
+    // An invalid version is refused; the last good one stays served.
+    api.put(
+        "apiVersion: networking.istio.io/v1\nkind: VirtualService\nmetadata: {name: ledger, namespace: shop}\n\
+         spec:\n  hosts: [ledger.shop.svc.cluster.local]\n  http:\n  - route: [{destination: {host: ledger.shop.svc.cluster.local}, weight: lots}]\n",
+    );
+    support::process::wait_until(
+        Instant::now() + WAIT,
+        "the invalid VirtualService's problem",
+        &[mesh.process()],
+        || {
+            let problems = problems(&mesh);
+            if problems.iter().any(|p| p.contains("k8s:VirtualService/shop/ledger@") && p.contains("weight")) {
+                Ok(())
+            } else {
+                Err(format!("problems {problems:?}"))
+            }
+        },
+    );
+    assert_eq!(served_prefix(&mesh).as_deref(), Some("/v2"), "the last good version is served");
+    // Fixed, it is served and its problem is gone.
+    api.put(&route("/v3"));
+    support::process::wait_until(Instant::now() + WAIT, "the fixed VirtualService", &[mesh.process()], || {
+        let (prefix, problems) = (served_prefix(&mesh), problems(&mesh));
+        if prefix.as_deref() == Some("/v3") && problems.is_empty() {
+            Ok(())
+        } else {
+            Err(format!("prefix {prefix:?}, problems {problems:?}"))
+        }
+    });
+}

@@ -1,0 +1,631 @@
+//! A stand-in Kubernetes API server: what a cluster's kube-apiserver says
+//! to a client that lists and watches, over plain HTTP on loopback.
+//!
+//! No kube-apiserver can run on these machines, so the Kubernetes source is
+//! tested against this. It speaks the real protocol, and `kubectl` (a real
+//! client) is run against it too (`tests/protocol/kube_api.rs`):
+//!
+//! * discovery: `/version`, `/api`, `/apis`, `/api/v1`, `/apis/GROUP/VERSION`
+//!   (core Services, Pods, Namespaces, Nodes; `discovery.k8s.io/v1`
+//!   EndpointSlices; `networking.istio.io` kinds at `v1`, `v1beta1` and
+//!   `v1alpha3`, all versions serving the same objects, as a CRD with
+//!   several served versions does);
+//! * lists, cluster-wide or in a namespace: a `…List` with
+//!   `metadata.resourceVersion`, items without `apiVersion` and `kind`, as
+//!   the API server writes them; one object by name;
+//! * watches (`?watch=true&resourceVersion=N`): a chunked stream of JSON
+//!   lines `{"type": ADDED|MODIFIED|DELETED|BOOKMARK|ERROR, "object": …}`,
+//!   from the events after `N`; `BOOKMARK`s every 500 ms when the client
+//!   allows them; `timeoutSeconds` ends the stream; a `resourceVersion`
+//!   older than the kept history is answered with an `ERROR` event of a
+//!   `410 Gone` Status (the client must list again).
+//!
+//! The test drives it: [`KubeApi::put`] and [`KubeApi::delete`] change
+//! objects (each a new resource version), [`KubeApi::compact`] forgets the
+//! event history, [`KubeApi::break_watches`] ends every open watch, and
+//! [`KubeApi::go_down`] … [`KubeApi::come_back`] is an outage (503s) after
+//! which the clients' watches are answered `410 Gone`.
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use axum::Router;
+use axum::body::Body;
+use axum::extract::{Path, Query, State};
+use axum::http::{StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use serde_json::{Value, json};
+use tokio::sync::broadcast;
+
+/// A kind the stand-in serves.
+struct Resource {
+    group: &'static str,
+    versions: &'static [&'static str],
+    kind: &'static str,
+    plural: &'static str,
+    namespaced: bool,
+}
+
+const ISTIO_VERSIONS: &[&str] = &["v1", "v1beta1", "v1alpha3"];
+
+const RESOURCES: &[Resource] = &[
+    Resource { group: "", versions: &["v1"], kind: "Service", plural: "services", namespaced: true },
+    Resource { group: "", versions: &["v1"], kind: "Pod", plural: "pods", namespaced: true },
+    Resource { group: "", versions: &["v1"], kind: "Namespace", plural: "namespaces", namespaced: false },
+    Resource { group: "", versions: &["v1"], kind: "Node", plural: "nodes", namespaced: false },
+    Resource {
+        group: "discovery.k8s.io",
+        versions: &["v1"],
+        kind: "EndpointSlice",
+        plural: "endpointslices",
+        namespaced: true,
+    },
+    Resource {
+        group: "networking.istio.io",
+        versions: ISTIO_VERSIONS,
+        kind: "VirtualService",
+        plural: "virtualservices",
+        namespaced: true,
+    },
+    Resource {
+        group: "networking.istio.io",
+        versions: ISTIO_VERSIONS,
+        kind: "DestinationRule",
+        plural: "destinationrules",
+        namespaced: true,
+    },
+    Resource {
+        group: "networking.istio.io",
+        versions: ISTIO_VERSIONS,
+        kind: "Gateway",
+        plural: "gateways",
+        namespaced: true,
+    },
+    Resource {
+        group: "networking.istio.io",
+        versions: ISTIO_VERSIONS,
+        kind: "ServiceEntry",
+        plural: "serviceentries",
+        namespaced: true,
+    },
+    Resource {
+        group: "networking.istio.io",
+        versions: ISTIO_VERSIONS,
+        kind: "WorkloadEntry",
+        plural: "workloadentries",
+        namespaced: true,
+    },
+    Resource {
+        group: "networking.istio.io",
+        versions: ISTIO_VERSIONS,
+        kind: "WorkloadGroup",
+        plural: "workloadgroups",
+        namespaced: true,
+    },
+    Resource {
+        group: "networking.istio.io",
+        versions: ISTIO_VERSIONS,
+        kind: "Sidecar",
+        plural: "sidecars",
+        namespaced: true,
+    },
+];
+
+fn resource_by_plural(group: &str, plural: &str) -> Option<&'static Resource> {
+    RESOURCES.iter().find(|r| r.group == group && r.plural == plural)
+}
+
+fn resource_by_kind(kind: &str) -> Option<&'static Resource> {
+    RESOURCES.iter().find(|r| r.kind == kind)
+}
+
+/// One change, as a watch reports it.
+#[derive(Clone)]
+struct Change {
+    revision: u64,
+    plural: &'static str,
+    group: &'static str,
+    kind: &'static str,
+    namespace: String,
+    object: Value,
+}
+
+#[derive(Default)]
+struct Objects {
+    /// The last resource version given out.
+    revision: u64,
+    /// Every object: (group, plural, namespace, name) → object (apiVersion
+    /// and kind included; rewritten to the version asked for).
+    objects: BTreeMap<(&'static str, &'static str, String, String), Value>,
+    /// Changes after `compacted`, oldest first.
+    history: Vec<Change>,
+    /// Watches from a resource version below this are `410 Gone`.
+    compacted: u64,
+}
+
+/// The stand-in API server; stops on drop.
+pub struct KubeApi {
+    addr: SocketAddr,
+    state: Arc<Shared>,
+    server: tokio::task::JoinHandle<()>,
+    _runtime: Option<tokio::runtime::Runtime>,
+}
+
+struct Shared {
+    objects: Mutex<Objects>,
+    /// While set, every list and watch is answered 503 (an outage).
+    down: std::sync::atomic::AtomicBool,
+    /// Watch streams open now.
+    watching: std::sync::atomic::AtomicUsize,
+    /// Every change (and every `break_watches`, as `None`), to the open watches.
+    events: broadcast::Sender<Option<Change>>,
+}
+
+impl KubeApi {
+    /// Starts the stand-in on a free loopback port, on a runtime of its own
+    /// (so that blocking tests can use it).
+    pub fn start() -> KubeApi {
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .enable_all()
+            .build()
+            .expect("a runtime for the stand-in API server");
+        let mut api = runtime.block_on(KubeApi::serve());
+        api._runtime = Some(runtime);
+        api
+    }
+
+    /// Starts the stand-in on the current runtime.
+    pub async fn serve() -> KubeApi {
+        let (events, _) = broadcast::channel(4096);
+        let state = Arc::new(Shared {
+            objects: Mutex::new(Objects::default()),
+            down: Default::default(),
+            watching: Default::default(),
+            events,
+        });
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind the stand-in API server");
+        let addr = listener.local_addr().unwrap();
+        let router = Router::new()
+            .route("/version", get(version))
+            .route("/api", get(core_versions))
+            .route("/apis", get(groups))
+            .route("/api/{version}", get(core_resources))
+            .route("/apis/{group}/{version}", get(group_resources))
+            .route("/api/{version}/{plural}", get(core_collection))
+            .route("/api/{version}/{plural}/{name}", get(core_cluster_one))
+            .route("/api/{version}/namespaces/{namespace}/{plural}", get(core_namespaced_collection))
+            .route("/api/{version}/namespaces/{namespace}/{plural}/{name}", get(core_one))
+            .route("/apis/{group}/{version}/{plural}", get(group_collection))
+            .route("/apis/{group}/{version}/namespaces/{namespace}/{plural}", get(group_namespaced_collection))
+            .route("/apis/{group}/{version}/namespaces/{namespace}/{plural}/{name}", get(group_one))
+            .with_state(state.clone());
+        let server = tokio::spawn(async move {
+            let _ = axum::serve(listener, router).await;
+        });
+        KubeApi { addr, state, server, _runtime: None }
+    }
+
+    /// `http://127.0.0.1:PORT`.
+    pub fn url(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
+    /// A kubeconfig whose current context is this server (no credentials).
+    pub fn kubeconfig(&self) -> String {
+        format!(
+            "apiVersion: v1\nkind: Config\nclusters:\n- name: stand-in\n  cluster:\n    server: {}\n\
+             contexts:\n- name: stand-in\n  context:\n    cluster: stand-in\n    user: tester\n\
+             current-context: stand-in\nusers:\n- name: tester\n  user: {{}}\n",
+            self.url()
+        )
+    }
+
+    /// Creates or replaces the object of the YAML (or JSON) `document`; its
+    /// new resource version.
+    pub fn put(&self, document: &str) -> u64 {
+        let mut object: Value = serde_yaml_ng::from_str(document).expect("a YAML object");
+        let kind = object["kind"].as_str().expect("the object has a kind").to_string();
+        let resource = resource_by_kind(&kind).unwrap_or_else(|| panic!("the stand-in does not serve {kind}"));
+        let name = object["metadata"]["name"].as_str().expect("the object has a name").to_string();
+        let namespace = if resource.namespaced {
+            object["metadata"]["namespace"].as_str().unwrap_or("default").to_string()
+        } else {
+            String::new()
+        };
+        let mut objects = self.state.objects.lock().unwrap();
+        objects.revision += 1;
+        let revision = objects.revision;
+        let metadata = object["metadata"].as_object_mut().expect("metadata is an object");
+        metadata.insert("resourceVersion".into(), json!(revision.to_string()));
+        if resource.namespaced {
+            metadata.insert("namespace".into(), json!(namespace));
+        }
+        metadata.entry("uid").or_insert_with(|| json!(format!("uid-{kind}-{namespace}-{name}")));
+        let key = (resource.group, resource.plural, namespace.clone(), name);
+        let existed = objects.objects.insert(key, object.clone()).is_some();
+        let change = Change {
+            revision,
+            plural: resource.plural,
+            group: resource.group,
+            kind: resource.kind,
+            namespace,
+            object: json!({ "type": if existed { "MODIFIED" } else { "ADDED" }, "object": object }),
+        };
+        objects.history.push(change.clone());
+        let _ = self.state.events.send(Some(change));
+        revision
+    }
+
+    /// Deletes an object; its deletion's resource version (`None`: there was none).
+    pub fn delete(&self, kind: &str, namespace: &str, name: &str) -> Option<u64> {
+        let resource = resource_by_kind(kind).unwrap_or_else(|| panic!("the stand-in does not serve {kind}"));
+        let namespace = if resource.namespaced { namespace.to_string() } else { String::new() };
+        let mut objects = self.state.objects.lock().unwrap();
+        let mut object =
+            objects.objects.remove(&(resource.group, resource.plural, namespace.clone(), name.to_string()))?;
+        objects.revision += 1;
+        let revision = objects.revision;
+        object["metadata"]["resourceVersion"] = json!(revision.to_string());
+        let change = Change {
+            revision,
+            plural: resource.plural,
+            group: resource.group,
+            kind: resource.kind,
+            namespace,
+            object: json!({ "type": "DELETED", "object": object }),
+        };
+        objects.history.push(change.clone());
+        let _ = self.state.events.send(Some(change));
+        Some(revision)
+    }
+
+    /// Forgets the event history: a watch from any resource version before
+    /// now is answered `410 Gone`.
+    pub fn compact(&self) {
+        let mut objects = self.state.objects.lock().unwrap();
+        objects.compacted = objects.revision + 1;
+        objects.history.clear();
+    }
+
+    /// Ends every open watch stream (as an API server restart would).
+    pub fn break_watches(&self) {
+        let _ = self.state.events.send(None);
+    }
+
+    /// An outage: every open watch ends, and every list and watch is
+    /// answered `503` until [`KubeApi::come_back`].
+    pub fn go_down(&self) {
+        self.state.down.store(true, std::sync::atomic::Ordering::SeqCst);
+        self.break_watches();
+    }
+
+    /// Ends an outage with the event history compacted (as a long outage
+    /// outlives etcd's history): a client's watch from before it is `410 Gone`.
+    pub fn come_back(&self) {
+        self.compact();
+        self.state.down.store(false, std::sync::atomic::Ordering::SeqCst);
+    }
+
+    /// Watch streams open now.
+    pub fn open_watches(&self) -> usize {
+        self.state.watching.load(std::sync::atomic::Ordering::SeqCst)
+    }
+
+    /// The last resource version given out.
+    pub fn revision(&self) -> u64 {
+        self.state.objects.lock().unwrap().revision
+    }
+}
+
+impl Drop for KubeApi {
+    fn drop(&mut self) {
+        self.server.abort();
+        if let Some(runtime) = self._runtime.take() {
+            runtime.shutdown_background();
+        }
+    }
+}
+
+type Shared_ = Arc<Shared>;
+
+async fn version() -> Response {
+    axum::Json(json!({
+        "major": "1", "minor": "34", "gitVersion": "v1.34.0-meshpush-stand-in",
+        "platform": "linux/amd64", "goVersion": "n/a", "compiler": "n/a",
+        "gitCommit": "0", "gitTreeState": "clean", "buildDate": "2026-01-01T00:00:00Z"
+    }))
+    .into_response()
+}
+
+async fn core_versions() -> Response {
+    axum::Json(json!({
+        "kind": "APIVersions", "versions": ["v1"],
+        "serverAddressByClientCIDRs": [{ "clientCIDR": "0.0.0.0/0", "serverAddress": "127.0.0.1" }]
+    }))
+    .into_response()
+}
+
+async fn groups() -> Response {
+    let mut groups: BTreeMap<&str, &[&str]> = BTreeMap::new();
+    for r in RESOURCES.iter().filter(|r| !r.group.is_empty()) {
+        groups.insert(r.group, r.versions);
+    }
+    let groups: Vec<Value> = groups
+        .into_iter()
+        .map(|(group, versions)| {
+            let versions: Vec<Value> =
+                versions.iter().map(|v| json!({ "groupVersion": format!("{group}/{v}"), "version": v })).collect();
+            json!({ "name": group, "versions": versions, "preferredVersion": versions[0] })
+        })
+        .collect();
+    axum::Json(json!({ "kind": "APIGroupList", "apiVersion": "v1", "groups": groups })).into_response()
+}
+
+fn resource_list(group: &str, version: &str) -> Response {
+    let resources: Vec<Value> = RESOURCES
+        .iter()
+        .filter(|r| r.group == group && r.versions.contains(&version))
+        .map(|r| {
+            json!({
+                "name": r.plural, "singularName": r.kind.to_lowercase(), "namespaced": r.namespaced,
+                "kind": r.kind, "verbs": ["get", "list", "watch"]
+            })
+        })
+        .collect();
+    if resources.is_empty() {
+        return not_found(&format!("{group}/{version}"));
+    }
+    let group_version = if group.is_empty() { version.to_string() } else { format!("{group}/{version}") };
+    axum::Json(
+        json!({ "kind": "APIResourceList", "apiVersion": "v1", "groupVersion": group_version, "resources": resources }),
+    )
+    .into_response()
+}
+
+async fn core_resources(Path(version): Path<String>) -> Response {
+    resource_list("", &version)
+}
+
+async fn group_resources(Path((group, version)): Path<(String, String)>) -> Response {
+    resource_list(&group, &version)
+}
+
+fn not_found(what: &str) -> Response {
+    status(StatusCode::NOT_FOUND, "NotFound", &format!("{what} not found"))
+}
+
+fn status(code: StatusCode, reason: &str, message: &str) -> Response {
+    let body = json!({
+        "kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
+        "message": message, "reason": reason, "code": code.as_u16()
+    });
+    (code, axum::Json(body)).into_response()
+}
+
+/// The query of a list or watch.
+#[derive(serde::Deserialize, Default)]
+#[serde(rename_all = "camelCase")]
+struct ListQuery {
+    watch: Option<String>,
+    resource_version: Option<String>,
+    allow_watch_bookmarks: Option<bool>,
+    timeout_seconds: Option<u64>,
+}
+
+async fn core_collection(
+    State(state): State<Shared_>,
+    Path((version, plural)): Path<(String, String)>,
+    Query(query): Query<ListQuery>,
+) -> Response {
+    collection(state, "", version, None, plural, query).await
+}
+
+async fn core_namespaced_collection(
+    State(state): State<Shared_>,
+    Path((version, namespace, plural)): Path<(String, String, String)>,
+    Query(query): Query<ListQuery>,
+) -> Response {
+    collection(state, "", version, Some(namespace), plural, query).await
+}
+
+async fn group_collection(
+    State(state): State<Shared_>,
+    Path((group, version, plural)): Path<(String, String, String)>,
+    Query(query): Query<ListQuery>,
+) -> Response {
+    collection(state, &group, version, None, plural, query).await
+}
+
+async fn group_namespaced_collection(
+    State(state): State<Shared_>,
+    Path((group, version, namespace, plural)): Path<(String, String, String, String)>,
+    Query(query): Query<ListQuery>,
+) -> Response {
+    collection(state, &group, version, Some(namespace), plural, query).await
+}
+
+async fn core_one(
+    State(state): State<Shared_>,
+    Path((version, namespace, plural, name)): Path<(String, String, String, String)>,
+) -> Response {
+    one(state, "", version, namespace, plural, name)
+}
+
+async fn core_cluster_one(
+    State(state): State<Shared_>,
+    Path((version, plural, name)): Path<(String, String, String)>,
+) -> Response {
+    one(state, "", version, String::new(), plural, name)
+}
+
+async fn group_one(
+    State(state): State<Shared_>,
+    Path((group, version, namespace, plural, name)): Path<(String, String, String, String, String)>,
+) -> Response {
+    one(state, &group, version, namespace, plural, name)
+}
+
+/// `object` as served at `version` of its group.
+fn at_version(mut object: Value, r: &Resource, version: &str) -> Value {
+    object["apiVersion"] =
+        json!(if r.group.is_empty() { version.to_string() } else { format!("{}/{version}", r.group) });
+    object
+}
+
+fn one(state: Shared_, group: &str, version: String, namespace: String, plural: String, name: String) -> Response {
+    let Some(r) = resource_by_plural(group, &plural).filter(|r| r.versions.contains(&version.as_str())) else {
+        return not_found(&format!("{group}/{version} {plural}"));
+    };
+    let objects = state.objects.lock().unwrap();
+    match objects.objects.get(&(r.group, r.plural, namespace, name.clone())) {
+        Some(object) => axum::Json(at_version(object.clone(), r, &version)).into_response(),
+        None => {
+            let body = json!({
+                "kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
+                "message": format!("{} {name:?} not found", r.plural), "reason": "NotFound",
+                "details": { "name": name, "kind": r.plural, "group": r.group }, "code": 404
+            });
+            (StatusCode::NOT_FOUND, axum::Json(body)).into_response()
+        }
+    }
+}
+
+async fn collection(
+    state: Shared_,
+    group: &str,
+    version: String,
+    namespace: Option<String>,
+    plural: String,
+    query: ListQuery,
+) -> Response {
+    let Some(r) = resource_by_plural(group, &plural).filter(|r| r.versions.contains(&version.as_str())) else {
+        return not_found(&format!("{group}/{version} {plural}"));
+    };
+    if state.down.load(std::sync::atomic::Ordering::SeqCst) {
+        return status(StatusCode::SERVICE_UNAVAILABLE, "ServiceUnavailable", "the stand-in API server is down");
+    }
+    let in_scope = |ns: &str| namespace.as_deref().is_none_or(|want| want == ns);
+    if matches!(query.watch.as_deref(), Some("true" | "1")) {
+        return watch(state, r, version, namespace, query);
+    }
+    let objects = state.objects.lock().unwrap();
+    let items: Vec<Value> = objects
+        .objects
+        .iter()
+        .filter(|((g, p, ns, _), _)| *g == r.group && *p == r.plural && in_scope(ns))
+        .map(|(_, object)| {
+            // List items carry no apiVersion and kind.
+            let mut item = object.clone();
+            if let Some(map) = item.as_object_mut() {
+                map.remove("apiVersion");
+                map.remove("kind");
+            }
+            item
+        })
+        .collect();
+    let api_version = if r.group.is_empty() { version.clone() } else { format!("{}/{version}", r.group) };
+    axum::Json(json!({
+        "apiVersion": api_version,
+        "kind": format!("{}List", r.kind),
+        "metadata": { "resourceVersion": objects.revision.to_string() },
+        "items": items,
+    }))
+    .into_response()
+}
+
+fn watch(
+    state: Shared_,
+    r: &'static Resource,
+    version: String,
+    namespace: Option<String>,
+    query: ListQuery,
+) -> Response {
+    let from: u64 = query.resource_version.as_deref().and_then(|v| v.parse().ok()).unwrap_or(0);
+    let bookmarks = query.allow_watch_bookmarks.unwrap_or(false);
+    let timeout = Duration::from_secs(query.timeout_seconds.unwrap_or(300).clamp(1, 3600));
+    let (tx, rx) = tokio::sync::mpsc::channel::<Result<String, std::io::Error>>(256);
+    // Subscribe before reading the history, so no change falls between.
+    let mut events = state.events.subscribe();
+    let (backlog, gone, mut last) = {
+        let objects = state.objects.lock().unwrap();
+        let gone = from != 0 && from < objects.compacted;
+        let backlog: Vec<Change> = objects.history.iter().filter(|c| c.revision > from).cloned().collect();
+        (backlog, gone, objects.revision.max(from))
+    };
+    let matches = move |c: &Change| {
+        c.group == r.group && c.plural == r.plural && namespace.as_deref().is_none_or(|ns| ns == c.namespace)
+    };
+    let line = move |c: &Change| {
+        let mut event = c.object.clone();
+        event["object"] = at_version(event["object"].take(), r, &version);
+        format!("{event}\n")
+    };
+    let open = OpenWatch::new(state.clone());
+    tokio::spawn(async move {
+        let _open = open;
+        if gone {
+            let status = json!({
+                "type": "ERROR",
+                "object": { "kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
+                    "message": format!("too old resource version: {from}"), "reason": "Expired", "code": 410 }
+            });
+            let _ = tx.send(Ok(format!("{status}\n"))).await;
+            return;
+        }
+        for change in backlog.iter().filter(|c| matches(c)) {
+            if tx.send(Ok(line(change))).await.is_err() {
+                return;
+            }
+        }
+        let deadline = tokio::time::Instant::now() + timeout;
+        let mut bookmark = tokio::time::interval(Duration::from_millis(500));
+        loop {
+            tokio::select! {
+                _ = tokio::time::sleep_until(deadline) => return,
+                _ = bookmark.tick(), if bookmarks => {
+                    let mark = json!({ "type": "BOOKMARK", "object": {
+                        "kind": r.kind, "apiVersion": "v1",
+                        "metadata": { "resourceVersion": last.to_string() } } });
+                    if tx.send(Ok(format!("{mark}\n"))).await.is_err() {
+                        return;
+                    }
+                }
+                event = events.recv() => match event {
+                    Ok(Some(change)) => {
+                        if change.revision <= last {
+                            continue;
+                        }
+                        last = change.revision;
+                        if matches(&change) && tx.send(Ok(line(&change))).await.is_err() {
+                            return;
+                        }
+                    }
+                    // break_watches, or this watch fell behind: it ends.
+                    Ok(None) | Err(_) => return,
+                },
+            }
+        }
+    });
+    let body = Body::from_stream(tokio_stream::wrappers::ReceiverStream::new(rx));
+    ([(header::CONTENT_TYPE, "application/json")], body).into_response()
+}
+
+/// Counts a watch stream as open while it lives.
+struct OpenWatch(Shared_);
+
+impl OpenWatch {
+    fn new(state: Shared_) -> OpenWatch {
+        state.watching.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        OpenWatch(state)
+    }
+}
+
+impl Drop for OpenWatch {
+    fn drop(&mut self) {
+        self.0.watching.fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
+    }
+}
