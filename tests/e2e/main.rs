@@ -16,6 +16,7 @@ mod failure;
 mod gateway;
 mod generated;
 mod istio_manifests;
+mod kubernetes;
 mod many;
 mod operate;
 mod redirect;

@@ -138,8 +138,16 @@ fn endpoints_of(
         }
     };
 
-    // Pods and WorkloadEntries selected by the service's selector.
+    // A Service with EndpointSlices takes its Pods' endpoints from them,
+    // readiness included, as Istio does; a directory mesh that lists Pods
+    // but no slices (no controller writes them) gets the Pods its selector
+    // picks. WorkloadEntries it selects are endpoints either way.
+    let sliced = svc.source.kind == ConfigKind::Service
+        && slices.get(&(&*svc.namespace, &*svc.source.name)).is_some_and(|list| !list.is_empty());
     for w in workloads.select(&svc.namespace, &svc.selector) {
+        if sliced && !w.is_workload_entry {
+            continue;
+        }
         if let Some(e) = endpoint_from_workload(svc, w) {
             push(e, &mut out);
         }
@@ -169,8 +177,9 @@ fn endpoints_of(
                         if ports.is_empty() {
                             continue;
                         }
-                        // A slice endpoint backed by a Pod carries that Pod's labels.
-                        let labels = ep
+                        // A slice endpoint backed by a Pod carries that Pod's
+                        // labels and service account.
+                        let pod = ep
                             .target_ref
                             .as_ref()
                             .filter(|r| r.kind.as_deref() == Some("Pod"))
@@ -182,9 +191,9 @@ fn endpoints_of(
                                     .and_then(|r| r.namespace.as_deref())
                                     .unwrap_or(&svc.namespace);
                                 workloads.get(&crate::config::ConfigKey::new(ConfigKind::Pod, ns, name))
-                            })
-                            .map(|w| w.labels.clone())
-                            .unwrap_or_default();
+                            });
+                        let labels = pod.map(|w| w.labels.clone()).unwrap_or_default();
+                        let service_account = pod.and_then(|w| w.service_account.clone());
                         push(
                             Endpoint {
                                 address: addr.as_str().into(),
@@ -192,7 +201,7 @@ fn endpoints_of(
                                 labels,
                                 locality: ep.zone.clone().unwrap_or_default().into(),
                                 weight: 1,
-                                service_account: None,
+                                service_account,
                             },
                             &mut out,
                         );
@@ -246,4 +255,76 @@ fn inline_endpoints(svc: &Service, se: &crate::config::istio::ServiceEntry) -> V
         });
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::ConfigStore;
+    use crate::testing::bookinfo::puts;
+
+    const MESH: &str = "\
+apiVersion: v1
+kind: Service
+metadata: {name: ledger, namespace: shop}
+spec: {selector: {app: ledger}, ports: [{name: http, port: 9080}]}
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: ledger-v1, namespace: shop, labels: {app: ledger, version: v1}}
+spec: {serviceAccountName: ledger}
+status: {podIP: 10.0.0.1, phase: Running}
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: ledger-v2, namespace: shop, labels: {app: ledger, version: v2}}
+status: {podIP: 10.0.0.2, phase: Running}
+---
+apiVersion: networking.istio.io/v1
+kind: WorkloadEntry
+metadata: {name: ledger-vm, namespace: shop}
+spec: {address: 10.0.9.9, labels: {app: ledger}}
+";
+
+    fn addresses(store: &ConfigStore) -> Vec<(String, String, Option<String>)> {
+        let snapshot = store.snapshot();
+        let services = ServiceIndex::build(&snapshot);
+        let workloads = WorkloadIndex::build(&snapshot);
+        let index = EndpointIndex::build(&snapshot, &services, &workloads);
+        let endpoints = index.get("ledger.shop.svc.cluster.local").expect("ledger has endpoints");
+        endpoints
+            .endpoints
+            .iter()
+            .map(|e| {
+                let version = e.labels.get("version").cloned().unwrap_or_default();
+                (e.address.to_string(), version, e.service_account.as_deref().map(str::to_string))
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_service_with_endpoint_slices_takes_its_pods_readiness_from_them() {
+        let store = ConfigStore::new();
+        store.apply(puts(MESH));
+        // No slice (a directory mesh): the Pods the selector picks, and the WorkloadEntry.
+        let all: Vec<&str> = vec!["10.0.0.1", "10.0.0.2", "10.0.9.9"];
+        assert_eq!(addresses(&store).iter().map(|a| a.0.as_str()).collect::<Vec<_>>(), all);
+        // A slice naming ledger-v2 not ready: ledger-v2 is no endpoint, though
+        // the selector picks its Pod; ledger-v1 carries its Pod's labels and
+        // service account.
+        store.apply(puts(
+            "apiVersion: discovery.k8s.io/v1\nkind: EndpointSlice\n\
+             metadata: {name: ledger-abc, namespace: shop, labels: {kubernetes.io/service-name: ledger}}\n\
+             addressType: IPv4\nports: [{name: http, port: 9080}]\nendpoints:\n\
+             - {addresses: [10.0.0.1], conditions: {ready: true}, targetRef: {kind: Pod, name: ledger-v1, namespace: shop}}\n\
+             - {addresses: [10.0.0.2], conditions: {ready: false}, targetRef: {kind: Pod, name: ledger-v2, namespace: shop}}\n",
+        ));
+        assert_eq!(
+            addresses(&store),
+            [
+                ("10.0.0.1".to_string(), "v1".to_string(), Some("ledger".to_string())),
+                ("10.0.9.9".to_string(), String::new(), None),
+            ]
+        );
+    }
 }
