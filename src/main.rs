@@ -101,6 +101,12 @@ struct ServeArgs {
     /// in (its service account; KUBERNETES_SERVICE_HOST).
     #[arg(long)]
     in_cluster: bool,
+    /// With Kubernetes: read only the namespaces whose labels match this
+    /// LabelSelector (YAML or JSON: `{matchLabels: {istio-discovery: enabled}}`,
+    /// or `matchExpressions`), as MeshConfig's discoverySelectors; repeatable
+    /// (a namespace matching any is read).
+    #[arg(long = "discovery-selector", value_parser = meshpush::source::kube::parse_discovery_selector)]
+    discovery_selectors: Vec<kube::core::Selector>,
     /// ADS gRPC address: `IP:PORT`, or `unix:PATH` for a Unix domain socket.
     #[arg(long, default_value = "127.0.0.1:15010")]
     xds_addr: meshpush::serve::ListenAddr,
@@ -282,6 +288,12 @@ fn main() -> ExitCode {
             }
         },
         Command::Serve(args) => {
+            if !args.discovery_selectors.is_empty() && args.kube_access().is_none() {
+                eprintln!(
+                    "meshpush serve: --discovery-selector selects Kubernetes namespaces: it needs --kubeconfig or --in-cluster"
+                );
+                return ExitCode::from(2);
+            }
             init_tracing(&cli.log_level, cli.log_format);
             opt_out_of_huge_pages();
             let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().expect("tokio runtime");
@@ -296,6 +308,7 @@ fn main() -> ExitCode {
                 },
                 max_file_bytes: args.max_config_file_bytes,
                 kube: args.kube_access(),
+                discovery_selectors: args.discovery_selectors.clone(),
                 config_dir: match (args.config.clone(), args.kube_access()) {
                     (Some(dir), _) => Some(dir),
                     (None, None) => Some(PathBuf::from("examples/bookinfo")),

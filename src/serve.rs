@@ -42,6 +42,9 @@ pub struct ServeOptions {
     pub config_dir: Option<PathBuf>,
     /// A Kubernetes API server to read the mesh from.
     pub kube: Option<crate::source::kube::KubeAccess>,
+    /// The namespaces read from it: those matching any (none: all), as
+    /// MeshConfig's `discoverySelectors`.
+    pub discovery_selectors: Vec<kube::core::Selector>,
     /// ADS address.
     pub xds_addr: ListenAddr,
     /// Admin address.
@@ -207,7 +210,13 @@ pub async fn run(options: ServeOptions) -> anyhow::Result<()> {
             let client = crate::source::kube::client(access).await.context("connecting to the Kubernetes API")?;
             let resources =
                 crate::source::kube::resources(&client).await.context("discovering the Kubernetes API's kinds")?;
-            let (status, watchers) = crate::source::kube::start(client, resources, store.clone(), changes_tx.clone());
+            let (status, watchers) = crate::source::kube::start(
+                client,
+                resources,
+                options.discovery_selectors.clone(),
+                store.clone(),
+                changes_tx.clone(),
+            );
             admin_state.set_kube(status.clone());
             (Some(status), watchers)
         }

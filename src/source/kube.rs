@@ -26,6 +26,13 @@
 //! * Nothing of a watch is kept but the objects meshpush models (a Pod's
 //!   labels, IP and service account, not its spec) and each key's resource
 //!   version: the watcher's events are parsed as they arrive.
+//! * Namespace selection, as MeshConfig's `discoverySelectors`: with
+//!   selectors, a watcher of Namespaces keeps the set of namespaces whose
+//!   labels match any of them, and only objects in those namespaces are
+//!   read. When the set changes (a namespace relabelled, created, deleted)
+//!   every kind's watcher lists again, so a namespace that joins brings
+//!   its objects and one that leaves takes them away; nothing of an
+//!   unselected namespace is kept.
 //! * [`KubeStatus::wait_synced`] resolves once every watcher's first list is
 //!   applied, with the store revision that holds them all: `serve` is not
 //!   ready before that is published, as istiod waits for its informers.
@@ -49,6 +56,18 @@ use crate::config::{ConfigKey, ConfigKind, Problem, Severity, SourceRef};
 use crate::model::store::Write;
 use crate::model::{ChangeSet, ConfigStore};
 use crate::text::Shown;
+
+/// Which namespaces are read: every one, or those matching a selector.
+pub type Selected = Option<Arc<BTreeSet<String>>>;
+
+/// Parses one discovery selector: a Kubernetes `LabelSelector` as YAML or
+/// JSON (`{matchLabels: {istio-discovery: enabled}}`, or with
+/// `matchExpressions`), as MeshConfig's `discoverySelectors` holds them.
+pub fn parse_discovery_selector(text: &str) -> Result<kube::core::Selector, String> {
+    let selector: k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector = serde_yaml_ng::from_str(text)
+        .map_err(|e| format!("{text:?} is not a LabelSelector ({{matchLabels: {{k: v}}}}, matchExpressions): {e}"))?;
+    kube::core::Selector::try_from(selector).map_err(|e| format!("{text:?}: {e}"))
+}
 
 /// Where the API server is and how to authenticate.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -222,29 +241,98 @@ impl KubeStatus {
 }
 
 /// Starts one watcher per resource, writing into `store` and sending each
-/// change set on `changes`. The watchers run until aborted.
+/// change set on `changes`, reading only the namespaces `selectors` pick
+/// (any of them; none: every namespace). The watchers run until aborted.
 pub fn start(
     client: kube::Client,
     resources: Vec<(ConfigKind, ApiResource)>,
+    selectors: Vec<kube::core::Selector>,
     store: Arc<ConfigStore>,
     changes: mpsc::Sender<ChangeSet>,
 ) -> (KubeStatus, Vec<tokio::task::JoinHandle<()>>) {
     let status = KubeStatus::new(resources.iter().map(|(kind, _)| *kind));
-    let tasks = resources
-        .into_iter()
-        .map(|(kind, resource)| {
-            let watch = KindWatch {
-                kind,
-                resource,
-                store: store.clone(),
-                changes: changes.clone(),
-                status: status.clone(),
-                held: HashMap::new(),
-            };
-            tokio::spawn(watch.run(client.clone()))
-        })
-        .collect();
+    let mut tasks = Vec::with_capacity(resources.len() + 1);
+    let namespaces = if selectors.is_empty() {
+        watch::channel(Some(None)).1
+    } else {
+        let (tx, rx) = watch::channel(None);
+        tasks.push(tokio::spawn(watch_namespaces(client.clone(), selectors, tx)));
+        rx
+    };
+    for (kind, resource) in resources {
+        let watch = KindWatch {
+            kind,
+            resource,
+            store: store.clone(),
+            changes: changes.clone(),
+            status: status.clone(),
+            held: HashMap::new(),
+        };
+        tasks.push(tokio::spawn(watch.run(client.clone(), namespaces.clone())));
+    }
     (status, tasks)
+}
+
+/// Keeps `selected` at the namespaces whose labels match any of `selectors`
+/// (`None` until the first list of Namespaces is complete).
+async fn watch_namespaces(
+    client: kube::Client,
+    selectors: Vec<kube::core::Selector>,
+    selected: watch::Sender<Option<Selected>>,
+) {
+    use kube::core::SelectorExt as _;
+    let api: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(client);
+    let mut events = std::pin::pin!(watcher::watcher(api, watcher::Config::default()).default_backoff());
+    let mut labels: BTreeMap<String, BTreeMap<String, String>> = BTreeMap::new();
+    let mut listing: Option<BTreeMap<String, BTreeMap<String, String>>> = None;
+    let mut listed = false;
+    while let Some(event) = events.next().await {
+        let name_labels = |ns: k8s_openapi::api::core::v1::Namespace| {
+            (ns.metadata.name.unwrap_or_default(), ns.metadata.labels.unwrap_or_default())
+        };
+        match event {
+            Ok(Event::Init) => listing = Some(BTreeMap::new()),
+            Ok(Event::InitApply(ns)) => {
+                let (name, l) = name_labels(ns);
+                listing.get_or_insert_with(BTreeMap::new).insert(name, l);
+            }
+            Ok(Event::InitDone) => {
+                labels = listing.take().unwrap_or_default();
+                listed = true;
+            }
+            Ok(Event::Apply(ns)) => {
+                let (name, l) = name_labels(ns);
+                labels.insert(name, l);
+            }
+            Ok(Event::Delete(ns)) => {
+                labels.remove(&name_labels(ns).0);
+            }
+            Err(e) => {
+                let text = e.to_string();
+                tracing::warn!("watching the Kubernetes API's Namespaces: {}; retrying", Shown(&text));
+                continue;
+            }
+        }
+        if !listed {
+            continue;
+        }
+        let now: BTreeSet<String> = labels
+            .iter()
+            .filter(|(_, l)| selectors.iter().any(|selector| selector.matches(l)))
+            .map(|(name, _)| name.clone())
+            .collect();
+        selected.send_if_modified(|current| {
+            if current.as_ref().and_then(|s| s.as_deref()) == Some(&now) {
+                return false;
+            }
+            tracing::info!(
+                namespaces = %now.iter().map(String::as_str).collect::<Vec<_>>().join(","),
+                "the discovery selectors pick these namespaces"
+            );
+            *current = Some(Some(Arc::new(now.clone())));
+            true
+        });
+    }
 }
 
 /// One kind's watcher and what it has put in the store.
@@ -269,12 +357,45 @@ struct Parsed {
 }
 
 impl KindWatch {
-    async fn run(mut self, client: kube::Client) {
-        let api: Api<DynamicObject> = Api::all_with(client, &self.resource);
-        let mut events = std::pin::pin!(watcher::watcher(api, watcher::Config::default()).default_backoff());
+    async fn run(mut self, client: kube::Client, mut namespaces: watch::Receiver<Option<Selected>>) {
+        // Each pass watches with one set of namespaces; a new set starts a
+        // new watch, whose first list puts what joined and deletes what left.
+        loop {
+            let selected = match namespaces.wait_for(Option::is_some).await {
+                Ok(selected) => selected.clone().flatten(),
+                Err(_) => return,
+            };
+            namespaces.mark_unchanged();
+            let api: Api<DynamicObject> = Api::all_with(client.clone(), &self.resource);
+            let events = watcher::watcher(api, watcher::Config::default()).default_backoff();
+            // Without selectors the set is fixed (its sender is gone).
+            let fixed = namespaces.has_changed().is_err();
+            tokio::select! {
+                () = self.follow(events, selected.as_deref()) => return,
+                changed = namespaces.changed(), if !fixed => if changed.is_err() { return },
+            }
+            tracing::info!(kind = %self.kind, "the selected namespaces changed: listing again");
+        }
+    }
+
+    /// Applies the events of one watch, of objects in `selected` namespaces
+    /// (`None`: all), until the stream ends.
+    async fn follow(
+        &mut self,
+        events: impl futures::Stream<Item = Result<Event<DynamicObject>, watcher::Error>>,
+        selected: Option<&BTreeSet<String>>,
+    ) {
+        let mut events = std::pin::pin!(events);
+        let wanted = |object: &DynamicObject| {
+            selected.is_none_or(|set| object.metadata.namespace.as_ref().is_some_and(|ns| set.contains(ns)))
+        };
         // The objects of a list in progress, applied together at its end.
         let mut listing: Option<Vec<Parsed>> = None;
         while let Some(event) = events.next().await {
+            let event = match event {
+                Ok(Event::InitApply(object) | Event::Apply(object)) if !wanted(&object) => continue,
+                other => other,
+            };
             match event {
                 Ok(Event::Init) => listing = Some(Vec::new()),
                 Ok(Event::InitApply(object)) => {

@@ -96,10 +96,16 @@ fn envoy_follows_the_kubernetes_api_through_slices_edits_an_outage_and_a_bad_obj
         request.all_answered_by(20, &["ledger-v1"])
     });
 
-    // While the API server is down, ledger-v2 becomes ready and the route
-    // moves to it; after, the watches cannot resume (410 Gone) and relist.
-    api.go_down();
+    // ledger-v2 is ready again; then, while the API server is down, the
+    // route moves to it. After, the watches cannot resume (410 Gone) and
+    // list again. (One kind changes during the outage: each kind's watcher
+    // lists on its own, so changes of two kinds may land in two pushes.)
     api.put(&slice(&[("ledger-v1", 2, true), ("ledger-v2", 3, true)]));
+    scene.wait(Duration::from_secs(10), "both pods to answer again", Section::Endpoints, || {
+        let seen = request.sample(20)?;
+        if seen.len() == 2 { Ok(()) } else { Err(format!("answered by {seen:?}")) }
+    });
+    api.go_down();
     api.put(&route(Some("v2")));
     api.come_back();
     scene.wait(Duration::from_secs(20), "the relist to move the route to ledger-v2", Section::Routes, || {

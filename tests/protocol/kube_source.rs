@@ -250,3 +250,61 @@ fn meshpush_serves_the_api_objects_and_follows_changes_relists_and_bad_objects()
         }
     });
 }
+
+fn namespace(name: &str, labels: &str) -> String {
+    format!("apiVersion: v1\nkind: Namespace\nmetadata: {{name: {name}, labels: {{{labels}}}}}\n")
+}
+
+fn service_in(namespace: &str, name: &str) -> String {
+    service(name).replace("namespace: shop", &format!("namespace: {namespace}"))
+}
+
+#[test]
+fn discovery_selectors_read_only_the_namespaces_they_pick_as_labels_change() {
+    let api = KubeApi::start();
+    let kubeconfig = write_kubeconfig(&api);
+    api.put(&namespace("shop", "mesh: \"on\""));
+    api.put(&namespace("lab", ""));
+    api.put(&service_in("shop", "ledger"));
+    api.put(&service_in("lab", "scratch"));
+    api.put(&route("/v1"));
+    let mesh = Meshpush::start_kube(kubeconfig.path(), &["--discovery-selector", "{matchLabels: {mesh: \"on\"}}"]);
+    let objects = served(&mesh);
+    assert!(objects.contains_key("Service/shop/ledger") && objects.contains_key("VirtualService/shop/ledger"));
+    assert!(!objects.contains_key("Service/lab/scratch"), "an unselected namespace is not read: {objects:?}");
+
+    // lab joins, shop leaves: their objects follow.
+    api.put(&namespace("lab", "mesh: \"on\""));
+    api.put(&namespace("shop", "mesh: \"off\""));
+    support::process::wait_until(Instant::now() + WAIT, "lab's objects in, shop's out", &[mesh.process()], || {
+        let objects = served(&mesh);
+        let keys: Vec<&String> = objects.keys().collect();
+        if keys == ["Service/lab/scratch"] { Ok(()) } else { Err(format!("served {keys:?}")) }
+    });
+    // A change in an unselected namespace stays out.
+    api.put(&service_in("shop", "audit"));
+    api.put(&service_in("lab", "notes"));
+    support::process::wait_until(Instant::now() + WAIT, "lab's new Service", &[mesh.process()], || {
+        let objects = served(&mesh);
+        if objects.contains_key("Service/lab/notes") { Ok(()) } else { Err(format!("served {objects:?}")) }
+    });
+    assert!(!served(&mesh).contains_key("Service/shop/audit"));
+}
+
+#[test]
+fn a_discovery_selector_needs_kubernetes_and_must_be_a_label_selector() {
+    let binary = env!("CARGO_BIN_EXE_meshpush");
+    let out = Command::new(binary).args(["serve", "--discovery-selector", "{matchLabels: {a: b}}"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("needs --kubeconfig or --in-cluster"));
+    let out = Command::new(binary)
+        .args(["serve", "--kubeconfig", "/nonexistent", "--discovery-selector", "[not, a, selector]"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("is not a LabelSelector"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
