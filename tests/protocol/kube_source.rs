@@ -218,7 +218,9 @@ fn meshpush_serves_the_api_objects_and_follows_changes_relists_and_bad_objects()
             Err(format!("objects {objects:?}"))
         }
     });
-    assert!(mesh.log().contains("objects gone from a relist are deleted"), "{}", mesh.log_tail(30));
+    let log = mesh.log();
+    assert!(log.contains("too old resource version"), "the watches were not answered 410 Gone: {}", mesh.log_tail(30));
+    assert!(log.contains("objects gone from a relist are deleted"), "{}", mesh.log_tail(30));
 
     // An invalid version is refused; the last good one stays served.
     api.put(

@@ -227,7 +227,11 @@ impl KubeApi {
     /// Creates or replaces the object of the YAML (or JSON) `document`; its
     /// new resource version.
     pub fn put(&self, document: &str) -> u64 {
-        let mut object: Value = serde_yaml_ng::from_str(document).expect("a YAML object");
+        self.put_value(serde_yaml_ng::from_str(document).expect("a YAML object"))
+    }
+
+    /// Creates or replaces `object`; its new resource version.
+    pub fn put_value(&self, mut object: Value) -> u64 {
         let kind = object["kind"].as_str().expect("the object has a kind").to_string();
         let resource = resource_by_kind(&kind).unwrap_or_else(|| panic!("the stand-in does not serve {kind}"));
         let name = object["metadata"]["name"].as_str().expect("the object has a name").to_string();
@@ -287,7 +291,8 @@ impl KubeApi {
     /// now is answered `410 Gone`.
     pub fn compact(&self) {
         let mut objects = self.state.objects.lock().unwrap();
-        objects.compacted = objects.revision + 1;
+        // A watch from the current version misses nothing: it stays valid.
+        objects.compacted = objects.revision;
         objects.history.clear();
     }
 
