@@ -11,7 +11,9 @@
 //! `--pods` adds a Pod for each EndpointSlice endpoint, shaped as a real
 //! cluster's (labels, owner reference, a container with ports, probes and
 //! resources, conditions, IPs): Pods are most of what a cluster holds, and
-//! the source must keep only what it needs of them. Runs until Ctrl-C.
+//! the source must keep only what it needs of them. `--write-pods DIR`
+//! also writes those Pods as YAML files into DIR (a file source of the same
+//! objects, for comparison). Runs until Ctrl-C.
 
 #[path = "../tests/support/kube_api.rs"]
 #[allow(dead_code)]
@@ -26,12 +28,14 @@ fn main() -> Result<(), String> {
     let mut mesh = None;
     let mut kubeconfig = None;
     let mut pods = false;
+    let mut write = None;
     let mut args = std::env::args().skip(1);
     while let Some(arg) = args.next() {
         match arg.as_str() {
             "--mesh" => mesh = args.next().map(PathBuf::from),
             "--kubeconfig" => kubeconfig = args.next().map(PathBuf::from),
             "--pods" => pods = true,
+            "--write-pods" => write = args.next().map(PathBuf::from),
             other => return Err(format!("unknown argument {other:?}: --mesh DIR [--pods] --kubeconfig FILE")),
         }
     }
@@ -58,9 +62,21 @@ fn main() -> Result<(), String> {
                 namespaces.insert(ns.to_string());
             }
             if pods && object["kind"] == "EndpointSlice" {
+                let mut text = String::new();
                 for endpoint in object["endpoints"].as_array().into_iter().flatten() {
-                    api.put_value(pod_of(&object, endpoint));
+                    let pod = pod_of(&object, endpoint);
+                    if write.is_some() {
+                        text.push_str("---\n");
+                        text.push_str(&serde_yaml_ng::to_string(&pod).map_err(|e| e.to_string())?);
+                    }
+                    api.put_value(pod);
                     pod_count += 1;
+                }
+                if let Some(dir) = &write {
+                    let name = object["metadata"]["name"].as_str().unwrap_or("slice");
+                    let ns = object["metadata"]["namespace"].as_str().unwrap_or("default");
+                    let file = dir.join(format!("pods-{ns}-{name}.yaml"));
+                    std::fs::write(&file, text).map_err(|e| format!("{}: {e}", file.display()))?;
                 }
             }
             api.put_value(object);

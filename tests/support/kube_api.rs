@@ -12,7 +12,8 @@
 //!   several served versions does);
 //! * lists, cluster-wide or in a namespace: a `…List` with
 //!   `metadata.resourceVersion`, items without `apiVersion` and `kind`, as
-//!   the API server writes them; one object by name;
+//!   the API server writes them, in pages of `limit` with `continue`
+//!   tokens; one object by name;
 //! * watches (`?watch=true&resourceVersion=N`): a chunked stream of JSON
 //!   lines `{"type": ADDED|MODIFIED|DELETED|BOOKMARK|ERROR, "object": …}`,
 //!   from the events after `N`; `BOOKMARK`s every 500 ms when the client
@@ -419,6 +420,9 @@ struct ListQuery {
     resource_version: Option<String>,
     allow_watch_bookmarks: Option<bool>,
     timeout_seconds: Option<u64>,
+    limit: Option<usize>,
+    #[serde(rename = "continue")]
+    continue_token: Option<String>,
 }
 
 async fn core_collection(
@@ -518,10 +522,22 @@ async fn collection(
         return watch(state, r, version, namespace, query);
     }
     let objects = state.objects.lock().unwrap();
-    let items: Vec<Value> = objects
+    // Pages as the API server cuts them: `limit` items, then a `continue`
+    // token naming the list's resource version and where the next page starts.
+    let (revision, offset) = match query.continue_token.as_deref().and_then(|t| t.split_once('/')) {
+        Some((rv, offset)) => (rv.parse().unwrap_or(objects.revision), offset.parse().unwrap_or(0)),
+        None => (objects.revision, 0),
+    };
+    let limit = query.limit.filter(|l| *l > 0).unwrap_or(usize::MAX);
+    let mut matching = objects
         .objects
         .iter()
         .filter(|((g, p, ns, _), _)| *g == r.group && *p == r.plural && in_scope(ns))
+        .skip(offset);
+    let page: Vec<_> = matching.by_ref().take(limit).collect();
+    let remaining = matching.count();
+    let items: Vec<Value> = page
+        .into_iter()
         .map(|(_, object)| {
             // List items carry no apiVersion and kind.
             let mut item = object.clone();
@@ -536,7 +552,12 @@ async fn collection(
     axum::Json(json!({
         "apiVersion": api_version,
         "kind": format!("{}List", r.kind),
-        "metadata": { "resourceVersion": objects.revision.to_string() },
+        "metadata": if remaining > 0 {
+            json!({ "resourceVersion": revision.to_string(), "continue": format!("{revision}/{}", offset + limit),
+                "remainingItemCount": remaining })
+        } else {
+            json!({ "resourceVersion": revision.to_string() })
+        },
         "items": items,
     }))
     .into_response()
