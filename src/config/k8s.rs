@@ -149,11 +149,22 @@ pub struct SliceEndpoint {
 }
 
 /// EndpointSlice endpoint conditions.
+///
+/// Only `ready` decides, as in Istio with its defaults: an endpoint not
+/// ready gets no traffic whatever `serving` and `terminating` say (Istio
+/// sends a serving, terminating endpoint as DRAINING only for services
+/// with persistent sessions, `PILOT_PERSISTENT_SESSION_LABEL`, off by
+/// default; meshpush has no such sessions). The two are read so that a
+/// slice's conditions are all accounted for.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", default)]
 pub struct SliceConditions {
     /// Ready; absent means ready.
     pub ready: Option<bool>,
+    /// Serving (ready regardless of terminating); absent: as `ready`.
+    pub serving: Option<bool>,
+    /// Terminating; absent means not terminating.
+    pub terminating: Option<bool>,
 }
 
 /// A reference to another object.

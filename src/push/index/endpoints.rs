@@ -309,15 +309,16 @@ spec: {address: 10.0.9.9, labels: {app: ledger}}
         // No slice (a directory mesh): the Pods the selector picks, and the WorkloadEntry.
         let all: Vec<&str> = vec!["10.0.0.1", "10.0.0.2", "10.0.9.9"];
         assert_eq!(addresses(&store).iter().map(|a| a.0.as_str()).collect::<Vec<_>>(), all);
-        // A slice naming ledger-v2 not ready: ledger-v2 is no endpoint, though
-        // the selector picks its Pod; ledger-v1 carries its Pod's labels and
+        // A slice naming ledger-v2 not ready (still serving, terminating: as
+        // Istio by default, not sent): ledger-v2 is no endpoint, though the
+        // selector picks its Pod; ledger-v1 carries its Pod's labels and
         // service account.
         store.apply(puts(
             "apiVersion: discovery.k8s.io/v1\nkind: EndpointSlice\n\
              metadata: {name: ledger-abc, namespace: shop, labels: {kubernetes.io/service-name: ledger}}\n\
              addressType: IPv4\nports: [{name: http, port: 9080}]\nendpoints:\n\
              - {addresses: [10.0.0.1], conditions: {ready: true}, targetRef: {kind: Pod, name: ledger-v1, namespace: shop}}\n\
-             - {addresses: [10.0.0.2], conditions: {ready: false}, targetRef: {kind: Pod, name: ledger-v2, namespace: shop}}\n",
+             - {addresses: [10.0.0.2], conditions: {ready: false, serving: true, terminating: true}, targetRef: {kind: Pod, name: ledger-v2, namespace: shop}}\n",
         ));
         assert_eq!(
             addresses(&store),
