@@ -39,6 +39,15 @@ async fn smoke_scenario_on_delta_syncs_every_stream_and_converges_every_change()
     smoke(true).await;
 }
 
+/// Runs a scenario, which must stop by itself within `limit`.
+async fn run(options: Options, limit: Duration) -> loadtest::Report {
+    let scenario = format!("{:?}", options.scenario);
+    tokio::time::timeout(limit, loadtest::run(options))
+        .await
+        .unwrap_or_else(|_| panic!("the {scenario} scenario did not stop by itself within {limit:?}"))
+        .unwrap_or_else(|e| panic!("the {scenario} scenario could not run: {e:#}"))
+}
+
 async fn smoke(delta: bool) {
     let _turn = SERIAL.lock().await;
     let started = Instant::now();
@@ -49,10 +58,7 @@ async fn smoke(delta: bool) {
         command: "cargo test --test loadtest_smoke".into(),
         ..Options::new(Scenario::Smoke)
     };
-    let report = tokio::time::timeout(Duration::from_secs(120), loadtest::run(options))
-        .await
-        .expect("the smoke scenario stops by itself")
-        .expect("the smoke scenario runs");
+    let report = run(options, Duration::from_secs(120)).await;
     let table = report.table();
     let protocol = if delta { Protocol::Delta } else { Protocol::Sotw };
     assert_eq!(report.protocol, protocol, "{table}");
@@ -106,10 +112,7 @@ async fn a_reconnect_storm_is_admitted_at_the_configured_rate_and_every_stream_s
         command: "cargo test --test loadtest_smoke".into(),
         ..Options::new(Scenario::Storm)
     };
-    let report = tokio::time::timeout(Duration::from_secs(180), loadtest::run(options))
-        .await
-        .expect("the storm scenario stops by itself")
-        .expect("the storm scenario runs");
+    let report = run(options, Duration::from_secs(180)).await;
     stop.store(true, Ordering::Relaxed);
     let samples = sampler.join().unwrap();
     let table = report.table();
@@ -162,10 +165,7 @@ async fn the_smoke_scenario_spreads_over_two_replicas_and_reports_each() {
         command: "cargo test --test loadtest_smoke".into(),
         ..Options::new(Scenario::Smoke)
     };
-    let report = tokio::time::timeout(Duration::from_secs(120), loadtest::run(options))
-        .await
-        .expect("the smoke scenario stops by itself")
-        .expect("the smoke scenario runs");
+    let report = run(options, Duration::from_secs(120)).await;
     let table = report.table();
     assert!(report.failures.is_empty(), "smoke over two replicas failed:{table}");
     // 100 streams, 10 a connection, connections alternating: 50 each.

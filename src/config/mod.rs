@@ -86,6 +86,16 @@ impl ConfigKind {
         }
     }
 
+    /// The kind's API group: `""` (core), `discovery.k8s.io` or
+    /// `networking.istio.io`.
+    pub fn api_group(self) -> &'static str {
+        match self {
+            ConfigKind::Service | ConfigKind::Pod => "",
+            ConfigKind::EndpointSlice => "discovery.k8s.io",
+            _ => "networking.istio.io",
+        }
+    }
+
     /// Kinds that only move endpoints: a change to one of these can take the
     /// fast lane (no debounce wait, only the endpoint index is rebuilt).
     pub fn is_endpoint_kind(self) -> bool {

@@ -314,16 +314,17 @@ impl FileReader {
 }
 
 /// The kind meshpush models for this `apiVersion` and `kind`, if any.
+/// The versions of Istio's API group meshpush reads, most preferred first.
+pub const ISTIO_VERSIONS: [&str; 3] = ["v1", "v1beta1", "v1alpha3"];
+
 fn config_kind(api_version: &str, kind: &str) -> Option<ConfigKind> {
     let config_kind = ConfigKind::ALL.into_iter().find(|k| k.as_str() == kind)?;
-    let known = match config_kind {
-        ConfigKind::Service | ConfigKind::Pod => api_version == "v1",
-        ConfigKind::EndpointSlice => api_version == "discovery.k8s.io/v1",
-        _ => matches!(
-            api_version,
-            "networking.istio.io/v1" | "networking.istio.io/v1beta1" | "networking.istio.io/v1alpha3"
-        ),
-    };
+    let (group, version) = api_version.rsplit_once('/').unwrap_or(("", api_version));
+    let known = group == config_kind.api_group()
+        && match group {
+            "networking.istio.io" => ISTIO_VERSIONS.contains(&version),
+            _ => version == "v1",
+        };
     known.then_some(config_kind)
 }
 

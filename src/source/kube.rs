@@ -51,7 +51,7 @@ use kube::runtime::WatchStreamExt as _;
 use kube::runtime::watcher::{self, Event};
 use tokio::sync::{mpsc, watch};
 
-use crate::config::parse::parse_json;
+use crate::config::parse::{ISTIO_VERSIONS, parse_json};
 use crate::config::{ConfigKey, ConfigKind, Problem, Severity, SourceRef};
 use crate::model::store::Write;
 use crate::model::{ChangeSet, ConfigStore};
@@ -113,20 +113,8 @@ pub async fn client(access: &KubeAccess) -> Result<kube::Client, KubeError> {
     Ok(kube::Client::try_from(config)?)
 }
 
-/// Istio's API group, and the versions read from it, most preferred first.
+/// Istio's API group.
 const ISTIO_GROUP: &str = "networking.istio.io";
-const ISTIO_VERSIONS: [&str; 3] = ["v1", "v1beta1", "v1alpha3"];
-
-/// The kinds of Istio's API group meshpush reads.
-const ISTIO_KINDS: [ConfigKind; 7] = [
-    ConfigKind::ServiceEntry,
-    ConfigKind::WorkloadEntry,
-    ConfigKind::VirtualService,
-    ConfigKind::DestinationRule,
-    ConfigKind::Gateway,
-    ConfigKind::Sidecar,
-    ConfigKind::WorkloadGroup,
-];
 
 /// The resources to watch: the core and discovery kinds always, and each
 /// Istio kind at the first version the server serves (none when Istio's
@@ -145,7 +133,7 @@ pub async fn resources(client: &kube::Client) -> Result<Vec<(ConfigKind, ApiReso
         }
         Err(e) => return Err(e.into()),
     };
-    for kind in ISTIO_KINDS {
+    for kind in ConfigKind::ALL.into_iter().filter(|kind| kind.api_group() == ISTIO_GROUP) {
         let served = istio.as_ref().and_then(|group| {
             ISTIO_VERSIONS.iter().find_map(|version| {
                 group.versioned_resources(version).into_iter().find(|(r, _)| r.kind == kind.as_str()).map(|(r, _)| r)
@@ -473,52 +461,52 @@ impl KindWatch {
     async fn apply_list(&mut self, listed: Vec<Parsed>) -> u64 {
         let mut writes = Vec::with_capacity(listed.len());
         let mut seen: HashMap<ConfigKey, Arc<str>> = HashMap::with_capacity(listed.len());
-        for parsed in listed {
-            self.report(&parsed);
-            if let Some(put) = parsed.put {
+        for Parsed { key, resource_version, put, problems } in listed {
+            self.report(&key, problems);
+            if let Some(put) = put {
                 writes.push(put);
-                seen.insert(parsed.key, parsed.resource_version);
-            } else if self.held.contains_key(&parsed.key) {
+                seen.insert(key, resource_version);
+            } else if self.held.contains_key(&key) {
                 // Broken now: the last good version stays.
-                seen.insert(parsed.key, parsed.resource_version);
+                seen.insert(key, resource_version);
             }
         }
-        let gone: BTreeMap<ConfigKey, ()> =
-            self.held.keys().filter(|key| !seen.contains_key(*key)).map(|key| (key.clone(), ())).collect();
-        for key in gone.keys() {
+        let gone: Vec<ConfigKey> = self.held.keys().filter(|key| !seen.contains_key(*key)).cloned().collect();
+        for key in &gone {
             self.status.set_problems(key, Vec::new());
         }
         if !gone.is_empty() {
             tracing::info!(kind = %self.kind, deleted = gone.len(), "objects gone from a relist are deleted");
         }
-        writes.extend(gone.into_keys().map(Write::Delete));
+        writes.extend(gone.into_iter().map(Write::Delete));
         self.held = seen;
         self.write(writes).await
     }
 
-    async fn apply_one(&mut self, parsed: Parsed) {
-        self.report(&parsed);
-        match parsed.put {
+    async fn apply_one(&mut self, Parsed { key, resource_version, put, problems }: Parsed) {
+        self.report(&key, problems);
+        match put {
             Some(put) => {
-                self.held.insert(parsed.key, parsed.resource_version);
+                self.held.insert(key, resource_version);
                 self.write(vec![put]).await;
             }
             None => {
-                if let Some(version) = self.held.get_mut(&parsed.key) {
-                    *version = parsed.resource_version;
+                if let Some(version) = self.held.get_mut(&key) {
+                    *version = resource_version;
                 }
             }
         }
     }
 
-    fn report(&self, parsed: &Parsed) {
-        for problem in &parsed.problems {
+    /// Logs an object's problems and makes them its current ones.
+    fn report(&self, key: &ConfigKey, problems: Vec<Problem>) {
+        for problem in &problems {
             match problem.severity {
                 Severity::Error => tracing::warn!("{problem}; the last good version stays served"),
                 Severity::Warning => tracing::info!("{problem}"),
             }
         }
-        self.status.set_problems(&parsed.key, parsed.problems.clone());
+        self.status.set_problems(key, problems);
     }
 
     /// One atomic write; its change set goes down the channel in store

@@ -44,6 +44,26 @@ spec:
     )
 }
 
+/// The ledger service on `port` in namespace `shop`, its pods ledger-v1
+/// and ledger-v2 at `NET.2` and `NET.3` with their subsets: the documents,
+/// and the backends (name, address) that play the pods.
+fn ledger(net: &str, port: u16) -> (Vec<String>, Vec<(String, String)>) {
+    let ip = |host: u8| format!("{net}.{host}");
+    let documents = vec![
+        service("shop", "ledger", port),
+        pod("shop", "ledger-v1", &ip(2), &[("app", "ledger"), ("version", "v1")], port),
+        pod("shop", "ledger-v2", &ip(3), &[("app", "ledger"), ("version", "v2")], port),
+        subsets("shop", "ledger", &["v1", "v2"]),
+    ];
+    let backends =
+        vec![("ledger-v1".into(), format!("{}:{port}", ip(2))), ("ledger-v2".into(), format!("{}:{port}", ip(3)))];
+    (documents, backends)
+}
+
+fn borrowed(pairs: &[(String, String)]) -> Vec<(&str, &str)> {
+    pairs.iter().map(|(a, b)| (a.as_str(), b.as_str())).collect()
+}
+
 /// `Ok` when every Envoy's ADS stream is up (`connected`) or down.
 fn all_connected(scene: &Scene, connected: bool) -> Result<(), String> {
     let states: Vec<(String, bool)> = scene.envoys().iter().map(|e| (e.name().to_string(), e.connected())).collect();
@@ -67,17 +87,11 @@ fn envoys_serve_through_a_control_plane_crash_and_resync_after_restart_over_delt
 fn crash_and_restart(port: u16, gateway_port: u16, delta: bool) {
     let net = format!("127.0.{}", port - 18000);
     let ip = |host: u8| format!("{net}.{host}");
-    let mesh = docs(&[
-        service("shop", "ledger", port),
-        pod("shop", "ledger-v1", &ip(2), &[("app", "ledger"), ("version", "v1")], port),
-        pod("shop", "ledger-v2", &ip(3), &[("app", "ledger"), ("version", "v2")], port),
-        subsets("shop", "ledger", &["v1", "v2"]),
-        gateway("istio-system", "edge", "edge", gateway_port, &["ledger.example.test"]),
-    ]);
-    let mut scene = Scene::start(
-        &[("mesh.yaml", &mesh), ("ledger-vs.yaml", &ledger_route("v1"))],
-        &[("ledger-v1", &format!("{}:{port}", ip(2))), ("ledger-v2", &format!("{}:{port}", ip(3)))],
-    );
+    let (mut documents, backends) = ledger(&net, port);
+    documents.push(gateway("istio-system", "edge", "edge", gateway_port, &["ledger.example.test"]));
+    let mesh = docs(&documents);
+    let mut scene =
+        Scene::start(&[("mesh.yaml", &mesh), ("ledger-vs.yaml", &ledger_route("v1"))], &borrowed(&backends));
     let mut opts = scene.sidecar(&sidecar_node(&ip(9), "client", "shop"), &[("app", "client")]);
     opts.delta = delta;
     scene.add_envoy("client", &opts);
@@ -157,16 +171,12 @@ fn crash_and_restart(port: u16, gateway_port: u16, delta: bool) {
 fn an_envoy_reconnects_after_the_maximum_connection_age_and_no_request_fails() {
     let port = 18141;
     let ip = |host: u8| format!("127.0.141.{host}");
-    let mesh = docs(&[
-        service("shop", "ledger", port),
-        pod("shop", "ledger-v1", &ip(2), &[("app", "ledger"), ("version", "v1")], port),
-        pod("shop", "ledger-v2", &ip(3), &[("app", "ledger"), ("version", "v2")], port),
-        subsets("shop", "ledger", &["v1", "v2"]),
-    ]);
+    let (documents, backends) = ledger("127.0.141", port);
+    let mesh = docs(&documents);
     let flags = ["--max-connection-age", "3s", "--max-connection-age-grace", "5s"];
     let mut scene = Scene::start_with(
         &[("mesh.yaml", &mesh), ("ledger-vs.yaml", &ledger_route("v1"))],
-        &[("ledger-v1", &format!("{}:{port}", ip(2))), ("ledger-v2", &format!("{}:{port}", ip(3)))],
+        &borrowed(&backends),
         |dir| support::meshpush::Meshpush::start_with_flags(dir, &flags),
     );
     let opts = scene.sidecar(&sidecar_node(&ip(9), "client", "shop"), &[("app", "client")]);
@@ -233,16 +243,10 @@ fn an_envoy_fails_over_to_another_replica_and_no_request_fails_over_delta() {
 fn replica_failover(port: u16, delta: bool) {
     let net = format!("127.0.{}", port - 18000);
     let ip = |host: u8| format!("{net}.{host}");
-    let mesh = docs(&[
-        service("shop", "ledger", port),
-        pod("shop", "ledger-v1", &ip(2), &[("app", "ledger"), ("version", "v1")], port),
-        pod("shop", "ledger-v2", &ip(3), &[("app", "ledger"), ("version", "v2")], port),
-        subsets("shop", "ledger", &["v1", "v2"]),
-    ]);
-    let mut scene = Scene::start(
-        &[("mesh.yaml", &mesh), ("ledger-vs.yaml", &ledger_route("v1"))],
-        &[("ledger-v1", &format!("{}:{port}", ip(2))), ("ledger-v2", &format!("{}:{port}", ip(3)))],
-    );
+    let (documents, backends) = ledger(&net, port);
+    let mesh = docs(&documents);
+    let mut scene =
+        Scene::start(&[("mesh.yaml", &mesh), ("ledger-vs.yaml", &ledger_route("v1"))], &borrowed(&backends));
     let mut other = support::meshpush::Meshpush::start(&scene.dir().path());
     let mut opts = scene.sidecar(&sidecar_node(&ip(9), "client", "shop"), &[("app", "client")]);
     opts.xds_addrs.push(other.xds_addr().to_string());

@@ -336,8 +336,6 @@ impl Drop for KubeApi {
     }
 }
 
-type Shared_ = Arc<Shared>;
-
 async fn version() -> Response {
     axum::Json(json!({
         "major": "1", "minor": "34", "gitVersion": "v1.34.0-meshpush-stand-in",
@@ -426,7 +424,7 @@ struct ListQuery {
 }
 
 async fn core_collection(
-    State(state): State<Shared_>,
+    State(state): State<Arc<Shared>>,
     Path((version, plural)): Path<(String, String)>,
     Query(query): Query<ListQuery>,
 ) -> Response {
@@ -434,7 +432,7 @@ async fn core_collection(
 }
 
 async fn core_namespaced_collection(
-    State(state): State<Shared_>,
+    State(state): State<Arc<Shared>>,
     Path((version, namespace, plural)): Path<(String, String, String)>,
     Query(query): Query<ListQuery>,
 ) -> Response {
@@ -442,7 +440,7 @@ async fn core_namespaced_collection(
 }
 
 async fn group_collection(
-    State(state): State<Shared_>,
+    State(state): State<Arc<Shared>>,
     Path((group, version, plural)): Path<(String, String, String)>,
     Query(query): Query<ListQuery>,
 ) -> Response {
@@ -450,7 +448,7 @@ async fn group_collection(
 }
 
 async fn group_namespaced_collection(
-    State(state): State<Shared_>,
+    State(state): State<Arc<Shared>>,
     Path((group, version, namespace, plural)): Path<(String, String, String, String)>,
     Query(query): Query<ListQuery>,
 ) -> Response {
@@ -458,21 +456,21 @@ async fn group_namespaced_collection(
 }
 
 async fn core_one(
-    State(state): State<Shared_>,
+    State(state): State<Arc<Shared>>,
     Path((version, namespace, plural, name)): Path<(String, String, String, String)>,
 ) -> Response {
     one(state, "", version, namespace, plural, name)
 }
 
 async fn core_cluster_one(
-    State(state): State<Shared_>,
+    State(state): State<Arc<Shared>>,
     Path((version, plural, name)): Path<(String, String, String)>,
 ) -> Response {
     one(state, "", version, String::new(), plural, name)
 }
 
 async fn group_one(
-    State(state): State<Shared_>,
+    State(state): State<Arc<Shared>>,
     Path((group, version, namespace, plural, name)): Path<(String, String, String, String, String)>,
 ) -> Response {
     one(state, &group, version, namespace, plural, name)
@@ -485,7 +483,7 @@ fn at_version(mut object: Value, r: &Resource, version: &str) -> Value {
     object
 }
 
-fn one(state: Shared_, group: &str, version: String, namespace: String, plural: String, name: String) -> Response {
+fn one(state: Arc<Shared>, group: &str, version: String, namespace: String, plural: String, name: String) -> Response {
     let Some(r) = resource_by_plural(group, &plural).filter(|r| r.versions.contains(&version.as_str())) else {
         return not_found(&format!("{group}/{version} {plural}"));
     };
@@ -504,7 +502,7 @@ fn one(state: Shared_, group: &str, version: String, namespace: String, plural: 
 }
 
 async fn collection(
-    state: Shared_,
+    state: Arc<Shared>,
     group: &str,
     version: String,
     namespace: Option<String>,
@@ -564,7 +562,7 @@ async fn collection(
 }
 
 fn watch(
-    state: Shared_,
+    state: Arc<Shared>,
     r: &'static Resource,
     version: String,
     namespace: Option<String>,
@@ -641,10 +639,10 @@ fn watch(
 }
 
 /// Counts a watch stream as open while it lives.
-struct OpenWatch(Shared_);
+struct OpenWatch(Arc<Shared>);
 
 impl OpenWatch {
-    fn new(state: Shared_) -> OpenWatch {
+    fn new(state: Arc<Shared>) -> OpenWatch {
         state.watching.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
         OpenWatch(state)
     }
