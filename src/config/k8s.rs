@@ -1,4 +1,4 @@
-//! Kubernetes kinds: `v1 Service`, `v1 Pod`, `discovery.k8s.io/v1 EndpointSlice`.
+//! Kubernetes kinds: `v1 Service`, `v1 Pod`, `v1 Node`, `discovery.k8s.io/v1 EndpointSlice`.
 //!
 //! Only the fields that decide Envoy configuration are modelled; others are
 //! accepted and ignored (the parser reports them at debug level).
@@ -82,7 +82,7 @@ pub struct PodSpec {
     pub service_account_name: Option<String>,
     /// Containers, for named target ports.
     pub containers: Vec<Container>,
-    /// Node name (unused for routing, kept for display).
+    /// The Node the Pod runs on: its labels give the Pod's locality.
     pub node_name: Option<String>,
 }
 
@@ -117,6 +117,66 @@ pub struct PodStatus {
     pub phase: Option<String>,
 }
 
+/// `v1 Node`: only its labels are read, for the locality of its Pods.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct Node {
+    /// Metadata; the topology labels below are read from here.
+    pub metadata: ObjectMeta,
+}
+
+/// A Node's region.
+pub const REGION_LABEL: &str = "topology.kubernetes.io/region";
+/// A Node's region, as Kubernetes before 1.17 labelled it (read when the
+/// current label is absent, as Istio does).
+pub const REGION_LABEL_BETA: &str = "failure-domain.beta.kubernetes.io/region";
+/// A Node's zone.
+pub const ZONE_LABEL: &str = "topology.kubernetes.io/zone";
+/// A Node's zone, the old label.
+pub const ZONE_LABEL_BETA: &str = "failure-domain.beta.kubernetes.io/zone";
+/// A Node's subzone (Istio's own label).
+pub const SUBZONE_LABEL: &str = "topology.istio.io/subzone";
+/// A workload's own locality, overriding its Node's: `region/zone/subzone`
+/// (or with `.` between the parts, since label values cannot hold `/`).
+pub const LOCALITY_LABEL: &str = "topology.istio.io/locality";
+/// The older name of [`LOCALITY_LABEL`].
+pub const LOCALITY_LABEL_OLD: &str = "istio-locality";
+
+impl Node {
+    /// The locality of the Node's Pods, as Istio reads it: region, zone
+    /// and subzone labels (the current ones first, then the beta ones),
+    /// `region/zone/subzone`; empty when the Node has none of them.
+    pub fn locality(&self) -> String {
+        let labels = &self.metadata.labels;
+        let get = |label: &str, fallback: Option<&str>| {
+            labels
+                .get(label)
+                .filter(|v| !v.is_empty())
+                .or_else(|| fallback.and_then(|f| labels.get(f)))
+                .map(String::as_str)
+                .unwrap_or("")
+        };
+        let region = get(REGION_LABEL, Some(REGION_LABEL_BETA));
+        let zone = get(ZONE_LABEL, Some(ZONE_LABEL_BETA));
+        let subzone = get(SUBZONE_LABEL, None);
+        if region.is_empty() && zone.is_empty() && subzone.is_empty() {
+            return String::new();
+        }
+        format!("{region}/{zone}/{subzone}")
+    }
+}
+
+/// A workload's locality from its own labels ([`LOCALITY_LABEL`], then
+/// [`LOCALITY_LABEL_OLD`]), with `.` read as `/` when the value has no
+/// `/`; `None` when it has neither label.
+pub fn locality_label(labels: &BTreeMap<String, String>) -> Option<String> {
+    let value = labels.get(LOCALITY_LABEL).or_else(|| labels.get(LOCALITY_LABEL_OLD))?;
+    if value.is_empty() {
+        return None;
+    }
+    Some(if value.contains('/') { value.clone() } else { value.replace('.', "/") })
+}
+
 /// `discovery.k8s.io/v1 EndpointSlice`.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", default)]
@@ -144,7 +204,8 @@ pub struct SliceEndpoint {
     pub conditions: SliceConditions,
     /// The backing object, when it is a Pod (its labels are then used).
     pub target_ref: Option<ObjectReference>,
-    /// Zone, for locality.
+    /// Zone. Read but not used, as in Istio: an endpoint's locality is its
+    /// Pod's (from the Pod's Node).
     pub zone: Option<String>,
 }
 

@@ -39,6 +39,8 @@ pub enum ConfigKind {
     Pod,
     /// `discovery.k8s.io/v1 EndpointSlice`.
     EndpointSlice,
+    /// `v1 Node` (cluster-scoped): the locality of the Pods on it.
+    Node,
     /// `networking.istio.io ServiceEntry`.
     ServiceEntry,
     /// `networking.istio.io WorkloadEntry`.
@@ -57,10 +59,11 @@ pub enum ConfigKind {
 
 impl ConfigKind {
     /// Every kind, in a fixed order.
-    pub const ALL: [ConfigKind; 10] = [
+    pub const ALL: [ConfigKind; 11] = [
         ConfigKind::Service,
         ConfigKind::Pod,
         ConfigKind::EndpointSlice,
+        ConfigKind::Node,
         ConfigKind::ServiceEntry,
         ConfigKind::WorkloadEntry,
         ConfigKind::VirtualService,
@@ -76,6 +79,7 @@ impl ConfigKind {
             ConfigKind::Service => "Service",
             ConfigKind::Pod => "Pod",
             ConfigKind::EndpointSlice => "EndpointSlice",
+            ConfigKind::Node => "Node",
             ConfigKind::ServiceEntry => "ServiceEntry",
             ConfigKind::WorkloadEntry => "WorkloadEntry",
             ConfigKind::VirtualService => "VirtualService",
@@ -90,16 +94,23 @@ impl ConfigKind {
     /// `networking.istio.io`.
     pub fn api_group(self) -> &'static str {
         match self {
-            ConfigKind::Service | ConfigKind::Pod => "",
+            ConfigKind::Service | ConfigKind::Pod | ConfigKind::Node => "",
             ConfigKind::EndpointSlice => "discovery.k8s.io",
             _ => "networking.istio.io",
         }
     }
 
+    /// Kinds whose objects belong to no namespace (their keys' namespace is
+    /// empty).
+    pub fn is_cluster_scoped(self) -> bool {
+        self == ConfigKind::Node
+    }
+
     /// Kinds that only move endpoints: a change to one of these can take the
-    /// fast lane (no debounce wait, only the endpoint index is rebuilt).
+    /// fast lane (no debounce wait, only the endpoint index is rebuilt). A
+    /// Node's labels give its Pods' endpoints their locality.
     pub fn is_endpoint_kind(self) -> bool {
-        matches!(self, ConfigKind::Pod | ConfigKind::EndpointSlice | ConfigKind::WorkloadEntry)
+        matches!(self, ConfigKind::Pod | ConfigKind::EndpointSlice | ConfigKind::WorkloadEntry | ConfigKind::Node)
     }
 }
 
@@ -183,6 +194,8 @@ pub enum ConfigObject {
     Pod(k8s::Pod),
     /// `discovery.k8s.io/v1 EndpointSlice`.
     EndpointSlice(k8s::EndpointSlice),
+    /// `v1 Node`.
+    Node(k8s::Node),
     /// Istio ServiceEntry.
     ServiceEntry(istio::ServiceEntry),
     /// Istio WorkloadEntry.
@@ -206,6 +219,7 @@ impl ConfigObject {
             ConfigObject::Service(_) => ConfigKind::Service,
             ConfigObject::Pod(_) => ConfigKind::Pod,
             ConfigObject::EndpointSlice(_) => ConfigKind::EndpointSlice,
+            ConfigObject::Node(_) => ConfigKind::Node,
             ConfigObject::ServiceEntry(_) => ConfigKind::ServiceEntry,
             ConfigObject::WorkloadEntry(_) => ConfigKind::WorkloadEntry,
             ConfigObject::VirtualService(_) => ConfigKind::VirtualService,
@@ -222,6 +236,7 @@ impl ConfigObject {
             ConfigObject::Service(o) => &o.metadata,
             ConfigObject::Pod(o) => &o.metadata,
             ConfigObject::EndpointSlice(o) => &o.metadata,
+            ConfigObject::Node(o) => &o.metadata,
             ConfigObject::ServiceEntry(o) => &o.metadata,
             ConfigObject::WorkloadEntry(o) => &o.metadata,
             ConfigObject::VirtualService(o) => &o.metadata,
@@ -232,9 +247,11 @@ impl ConfigObject {
         }
     }
 
-    /// The key this object is stored under.
+    /// The key this object is stored under (with an empty namespace for a
+    /// cluster-scoped kind).
     pub fn key(&self) -> ConfigKey {
         let meta = self.meta();
-        ConfigKey::new(self.kind(), meta.namespace(), &meta.name)
+        let kind = self.kind();
+        ConfigKey::new(kind, if kind.is_cluster_scoped() { "" } else { meta.namespace() }, &meta.name)
     }
 }

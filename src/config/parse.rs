@@ -185,6 +185,7 @@ impl FileReader {
             ConfigKind::EndpointSlice => {
                 typed::<k8s::EndpointSlice>(value, &mut ignored).map(ConfigObject::EndpointSlice)
             }
+            ConfigKind::Node => typed::<k8s::Node>(value, &mut ignored).map(ConfigObject::Node),
             ConfigKind::ServiceEntry => {
                 typed::<istio::ServiceEntry>(value, &mut ignored).map(ConfigObject::ServiceEntry)
             }
@@ -330,7 +331,7 @@ fn config_kind(api_version: &str, kind: &str) -> Option<ConfigKind> {
 
 fn expected_api_versions(kind: ConfigKind) -> &'static str {
     match kind {
-        ConfigKind::Service | ConfigKind::Pod => "v1",
+        ConfigKind::Service | ConfigKind::Pod | ConfigKind::Node => "v1",
         ConfigKind::EndpointSlice => "discovery.k8s.io/v1",
         _ => "networking.istio.io/v1, v1beta1 or v1alpha3",
     }
@@ -341,7 +342,8 @@ fn peek_key(kind: ConfigKind, map: &Mapping) -> Option<ConfigKey> {
     let metadata = map.get("metadata")?;
     let name = metadata.get("name")?.as_str().filter(|n| !n.is_empty())?;
     let namespace = metadata.get("namespace").and_then(Value::as_str).filter(|n| !n.is_empty());
-    Some(ConfigKey::new(kind, namespace.unwrap_or("default"), name))
+    let namespace = if kind.is_cluster_scoped() { "" } else { namespace.unwrap_or("default") };
+    Some(ConfigKey::new(kind, namespace, name))
 }
 
 struct TypeError {

@@ -45,6 +45,8 @@ pub fn validate(object: &ConfigObject) -> Vec<FieldError> {
         ConfigObject::Service(o) => k8s::service(&mut check, o),
         ConfigObject::Pod(o) => k8s::pod(&mut check, o),
         ConfigObject::EndpointSlice(o) => k8s::endpoint_slice(&mut check, o),
+        // Labels are all a Node has that meshpush reads; any value is valid.
+        ConfigObject::Node(_) => {}
         ConfigObject::ServiceEntry(o) => istio::service_entry(&mut check, o),
         ConfigObject::WorkloadEntry(o) => istio::workload_entry(&mut check, o),
         ConfigObject::VirtualService(o) => virtual_service::virtual_service(&mut check, o),

@@ -1,7 +1,8 @@
 //! `Locality`: where a proxy or an endpoint runs — `region/zone/subzone`.
 //!
 //! Endpoints carry theirs from a WorkloadEntry, a ServiceEntry endpoint or
-//! an EndpointSlice zone; proxies from Envoy's `node.locality`. Locality
+//! their Pod (its Node's topology labels); proxies from their Pod, else
+//! Envoy's `node.locality`. Locality
 //! load balancing compares the two as Istio does: [`Locality::priority_of`]
 //! ranks an endpoint's locality by how much of it the proxy shares, and
 //! [`Locality::matches`] reads the `from`/`to` patterns of a

@@ -60,7 +60,10 @@ pub fn affected_types(kind: ConfigKind) -> TypeSet {
     match kind {
         // Services and Sidecars change what a scope sees: everything.
         ConfigKind::Service | ConfigKind::ServiceEntry | ConfigKind::Sidecar => TypeSet::ALL,
-        ConfigKind::Pod | ConfigKind::EndpointSlice | ConfigKind::WorkloadEntry => TypeSet::of(&[Endpoint]),
+        // A Node's labels are its Pods' locality.
+        ConfigKind::Pod | ConfigKind::EndpointSlice | ConfigKind::WorkloadEntry | ConfigKind::Node => {
+            TypeSet::of(&[Endpoint])
+        }
         // HTTP routes live in RDS, TCP routes in listeners.
         ConfigKind::VirtualService => TypeSet::of(&[Listener, Route]),
         // Cluster policy, subset endpoints, and hash policies on routes.
@@ -169,7 +172,8 @@ impl PushContext {
         let kinds: BTreeSet<ConfigKind> = request.keys.iter().map(|k| k.kind).collect();
         let changed = |k: ConfigKind| kinds.contains(&k);
         let services_changed = changed(ConfigKind::Service) || changed(ConfigKind::ServiceEntry);
-        let workloads_changed = changed(ConfigKind::Pod) || changed(ConfigKind::WorkloadEntry);
+        let workloads_changed =
+            changed(ConfigKind::Pod) || changed(ConfigKind::WorkloadEntry) || changed(ConfigKind::Node);
 
         let services = if services_changed { Arc::new(ServiceIndex::build(&store)) } else { prev.services.clone() };
         let workloads = if workloads_changed {
@@ -203,7 +207,16 @@ impl PushContext {
             let old = prev.store.get(key).map(|s| &s.object);
             let new = store.get(key).map(|s| &s.object);
             for object in [old, new].into_iter().flatten() {
-                affected_hosts(object, &prev.services, &services, &mut changes.dirty_hosts);
+                affected_hosts(object, &prev.store, &prev.services, &services, &mut changes.dirty_hosts);
+            }
+            // A Node moves the endpoints of the services selecting its Pods.
+            if key.kind == ConfigKind::Node {
+                for pod in prev.workloads.on_node(&key.name).filter_map(|k| prev.workloads.get(k)) {
+                    for index in [&prev.services, &services] {
+                        let selecting = index.selecting(&pod.namespace, &pod.labels);
+                        changes.dirty_hosts.extend(selecting.into_iter().map(|s| s.hostname.clone()));
+                    }
+                }
             }
             // A delegate has no hosts: its roots' hosts are what changed.
             let is_delegate = |o: Option<&ConfigObject>| matches!(o, Some(ConfigObject::VirtualService(vs)) if vs.spec.hosts.is_empty());
@@ -355,7 +368,13 @@ impl PushContext {
 }
 
 /// Adds the hosts an object (one version of it) affects.
-fn affected_hosts(object: &ConfigObject, old: &ServiceIndex, new: &ServiceIndex, out: &mut HashSet<Hostname>) {
+fn affected_hosts(
+    object: &ConfigObject,
+    store: &StoreSnapshot,
+    old: &ServiceIndex,
+    new: &ServiceIndex,
+    out: &mut HashSet<Hostname>,
+) {
     let ns = object.meta().namespace();
     let mut add_matching = |pattern: &str| {
         for index in [old, new] {
@@ -391,13 +410,17 @@ fn affected_hosts(object: &ConfigObject, old: &ServiceIndex, new: &ServiceIndex,
             }
         }
         ConfigObject::Pod(_) | ConfigObject::WorkloadEntry(_) => {
-            if let Some(w) = Workload::from_object(object) {
+            if let Some(w) = Workload::from_object(object, store) {
                 for index in [old, new] {
                     out.extend(index.selecting(&w.namespace, &w.labels).into_iter().map(|s| s.hostname.clone()));
                 }
             }
         }
-        ConfigObject::Gateway(_) | ConfigObject::Sidecar(_) | ConfigObject::WorkloadGroup(_) => {}
+        // A Node's Pods are found through the workload index (`next`).
+        ConfigObject::Node(_)
+        | ConfigObject::Gateway(_)
+        | ConfigObject::Sidecar(_)
+        | ConfigObject::WorkloadGroup(_) => {}
     }
 }
 
@@ -472,5 +495,64 @@ mod tests {
         assert!(pushed.full && pushed.rescope && pushed.types == TypeSet::ALL);
         assert!(next.scope(scope.id).is_none(), "what scopes see changed: none is carried over");
         assert_eq!(next.scope_for(&productpage()).id, scope.id, "the same key keeps its id");
+    }
+
+    #[test]
+    fn a_node_relabelled_moves_the_locality_of_exactly_its_pods() {
+        let store = crate::model::ConfigStore::new();
+        store.apply(bookinfo::puts(
+            "apiVersion: v1\nkind: Service\nmetadata: {name: ledger, namespace: shop}\n\
+             spec: {selector: {app: ledger}, ports: [{name: http, port: 9080}]}\n---\n\
+             apiVersion: v1\nkind: Node\nmetadata: {name: worker-1, labels: {topology.kubernetes.io/region: us-east, \
+             topology.kubernetes.io/zone: us-east-1a}}\n---\n\
+             apiVersion: v1\nkind: Node\nmetadata: {name: worker-2, labels: {failure-domain.beta.kubernetes.io/region: eu, \
+             failure-domain.beta.kubernetes.io/zone: eu-1, topology.istio.io/subzone: rack-9}}\n---\n\
+             apiVersion: v1\nkind: Pod\nmetadata: {name: a, namespace: shop, labels: {app: ledger}}\n\
+             spec: {nodeName: worker-1}\nstatus: {podIP: 10.0.0.1}\n---\n\
+             apiVersion: v1\nkind: Pod\nmetadata: {name: b, namespace: shop, labels: {app: ledger}}\n\
+             spec: {nodeName: worker-2}\nstatus: {podIP: 10.0.0.2}\n---\n\
+             apiVersion: v1\nkind: Pod\nmetadata: {name: c, namespace: shop, labels: {app: ledger, istio-locality: ap.ap-1}}\n\
+             spec: {nodeName: worker-1}\nstatus: {podIP: 10.0.0.3}\n---\n\
+             apiVersion: v1\nkind: Pod\nmetadata: {name: d, namespace: shop, labels: {app: ledger}}\n\
+             spec: {nodeName: gone}\nstatus: {podIP: 10.0.0.4}\n",
+        ));
+        let localities = |ctx: &PushContext| -> Vec<(String, String)> {
+            let endpoints = ctx.endpoints.get("ledger.shop.svc.cluster.local").expect("ledger has endpoints");
+            endpoints.endpoints.iter().map(|e| (e.address.to_string(), e.locality.to_string())).collect()
+        };
+        let prev = PushContext::build(store.snapshot(), 1, Arc::new(ScopeInterner::default()));
+        let pairs =
+            |list: &[(&str, &str)]| list.iter().map(|(a, l)| (a.to_string(), l.to_string())).collect::<Vec<_>>();
+        assert_eq!(
+            localities(&prev),
+            pairs(&[
+                ("10.0.0.1", "us-east/us-east-1a/"),
+                ("10.0.0.2", "eu/eu-1/rack-9"),
+                ("10.0.0.3", "ap/ap-1"),
+                ("10.0.0.4", ""),
+            ]),
+            "the Node's labels (current, then beta), the Pod's own label first, nothing for an unknown Node"
+        );
+
+        let changes = store.apply(bookinfo::puts(
+            "apiVersion: v1\nkind: Node\nmetadata: {name: worker-1, labels: {topology.kubernetes.io/region: us-west, \
+             topology.kubernetes.io/zone: us-west-2b}}\n",
+        ));
+        let request = PushRequest::new(changes);
+        assert!(request.is_endpoint_only(), "a Node change takes the endpoint lane");
+        let (next, pushed) = PushContext::next(&prev, store.snapshot(), &request);
+        assert_eq!(
+            localities(&next),
+            pairs(&[
+                ("10.0.0.1", "us-west/us-west-2b/"),
+                ("10.0.0.2", "eu/eu-1/rack-9"),
+                ("10.0.0.3", "ap/ap-1"),
+                ("10.0.0.4", ""),
+            ])
+        );
+        assert!(pushed.endpoint_hosts.contains("ledger.shop.svc.cluster.local"));
+        assert_eq!(pushed.types, TypeSet::of(&[TypeUrl::Endpoint]));
+        let rebuilt = PushContext::build(store.snapshot(), 1, Arc::new(ScopeInterner::default()));
+        assert_eq!(localities(&next), localities(&rebuilt), "the incremental index agrees with a fresh build");
     }
 }

@@ -24,8 +24,8 @@ use serde::Serialize;
 
 use super::PushContext;
 use super::index::ResolvedGateway;
-use crate::config::ConfigKey;
 use crate::config::istio::{self, ConnectionPoolSettings};
+use crate::config::{ConfigKey, ConfigKind};
 use crate::model::{Hostname, InterceptionMode, Locality, Protocol, Proxy, ProxyKind, Service, host};
 
 /// Interned [`ScopeKey`].
@@ -132,10 +132,20 @@ pub struct EndpointView {
 }
 
 /// The endpoint view of `proxy` in `ctx`; `None` when no rule needs one.
+///
+/// The proxy's locality is its Pod's, as Istio takes it from the registry
+/// first (the Pod's Node, or its locality label); Envoy's `node.locality`
+/// when the Pod is not known or has none.
 pub fn endpoint_view(ctx: &PushContext, proxy: &Proxy) -> Option<Arc<EndpointView>> {
     if !ctx.destination_rules.locality_aware() {
         return None;
     }
+    let locality = proxy
+        .workload
+        .split_once('.')
+        .and_then(|(pod, namespace)| ctx.workloads.get(&ConfigKey::new(ConfigKind::Pod, namespace, pod)))
+        .filter(|pod| !pod.locality.is_empty())
+        .map_or_else(|| proxy.locality.clone(), |pod| Locality::parse(&pod.locality));
     let labels: BTreeMap<String, String> = ctx
         .destination_rules
         .failover_labels()
@@ -143,8 +153,8 @@ pub fn endpoint_view(ctx: &PushContext, proxy: &Proxy) -> Option<Arc<EndpointVie
         .filter_map(|l| proxy.labels.get(l).map(|v| (l.clone(), v.clone())))
         .collect();
     let listed: Vec<String> = labels.iter().map(|(k, v)| format!("{k}={v}")).collect();
-    let key = format!("{}|{}", proxy.locality, listed.join(","));
-    Some(Arc::new(EndpointView { locality: proxy.locality.clone(), labels, key: key.into() }))
+    let key = format!("{locality}|{}", listed.join(","));
+    Some(Arc::new(EndpointView { locality, labels, key: key.into() }))
 }
 
 /// Hands out [`ScopeId`]s and [`InboundId`]s; shared by every `PushContext` of a server.

@@ -11,7 +11,7 @@
 //!
 //! | kind | API | version |
 //! |---|---|---|
-//! | Service, Pod | core | `v1` |
+//! | Service, Pod, Node | core | `v1` |
 //! | EndpointSlice | `discovery.k8s.io` | `v1` |
 //! | ServiceEntry, WorkloadEntry, VirtualService, DestinationRule, Gateway, Sidecar, WorkloadGroup | `networking.istio.io` | the first the server serves of `v1`, `v1beta1`, `v1alpha3` |
 //!
@@ -24,15 +24,17 @@
 //!   `/debug/configz` and in the log, and the last good version of it stays
 //!   served (as a broken file keeps what it defined); its deletion deletes it.
 //! * Nothing of a watch is kept but the objects meshpush models (a Pod's
-//!   labels, IP and service account, not its spec) and each key's resource
-//!   version: the watcher's events are parsed as they arrive.
+//!   labels, IP, Node and service account, not its spec; a Node's labels)
+//!   and each key's resource version: the watcher's events are parsed as
+//!   they arrive.
 //! * Namespace selection, as MeshConfig's `discoverySelectors`: with
 //!   selectors, a watcher of Namespaces keeps the set of namespaces whose
 //!   labels match any of them, and only objects in those namespaces are
 //!   read. When the set changes (a namespace relabelled, created, deleted)
 //!   every kind's watcher lists again, so a namespace that joins brings
 //!   its objects and one that leaves takes them away; nothing of an
-//!   unselected namespace is kept.
+//!   unselected namespace is kept. Nodes belong to no namespace: all are
+//!   read.
 //! * [`KubeStatus::wait_synced`] resolves once every watcher's first list is
 //!   applied, with the store revision that holds them all: `serve` is not
 //!   ready before that is published, as istiod waits for its informers.
@@ -123,6 +125,7 @@ pub async fn resources(client: &kube::Client) -> Result<Vec<(ConfigKind, ApiReso
     let mut resources = vec![
         (ConfigKind::Service, core("Service", "services")),
         (ConfigKind::Pod, core("Pod", "pods")),
+        (ConfigKind::Node, core("Node", "nodes")),
         (ConfigKind::EndpointSlice, resource("discovery.k8s.io", "v1", "EndpointSlice", "endpointslices")),
     ];
     let istio = match kube::discovery::group(client, ISTIO_GROUP).await {
@@ -374,8 +377,10 @@ impl KindWatch {
         selected: Option<&BTreeSet<String>>,
     ) {
         let mut events = std::pin::pin!(events);
+        let cluster_scoped = self.kind.is_cluster_scoped();
         let wanted = |object: &DynamicObject| {
-            selected.is_none_or(|set| object.metadata.namespace.as_ref().is_some_and(|ns| set.contains(ns)))
+            cluster_scoped
+                || selected.is_none_or(|set| object.metadata.namespace.as_ref().is_some_and(|ns| set.contains(ns)))
         };
         // The objects of a list in progress, applied together at its end.
         let mut listing: Option<Vec<Parsed>> = None;
@@ -418,13 +423,18 @@ impl KindWatch {
 
     fn key_of(&self, object: &DynamicObject) -> ConfigKey {
         let namespace = object.metadata.namespace.as_deref().filter(|n| !n.is_empty()).unwrap_or("default");
+        let namespace = if self.kind.is_cluster_scoped() { "" } else { namespace };
         ConfigKey::new(self.kind, namespace, object.metadata.name.as_deref().unwrap_or_default())
     }
 
     fn parse(&self, mut object: DynamicObject) -> Parsed {
         let key = self.key_of(&object);
         let resource_version: Arc<str> = object.metadata.resource_version.as_deref().unwrap_or_default().into();
-        let label = format!("k8s:{}/{}/{}@{}", self.kind, key.namespace, key.name, resource_version);
+        let label = if key.namespace.is_empty() {
+            format!("k8s:{}/{}@{}", self.kind, key.name, resource_version)
+        } else {
+            format!("k8s:{}/{}/{}@{}", self.kind, key.namespace, key.name, resource_version)
+        };
         // List items carry no apiVersion and kind: the resource says them.
         object.types = Some(kube::api::TypeMeta {
             api_version: self.resource.api_version.clone(),

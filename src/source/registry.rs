@@ -250,7 +250,11 @@ fn prepare(request: &ApplyRequest) -> Result<Batch, Vec<ObjectProblem>> {
             refused.push(problem("has no name".into()));
             continue;
         }
-        let namespace = if delete.namespace.is_empty() { "default" } else { &delete.namespace };
+        let namespace = match &*delete.namespace {
+            _ if kind.is_cluster_scoped() => "",
+            "" => "default",
+            namespace => namespace,
+        };
         let key = ConfigKey::new(kind, namespace, &delete.name);
         if let Some(put) = put_at.get(&key) {
             refused.push(problem(format!("puts[{put}] puts the same object; put or delete it, not both")));

@@ -4,7 +4,9 @@
 //! an EndpointSlice gains a ready endpoint, a VirtualService is edited, an
 //! endpoint turns not-ready, a change is made while the API server is down
 //! (its watches answered 410 Gone after), and an invalid VirtualService is
-//! refused with the last good version kept. Not one request fails.
+//! refused with the last good version kept. Not one request fails. The
+//! Pods' Nodes give their endpoints' locality, which Envoy shows; a Node
+//! relabelled moves it.
 //! Service port 18144, addresses 127.0.144.0/24.
 
 use crate::support;
@@ -53,6 +55,44 @@ fn route(subset: Option<&str>) -> String {
     )
 }
 
+/// A Node in `zone` of region `us-east`.
+fn node(name: &str, zone: &str) -> String {
+    format!(
+        "apiVersion: v1\nkind: Node\nmetadata:\n  name: {name}\n  labels:\n    \
+         topology.kubernetes.io/region: us-east\n    topology.kubernetes.io/zone: {zone}\n"
+    )
+}
+
+/// `pod` scheduled on `node`.
+fn pod_on(node: &str, name: &str, host: u8, version: &str) -> String {
+    pod("shop", name, &ip(host), &[("app", "ledger"), ("version", version)], PORT)
+        .replace("spec:\n", &format!("spec:\n  nodeName: {node}\n"))
+}
+
+/// The locality Envoy holds for each host of ledger's whole-service
+/// cluster: address → `region/zone/subzone`, from its `/clusters`.
+fn envoy_localities(envoy: &support::envoy::Envoy) -> Result<std::collections::BTreeMap<String, String>, String> {
+    let response = envoy.admin("/clusters?format=json");
+    let clusters: serde_json::Value = serde_json::from_str(&response.body).map_err(|e| format!("/clusters: {e}"))?;
+    let name = format!("outbound|{PORT}||ledger.shop.svc.cluster.local");
+    let cluster = clusters["cluster_statuses"]
+        .as_array()
+        .and_then(|all| all.iter().find(|c| c["name"] == name.as_str()))
+        .ok_or_else(|| format!("Envoy has no {name}"))?;
+    let hosts = cluster["host_statuses"].as_array().cloned().unwrap_or_default();
+    Ok(hosts
+        .iter()
+        .map(|h| {
+            let locality = &h["locality"];
+            let part = |k: &str| locality[k].as_str().unwrap_or("").to_string();
+            (
+                h["address"]["socket_address"]["address"].as_str().unwrap_or("?").to_string(),
+                format!("{}/{}/{}", part("region"), part("zone"), part("sub_zone")),
+            )
+        })
+        .collect())
+}
+
 #[test]
 fn envoy_follows_the_kubernetes_api_through_slices_edits_an_outage_and_a_bad_object() {
     let api = KubeApi::start();
@@ -60,7 +100,9 @@ fn envoy_follows_the_kubernetes_api_through_slices_edits_an_outage_and_a_bad_obj
     std::fs::write(kubeconfig.path(), api.kubeconfig()).unwrap();
     api.put("apiVersion: v1\nkind: Namespace\nmetadata: {name: shop}\n");
     api.put(&service("shop", "ledger", PORT));
-    api.put(&pod("shop", "ledger-v1", &ip(2), &[("app", "ledger"), ("version", "v1")], PORT));
+    api.put(&node("worker-a", "us-east-1a"));
+    api.put(&node("worker-b", "us-east-1b"));
+    api.put(&pod_on("worker-a", "ledger-v1", 2, "v1"));
     api.put(&slice(&[("ledger-v1", 2, true)]));
     api.put(&subsets("shop", "ledger", &["v1", "v2"]));
     api.put(&route(Some("v1")));
@@ -78,7 +120,7 @@ fn envoy_follows_the_kubernetes_api_through_slices_edits_an_outage_and_a_bad_obj
     let traffic = Traffic::start(request.clone());
 
     // A new Pod, ready in the slice; the route opened to the whole service.
-    api.put(&pod("shop", "ledger-v2", &ip(3), &[("app", "ledger"), ("version", "v2")], PORT));
+    api.put(&pod_on("worker-b", "ledger-v2", 3, "v2"));
     api.put(&slice(&[("ledger-v1", 2, true), ("ledger-v2", 3, true)]));
     api.put(&route(None));
     scene.wait(Duration::from_secs(10), "both pods to answer", Section::Endpoints, || {
@@ -88,6 +130,21 @@ fn envoy_follows_the_kubernetes_api_through_slices_edits_an_outage_and_a_bad_obj
         } else {
             Err(format!("answered by {seen:?}"))
         }
+    });
+
+    // Each endpoint is where its Pod's Node is; a Node relabelled moves
+    // the endpoints of its Pods, and only those.
+    let localities = |zone_b: &str| {
+        [(ip(2), "us-east/us-east-1a/".to_string()), (ip(3), format!("us-east/{zone_b}/"))].into_iter().collect()
+    };
+    scene.wait(Duration::from_secs(10), "Envoy to hold each endpoint's locality", Section::Endpoints, || {
+        let held = envoy_localities(scene.envoy("client"))?;
+        if held == localities("us-east-1b") { Ok(()) } else { Err(format!("Envoy holds {held:?}")) }
+    });
+    api.put(&node("worker-b", "us-east-1c"));
+    scene.wait(Duration::from_secs(10), "the relabelled Node's endpoint to move", Section::Endpoints, || {
+        let held = envoy_localities(scene.envoy("client"))?;
+        if held == localities("us-east-1c") { Ok(()) } else { Err(format!("Envoy holds {held:?}")) }
     });
 
     // ledger-v2 turns not-ready: no request goes to it any more.

@@ -270,17 +270,25 @@ fn discovery_selectors_read_only_the_namespaces_they_pick_as_labels_change() {
     api.put(&service_in("shop", "ledger"));
     api.put(&service_in("lab", "scratch"));
     api.put(&route("/v1"));
+    let node_revision =
+        api.put("apiVersion: v1\nkind: Node\nmetadata: {name: worker-1, labels: {topology.kubernetes.io/zone: a}}\n");
     let mesh = Meshpush::start_kube(kubeconfig.path(), &["--discovery-selector", "{matchLabels: {mesh: \"on\"}}"]);
     let objects = served(&mesh);
     assert!(objects.contains_key("Service/shop/ledger") && objects.contains_key("VirtualService/shop/ledger"));
     assert!(!objects.contains_key("Service/lab/scratch"), "an unselected namespace is not read: {objects:?}");
+    // A Node is in no namespace: the selectors do not filter it out.
+    assert_eq!(
+        objects.get("Node//worker-1").map(String::as_str),
+        Some(format!("k8s:Node/worker-1@{node_revision}").as_str()),
+        "{objects:?}"
+    );
 
     // lab joins, shop leaves: their objects follow.
     api.put(&namespace("lab", "mesh: \"on\""));
     api.put(&namespace("shop", "mesh: \"off\""));
     support::process::wait_until(Instant::now() + WAIT, "lab's objects in, shop's out", &[mesh.process()], || {
         let objects = served(&mesh);
-        let keys: Vec<&String> = objects.keys().collect();
+        let keys: Vec<&String> = objects.keys().filter(|k| !k.starts_with("Node/")).collect();
         if keys == ["Service/lab/scratch"] { Ok(()) } else { Err(format!("served {keys:?}")) }
     });
     // A change in an unselected namespace stays out.

@@ -21,6 +21,10 @@ addressType: IPv4
 endpoints: [{addresses: [10.0.0.5]}]
 ports: [{name: http, port: 9080}]
 ---
+apiVersion: v1
+kind: Node
+metadata: {name: worker-1, labels: {topology.kubernetes.io/region: us-east, topology.kubernetes.io/zone: us-east-1a}}
+---
 apiVersion: networking.istio.io/v1
 kind: ServiceEntry
 metadata: {name: httpbin}
@@ -97,12 +101,16 @@ fn a_file_with_every_kind_parses_into_typed_objects() {
     for (doc, (_, source)) in parsed.objects.iter().enumerate() {
         assert_eq!(*source, SourceRef { file: "bookinfo.yaml".into(), doc });
     }
-    let ConfigObject::VirtualService(vs) = &parsed.objects[5].0 else { panic!("not a VirtualService") };
+    let ConfigObject::VirtualService(vs) = &parsed.objects[6].0 else { panic!("not a VirtualService") };
     assert_eq!(vs.spec.http[0].route[1].weight, Some(25));
     assert_eq!(vs.spec.http[0].retries.as_ref().map(|r| r.attempts), Some(3));
     assert_eq!(vs.spec.http[0].timeout.map(|t| t.0), Some(std::time::Duration::from_secs(2)));
     // A document without a namespace lands in `default`.
-    assert_eq!(parsed.objects[3].0.key(), ConfigKey::new(ConfigKind::ServiceEntry, "default", "httpbin"));
+    assert_eq!(parsed.objects[4].0.key(), ConfigKey::new(ConfigKind::ServiceEntry, "default", "httpbin"));
+    // A Node belongs to no namespace; its labels are its Pods' locality.
+    let ConfigObject::Node(node) = &parsed.objects[3].0 else { panic!("not a Node") };
+    assert_eq!(parsed.objects[3].0.key(), ConfigKey::new(ConfigKind::Node, "", "worker-1"));
+    assert_eq!(node.locality(), "us-east/us-east-1a/");
 }
 
 const REVIEWS_VS: &str = r#"apiVersion: networking.istio.io/v1

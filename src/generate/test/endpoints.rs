@@ -117,6 +117,28 @@ fn outlier_detection_turns_on_locality_failover_as_in_istio() {
 }
 
 #[test]
+fn a_proxy_is_where_its_pod_is_before_what_its_envoy_says() {
+    // As Istio: the registry's locality (the Pod's Node) first, the
+    // bootstrap's node.locality only when the registry has none.
+    let rule = "apiVersion: networking.istio.io/v1\nkind: DestinationRule\nmetadata: {name: payments, namespace: default}\n\
+                spec:\n  host: payments.corp.internal\n  trafficPolicy: {outlierDetection: {consecutive5xxErrors: 1}}\n---\n\
+                apiVersion: v1\nkind: Node\nmetadata: {name: worker-eu, labels: {topology.kubernetes.io/region: eu-west, \
+                topology.kubernetes.io/zone: zone-b}}\n---\n\
+                apiVersion: v1\nkind: Pod\nmetadata: {name: client, namespace: default, labels: {app: client}}\n\
+                spec: {nodeName: worker-eu}\nstatus: {podIP: 10.9.9.9}\n";
+    let ctx = context(mesh_with(rule));
+    let view = view_at(&ctx, "us-east/zone-a/rack-9", &[]);
+    assert_eq!(view.locality, crate::model::Locality::parse("eu-west/zone-b"), "the Pod's Node, not node.locality");
+    let cla = eds::load_assignment(&ctx, "outbound|8443||payments.corp.internal", Some(&view)).unwrap();
+    assert_eq!(priorities(&cla), vec![("eu-west".into(), 0), ("us-east".into(), 1)]);
+    // A proxy whose Pod is not known keeps its Envoy's locality.
+    let mut stranger = proxy("sidecar~10.9.9.8~stranger.default~default.svc.cluster.local", "REDIRECT", &[]);
+    stranger.locality = crate::model::Locality::parse("us-east/zone-a");
+    let view = crate::push::scope::endpoint_view(&ctx, &stranger).unwrap();
+    assert_eq!(view.locality, crate::model::Locality::parse("us-east/zone-a"));
+}
+
+#[test]
 fn distribute_reweighs_localities_and_failover_priority_ranks_by_labels() {
     let rule = concat!(
         "apiVersion: networking.istio.io/v1\nkind: DestinationRule\nmetadata: {name: payments, namespace: default}\n",

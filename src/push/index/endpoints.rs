@@ -194,12 +194,14 @@ fn endpoints_of(
                             });
                         let labels = pod.map(|w| w.labels.clone()).unwrap_or_default();
                         let service_account = pod.and_then(|w| w.service_account.clone());
+                        // Istio takes the locality from the Pod (its Node), not the slice's zone.
+                        let locality = pod.map(|w| w.locality.clone()).unwrap_or_else(|| Arc::from(""));
                         push(
                             Endpoint {
                                 address: addr.as_str().into(),
                                 ports,
                                 labels,
-                                locality: ep.zone.clone().unwrap_or_default().into(),
+                                locality,
                                 weight: 1,
                                 service_account,
                             },

@@ -1,6 +1,12 @@
 //! `WorkloadIndex`: Pods and WorkloadEntries as one kind of thing — an address
 //! with labels — indexed by namespace and label so that selecting the
-//! workloads of a service does not scan every workload of the mesh.
+//! workloads of a service does not scan every workload of the mesh, and
+//! Pods by Node, so that a Node's new labels re-localise exactly its Pods.
+//!
+//! Locality, as Istio gives it: a workload's own `topology.istio.io/locality`
+//! (or `istio-locality`) label first; then a WorkloadEntry's `locality`
+//! field, or a Pod's Node's region, zone and subzone labels. A Pod whose
+//! Node is not known has none.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -21,8 +27,10 @@ pub struct Workload {
     pub labels: BTreeMap<String, String>,
     /// Named ports (container ports for Pods, `ports` for WorkloadEntries).
     pub named_ports: BTreeMap<String, u32>,
-    /// Locality.
+    /// Locality `region/zone/subzone` (empty when unknown).
     pub locality: Arc<str>,
+    /// The Node a Pod runs on.
+    pub node: Option<Arc<str>>,
     /// Weight (≥ 1).
     pub weight: u32,
     /// Service account.
@@ -37,20 +45,24 @@ impl Workload {
         selector.iter().all(|(k, v)| self.labels.get(k) == Some(v))
     }
 
-    /// Builds a workload from a Pod or WorkloadEntry; `None` for other kinds,
-    /// for Pods without an IP and for Pods that finished.
-    pub fn from_object(object: &ConfigObject) -> Option<Workload> {
+    /// Builds a workload from a Pod or WorkloadEntry, a Pod's locality from
+    /// its Node in `snapshot`; `None` for other kinds, for Pods without an
+    /// IP and for Pods that finished.
+    pub fn from_object(object: &ConfigObject, snapshot: &StoreSnapshot) -> Option<Workload> {
         match object {
-            ConfigObject::Pod(pod) => from_pod(pod),
+            ConfigObject::Pod(pod) => from_pod(pod, snapshot),
             ConfigObject::WorkloadEntry(we) => {
                 let ns = we.metadata.namespace();
+                let locality = we.spec.locality.clone().filter(|l| !l.is_empty());
+                let locality = locality.or_else(|| k8s::locality_label(&we.spec.labels)).unwrap_or_default();
                 Some(Workload {
                     key: ConfigKey::new(ConfigKind::WorkloadEntry, ns, &we.metadata.name),
                     namespace: ns.into(),
                     address: we.spec.address.as_str().into(),
                     labels: merged_labels(&we.metadata.labels, &we.spec.labels),
                     named_ports: we.spec.ports.clone(),
-                    locality: we.spec.locality.clone().unwrap_or_default().into(),
+                    locality: locality.into(),
+                    node: None,
                     weight: we.spec.weight.unwrap_or(1).max(1),
                     service_account: we.spec.service_account.as_deref().map(Arc::from),
                     is_workload_entry: true,
@@ -69,7 +81,7 @@ fn merged_labels(meta: &BTreeMap<String, String>, spec: &BTreeMap<String, String
     out
 }
 
-fn from_pod(pod: &k8s::Pod) -> Option<Workload> {
+fn from_pod(pod: &k8s::Pod, snapshot: &StoreSnapshot) -> Option<Workload> {
     let ip = pod.status.pod_ip.as_deref().filter(|ip| !ip.is_empty())?;
     if matches!(pod.status.phase.as_deref(), Some("Succeeded") | Some("Failed")) {
         return None;
@@ -82,13 +94,22 @@ fn from_pod(pod: &k8s::Pod) -> Option<Workload> {
         .flat_map(|c| c.ports.iter())
         .filter_map(|p| p.name.clone().map(|n| (n, p.container_port)))
         .collect();
+    let node = pod.spec.node_name.as_deref().filter(|n| !n.is_empty());
+    let locality = k8s::locality_label(&pod.metadata.labels).unwrap_or_else(|| {
+        let node = node.and_then(|name| snapshot.get(&ConfigKey::new(ConfigKind::Node, "", name)));
+        match node.map(|stored| &stored.object) {
+            Some(ConfigObject::Node(node)) => node.locality(),
+            _ => String::new(),
+        }
+    });
     Some(Workload {
         key: ConfigKey::new(ConfigKind::Pod, ns, &pod.metadata.name),
         namespace: ns.into(),
         address: ip.into(),
         labels: pod.metadata.labels.clone(),
         named_ports,
-        locality: Arc::from(""),
+        locality: locality.into(),
+        node: node.map(Arc::from),
         weight: 1,
         service_account: pod.spec.service_account_name.as_deref().map(Arc::from),
         is_workload_entry: false,
@@ -105,6 +126,8 @@ type LabelKey = (Arc<str>, String);
 pub struct WorkloadIndex {
     by_label: imbl::HashMap<LabelKey, imbl::OrdMap<ConfigKey, Arc<Workload>>>,
     by_key: imbl::OrdMap<ConfigKey, Arc<Workload>>,
+    /// Pods by the name of their Node.
+    by_node: imbl::HashMap<Arc<str>, imbl::OrdSet<ConfigKey>>,
 }
 
 impl WorkloadIndex {
@@ -113,7 +136,7 @@ impl WorkloadIndex {
         let mut index = WorkloadIndex::default();
         for kind in [ConfigKind::Pod, ConfigKind::WorkloadEntry] {
             for stored in snapshot.kind(kind).values() {
-                if let Some(w) = Workload::from_object(&stored.object) {
+                if let Some(w) = Workload::from_object(&stored.object, snapshot) {
                     index.insert(Arc::new(w));
                 }
             }
@@ -121,22 +144,36 @@ impl WorkloadIndex {
         index
     }
 
-    /// A copy of `self` with the workloads of `keys` re-read from `snapshot`.
+    /// A copy of `self` with the workloads of `keys` re-read from `snapshot`:
+    /// the Pods and WorkloadEntries named, and the Pods on the Nodes named.
     pub fn update<'a>(&self, snapshot: &StoreSnapshot, keys: impl IntoIterator<Item = &'a ConfigKey>) -> WorkloadIndex {
         let mut next = self.clone();
+        let mut reread: Vec<ConfigKey> = Vec::new();
         for key in keys {
-            if !matches!(key.kind, ConfigKind::Pod | ConfigKind::WorkloadEntry) {
-                continue;
+            match key.kind {
+                ConfigKind::Pod | ConfigKind::WorkloadEntry => reread.push(key.clone()),
+                ConfigKind::Node => reread.extend(self.on_node(&key.name).cloned()),
+                _ => {}
             }
+        }
+        for key in &reread {
             next.remove(key);
-            if let Some(w) = snapshot.get(key).and_then(|s| Workload::from_object(&s.object)) {
+            if let Some(w) = snapshot.get(key).and_then(|s| Workload::from_object(&s.object, snapshot)) {
                 next.insert(Arc::new(w));
             }
         }
         next
     }
 
+    /// The keys of the Pods on the Node `name`.
+    pub fn on_node<'a>(&'a self, name: &str) -> impl Iterator<Item = &'a ConfigKey> + 'a {
+        self.by_node.get(name).into_iter().flatten()
+    }
+
     fn insert(&mut self, w: Arc<Workload>) {
+        if let Some(node) = &w.node {
+            self.by_node.entry(node.clone()).or_default().insert(w.key.clone());
+        }
         for (k, v) in &w.labels {
             self.by_label
                 .entry((w.namespace.clone(), format!("{k}={v}")))
@@ -148,6 +185,14 @@ impl WorkloadIndex {
 
     fn remove(&mut self, key: &ConfigKey) {
         let Some(old) = self.by_key.remove(key) else { return };
+        if let Some(node) = &old.node
+            && let Some(pods) = self.by_node.get_mut(node)
+        {
+            pods.remove(key);
+            if pods.is_empty() {
+                self.by_node.remove(node);
+            }
+        }
         for (k, v) in &old.labels {
             let label = (old.namespace.clone(), format!("{k}={v}"));
             if let Some(set) = self.by_label.get_mut(&label) {

@@ -18,10 +18,11 @@ pub struct Placement {
     inbound: Option<(InboundId, InboundKey)>,
     scope: Option<Arc<Scope>>,
     version: u64,
-    /// The endpoint view, recomputed when the DestinationRules change.
+    /// The endpoint view, recomputed when the DestinationRules or the
+    /// workloads (a Pod's locality) change.
     view: Option<Arc<EndpointView>>,
-    /// The DestinationRule index `view` was computed from.
-    view_rules: usize,
+    /// The DestinationRule and workload indexes `view` was computed from.
+    view_inputs: (usize, usize),
 }
 
 impl Placement {
@@ -37,10 +38,10 @@ impl Placement {
             let (id, key) = self.key.as_ref().expect("set above");
             self.scope = Some(ctx.scope_of(*id, key));
             self.version = ctx.version;
-            let rules = Arc::as_ptr(&ctx.destination_rules) as usize;
-            if rules != self.view_rules {
+            let inputs = (Arc::as_ptr(&ctx.destination_rules) as usize, Arc::as_ptr(&ctx.workloads) as usize);
+            if inputs != self.view_inputs {
                 self.view = endpoint_view(ctx, proxy);
-                self.view_rules = rules;
+                self.view_inputs = inputs;
             }
         }
         self.scope.clone().expect("set above")
