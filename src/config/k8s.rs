@@ -33,6 +33,8 @@ pub struct ServiceSpec {
     /// `ClusterIP`, `NodePort`, `LoadBalancer` or `ExternalName`.
     #[serde(rename = "type")]
     pub service_type: Option<String>,
+    /// For `type: ExternalName`: the host this Service is another name of.
+    pub external_name: Option<String>,
 }
 
 /// One port of a Service.

@@ -4,7 +4,8 @@
 //! subset of the DestinationRule the scope's namespace sees. A cluster's
 //! discovery type follows the service's resolution (EDS for known IPs,
 //! STRICT_DNS with inline endpoints for DNS entries, ORIGINAL_DST for
-//! passthrough); its load balancer, circuit breakers, HTTP options and
+//! passthrough — EDS on a router, which has no original destination, as in
+//! Istio); an alias (`ExternalName`) has none of its own; its load balancer, circuit breakers, HTTP options and
 //! outlier detection follow the merged DestinationRule policy. Sidecars also
 //! get `inbound|port||` for each of their workload ports. `BlackHoleCluster`
 //! and `PassthroughCluster` are always there.
@@ -55,13 +56,14 @@ const MAX_RING_SIZE: u64 = 8_388_608;
 /// Every cluster a proxy of `scope` needs, sorted by name.
 pub fn clusters(ctx: &PushContext, scope: &Scope) -> Vec<Cluster> {
     let mut out = Vec::new();
-    for svc in &scope.services {
+    let router = scope.key.kind == ProxyKind::Router;
+    for svc in scope.services.iter().filter(|s| !s.is_alias()) {
         let rule = ctx.destination_rules.for_host(&scope.key.namespace, &svc.namespace, &svc.hostname).map(|r| &r.spec);
         let subsets = rule.map(|r| r.subsets.as_slice()).unwrap_or_default();
         for port in &svc.ports {
-            out.push(outbound(ctx, svc, port, "", rule));
+            out.push(outbound(ctx, svc, port, "", rule, router));
             for subset in subsets.iter().filter(|s| !s.name.is_empty()) {
-                out.push(outbound(ctx, svc, port, &subset.name, rule));
+                out.push(outbound(ctx, svc, port, &subset.name, rule, router));
             }
         }
     }
@@ -85,19 +87,20 @@ pub fn inbound_clusters(key: &InboundKey) -> Vec<Cluster> {
 }
 
 /// One outbound cluster of a service port, for the whole service (`subset`
-/// empty) or one subset of `rule`.
+/// empty) or one subset of `rule`, for a sidecar or a `router`.
 fn outbound(
     ctx: &PushContext,
     svc: &Service,
     port: &ServicePort,
     subset: &str,
     rule: Option<&DestinationRuleSpec>,
+    router: bool,
 ) -> Cluster {
     let name = naming::outbound_cluster(port.port, subset, &svc.hostname);
     let DestinationPolicy { traffic, labels, .. } = policy::from_rule(rule, subset, Some(port.port));
     let lb = traffic.load_balancer.as_ref();
-    let passthrough =
-        svc.resolution == Resolution::Passthrough || lb.and_then(|l| l.simple.as_deref()) == Some("PASSTHROUGH");
+    let passthrough = (svc.resolution == Resolution::Passthrough && !router)
+        || lb.and_then(|l| l.simple.as_deref()) == Some("PASSTHROUGH");
 
     let mut cluster = Cluster {
         name: name.clone(),
@@ -124,7 +127,7 @@ fn outbound(
                 let endpoints = ctx.endpoints.get(&svc.hostname).map(|e| &**e);
                 cluster.load_assignment = Some(eds::assignment(&name, svc, port.port, endpoints, &labels));
             }
-            Resolution::Static | Resolution::Passthrough => {
+            Resolution::Static | Resolution::Passthrough | Resolution::Alias => {
                 set_type(&mut cluster, DiscoveryType::Eds);
                 cluster.eds_cluster_config =
                     Some(EdsClusterConfig { eds_config: Some(proto::ads_config_source()), service_name: name });

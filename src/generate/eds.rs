@@ -51,7 +51,8 @@ pub fn load_assignment(
     if name.direction != Direction::Outbound {
         return None;
     }
-    let svc = ctx.services.get(name.host)?;
+    // An alias has no cluster of its own.
+    let svc = ctx.services.get(name.host).filter(|s| !s.is_alias())?;
     svc.port(name.port)?;
     // The service's own namespace picks the rule: EDS is shared by every proxy.
     let policy =
@@ -272,10 +273,9 @@ pub(crate) fn assignment(
     endpoints: Option<&ServiceEndpoints>,
     subset_labels: &BTreeMap<String, String>,
 ) -> ClusterLoadAssignment {
-    if svc.resolution == Resolution::Passthrough {
-        return empty(cluster_name);
-    }
-    let need_ip = svc.resolution == Resolution::Static;
+    // A passthrough service's endpoints are asked for only by routers (a
+    // sidecar's cluster of it is ORIGINAL_DST): they need IPs too.
+    let need_ip = matches!(svc.resolution, Resolution::Static | Resolution::Passthrough);
     // locality → (address, port, weight)
     let mut groups: BTreeMap<&str, Vec<(&str, u32, u32)>> = BTreeMap::new();
     for e in endpoints.map(|e| e.endpoints.as_slice()).unwrap_or_default() {

@@ -9,8 +9,10 @@
 //!   gives `BIND_PORT`.
 //! * any other port gets `0.0.0.0_PORT` with `bind_to_port: false`, reached
 //!   through `virtualOutbound` (0.0.0.0:15001, `use_original_dst`). TCP
-//!   services with a virtual IP get a filter chain matching it; the default
-//!   chain is the HTTP connection manager, or the port's first TCP service.
+//!   services with a virtual IP get a filter chain matching it, headless
+//!   ones a chain matching their endpoints' addresses (so their listeners
+//!   change with their endpoints); the default chain is the HTTP
+//!   connection manager, or the port's first TCP service.
 //! * unless the proxy is in NONE mode: `virtualOutbound`, and
 //!   `virtualInbound` (0.0.0.0:15006) with a chain per workload port and a
 //!   catch-all to `PassthroughCluster`.
@@ -174,14 +176,19 @@ fn redirected_listener(ctx: &PushContext, scope: &Scope, port: &OutboundPort<'_>
     let mut chains = Vec::new();
     let mut claimed: Vec<String> = Vec::new();
     for svc in &port.tcp {
-        let ranges = unclaimed(svc.addresses.iter().filter_map(|a| proto::cidr_range(a)), &mut claimed);
+        // A headless service has no virtual IP: its clients connect to its
+        // Pods' own addresses (from DNS), so those are what the chain
+        // matches, one range each (as Istio's per-Pod CIDR chains).
+        let destination: Vec<Arc<str>> =
+            if svc.is_headless() { endpoint_addresses(ctx, svc, port.port) } else { svc.addresses.clone() };
+        let ranges = unclaimed(destination.iter().filter_map(|a| proto::cidr_range(a)), &mut claimed);
         if ranges.is_empty() {
             continue;
         }
         chains.push(FilterChain {
             name: naming::outbound_cluster(port.port, "", &svc.hostname),
             filter_chain_match: Some(FilterChainMatch { prefix_ranges: ranges, ..Default::default() }),
-            filters: vec![tcp_service_proxy(ctx, scope, svc, port.port, &svc.addresses)],
+            filters: vec![tcp_service_proxy(ctx, scope, svc, port.port, &destination)],
             ..Default::default()
         });
     }
@@ -200,6 +207,21 @@ fn redirected_listener(ctx: &PushContext, scope: &Scope, port: &OutboundPort<'_>
         traffic_direction: TrafficDirection::Outbound as i32,
         ..Default::default()
     }
+}
+
+/// The IP addresses of the endpoints of `svc` that serve `port`, sorted.
+fn endpoint_addresses(ctx: &PushContext, svc: &Service, port: u32) -> Vec<Arc<str>> {
+    let endpoints = ctx.endpoints.get(&svc.hostname);
+    let mut out: Vec<Arc<str>> = endpoints
+        .map(|e| e.endpoints.as_slice())
+        .unwrap_or_default()
+        .iter()
+        .filter(|e| e.ports.contains_key(&port) && proto::is_ip(&e.address))
+        .map(|e| e.address.clone())
+        .collect();
+    out.sort();
+    out.dedup();
+    out
 }
 
 /// `virtualOutbound`: takes every redirected outbound connection, hands it

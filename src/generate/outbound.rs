@@ -21,9 +21,12 @@ pub struct OutboundPort<'a> {
     /// The egress listener that owns the port (a port-specific one wins over
     /// the catch-all, as in Istio).
     pub egress: &'a EgressListener,
-    /// Services whose port speaks HTTP (HTTP, HTTP/2, gRPC), sorted by host.
+    /// Services whose port speaks HTTP (HTTP, HTTP/2, gRPC), sorted by host;
+    /// aliases among them only get a virtual host of their own when a
+    /// VirtualService routes them.
     pub http: Vec<&'a Arc<Service>>,
-    /// The other services on the port (TCP, TLS, undeclared), sorted by host.
+    /// The other services on the port (TCP, TLS, undeclared), sorted by
+    /// host; never an alias.
     pub tcp: Vec<&'a Arc<Service>>,
 }
 
@@ -43,7 +46,8 @@ impl OutboundPort<'_> {
 pub fn outbound_ports(scope: &Scope) -> Vec<OutboundPort<'_>> {
     let mut ports = BTreeSet::new();
     for egress in &scope.egress {
-        for svc in &egress.services {
+        // An alias opens no port: its names ride on the service it names.
+        for svc in egress.services.iter().filter(|s| !s.is_alias()) {
             ports.extend(
                 svc.ports.iter().map(|p| p.port).filter(|p| *p != 0 && egress.port.is_none_or(|only| only == *p)),
             );
@@ -61,9 +65,14 @@ pub fn outbound_ports(scope: &Scope) -> Vec<OutboundPort<'_>> {
             for svc in &egress.services {
                 match svc.port(port) {
                     Some(p) if p.protocol.is_http() => http.push(svc),
-                    Some(_) => tcp.push(svc),
-                    None => {}
+                    Some(_) if !svc.is_alias() => tcp.push(svc),
+                    _ => {}
                 }
+            }
+            // An alias's own VirtualService routes its names on an HTTP port
+            // that a service it does not alias made HTTP; it makes no port HTTP.
+            if http.iter().all(|s| s.is_alias()) {
+                http.clear();
             }
             (!http.is_empty() || !tcp.is_empty()).then_some(OutboundPort { port, egress, http, tcp })
         })

@@ -78,16 +78,28 @@ fn sidecar_config(ctx: &PushContext, scope: &Scope, port: &OutboundPort<'_>) -> 
     let target = RouteTarget::new(ctx, scope, port.port, MESH_GATEWAY);
     let mut used = Domains::default();
     let mut virtual_hosts = Vec::new();
+    let routed = |host: &str| ctx.virtual_services.for_host(MESH_GATEWAY, namespace, host);
     for svc in &port.http {
-        let domains = used.claim(sidecar_domains(svc, port.port, namespace));
+        let rule = routed(&svc.hostname);
+        // An alias's names belong to the service it names, unless a
+        // VirtualService of its own routes them (that one wins, as Istio
+        // builds VirtualService hosts first).
+        if svc.is_alias() && rule.is_none() {
+            continue;
+        }
+        let mut names = sidecar_domains(svc, port.port, namespace);
+        for alias in &svc.aliases {
+            let visible = scope.visible_hosts.contains(&alias.hostname);
+            let own_host = port.http.iter().any(|s| s.hostname == alias.hostname) && routed(&alias.hostname).is_some();
+            if let Some(alias) = ctx.services.get(&alias.hostname).filter(|_| visible && !own_host) {
+                names.extend(sidecar_domains(alias, port.port, namespace));
+            }
+        }
+        let domains = used.claim(names);
         if domains.is_empty() {
             continue;
         }
-        let mut routes = ctx
-            .virtual_services
-            .for_host(MESH_GATEWAY, namespace, &svc.hostname)
-            .map(|vs| target.http_routes(vs))
-            .unwrap_or_default();
+        let mut routes = rule.map(|vs| target.http_routes(vs)).unwrap_or_default();
         if routes.is_empty() {
             routes.push(target.default_route(&svc.namespace, &svc.hostname, port.port));
         }
@@ -120,7 +132,8 @@ fn sidecar_config(ctx: &PushContext, scope: &Scope, port: &OutboundPort<'_>) -> 
 /// The domains Istio gives a service's virtual host: the FQDN; for
 /// Kubernetes services `name.namespace` and `name.namespace.svc` (and the
 /// bare `name` from the service's own namespace); every virtual IP; each
-/// with and without `:port`.
+/// with and without `:port`. A headless service's names also match with
+/// any prefix (`*.name…`), for its Pods' own names (`web-0.web.ns.svc…`).
 fn sidecar_domains(svc: &Service, port: u32, proxy_namespace: &str) -> Vec<String> {
     let mut names: Vec<String> = vec![svc.hostname.to_string()];
     if svc.is_kubernetes() {
@@ -136,6 +149,10 @@ fn sidecar_domains(svc: &Service, port: u32, proxy_namespace: &str) -> Vec<Strin
         let with_port = format!("{n}:{port}");
         out.push(n);
         out.push(with_port);
+    }
+    if svc.resolution == crate::model::Resolution::Passthrough && svc.is_kubernetes() {
+        let wildcards: Vec<String> = out.iter().map(|d| format!("*.{d}")).collect();
+        out.extend(wildcards);
     }
     for address in svc.addresses.iter().filter(|a| proto::is_ip(a)) {
         if address.contains(':') {

@@ -427,9 +427,12 @@ impl<'a> RouteTarget<'a> {
     /// `outbound|port|subset|host` of a destination written in a rule of
     /// `rule_namespace`. The port: the destination's, else the service's only
     /// port, else the port requests arrived on.
+    /// A destination naming an alias (an `ExternalName` Service) goes to the
+    /// cluster of the service the alias names, as in Istio.
     fn cluster_for(&self, rule_namespace: &str, d: &Destination) -> String {
         let host = host::resolve(&d.host, rule_namespace);
-        naming::outbound_cluster(self.destination_port(&host, d), d.subset.as_deref().unwrap_or(""), &host)
+        let host = self.ctx.services.concrete(&host);
+        naming::outbound_cluster(self.destination_port(host, d), d.subset.as_deref().unwrap_or(""), host)
     }
 
     fn destination_port(&self, host: &str, d: &Destination) -> u32 {
@@ -444,11 +447,12 @@ impl<'a> RouteTarget<'a> {
     /// The hash policy of a destination whose DestinationRule hashes consistently.
     fn destination_hash(&self, vs: &ResolvedVirtualService, d: &Destination) -> Option<HashPolicy> {
         let host = host::resolve(&d.host, &vs.key.namespace);
-        let svc_ns = self.ctx.services.get(&host).map(|s| s.namespace.clone());
-        let port = self.destination_port(&host, d);
+        let host = self.ctx.services.concrete(&host);
+        let svc_ns = self.ctx.services.get(host).map(|s| s.namespace.clone());
+        let port = self.destination_port(host, d);
         self.hash_policy(
             svc_ns.as_deref().unwrap_or(self.namespace),
-            &host,
+            host,
             d.subset.as_deref().unwrap_or(""),
             Some(port),
         )

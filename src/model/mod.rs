@@ -25,5 +25,5 @@ pub use host::Hostname;
 pub use locality::Locality;
 pub use proxy::{InterceptionMode, NodeError, Proxy, ProxyKind};
 pub use references::check_references;
-pub use service::{Protocol, Resolution, Service, ServicePort};
+pub use service::{Alias, Protocol, Resolution, Service, ServicePort};
 pub use store::{ChangeSet, ConfigStore, StoreSnapshot, StoredObject};

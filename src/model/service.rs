@@ -35,8 +35,16 @@ pub enum Resolution {
     /// One DNS name Envoy resolves, connecting to one address at a time
     /// (LOGICAL_DNS cluster: ServiceEntry `DNS_ROUND_ROBIN`).
     DnsRoundRobin,
-    /// No endpoints: traffic goes to the original destination (ORIGINAL_DST cluster).
+    /// No endpoints: traffic goes to the original destination (ORIGINAL_DST
+    /// cluster). A headless Kubernetes Service (`clusterIP: None`), whose
+    /// clients resolve Pod addresses by DNS; a router, which has no original
+    /// destination, gets its endpoints over EDS (as in Istio).
     Passthrough,
+    /// Another name of the service it names (a Kubernetes `ExternalName`
+    /// Service, as Istio ≥ 1.21 treats it): it has no cluster and no
+    /// listener of its own; the named service's routes answer to its names
+    /// too, and a route to it goes to the named service's cluster.
+    Alias,
 }
 
 impl Resolution {
@@ -107,6 +115,20 @@ pub struct Service {
     pub export_to: ExportTo,
     /// Workload selector (Kubernetes `spec.selector` or ServiceEntry `workloadSelector`).
     pub selector: BTreeMap<String, String>,
+    /// For an alias (an `ExternalName` Service): the host it names.
+    pub external_name: Option<Hostname>,
+    /// The aliases that end at this service (through chains of aliases),
+    /// sorted by namespace then host.
+    pub aliases: Vec<Alias>,
+}
+
+/// An `ExternalName` Service naming another service.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize)]
+pub struct Alias {
+    /// The alias's host (`name.namespace.svc.cluster.local`).
+    pub hostname: Hostname,
+    /// The alias's namespace.
+    pub namespace: Arc<str>,
 }
 
 impl Service {
@@ -123,6 +145,18 @@ impl Service {
     /// Whether this is a Kubernetes service (so `name` and `name.namespace` are route domains).
     pub fn is_kubernetes(&self) -> bool {
         self.source.kind == crate::config::ConfigKind::Service
+    }
+
+    /// Whether this is another name of a service: it gets no cluster, no
+    /// listener and no virtual host of its own.
+    pub fn is_alias(&self) -> bool {
+        self.resolution == Resolution::Alias
+    }
+
+    /// Whether this is a headless Kubernetes Service (no virtual IP): its
+    /// TCP ports are told apart by the addresses of its endpoints.
+    pub fn is_headless(&self) -> bool {
+        self.resolution == Resolution::Passthrough && self.is_kubernetes() && self.addresses.is_empty()
     }
 }
 

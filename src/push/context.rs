@@ -280,6 +280,16 @@ impl PushContext {
         let endpoints = if services_changed || workloads_changed || changed(ConfigKind::EndpointSlice) {
             let (index, moved) =
                 EndpointIndex::update(&prev.endpoints, &store, &services, &workloads, &changes.dirty_hosts);
+            // A headless service's TCP chains match its endpoints' addresses:
+            // when they move, so do the listeners of the scopes that see it
+            // (Istio pushes in full for a headless service's endpoints).
+            let headless_tcp = |host: &Hostname| {
+                services.get(host).is_some_and(|s| s.is_headless() && s.ports.iter().any(|p| !p.protocol.is_http()))
+            };
+            if moved.iter().any(headless_tcp) {
+                changes.endpoint_only = false;
+                changes.types = changes.types.union(TypeSet::of(&[TypeUrl::Listener]));
+            }
             changes.endpoint_hosts = moved;
             Arc::new(index)
         } else {

@@ -6,11 +6,18 @@ use super::*;
 #[test]
 fn every_reference_resolves_and_nothing_is_duplicated() {
     let ctx = context(mesh());
-    for scope in [productpage(&ctx, "REDIRECT"), productpage(&ctx, "NONE"), ingress(&ctx), scoped(&ctx)] {
-        let clusters: HashSet<String> = cds::clusters(&ctx, &scope).into_iter().map(|c| c.name).collect();
-        let configs = rds::route_configs(&ctx, &scope);
+    holds_for(&ctx, [productpage(&ctx, "REDIRECT"), productpage(&ctx, "NONE"), ingress(&ctx), scoped(&ctx)]);
+    // Headless, ExternalName and selector-less Services too.
+    let ctx = context(mesh_with(super::service_shapes::SHAPES));
+    holds_for(&ctx, [super::service_shapes::client(&ctx), super::service_shapes::router(&ctx)]);
+}
+
+fn holds_for(ctx: &PushContext, scopes: impl IntoIterator<Item = Arc<Scope>>) {
+    for scope in scopes {
+        let clusters: HashSet<String> = cds::clusters(ctx, &scope).into_iter().map(|c| c.name).collect();
+        let configs = rds::route_configs(ctx, &scope);
         let config_names: HashSet<&str> = configs.iter().map(|c| c.name.as_str()).collect();
-        let listeners = lds::listeners(&ctx, &scope);
+        let listeners = lds::listeners(ctx, &scope);
 
         let mut addresses = HashSet::new();
         for l in &listeners {

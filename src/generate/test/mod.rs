@@ -50,6 +50,7 @@ mod features;
 mod invariants;
 mod listeners;
 mod routes;
+mod service_shapes;
 
 // ---------------------------------------------------------------- fixture
 

@@ -1,16 +1,24 @@
 //! `ServiceIndex`: every routable host, from Kubernetes Services and ServiceEntries.
 //!
+//! A Kubernetes Service becomes a service as Istio converts it: its cluster
+//! IP is its address; a headless one (`clusterIP: None`) is passthrough; an
+//! `ExternalName` one is an alias of the host it names, and the index
+//! resolves aliases (through chains of them; a loop resolves to nothing, as
+//! DNS answers NXDOMAIN) onto the service they end at, which then lists
+//! them ([`Service::aliases`]). An alias of a host no service defines has
+//! no effect: its clients' DNS leads them out of the mesh's names.
+//!
 //! Indexed by host, by namespace, and by selector (each service under its
 //! namespace and its selector's first label), so finding the services that
 //! select a workload costs the candidates under the workload's own labels,
 //! not a scan of its namespace: every sidecar's inbound key asks that.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
 
 use crate::config::{ConfigKind, ConfigObject, istio, k8s};
 use crate::model::service::{ExportTo, Location};
-use crate::model::{Hostname, Protocol, Resolution, Service, ServicePort, StoreSnapshot, host};
+use crate::model::{Alias, Hostname, Protocol, Resolution, Service, ServicePort, StoreSnapshot, host};
 
 /// Annotation carrying a Kubernetes Service's `exportTo`.
 pub const EXPORT_TO_ANNOTATION: &str = "networking.istio.io/exportTo";
@@ -27,6 +35,9 @@ pub struct ServiceIndex {
     by_selector: HashMap<u64, Vec<Arc<Service>>>,
 }
 
+/// The longest chain of aliases followed; a longer one is taken as a loop.
+const MAX_ALIAS_HOPS: usize = 16;
+
 /// Where a service selecting `key=value` in `namespace` is filed.
 fn selector_slot(namespace: &str, key: &str, value: &str) -> u64 {
     let mut h = xxhash_rust::xxh3::Xxh3::new();
@@ -42,20 +53,22 @@ impl ServiceIndex {
     /// then the first ServiceEntry by key (Istio keeps the oldest; meshpush
     /// has no creation time, so the order is by kind and key — stable).
     pub fn build(snapshot: &StoreSnapshot) -> ServiceIndex {
-        let mut by_host: HashMap<Hostname, Arc<Service>> = HashMap::new();
+        let mut services: HashMap<Hostname, Service> = HashMap::new();
         for stored in snapshot.kind(ConfigKind::Service).values() {
             if let ConfigObject::Service(svc) = &stored.object {
-                let s = Arc::new(from_kubernetes(svc));
-                by_host.entry(s.hostname.clone()).or_insert(s);
+                let s = from_kubernetes(svc);
+                services.entry(s.hostname.clone()).or_insert(s);
             }
         }
         for stored in snapshot.kind(ConfigKind::ServiceEntry).values() {
             if let ConfigObject::ServiceEntry(se) = &stored.object {
                 for s in from_service_entry(se) {
-                    by_host.entry(s.hostname.clone()).or_insert_with(|| Arc::new(s));
+                    services.entry(s.hostname.clone()).or_insert(s);
                 }
             }
         }
+        resolve_aliases(&mut services);
+        let by_host: HashMap<Hostname, Arc<Service>> = services.into_iter().map(|(h, s)| (h, Arc::new(s))).collect();
         let mut sorted: Vec<Arc<Service>> = by_host.values().cloned().collect();
         sorted.sort_by(|a, b| a.hostname.cmp(&b.hostname));
         let mut by_namespace: HashMap<Arc<str>, Vec<Arc<Service>>> = HashMap::new();
@@ -98,6 +111,20 @@ impl ServiceIndex {
         out
     }
 
+    /// The host traffic for `host` goes to: `host` itself, or, for an alias,
+    /// the service its chain of aliases ends at (a chain that loops or ends
+    /// at no service leaves `host` as it is).
+    pub fn concrete<'a>(&'a self, host: &'a str) -> &'a str {
+        let mut at = host;
+        for _ in 0..MAX_ALIAS_HOPS {
+            match self.by_host.get(at).filter(|s| s.is_alias()).and_then(|s| s.external_name.as_deref()) {
+                Some(next) => at = next,
+                None => break,
+            }
+        }
+        if self.by_host.get(at).is_some_and(|s| !s.is_alias()) { at } else { host }
+    }
+
     /// Every service, sorted by host.
     pub fn all(&self) -> &[Arc<Service>] {
         &self.sorted
@@ -111,6 +138,39 @@ impl ServiceIndex {
     /// Whether there are none.
     pub fn is_empty(&self) -> bool {
         self.sorted.is_empty()
+    }
+}
+
+/// Lists each alias on the service it ends at. An alias naming another
+/// alias is followed to the end of the chain; a chain that loops ends
+/// nowhere.
+fn resolve_aliases(services: &mut HashMap<Hostname, Service>) {
+    let named: HashMap<Hostname, Hostname> = services
+        .values()
+        .filter_map(|s| s.external_name.as_ref().filter(|_| s.is_alias()).map(|to| (s.hostname.clone(), to.clone())))
+        .collect();
+    let mut ends: HashMap<Hostname, Vec<Alias>> = HashMap::new();
+    for (alias, first) in &named {
+        let mut target = first;
+        let mut seen: HashSet<&Hostname> = HashSet::from([alias]);
+        while let Some(next) = named.get(target) {
+            if !seen.insert(target) {
+                break;
+            }
+            target = next;
+        }
+        if named.contains_key(target) {
+            tracing::debug!(alias = %alias, "an ExternalName chain loops: the alias names nothing");
+            continue;
+        }
+        let namespace = services[alias].namespace.clone();
+        ends.entry(target.clone()).or_default().push(Alias { hostname: alias.clone(), namespace });
+    }
+    for (concrete, mut aliases) in ends {
+        if let Some(service) = services.get_mut(&concrete) {
+            aliases.sort_by(|a, b| (&a.namespace, &a.hostname).cmp(&(&b.namespace, &b.hostname)));
+            service.aliases = aliases;
+        }
     }
 }
 
@@ -139,6 +199,19 @@ pub fn from_kubernetes(svc: &k8s::Service) -> Service {
         .collect();
     ports.sort_by_key(|p| p.port);
     let headless = matches!(svc.spec.cluster_ip.as_deref(), Some("None"));
+    let external_name = svc
+        .spec
+        .external_name
+        .as_deref()
+        .filter(|name| !name.is_empty() && svc.spec.service_type.as_deref() == Some("ExternalName"))
+        .map(|name| Hostname::from(name.trim_end_matches('.').to_ascii_lowercase().as_str()));
+    // As Istio: an ExternalName Service is an alias; a headless one
+    // (whether or not it selects Pods) is passthrough.
+    let resolution = match &external_name {
+        Some(_) => Resolution::Alias,
+        None if headless => Resolution::Passthrough,
+        None => Resolution::Static,
+    };
     let addresses = match svc.spec.cluster_ip.as_deref() {
         Some(ip) if !ip.is_empty() && ip != "None" => vec![Arc::from(ip)],
         _ => Vec::new(),
@@ -155,10 +228,12 @@ pub fn from_kubernetes(svc: &k8s::Service) -> Service {
         source: crate::config::ConfigKey::new(ConfigKind::Service, namespace, &svc.metadata.name),
         ports,
         addresses,
-        resolution: if headless && svc.spec.selector.is_empty() { Resolution::Passthrough } else { Resolution::Static },
+        resolution,
         location: Location::MeshInternal,
         export_to: ExportTo::parse(&export, namespace),
         selector: svc.spec.selector.clone(),
+        external_name,
+        aliases: Vec::new(),
     }
 }
 
@@ -205,6 +280,8 @@ pub fn from_service_entry(se: &istio::ServiceEntry) -> Vec<Service> {
             location,
             export_to: ExportTo::parse(&spec.export_to, namespace),
             selector: selector.clone(),
+            external_name: None,
+            aliases: Vec::new(),
         })
         .collect()
 }
