@@ -8,6 +8,11 @@
 #
 #   scripts/kube-sizing.sh file|kube|kube-pods|file-pods
 #
+# MESHPUSH=path runs another meshpush binary (to compare two builds,
+# interleaved). LOADTEST=s2 then runs the loadtest's s2 scenario against
+# the server so fed (its 10,000 simulated sidecars, its changes applied
+# through the registry API), and prints its report.
+#
 # kube-pods adds a realistic Pod for each of the 100,000 endpoints to the
 # stand-in API server (examples/kube_standin.rs); file-pods reads the same
 # Pods from YAML files.
@@ -36,7 +41,7 @@ if [[ "$mode" == kube* || "$mode" == file-pods ]]; then
 fi
 if [[ "$mode" == kube* ]]; then source=(--kubeconfig "$work/kubeconfig"); else source=(--config "$work/mesh"); fi
 start=$(date +%s.%N)
-setsid target/release/meshpush serve "${source[@]}" --max-config-file-bytes 64MiB \
+setsid "${MESHPUSH:-target/release/meshpush}" serve "${source[@]}" --max-config-file-bytes 64MiB \
     --xds-addr 127.0.0.1:27010 --admin-addr "$admin" --log-level warn >"$work/meshpush.log" 2>&1 &
 server=$!
 pids+=("$server")
@@ -52,3 +57,8 @@ printf 'kube-sizing %s: ready after %.2f s; RSS %.0f MiB (peak %.0f MiB); CPU %.
     "$(echo "$end - $start" | bc)" "$(awk '/VmRSS/ {print $2/1024}' "$status")" \
     "$(awk '/VmHWM/ {print $2/1024}' "$status")" "$(awk '{print ($14 + $15) / 100}' "/proc/$server/stat")" \
     "$(curl -s "http://$admin/metrics" | grep -E '^pilot_services ' || true)"
+if [[ -n "${LOADTEST:-}" ]]; then
+    target/release/loadtest "$LOADTEST" --target 127.0.0.1:27010 --no-load --server-pid "$server" --no-progress \
+        --json "$work/report.json" >"$work/loadtest.log" 2>&1 || { tail -20 "$work/loadtest.log" >&2; exit 1; }
+    cat "$work/loadtest.log"
+fi

@@ -196,20 +196,24 @@ pub enum ConfigObject {
     EndpointSlice(k8s::EndpointSlice),
     /// `v1 Node`.
     Node(k8s::Node),
-    /// Istio ServiceEntry.
-    ServiceEntry(istio::ServiceEntry),
+    /// Istio ServiceEntry. (boxed: every object of the store is as large as the
+    /// largest variant, and Pods and EndpointSlices are most of them).
+    ServiceEntry(Box<istio::ServiceEntry>),
     /// Istio WorkloadEntry.
     WorkloadEntry(istio::WorkloadEntry),
     /// Istio VirtualService.
     VirtualService(istio::VirtualService),
-    /// Istio DestinationRule.
-    DestinationRule(istio::DestinationRule),
+    /// Istio DestinationRule. (boxed: every object of the store is as large as the
+    /// largest variant, and Pods and EndpointSlices are most of them).
+    DestinationRule(Box<istio::DestinationRule>),
     /// Istio Gateway.
     Gateway(istio::Gateway),
-    /// Istio Sidecar.
-    Sidecar(istio::Sidecar),
-    /// Istio WorkloadGroup.
-    WorkloadGroup(istio::WorkloadGroup),
+    /// Istio Sidecar. (boxed: every object of the store is as large as the
+    /// largest variant, and Pods and EndpointSlices are most of them).
+    Sidecar(Box<istio::Sidecar>),
+    /// Istio WorkloadGroup. (boxed: every object of the store is as large as the
+    /// largest variant, and Pods and EndpointSlices are most of them).
+    WorkloadGroup(Box<istio::WorkloadGroup>),
 }
 
 impl ConfigObject {

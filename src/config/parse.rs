@@ -187,7 +187,7 @@ impl FileReader {
             }
             ConfigKind::Node => typed::<k8s::Node>(value, &mut ignored).map(ConfigObject::Node),
             ConfigKind::ServiceEntry => {
-                typed::<istio::ServiceEntry>(value, &mut ignored).map(ConfigObject::ServiceEntry)
+                typed::<istio::ServiceEntry>(value, &mut ignored).map(|o| ConfigObject::ServiceEntry(Box::new(o)))
             }
             ConfigKind::WorkloadEntry => {
                 typed::<istio::WorkloadEntry>(value, &mut ignored).map(ConfigObject::WorkloadEntry)
@@ -196,23 +196,33 @@ impl FileReader {
                 typed::<istio::VirtualService>(value, &mut ignored).map(ConfigObject::VirtualService)
             }
             ConfigKind::DestinationRule => {
-                typed::<istio::DestinationRule>(value, &mut ignored).map(ConfigObject::DestinationRule)
+                typed::<istio::DestinationRule>(value, &mut ignored).map(|o| ConfigObject::DestinationRule(Box::new(o)))
             }
             ConfigKind::Gateway => typed::<istio::Gateway>(value, &mut ignored).map(ConfigObject::Gateway),
-            ConfigKind::Sidecar => typed::<istio::Sidecar>(value, &mut ignored).map(ConfigObject::Sidecar),
+            ConfigKind::Sidecar => {
+                typed::<istio::Sidecar>(value, &mut ignored).map(|o| ConfigObject::Sidecar(Box::new(o)))
+            }
             ConfigKind::WorkloadGroup => {
-                typed::<istio::WorkloadGroup>(value, &mut ignored).map(ConfigObject::WorkloadGroup)
+                typed::<istio::WorkloadGroup>(value, &mut ignored).map(|o| ConfigObject::WorkloadGroup(Box::new(o)))
             }
         };
         for path in &ignored {
             self.ignored_field(doc, config_kind, key.as_ref(), &field(prefix, path), path);
         }
-        let object = match object {
+        let mut object = match object {
             Ok(object) => object,
             Err(TypeError { path, message }) => {
                 return self.problem(Severity::Error, doc, key, &field(prefix, &path), message);
             }
         };
+        // Nothing meshpush does reads the annotations of the kinds a large
+        // mesh has most of: they are not kept.
+        match &mut object {
+            ConfigObject::Pod(o) => o.metadata.annotations.clear(),
+            ConfigObject::EndpointSlice(o) => o.metadata.annotations.clear(),
+            ConfigObject::Node(o) => o.metadata.annotations.clear(),
+            _ => {}
+        }
         if object.meta().name.is_empty() {
             let message = format!("is missing: every {config_kind} needs a name");
             return self.problem(Severity::Error, doc, None, &field(prefix, "metadata.name"), message);

@@ -191,7 +191,7 @@ fn split_by_failover_labels(
     view: &EndpointView,
 ) {
     let by_address: BTreeMap<&str, &BTreeMap<String, String>> =
-        endpoints.map(|e| e.endpoints.iter().map(|e| (&*e.address, &e.labels)).collect()).unwrap_or_default();
+        endpoints.map(|e| e.endpoints.iter().map(|e| (&*e.address, &*e.labels)).collect()).unwrap_or_default();
     let wanted: Vec<(&str, Option<&str>)> = labels
         .iter()
         .map(|l| match l.split_once('=') {

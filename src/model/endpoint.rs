@@ -5,6 +5,15 @@ use std::sync::Arc;
 
 use serde::Serialize;
 
+/// A workload's labels, shared by the workload and its endpoints.
+pub type Labels = Arc<BTreeMap<String, String>>;
+
+/// The empty label set, shared.
+pub fn no_labels() -> Labels {
+    static EMPTY: std::sync::LazyLock<Labels> = std::sync::LazyLock::new(Labels::default);
+    EMPTY.clone()
+}
+
 /// One workload instance reachable for a service.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize)]
 pub struct Endpoint {
@@ -12,8 +21,10 @@ pub struct Endpoint {
     pub address: Arc<str>,
     /// Service port number → port on this workload.
     pub ports: BTreeMap<u32, u32>,
-    /// Labels; DestinationRule subsets select on them.
-    pub labels: BTreeMap<String, String>,
+    /// Labels; DestinationRule subsets select on them. Shared with the
+    /// workload they come from (a Pod's labels are held once however many
+    /// services it backs).
+    pub labels: Labels,
     /// Locality `region/zone/subzone` (may be empty).
     pub locality: Arc<str>,
     /// Load-balancing weight (≥ 1).

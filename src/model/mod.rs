@@ -20,7 +20,7 @@ pub mod references;
 pub mod service;
 pub mod store;
 
-pub use endpoint::{Endpoint, ServiceEndpoints};
+pub use endpoint::{Endpoint, Labels, ServiceEndpoints, no_labels};
 pub use host::Hostname;
 pub use locality::Locality;
 pub use proxy::{InterceptionMode, NodeError, Proxy, ProxyKind};

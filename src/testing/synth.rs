@@ -165,13 +165,13 @@ fn meta(name: &str, namespace: &str, labels: BTreeMap<String, String>) -> Object
 }
 
 fn sidecar(namespace: &str) -> ConfigObject {
-    ConfigObject::Sidecar(Sidecar {
+    ConfigObject::Sidecar(Box::new(Sidecar {
         metadata: meta("default", namespace, BTreeMap::new()),
         spec: SidecarSpec {
             egress: vec![IstioEgressListener { hosts: vec!["./*".into(), "ns-0/*".into()], ..Default::default() }],
             ..Default::default()
         },
-    })
+    }))
 }
 
 #[cfg(test)]

@@ -299,3 +299,17 @@ fn problems_serialize_for_the_debug_endpoint() {
     assert_eq!(json["source"]["file"], "reviews.yaml");
     assert_eq!(json["path"], "spec.http[0].route[1].weight");
 }
+
+#[test]
+fn the_annotations_of_pods_slices_and_nodes_are_not_kept_and_a_services_are() {
+    let parsed = parse_documents(
+        "mesh.yaml",
+        "apiVersion: v1\nkind: Pod\nmetadata: {name: p, annotations: {prometheus.io/scrape: \"true\"}}\n---\n\
+         apiVersion: v1\nkind: Node\nmetadata: {name: n, annotations: {node.alpha.kubernetes.io/ttl: \"0\"}}\n---\n\
+         apiVersion: v1\nkind: Service\nmetadata: {name: s, annotations: {networking.istio.io/exportTo: \".\"}}\n\
+         spec: {ports: [{name: http, port: 80}]}\n",
+    );
+    assert!(parsed.problems.is_empty(), "{:#?}", parsed.problems);
+    let annotations: Vec<usize> = parsed.objects.iter().map(|(o, _)| o.meta().annotations.len()).collect();
+    assert_eq!(annotations, [0, 0, 1], "a Service's exportTo annotation is read; a Pod's and a Node's are not");
+}

@@ -11,7 +11,7 @@ use rayon::prelude::*;
 
 use super::{ServiceIndex, Workload, WorkloadIndex};
 use crate::config::{ConfigKind, ConfigObject, k8s};
-use crate::model::{Endpoint, Hostname, Service, ServiceEndpoints, StoreSnapshot};
+use crate::model::{Endpoint, Hostname, Service, ServiceEndpoints, StoreSnapshot, no_labels};
 
 /// Endpoints by service host, in a persistent map: the successor of an
 /// index after an endpoint change shares every untouched entry (O(1) clone,
@@ -192,7 +192,7 @@ fn endpoints_of(
                                     .unwrap_or(&svc.namespace);
                                 workloads.get(&crate::config::ConfigKey::new(ConfigKind::Pod, ns, name))
                             });
-                        let labels = pod.map(|w| w.labels.clone()).unwrap_or_default();
+                        let labels = pod.map_or_else(no_labels, |w| w.labels.clone());
                         let service_account = pod.and_then(|w| w.service_account.clone());
                         // Istio takes the locality from the Pod (its Node), not the slice's zone.
                         let locality = pod.map(|w| w.locality.clone()).unwrap_or_else(|| Arc::from(""));
@@ -240,7 +240,7 @@ fn inline_endpoints(svc: &Service, se: &crate::config::istio::ServiceEntry) -> V
                 .iter()
                 .map(|p| (p.port, e.ports.get(&*p.name).copied().unwrap_or(p.target_port.unwrap_or(p.port))))
                 .collect(),
-            labels: e.labels.clone(),
+            labels: if e.labels.is_empty() { no_labels() } else { Arc::new(e.labels.clone()) },
             locality: e.locality.clone().unwrap_or_default().into(),
             weight: e.weight.unwrap_or(1).max(1),
             service_account: e.service_account.as_deref().map(Arc::from),
@@ -250,7 +250,7 @@ fn inline_endpoints(svc: &Service, se: &crate::config::istio::ServiceEntry) -> V
         out.push(Endpoint {
             address: svc.hostname.clone(),
             ports: svc.ports.iter().map(|p| (p.port, p.target_port.unwrap_or(p.port))).collect(),
-            labels: BTreeMap::new(),
+            labels: no_labels(),
             locality: Arc::from(""),
             weight: 1,
             service_account: None,

@@ -420,7 +420,7 @@ impl SidecarIndex {
         for stored in snapshot.kind(ConfigKind::Sidecar).values() {
             if let ConfigObject::Sidecar(sc) = &stored.object {
                 let key = stored.object.key();
-                index.by_namespace.entry(key.namespace.clone()).or_default().push((key, Arc::new(sc.clone())));
+                index.by_namespace.entry(key.namespace.clone()).or_default().push((key, Arc::new((**sc).clone())));
             }
         }
         index

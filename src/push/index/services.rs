@@ -33,6 +33,8 @@ pub struct ServiceIndex {
     /// and their selector's first label: a workload can only be selected by
     /// services filed under one of its own labels.
     by_selector: HashMap<u64, Vec<Arc<Service>>>,
+    /// Whether any service is an alias.
+    has_aliases: bool,
 }
 
 /// The longest chain of aliases followed; a longer one is taken as a loop.
@@ -79,7 +81,8 @@ impl ServiceIndex {
                 by_selector.entry(selector_slot(&s.namespace, key, value)).or_default().push(s.clone());
             }
         }
-        ServiceIndex { by_host, sorted, by_namespace, by_selector }
+        let has_aliases = sorted.iter().any(|s| s.is_alias());
+        ServiceIndex { by_host, sorted, by_namespace, by_selector, has_aliases }
     }
 
     /// The service for an FQDN.
@@ -115,6 +118,11 @@ impl ServiceIndex {
     /// the service its chain of aliases ends at (a chain that loops or ends
     /// at no service leaves `host` as it is).
     pub fn concrete<'a>(&'a self, host: &'a str) -> &'a str {
+        // Most meshes have no alias: no lookup then (this is asked for
+        // every route destination of every route config generated).
+        if !self.has_aliases {
+            return host;
+        }
         let mut at = host;
         for _ in 0..MAX_ALIAS_HOPS {
             match self.by_host.get(at).filter(|s| s.is_alias()).and_then(|s| s.external_name.as_deref()) {

@@ -12,7 +12,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use crate::config::{ConfigKey, ConfigKind, ConfigObject, k8s};
-use crate::model::StoreSnapshot;
+use crate::model::{Labels, StoreSnapshot};
 
 /// One workload instance.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -23,8 +23,8 @@ pub struct Workload {
     pub namespace: Arc<str>,
     /// Address (Pod IP, or the WorkloadEntry address).
     pub address: Arc<str>,
-    /// Labels.
-    pub labels: BTreeMap<String, String>,
+    /// Labels (shared with this workload's endpoints).
+    pub labels: Labels,
     /// Named ports (container ports for Pods, `ports` for WorkloadEntries).
     pub named_ports: BTreeMap<String, u32>,
     /// Locality `region/zone/subzone` (empty when unknown).
@@ -59,7 +59,7 @@ impl Workload {
                     key: ConfigKey::new(ConfigKind::WorkloadEntry, ns, &we.metadata.name),
                     namespace: ns.into(),
                     address: we.spec.address.as_str().into(),
-                    labels: merged_labels(&we.metadata.labels, &we.spec.labels),
+                    labels: Arc::new(merged_labels(&we.metadata.labels, &we.spec.labels)),
                     named_ports: we.spec.ports.clone(),
                     locality: locality.into(),
                     node: None,
@@ -106,7 +106,7 @@ fn from_pod(pod: &k8s::Pod, snapshot: &StoreSnapshot) -> Option<Workload> {
         key: ConfigKey::new(ConfigKind::Pod, ns, &pod.metadata.name),
         namespace: ns.into(),
         address: ip.into(),
-        labels: pod.metadata.labels.clone(),
+        labels: Arc::new(pod.metadata.labels.clone()),
         named_ports,
         locality: locality.into(),
         node: node.map(Arc::from),
@@ -174,7 +174,7 @@ impl WorkloadIndex {
         if let Some(node) = &w.node {
             self.by_node.entry(node.clone()).or_default().insert(w.key.clone());
         }
-        for (k, v) in &w.labels {
+        for (k, v) in w.labels.iter() {
             self.by_label
                 .entry((w.namespace.clone(), format!("{k}={v}")))
                 .or_default()
@@ -193,7 +193,7 @@ impl WorkloadIndex {
                 self.by_node.remove(node);
             }
         }
-        for (k, v) in &old.labels {
+        for (k, v) in old.labels.iter() {
             let label = (old.namespace.clone(), format!("{k}={v}"));
             if let Some(set) = self.by_label.get_mut(&label) {
                 set.remove(key);
