@@ -5,6 +5,7 @@
 //! `k8s:KIND/NS/NAME@RV` source, changes and deletions as they happen,
 //! a relist after `410 Gone` that deletes what went while the watch was
 //! down, and an invalid object refused with its last good version kept.
+//! `--in-cluster` is run as in a Pod, against the stand-in serving TLS.
 
 use crate::support;
 
@@ -317,4 +318,68 @@ fn a_discovery_selector_needs_kubernetes_and_must_be_a_label_selector() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
+}
+
+/// `--in-cluster`, as in a Pod: `KUBERNETES_SERVICE_HOST` and `_PORT` name
+/// the API server; the service account's token, CA and namespace are files
+/// under `/var/run/secrets/kubernetes.io/serviceaccount`. meshpush gets
+/// exactly that, in a mount namespace of its own (`unshare -m`, a tmpfs on
+/// `/run`, so the machine's `/run` is untouched), against the stand-in
+/// serving HTTPS with a certificate of its own CA and refusing requests
+/// without the token. The token never reaches the log.
+#[test]
+fn in_cluster_config_is_the_service_account_and_the_kubernetes_service() {
+    let token = "stand-in-token-3f9c0d2e";
+    let api = KubeApi::start_in_cluster(token);
+    let revision = api.put(&service("ledger"));
+    let secrets = tempfile::tempdir().unwrap();
+    std::fs::write(secrets.path().join("token"), token).unwrap();
+    std::fs::write(secrets.path().join("ca.crt"), api.ca_pem().expect("the stand-in serves TLS")).unwrap();
+    std::fs::write(secrets.path().join("namespace"), "istio-system").unwrap();
+    let (xds, admin) = (support::process::free_addr(), support::process::free_addr());
+    let script = format!(
+        "export KUBERNETES_SERVICE_HOST=127.0.0.1 KUBERNETES_SERVICE_PORT={port}; \
+         mount -t tmpfs tmpfs /run && d=/run/secrets/kubernetes.io/serviceaccount && mkdir -p \"$d\" && \
+         cp \"$0/token\" \"$0/ca.crt\" \"$0/namespace\" \"$d/\" && exec \"$@\"",
+        port = api.addr().port()
+    );
+    let (xds, admin_arg) = (xds.to_string(), admin.to_string());
+    let secrets_dir = secrets.path().display().to_string();
+    let args = [
+        "-m",
+        "--propagation",
+        "private",
+        "sh",
+        "-c",
+        &script,
+        &secrets_dir,
+        env!("CARGO_BIN_EXE_meshpush"),
+        "serve",
+        "--in-cluster",
+        "--xds-addr",
+        &xds,
+        "--admin-addr",
+        &admin_arg,
+        "--log-level",
+        "info,meshpush=debug",
+        "--admin-render-budget",
+        "0s",
+        "--admin-views-per-client",
+        "0",
+    ];
+    let name = "meshpush-in-cluster";
+    let mut child =
+        support::process::ChildGuard::spawn(name, support::process::scratch_dir(name), "unshare".as_ref(), args);
+    child.wait_ready(Instant::now() + WAIT, "meshpush --in-cluster GET /ready to answer 200", || {
+        support::http::get(admin, "/ready", &[]).is_ok_and(|r| r.status == 200)
+    });
+    let configz = support::http::get(admin, "/debug/configz", &[]).expect("/debug/configz answers");
+    assert!(
+        configz.body.contains(&format!("k8s:Service/shop/ledger@{revision}")),
+        "the Service is not served: {}",
+        child.log_tail(30)
+    );
+    assert!(api.authorized_requests() > 0, "no request carried the service account's token");
+    let log = std::fs::read_to_string(child.log_path()).unwrap();
+    assert!(!log.contains(token), "the token is in the log");
 }

@@ -1,5 +1,8 @@
 //! A stand-in Kubernetes API server: what a cluster's kube-apiserver says
-//! to a client that lists and watches, over plain HTTP on loopback.
+//! to a client that lists and watches, over plain HTTP on loopback — or,
+//! as a cluster's API server to its Pods ([`KubeApi::start_in_cluster`]),
+//! over TLS with a certificate of its own CA, asking every request for the
+//! service account's bearer token.
 //!
 //! No kube-apiserver can run on these machines, so the Kubernetes source is
 //! tested against this. It speaks the real protocol, and `kubectl` (a real
@@ -150,6 +153,8 @@ struct Objects {
 /// The stand-in API server; stops on drop.
 pub struct KubeApi {
     addr: SocketAddr,
+    /// The CA that signed the server's certificate (PEM), when it serves TLS.
+    ca_pem: Option<String>,
     state: Arc<Shared>,
     server: tokio::task::JoinHandle<()>,
     _runtime: Option<tokio::runtime::Runtime>,
@@ -157,6 +162,10 @@ pub struct KubeApi {
 
 struct Shared {
     objects: Mutex<Objects>,
+    /// The bearer token every request must carry (`None`: anything goes).
+    token: Option<String>,
+    /// Requests that carried it.
+    authorized: std::sync::atomic::AtomicUsize,
     /// While set, every list and watch is answered 503 (an outage).
     down: std::sync::atomic::AtomicBool,
     /// Watch streams open now.
@@ -169,21 +178,40 @@ impl KubeApi {
     /// Starts the stand-in on a free loopback port, on a runtime of its own
     /// (so that blocking tests can use it).
     pub fn start() -> KubeApi {
+        KubeApi::start_on_runtime(None)
+    }
+
+    /// Starts the stand-in as a cluster's API server looks from a Pod:
+    /// HTTPS with a certificate for 127.0.0.1 of a CA of its own
+    /// ([`KubeApi::ca_pem`]), every request refused `401` unless it
+    /// carries `Authorization: Bearer TOKEN`.
+    pub fn start_in_cluster(token: &str) -> KubeApi {
+        KubeApi::start_on_runtime(Some(token.to_string()))
+    }
+
+    fn start_on_runtime(token: Option<String>) -> KubeApi {
         let runtime = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(1)
             .enable_all()
             .build()
             .expect("a runtime for the stand-in API server");
-        let mut api = runtime.block_on(KubeApi::serve());
+        let mut api = runtime.block_on(KubeApi::serve_with(token));
         api._runtime = Some(runtime);
         api
     }
 
     /// Starts the stand-in on the current runtime.
     pub async fn serve() -> KubeApi {
+        KubeApi::serve_with(None).await
+    }
+
+    async fn serve_with(token: Option<String>) -> KubeApi {
         let (events, _) = broadcast::channel(4096);
+        let tls = token.is_some().then(tls_identity);
         let state = Arc::new(Shared {
             objects: Mutex::new(Objects::default()),
+            token,
+            authorized: Default::default(),
             down: Default::default(),
             watching: Default::default(),
             events,
@@ -203,16 +231,34 @@ impl KubeApi {
             .route("/apis/{group}/{version}/{plural}", get(group_collection))
             .route("/apis/{group}/{version}/namespaces/{namespace}/{plural}", get(group_namespaced_collection))
             .route("/apis/{group}/{version}/namespaces/{namespace}/{plural}/{name}", get(group_one))
+            .layer(axum::middleware::from_fn_with_state(state.clone(), authenticate))
             .with_state(state.clone());
-        let server = tokio::spawn(async move {
-            let _ = axum::serve(listener, router).await;
-        });
-        KubeApi { addr, state, server, _runtime: None }
+        let (server, ca_pem) = match tls {
+            None => (tokio::spawn(async move { drop(axum::serve(listener, router).await) }), None),
+            Some((acceptor, ca_pem)) => (tokio::spawn(serve_tls(listener, acceptor, router)), Some(ca_pem)),
+        };
+        KubeApi { addr, ca_pem, state, server, _runtime: None }
     }
 
-    /// `http://127.0.0.1:PORT`.
+    /// `http://127.0.0.1:PORT` (`https://` when it serves TLS).
     pub fn url(&self) -> String {
-        format!("http://{}", self.addr)
+        let scheme = if self.ca_pem.is_some() { "https" } else { "http" };
+        format!("{scheme}://{}", self.addr)
+    }
+
+    /// Where it listens.
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// The CA of its certificate, PEM (a Pod's `ca.crt`), when it serves TLS.
+    pub fn ca_pem(&self) -> Option<&str> {
+        self.ca_pem.as_deref()
+    }
+
+    /// How many requests carried the bearer token it asks for.
+    pub fn authorized_requests(&self) -> usize {
+        self.state.authorized.load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// A kubeconfig whose current context is this server (no credentials).
@@ -333,6 +379,60 @@ impl Drop for KubeApi {
         if let Some(runtime) = self._runtime.take() {
             runtime.shutdown_background();
         }
+    }
+}
+
+/// Refuses, as the API server does (`401` with a Status), a request
+/// without the bearer token the stand-in was started with.
+async fn authenticate(
+    State(state): State<Arc<Shared>>,
+    request: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> Response {
+    if let Some(token) = &state.token {
+        let bearer = request.headers().get(header::AUTHORIZATION).and_then(|v| v.to_str().ok());
+        if bearer != Some(format!("Bearer {token}").as_str()) {
+            return status(StatusCode::UNAUTHORIZED, "Unauthorized", "Unauthorized");
+        }
+        state.authorized.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    }
+    next.run(request).await
+}
+
+/// A CA and a certificate for 127.0.0.1 it signed: the TLS acceptor, and
+/// the CA's certificate as PEM.
+fn tls_identity() -> (tokio_rustls::TlsAcceptor, String) {
+    let ca_key = rcgen::KeyPair::generate().expect("a CA key");
+    let mut ca_params = rcgen::CertificateParams::new(Vec::<String>::new()).expect("CA parameters");
+    ca_params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+    ca_params.distinguished_name.push(rcgen::DnType::CommonName, "stand-in kubernetes CA");
+    let ca = rcgen::CertifiedIssuer::self_signed(ca_params, ca_key).expect("the CA certificate");
+    let key = rcgen::KeyPair::generate().expect("a server key");
+    let params = rcgen::CertificateParams::new(vec!["127.0.0.1".to_string()]).expect("server parameters");
+    let cert = params.signed_by(&key, &ca).expect("the server certificate");
+    let chain = vec![cert.der().clone()];
+    let private = tokio_rustls::rustls::pki_types::PrivateKeyDer::Pkcs8(key.serialize_der().into());
+    let provider = Arc::new(tokio_rustls::rustls::crypto::ring::default_provider());
+    let config = tokio_rustls::rustls::ServerConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .expect("TLS versions")
+        .with_no_client_auth()
+        .with_single_cert(chain, private)
+        .expect("the server identity");
+    let ca_pem = AsRef::<rcgen::Certificate>::as_ref(&ca).pem();
+    (tokio_rustls::TlsAcceptor::from(Arc::new(config)), ca_pem)
+}
+
+/// Serves `router` over TLS (HTTP/1.1) on `listener`.
+async fn serve_tls(listener: tokio::net::TcpListener, acceptor: tokio_rustls::TlsAcceptor, router: Router) {
+    while let Ok((tcp, _)) = listener.accept().await {
+        let (acceptor, router) = (acceptor.clone(), router.clone());
+        tokio::spawn(async move {
+            let Ok(tls) = acceptor.accept(tcp).await else { return };
+            let service = hyper_util::service::TowerToHyperService::new(router);
+            let io = hyper_util::rt::TokioIo::new(tls);
+            drop(hyper::server::conn::http1::Builder::new().serve_connection(io, service).await);
+        });
     }
 }
 
