@@ -10,8 +10,10 @@
 //! the ACK of each CDS or LDS response, subscribes exactly the EDS or RDS
 //! names newly needed and unsubscribes the ones no longer needed — only the
 //! difference, never the whole list again. Every response is ACKed with its
-//! nonce alone (no names). Every request, ACKs included, carries the node:
-//! Envoy's `set_node_on_first_message_only` is false by default.
+//! nonce alone (no names). The stream's first request carries the node, as
+//! from an Envoy that Istio bootstraps (`set_node_on_first_message_only:
+//! true`); with `--node-every-request`, every request does (Envoy's own
+//! default).
 //!
 //! Invariants:
 //! * a stream's [`Deps`] is the server's answers so far applied in order,
@@ -117,7 +119,8 @@ impl crate::envoy::Sim for Sim {
 impl Sim {
     /// ACKs a response of `t`: its nonce, no names.
     async fn ack(&mut self, t: XdsType, nonce: &str) {
-        let request = wire::encode_delta_request::<&str>(&self.envoy.node, t.url(), &Bytes::new(), &[], nonce);
+        let node = self.envoy.node_for_request();
+        let request = wire::encode_delta_request::<&str>(&node, t.url(), &Bytes::new(), &[], nonce);
         self.envoy.send(request).await;
     }
 
@@ -129,17 +132,18 @@ impl Sim {
         }
         let old = self.envoy.watch(t, set.clone());
         let old: &[Box<str>] = old.as_ref().map_or(&[], |old| &old.names);
+        if old.is_empty() && set.is_empty() {
+            return;
+        }
+        let node = self.envoy.node_for_request();
         let request = if old.is_empty() {
             // Envoy asks only once it has names (a first request without
-            // any would be a wildcard); then for the whole list, whose
-            // encoding the interned set keeps.
-            if set.is_empty() {
-                return;
-            }
-            wire::encode_delta_request::<&str>(&self.envoy.node, t.url(), &set.encoded, &[], "")
+            // any would be a wildcard, left out above); then for the whole
+            // list, whose encoding the interned set keeps.
+            wire::encode_delta_request::<&str>(&node, t.url(), &set.encoded, &[], "")
         } else {
             let (subscribe, unsubscribe) = diff(old, &set.names);
-            wire::encode_delta_request(&self.envoy.node, t.url(), &wire::encode_names(&subscribe), &unsubscribe, "")
+            wire::encode_delta_request(&node, t.url(), &wire::encode_names(&subscribe), &unsubscribe, "")
         };
         self.envoy.send(request).await;
     }

@@ -28,7 +28,7 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use tokio::sync::mpsc;
 
-use crate::fleet::{Identity, Protocol, Shared};
+use crate::fleet::{Identity, NodeSending, Protocol, Shared};
 use crate::track::{Change, NameSet, XdsType};
 use crate::wire;
 
@@ -85,7 +85,9 @@ pub(crate) struct Envoy {
     pub(crate) identity: Identity,
     pub(crate) shared: Arc<Shared>,
     /// The node, encoded as the protocol's request field.
-    pub(crate) node: wire::EncodedNode,
+    node: wire::EncodedNode,
+    /// Whether a request of this stream carried the node already.
+    node_sent: bool,
     protocol: Protocol,
     tx: mpsc::Sender<wire::Request>,
     eds: Watched,
@@ -111,6 +113,7 @@ impl Envoy {
             identity,
             shared,
             node,
+            node_sent: false,
             protocol,
             tx,
             eds: Watched::default(),
@@ -124,6 +127,17 @@ impl Envoy {
         }
     }
 
+    /// The node for the request about to be built: the whole node on the
+    /// stream's first request (and on every one with
+    /// [`NodeSending::EveryRequest`]), none after it.
+    pub(crate) fn node_for_request(&mut self) -> wire::EncodedNode {
+        if self.node_sent && self.shared.node_sending == NodeSending::FirstRequest {
+            return wire::EncodedNode::absent();
+        }
+        self.node_sent = true;
+        self.node.clone()
+    }
+
     /// Queues a request.
     pub(crate) async fn send(&mut self, request: wire::Request) {
         self.shared.stats.requests.fetch_add(1, Ordering::Relaxed);
@@ -133,10 +147,11 @@ impl Envoy {
 
     /// The first request of a wildcard type (CDS, LDS): no names, no nonce
     /// (in delta, Envoy's "legacy wildcard": both name lists empty).
-    pub(crate) fn wildcard(&self, t: XdsType) -> wire::Request {
+    pub(crate) fn wildcard(&mut self, t: XdsType) -> wire::Request {
+        let node = self.node_for_request();
         match self.protocol {
-            Protocol::Sotw => wire::encode_request(&self.node, &Bytes::new(), t.url(), "", ""),
-            Protocol::Delta => wire::encode_delta_request::<&str>(&self.node, t.url(), &Bytes::new(), &[], ""),
+            Protocol::Sotw => wire::encode_request(&node, &Bytes::new(), t.url(), "", ""),
+            Protocol::Delta => wire::encode_delta_request::<&str>(&node, t.url(), &Bytes::new(), &[], ""),
         }
     }
 

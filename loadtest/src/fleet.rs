@@ -59,6 +59,17 @@ impl Protocol {
     }
 }
 
+/// Which of a stream's requests carry the node.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+pub enum NodeSending {
+    /// The first request of each stream only: Envoy with
+    /// `set_node_on_first_message_only: true`, as Istio bootstraps it (and
+    /// `meshpush bootstrap`).
+    FirstRequest,
+    /// Every request, ACKs included: Envoy's own default.
+    EveryRequest,
+}
+
 /// State every stream shares.
 #[derive(Debug)]
 pub struct Shared {
@@ -74,6 +85,8 @@ pub struct Shared {
     pub stop: watch::Sender<bool>,
     /// The encoded `Node` fields every simulated Envoy shares.
     pub node_common: Bytes,
+    /// Which requests carry the node.
+    pub node_sending: NodeSending,
     /// Delta streams' resource → wanted-name maps, interned.
     pub(crate) deps: DepsTable,
 }
@@ -81,8 +94,9 @@ pub struct Shared {
 impl Shared {
     /// Fresh state; the sync clock starts now. `node_common` is the encoded
     /// `Node` fields every stream sends after its own (see [`crate::mesh::Shape::node_common`]).
-    pub fn new(node_common: Bytes) -> Arc<Shared> {
+    pub fn new(node_common: Bytes, node_sending: NodeSending) -> Arc<Shared> {
         Arc::new(Shared {
+            node_sending,
             stats: Stats::default(),
             sync: SyncState::new(),
             names: NameSets::default(),

@@ -37,7 +37,7 @@ mod wire;
 #[cfg(test)]
 mod test;
 
-pub use fleet::Protocol;
+pub use fleet::{NodeSending, Protocol};
 pub use report::Report;
 pub use run::run;
 pub use scenario::{ExpectSpec, Options, Scenario};

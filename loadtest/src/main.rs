@@ -13,7 +13,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::Parser;
-use loadtest::{ExpectSpec, Options, Scenario};
+use loadtest::{ExpectSpec, NodeSending, Options, Scenario};
 
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
@@ -55,9 +55,15 @@ struct Cli {
     /// The meshpush binary to start (default: target/release/meshpush beside this binary).
     #[arg(long)]
     meshpush_bin: Option<PathBuf>,
-    /// ADS streams per HTTP/2 connection.
-    #[arg(long, default_value_t = 32)]
+    /// ADS streams per HTTP/2 connection. 1 (the default) is how Envoys connect, each with a
+    /// connection of its own; more multiplexes simulated Envoys onto fewer connections.
+    #[arg(long, default_value_t = 1)]
     streams_per_connection: u32,
+    /// Send the node on every request, ACKs included (Envoy's own default). Without it only the
+    /// first request of each stream carries it, as from an Envoy that Istio (and `meshpush
+    /// bootstrap`) bootstraps with set_node_on_first_message_only: true.
+    #[arg(long)]
+    node_every_request: bool,
     /// Churn: endpoint changes per second.
     #[arg(long, default_value_t = 200)]
     churn_rate: u32,
@@ -77,8 +83,8 @@ struct Cli {
     /// directory and exit: to load the same mesh into another server.
     #[arg(long)]
     write_mesh: Option<PathBuf>,
-    /// Leave Envoy's 516-extension list out of the node. Envoy 1.40 sends it on every request
-    /// (unless its bootstrap sets set_node_on_first_message_only); this is for comparison only.
+    /// Leave Envoy's 516-extension list out of the node (Envoy 1.40 sends it); for comparison
+    /// only.
     #[arg(long)]
     lean_node: bool,
     /// Delta xDS: the simulated Envoys use DeltaAggregatedResources (Envoy's api_type DELTA_GRPC)
@@ -110,6 +116,7 @@ fn main() -> ExitCode {
         server_pids: cli.server_pids,
         meshpush_bin: cli.meshpush_bin,
         streams_per_connection: cli.streams_per_connection,
+        node_sending: if cli.node_every_request { NodeSending::EveryRequest } else { NodeSending::FirstRequest },
         churn_rate: cli.churn_rate,
         churn_duration: Duration::from_secs(cli.churn_seconds),
         load_mesh: !cli.no_load,

@@ -229,8 +229,10 @@ pub struct Report {
     pub harness_peak_rss_mib: Option<f64>,
     /// Requests the streams sent (subscriptions and ACKs).
     pub requests_sent: u64,
-    /// Size of the encoded node every request carries.
+    /// Size of the encoded node.
     pub node_bytes: usize,
+    /// Which requests carried it.
+    pub node_sending: crate::fleet::NodeSending,
     /// Whether the node left Envoy's extension list out (`--lean-node`).
     pub lean_node: bool,
     /// Notes (file-descriptor limit…).
@@ -299,8 +301,14 @@ impl Report {
         let _ = writeln!(out, "protocol: {} ({})", self.protocol.name(), self.protocol.method());
         let _ = writeln!(
             out,
-            "node: {} bytes on every request{}",
+            "node: {} bytes on {}{}",
             self.node_bytes,
+            match self.node_sending {
+                crate::fleet::NodeSending::FirstRequest => {
+                    "the first request of each stream (set_node_on_first_message_only, as Istio bootstraps Envoy)"
+                }
+                crate::fleet::NodeSending::EveryRequest => "every request (--node-every-request)",
+            },
             if self.lean_node {
                 " (--lean-node: Envoy's extension list left out, unlike Envoy 1.40)"
             } else {

@@ -150,7 +150,7 @@ pub async fn run(options: Options) -> anyhow::Result<Report> {
         shape,
         targets,
         registry,
-        shared: Shared::new(node_common.clone()),
+        shared: Shared::new(node_common.clone(), options.node_sending),
         node_common: node_common.clone(),
         fresh: FreshAddresses::default(),
         slices: HashMap::new(),
@@ -249,6 +249,7 @@ pub async fn run(options: Options) -> anyhow::Result<Report> {
         requests_sent: stats.requests.load(std::sync::atomic::Ordering::Relaxed),
         node_bytes: run.shape.node(0).len() + run.node_common.len(),
         lean_node: options.lean_node,
+        node_sending: options.node_sending,
         notes,
         replicas,
         targets: Vec::new(),
@@ -402,7 +403,7 @@ impl Run {
             .collect();
         tokio::time::sleep(SETTLE).await;
         let before = self.mark();
-        self.shared = Shared::new(self.node_common.clone());
+        self.shared = Shared::new(self.node_common.clone(), self.options.node_sending);
         let replicas: Vec<SocketAddr> = self.targets.iter().map(|t| t.xds).collect();
         let xds = |c: u32| replicas[c as usize % replicas.len()];
         let channels = futures::future::join_all((0..connections).map(|c| ads::connect(xds(c)))).await;

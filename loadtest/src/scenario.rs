@@ -8,7 +8,7 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use crate::fleet::Protocol;
+use crate::fleet::{NodeSending, Protocol};
 use crate::mesh::Shape;
 use crate::report::{Report, TargetCheck};
 use crate::track::{Expect, XdsType};
@@ -139,8 +139,12 @@ pub struct Options {
     pub server_pids: Vec<u32>,
     /// The meshpush binary to start (default: `target/release/meshpush`).
     pub meshpush_bin: Option<PathBuf>,
-    /// ADS streams per HTTP/2 connection.
+    /// ADS streams per HTTP/2 connection (1: each simulated Envoy has its
+    /// own, as real ones do).
     pub streams_per_connection: u32,
+    /// Which requests carry the node (the first of each stream, as from an
+    /// Envoy Istio bootstraps, unless told otherwise).
+    pub node_sending: NodeSending,
     /// Endpoint changes per second (churn).
     pub churn_rate: u32,
     /// How long churn lasts.
@@ -169,7 +173,8 @@ impl Options {
             repeat: 1,
             server_pids: Vec::new(),
             meshpush_bin: None,
-            streams_per_connection: 32,
+            streams_per_connection: 1,
+            node_sending: NodeSending::FirstRequest,
             churn_rate: 200,
             churn_duration: Duration::from_secs(60),
             load_mesh: true,

@@ -6,10 +6,12 @@
 //! clusters; once every cluster has its endpoints (or 15 s have passed,
 //! Envoy's `initial_fetch_timeout`), LDS wildcard; on each LDS response, the
 //! LDS ACK and then an RDS request naming the route configurations the
-//! listeners use. Every response is ACKed with its version and nonce. Every
-//! request — ACKs included — carries the node and the full `resource_names`
-//! list of its type, as Envoy's SotW client sends them: the list is the
-//! stream's interned [`NameSet`](crate::track::NameSet), encoded once.
+//! listeners use. Every response is ACKed with its version and nonce. The
+//! stream's first request carries the node (every request does with
+//! `--node-every-request`, Envoy's own default); every request carries the
+//! full `resource_names` list of its type, as Envoy's SotW client sends
+//! them: the list is the stream's interned
+//! [`NameSet`](crate::track::NameSet), encoded once.
 
 use std::sync::Arc;
 
@@ -97,8 +99,9 @@ impl Sim {
     /// ACKs the last response of `t`, with the type's full name list.
     async fn ack(&mut self, t: XdsType) {
         let names = self.envoy.watched(t).map(|s| s.encoded.clone()).unwrap_or_default();
+        let node = self.envoy.node_for_request();
         let state = &self.types[t as usize];
-        let request = wire::encode_request(&self.envoy.node, &names, t.url(), &state.version, &state.nonce);
+        let request = wire::encode_request(&node, &names, t.url(), &state.version, &state.nonce);
         self.envoy.send(request).await;
     }
 }

@@ -26,7 +26,7 @@ use http_body::{Body, Frame};
 
 use crate::envoy::Envoy;
 use crate::envoy::Sim;
-use crate::fleet::{Identity, Protocol, Shared};
+use crate::fleet::{Identity, NodeSending, Protocol, Shared};
 use crate::mesh::Shape;
 use crate::scenario::Scenario;
 use crate::track::{Change, Expect, XdsType};
@@ -251,16 +251,18 @@ struct DeltaHarness {
     shared: std::sync::Arc<Shared>,
     node: Node,
     nonce: u32,
+    /// Requests decoded so far.
+    decoded: usize,
 }
 
 impl DeltaHarness {
-    fn new() -> DeltaHarness {
+    fn new(node_sending: NodeSending) -> DeltaHarness {
         let (_, node, own, common) = smoke_node(3, wire::DELTA_NODE_FIELD);
-        let shared = Shared::new(common);
+        let shared = Shared::new(common, node_sending);
         let (tx, rx) = tokio::sync::mpsc::channel(64);
         let identity = Identity { id: 3, namespace: 0, node: own };
         let sim = <crate::delta::Sim as Sim>::new(Envoy::new(identity, shared.clone(), tx, Protocol::Delta));
-        DeltaHarness { sim, rx, shared, node, nonce: 0 }
+        DeltaHarness { sim, rx, shared, node, nonce: 0, decoded: 0 }
     }
 
     /// Sends a response of `type_url`; returns its nonce.
@@ -284,7 +286,12 @@ impl DeltaHarness {
         let mut out = Vec::new();
         while let Ok(request) = self.rx.try_recv() {
             let decoded = DeltaDiscoveryRequest::decode(request.to_bytes()).unwrap();
-            assert_eq!(decoded.node.as_ref(), Some(&self.node), "every request carries the node");
+            if self.decoded == 0 || self.shared.node_sending == NodeSending::EveryRequest {
+                assert_eq!(decoded.node.as_ref(), Some(&self.node), "request {} carries the node", self.decoded);
+            } else {
+                assert_eq!(decoded.node, None, "request {} carries the node, as only the first should", self.decoded);
+            }
+            self.decoded += 1;
             out.push(decoded);
         }
         out
@@ -309,10 +316,21 @@ impl DeltaHarness {
     }
 }
 
+/// With the node on the first request only, as from an Envoy Istio bootstraps.
 #[tokio::test]
 async fn a_delta_stream_acks_every_response_and_subscribes_only_the_difference() {
+    delta_stream_acks_and_subscribes(NodeSending::FirstRequest).await;
+}
+
+/// With the node on every request (Envoy's own default).
+#[tokio::test]
+async fn a_delta_stream_sending_the_node_every_time_does_the_same() {
+    delta_stream_acks_and_subscribes(NodeSending::EveryRequest).await;
+}
+
+async fn delta_stream_acks_and_subscribes(node_sending: NodeSending) {
     let req = DeltaHarness::request;
-    let mut h = DeltaHarness::new();
+    let mut h = DeltaHarness::new(node_sending);
     let cluster = |name: &str| {
         let c = eds_cluster(name, "");
         delta_resource(name, Cluster::type_url(), c.encode_to_vec())
@@ -415,7 +433,7 @@ async fn a_refused_stream_is_counted_refused_not_lost() {
     );
     let channel = crate::ads::connect(addr).await.unwrap();
     let (_, _, own, common) = smoke_node(0, wire::SOTW_NODE_FIELD);
-    let shared = Shared::new(common);
+    let shared = Shared::new(common, NodeSending::FirstRequest);
     let identity = Identity { id: 0, namespace: 0, node: own };
     let ended = tokio::time::timeout(
         std::time::Duration::from_secs(10),

@@ -314,6 +314,11 @@ pub(crate) struct EncodedNode {
 }
 
 impl EncodedNode {
+    /// No node: the field is left out of the request.
+    pub(crate) fn absent() -> EncodedNode {
+        EncodedNode { head: Bytes::new(), common: Bytes::new() }
+    }
+
     /// The node as field `field` of a request ([`SOTW_NODE_FIELD`] or [`DELTA_NODE_FIELD`]).
     pub(crate) fn new(field: u32, per_stream: &[u8], common: &Bytes) -> EncodedNode {
         let mut head = BytesMut::with_capacity(per_stream.len() + 8);
