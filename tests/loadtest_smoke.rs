@@ -105,10 +105,16 @@ async fn a_reconnect_storm_is_admitted_at_the_configured_rate_and_every_stream_s
             samples
         }
     });
+    // The pacing is per stream. With a connection per simulated Envoy, the
+    // 5,000 handshakes at once stall this debug build's runtime for over
+    // 100 ms at a time, and the streams whose slots passed meanwhile wake
+    // (and count) together, which the sampled counts see as a burst the
+    // schedule never gave: the streams share connections here.
     let options = Options {
         targets: vec![xds],
         server_pids: vec![server.process().pid()],
         progress: false,
+        streams_per_connection: 32,
         command: "cargo test --test loadtest_smoke".into(),
         ..Options::new(Scenario::Storm)
     };
@@ -120,18 +126,12 @@ async fn a_reconnect_storm_is_admitted_at_the_configured_rate_and_every_stream_s
     let storm = &report.phases[0];
     assert_eq!((storm.converged, storm.expected), (5000, 5000), "{table}");
 
-    // The schedule hands out slots at the rate; the counter counts a stream
-    // when its task wakes at its slot, which a server busy with 5,000
-    // connections' handshakes can do late, several at once. So a window
-    // may count up to WAKE_LAG's worth of slots that came before it.
-    const WAKE_LAG: f64 = 0.1;
     for (i, &(sent_i, _, admitted_i, _)) in samples.iter().enumerate() {
         for &(_, answered_j, admitted_j, _) in &samples[i + 1..] {
-            let allowed = RATE * (answered_j.duration_since(sent_i).as_secs_f64() + WAKE_LAG) + BURST + 1.0;
+            let allowed = RATE * answered_j.duration_since(sent_i).as_secs_f64() + BURST + 1.0;
             assert!(
                 admitted_j - admitted_i <= allowed,
-                "{} streams admitted within {:?}, more than {allowed:.0} at {RATE}/s with a burst of {BURST} \
-                 (and {WAKE_LAG} s of late wake-ups)",
+                "{} streams admitted within {:?}, more than {allowed:.0} at {RATE}/s with a burst of {BURST}",
                 admitted_j - admitted_i,
                 answered_j.duration_since(sent_i)
             );

@@ -280,6 +280,7 @@ fn inbound_route_config(port: u32) -> RouteConfiguration {
     let cluster = naming::inbound_cluster(port);
     RouteConfiguration {
         name: cluster.clone(),
+        ignore_port_in_host_matching: true,
         virtual_hosts: vec![VirtualHost {
             name: naming::inbound_virtual_host(port),
             domains: vec!["*".to_string()],

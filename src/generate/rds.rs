@@ -6,7 +6,9 @@
 //! or a default route, and a final catch-all (`allow_any` to
 //! `PassthroughCluster`, or `block_all` answering 502 under `REGISTRY_ONLY`).
 //! Routers get one per HTTP port they bind (`http.8080`): a virtual host per
-//! host of each VirtualService bound to a Gateway server on the port.
+//! host of each VirtualService bound to a Gateway server on the port. Both
+//! ignore the port in host matching, as Istio's do, so no domain carries a
+//! `:port` (a `Host: reviews:9080` matches `reviews`).
 //!
 //! Invariants: a domain appears at most once per route config (Envoy refuses
 //! duplicates; the first virtual host keeps it); output depends only on the
@@ -87,12 +89,12 @@ fn sidecar_config(ctx: &PushContext, scope: &Scope, port: &OutboundPort<'_>) -> 
         if svc.is_alias() && rule.is_none() {
             continue;
         }
-        let mut names = sidecar_domains(svc, port.port, namespace);
+        let mut names = sidecar_domains(svc, namespace);
         for alias in &svc.aliases {
             let visible = scope.visible_hosts.contains(&alias.hostname);
             let own_host = port.http.iter().any(|s| s.hostname == alias.hostname) && routed(&alias.hostname).is_some();
             if let Some(alias) = ctx.services.get(&alias.hostname).filter(|_| visible && !own_host) {
-                names.extend(sidecar_domains(alias, port.port, namespace));
+                names.extend(sidecar_domains(alias, namespace));
             }
         }
         let domains = used.claim(names);
@@ -126,42 +128,45 @@ fn sidecar_config(ctx: &PushContext, scope: &Scope, port: &OutboundPort<'_>) -> 
             },
         });
     }
-    RouteConfiguration { name: naming::sidecar_route(port.port), virtual_hosts, ..Default::default() }
+    RouteConfiguration {
+        name: naming::sidecar_route(port.port),
+        virtual_hosts,
+        ignore_port_in_host_matching: true,
+        ..Default::default()
+    }
 }
 
-/// The domains Istio gives a service's virtual host: the FQDN; for
-/// Kubernetes services `name.namespace` and `name.namespace.svc` (and the
-/// bare `name` from the service's own namespace); every virtual IP; each
-/// with and without `:port`. A headless service's names also match with
-/// any prefix (`*.name…`), for its Pods' own names (`web-0.web.ns.svc…`).
-fn sidecar_domains(svc: &Service, port: u32, proxy_namespace: &str) -> Vec<String> {
-    let mut names: Vec<String> = vec![svc.hostname.to_string()];
+/// The domains Istio gives a service's virtual host on a sidecar, with no
+/// `:port` variants (the route config ignores the port in host matching,
+/// as Istio's does): the FQDN and the absolute FQDN (`name.ns.svc.cluster.local.`);
+/// for a Kubernetes service `name` (from its own namespace),
+/// `name.ns.svc` and `name.ns`, in Istio's order; every virtual IP. A
+/// headless service's names also match with any prefix (`*.name…`), for
+/// its Pods' own names (`web-0.web.ns.svc…`).
+fn sidecar_domains(svc: &Service, proxy_namespace: &str) -> Vec<String> {
+    let fqdn = &*svc.hostname;
+    let mut out: Vec<String> = Vec::with_capacity(6 + svc.addresses.len());
+    out.push(fqdn.to_string());
+    if !proto::is_ip(fqdn) {
+        out.push(format!("{fqdn}."));
+    }
     if svc.is_kubernetes() {
         let (name, ns) = (svc.short_name(), &*svc.namespace);
         if ns == proxy_namespace {
-            names.push(name.to_string());
+            out.push(name.to_string());
+            out.push(format!("{name}.{ns}.svc"));
+            out.push(format!("{name}.{ns}"));
+        } else {
+            out.push(format!("{name}.{ns}"));
+            out.push(format!("{name}.{ns}.svc"));
         }
-        names.push(format!("{name}.{ns}"));
-        names.push(format!("{name}.{ns}.svc"));
-    }
-    let mut out = Vec::with_capacity(names.len() * 2 + svc.addresses.len() * 2);
-    for n in names {
-        let with_port = format!("{n}:{port}");
-        out.push(n);
-        out.push(with_port);
     }
     if svc.resolution == crate::model::Resolution::Passthrough && svc.is_kubernetes() {
         let wildcards: Vec<String> = out.iter().map(|d| format!("*.{d}")).collect();
         out.extend(wildcards);
     }
     for address in svc.addresses.iter().filter(|a| proto::is_ip(a)) {
-        if address.contains(':') {
-            out.push(format!("[{address}]"));
-            out.push(format!("[{address}]:{port}"));
-        } else {
-            out.push(address.to_string());
-            out.push(format!("{address}:{port}"));
-        }
+        out.push(if address.contains(':') { format!("[{address}]") } else { address.to_string() });
     }
     out
 }
@@ -170,7 +175,7 @@ fn gateway_config(ctx: &PushContext, scope: &Scope, port: &GatewayPort<'_>) -> R
     let namespace = &*scope.key.namespace;
     // Virtual hosts by name; a host served by several rules gets their routes
     // one after the other, in rule order (as Istio merges them).
-    let mut hosts: BTreeMap<String, (Hostname, u32, Vec<envoy_types::pb::envoy::config::route::v3::Route>)> =
+    let mut hosts: BTreeMap<String, (Hostname, Vec<envoy_types::pb::envoy::config::route::v3::Route>)> =
         BTreeMap::new();
     let mut seen: BTreeSet<(&crate::config::ConfigKey, String)> = BTreeSet::new();
     for (gw, server) in &port.servers {
@@ -189,30 +194,28 @@ fn gateway_config(ctx: &PushContext, scope: &Scope, port: &GatewayPort<'_>) -> R
                 if !seen.insert((&vs.key, name.clone())) {
                     continue;
                 }
-                hosts.entry(name).or_insert_with(|| (h, server.port, Vec::new())).2.extend(routes.iter().cloned());
+                hosts.entry(name).or_insert_with(|| (h, Vec::new())).1.extend(routes.iter().cloned());
             }
         }
     }
     let mut used = Domains::default();
     let virtual_hosts = hosts
         .into_iter()
-        .filter_map(|(name, (h, server_port, routes))| {
-            let domains = used.claim(gateway_domains(&h, server_port, port.port));
+        .filter_map(|(name, (h, routes))| {
+            let domains = used.claim(gateway_domains(&h));
             (!domains.is_empty()).then(|| VirtualHost { name, domains, routes, ..Default::default() })
         })
         .collect();
-    RouteConfiguration { name: naming::gateway_route(port.port), virtual_hosts, ..Default::default() }
+    RouteConfiguration {
+        name: naming::gateway_route(port.port),
+        virtual_hosts,
+        ignore_port_in_host_matching: true,
+        ..Default::default()
+    }
 }
 
-/// `host` and `host:port` for the server port and (when different) the port
-/// bound, so clients reaching the target port directly match too; `*` alone.
-fn gateway_domains(h: &str, server_port: u32, bound_port: u32) -> Vec<String> {
-    if h == "*" {
-        return vec!["*".to_string()];
-    }
-    let mut out = vec![h.to_string(), format!("{h}:{server_port}")];
-    if bound_port != server_port {
-        out.push(format!("{h}:{bound_port}"));
-    }
-    out
+/// A gateway virtual host's one domain: its host, as Istio gives it (the
+/// route config ignores the port in host matching).
+fn gateway_domains(h: &str) -> Vec<String> {
+    vec![h.to_ascii_lowercase()]
 }
