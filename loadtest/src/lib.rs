@@ -14,8 +14,10 @@
 //!
 //! Invariants: it only talks to loopback addresses; every wait is bounded
 //! and the run stops by itself; it never takes a shortcut a real Envoy would
-//! not (node on every request, full `resource_names` on every SotW request,
-//! every response ACKed).
+//! not (the node on each stream's first request, as from an Envoy that
+//! Istio bootstraps, or on every request with `--node-every-request`; full
+//! `resource_names` on every SotW request; every response ACKed; an HTTP/2
+//! connection per Envoy unless `--streams-per-connection` says otherwise).
 
 pub mod ads;
 mod delta;

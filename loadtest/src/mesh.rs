@@ -230,8 +230,9 @@ impl Shape {
     /// 1.40.0 fills them: user agent `envoy`, its build version, and the 516
     /// extensions it reports (`envoy-1.40-extensions.txt`, read from the
     /// real binary's `/server_info`). Envoy sends all of it in every request
-    /// unless its bootstrap sets `set_node_on_first_message_only` (meshpush's
-    /// does not). `lean` leaves the extensions out, for comparison only.
+    /// unless its bootstrap sets `set_node_on_first_message_only` (Istio's
+    /// and meshpush's do: then only a stream's first request carries it).
+    /// `lean` leaves the extensions out, for comparison only.
     pub fn node_common(lean: bool) -> Vec<u8> {
         let metadata = Struct {
             fields: [
