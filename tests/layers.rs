@@ -31,7 +31,7 @@ const MESHPUSH: &[&[&str]] = &[
 const LOADTEST: &[&[&str]] = &[
     &["wire"],
     &["track"],
-    &["deps"],
+    &["deps", "held"],
     &["fleet"],
     &["mesh", "registry", "server", "frames"],
     &["grpc"],

@@ -4,7 +4,8 @@
 //! This module owns what does not depend on the protocol: the connections
 //! (Envoy's flow-control windows), the stream task ([`run_stream`]: first
 //! request queued before the call opens, responses handed to the simulator,
-//! the `initial_fetch_timeout` timer, stopping) over [`crate::grpc`]'s
+//! the `initial_fetch_timeout` timer, a failed stream opened again after
+//! Envoy's backoff, stopping) over [`crate::grpc`]'s
 //! framing (pre-encoded requests out, responses undecoded). What every
 //! stream shares is `fleet`'s. What a stream says on the wire is its
 //! simulator's: `sotw` on `StreamAggregatedResources`, `delta` on
@@ -49,8 +50,7 @@ pub async fn connect(addr: SocketAddr) -> Result<Channel, tonic::transport::Erro
         .await
 }
 
-/// Runs one simulated Envoy on `protocol` until the harness stops it or
-/// the stream ends.
+/// Runs one simulated Envoy on `protocol` until the harness stops it.
 pub async fn run_stream(channel: Channel, identity: Identity, shared: Arc<Shared>, protocol: Protocol) {
     match protocol {
         Protocol::Sotw => drive::<sotw::Sim>(channel, identity, shared).await,
@@ -58,15 +58,82 @@ pub async fn run_stream(channel: Channel, identity: Identity, shared: Arc<Shared
     }
 }
 
+/// Envoy's retry of a failed xDS stream: jittered exponential backoff,
+/// 500 ms base and 30 s cap (Envoy's `RetryInitialDelayMs` and
+/// `RetryMaxDelayMs` when the bootstrap sets no retry policy): the n-th
+/// retry in a row waits a random time below `min(base × (2ⁿ − 1), cap)`,
+/// and a received message starts the count again.
+#[derive(Debug, Default)]
+struct Backoff {
+    retries: u32,
+}
+
+impl Backoff {
+    const BASE_MS: u64 = 500;
+    const CAP_MS: u64 = 30_000;
+
+    fn next(&mut self) -> Duration {
+        self.retries = (self.retries + 1).min(16);
+        let ceiling = (Self::BASE_MS * ((1u64 << self.retries) - 1)).min(Self::CAP_MS);
+        Duration::from_millis(fastrand::u64(0..ceiling))
+    }
+
+    fn reset(&mut self) {
+        self.retries = 0;
+    }
+}
+
+/// How one stream of a simulated Envoy ended.
+enum Ended {
+    /// The harness stopped it.
+    Stopped,
+    /// It could not be opened, or the server ended it: Envoy retries.
+    Failed,
+}
+
+/// Streams whose failures are printed; the rest are only counted.
+const PRINTED_FAILURES: u64 = 3;
+
+/// Runs one simulated Envoy until the harness stops it. When its stream
+/// fails (refused, or cut by the server), it opens a new one after
+/// Envoy's backoff, on the same channel (which connects again when its
+/// connection is gone), and tells the server what it holds.
 async fn drive<S: Sim>(channel: Channel, identity: Identity, shared: Arc<Shared>) {
     let mut stop = shared.stop.subscribe();
-    let (tx, rx) = mpsc::channel::<wire::Request>(REQUEST_QUEUE);
+    let (tx, mut rx) = mpsc::channel::<wire::Request>(REQUEST_QUEUE);
     let mut sim = S::new(Envoy::new(identity, shared.clone(), tx, S::PROTOCOL));
     // meshpush reads the first request (for the node) before it answers the
     // call, so the first request is queued before the call is made.
     let envoy = sim.envoy();
     let first = envoy.wildcard(XdsType::Cluster);
     envoy.send(first).await;
+    let mut backoff = Backoff::default();
+    loop {
+        if let Ended::Stopped = session(&mut sim, channel.clone(), rx, &shared, &mut stop, &mut backoff).await {
+            return;
+        }
+        tokio::select! {
+            () = tokio::time::sleep(backoff.next()) => {}
+            () = stopped(&mut stop) => return,
+        }
+        let (tx, next) = mpsc::channel::<wire::Request>(REQUEST_QUEUE);
+        rx = next;
+        sim.envoy().attach(tx);
+        shared.stats.reconnects.fetch_add(1, Ordering::Relaxed);
+        sim.reconnect().await;
+    }
+}
+
+/// One ADS stream: opens the call with the requests queued in `rx` and
+/// hands every response to the simulator until the stream ends.
+async fn session<S: Sim>(
+    sim: &mut S,
+    channel: Channel,
+    rx: mpsc::Receiver<wire::Request>,
+    shared: &Shared,
+    stop: &mut watch::Receiver<bool>,
+    backoff: &mut Backoff,
+) -> Ended {
     let mut service = EnvoyFrames(channel);
     let opened = async {
         std::future::poll_fn(|cx| tower_service::Service::poll_ready(&mut service, cx))
@@ -95,32 +162,38 @@ async fn drive<S: Sim>(channel: Channel, identity: Identity, shared: Arc<Shared>
         opened = opened => match opened {
             Ok(responses) => responses,
             Err(status) => {
-                shared.stats.streams_refused.fetch_add(1, Ordering::Relaxed);
-                eprintln!("loadtest: stream {} refused: {status}", sim.envoy().identity.id);
-                return;
+                if !*shared.stop.borrow() {
+                    let n = shared.stats.streams_refused.fetch_add(1, Ordering::Relaxed);
+                    if n < PRINTED_FAILURES {
+                        eprintln!("loadtest: stream {} refused: {status}", sim.envoy().identity.id);
+                    }
+                }
+                return Ended::Failed;
             }
         },
-        () = stopped(&mut stop) => return,
+        () = stopped(stop) => return Ended::Stopped,
     };
     loop {
         let lds_deadline = sim.envoy().lds_deadline();
         tokio::select! {
             message = responses.message() => match message {
                 Ok(Some(message)) => {
+                    backoff.reset();
                     sim.on_response(message.clone()).await;
                     grpc::recycle(message);
                 }
                 ended => {
-                    if !*shared.stop.borrow() {
-                        shared.stats.streams_lost.fetch_add(1, Ordering::Relaxed);
-                        if let Err(e) = ended {
-                            eprintln!("loadtest: stream {} lost: {e}", sim.envoy().identity.id);
-                        }
+                    if *shared.stop.borrow() {
+                        return Ended::Stopped;
                     }
-                    break;
+                    let n = shared.stats.streams_lost.fetch_add(1, Ordering::Relaxed);
+                    if n < PRINTED_FAILURES && let Err(e) = ended {
+                        eprintln!("loadtest: stream {} lost: {e}", sim.envoy().identity.id);
+                    }
+                    return Ended::Failed;
                 }
             },
-            () = stopped(&mut stop) => break,
+            () = stopped(stop) => return Ended::Stopped,
             _ = tokio::time::sleep_until(lds_deadline.unwrap_or_else(far_future).into()), if lds_deadline.is_some() => {
                 sim.envoy().request_listeners().await;
             }

@@ -32,6 +32,7 @@ use bytes::Bytes;
 use crate::deps::{Asks, Deps};
 use crate::envoy::Envoy;
 use crate::fleet::Protocol;
+use crate::held::Update;
 use crate::track::{NameSet, XdsType};
 use crate::wire::{self, DeltaResponse};
 
@@ -89,6 +90,13 @@ impl crate::envoy::Sim for Sim {
         for resource in &response.resources {
             self.envoy.look(t, resource.value, resource.name);
         }
+        let received = self.envoy.received(t, response.resources.iter().map(|r| (r.name, r.version, r.value)));
+        let held = self.envoy.shared.held.apply(
+            t,
+            self.envoy.held(t).map(|h| &**h),
+            Update::Delta(&received, &response.removed),
+        );
+        self.envoy.set_held(t, held);
         match t {
             XdsType::Cluster | XdsType::Listener => {
                 let (held, asks, next): (_, Asks, _) = match t {
@@ -113,6 +121,10 @@ impl crate::envoy::Sim for Sim {
             }
         }
         self.envoy.settle().await;
+    }
+
+    async fn reconnect(&mut self) {
+        self.resubscribe().await;
     }
 }
 
@@ -143,9 +155,38 @@ impl Sim {
             wire::encode_delta_request::<&str>(&node, t.url(), &set.encoded, &[], "")
         } else {
             let (subscribe, unsubscribe) = diff(old, &set.names);
+            if !unsubscribe.is_empty() {
+                // Envoy forgets what it no longer asks for.
+                let held =
+                    self.envoy.shared.held.apply(t, self.envoy.held(t).map(|h| &**h), Update::Drop(&unsubscribe));
+                self.envoy.set_held(t, held);
+            }
             wire::encode_delta_request(&node, t.url(), &wire::encode_names(&subscribe), &unsubscribe, "")
         };
         self.envoy.send(request).await;
+    }
+
+    /// What Envoy's delta client sends when its stream is opened again:
+    /// for each type it subscribed to, in the order it subscribed, the
+    /// names it asks for (none for the legacy wildcard CDS and LDS) and
+    /// every resource it holds with its version
+    /// (`initial_resource_versions`), so the new server sends only what
+    /// differs.
+    async fn resubscribe(&mut self) {
+        for t in [XdsType::Cluster, XdsType::Endpoint, XdsType::Listener, XdsType::Route] {
+            if !self.envoy.subscribed(t) {
+                continue;
+            }
+            let subscribe = match t {
+                XdsType::Cluster | XdsType::Listener => Bytes::new(),
+                XdsType::Endpoint | XdsType::Route => {
+                    self.envoy.watched(t).map(|set| set.encoded.clone()).unwrap_or_default()
+                }
+            };
+            let versions = self.envoy.held(t).map(|h| h.encoded_versions().clone()).unwrap_or_default();
+            let node = self.envoy.node_for_request();
+            self.envoy.send(wire::encode_delta_reconnect(&node, t.url(), &subscribe, &versions)).await;
+        }
     }
 }
 

@@ -29,6 +29,7 @@ use bytes::Bytes;
 use tokio::sync::mpsc;
 
 use crate::fleet::{Identity, NodeSending, Protocol, Shared};
+use crate::held::{Held, Incoming};
 use crate::track::{Change, NameSet, XdsType};
 use crate::wire;
 
@@ -98,6 +99,9 @@ pub(crate) struct Envoy {
     lds_deadline: Option<Instant>,
     synced: bool,
     carried: Vec<Arc<Change>>,
+    /// What it holds of each type (delta always: its versions go back to a
+    /// new server; SotW only when the run measures resends).
+    held: [Option<Arc<Held>>; 4],
 }
 
 impl Envoy {
@@ -124,7 +128,67 @@ impl Envoy {
             lds_deadline: None,
             synced: false,
             carried: Vec::new(),
+            held: Default::default(),
         }
+    }
+
+    /// A new stream replaces the one that ended: requests go into `tx`, and
+    /// its first request carries the node again. Everything held, watched
+    /// and synced stays, as in an Envoy whose xDS stream was cut.
+    pub(crate) fn attach(&mut self, tx: mpsc::Sender<wire::Request>) {
+        self.tx = tx;
+        self.node_sent = false;
+    }
+
+    /// Whether the stream has subscribed to `t`: CDS from the start, LDS
+    /// once requested, EDS and RDS once something named a resource of them.
+    pub(crate) fn subscribed(&self, t: XdsType) -> bool {
+        match t {
+            XdsType::Cluster => true,
+            XdsType::Listener => self.lds_requested,
+            XdsType::Endpoint | XdsType::Route => self.watched(t).is_some_and(|set| !set.is_empty()),
+        }
+    }
+
+    /// What it holds of `t`.
+    pub(crate) fn held(&self, t: XdsType) -> Option<&Arc<Held>> {
+        self.held[t as usize].as_ref()
+    }
+
+    /// The received resources of a response of `t` as held entries, sorted
+    /// by name, counting (when the run measures resends) each one already
+    /// held with the same content. `resources` are `(name, version, value)`.
+    pub(crate) fn received<'a>(
+        &self,
+        t: XdsType,
+        resources: impl Iterator<Item = (&'a str, &'a str, &'a [u8])>,
+    ) -> Vec<Incoming<'a>> {
+        let measure = self.shared.measure_resends;
+        let held = self.held(t);
+        let mut unchanged = 0;
+        let mut list: Vec<Incoming<'a>> = resources
+            .map(|(name, version, value)| {
+                let content = if measure { xxhash_rust::xxh3::xxh3_64(value) } else { 0 };
+                if measure && held.and_then(|h| h.content(name)) == Some(content) {
+                    unchanged += 1;
+                }
+                Incoming { name, version, content }
+            })
+            .collect();
+        if measure {
+            let stats = &self.shared.stats;
+            stats.resources[t as usize].fetch_add(list.len() as u64, Ordering::Relaxed);
+            stats.unchanged[t as usize].fetch_add(unchanged, Ordering::Relaxed);
+        }
+        list.sort_unstable_by(|a, b| a.name.cmp(b.name));
+        list
+    }
+
+    /// Records what it holds of `t` now (from [`HeldTable::apply`]).
+    ///
+    /// [`HeldTable::apply`]: crate::held::HeldTable::apply
+    pub(crate) fn set_held(&mut self, t: XdsType, held: Arc<Held>) {
+        self.held[t as usize] = Some(held);
     }
 
     /// The node for the request about to be built: the whole node on the
@@ -300,4 +364,8 @@ pub(crate) trait Sim: Send + Sized {
     /// Handles one response message: ACKs it, follows up with subscriptions,
     /// then [`Envoy::settle`].
     fn on_response(&mut self, message: Bytes) -> impl Future<Output = ()> + Send;
+    /// Queues what Envoy sends first on a new stream after one ended (the
+    /// stream is [`Envoy::attach`]ed already): one request per subscribed
+    /// type, saying what it holds.
+    fn reconnect(&mut self) -> impl Future<Output = ()> + Send;
 }

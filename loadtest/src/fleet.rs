@@ -13,6 +13,7 @@ use bytes::Bytes;
 use tokio::sync::watch;
 
 use crate::deps::DepsTable;
+use crate::held::HeldTable;
 use crate::track::{NameSets, Stats, SyncState, Tracker};
 use crate::wire;
 
@@ -89,13 +90,20 @@ pub struct Shared {
     pub node_sending: NodeSending,
     /// Delta streams' resource → wanted-name maps, interned.
     pub(crate) deps: DepsTable,
+    /// What streams hold of each type, interned.
+    pub(crate) held: HeldTable,
+    /// Whether streams hash what they receive, to count resources resent
+    /// unchanged ([`crate::track::Stats::unchanged`]).
+    pub measure_resends: bool,
 }
 
 impl Shared {
     /// Fresh state; the sync clock starts now. `node_common` is the encoded
     /// `Node` fields every stream sends after its own (see [`crate::mesh::Shape::node_common`]).
-    pub fn new(node_common: Bytes, node_sending: NodeSending) -> Arc<Shared> {
+    pub fn new(node_common: Bytes, node_sending: NodeSending, measure_resends: bool) -> Arc<Shared> {
         Arc::new(Shared {
+            measure_resends,
+            held: HeldTable::default(),
             node_sending,
             stats: Stats::default(),
             sync: SyncState::new(),

@@ -26,6 +26,7 @@ mod envoy;
 pub mod fleet;
 mod frames;
 mod grpc;
+mod held;
 pub mod mesh;
 pub mod registry;
 pub mod report;

@@ -67,9 +67,13 @@ struct Cli {
     /// Churn: endpoint changes per second.
     #[arg(long, default_value_t = 200)]
     churn_rate: u32,
-    /// Churn: how long, in seconds.
-    #[arg(long, default_value_t = 60)]
-    churn_seconds: u64,
+    /// Churn: how long, in seconds (default 60); fairness: how long each of its two parts lasts
+    /// (default 30).
+    #[arg(long)]
+    churn_seconds: Option<u64>,
+    /// Fairness: the noisy namespace's endpoint changes per second.
+    #[arg(long, default_value_t = 100)]
+    noisy_rate: u32,
     /// Write the report as JSON here.
     #[arg(long)]
     json: Option<PathBuf>,
@@ -107,6 +111,7 @@ fn main() -> ExitCode {
             }
         };
     }
+    let defaults = Options::new(cli.scenario);
     let options = Options {
         targets: cli.targets,
         registries: cli.registries,
@@ -118,13 +123,14 @@ fn main() -> ExitCode {
         streams_per_connection: cli.streams_per_connection,
         node_sending: if cli.node_every_request { NodeSending::EveryRequest } else { NodeSending::FirstRequest },
         churn_rate: cli.churn_rate,
-        churn_duration: Duration::from_secs(cli.churn_seconds),
+        churn_duration: cli.churn_seconds.map_or(defaults.churn_duration, Duration::from_secs),
+        noisy_rate: cli.noisy_rate,
         load_mesh: !cli.no_load,
         progress: !cli.no_progress,
         lean_node: cli.lean_node,
         delta: cli.delta,
         command: std::env::args().collect::<Vec<_>>().join(" "),
-        ..Options::new(cli.scenario)
+        ..defaults
     };
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().expect("tokio runtime");
     let report = match runtime.block_on(loadtest::run(options)) {

@@ -18,6 +18,9 @@ use prost::Message as _;
 /// outbound route configuration (`9080`).
 pub const PORT: u32 = 9080;
 
+/// The match prefix of every `svc-0` VirtualService in the generated files.
+const INITIAL_PREFIX: &str = "/loadtest-initial";
+
 /// The shape of a generated mesh.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
 pub struct Shape {
@@ -107,31 +110,44 @@ impl Shape {
     /// Each namespace has its services and slices, its Sidecar when scoped,
     /// and a VirtualService for `svc-0` (the target of config changes).
     pub fn files(&self) -> Vec<(String, String)> {
-        (0..self.namespaces)
-            .map(|ns| {
-                let mut text = String::new();
-                for document in self.namespace_documents(ns) {
-                    text.push_str("---\n");
-                    text.push_str(&document);
-                }
-                (format!("ns-{ns}.yaml"), text)
-            })
-            .collect()
+        (0..self.namespaces).map(|ns| self.namespace_file(ns, &[], INITIAL_PREFIX)).collect()
+    }
+
+    /// One namespace's file, `(file name, text)`, with the slices of some
+    /// services (`(service, addresses)`) and the prefix of `svc-0`'s route
+    /// other than at first.
+    pub fn namespace_file(&self, ns: u32, slices: &[(u32, &[Ipv4Addr])], prefix: &str) -> (String, String) {
+        let mut text = String::new();
+        for document in self.documents(ns, slices, prefix) {
+            text.push_str("---\n");
+            text.push_str(&document);
+        }
+        (format!("ns-{ns}.yaml"), text)
     }
 
     /// Every document of one namespace.
     pub fn namespace_documents(&self, ns: u32) -> Vec<String> {
+        self.documents(ns, &[], INITIAL_PREFIX)
+    }
+
+    fn documents(&self, ns: u32, slices: &[(u32, &[Ipv4Addr])], prefix: &str) -> Vec<String> {
         let mut documents = Vec::with_capacity(2 * self.services_per_namespace as usize + 2);
         for service in 0..self.services_per_namespace {
             documents.push(self.service_document(ns, service));
-            let addresses: Vec<Ipv4Addr> =
-                (0..self.endpoints_per_service).map(|pod| self.endpoint_ip(ns, service, pod)).collect();
-            documents.push(self.slice_document(ns, service, &addresses));
+            let document = match slices.iter().find(|(s, _)| *s == service) {
+                Some((_, addresses)) => self.slice_document(ns, service, addresses),
+                None => {
+                    let addresses: Vec<Ipv4Addr> =
+                        (0..self.endpoints_per_service).map(|pod| self.endpoint_ip(ns, service, pod)).collect();
+                    self.slice_document(ns, service, &addresses)
+                }
+            };
+            documents.push(document);
         }
         if self.scoped {
             documents.push(self.sidecar_document(ns));
         }
-        documents.push(self.virtual_service_document(ns, 0, "/loadtest-initial"));
+        documents.push(self.virtual_service_document(ns, 0, prefix));
         documents
     }
 

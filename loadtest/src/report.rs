@@ -13,6 +13,7 @@ use serde::Serialize;
 
 use crate::fleet::Protocol;
 use crate::mesh::Shape;
+use crate::track::Resends;
 
 /// Latencies of one phase.
 #[derive(Debug, Clone, Default)]
@@ -103,6 +104,8 @@ pub struct PhaseReport {
     pub windows: Vec<Summary>,
     /// Anything else worth knowing.
     pub notes: Vec<String>,
+    /// Restart: what the new server sent, by type.
+    pub resends: Option<Resends>,
     /// With several replicas: the latencies of each one's streams, in the
     /// order of the replicas (empty with one).
     pub per_replica: Vec<Option<Summary>>,
@@ -139,6 +142,7 @@ impl PhaseReport {
             changes_converged: 0,
             windows: Vec::new(),
             notes: Vec::new(),
+            resends: None,
             per_replica: Vec::new(),
             sample,
         }

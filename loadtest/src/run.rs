@@ -23,6 +23,9 @@ use crate::server::{self, ServerProcess};
 use crate::track::{Change, Expect, XdsType};
 
 mod churn;
+mod fairness;
+mod paced;
+mod restart;
 
 /// How long one change may take to converge everywhere before the phase
 /// gives up (and the run reports it as not converged).
@@ -36,6 +39,10 @@ const MAX_APPLIES_IN_FLIGHT: usize = 512;
 /// namespace, so consecutive changes land in different namespaces.
 const CHURN_STRIDE: u64 = 7919;
 
+/// How long after a restart every stream may take to be synced again
+/// before the phase gives up.
+const RESTART_LIMIT: Duration = Duration::from_secs(60);
+
 /// Quiet time after a phase, so that its trailing work (ACK handling) is
 /// counted in its CPU figures and not in the next phase's.
 const SETTLE: Duration = Duration::from_millis(300);
@@ -46,6 +53,8 @@ struct Target {
     xds: SocketAddr,
     pid: Option<u32>,
     description: String,
+    /// What the processes before a restart took: CPU, peak RSS.
+    earlier: (Duration, u64),
 }
 
 impl Target {
@@ -56,12 +65,33 @@ impl Target {
         }
     }
 
+    /// CPU time of the server, its processes before a restart included.
     fn cpu(&self) -> Option<Duration> {
-        self.pid.and_then(|pid| server::cpu_time(&pid.to_string()))
+        self.pid.and_then(|pid| server::cpu_time(&pid.to_string())).map(|cpu| cpu + self.earlier.0)
     }
 
+    /// A memory figure of the server: `VmRSS` now, or `VmHWM` the peak over
+    /// its processes before a restart too.
     fn memory(&self, field: &str) -> Option<u64> {
-        self.pid.and_then(|pid| server::memory(&pid.to_string(), field))
+        let now = self.pid.and_then(|pid| server::memory(&pid.to_string(), field))?;
+        Some(if field == "VmHWM" { now.max(self.earlier.1) } else { now })
+    }
+
+    /// Kills the server it started (SIGKILL), keeping what it took so far.
+    fn kill(&mut self) -> anyhow::Result<()> {
+        let (cpu, peak) = (self.cpu(), self.memory("VmHWM"));
+        let process = self.process.as_mut().context("a restart needs the harness to start meshpush (no --target)")?;
+        process.kill()?;
+        self.earlier = (cpu.unwrap_or_default(), peak.unwrap_or_default());
+        Ok(())
+    }
+
+    /// Starts the server it killed again.
+    fn restart(&mut self) -> anyhow::Result<()> {
+        let process = self.process.as_mut().context("a restart needs the harness to start meshpush")?;
+        process.restart()?;
+        self.pid = Some(process.pid());
+        Ok(())
     }
 }
 
@@ -95,7 +125,7 @@ struct Run {
 /// could not happen (no server, no binary); a server that misbehaves yields
 /// a report whose `failures` say how.
 pub async fn run(options: Options) -> anyhow::Result<Report> {
-    let shape = options.scenario.shape();
+    let shape = options.shape();
     let streams = shape.streams();
     let per_connection = options.streams_per_connection.max(1);
     let connections = streams.div_ceil(per_connection);
@@ -150,7 +180,7 @@ pub async fn run(options: Options) -> anyhow::Result<Report> {
         shape,
         targets,
         registry,
-        shared: Shared::new(node_common.clone(), options.node_sending),
+        shared: Shared::new(node_common.clone(), options.node_sending, options.scenario == Scenario::Restart),
         node_common: node_common.clone(),
         fresh: FreshAddresses::default(),
         slices: HashMap::new(),
@@ -173,6 +203,30 @@ pub async fn run(options: Options) -> anyhow::Result<Report> {
                 ));
             }
             phases.push(phase);
+        }
+        if options.scenario == Scenario::Restart && options.trigger.is_none() {
+            let phase = run.restart().await?;
+            if phase.converged < phase.expected {
+                failures.push(format!(
+                    "restart: {} of {} streams were not synced again within {RESTART_LIMIT:?}",
+                    phase.expected - phase.converged,
+                    phase.expected
+                ));
+            }
+            phases.push(phase);
+        }
+        if options.scenario == Scenario::Fairness && options.trigger.is_none() {
+            for phase in run.fairness().await? {
+                if phase.changes_converged < phase.changes {
+                    failures.push(format!(
+                        "{}: {} of {} changes did not reach every stream that watches them",
+                        phase.name,
+                        phase.changes - phase.changes_converged,
+                        phase.changes
+                    ));
+                }
+                phases.push(phase);
+            }
         }
         if options.scenario == Scenario::Churn && options.trigger.is_none() {
             let phase = run.churn().await?;
@@ -206,11 +260,15 @@ pub async fn run(options: Options) -> anyhow::Result<Report> {
     let stats = &run.shared.stats;
     let lost = stats.streams_lost.load(std::sync::atomic::Ordering::Relaxed);
     let refused = stats.streams_refused.load(std::sync::atomic::Ordering::Relaxed);
-    if lost > 0 {
-        failures.push(format!("{lost} streams ended before the run did"));
-    }
-    if refused > 0 {
-        failures.push(format!("{refused} streams could not be opened"));
+    // A restart ends every stream, and their first retries may find the
+    // server not yet listening: that is the scenario.
+    if options.scenario != Scenario::Restart {
+        if lost > 0 {
+            failures.push(format!("{lost} streams ended before the run did"));
+        }
+        if refused > 0 {
+            failures.push(format!("{refused} stream attempts were refused"));
+        }
     }
     // With replicas, the sums: what the control plane as a whole took.
     let server_peak_rss = sum_all(&run.targets, |t| t.memory("VmHWM"));
@@ -292,7 +350,7 @@ fn start_targets(options: &Options, shape: &Shape) -> anyhow::Result<Vec<Target>
                     Some(pid) => format!("{xds} (pid {pid}, started by the user)"),
                     None => format!("{xds} (started by the user; no --server-pid: no server CPU or memory figures)"),
                 };
-                Target { process: None, xds, pid, description }
+                Target { process: None, xds, pid, description, earlier: Default::default() }
             })
             .collect());
     }
@@ -317,7 +375,7 @@ fn start_targets(options: &Options, shape: &Shape) -> anyhow::Result<Vec<Target>
     let pid = Some(process.pid());
     let xds = process.xds;
     let description = format!("{} (started by the harness, pid {})", binary.display(), process.pid());
-    Ok(vec![Target { process: Some(process), xds, pid, description }])
+    Ok(vec![Target { process: Some(process), xds, pid, description, earlier: Default::default() }])
 }
 
 /// Loads the generated mesh into a running meshpush through the registry,
@@ -403,7 +461,11 @@ impl Run {
             .collect();
         tokio::time::sleep(SETTLE).await;
         let before = self.mark();
-        self.shared = Shared::new(self.node_common.clone(), self.options.node_sending);
+        self.shared = Shared::new(
+            self.node_common.clone(),
+            self.options.node_sending,
+            self.options.scenario == Scenario::Restart,
+        );
         let replicas: Vec<SocketAddr> = self.targets.iter().map(|t| t.xds).collect();
         let xds = |c: u32| replicas[c as usize % replicas.len()];
         let channels = futures::future::join_all((0..connections).map(|c| ads::connect(xds(c)))).await;

@@ -13,6 +13,9 @@ use crate::mesh::Shape;
 use crate::report::{Report, TargetCheck};
 use crate::track::{Expect, XdsType};
 
+/// How long each of the fairness scenario's two parts lasts unless told otherwise.
+const FAIRNESS_SECONDS: Duration = Duration::from_secs(30);
+
 /// The scenarios of issue 6.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, serde::Serialize)]
 #[serde(rename_all = "lowercase")]
@@ -26,6 +29,16 @@ pub enum Scenario {
     S2,
     /// S2's mesh with 200 endpoint changes per second for 60 seconds.
     Churn,
+    /// S2's mesh synced, then meshpush is killed (SIGKILL) and started
+    /// again; every stream reconnects with what it holds. While it is down,
+    /// one endpoint and one route every stream watches change in its config
+    /// directory: a stream is synced again once it has both, and everything
+    /// else resent counts as a resend. Needs the harness to start meshpush.
+    Restart,
+    /// S2's mesh: endpoint changes in the quiet namespaces alone, then the
+    /// same beside one namespace receiving `--noisy-rate` (100) endpoint
+    /// changes a second; the quiet namespaces' p99 is compared.
+    Fairness,
     /// A reconnect storm: 5,000 streams at once to a small mesh (50
     /// services), then nothing; fails unless every stream syncs. Run it
     /// against a server with `--max-new-streams-per-second` to see the
@@ -51,7 +64,7 @@ impl Scenario {
                 sidecars_per_namespace: 1000,
                 scoped: false,
             },
-            Scenario::S2 | Scenario::Churn => Shape {
+            Scenario::S2 | Scenario::Churn | Scenario::Restart | Scenario::Fairness => Shape {
                 namespaces: 100,
                 services_per_namespace: 100,
                 endpoints_per_service: 10,
@@ -74,6 +87,8 @@ impl Scenario {
             Scenario::S1 => "s1",
             Scenario::S2 => "s2",
             Scenario::Churn => "churn",
+            Scenario::Restart => "restart",
+            Scenario::Fairness => "fairness",
             Scenario::Storm => "storm",
         }
     }
@@ -83,7 +98,9 @@ impl Scenario {
         match self {
             Scenario::Smoke => Duration::from_secs(30),
             Scenario::S1 => Duration::from_secs(60),
-            Scenario::S2 | Scenario::Churn | Scenario::Storm => Duration::from_secs(120),
+            Scenario::S2 | Scenario::Churn | Scenario::Restart | Scenario::Fairness | Scenario::Storm => {
+                Duration::from_secs(120)
+            }
         }
     }
 }
@@ -124,6 +141,8 @@ impl std::str::FromStr for ExpectSpec {
 pub struct Options {
     /// The scenario.
     pub scenario: Scenario,
+    /// Another mesh than the scenario's (the tests' short forms).
+    pub shape: Option<Shape>,
     /// Servers already running (else meshpush is started): replicas of one
     /// control plane, the streams' connections spread across them in turn.
     pub targets: Vec<SocketAddr>,
@@ -147,8 +166,10 @@ pub struct Options {
     pub node_sending: NodeSending,
     /// Endpoint changes per second (churn).
     pub churn_rate: u32,
-    /// How long churn lasts.
+    /// How long churn lasts (fairness: each of its two parts).
     pub churn_duration: Duration,
+    /// Fairness: the noisy namespace's endpoint changes per second.
+    pub noisy_rate: u32,
     /// Whether to load the generated mesh into a `--target` through the registry.
     pub load_mesh: bool,
     /// Whether to draw progress bars (they draw only on a terminal anyway).
@@ -166,6 +187,7 @@ impl Options {
     pub fn new(scenario: Scenario) -> Options {
         Options {
             scenario,
+            shape: None,
             targets: Vec::new(),
             registries: Vec::new(),
             trigger: None,
@@ -176,13 +198,22 @@ impl Options {
             streams_per_connection: 1,
             node_sending: NodeSending::FirstRequest,
             churn_rate: 200,
-            churn_duration: Duration::from_secs(60),
+            churn_duration: match scenario {
+                Scenario::Fairness => FAIRNESS_SECONDS,
+                _ => Duration::from_secs(60),
+            },
+            noisy_rate: 100,
             load_mesh: true,
             progress: true,
             lean_node: false,
             delta: false,
             command: String::new(),
         }
+    }
+
+    /// The mesh: the scenario's, unless [`Options::shape`] says otherwise.
+    pub fn shape(&self) -> Shape {
+        self.shape.unwrap_or_else(|| self.scenario.shape())
     }
 
     /// The protocol the simulated Envoys speak.
@@ -227,7 +258,7 @@ pub(crate) fn steps(scenario: Scenario, shape: &Shape, options: &Options) -> Vec
             Step::Route { name: "shared-namespace change", namespace: 0, expect: Expect::All },
             Step::Route { name: "one-namespace change", namespace: one, expect: Expect::Namespaces(vec![one]) },
         ],
-        Scenario::Churn | Scenario::Storm => Vec::new(),
+        Scenario::Churn | Scenario::Restart | Scenario::Fairness | Scenario::Storm => Vec::new(),
     }
 }
 
@@ -274,6 +305,33 @@ pub(crate) fn targets(scenario: Scenario, report: &Report) -> Vec<TargetCheck> {
             check("changes that never reached every watcher", "0", 0.0, behind, &|v| format!("{v:.0}"));
             let caught_up = phase("after churn").map(|p| (p.expected - p.converged) as f64);
             check("streams still behind after churn", "0", 0.0, caught_up, &|v| format!("{v:.0}"));
+        }
+        Scenario::Restart => {
+            let restart = phase("restart");
+            check("all synced again after the restart", "≤ 10 s", 10.0, restart.map(|p| p.wall_s), &s);
+            let resends = restart.and_then(|p| p.resends);
+            match report.protocol {
+                Protocol::Delta => {
+                    let unchanged = resends.map(|r| r.unchanged.iter().sum::<u64>() as f64);
+                    check("resources resent unchanged", "0", 0.0, unchanged, &|v| format!("{v:.0}"));
+                }
+                Protocol::Sotw => {
+                    let same = resends.map(|r| r.same_version.iter().sum::<u64>() as f64);
+                    check("types resent at the version held", "0", 0.0, same, &|v| format!("{v:.0}"));
+                }
+            }
+            let behind = restart.map(|p| (p.expected - p.converged) as f64);
+            check("streams not synced again", "0", 0.0, behind, &|v| format!("{v:.0}"));
+        }
+        Scenario::Fairness => {
+            let quiet = p99("quiet baseline");
+            let beside = p99("quiet beside noisy");
+            let ratio = quiet.zip(beside).map(|(q, b)| b / q.max(f64::MIN_POSITIVE));
+            check("quiet namespaces' p99 beside a noisy one, vs alone", "≤ 1.2×", 1.2, ratio, &|v| {
+                format!("{v:.2}×")
+            });
+            let behind = report.phases.iter().skip(1).map(|p| (p.changes - p.changes_converged) as f64).sum::<f64>();
+            check("changes that never reached every watcher", "0", 0.0, Some(behind), &|v| format!("{v:.0}"));
         }
         Scenario::Smoke | Scenario::Storm => {
             let all = report.phases.iter().all(|p| p.converged == p.expected);

@@ -6,7 +6,6 @@
 //! grace period), so the harness never leaves a server behind, even when it
 //! fails.
 
-use std::fs::File;
 use std::net::{Ipv4Addr, SocketAddr, TcpListener};
 use std::os::unix::process::CommandExt as _;
 use std::path::{Path, PathBuf};
@@ -23,10 +22,12 @@ const GRACE: Duration = Duration::from_secs(3);
 #[derive(Debug)]
 pub struct ServerProcess {
     child: Child,
+    binary: PathBuf,
     /// Its config directory and log; removed on drop.
     dir: tempfile::TempDir,
     /// Where ADS and the registry listen.
     pub xds: SocketAddr,
+    admin: SocketAddr,
 }
 
 impl ServerProcess {
@@ -35,30 +36,33 @@ impl ServerProcess {
     /// the caller waits for readiness through the registry API.
     pub fn start(binary: &Path, files: &[(String, String)]) -> anyhow::Result<ServerProcess> {
         let dir = tempfile::Builder::new().prefix("loadtest-meshpush-").tempdir().context("creating a config dir")?;
-        let config = dir.path().join("config");
-        std::fs::create_dir(&config)?;
+        std::fs::create_dir(dir.path().join("config"))?;
         for (name, text) in files {
-            std::fs::write(config.join(name), text).with_context(|| format!("writing {name}"))?;
+            write_config(dir.path(), name, text)?;
         }
         let (xds, admin) = (free_addr()?, free_addr()?);
-        let log = File::create(dir.path().join("meshpush.log"))?;
-        let child = Command::new(binary)
-            .arg("serve")
-            .arg("--config")
-            .arg(&config)
-            .arg("--xds-addr")
-            .arg(xds.to_string())
-            .arg("--admin-addr")
-            .arg(admin.to_string())
-            .arg("--log-level")
-            .arg("warn")
-            .stdin(Stdio::null())
-            .stdout(log.try_clone()?)
-            .stderr(log)
-            .process_group(0)
-            .spawn()
-            .with_context(|| format!("starting {}", binary.display()))?;
-        Ok(ServerProcess { child, dir, xds })
+        let child = spawn(binary, dir.path(), xds, admin)?;
+        Ok(ServerProcess { child, binary: binary.into(), dir, xds, admin })
+    }
+
+    /// Writes (or replaces) one file of its config directory.
+    pub fn write_config(&self, name: &str, text: &str) -> anyhow::Result<()> {
+        write_config(self.dir.path(), name, text)
+    }
+
+    /// Kills the server at once (SIGKILL to its group, as a node failure or
+    /// an OOM kill ends it) and reaps it.
+    pub fn kill(&mut self) -> anyhow::Result<()> {
+        let _ = kill_process_group(Pid::from_child(&self.child), Signal::KILL);
+        self.child.wait().context("reaping the killed meshpush")?;
+        Ok(())
+    }
+
+    /// Starts the server again after [`ServerProcess::kill`]: the same
+    /// binary, config directory and ports.
+    pub fn restart(&mut self) -> anyhow::Result<()> {
+        self.child = spawn(&self.binary, self.dir.path(), self.xds, self.admin)?;
+        Ok(())
     }
 
     /// The process id.
@@ -99,6 +103,34 @@ impl Drop for ServerProcess {
             let _ = self.child.wait();
         }
     }
+}
+
+/// Writes file `name` of the config directory under `dir`.
+fn write_config(dir: &Path, name: &str, text: &str) -> anyhow::Result<()> {
+    std::fs::write(dir.join("config").join(name), text).with_context(|| format!("writing {name}"))
+}
+
+/// Starts `binary serve` on the config directory under `dir` and these
+/// ports, its output appended to `dir`'s log, leading a process group of
+/// its own.
+fn spawn(binary: &Path, dir: &Path, xds: SocketAddr, admin: SocketAddr) -> anyhow::Result<Child> {
+    let log = std::fs::OpenOptions::new().create(true).append(true).open(dir.join("meshpush.log"))?;
+    Command::new(binary)
+        .arg("serve")
+        .arg("--config")
+        .arg(dir.join("config"))
+        .arg("--xds-addr")
+        .arg(xds.to_string())
+        .arg("--admin-addr")
+        .arg(admin.to_string())
+        .arg("--log-level")
+        .arg("warn")
+        .stdin(Stdio::null())
+        .stdout(log.try_clone()?)
+        .stderr(log)
+        .process_group(0)
+        .spawn()
+        .with_context(|| format!("starting {}", binary.display()))
 }
 
 /// A loopback address nobody listens on right now.

@@ -19,6 +19,7 @@ use bytes::Bytes;
 
 use crate::envoy::Envoy;
 use crate::fleet::Protocol;
+use crate::held::Update;
 use crate::track::XdsType;
 use crate::wire::{self, Response};
 
@@ -49,7 +50,20 @@ impl crate::envoy::Sim for Sim {
     async fn on_response(&mut self, message: Bytes) {
         let response = Response::parse(&message);
         let Some(t) = self.envoy.count(message.len(), response.type_url) else { return };
-        self.types[t as usize] = TypeState { version: response.version.into(), nonce: response.nonce.into() };
+        let state = &mut self.types[t as usize];
+        if !state.version.is_empty() && state.version == response.version {
+            self.envoy.shared.stats.same_version[t as usize].fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        }
+        *state = TypeState { version: response.version.into(), nonce: response.nonce.into() };
+        if self.envoy.shared.measure_resends {
+            let received = self.envoy.received(t, response.resources.iter().map(|r| (wire::resource_name(r), "", *r)));
+            let update = match t {
+                XdsType::Cluster | XdsType::Listener => Update::Replace(&received),
+                XdsType::Endpoint | XdsType::Route => Update::Merge(&received, self.envoy.watched(t).map(|s| &**s)),
+            };
+            let held = self.envoy.shared.held.apply(t, self.envoy.held(t).map(|h| &**h), update);
+            self.envoy.set_held(t, held);
+        }
         for resource in &response.resources {
             self.envoy.look(t, resource, wire::resource_name(resource));
         }
@@ -76,9 +90,27 @@ impl crate::envoy::Sim for Sim {
         }
         self.envoy.settle().await;
     }
+
+    async fn reconnect(&mut self) {
+        self.resubscribe().await;
+    }
 }
 
 impl Sim {
+    /// What Envoy's SotW client sends when its stream is opened again: for
+    /// each type it subscribed to, in the order it subscribed, a request
+    /// with the version it last accepted and its names, and no nonce (a
+    /// nonce belongs to the stream that ended).
+    async fn resubscribe(&mut self) {
+        for t in [XdsType::Cluster, XdsType::Endpoint, XdsType::Listener, XdsType::Route] {
+            if !self.envoy.subscribed(t) {
+                continue;
+            }
+            self.types[t as usize].nonce.clear();
+            self.ack(t).await;
+        }
+    }
+
     /// ACKs a CDS (LDS) response whose resources ask for `names` of `next`
     /// (EDS, RDS) and, when that list changed, requests it.
     async fn ack_and_follow(&mut self, t: XdsType, next: XdsType, mut names: Vec<&str>) {

@@ -258,7 +258,7 @@ struct DeltaHarness {
 impl DeltaHarness {
     fn new(node_sending: NodeSending) -> DeltaHarness {
         let (_, node, own, common) = smoke_node(3, wire::DELTA_NODE_FIELD);
-        let shared = Shared::new(common, node_sending);
+        let shared = Shared::new(common, node_sending, false);
         let (tx, rx) = tokio::sync::mpsc::channel(64);
         let identity = Identity { id: 3, namespace: 0, node: own };
         let sim = <crate::delta::Sim as Sim>::new(Envoy::new(identity, shared.clone(), tx, Protocol::Delta));
@@ -422,8 +422,10 @@ impl tower_service::Service<http::Request<tonic::body::Body>> for Refuser {
     }
 }
 
+/// A refused stream is tried again after Envoy's backoff (below 500 ms,
+/// then below 1.5 s), counted refused each time and never lost.
 #[tokio::test]
-async fn a_refused_stream_is_counted_refused_not_lost() {
+async fn a_refused_stream_is_retried_after_a_backoff_and_counted_refused_not_lost() {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     let server = tokio::spawn(
@@ -433,18 +435,124 @@ async fn a_refused_stream_is_counted_refused_not_lost() {
     );
     let channel = crate::ads::connect(addr).await.unwrap();
     let (_, _, own, common) = smoke_node(0, wire::SOTW_NODE_FIELD);
-    let shared = Shared::new(common, NodeSending::FirstRequest);
+    let shared = Shared::new(common, NodeSending::FirstRequest, false);
     let identity = Identity { id: 0, namespace: 0, node: own };
-    let ended = tokio::time::timeout(
-        std::time::Duration::from_secs(10),
-        crate::ads::run_stream(channel, identity, shared.clone(), Protocol::Sotw),
+    let stream = tokio::spawn(crate::ads::run_stream(channel, identity, shared.clone(), Protocol::Sotw));
+    let stats = &shared.stats;
+    let refused = || stats.streams_refused.load(std::sync::atomic::Ordering::Relaxed);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while refused() < 3 && std::time::Instant::now() < deadline {
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    assert!(refused() >= 3, "refused {} times within 10 s: not retried", refused());
+    assert!(stats.reconnects.load(std::sync::atomic::Ordering::Relaxed) >= 2);
+    shared.stop.send_replace(true);
+    let ended = tokio::time::timeout(std::time::Duration::from_secs(5), stream).await;
+    server.abort();
+    assert!(ended.is_ok(), "the stream ends when the harness stops it");
+    assert_eq!(stats.streams_lost.load(std::sync::atomic::Ordering::Relaxed), 0);
+}
+
+/// After its stream ends, a delta stream's first requests on the new one
+/// carry the node (on the first only), the names it asks for (none for
+/// the wildcard types) and every resource it holds with the version the
+/// server gave it: `initial_resource_versions`, as Envoy sends them.
+#[tokio::test]
+async fn a_reconnected_delta_stream_says_what_it_holds_with_each_version() {
+    let req = DeltaHarness::request;
+    let mut h = DeltaHarness::new(NodeSending::FirstRequest);
+    let cluster = |name: &str| delta_resource(name, Cluster::type_url(), eds_cluster(name, "").encode_to_vec());
+    let cla = |name: &str| {
+        let cla = ClusterLoadAssignment { cluster_name: name.into(), ..Default::default() };
+        delta_resource(name, ClusterLoadAssignment::type_url(), cla.encode_to_vec())
+    };
+    h.respond(wire::CLUSTER, vec![cluster("a"), cluster("b")], &[]).await;
+    h.respond(wire::ENDPOINT, vec![cla("a"), cla("b")], &[]).await;
+    let listener = rds_listener("0.0.0.0_9080", "9080");
+    let listeners = vec![delta_resource(&listener.name, Listener::type_url(), listener.encode_to_vec())];
+    h.respond(wire::LISTENER, listeners, &[]).await;
+    // b gone, then its endpoints unsubscribed: neither is held any more.
+    h.respond(wire::CLUSTER, vec![], &["b"]).await;
+    let before = h.sent();
+    assert_eq!(before.last(), Some(&req(wire::ENDPOINT, &[], &["b"], "")));
+
+    let (tx, rx) = tokio::sync::mpsc::channel(64);
+    h.rx = rx;
+    h.decoded = 0;
+    h.sim.envoy().attach(tx);
+    h.sim.reconnect().await;
+    let sent = h.requests();
+    let versions = |r: &DeltaDiscoveryRequest| {
+        let mut v: Vec<(String, String)> = r.initial_resource_versions.clone().into_iter().collect();
+        v.sort();
+        v
+    };
+    let pair = |name: &str| (name.to_string(), format!("v-{name}"));
+    assert_eq!(sent.len(), 4, "CDS, EDS, LDS and RDS: {sent:?}");
+    let types: Vec<&str> = sent.iter().map(|r| r.type_url.as_str()).collect();
+    assert_eq!(types, [wire::CLUSTER, wire::ENDPOINT, wire::LISTENER, wire::ROUTE]);
+    assert!(sent.iter().all(|r| r.response_nonce.is_empty()), "a new stream has no nonce to answer");
+    assert_eq!((sent[0].resource_names_subscribe.len(), versions(&sent[0])), (0, vec![pair("a")]));
+    assert_eq!(
+        (sent[1].resource_names_subscribe.clone(), versions(&sent[1])),
+        (vec!["a".to_string()], vec![pair("a")])
+    );
+    assert_eq!(versions(&sent[2]), vec![pair("0.0.0.0_9080")]);
+    assert_eq!((sent[3].resource_names_subscribe.clone(), versions(&sent[3])), (vec!["9080".to_string()], vec![]));
+}
+
+/// After its stream ends, a SotW stream asks again for each type it
+/// subscribed to, in order, with the version it last accepted, its names
+/// and no nonce; the node rides on the first request.
+#[tokio::test]
+async fn a_reconnected_sotw_stream_asks_again_with_the_versions_it_holds() {
+    let (_, node, own, common) = smoke_node(4, wire::SOTW_NODE_FIELD);
+    let shared = Shared::new(common, NodeSending::FirstRequest, false);
+    let (tx, mut rx) = tokio::sync::mpsc::channel(64);
+    let identity = Identity { id: 4, namespace: 0, node: own };
+    let mut sim = <crate::sotw::Sim as Sim>::new(Envoy::new(identity, shared.clone(), tx, Protocol::Sotw));
+    let respond = |type_url: &str, version: &str, resources: Vec<Any>| {
+        DiscoveryResponse {
+            version_info: version.into(),
+            resources,
+            type_url: type_url.into(),
+            nonce: format!("n-{version}"),
+            ..Default::default()
+        }
+        .encode_to_vec()
+    };
+    let any = |type_url: String, value: Vec<u8>| Any { type_url, value };
+    let clusters = vec![any(Cluster::type_url(), eds_cluster("a", "").encode_to_vec())];
+    sim.on_response(respond(wire::CLUSTER, "c1", clusters).into()).await;
+    let cla = ClusterLoadAssignment { cluster_name: "a".into(), ..Default::default() };
+    sim.on_response(
+        respond(wire::ENDPOINT, "e1", vec![any(ClusterLoadAssignment::type_url(), cla.encode_to_vec())]).into(),
     )
     .await;
-    server.abort();
-    assert!(ended.is_ok(), "a refused stream ends by itself");
-    let stats = &shared.stats;
-    assert_eq!(stats.streams_refused.load(std::sync::atomic::Ordering::Relaxed), 1);
-    assert_eq!(stats.streams_lost.load(std::sync::atomic::Ordering::Relaxed), 0);
+    while rx.try_recv().is_ok() {}
+
+    let (tx, mut rx) = tokio::sync::mpsc::channel(64);
+    sim.envoy().attach(tx);
+    sim.reconnect().await;
+    let mut sent = Vec::new();
+    while let Ok(request) = rx.try_recv() {
+        sent.push(DiscoveryRequest::decode(request.to_bytes()).unwrap());
+    }
+    let summary: Vec<(&str, &str, Vec<String>, &str)> = sent
+        .iter()
+        .map(|r| (r.type_url.as_str(), r.version_info.as_str(), r.resource_names.clone(), r.response_nonce.as_str()))
+        .collect();
+    // LDS was asked for once the endpoints arrived; nothing was accepted of it yet.
+    assert_eq!(
+        summary,
+        [
+            (wire::CLUSTER, "c1", vec![], ""),
+            (wire::ENDPOINT, "e1", vec!["a".to_string()], ""),
+            (wire::LISTENER, "", vec![], ""),
+        ]
+    );
+    assert_eq!(sent[0].node.as_ref(), Some(&node));
+    assert!(sent[1..].iter().all(|r| r.node.is_none()), "only the new stream's first request carries the node");
 }
 
 /// An HTTP body of the given chunks, for the framing tests.

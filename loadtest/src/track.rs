@@ -82,11 +82,54 @@ pub struct Stats {
     pub requests: AtomicU64,
     /// Streams that ended before the harness stopped them.
     pub streams_lost: AtomicU64,
-    /// Streams that could not be opened.
+    /// Stream attempts the server refused or could not take (the server
+    /// down, a refusal status).
     pub streams_refused: AtomicU64,
+    /// Streams opened again after one ended, as Envoy reopens them.
+    pub reconnects: AtomicU64,
+    /// Resources received that the stream held already with the same
+    /// content, by type (counted only when a run measures resends).
+    pub unchanged: [AtomicU64; 4],
+    /// Resources received, by type (counted only when a run measures resends).
+    pub resources: [AtomicU64; 4],
+    /// SotW responses whose version is the one the stream held of that type.
+    pub same_version: [AtomicU64; 4],
+}
+
+/// The resend counters at one moment, by type.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
+pub struct Resends {
+    /// Resources received.
+    pub resources: [u64; 4],
+    /// Of those, resources the stream held with the same content.
+    pub unchanged: [u64; 4],
+    /// SotW responses whose version the stream held already.
+    pub same_version: [u64; 4],
+}
+
+impl Resends {
+    /// What was counted between `earlier` and `self`.
+    pub fn since(&self, earlier: &Resends) -> Resends {
+        let sub = |a: [u64; 4], b: [u64; 4]| std::array::from_fn(|i| a[i] - b[i]);
+        Resends {
+            resources: sub(self.resources, earlier.resources),
+            unchanged: sub(self.unchanged, earlier.unchanged),
+            same_version: sub(self.same_version, earlier.same_version),
+        }
+    }
 }
 
 impl Stats {
+    /// The resend counters now.
+    pub fn resends(&self) -> Resends {
+        let read = |a: &[AtomicU64; 4]| std::array::from_fn(|i| a[i].load(Ordering::Relaxed));
+        Resends {
+            resources: read(&self.resources),
+            unchanged: read(&self.unchanged),
+            same_version: read(&self.same_version),
+        }
+    }
+
     /// Total responses.
     pub fn responses_total(&self) -> u64 {
         self.responses.iter().map(|r| r.load(Ordering::Relaxed)).sum()

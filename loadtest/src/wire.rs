@@ -148,6 +148,9 @@ pub(crate) struct DeltaResource<'a> {
     /// `Resource.name` (3), or when a server leaves it empty the name in
     /// the resource itself, as Envoy reads it then.
     pub(crate) name: &'a str,
+    /// `Resource.version` (1): what Envoy sends back for it in
+    /// `initial_resource_versions` when it reconnects.
+    pub(crate) version: &'a str,
     /// The encoded resource: the `Any.value` of `Resource.resource` (2).
     pub(crate) value: &'a [u8],
 }
@@ -164,11 +167,9 @@ pub(crate) struct DeltaResponse<'a> {
 }
 
 impl<'a> DeltaResponse<'a> {
-    /// Reads a `DeltaDiscoveryResponse`: resources 2 (`Resource`: resource
-    /// 2, name 3), type_url 4, nonce 5, removed_resources 6. The versions
-    /// (`system_version_info` 1, `Resource.version` 1) matter to Envoy only
-    /// when it reconnects (`initial_resource_versions`), which a simulated
-    /// Envoy never does, so they are not read.
+    /// Reads a `DeltaDiscoveryResponse`: resources 2 (`Resource`: version
+    /// 1, resource 2, name 3), type_url 4, nonce 5, removed_resources 6.
+    /// `system_version_info` (1) is for debugging only and not read.
     pub(crate) fn parse(message: &'a [u8]) -> DeltaResponse<'a> {
         let mut response = DeltaResponse { type_url: "", nonce: "", resources: Vec::new(), removed: Vec::new() };
         for (number, field) in Fields::new(message) {
@@ -192,7 +193,7 @@ impl<'a> DeltaResource<'a> {
             "" => resource_name(value),
             name => name,
         };
-        DeltaResource { name, value }
+        DeltaResource { name, version: str_field(resource, 1), value }
     }
 }
 
@@ -295,6 +296,20 @@ fn put_repeated<S: AsRef<str>>(out: &mut BytesMut, number: u32, names: &[S]) {
     }
 }
 
+/// `initial_resource_versions` (field 5 of a `DeltaDiscoveryRequest`, a
+/// `map<string, string>`): one entry message (key 1, value 2) per resource.
+pub(crate) fn encode_initial_versions<'a>(versions: impl IntoIterator<Item = (&'a str, &'a str)>) -> Bytes {
+    let mut out = BytesMut::new();
+    let mut entry = BytesMut::new();
+    for (name, version) in versions {
+        entry.clear();
+        put_bytes(&mut entry, 1, name.as_bytes());
+        put_bytes(&mut entry, 2, version.as_bytes());
+        put_bytes(&mut out, 5, &entry);
+    }
+    out.freeze()
+}
+
 /// `DiscoveryRequest.node`.
 pub(crate) const SOTW_NODE_FIELD: u32 = 2;
 /// `DeltaDiscoveryRequest.node`.
@@ -373,8 +388,9 @@ pub(crate) fn encode_request(node: &EncodedNode, names: &Bytes, type_url: &str, 
 /// prost writes them. `node` must be encoded as field 1
 /// ([`DELTA_NODE_FIELD`]); `subscribe` is field 3 as [`encode_names`] writes
 /// it (a stream's first subscription of a type is a whole interned list).
-/// `initial_resource_versions` (5) is sent only when a stream reconnects,
-/// which a simulated Envoy never does; `error_detail` (7) only in a NACK.
+/// `initial_resource_versions` (5) is sent only on a stream's first request
+/// of a type after a reconnect ([`encode_delta_reconnect`]); `error_detail`
+/// (7) only in a NACK.
 pub(crate) fn encode_delta_request<S: AsRef<str>>(
     node: &EncodedNode,
     type_url: &str,
@@ -391,4 +407,20 @@ pub(crate) fn encode_delta_request<S: AsRef<str>>(
         put_bytes(&mut last, 6, nonce.as_bytes());
     }
     Request { parts: [node.head.clone(), node.common.clone(), kind.freeze(), subscribe.clone(), last.freeze()] }
+}
+
+/// The first `DeltaDiscoveryRequest` of a type on a reconnected stream, as
+/// Envoy sends it: the names it is subscribed to (`subscribe`, field 3;
+/// empty for a legacy wildcard type) and every resource it holds with its
+/// version (`versions`, field 5 as [`encode_initial_versions`] writes it),
+/// no nonce.
+pub(crate) fn encode_delta_reconnect(
+    node: &EncodedNode,
+    type_url: &str,
+    subscribe: &Bytes,
+    versions: &Bytes,
+) -> Request {
+    let mut kind = BytesMut::with_capacity(type_url.len() + 2);
+    put_bytes(&mut kind, 2, type_url.as_bytes());
+    Request { parts: [node.head.clone(), node.common.clone(), kind.freeze(), subscribe.clone(), versions.clone()] }
 }

@@ -5,13 +5,14 @@
 //! with the previous index.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
+use std::ops::Bound;
 use std::sync::Arc;
 
 use rayon::prelude::*;
 
 use super::{ServiceIndex, Workload, WorkloadIndex};
-use crate::config::{ConfigKind, ConfigObject, k8s};
-use crate::model::{Endpoint, Hostname, Service, ServiceEndpoints, StoreSnapshot, no_labels};
+use crate::config::{ConfigKey, ConfigKind, ConfigObject, k8s};
+use crate::model::{Endpoint, Hostname, Service, ServiceEndpoints, StoreSnapshot, StoredObject, no_labels};
 
 /// Endpoints by service host, in a persistent map: the successor of an
 /// index after an endpoint change shares every untouched entry (O(1) clone,
@@ -26,14 +27,37 @@ type SliceMap<'a> = HashMap<(&'a str, &'a str), Vec<&'a k8s::EndpointSlice>>;
 
 fn slices_by_service(snapshot: &StoreSnapshot) -> SliceMap<'_> {
     let mut map: SliceMap<'_> = HashMap::new();
-    for stored in snapshot.kind(ConfigKind::EndpointSlice).values() {
+    add_slices(&mut map, snapshot.kind(ConfigKind::EndpointSlice).values());
+    map
+}
+
+/// [`slices_by_service`] for the services of `namespaces` only: an endpoint
+/// update reads the slices of the namespaces it touches (a range of the
+/// store's ordered map each), not every slice of the mesh.
+fn slices_in<'a>(snapshot: &'a StoreSnapshot, namespaces: &HashSet<&str>) -> SliceMap<'a> {
+    let mut map: SliceMap<'_> = HashMap::new();
+    let slices = snapshot.kind(ConfigKind::EndpointSlice);
+    for namespace in namespaces {
+        let key = |namespace: &str| ConfigKey {
+            kind: ConfigKind::EndpointSlice,
+            namespace: namespace.into(),
+            name: Arc::from(""),
+        };
+        // Every key of `namespace` sorts before any of `namespace\0`.
+        let range = (Bound::Included(key(namespace)), Bound::Excluded(key(&format!("{namespace}\0"))));
+        add_slices(&mut map, slices.range(range).map(|(_, stored)| stored));
+    }
+    map
+}
+
+fn add_slices<'a>(map: &mut SliceMap<'a>, stored: impl Iterator<Item = &'a Arc<StoredObject>>) {
+    for stored in stored {
         if let ConfigObject::EndpointSlice(slice) = &stored.object
             && let Some(svc) = slice.metadata.labels.get(k8s::SERVICE_NAME_LABEL)
         {
             map.entry((slice.metadata.namespace(), svc.as_str())).or_default().push(slice);
         }
     }
-    map
 }
 
 impl EndpointIndex {
@@ -58,7 +82,8 @@ impl EndpointIndex {
         workloads: &WorkloadIndex,
         hosts: &HashSet<Hostname>,
     ) -> (EndpointIndex, HashSet<Hostname>) {
-        let slices = slices_by_service(snapshot);
+        let namespaces: HashSet<&str> = hosts.iter().filter_map(|h| services.get(h)).map(|s| &*s.namespace).collect();
+        let slices = slices_in(snapshot, &namespaces);
         let mut next = prev.clone();
         let mut changed = HashSet::new();
         for host in hosts {
@@ -329,5 +354,49 @@ spec: {address: 10.0.9.9, labels: {app: ledger}}
                 ("10.0.9.9".to_string(), String::new(), None),
             ]
         );
+    }
+
+    /// An update reads only the slices of the namespaces it touches; what
+    /// it builds is what a build of the whole index gives, also for
+    /// namespaces whose names extend one another.
+    #[test]
+    fn an_update_reads_the_touched_namespaces_slices_and_equals_a_build() {
+        let mesh = |ip: &str| {
+            ["sho", "shop", "shop-2"]
+                .iter()
+                .enumerate()
+                .map(|(i, ns)| {
+                    let ip = if *ns == "shop" { ip.to_string() } else { format!("10.1.{i}.1") };
+                    format!(
+                        "apiVersion: v1\nkind: Service\nmetadata: {{name: ledger, namespace: {ns}}}\n\
+                         spec: {{ports: [{{name: http, port: 9080}}]}}\n---\n\
+                         apiVersion: discovery.k8s.io/v1\nkind: EndpointSlice\n\
+                         metadata: {{name: ledger-a, namespace: {ns}, labels: {{kubernetes.io/service-name: ledger}}}}\n\
+                         addressType: IPv4\nports: [{{name: http, port: 9080}}]\n\
+                         endpoints: [{{addresses: [{ip}], conditions: {{ready: true}}}}]\n---\n"
+                    )
+                })
+                .collect::<String>()
+        };
+        let store = ConfigStore::new();
+        store.apply(puts(&mesh("10.0.0.1")));
+        let build = |store: &ConfigStore| {
+            let snapshot = store.snapshot();
+            let (services, workloads) = (ServiceIndex::build(&snapshot), WorkloadIndex::build(&snapshot));
+            (EndpointIndex::build(&snapshot, &services, &workloads), snapshot, services, workloads)
+        };
+        let (before, ..) = build(&store);
+        store.apply(puts(&mesh("10.0.0.2")));
+        let (rebuilt, snapshot, services, workloads) = build(&store);
+        let hosts: HashSet<Hostname> =
+            ["ledger.shop.svc.cluster.local", "ledger.sho.svc.cluster.local"].into_iter().map(Hostname::from).collect();
+        let (updated, changed) = EndpointIndex::update(&before, &snapshot, &services, &workloads, &hosts);
+        let changed: Vec<&str> = changed.iter().map(|h| &**h).collect();
+        assert_eq!(changed, ["ledger.shop.svc.cluster.local"]);
+        for ns in ["sho", "shop", "shop-2"] {
+            let host = format!("ledger.{ns}.svc.cluster.local");
+            assert_eq!(updated.get(&host), rebuilt.get(&host), "{host}");
+            assert_eq!(updated.get(&host).map(|e| e.endpoints.len()), Some(1), "{host}");
+        }
     }
 }
