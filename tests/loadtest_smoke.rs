@@ -7,6 +7,10 @@
 //!
 //! A reconnect storm of 5,000 streams checks the admission pacing: the
 //! server lets new streams in at its configured rate, and every one syncs.
+//! The restart and fairness scenarios run in a short form (100 streams):
+//! after a SIGKILL and a start, every stream reconnects on its own and the
+//! new server sends only what changed; the quiet and the noisy
+//! namespaces' changes all converge.
 //!
 //! A test binary of its own: it measures convergence against deadlines, so
 //! it runs alone, not beside the end-to-end tests' Envoys (test binaries
@@ -191,4 +195,92 @@ async fn the_smoke_scenario_spreads_over_two_replicas_and_reports_each() {
     }
     assert!(table.contains("per replica"), "{table}");
     eprintln!("{table}");
+}
+
+/// The restart and fairness scenarios' short form: 100 streams in four
+/// namespaces (`ns-0` shared, Sidecar-scoped).
+fn short_shape() -> loadtest::mesh::Shape {
+    loadtest::mesh::Shape {
+        namespaces: 4,
+        services_per_namespace: 10,
+        endpoints_per_service: 3,
+        sidecars_per_namespace: 25,
+        scoped: true,
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn after_a_restart_every_stream_syncs_again_and_sotw_gets_no_type_at_the_version_it_holds() {
+    restart(false).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn after_a_restart_every_delta_stream_syncs_again_and_gets_no_resource_it_holds_unchanged() {
+    restart(true).await;
+}
+
+/// The restart scenario, short: meshpush is killed with every stream
+/// synced, an endpoint and a route change in its directory while it is
+/// down, and it is started again. Every stream reconnects on its own and
+/// gets both changes (which only the new process can have sent), and the
+/// new server sends nothing the stream holds already: on delta no
+/// resource with the content held, on SotW no type at the version held
+/// (so no clusters and no listeners at all).
+async fn restart(delta: bool) {
+    let _turn = SERIAL.lock().await;
+    let options = Options {
+        meshpush_bin: Some(PathBuf::from(env!("CARGO_BIN_EXE_meshpush"))),
+        shape: Some(short_shape()),
+        progress: false,
+        delta,
+        command: "cargo test --test loadtest_smoke".into(),
+        ..Options::new(Scenario::Restart)
+    };
+    let report = run(options, Duration::from_secs(180)).await;
+    let table = report.table();
+    assert!(report.failures.is_empty(), "restart failed:{table}");
+    let restart = report.phases.iter().find(|p| p.name.starts_with("restart")).expect("a restart phase");
+    assert_eq!((restart.converged, restart.expected), (100, 100), "{table}");
+    let resends = restart.resends.expect("resends counted");
+    // cds, eds, lds, rds: the one changed endpoint and route reached every stream.
+    assert!(resends.resources[1] >= 100 && resends.resources[3] >= 100, "{resends:?}\n{table}");
+    assert_eq!((resends.resources[0], resends.resources[2]), (0, 0), "clusters or listeners resent: {table}");
+    if delta {
+        assert_eq!(resends.unchanged, [0; 4], "resources resent unchanged: {table}");
+        assert_eq!((resends.resources[1], resends.resources[3]), (100, 100), "exactly the changes: {table}");
+    } else {
+        assert_eq!(resends.same_version, [0; 4], "types resent at the version held: {table}");
+    }
+    assert!(report.targets.iter().all(|t| t.met == Some(true)), "{table}");
+}
+
+/// The fairness scenario, short: the quiet namespaces' endpoint changes
+/// alone, then beside a namespace receiving 50 a second; every change of
+/// both reaches every stream that watches it. (How the quiet p99 compares
+/// is a figure of the release build's loadtest, in perf.md.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_fairness_scenario_converges_every_quiet_and_noisy_change() {
+    let _turn = SERIAL.lock().await;
+    let options = Options {
+        meshpush_bin: Some(PathBuf::from(env!("CARGO_BIN_EXE_meshpush"))),
+        shape: Some(short_shape()),
+        churn_duration: Duration::from_secs(3),
+        noisy_rate: 50,
+        progress: false,
+        command: "cargo test --test loadtest_smoke".into(),
+        ..Options::new(Scenario::Fairness)
+    };
+    let report = run(options, Duration::from_secs(180)).await;
+    let table = report.table();
+    assert!(report.failures.is_empty(), "fairness failed:{table}");
+    let names: Vec<&str> = report.phases.iter().map(|p| p.name.split(':').next().unwrap_or("")).collect();
+    assert_eq!(names, ["connect storm → all synced", "quiet baseline", "quiet beside noisy", "noisy namespace"]);
+    for phase in &report.phases[1..] {
+        assert!(phase.changes >= 20, "{}: too few changes: {table}", phase.name);
+        assert_eq!(phase.changes_converged, phase.changes, "{}: {table}", phase.name);
+        // Quiet changes reach their namespace's 25 streams; noisy ones ns-3's 25.
+        assert_eq!(phase.expected, 25 * phase.changes, "{}: {table}", phase.name);
+        assert_eq!(phase.converged, phase.expected, "{}: {table}", phase.name);
+    }
+    assert_eq!(report.phases[3].changes, 150, "50/s for 3 s: {table}");
 }
