@@ -84,6 +84,18 @@ fn push_context(c: &mut Criterion) {
             });
         }
     }
+    // As a cluster's mesh is: each service's endpoints in an EndpointSlice.
+    // One slice changes; the successor must not cost in proportion to
+    // every slice of the mesh.
+    let services = *sizes().last().expect("a size");
+    let spec = MeshSpec::new(services);
+    let store = store_of(spec.objects().into_iter().chain(spec.slices()).collect());
+    let prev = PushContext::build(store.snapshot(), 1, Arc::new(ScopeInterner::default()));
+    let moved = [MeshSpec::address(1, 0), "10.254.0.1".to_string()];
+    let request = PushRequest::new(store.apply([Write::Put(spec.slice(1, &moved), source())]));
+    group.bench_function(BenchmarkId::new("next_after_endpoint_slice", format!("{services}/open")), |b| {
+        b.iter_with_large_drop(|| PushContext::next(&prev, request.store.clone(), &request))
+    });
     group.finish();
 }
 

@@ -43,11 +43,8 @@ fn main() -> Result<(), String> {
         return Err("usage: kube_standin --mesh DIR [--pods] --kubeconfig FILE".into());
     };
     let api = kube_api::KubeApi::start();
-    let mut files: Vec<PathBuf> = std::fs::read_dir(&mesh)
-        .map_err(|e| format!("{}: {e}", mesh.display()))?
-        .filter_map(|entry| entry.ok().map(|e| e.path()))
-        .filter(|path| path.extension().is_some_and(|x| x == "yaml"))
-        .collect();
+    let mut files = Vec::new();
+    yaml_files(&mesh, &mut files)?;
     files.sort();
     let (mut objects, mut pod_count) = (0usize, 0usize);
     let mut namespaces = std::collections::BTreeSet::new();
@@ -158,4 +155,18 @@ fn pod_of(slice: &Value, endpoint: &Value) -> Value {
                 "containerID": "containerd://0000", "state": { "running": { "startedAt": "2026-11-30T12:00:02Z" } } }],
         },
     })
+}
+
+/// The `*.yaml` files under `dir`, its subdirectories included (the
+/// loadtest writes a directory per namespace).
+fn yaml_files(dir: &std::path::Path, out: &mut Vec<PathBuf>) -> Result<(), String> {
+    for entry in std::fs::read_dir(dir).map_err(|e| format!("{}: {e}", dir.display()))? {
+        let path = entry.map_err(|e| format!("{}: {e}", dir.display()))?.path();
+        if path.is_dir() {
+            yaml_files(&path, out)?;
+        } else if path.extension().is_some_and(|x| x == "yaml") {
+            out.push(path);
+        }
+    }
+    Ok(())
 }

@@ -24,7 +24,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use loadtest::{Options, Protocol, Scenario};
+use loadtest::{ChangesVia, Options, Protocol, Scenario};
 use meshpush::serve::ListenAddr;
 use support::meshpush::Meshpush;
 
@@ -43,6 +43,15 @@ async fn smoke_scenario_on_delta_syncs_every_stream_and_converges_every_change()
     smoke(true).await;
 }
 
+/// The same with every change made as an edit of the server's config
+/// directory: each endpoint change rewrites one service's file in place,
+/// each route change its namespace's file; the file watcher reads each
+/// once it is closed, and every change reaches exactly the streams it should.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn smoke_scenario_with_file_edits_converges_every_change() {
+    smoke_via(false, ChangesVia::File).await;
+}
+
 /// Runs a scenario, which must stop by itself within `limit`.
 async fn run(options: Options, limit: Duration) -> loadtest::Report {
     let scenario = format!("{:?}", options.scenario);
@@ -53,17 +62,25 @@ async fn run(options: Options, limit: Duration) -> loadtest::Report {
 }
 
 async fn smoke(delta: bool) {
+    smoke_via(delta, ChangesVia::Registry).await;
+}
+
+async fn smoke_via(delta: bool, changes_via: ChangesVia) {
     let _turn = SERIAL.lock().await;
     let started = Instant::now();
     let options = Options {
         meshpush_bin: Some(PathBuf::from(env!("CARGO_BIN_EXE_meshpush"))),
         progress: false,
         delta,
+        changes_via,
         command: "cargo test --test loadtest_smoke".into(),
         ..Options::new(Scenario::Smoke)
     };
     let report = run(options, Duration::from_secs(120)).await;
     let table = report.table();
+    if changes_via == ChangesVia::File {
+        assert!(table.contains("as edits of the config directory"), "{table}");
+    }
     let protocol = if delta { Protocol::Delta } else { Protocol::Sotw };
     assert_eq!(report.protocol, protocol, "{table}");
     assert!(report.failures.is_empty(), "smoke failed:{table}");

@@ -41,6 +41,7 @@ mod wire;
 mod test;
 
 pub use fleet::{NodeSending, Protocol};
+pub use registry::ChangesVia;
 pub use report::Report;
 pub use run::run;
 pub use scenario::{ExpectSpec, Options, Scenario};

@@ -13,7 +13,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::Parser;
-use loadtest::{ExpectSpec, NodeSending, Options, Scenario};
+use loadtest::{ChangesVia, ExpectSpec, NodeSending, Options, Scenario};
 
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
@@ -83,14 +83,19 @@ struct Cli {
     /// No progress bars.
     #[arg(long)]
     no_progress: bool,
-    /// Write the scenario's mesh (Kubernetes and Istio YAML, one file per namespace) into this
-    /// directory and exit: to load the same mesh into another server.
+    /// Write the scenario's mesh (Kubernetes and Istio YAML: a directory per namespace, a file per
+    /// service) into this directory and exit: to load the same mesh into another server.
     #[arg(long)]
     write_mesh: Option<PathBuf>,
     /// Leave Envoy's 516-extension list out of the node (Envoy 1.40 sends it); for comparison
     /// only.
     #[arg(long)]
     lean_node: bool,
+    /// How changes are made: through meshpush's registry API, or as file edits of the config
+    /// directory of the meshpush the harness starts (one service's file rewritten in place per
+    /// endpoint change; the namespace's file per route change).
+    #[arg(long, value_enum, default_value_t = ChangesVia::Registry)]
+    changes_via: ChangesVia,
     /// Delta xDS: the simulated Envoys use DeltaAggregatedResources (Envoy's api_type DELTA_GRPC)
     /// instead of state-of-the-world StreamAggregatedResources.
     #[arg(long)]
@@ -129,6 +134,7 @@ fn main() -> ExitCode {
         progress: !cli.no_progress,
         lean_node: cli.lean_node,
         delta: cli.delta,
+        changes_via: cli.changes_via,
         command: std::env::args().collect::<Vec<_>>().join(" "),
         ..defaults
     };
@@ -162,7 +168,11 @@ fn write_mesh(scenario: Scenario, dir: &std::path::Path) -> std::io::Result<usiz
     std::fs::create_dir_all(dir)?;
     let files = scenario.shape().files();
     for (name, text) in &files {
-        std::fs::write(dir.join(name), text)?;
+        let path = dir.join(name);
+        if let Some(parent) = path.parent() {
+            std::fs::create_dir_all(parent)?;
+        }
+        std::fs::write(path, text)?;
     }
     Ok(files.len())
 }

@@ -106,49 +106,57 @@ impl Shape {
         if namespace < self.namespaces { self.sidecars_per_namespace } else { 0 }
     }
 
-    /// The whole mesh as YAML files: one per namespace, `(file name, text)`.
-    /// Each namespace has its services and slices, its Sidecar when scoped,
-    /// and a VirtualService for `svc-0` (the target of config changes).
+    /// The whole mesh as YAML files, `(path, text)`, laid out as a GitOps
+    /// repository often is: a directory per namespace, a file per service
+    /// (`ns-N/svc-M.yaml`: the Service and its EndpointSlice), and one for
+    /// the namespace's own config (`ns-N/namespace.yaml`: its Sidecar when
+    /// scoped, and a VirtualService for `svc-0`, the target of route
+    /// changes). An endpoint change made as a file edit rewrites one small
+    /// file.
     pub fn files(&self) -> Vec<(String, String)> {
-        (0..self.namespaces).map(|ns| self.namespace_file(ns, &[], INITIAL_PREFIX)).collect()
-    }
-
-    /// One namespace's file, `(file name, text)`, with the slices of some
-    /// services (`(service, addresses)`) and the prefix of `svc-0`'s route
-    /// other than at first.
-    pub fn namespace_file(&self, ns: u32, slices: &[(u32, &[Ipv4Addr])], prefix: &str) -> (String, String) {
-        let mut text = String::new();
-        for document in self.documents(ns, slices, prefix) {
-            text.push_str("---\n");
-            text.push_str(&document);
+        let mut files = Vec::with_capacity((self.namespaces * (self.services_per_namespace + 1)) as usize);
+        for ns in 0..self.namespaces {
+            for service in 0..self.services_per_namespace {
+                files.push(self.service_file(ns, service, &self.initial_addresses(ns, service)));
+            }
+            files.push(self.namespace_file(ns, INITIAL_PREFIX));
         }
-        (format!("ns-{ns}.yaml"), text)
+        files
     }
 
-    /// Every document of one namespace.
-    pub fn namespace_documents(&self, ns: u32) -> Vec<String> {
-        self.documents(ns, &[], INITIAL_PREFIX)
+    /// The file of one service with these endpoint addresses.
+    pub fn service_file(&self, ns: u32, service: u32, addresses: &[Ipv4Addr]) -> (String, String) {
+        let text = joined(&[self.service_document(ns, service), self.slice_document(ns, service, addresses)]);
+        (format!("ns-{ns}/svc-{service}.yaml"), text)
     }
 
-    fn documents(&self, ns: u32, slices: &[(u32, &[Ipv4Addr])], prefix: &str) -> Vec<String> {
-        let mut documents = Vec::with_capacity(2 * self.services_per_namespace as usize + 2);
-        for service in 0..self.services_per_namespace {
-            documents.push(self.service_document(ns, service));
-            let document = match slices.iter().find(|(s, _)| *s == service) {
-                Some((_, addresses)) => self.slice_document(ns, service, addresses),
-                None => {
-                    let addresses: Vec<Ipv4Addr> =
-                        (0..self.endpoints_per_service).map(|pod| self.endpoint_ip(ns, service, pod)).collect();
-                    self.slice_document(ns, service, &addresses)
-                }
-            };
-            documents.push(document);
-        }
+    /// The file of one namespace's own config, `svc-0`'s route matching `prefix`.
+    pub fn namespace_file(&self, ns: u32, prefix: &str) -> (String, String) {
+        let mut documents = Vec::with_capacity(2);
         if self.scoped {
             documents.push(self.sidecar_document(ns));
         }
         documents.push(self.virtual_service_document(ns, 0, prefix));
+        (format!("ns-{ns}/namespace.yaml"), joined(&documents))
+    }
+
+    /// Every document of one namespace.
+    pub fn namespace_documents(&self, ns: u32) -> Vec<String> {
+        let mut documents = Vec::with_capacity(2 * self.services_per_namespace as usize + 2);
+        for service in 0..self.services_per_namespace {
+            documents.push(self.service_document(ns, service));
+            documents.push(self.slice_document(ns, service, &self.initial_addresses(ns, service)));
+        }
+        if self.scoped {
+            documents.push(self.sidecar_document(ns));
+        }
+        documents.push(self.virtual_service_document(ns, 0, INITIAL_PREFIX));
         documents
+    }
+
+    /// A service's endpoint addresses in the generated mesh.
+    fn initial_addresses(&self, ns: u32, service: u32) -> Vec<Ipv4Addr> {
+        (0..self.endpoints_per_service).map(|pod| self.endpoint_ip(ns, service, pod)).collect()
     }
 
     fn service_document(&self, ns: u32, service: u32) -> String {
@@ -305,4 +313,14 @@ impl FreshAddresses {
         self.next += 1;
         address
     }
+}
+
+/// YAML documents as one multi-document file.
+fn joined(documents: &[String]) -> String {
+    let mut text = String::new();
+    for document in documents {
+        text.push_str("---\n");
+        text.push_str(document);
+    }
+    text
 }

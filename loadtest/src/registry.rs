@@ -7,6 +7,16 @@ use std::time::{Duration, Instant};
 use anyhow::{Context as _, bail};
 use tonic::transport::{Channel, Endpoint};
 
+/// How the harness makes its changes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ChangesVia {
+    /// meshpush's registry API.
+    Registry,
+    /// Edits of the config directory of the meshpush the harness started.
+    File,
+}
+
 /// The code generated from the registry proto (client side).
 #[allow(missing_docs, clippy::all, clippy::pedantic, rust_2018_idioms)]
 pub mod proto {

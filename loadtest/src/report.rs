@@ -237,6 +237,8 @@ pub struct Report {
     pub node_bytes: usize,
     /// Which requests carried it.
     pub node_sending: crate::fleet::NodeSending,
+    /// How the changes were made.
+    pub changes_via: crate::registry::ChangesVia,
     /// Whether the node left Envoy's extension list out (`--lean-node`).
     pub lean_node: bool,
     /// Notes (file-descriptor limit…).
@@ -303,6 +305,14 @@ impl Report {
             self.rds_lists
         );
         let _ = writeln!(out, "protocol: {} ({})", self.protocol.name(), self.protocol.method());
+        let _ = writeln!(
+            out,
+            "changes: {}",
+            match self.changes_via {
+                crate::registry::ChangesVia::Registry => "through the registry API",
+                crate::registry::ChangesVia::File => "as edits of the config directory's files (written in place)",
+            }
+        );
         let _ = writeln!(
             out,
             "node: {} bytes on {}{}",

@@ -16,16 +16,19 @@ use indicatif::{ProgressBar, ProgressStyle};
 use crate::ads;
 use crate::fleet::{Identity, Shared};
 use crate::mesh::{FreshAddresses, PORT, Shape};
+use crate::registry::ChangesVia;
 use crate::registry::{Registries, Registry};
 use crate::report::{self, PhaseReport, ReplicaReport, Report, Sample};
 use crate::scenario::{Options, Scenario, Step, steps};
 use crate::server::{self, ServerProcess};
 use crate::track::{Change, Expect, XdsType};
+use sink::{Edit, Sink};
 
 mod churn;
 mod fairness;
 mod paced;
 mod restart;
+mod sink;
 
 /// How long one change may take to converge everywhere before the phase
 /// gives up (and the run reports it as not converged).
@@ -38,6 +41,10 @@ const MAX_APPLIES_IN_FLIGHT: usize = 512;
 /// prime, so coprime with the service counts here, and larger than a
 /// namespace, so consecutive changes land in different namespaces.
 const CHURN_STRIDE: u64 = 7919;
+
+/// Open files a process keeps beside its connections (logs, the config
+/// directory's watches, the registry client, runtime internals).
+const FILES_BESIDE_CONNECTIONS: u64 = 1024;
 
 /// How long after a restart every stream may take to be synced again
 /// before the phase gives up.
@@ -112,7 +119,8 @@ struct Run {
     /// The server, or the replicas of one control plane: connection `c`
     /// goes to `targets[c % targets.len()]`.
     targets: Vec<Target>,
-    registry: Option<Registries>,
+    /// Where changes go (the registry unless `--changes-via file`).
+    sink: Option<Sink>,
     shared: Arc<Shared>,
     fresh: FreshAddresses,
     /// Services changed so far: how many times, and their addresses now.
@@ -124,13 +132,25 @@ struct Run {
 /// Runs a scenario and returns its report. Fails only when the run itself
 /// could not happen (no server, no binary); a server that misbehaves yields
 /// a report whose `failures` say how.
-pub async fn run(options: Options) -> anyhow::Result<Report> {
+pub async fn run(mut options: Options) -> anyhow::Result<Report> {
     let shape = options.shape();
     let streams = shape.streams();
-    let per_connection = options.streams_per_connection.max(1);
-    let connections = streams.div_ceil(per_connection);
+    let mut per_connection = options.streams_per_connection.max(1);
     let mut notes = Vec::new();
-    notes.extend(server::raise_fd_limit(u64::from(connections) * 2 + 1024));
+    // Each process (the harness, a server it starts) holds one end of
+    // every connection, beside its other files.
+    notes.extend(server::raise_fd_limit(u64::from(streams.div_ceil(per_connection)) + FILES_BESIDE_CONNECTIONS));
+    let room = server::fd_limit().saturating_sub(FILES_BESIDE_CONNECTIONS).max(1);
+    if u64::from(streams.div_ceil(per_connection)) > room {
+        per_connection = streams.div_ceil(room as u32);
+        notes.push(format!(
+            "the open-file limit ({}) leaves room for {room} connections: {per_connection} streams share each \
+             connection (Envoys have one each)",
+            server::fd_limit()
+        ));
+    }
+    options.streams_per_connection = per_connection;
+    let connections = streams.div_ceil(per_connection);
     for note in &notes {
         eprintln!("loadtest: {note}");
     }
@@ -176,10 +196,15 @@ pub async fn run(options: Options) -> anyhow::Result<Report> {
     let node_common = bytes::Bytes::from(Shape::node_common(options.lean_node));
     let server_rss_loaded = sum_all(&targets, |t| t.memory("VmRSS"));
 
+    let config_dir = targets.first().and_then(|t| t.process.as_ref()).map(ServerProcess::config_dir);
+    if options.changes_via == ChangesVia::File && config_dir.is_none() {
+        bail!("--changes-via file edits the config directory of the meshpush the harness starts: run without --target");
+    }
+    let sink = Sink::new(options.changes_via, registry.as_ref(), config_dir);
     let mut run = Run {
         shape,
         targets,
-        registry,
+        sink,
         shared: Shared::new(node_common.clone(), options.node_sending, options.scenario == Scenario::Restart),
         node_common: node_common.clone(),
         fresh: FreshAddresses::default(),
@@ -308,6 +333,7 @@ pub async fn run(options: Options) -> anyhow::Result<Report> {
         node_bytes: run.shape.node(0).len() + run.node_common.len(),
         lean_node: options.lean_node,
         node_sending: options.node_sending,
+        changes_via: options.changes_via,
         notes,
         replicas,
         targets: Vec::new(),
@@ -528,12 +554,12 @@ impl Run {
         self.changes
     }
 
-    /// A new EndpointSlice for a service with one endpoint replaced by an
-    /// unused address; returns the document and the new address. Successive
+    /// A service's endpoints with one replaced by an unused address;
+    /// returns the change and the new address. Successive
     /// changes of one service replace its endpoints in turn, so a change
     /// never removes the address of the one before it (which may still be on
     /// its way to some streams).
-    fn moved_endpoint(&mut self, namespace: u32, service: u32) -> (String, Ipv4Addr) {
+    fn moved_endpoint(&mut self, namespace: u32, service: u32) -> (Edit, Ipv4Addr) {
         let shape = self.shape;
         let (moves, addresses) = self.slices.entry((namespace, service)).or_insert_with(|| {
             (0, (0..shape.endpoints_per_service).map(|pod| shape.endpoint_ip(namespace, service, pod)).collect())
@@ -544,23 +570,23 @@ impl Run {
         if let Some(slot) = addresses.get_mut(pod) {
             *slot = fresh;
         }
-        (shape.slice_document(namespace, service, addresses), fresh)
+        (Edit::Endpoints { namespace, service, addresses: addresses.clone() }, fresh)
     }
 
     /// Runs one change phase.
     async fn change(&mut self, step: Step) -> anyhow::Result<PhaseReport> {
         let n = self.next_change();
         // What to apply (nothing for a trigger), and how to recognize it.
-        let (name, document, xds_type, resource, token, expect) = match &step {
+        let (name, edit, xds_type, resource, token, expect) = match &step {
             Step::Endpoint { name, namespace, service } => {
-                let (document, address) = self.moved_endpoint(*namespace, *service);
+                let (edit, address) = self.moved_endpoint(*namespace, *service);
                 let cluster = self.shape.cluster(*namespace, *service);
-                (name.to_string(), Some(document), XdsType::Endpoint, cluster, address.to_string(), Expect::Watchers)
+                (name.to_string(), Some(edit), XdsType::Endpoint, cluster, address.to_string(), Expect::Watchers)
             }
             Step::Route { name, namespace, expect } => {
                 let token = format!("/loadtest-change-{n}");
-                let document = self.shape.virtual_service_document(*namespace, 0, &token);
-                (name.to_string(), Some(document), XdsType::Route, PORT.to_string(), token, expect.clone())
+                let edit = Edit::Route { namespace: *namespace, prefix: token.clone() };
+                (name.to_string(), Some(edit), XdsType::Route, PORT.to_string(), token, expect.clone())
             }
             Step::Trigger { n } => {
                 let spec = self.options.expect.clone().context("--trigger needs --expect")?;
@@ -578,9 +604,9 @@ impl Run {
         let before = self.mark();
         let change = Arc::new(Change::new(name.clone(), xds_type, resource, &token, Instant::now(), expect, expected));
         self.shared.tracker.add(change.clone());
-        let made = match (document, &step) {
-            (Some(document), _) => match &mut self.registry {
-                Some(registry) => registry.apply(vec![document]).await.map(|_| ()),
+        let made = match (edit, &step) {
+            (Some(edit), _) => match &mut self.sink {
+                Some(sink) => sink.make(&self.shape, &edit).await,
                 None => Err(anyhow::anyhow!("no registry API to make the change through")),
             },
             (None, Step::Trigger { n }) => trigger(self.options.trigger.as_deref().unwrap_or_default(), *n).await,

@@ -10,6 +10,7 @@ use std::time::Duration;
 
 use crate::fleet::{NodeSending, Protocol};
 use crate::mesh::Shape;
+use crate::registry::ChangesVia;
 use crate::report::{Report, TargetCheck};
 use crate::track::{Expect, XdsType};
 
@@ -29,6 +30,11 @@ pub enum Scenario {
     S2,
     /// S2's mesh with 200 endpoint changes per second for 60 seconds.
     Churn,
+    /// Beyond any published single-instance figure: 50,000 sidecars in 500
+    /// Sidecar-scoped namespaces of 20 services × 5 endpoints each (10,000
+    /// services, 50,000 endpoints). Streams share connections when the
+    /// open-file limit requires it (the report says so).
+    S3,
     /// S2's mesh synced, then meshpush is killed (SIGKILL) and started
     /// again; every stream reconnects with what it holds. While it is down,
     /// one endpoint and one route every stream watches change in its config
@@ -71,6 +77,13 @@ impl Scenario {
                 sidecars_per_namespace: 100,
                 scoped: true,
             },
+            Scenario::S3 => Shape {
+                namespaces: 500,
+                services_per_namespace: 20,
+                endpoints_per_service: 5,
+                sidecars_per_namespace: 100,
+                scoped: true,
+            },
             Scenario::Storm => Shape {
                 namespaces: 2,
                 services_per_namespace: 25,
@@ -87,6 +100,7 @@ impl Scenario {
             Scenario::S1 => "s1",
             Scenario::S2 => "s2",
             Scenario::Churn => "churn",
+            Scenario::S3 => "s3",
             Scenario::Restart => "restart",
             Scenario::Fairness => "fairness",
             Scenario::Storm => "storm",
@@ -98,6 +112,7 @@ impl Scenario {
         match self {
             Scenario::Smoke => Duration::from_secs(30),
             Scenario::S1 => Duration::from_secs(60),
+            Scenario::S3 => Duration::from_secs(300),
             Scenario::S2 | Scenario::Churn | Scenario::Restart | Scenario::Fairness | Scenario::Storm => {
                 Duration::from_secs(120)
             }
@@ -178,6 +193,8 @@ pub struct Options {
     pub lean_node: bool,
     /// Delta xDS (`DeltaAggregatedResources`, Envoy's `DELTA_GRPC`) instead of state of the world.
     pub delta: bool,
+    /// How changes are made.
+    pub changes_via: ChangesVia,
     /// The command line, for the report.
     pub command: String,
 }
@@ -207,6 +224,7 @@ impl Options {
             progress: true,
             lean_node: false,
             delta: false,
+            changes_via: ChangesVia::Registry,
             command: String::new(),
         }
     }
@@ -253,7 +271,7 @@ pub(crate) fn steps(scenario: Scenario, shape: &Shape, options: &Options) -> Vec
             Step::Endpoint { name: "endpoint change", namespace: 0, service: shape.services_per_namespace / 2 },
             Step::Route { name: "VirtualService change", namespace: 0, expect: Expect::All },
         ],
-        Scenario::S2 => vec![
+        Scenario::S2 | Scenario::S3 => vec![
             Step::Endpoint { name: "endpoint change", namespace: one, service: shape.services_per_namespace / 2 },
             Step::Route { name: "shared-namespace change", namespace: 0, expect: Expect::All },
             Step::Route { name: "one-namespace change", namespace: one, expect: Expect::Namespaces(vec![one]) },
@@ -295,6 +313,11 @@ pub(crate) fn targets(scenario: Scenario, report: &Report) -> Vec<TargetCheck> {
             check("shared-namespace change p99", "≤ 2 s", 2000.0, p99("shared-namespace change"), &ms);
             check("one-namespace change p99", "≤ 200 ms", 200.0, p99("one-namespace change"), &ms);
             check("server peak RSS", "≤ 1 GiB", 1024.0, rss, &|v| format!("{v:.0} MiB"));
+        }
+        Scenario::S3 => {
+            check("all synced after the storm starts", "≤ 60 s", 60.0, storm.map(|p| p.wall_s), &s);
+            check("endpoint change p99", "≤ 200 ms", 200.0, p99("endpoint change"), &ms);
+            check("server peak RSS", "≤ 3 GiB", 3072.0, rss, &|v| format!("{v:.0} MiB"));
         }
         Scenario::Churn => {
             let churn = phase("churn");

@@ -50,6 +50,11 @@ impl ServerProcess {
         write_config(self.dir.path(), name, text)
     }
 
+    /// Its config directory.
+    pub fn config_dir(&self) -> PathBuf {
+        self.dir.path().join("config")
+    }
+
     /// Kills the server at once (SIGKILL to its group, as a node failure or
     /// an OOM kill ends it) and reaps it.
     pub fn kill(&mut self) -> anyhow::Result<()> {
@@ -107,7 +112,17 @@ impl Drop for ServerProcess {
 
 /// Writes file `name` of the config directory under `dir`.
 fn write_config(dir: &Path, name: &str, text: &str) -> anyhow::Result<()> {
-    std::fs::write(dir.join("config").join(name), text).with_context(|| format!("writing {name}"))
+    write_file(&dir.join("config"), name, text)
+}
+
+/// Writes file `name` (a path relative to `config`) in place, as `kubectl
+/// cp` or a shell redirect does: opened, truncated, written, closed.
+pub fn write_file(config: &Path, name: &str, text: &str) -> anyhow::Result<()> {
+    let path = config.join(name);
+    if let Some(parent) = path.parent() {
+        std::fs::create_dir_all(parent).with_context(|| format!("creating the directory of {name}"))?;
+    }
+    std::fs::write(path, text).with_context(|| format!("writing {name}"))
 }
 
 /// Starts `binary serve` on the config directory under `dir` and these
@@ -169,6 +184,11 @@ pub fn memory(pid: &str, field: &str) -> Option<u64> {
     let line = status.lines().find(|l| l.starts_with(field) && l[field.len()..].starts_with(':'))?;
     let kib: u64 = line[field.len() + 1..].trim().trim_end_matches("kB").trim().parse().ok()?;
     Some(kib * 1024)
+}
+
+/// This process's open-file limit now.
+pub fn fd_limit() -> u64 {
+    rustix::process::getrlimit(rustix::process::Resource::Nofile).current.unwrap_or(u64::MAX)
 }
 
 /// Raises this process's open-file limit to its hard limit (children

@@ -24,7 +24,10 @@
 //! writes the rest is never served half a file.
 //!
 //! A batch is the first event that makes a file ready and every event
-//! already queued behind it; only the files it touched are re-read. While
+//! already queued behind it; only the files it touched are re-read, and a
+//! file whose text hashes to the text it was last parsed from is not parsed
+//! again (a ConfigMap volume's `..data` swap, which re-reads every file,
+//! parses only the ones that changed). While
 //! other files are still being written the batch waits up to 50 ms for them
 //! to close too; otherwise a closed file is read at once (the engine's own
 //! debounce merges what follows into one push).
@@ -36,7 +39,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::io;
 use std::path::{Component, Path, PathBuf};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
 use notify::event::{AccessKind, AccessMode};
@@ -129,6 +132,14 @@ impl SourceStatus {
         self.tree.index.lock().problems()
     }
 
+    /// How many file reads were parsed and how many skipped as unchanged.
+    pub fn reads(&self) -> FileReads {
+        FileReads {
+            parsed: self.tree.parsed.load(Ordering::Relaxed),
+            unchanged: self.tree.unchanged.load(Ordering::Relaxed),
+        }
+    }
+
     /// Files that exist but were never read whole (unreadable, too large):
     /// the server is not ready while there are any, as istiod waits for its
     /// informers to sync before serving.
@@ -146,6 +157,38 @@ struct Tree {
     /// Files larger than this are not read.
     max_file_bytes: u64,
     index: Mutex<FileIndex>,
+    /// Files read and parsed.
+    parsed: AtomicU64,
+    /// Files read whose text was the one parsed last time: not parsed again.
+    unchanged: AtomicU64,
+}
+
+impl Tree {
+    fn new(root: PathBuf, max_file_bytes: u64) -> Tree {
+        Tree { root, max_file_bytes, index: Mutex::default(), parsed: AtomicU64::new(0), unchanged: AtomicU64::new(0) }
+    }
+}
+
+/// What reading one file found.
+#[derive(Debug)]
+enum Read {
+    /// It is gone (or no longer a file).
+    Gone,
+    /// Its text is the one parsed last time.
+    Unchanged,
+    /// Parsed (or found unreadable), with the hash of its text when read.
+    Parsed(ParsedFile, Option<u64>),
+}
+
+/// How many file reads were parsed, and how many found the text parsed
+/// last time (a ConfigMap volume's swap re-reads every file; only the
+/// changed ones are parsed).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct FileReads {
+    /// Reads that parsed the file.
+    pub parsed: u64,
+    /// Reads that found the same text and skipped the parse.
+    pub unchanged: u64,
 }
 
 impl FileSource {
@@ -169,7 +212,7 @@ impl FileSource {
         if !root.is_dir() {
             return Err(SourceError::NotADirectory(dir.to_path_buf()));
         }
-        let tree = Arc::new(Tree { root, max_file_bytes, index: Mutex::new(FileIndex::default()) });
+        let tree = Arc::new(Tree::new(root, max_file_bytes));
         let names = tree.walk(&tree.root)?;
         let files = names.len();
         let changes = tree.refresh(store, names, true, None);
@@ -260,7 +303,7 @@ pub(super) fn read_quietly(path: &Path, store: &ConfigStore, max_file_bytes: u64
         let name = canonical.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
         (parent, Some(name))
     };
-    let tree = Tree { root, max_file_bytes, index: Mutex::default() };
+    let tree = Tree::new(root, max_file_bytes);
     let names = match single {
         Some(name) => BTreeSet::from([name]),
         None => tree.walk(&tree.root)?,
@@ -423,12 +466,31 @@ impl Tree {
         slot: Option<OwnedPermit<ChangeSet>>,
     ) -> ChangeSet {
         // Parse outside the lock: readers of `problems()` never wait on disk.
-        let reads: Vec<(String, Option<ParsedFile>)> =
-            names.into_iter().map(|name| (name.clone(), self.read(&name))).collect();
+        let known: Vec<(String, Option<u64>)> = {
+            let index = self.index.lock();
+            names
+                .into_iter()
+                .map(|name| {
+                    let known = index.content(&name);
+                    (name, known)
+                })
+                .collect()
+        };
+        let reads: Vec<(String, Read)> =
+            known.into_iter().map(|(name, known)| (name.clone(), self.read(&name, known))).collect();
         let mut index = self.index.lock();
         let mut touched = BTreeSet::new();
-        for (name, parsed) in reads {
-            touched.extend(index.update(&name, parsed, log));
+        for (name, read) in reads {
+            match read {
+                Read::Unchanged => {
+                    self.unchanged.fetch_add(1, Ordering::Relaxed);
+                }
+                Read::Gone => touched.extend(index.update(&name, None, None, log)),
+                Read::Parsed(parsed, content) => {
+                    self.parsed.fetch_add(1, Ordering::Relaxed);
+                    touched.extend(index.update(&name, Some(parsed), content, log));
+                }
+            }
         }
         // Applied under the index lock, so the store always matches the index.
         let writes = index.writes(&touched, log);
@@ -440,22 +502,29 @@ impl Tree {
         }
     }
 
-    /// Reads and parses one file; `None` when it is gone (or is no longer a file).
-    fn read(&self, name: &str) -> Option<ParsedFile> {
+    /// Reads one file and parses it, unless its text hashes to `known`
+    /// (the text it was last parsed from).
+    fn read(&self, name: &str, known: Option<u64>) -> Read {
         let path = self.root.join(name);
         match std::fs::metadata(&path) {
             Ok(meta) if meta.is_file() && meta.len() > self.max_file_bytes => {
-                return Some(too_large(name, meta.len(), self.max_file_bytes));
+                return Read::Parsed(too_large(name, meta.len(), self.max_file_bytes), None);
             }
             Ok(meta) if meta.is_file() => {}
-            Ok(_) => return None,
-            Err(err) if err.kind() == io::ErrorKind::NotFound => return None,
-            Err(err) => return Some(unreadable(name, &err)),
+            Ok(_) => return Read::Gone,
+            Err(err) if err.kind() == io::ErrorKind::NotFound => return Read::Gone,
+            Err(err) => return Read::Parsed(unreadable(name, &err), None),
         }
         match std::fs::read_to_string(&path) {
-            Ok(text) => Some(parse_documents(name, &text)),
-            Err(err) if err.kind() == io::ErrorKind::NotFound => None,
-            Err(err) => Some(unreadable(name, &err)),
+            Ok(text) => {
+                let content = xxhash_rust::xxh3::xxh3_64(text.as_bytes());
+                if known == Some(content) {
+                    return Read::Unchanged;
+                }
+                Read::Parsed(parse_documents(name, &text), Some(content))
+            }
+            Err(err) if err.kind() == io::ErrorKind::NotFound => Read::Gone,
+            Err(err) => Read::Parsed(unreadable(name, &err), None),
         }
     }
 

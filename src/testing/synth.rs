@@ -122,6 +122,40 @@ impl MeshSpec {
         })
     }
 
+    /// The EndpointSlice of service `i`, as a Kubernetes controller writes
+    /// it: every one of its Pods, at `addresses`, ready.
+    pub fn slice(&self, i: usize, addresses: &[String]) -> ConfigObject {
+        use crate::config::k8s::{EndpointSlice, ObjectReference, SERVICE_NAME_LABEL, SliceEndpoint, SlicePort};
+        let name = Self::service_name(i);
+        let namespace = self.namespace_of(i);
+        let labels: BTreeMap<String, String> = [(SERVICE_NAME_LABEL.to_string(), name.clone())].into();
+        ConfigObject::EndpointSlice(EndpointSlice {
+            metadata: meta(&format!("{name}-slice"), &namespace, labels),
+            address_type: Some("IPv4".into()),
+            endpoints: addresses
+                .iter()
+                .enumerate()
+                .map(|(e, address)| SliceEndpoint {
+                    addresses: vec![address.clone()],
+                    target_ref: Some(ObjectReference {
+                        kind: Some("Pod".into()),
+                        name: Some(format!("{name}-{e}")),
+                        namespace: Some(namespace.clone()),
+                    }),
+                    ..Default::default()
+                })
+                .collect(),
+            ports: vec![SlicePort { name: Some("http".into()), port: Some(self.port) }],
+        })
+    }
+
+    /// The slices of every service, at their Pods' addresses.
+    pub fn slices(&self) -> Vec<ConfigObject> {
+        (0..self.services)
+            .map(|i| self.slice(i, &(0..self.endpoints_of(i)).map(|e| Self::address(i, e)).collect::<Vec<_>>()))
+            .collect()
+    }
+
     /// Key of endpoint `e`'s Pod of service `i`.
     pub fn pod_key(&self, i: usize, e: usize) -> ConfigKey {
         ConfigKey::new(ConfigKind::Pod, &self.namespace_of(i), &format!("{}-{e}", Self::service_name(i)))

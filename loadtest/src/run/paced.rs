@@ -1,8 +1,8 @@
 //! Endpoint changes at fixed rates: the machinery the churn and fairness
 //! phases share. Each [`Pace`] makes changes at its own rate, services
-//! chosen by its `pick`; every change is applied through the registry API
-//! (at most [`MAX_APPLIES_IN_FLIGHT`] at once: a change due when none is
-//! free is skipped and counted) and tracked to every stream that watches
+//! chosen by its `pick`; every change is made through the run's sink (the
+//! registry API or a file edit; at most [`MAX_APPLIES_IN_FLIGHT`] at once:
+//! a change due when none is free is skipped and counted) and tracked to every stream that watches
 //! its cluster, for at most [`CHANGE_LIMIT`].
 
 use std::sync::Arc;
@@ -51,7 +51,7 @@ impl Run {
     /// schedule (change `i` of a pace at rate `r` is due `i / r` seconds
     /// in), and waits until each converged or gave up.
     pub(super) async fn paced(&mut self, paces: &[Pace], duration: Duration, bar: &str) -> anyhow::Result<Paced> {
-        let Some(registry) = self.registry.clone() else { bail!("endpoint changes need the registry API") };
+        let Some(sink) = self.sink.clone() else { bail!("endpoint changes need the registry API") };
         let in_flight = Arc::new(Semaphore::new(MAX_APPLIES_IN_FLIGHT));
         let total: u64 = paces.iter().map(|p| u64::from(p.rate) * duration.as_millis() as u64 / 1000).sum();
         let progress = self.bar(total, bar);
@@ -76,7 +76,7 @@ impl Run {
                 continue;
             };
             let (namespace, service) = (paces[k].pick)(i);
-            let (document, address) = self.moved_endpoint(namespace, service);
+            let (edit, address) = self.moved_endpoint(namespace, service);
             let cluster = self.shape.cluster(namespace, service);
             let expected = self.shared.names.watchers(XdsType::Endpoint, &cluster);
             let change = Arc::new(Change::new(
@@ -89,10 +89,10 @@ impl Run {
                 expected,
             ));
             self.shared.tracker.add(change.clone());
-            let (mut registry, shared, refused, tracked) =
-                (registry.clone(), self.shared.clone(), refusals[k].clone(), change.clone());
+            let (mut sink, shape, shared, refused, tracked) =
+                (sink.clone(), self.shape, self.shared.clone(), refusals[k].clone(), change.clone());
             waiters.push(tokio::spawn(async move {
-                let applied = registry.apply(vec![document]).await;
+                let applied = sink.make(&shape, &edit).await;
                 drop(permit);
                 if applied.is_err() {
                     refused.fetch_add(1, Ordering::Relaxed);

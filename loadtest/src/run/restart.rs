@@ -20,6 +20,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::bail;
 
+use super::sink::Edit;
 use super::{RESTART_LIMIT, Run, SETTLE};
 use crate::mesh::PORT;
 use crate::report::PhaseReport;
@@ -42,10 +43,9 @@ impl Run {
         }
         let n = self.next_change();
         let (namespace, service) = (0, 1);
-        let (_, address) = self.moved_endpoint(namespace, service);
-        let addresses = self.slices[&(namespace, service)].1.clone();
+        let (endpoints, address) = self.moved_endpoint(namespace, service);
         let prefix = format!("/loadtest-restart-{n}");
-        let (file, text) = self.shape.namespace_file(namespace, &[(service, &addresses)], &prefix);
+        let files = [endpoints.file(&self.shape), Edit::Route { namespace, prefix: prefix.clone() }.file(&self.shape)];
         let cluster = self.shape.cluster(namespace, service);
         let streams = self.shape.streams() as usize;
         let watchers = self.shared.names.watchers(XdsType::Endpoint, &cluster);
@@ -58,7 +58,11 @@ impl Run {
         let resends_before = self.shared.stats.resends();
         let reconnects_before = self.shared.stats.reconnects.load(std::sync::atomic::Ordering::Relaxed);
         self.targets[0].kill()?;
-        self.targets[0].process.as_ref().map(|p| p.write_config(&file, &text)).transpose()?;
+        if let Some(process) = &self.targets[0].process {
+            for (file, text) in &files {
+                process.write_config(file, text)?;
+            }
+        }
         let start = Instant::now();
         let endpoint = Arc::new(Change::new(
             "restart: endpoint".into(),

@@ -37,6 +37,9 @@ struct FileEntry {
     problems: Vec<Problem>,
     /// The file was read whole at least once.
     read_once: bool,
+    /// xxh3 of the text last parsed (none when it could not be read): a
+    /// re-read that finds the same text need not parse it again.
+    content: Option<u64>,
 }
 
 /// One object as a file last defined it successfully.
@@ -50,10 +53,17 @@ struct Contribution {
 }
 
 impl FileIndex {
-    /// Records a new read of `file` (`None`: the file is gone). Returns the
-    /// keys whose stored version may have to change. Problems are logged
-    /// when `log` is set, each with what happens to the object now.
-    pub(super) fn update(&mut self, file: &str, parsed: Option<ParsedFile>, log: bool) -> BTreeSet<ConfigKey> {
+    /// Records a new read of `file` (`None`: the file is gone), whose text
+    /// hashed to `content`. Returns the keys whose stored version may have
+    /// to change. Problems are logged when `log` is set, each with what
+    /// happens to the object now.
+    pub(super) fn update(
+        &mut self,
+        file: &str,
+        parsed: Option<ParsedFile>,
+        content: Option<u64>,
+        log: bool,
+    ) -> BTreeSet<ConfigKey> {
         self.reads += 1;
         let read = self.reads;
         let previous = self.files.remove(file).unwrap_or_default();
@@ -96,8 +106,13 @@ impl FileIndex {
             log_problems(file, &parsed.problems, &kept);
         }
         let read_once = previous.read_once || !parsed.unread;
-        self.files.insert(file.into(), FileEntry { objects, problems: parsed.problems, read_once });
+        self.files.insert(file.into(), FileEntry { objects, problems: parsed.problems, read_once, content });
         touched
+    }
+
+    /// The hash of the text `file` was last parsed from.
+    pub(super) fn content(&self, file: &str) -> Option<u64> {
+        self.files.get(file).and_then(|f| f.content)
     }
 
     /// The writes that bring the store in line with the index for `keys`:

@@ -353,3 +353,46 @@ async fn a_file_written_in_place_with_a_pause_is_read_only_once_it_is_closed() {
     assert_eq!(dr_host(&change.snapshot, "y").as_deref(), Some("four"), "read whole once closed");
     task.abort();
 }
+
+/// A ConfigMap volume as the kubelet's atomic writer keeps it: each file is
+/// a symlink through `..data` into a timestamped directory, and an update
+/// writes a new directory and swaps `..data` to it with one rename. The
+/// swap is one update with exactly the changed file's objects, and only
+/// that file is parsed again: the unchanged one is recognised by its text.
+#[tokio::test]
+async fn a_configmap_volume_swap_parses_only_the_files_that_changed() {
+    use std::os::unix::fs::symlink;
+    let dir = TempDir::new().unwrap();
+    let root = dir.path();
+    let version = |name: &str, files: &[(&str, String)]| {
+        fs::create_dir(root.join(name)).unwrap();
+        for (file, text) in files {
+            fs::write(root.join(name).join(file), text).unwrap();
+        }
+    };
+    version("..2026_12_01_a", &[("a.yaml", dr_yaml("a", "one")), ("b.yaml", dr_yaml("b", "one"))]);
+    symlink("..2026_12_01_a", root.join("..data")).unwrap();
+    symlink("..data/a.yaml", root.join("a.yaml")).unwrap();
+    symlink("..data/b.yaml", root.join("b.yaml")).unwrap();
+    let (store, status, mut changes, task) = watched(&dir);
+    assert_eq!(dr_host(&store.snapshot(), "b").as_deref(), Some("one"));
+    // Watching starts with a rescan of what the load read: nothing changed.
+    crate::testing::wait::wait_until_async(Instant::now() + Duration::from_secs(5), "the first rescan", || {
+        let done = status.reads().unchanged >= 2;
+        async move { done }
+    })
+    .await;
+    let before = status.reads();
+    assert_eq!(before.parsed, 2, "the load parsed both files, the rescan neither: {before:?}");
+
+    version("..2026_12_01_b", &[("a.yaml", dr_yaml("a", "one")), ("b.yaml", dr_yaml("b", "two"))]);
+    symlink("..2026_12_01_b", root.join("..data_tmp")).unwrap();
+    fs::rename(root.join("..data_tmp"), root.join("..data")).unwrap();
+    let change = next_change(&mut changes).await;
+    assert_eq!(change.keys, vec![dr_key("b")]);
+    assert_eq!(dr_host(&change.snapshot, "b").as_deref(), Some("two"));
+    let after = status.reads();
+    assert_eq!(after.parsed - before.parsed, 1, "only b.yaml is parsed again: {before:?} → {after:?}");
+    assert!(after.unchanged > before.unchanged, "a.yaml was read and found unchanged: {before:?} → {after:?}");
+    task.abort();
+}
