@@ -6,8 +6,8 @@
 //! ADS streams that behave like Envoy 1.40 on the wire ([`ads`]; SotW by
 //! default, delta xDS with `--delta`; Envoy's HTTP/2 windows and 16 KB DATA
 //! frames, `frames`; gRPC framing without per-stream codec buffers, `grpc`), makes
-//! changes through meshpush's registry API ([`registry`]) or a trigger
-//! command, and measures how long each change takes to reach each stream
+//! changes through meshpush's registry API ([`registry`]), as edits of the
+//! config directory of the meshpush it started, or with a trigger command, and measures how long each change takes to reach each stream
 //! that should see it ([`track`]), plus the server's CPU and memory
 //! ([`server`]). [`scenario`] holds the scenarios, [`run()`] carries one
 //! out, [`report`] makes the table, JSON and plot.

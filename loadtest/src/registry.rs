@@ -1,5 +1,6 @@
 //! A client of meshpush's registry API (`proto/meshpush/v1/registry.proto`),
-//! through which the harness loads meshes and makes changes.
+//! through which the harness loads meshes and makes changes, and
+//! [`ChangesVia`]: whether changes go through it or as file edits.
 
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
