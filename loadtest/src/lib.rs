@@ -7,8 +7,9 @@
 //! default, delta xDS with `--delta`; Envoy's HTTP/2 windows and 16 KB DATA
 //! frames, `frames`; gRPC framing without per-stream codec buffers, `grpc`), makes
 //! changes through meshpush's registry API ([`registry`]), as edits of the
-//! config directory of the meshpush it started, or with a trigger command, and measures how long each change takes to reach each stream
-//! that should see it ([`track`]), plus the server's CPU and memory
+//! config directory of the meshpush it started, or with a trigger command,
+//! and measures how long each change takes to reach each stream that
+//! should see it ([`track`]), plus the server's CPU and memory
 //! ([`server`]). [`scenario`] holds the scenarios, [`run()`] carries one
 //! out, [`report`] makes the table, JSON and plot.
 //!
@@ -17,7 +18,9 @@
 //! not (the node on each stream's first request, as from an Envoy that
 //! Istio bootstraps, or on every request with `--node-every-request`; full
 //! `resource_names` on every SotW request; every response ACKed; an HTTP/2
-//! connection per Envoy unless `--streams-per-connection` says otherwise).
+//! connection per Envoy unless `--streams-per-connection` or the open-file
+//! limit says otherwise; a failed stream opened again after Envoy's backoff,
+//! saying what it holds).
 
 pub mod ads;
 mod delta;
