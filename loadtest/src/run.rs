@@ -242,26 +242,13 @@ pub async fn run(mut options: Options) -> anyhow::Result<Report> {
         }
         if options.scenario == Scenario::Fairness && options.trigger.is_none() {
             for phase in run.fairness().await? {
-                if phase.changes_converged < phase.changes {
-                    failures.push(format!(
-                        "{}: {} of {} changes did not reach every stream that watches them",
-                        phase.name,
-                        phase.changes - phase.changes_converged,
-                        phase.changes
-                    ));
-                }
+                failures.extend(changes_behind(&phase));
                 phases.push(phase);
             }
         }
         if options.scenario == Scenario::Churn && options.trigger.is_none() {
             let phase = run.churn().await?;
-            if phase.changes_converged < phase.changes {
-                failures.push(format!(
-                    "churn: {} of {} changes did not reach every stream that watches them",
-                    phase.changes - phase.changes_converged,
-                    phase.changes
-                ));
-            }
+            failures.extend(changes_behind(&phase));
             phases.push(phase);
             // Streams that lagged during churn must catch up once it stops:
             // one more change, of a service every stream watches.
@@ -348,6 +335,19 @@ pub async fn run(mut options: Options) -> anyhow::Result<Report> {
         eprintln!("loadtest: meshpush log tail:\n{}", process.log_tail(20));
     }
     Ok(report)
+}
+
+/// The failure of a phase of many changes some of which did not reach
+/// every stream that watches them.
+fn changes_behind(phase: &PhaseReport) -> Option<String> {
+    (phase.changes_converged < phase.changes).then(|| {
+        format!(
+            "{}: {} of {} changes did not reach every stream that watches them",
+            phase.name,
+            phase.changes - phase.changes_converged,
+            phase.changes
+        )
+    })
 }
 
 fn start_targets(options: &Options, shape: &Shape) -> anyhow::Result<Vec<Target>> {
