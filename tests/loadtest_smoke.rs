@@ -96,7 +96,8 @@ async fn smoke_via(delta: bool, changes_via: ChangesVia) {
 /// 5,000 simulated Envoys connect at once to a server that admits 500 new
 /// streams a second, 50 at once. Sampled from the server's metrics during
 /// the storm, the streams admitted between any two samples never exceed
-/// what that rate allows, streams are seen waiting their turn, the storm
+/// what that rate allows (give or take 200 ms for a woken stream to run),
+/// streams are seen waiting their turn, the storm
 /// takes at least as long as the rate implies, and every stream syncs.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_reconnect_storm_is_admitted_at_the_configured_rate_and_every_stream_syncs() {
@@ -147,9 +148,16 @@ async fn a_reconnect_storm_is_admitted_at_the_configured_rate_and_every_stream_s
     let storm = &report.phases[0];
     assert_eq!((storm.converged, storm.expected), (5000, 5000), "{table}");
 
+    // A stream counts as admitted when its task runs after its slot, which
+    // on this debug build's two busy cores can be well after the slot: a
+    // sample taken during such a stall reads low, and the streams whose
+    // slots passed during it are counted in the next window. So each window
+    // is allowed the slots of the stall before it as well (WAKE_LAG); a
+    // server that did not pace would admit thousands in one window.
+    const WAKE_LAG: f64 = 0.2;
     for (i, &(sent_i, _, admitted_i, _)) in samples.iter().enumerate() {
         for &(_, answered_j, admitted_j, _) in &samples[i + 1..] {
-            let allowed = RATE * answered_j.duration_since(sent_i).as_secs_f64() + BURST + 1.0;
+            let allowed = RATE * (answered_j.duration_since(sent_i).as_secs_f64() + WAKE_LAG) + BURST + 1.0;
             assert!(
                 admitted_j - admitted_i <= allowed,
                 "{} streams admitted within {:?}, more than {allowed:.0} at {RATE}/s with a burst of {BURST}",
