@@ -8,7 +8,8 @@
 //! `GET /change/N` on the admin address sends every stream one assignment
 //! with a new endpoint address. Requests are read by meshpush's own reader
 //! (whole messages, the node read once), responses leave through its own
-//! response body, on the same tonic, hyper, h2 and tokio. What is left out
+//! response body and its own connection handling (`serve::connections`),
+//! on the same tonic, hyper, h2 and tokio. What is left out
 //! is the control plane: no scopes, no watch state, no versions to compare,
 //! no push queue. The gap between this server's figures and meshpush's is
 //! what meshpush's own work costs; this server's figures are what the
@@ -44,6 +45,7 @@ use meshpush::model::{ConfigStore, Proxy};
 use meshpush::push::{PushChanges, PushContext, ScopeInterner};
 use meshpush::resource::TypeUrl;
 use meshpush::resource::{EncodedResource, version_of};
+use meshpush::serve::connections;
 use meshpush::xds::server::MAX_REQUEST_BYTES;
 use meshpush::xds::sotw::OutgoingResponse;
 use meshpush::xds::sotw::SotwRequest;
@@ -85,6 +87,8 @@ struct Replay {
 
 fn main() -> anyhow::Result<()> {
     let args = Args::parse();
+    // As `meshpush serve` does: the floor's heap must cost what meshpush's does.
+    meshpush::serve::opt_out_of_huge_pages();
     let replay = Arc::new(generate(args.scenario)?);
     tokio::runtime::Runtime::new()?.block_on(serve(args, replay))
 }
@@ -168,16 +172,21 @@ async fn serve(args: Args, replay: Arc<Replay>) -> anyhow::Result<()> {
         .with_state(replay.clone());
     let admin_listener = tokio::net::TcpListener::bind(args.admin_addr).await?;
     tokio::spawn(async move { axum::serve(admin_listener, admin).await });
-    let listener = tokio::net::TcpListener::bind(args.xds_addr).await?;
-    let incoming = tokio_stream::StreamExt::map(tokio_stream::wrappers::TcpListenerStream::new(listener), |s| {
-        s.and_then(|s| s.set_nodelay(true).map(|()| s))
-    });
+    let listener = connections::XdsListener::bind_tcp(args.xds_addr)?;
     eprintln!("replay_floor: serving ADS on {} (pid {})", args.xds_addr, std::process::id());
-    tonic::transport::Server::builder()
-        .max_concurrent_streams(Some(u32::MAX))
-        .add_service(ReplayService(replay))
-        .serve_with_incoming(incoming)
-        .await?;
+    // Served as meshpush serves its xDS port: the same connection handling
+    // (its accept queue, hyper, keepalive), so the floor
+    // moves with the stack.
+    let routes = tonic::service::Routes::new(ReplayService(replay));
+    let (_shutdown, shutdown_rx) = tokio::sync::watch::channel(false);
+    connections::serve(
+        listener,
+        routes,
+        connections::ConnectionPolicy::default(),
+        Arc::new(meshpush::metrics::Metrics::new()),
+        shutdown_rx,
+    )
+    .await;
     Ok(())
 }
 

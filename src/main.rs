@@ -295,7 +295,7 @@ fn main() -> ExitCode {
                 return ExitCode::from(2);
             }
             init_tracing(&cli.log_level, cli.log_format);
-            opt_out_of_huge_pages();
+            meshpush::serve::opt_out_of_huge_pages();
             let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().expect("tokio runtime");
             let options = meshpush::serve::ServeOptions {
                 connections: args.connections(),
@@ -326,19 +326,6 @@ fn main() -> ExitCode {
                 }
             }
         }
-    }
-}
-
-/// Turns transparent huge pages off for this process. mimalloc asks for
-/// them on its arenas (`MADV_HUGEPAGE`), and it returns freed memory to the
-/// kernel; each time such memory is used again the kernel faults in and
-/// zeroes a whole 2 MiB page. A control plane's heap is many small
-/// allocations with short lives (request buffers, per-stream tables), so
-/// that zeroing was half of the server's CPU in the loadtest's s1 sync, and
-/// 2 MiB pages that are barely used inflated its resident memory.
-fn opt_out_of_huge_pages() {
-    if let Err(e) = rustix::thread::disable_transparent_huge_pages(true) {
-        tracing::warn!("could not turn transparent huge pages off for meshpush (prctl PR_SET_THP_DISABLE): {e}");
     }
 }
 

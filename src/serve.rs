@@ -121,20 +121,17 @@ const ADMIN_BLOCKING_THREADS: usize = 2;
 /// Change sets buffered between the sources and the debouncer.
 const CHANGE_QUEUE: usize = 1024;
 
-/// The xDS listener's accept queue. A restart or a lost replica sends
-/// every Envoy it served back at once; a connection the queue has no room
-/// for is dropped and its client tries again only after TCP's 1 s
-/// retransmission timeout (1,000 Envoys connecting at once overflowed
-/// tokio's default of 1,024 in the loadtest and half of them synced a
-/// second late). The kernel caps this at `net.core.somaxconn`.
-const XDS_ACCEPT_BACKLOG: u32 = 16_384;
-
-/// Binds the xDS TCP address with a deep accept queue ([`XDS_ACCEPT_BACKLOG`]).
-fn bind_tcp(addr: std::net::SocketAddr) -> std::io::Result<tokio::net::TcpListener> {
-    let socket = if addr.is_ipv4() { tokio::net::TcpSocket::new_v4()? } else { tokio::net::TcpSocket::new_v6()? };
-    socket.set_reuseaddr(true)?;
-    socket.bind(addr)?;
-    socket.listen(XDS_ACCEPT_BACKLOG)
+/// Turns transparent huge pages off for this process. mimalloc asks for
+/// them on its arenas (`MADV_HUGEPAGE`), and it returns freed memory to the
+/// kernel; each time such memory is used again the kernel faults in and
+/// zeroes a whole 2 MiB page. A control plane's heap is many small
+/// allocations with short lives (request buffers, per-stream tables), so
+/// that zeroing was half of the server's CPU in the loadtest's s1 sync, and
+/// 2 MiB pages that are barely used inflated its resident memory.
+pub fn opt_out_of_huge_pages() {
+    if let Err(e) = rustix::thread::disable_transparent_huge_pages(true) {
+        tracing::warn!("could not turn transparent huge pages off for meshpush (prctl PR_SET_THP_DISABLE): {e}");
+    }
 }
 
 /// Runs the server until Ctrl-C or SIGTERM.
@@ -145,7 +142,7 @@ pub async fn run(options: ServeOptions) -> anyhow::Result<()> {
     let (changes_tx, changes_rx) = mpsc::channel(CHANGE_QUEUE);
 
     let xds_listener = match &options.xds_addr {
-        ListenAddr::Tcp(addr) => bind_tcp(*addr).map(XdsListener::Tcp),
+        ListenAddr::Tcp(addr) => XdsListener::bind_tcp(*addr),
         ListenAddr::Unix(path) => bind_unix(path).map(XdsListener::Unix),
     }
     .with_context(|| format!("binding the xDS address {}", options.xds_addr))?;

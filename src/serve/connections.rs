@@ -85,6 +85,24 @@ pub enum XdsListener {
     Unix(tokio::net::UnixListener),
 }
 
+/// The xDS listener's accept queue. A restart or a lost replica sends
+/// every Envoy it served back at once; a connection the queue has no room
+/// for is dropped and its client tries again only after TCP's 1 s
+/// retransmission timeout (1,000 Envoys connecting at once overflowed
+/// tokio's default of 1,024 in the loadtest and half of them synced a
+/// second late). The kernel caps this at `net.core.somaxconn`.
+const XDS_ACCEPT_BACKLOG: u32 = 16_384;
+
+impl XdsListener {
+    /// Binds the xDS TCP address with a deep accept queue ([`XDS_ACCEPT_BACKLOG`]).
+    pub fn bind_tcp(addr: SocketAddr) -> io::Result<XdsListener> {
+        let socket = if addr.is_ipv4() { tokio::net::TcpSocket::new_v4()? } else { tokio::net::TcpSocket::new_v6()? };
+        socket.set_reuseaddr(true)?;
+        socket.bind(addr)?;
+        socket.listen(XDS_ACCEPT_BACKLOG).map(XdsListener::Tcp)
+    }
+}
+
 /// Accepts and serves connections with `routes` until `shutdown` turns
 /// true; then drains every connection and returns once all are closed.
 pub async fn serve(
