@@ -13,7 +13,6 @@
 //! at their maximum age and at shutdown.
 
 pub mod connections;
-pub mod gathered_writes;
 
 use std::fmt;
 use std::io;

@@ -26,7 +26,6 @@ use tokio::sync::watch;
 use tokio::task::JoinSet;
 
 use crate::metrics::Metrics;
-use crate::serve::gathered_writes::GatheredWrites;
 use crate::xds::stream::drain::{ConnectionContext, DrainReason, DrainSignal};
 
 /// How the xDS port treats its connections.
@@ -188,7 +187,7 @@ impl Connection {
             let mut routes = routes.clone();
             tower_service::Service::call(&mut routes, req.map(tonic::body::Body::new))
         });
-        let conn = self.builder.serve_connection(TokioIo::new(GatheredWrites::new(io)), service);
+        let conn = self.builder.serve_connection(TokioIo::new(io), service);
         let mut conn = std::pin::pin!(conn);
         let age = self.policy.age();
         let reason = tokio::select! {
