@@ -175,8 +175,7 @@ async fn serve(args: Args, replay: Arc<Replay>) -> anyhow::Result<()> {
     let listener = connections::XdsListener::bind_tcp(args.xds_addr)?;
     eprintln!("replay_floor: serving ADS on {} (pid {})", args.xds_addr, std::process::id());
     // Served as meshpush serves its xDS port: the same connection handling
-    // (its accept queue, hyper, keepalive), so the floor
-    // moves with the stack.
+    // (its accept queue, hyper, keepalive), so the floor moves with the stack.
     let routes = tonic::service::Routes::new(ReplayService(replay));
     let (_shutdown, shutdown_rx) = tokio::sync::watch::channel(false);
     connections::serve(
