@@ -9,11 +9,11 @@
 //! with a new endpoint address. Requests are read by meshpush's own reader
 //! (whole messages, the node read once), responses leave through its own
 //! response body and its own connection handling (`serve::connections`),
-//! on the same tonic, hyper, h2 and tokio. What is left out
-//! is the control plane: no scopes, no watch state, no versions to compare,
-//! no push queue. The gap between this server's figures and meshpush's is
-//! what meshpush's own work costs; this server's figures are what the
-//! stack costs on the machine.
+//! on the same tonic, hyper, h2 and tokio. What is left out is the control
+//! plane: no scopes, no watch state, no versions to compare, no push queue.
+//! The gap between this server's figures and meshpush's is what meshpush's
+//! own work costs; this server's figures are what the stack costs on the
+//! machine.
 //!
 //! ```text
 //! cargo run --release --example replay_floor -- --scenario s1 --xds-addr 127.0.0.1:15110 --admin-addr 127.0.0.1:15114 &

@@ -97,8 +97,8 @@ async fn smoke_via(delta: bool, changes_via: ChangesVia) {
 /// streams a second, 50 at once. Sampled from the server's metrics during
 /// the storm, the streams admitted between any two samples never exceed
 /// what that rate allows (give or take 200 ms for a woken stream to run),
-/// streams are seen waiting their turn, the storm
-/// takes at least as long as the rate implies, and every stream syncs.
+/// streams are seen waiting their turn, the storm takes at least as long
+/// as the rate implies, and every stream syncs.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_reconnect_storm_is_admitted_at_the_configured_rate_and_every_stream_syncs() {
     const RATE: f64 = 500.0;
