@@ -79,7 +79,7 @@ struct Args {
 /// What every stream is sent.
 struct Replay {
     /// Framed response bodies by `TypeUrl::index`.
-    bodies: [Bytes; 4],
+    bodies: [Bytes; TypeUrl::COUNT],
     /// The assignment changes replace an endpoint of.
     changed: ClusterLoadAssignment,
     changes: broadcast::Sender<Bytes>,
@@ -125,7 +125,7 @@ fn generate(scenario: Scenario) -> anyhow::Result<Replay> {
     let first = shape.cluster(0, 0);
     let changed = cache.endpoint(&ctx, &first, None).with_context(|| format!("no assignment for {first}"))?;
     let changed = ClusterLoadAssignment::decode(&changed.to_any().value[..])?;
-    let mut bodies: [Bytes; 4] = Default::default();
+    let mut bodies: [Bytes; TypeUrl::COUNT] = Default::default();
     bodies[TypeUrl::Cluster.index()] = body(TypeUrl::Cluster, &clusters.resources);
     bodies[TypeUrl::Endpoint.index()] = body(TypeUrl::Endpoint, &assignments);
     bodies[TypeUrl::Listener.index()] = body(TypeUrl::Listener, &listeners.resources);
@@ -229,7 +229,7 @@ async fn stream(
     responses: mpsc::Sender<OutgoingResponse>,
 ) {
     let mut changes = replay.changes.subscribe();
-    let mut answered = [false; 4];
+    let mut answered = [false; TypeUrl::COUNT];
     let mut nonce = 0u32;
     let mut first = true;
     loop {

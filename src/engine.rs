@@ -86,7 +86,7 @@ impl PushEngine {
         let stats = &self.cache.stats;
         let (sets, assignments) = self.cache.len();
         let connections = self.queue.connections();
-        let per_type = |c: &[std::sync::atomic::AtomicU64; 4]| {
+        let per_type = |c: &[std::sync::atomic::AtomicU64; crate::resource::TypeUrl::COUNT]| {
             std::array::from_fn(|i| CacheStats::get(c, crate::resource::TypeUrl::PUSH_ORDER[i]))
         };
         Readings {

@@ -163,7 +163,7 @@ impl TypedMetric for DurationHistogram {
 /// One metric per xDS type, labelled `type="cds|eds|lds|rds"`; indexed by
 /// [`TypeUrl`] without a lookup.
 #[derive(Debug, Clone)]
-pub struct PerType<M>([M; 4]);
+pub struct PerType<M>([M; TypeUrl::COUNT]);
 
 impl<M> PerType<M> {
     /// The metric of type `t`.
@@ -191,7 +191,8 @@ impl<M: TypedMetric> TypedMetric for PerType<M> {
 }
 
 /// Types in the order Istio's dashboards list them.
-pub(crate) const SHORT_ORDER: [TypeUrl; 4] = [TypeUrl::Cluster, TypeUrl::Endpoint, TypeUrl::Listener, TypeUrl::Route];
+pub(crate) const SHORT_ORDER: [TypeUrl; TypeUrl::COUNT] =
+    [TypeUrl::Cluster, TypeUrl::Endpoint, TypeUrl::Listener, TypeUrl::Route, TypeUrl::Secret];
 
 /// Every metric meshpush records as events happen. See the module docs.
 #[derive(Debug)]
@@ -397,13 +398,13 @@ pub struct Readings {
     /// ClusterLoadAssignments cached.
     pub cache_assignments: i64,
     /// Cache hits per type, in [`TypeUrl::index`] order.
-    pub hits: [u64; 4],
+    pub hits: [u64; TypeUrl::COUNT],
     /// Cache misses per type.
-    pub misses: [u64; 4],
+    pub misses: [u64; TypeUrl::COUNT],
     /// Generations per type.
-    pub generations: [u64; 4],
+    pub generations: [u64; TypeUrl::COUNT],
     /// Resources encoded per type.
-    pub encoded: [u64; 4],
+    pub encoded: [u64; TypeUrl::COUNT],
     /// Bytes of resources encoded.
     pub bytes_encoded: u64,
 }
@@ -422,7 +423,7 @@ impl Collector for Readings {
         for (name, help, value) in gauges {
             ConstGauge::new(value).encode(encoder.encode_descriptor(name, help, None, MetricType::Gauge)?)?;
         }
-        let per_type: [(&str, &str, &[u64; 4]); 4] = [
+        let per_type: [(&str, &str, &[u64; TypeUrl::COUNT]); 4] = [
             ("meshpush_cache_hits", "Cache lookups answered from the cache, by type.", &self.hits),
             ("meshpush_cache_misses", "Cache lookups that had to generate, by type.", &self.misses),
             (

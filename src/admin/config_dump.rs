@@ -10,7 +10,8 @@
 //! never touched.
 //!
 //! Each section is Envoy's (`ClustersConfigDump`, `ListenersConfigDump`,
-//! `RoutesConfigDump`, `EndpointsConfigDump`, with `@type`); each resource
+//! `RoutesConfigDump`, `EndpointsConfigDump`, `SecretsConfigDump`, with
+//! `@type`); private keys are redacted as Envoy's dump redacts them; each resource
 //! is rendered by [`super::envoy_json`] and also carries its exact encoding
 //! as base64 (`meshpush_encoded`, a `google.protobuf.Any`), so nothing the
 //! JSON leaves out is lost. `version_info` is the version of the content
@@ -26,6 +27,10 @@ use envoy_types::pb::envoy::config::listener::v3::{Listener, filter};
 use envoy_types::pb::envoy::config::route::v3::RouteConfiguration;
 use envoy_types::pb::envoy::extensions::filters::network::http_connection_manager::v3::{
     HttpConnectionManager, http_connection_manager::RouteSpecifier,
+};
+use envoy_types::pb::envoy::config::core::v3::{data_source, transport_socket};
+use envoy_types::pb::envoy::extensions::transport_sockets::tls::v3::{
+    DownstreamTlsContext, Secret, common_tls_context, secret,
 };
 use envoy_types::pb::envoy::service::discovery::v3::{DiscoveryRequest, DiscoveryResponse};
 use envoy_types::pb::google::protobuf::Any;
@@ -124,6 +129,8 @@ pub fn config_dump(ads: &AdsService, proxy: &Arc<Proxy>) -> Value {
     let eds = fetch(ads, &mut conn, TypeUrl::Endpoint, eds_names(&clusters));
     let routes = messages::<RouteConfiguration>(&rds);
     let assignments = messages::<ClusterLoadAssignment>(&eds);
+    let sds = fetch(ads, &mut conn, TypeUrl::Secret, sds_names(&listeners));
+    let secrets = messages::<Secret>(&sds);
 
     let clusters_dump = json!({
         "@type": format!("{ADMIN_PREFIX}ClustersConfigDump"),
@@ -162,5 +169,64 @@ pub fn config_dump(ads: &AdsService, proxy: &Arc<Proxy>) -> Value {
             "meshpush_encoded": encoded(any),
         })).collect::<Vec<_>>(),
     });
-    json!({ "configs": [clusters_dump, listeners_dump, routes_dump, endpoints_dump] })
+    // Private keys are redacted as Envoy redacts them in its own dump, in
+    // the JSON and in the encoding shown alongside it.
+    let secrets_dump = json!({
+        "@type": format!("{ADMIN_PREFIX}SecretsConfigDump"),
+        "dynamic_active_secrets": secrets.into_iter().map(|(s, _)| {
+            let redacted = redact(s);
+            json!({
+                "name": redacted.name,
+                "version_info": sds.version,
+                "secret": envoy_json::secret_json(&redacted),
+                "meshpush_encoded": encoded(&prost_types_any(&redacted)),
+            })
+        }).collect::<Vec<_>>(),
+    });
+    json!({ "configs": [clusters_dump, listeners_dump, routes_dump, endpoints_dump, secrets_dump] })
+}
+
+/// What Envoy shows instead of a private key.
+pub const REDACTED: &[u8] = b"[redacted]";
+
+/// `secret` with its private key replaced by [`REDACTED`].
+pub fn redact(mut secret: Secret) -> Secret {
+    if let Some(secret::Type::TlsCertificate(cert)) = &mut secret.r#type {
+        if let Some(key) = &mut cert.private_key {
+            key.specifier = Some(data_source::Specifier::InlineBytes(REDACTED.to_vec()));
+        }
+        cert.password = None;
+    }
+    secret
+}
+
+fn prost_types_any(secret: &Secret) -> Any {
+    Any { type_url: Secret::type_url(), value: secret.encode_to_vec() }
+}
+
+/// SDS names the listeners' TLS chains ask for over ADS.
+fn sds_names(listeners: &[(Listener, &Any)]) -> Vec<String> {
+    let mut names: Vec<String> = listeners
+        .iter()
+        .flat_map(|(l, _)| l.filter_chains.iter().chain(l.default_filter_chain.as_ref()))
+        .filter_map(|fc| match &fc.transport_socket.as_ref()?.config_type {
+            Some(transport_socket::ConfigType::TypedConfig(any)) => DownstreamTlsContext::decode(any.value.as_slice()).ok(),
+            None => None,
+        })
+        .filter_map(|context| context.common_tls_context)
+        .flat_map(|common| {
+            let mut out: Vec<String> = common.tls_certificate_sds_secret_configs.into_iter().map(|s| s.name).collect();
+            match common.validation_context_type {
+                Some(common_tls_context::ValidationContextType::ValidationContextSdsSecretConfig(s)) => out.push(s.name),
+                Some(common_tls_context::ValidationContextType::CombinedValidationContext(c)) => {
+                    out.extend(c.validation_context_sds_secret_config.map(|s| s.name))
+                }
+                _ => {}
+            }
+            out
+        })
+        .collect();
+    names.sort();
+    names.dedup();
+    names
 }

@@ -30,7 +30,8 @@ use crate::xds::stream::status::{StreamStatus, SyncState, TypeStatus};
 pub const VERSION: &str = env!("CARGO_PKG_VERSION");
 
 /// Types in `istioctl proxy-status` column order.
-const STATUS_ORDER: [TypeUrl; 4] = [TypeUrl::Cluster, TypeUrl::Listener, TypeUrl::Endpoint, TypeUrl::Route];
+const STATUS_ORDER: [TypeUrl; TypeUrl::COUNT] =
+    [TypeUrl::Cluster, TypeUrl::Listener, TypeUrl::Endpoint, TypeUrl::Route, TypeUrl::Secret];
 
 /// One type of one stream in `/debug/syncz`.
 #[derive(Debug, Clone, Serialize, Deserialize)]

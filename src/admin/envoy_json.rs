@@ -14,7 +14,13 @@
 
 use envoy_types::pb::envoy::config::cluster::v3::Cluster;
 use envoy_types::pb::envoy::config::cluster::v3::cluster::{ClusterDiscoveryType, DiscoveryType, LbPolicy};
-use envoy_types::pb::envoy::config::core::v3::{Address, HealthStatus, address, socket_address};
+use base64::Engine as _;
+use envoy_types::pb::envoy::config::core::v3::{
+    Address, DataSource, HealthStatus, TransportSocket, address, data_source, socket_address, transport_socket,
+};
+use envoy_types::pb::envoy::extensions::transport_sockets::tls::v3::{
+    DownstreamTlsContext, SdsSecretConfig, Secret, common_tls_context, secret,
+};
 use envoy_types::pb::envoy::config::endpoint::v3::ClusterLoadAssignment;
 use envoy_types::pb::envoy::config::endpoint::v3::lb_endpoint::HostIdentifier;
 use envoy_types::pb::envoy::config::listener::v3::{Filter, FilterChain, FilterChainMatch, Listener, filter};
@@ -138,6 +144,7 @@ fn filter_chain_match_json(m: &FilterChainMatch) -> Value {
         .map(|r| json!({ "address_prefix": r.address_prefix, "prefix_len": r.prefix_len.as_ref().map(|l| l.value) }))
         .collect();
     put(&mut o, "prefix_ranges", json!(ranges));
+    put(&mut o, "server_names", json!(m.server_names));
     put(&mut o, "transport_protocol", json!(m.transport_protocol));
     put(&mut o, "application_protocols", json!(m.application_protocols));
     Value::Object(o)
@@ -201,6 +208,101 @@ fn filter_chain_json(fc: &FilterChain) -> Value {
         put(&mut o, "filter_chain_match", filter_chain_match_json(m));
     }
     o.insert("filters".into(), json!(fc.filters.iter().map(filter_json).collect::<Vec<_>>()));
+    if let Some(socket) = &fc.transport_socket {
+        o.insert("transport_socket".into(), transport_socket_json(socket));
+    }
+    Value::Object(o)
+}
+
+fn sds_json(s: &SdsSecretConfig) -> Value {
+    json!({ "name": s.name, "sds_config": { "ads": {}, "resource_api_version": "V3" } })
+}
+
+/// A filter chain's TLS: which certificates (SDS names or files) and how
+/// clients are checked.
+fn transport_socket_json(socket: &TransportSocket) -> Value {
+    let mut typed = Map::new();
+    if let Some(transport_socket::ConfigType::TypedConfig(any)) = &socket.config_type {
+        typed.insert("@type".into(), json!(any.type_url));
+        if let Some(context) = decode::<DownstreamTlsContext>(any) {
+            if let Some(require) = context.require_client_certificate {
+                typed.insert("require_client_certificate".into(), json!(require.value));
+            }
+            if let Some(common) = &context.common_tls_context {
+                let mut c = Map::new();
+                put(&mut c, "alpn_protocols", json!(common.alpn_protocols));
+                let sds: Vec<Value> = common.tls_certificate_sds_secret_configs.iter().map(sds_json).collect();
+                put(&mut c, "tls_certificate_sds_secret_configs", json!(sds));
+                let files: Vec<Value> = common
+                    .tls_certificates
+                    .iter()
+                    .map(|t| {
+                        json!({
+                            "certificate_chain": t.certificate_chain.as_ref().map(data_source_json),
+                            "private_key": t.private_key.as_ref().map(data_source_json),
+                        })
+                    })
+                    .collect();
+                put(&mut c, "tls_certificates", json!(files));
+                match &common.validation_context_type {
+                    Some(common_tls_context::ValidationContextType::CombinedValidationContext(v)) => {
+                        c.insert(
+                            "combined_validation_context".into(),
+                            json!({ "validation_context_sds_secret_config": v.validation_context_sds_secret_config.as_ref().map(sds_json) }),
+                        );
+                    }
+                    Some(common_tls_context::ValidationContextType::ValidationContext(v)) => {
+                        c.insert(
+                            "validation_context".into(),
+                            json!({ "trusted_ca": v.trusted_ca.as_ref().map(data_source_json) }),
+                        );
+                    }
+                    _ => {}
+                }
+                typed.insert("common_tls_context".into(), Value::Object(c));
+            }
+        }
+    }
+    json!({ "name": socket.name, "typed_config": typed })
+}
+
+/// A data source: a file path, or inline bytes as base64 (as Envoy prints them).
+fn data_source_json(d: &DataSource) -> Value {
+    match &d.specifier {
+        Some(data_source::Specifier::Filename(f)) => json!({ "filename": f }),
+        Some(data_source::Specifier::InlineBytes(b)) => {
+            json!({ "inline_bytes": base64::engine::general_purpose::STANDARD.encode(b) })
+        }
+        Some(data_source::Specifier::InlineString(s)) => json!({ "inline_string": s }),
+        Some(data_source::Specifier::EnvironmentVariable(v)) => json!({ "environment_variable": v }),
+        None => json!({}),
+    }
+}
+
+/// A Secret, as given (callers redact private keys first: see
+/// `config_dump::redact`).
+pub fn secret_json(s: &Secret) -> Value {
+    let mut o = Map::new();
+    o.insert("@type".into(), json!(type_url::<Secret>()));
+    put(&mut o, "name", json!(s.name));
+    match &s.r#type {
+        Some(secret::Type::TlsCertificate(t)) => {
+            o.insert(
+                "tls_certificate".into(),
+                json!({
+                    "certificate_chain": t.certificate_chain.as_ref().map(data_source_json),
+                    "private_key": t.private_key.as_ref().map(data_source_json),
+                }),
+            );
+        }
+        Some(secret::Type::ValidationContext(v)) => {
+            o.insert(
+                "validation_context".into(),
+                json!({ "trusted_ca": v.trusted_ca.as_ref().map(data_source_json), "crl": v.crl.as_ref().map(data_source_json) }),
+            );
+        }
+        _ => {}
+    }
     Value::Object(o)
 }
 

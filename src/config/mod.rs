@@ -19,6 +19,7 @@ pub mod k8s;
 pub mod parse;
 pub mod problem;
 pub mod protocol;
+pub mod secret;
 pub mod validate;
 
 use std::collections::BTreeMap;
@@ -55,11 +56,13 @@ pub enum ConfigKind {
     Sidecar,
     /// `networking.istio.io WorkloadGroup`.
     WorkloadGroup,
+    /// `v1 Secret`: certificates for Gateways and DestinationRules.
+    Secret,
 }
 
 impl ConfigKind {
     /// Every kind, in a fixed order.
-    pub const ALL: [ConfigKind; 11] = [
+    pub const ALL: [ConfigKind; 12] = [
         ConfigKind::Service,
         ConfigKind::Pod,
         ConfigKind::EndpointSlice,
@@ -71,6 +74,7 @@ impl ConfigKind {
         ConfigKind::Gateway,
         ConfigKind::Sidecar,
         ConfigKind::WorkloadGroup,
+        ConfigKind::Secret,
     ];
 
     /// The Kubernetes `kind` string.
@@ -87,6 +91,7 @@ impl ConfigKind {
             ConfigKind::Gateway => "Gateway",
             ConfigKind::Sidecar => "Sidecar",
             ConfigKind::WorkloadGroup => "WorkloadGroup",
+            ConfigKind::Secret => "Secret",
         }
     }
 
@@ -94,7 +99,7 @@ impl ConfigKind {
     /// `networking.istio.io`.
     pub fn api_group(self) -> &'static str {
         match self {
-            ConfigKind::Service | ConfigKind::Pod | ConfigKind::Node => "",
+            ConfigKind::Service | ConfigKind::Pod | ConfigKind::Node | ConfigKind::Secret => "",
             ConfigKind::EndpointSlice => "discovery.k8s.io",
             _ => "networking.istio.io",
         }
@@ -214,6 +219,9 @@ pub enum ConfigObject {
     /// Istio WorkloadGroup. (boxed: every object of the store is as large as the
     /// largest variant, and Pods and EndpointSlices are most of them).
     WorkloadGroup(Box<istio::WorkloadGroup>),
+    /// `v1 Secret` (boxed, as the kinds above; its values are redacted in
+    /// every view).
+    Secret(Box<secret::Secret>),
 }
 
 impl ConfigObject {
@@ -231,6 +239,7 @@ impl ConfigObject {
             ConfigObject::Gateway(_) => ConfigKind::Gateway,
             ConfigObject::Sidecar(_) => ConfigKind::Sidecar,
             ConfigObject::WorkloadGroup(_) => ConfigKind::WorkloadGroup,
+            ConfigObject::Secret(_) => ConfigKind::Secret,
         }
     }
 
@@ -248,6 +257,7 @@ impl ConfigObject {
             ConfigObject::Gateway(o) => &o.metadata,
             ConfigObject::Sidecar(o) => &o.metadata,
             ConfigObject::WorkloadGroup(o) => &o.metadata,
+            ConfigObject::Secret(o) => &o.metadata,
         }
     }
 

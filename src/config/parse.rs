@@ -20,7 +20,7 @@ use serde_yaml_ng::{Mapping, Value};
 use super::istio::api::{self, ApiField};
 use super::problem::{Problem, Severity, not_supported};
 use super::validate::validate;
-use super::{ConfigKey, ConfigKind, ConfigObject, SourceRef, istio, k8s};
+use super::{ConfigKey, ConfigKind, ConfigObject, SourceRef, istio, k8s, secret};
 
 #[cfg(test)]
 mod test;
@@ -205,6 +205,10 @@ impl FileReader {
             ConfigKind::WorkloadGroup => {
                 typed::<istio::WorkloadGroup>(value, &mut ignored).map(|o| ConfigObject::WorkloadGroup(Box::new(o)))
             }
+            ConfigKind::Secret => typed::<secret::Secret>(value, &mut ignored).map(|mut o| {
+                o.normalize();
+                ConfigObject::Secret(Box::new(o))
+            }),
         };
         for path in &ignored {
             self.ignored_field(doc, config_kind, key.as_ref(), &field(prefix, path), path);
@@ -341,7 +345,7 @@ fn config_kind(api_version: &str, kind: &str) -> Option<ConfigKind> {
 
 fn expected_api_versions(kind: ConfigKind) -> &'static str {
     match kind {
-        ConfigKind::Service | ConfigKind::Pod | ConfigKind::Node => "v1",
+        ConfigKind::Service | ConfigKind::Pod | ConfigKind::Node | ConfigKind::Secret => "v1",
         ConfigKind::EndpointSlice => "discovery.k8s.io/v1",
         _ => "networking.istio.io/v1, v1beta1 or v1alpha3",
     }

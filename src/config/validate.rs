@@ -54,6 +54,7 @@ pub fn validate(object: &ConfigObject) -> Vec<FieldError> {
         ConfigObject::Gateway(o) => istio::gateway(&mut check, o),
         ConfigObject::Sidecar(o) => istio::sidecar(&mut check, o),
         ConfigObject::WorkloadGroup(o) => istio::workload_group(&mut check, o),
+        ConfigObject::Secret(o) => k8s::secret(&mut check, o),
     }
     check.found
 }

@@ -13,6 +13,9 @@
 //!   balancing, by cluster name and endpoint view (the proxy's locality and
 //!   failover labels), shared by every proxy with that view.
 //!
+//! * Secrets are cached by SDS name and the namespace (and kind of proxy)
+//!   that reads them, encoded once for every scope that names them.
+//!
 //! Invalidation follows the published snapshot: [`ScopedCache::invalidate`]
 //! drops the sets of scopes the change touched (those the new `PushContext`
 //! did not carry over) and the assignments of dirty hosts. A generation
@@ -28,6 +31,7 @@ use parking_lot::RwLock;
 use prost::Message;
 
 use crate::generate;
+use crate::push::index::secrets::Reader;
 use crate::push::scope::EndpointView;
 use crate::push::{InboundId, InboundKey, PushChanges, PushContext, Scope, ScopeId};
 use crate::resource::{EncodedResource, ResourceSet, TypeUrl};
@@ -36,24 +40,24 @@ use crate::resource::{EncodedResource, ResourceSet, TypeUrl};
 #[derive(Debug, Default)]
 pub struct CacheStats {
     /// Hits per type (index: `TypeUrl::index`).
-    pub hits: [AtomicU64; 4],
+    pub hits: [AtomicU64; TypeUrl::COUNT],
     /// Misses per type.
-    pub misses: [AtomicU64; 4],
+    pub misses: [AtomicU64; TypeUrl::COUNT],
     /// Generations (a scope set or an assignment built) per type.
-    pub generations: [AtomicU64; 4],
+    pub generations: [AtomicU64; TypeUrl::COUNT],
     /// Resources encoded per type.
-    pub encoded: [AtomicU64; 4],
+    pub encoded: [AtomicU64; TypeUrl::COUNT],
     /// Bytes encoded, all types.
     pub bytes_encoded: AtomicU64,
 }
 
 impl CacheStats {
-    fn count(counter: &[AtomicU64; 4], t: TypeUrl, n: u64) {
+    fn count(counter: &[AtomicU64; TypeUrl::COUNT], t: TypeUrl, n: u64) {
         counter[t.index()].fetch_add(n, Ordering::Relaxed);
     }
 
     /// Reads a per-type counter.
-    pub fn get(counter: &[AtomicU64; 4], t: TypeUrl) -> u64 {
+    pub fn get(counter: &[AtomicU64; TypeUrl::COUNT], t: TypeUrl) -> u64 {
         counter[t.index()].load(Ordering::Relaxed)
     }
 }
@@ -62,6 +66,9 @@ impl CacheStats {
 /// time wait for the one that generates (single flight): a full push to
 /// thousands of streams of one scope generates that scope once.
 type Cell<T> = Arc<OnceLock<T>>;
+
+/// A cached Secret: the namespace that reads it, its reader, its SDS name.
+type SecretKey = (Arc<str>, Reader, Arc<str>);
 
 #[derive(Debug, Default)]
 struct Maps {
@@ -75,6 +82,8 @@ struct Maps {
     endpoints: HashMap<Arc<str>, Cell<Option<Arc<EncodedResource>>>>,
     /// Reverse index: host → the assignment names cached for it.
     endpoints_by_host: HashMap<Arc<str>, Vec<Arc<str>>>,
+    /// Secrets by the namespace that reads them, its reader, and SDS name.
+    secrets: HashMap<SecretKey, Cell<Option<Arc<EncodedResource>>>>,
 }
 
 /// The cache. One per server, shared by every stream.
@@ -190,7 +199,7 @@ impl ScopedCache {
                 .iter()
                 .map(|l| Arc::new(self.encode(type_url, l.name.as_str().into(), l)))
                 .collect(),
-            TypeUrl::Route | TypeUrl::Endpoint => Vec::new(),
+            TypeUrl::Route | TypeUrl::Endpoint | TypeUrl::Secret => Vec::new(),
         };
         let set = Arc::new(ResourceSet::new(resources));
         // A pure function of the key: no generation check needed.
@@ -235,6 +244,19 @@ impl ScopedCache {
         r
     }
 
+    /// The Secret `name` as a proxy of `namespace` reads it, encoded once
+    /// for every scope that names it; `None` when it does not resolve.
+    fn secret(&self, ctx: &PushContext, namespace: &str, reader: Reader, name: &str) -> Option<Arc<EncodedResource>> {
+        let key = (Arc::from(namespace), reader, Arc::from(name));
+        let cell = self.cell(ctx, |m| &m.secrets, |m| &mut m.secrets, key);
+        cell.get_or_init(|| {
+            let secret = crate::generate::sds::secret(ctx, namespace, reader, name)?;
+            CacheStats::count(&self.stats.generations, TypeUrl::Secret, 1);
+            Some(Arc::new(self.encode(TypeUrl::Secret, name.into(), &secret)))
+        })
+        .clone()
+    }
+
     fn encode<M: Message>(&self, type_url: TypeUrl, name: Arc<str>, message: &M) -> EncodedResource {
         let r = EncodedResource::encode(type_url, name, message);
         CacheStats::count(&self.stats.encoded, type_url, 1);
@@ -257,6 +279,13 @@ impl ScopedCache {
                 .iter()
                 .map(|r| Arc::new(self.encode(type_url, r.name.as_str().into(), r)))
                 .collect(),
+            TypeUrl::Secret => {
+                let reader = crate::generate::sds::reader(scope);
+                crate::generate::sds::secret_names(ctx, scope)
+                    .iter()
+                    .filter_map(|name| self.secret(ctx, &scope.key.namespace, reader, name))
+                    .collect()
+            }
             TypeUrl::Endpoint => Vec::new(),
         };
         ResourceSet::new(resources)
@@ -279,7 +308,9 @@ impl ScopedCache {
         if changes.full {
             maps.endpoints.clear();
             maps.endpoints_by_host.clear();
+            maps.secrets.clear();
         } else {
+            maps.secrets.retain(|(namespace, _, _), _| !changes.secret_namespaces.contains(namespace));
             for host in &changes.dirty_hosts {
                 for name in maps.endpoints_by_host.remove(&**host).unwrap_or_default() {
                     maps.endpoints.remove(&name);

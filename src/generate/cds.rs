@@ -38,7 +38,7 @@ use envoy_types::pb::envoy::extensions::upstreams::http::v3::{
 use envoy_types::pb::envoy::r#type::v3::Percent;
 
 use super::policy::{self, DestinationPolicy};
-use super::{eds, naming, proto};
+use super::{eds, gateway, naming, proto};
 use crate::config::istio::{
     ConnectionPoolSettings, DestinationRuleSpec, LoadBalancerSettings, TcpSettings, TrafficPolicy,
 };
@@ -67,11 +67,39 @@ pub fn clusters(ctx: &PushContext, scope: &Scope) -> Vec<Cluster> {
             }
         }
     }
+    if router {
+        out.extend(sni_dnat_clusters(ctx, scope));
+    }
     out.push(blackhole());
     out.push(passthrough());
     out.sort_by(|a, b| a.name.cmp(&b.name));
     out.dedup_by(|a, b| a.name == b.name);
     out
+}
+
+/// The clusters a router's AUTO_PASSTHROUGH servers reach by SNI
+/// (`outbound_.PORT_.SUBSET_.HOST`): each the service port's (or subset's)
+/// outbound cluster under that name, as Istio's SNI-DNAT clusters. The
+/// client's TLS goes through untouched, so none originates TLS.
+fn sni_dnat_clusters(ctx: &PushContext, scope: &Scope) -> Vec<Cluster> {
+    gateway::sni_targets(ctx, scope)
+        .into_iter()
+        .filter_map(|t| {
+            let port = t.service.port(t.port)?;
+            let rule =
+                ctx.destination_rules.for_host(&scope.key.namespace, &t.service.namespace, &t.service.hostname).map(|r| &r.spec);
+            let mut cluster = outbound(ctx, t.service, port, &t.subset, rule, true);
+            cluster.name = t.cluster.clone();
+            if let Some(eds) = cluster.eds_cluster_config.as_mut() {
+                eds.service_name = t.cluster.clone();
+            }
+            if let Some(cla) = cluster.load_assignment.as_mut() {
+                cla.cluster_name = t.cluster.clone();
+            }
+            cluster.transport_socket = None;
+            Some(cluster)
+        })
+        .collect()
 }
 
 /// The inbound clusters of a workload: `inbound|PORT||` for each of its

@@ -19,7 +19,8 @@
 //!
 //! Routers: one listener `BIND_PORT` (`0.0.0.0_8080` unless the server sets
 //! `bind`) per port bound by their Gateway servers (the plan in
-//! `gen/gateway.rs`, shared with RDS).
+//! `gen/gateway.rs`, shared with RDS), built by `lds::gateway`: one chain
+//! for a plain HTTP or TCP port, one per server (by SNI) for a TLS port.
 //!
 //! HTTP listeners use RDS (route config `PORT` or `http.PORT`) with the
 //! router filter last; TCP listeners use tcp_proxy. Invariants: output
@@ -51,7 +52,6 @@ use envoy_types::pb::envoy::extensions::filters::network::tcp_proxy::v3::{
 
 use envoy_types::pb::google::protobuf::Any;
 
-use super::gateway;
 use super::outbound::{self, OutboundPort};
 use super::route::{self, Backends, RouteTarget};
 use super::{naming, proto};
@@ -60,6 +60,8 @@ use crate::model::{InterceptionMode, ProxyKind, Service};
 use crate::push::scope::InboundPort;
 use crate::push::{InboundKey, PushContext, Scope};
 
+mod gateway;
+
 /// The upgrade type every HTTP connection manager allows, as Istio's do.
 pub const WEBSOCKET: &str = "websocket";
 
@@ -67,7 +69,7 @@ pub const WEBSOCKET: &str = "websocket";
 pub fn listeners(ctx: &PushContext, scope: &Scope) -> Vec<Listener> {
     let mut out = match scope.key.kind {
         ProxyKind::Sidecar => sidecar_listeners(ctx, scope),
-        ProxyKind::Router => gateway_listeners(ctx, scope),
+        ProxyKind::Router => gateway::listeners(ctx, scope),
     };
     out.sort_by(|a, b| a.name.cmp(&b.name));
     out.dedup_by(|a, b| a.name == b.name);
@@ -298,36 +300,6 @@ fn inbound_route_config(port: u32) -> RouteConfiguration {
         }],
         ..Default::default()
     }
-}
-
-fn gateway_listeners(ctx: &PushContext, scope: &Scope) -> Vec<Listener> {
-    gateway::gateway_ports(ctx, scope)
-        .iter()
-        .map(|p| {
-            let name = naming::listener(p.bind, p.port);
-            let filter = if p.http {
-                http_connection_manager(format!("outbound_{name}"), rds(naming::gateway_route(p.port)))
-            } else {
-                let backends = p.servers.iter().find_map(|(gw, server)| {
-                    let target = RouteTarget::new(ctx, scope, server.port, &gw.name);
-                    ctx.virtual_services
-                        .for_gateway(&gw.name)
-                        .filter(|vs| vs.export_to.visible_to(&scope.key.namespace))
-                        .filter(|vs| !gateway::server_hosts(server, vs).is_empty())
-                        .find_map(|vs| target.tcp_backends(vs, &[]))
-                });
-                let backends = backends.unwrap_or_else(|| Backends::Single(naming::BLACKHOLE_CLUSTER.to_string()));
-                tcp_proxy(&format!("outbound_{name}"), backends)
-            };
-            Listener {
-                name,
-                address: Some(proto::socket_address(p.bind, p.port)),
-                filter_chains: vec![FilterChain { filters: vec![filter], ..Default::default() }],
-                traffic_direction: TrafficDirection::Outbound as i32,
-                ..Default::default()
-            }
-        })
-        .collect()
 }
 
 /// tcp_proxy for one TCP service port: its VirtualService's TCP route when

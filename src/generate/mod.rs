@@ -5,7 +5,9 @@
 //!   `BlackHoleCluster`, `PassthroughCluster`).
 //! * [`eds`]: the `ClusterLoadAssignment` of one cluster, by name.
 //! * [`lds`]: listeners (`0.0.0.0_PORT`, `virtualOutbound`, `virtualInbound`).
-//! * [`rds`]: route configurations (`PORT` for sidecars, `http.PORT` for gateways).
+//! * [`rds`]: route configurations (`PORT` for sidecars, `http.PORT` and
+//!   `https.PORT.NAME.GATEWAY.NS` for gateways).
+//! * [`sds`]: the Secrets (certificates, keys, CAs) a proxy's TLS chains name.
 //! * [`naming`]: Istio's naming, made and parsed in one place.
 //! * [`cache`]: the per-scope cache of encoded resources built on the above.
 //!
@@ -27,12 +29,14 @@ pub mod eds;
 pub mod lds;
 pub mod naming;
 pub mod rds;
+pub mod sds;
 
 mod gateway;
 mod outbound;
 mod policy;
 mod proto;
 mod route;
+mod tls;
 
 pub use cds::clusters;
 pub use eds::{host_of, load_assignment};

@@ -83,9 +83,13 @@ pub fn inbound_cluster(port: u32) -> String {
     format!("inbound|{port}||")
 }
 
-/// Reads a name made by [`outbound_cluster`] or [`inbound_cluster`]; `None`
-/// for anything else (`BlackHoleCluster`, malformed names).
+/// Reads a name made by [`outbound_cluster`], [`inbound_cluster`] or
+/// [`sni_dnat_cluster`] (an outbound cluster too); `None` for anything
+/// else (`BlackHoleCluster`, malformed names).
 pub fn parse_cluster(name: &str) -> Option<ClusterName<'_>> {
+    if let Some((port, subset, host)) = parse_sni_dnat_cluster(name) {
+        return (!host.is_empty()).then_some(ClusterName { direction: Direction::Outbound, port, subset, host });
+    }
     let mut parts = name.split('|');
     let direction = match parts.next()? {
         "inbound" => Direction::Inbound,
@@ -120,6 +124,31 @@ pub fn sidecar_route(port: u32) -> String {
 /// Route config of a gateway's HTTP port: `http.8080`.
 pub fn gateway_route(port: u32) -> String {
     format!("http.{port}")
+}
+
+/// Route config of a gateway's HTTPS server that terminates TLS, one per
+/// server as Istio names them: `https.443.PORT_NAME.GATEWAY.NAMESPACE`,
+/// with `.BIND` when the server binds an address.
+pub fn https_gateway_route(number: u32, port_name: &str, gateway: &str, namespace: &str, bind: Option<&str>) -> String {
+    match bind {
+        Some(bind) => format!("https.{number}.{port_name}.{gateway}.{namespace}.{bind}"),
+        None => format!("https.{number}.{port_name}.{gateway}.{namespace}"),
+    }
+}
+
+/// The name of a cluster reached by SNI through an AUTO_PASSTHROUGH
+/// gateway, and the SNI that selects it: `outbound_.8080_.v1_.reviews.default.svc.cluster.local`
+/// (Istio's DNS SRV form, the subset empty for the whole service).
+pub fn sni_dnat_cluster(port: u32, subset: &str, host: &str) -> String {
+    format!("outbound_.{port}_.{subset}_.{host}")
+}
+
+/// The parts of a name made by [`sni_dnat_cluster`]: `(port, subset, host)`.
+pub fn parse_sni_dnat_cluster(name: &str) -> Option<(u32, &str, &str)> {
+    let rest = name.strip_prefix("outbound_.")?;
+    let (port, rest) = rest.split_once("_.")?;
+    let (subset, host) = rest.split_once("_.")?;
+    Some((parse_sidecar_route(port)?, subset, host))
 }
 
 /// The port of a route config name made by [`sidecar_route`].
@@ -181,5 +210,10 @@ mod tests {
         assert_eq!(parse_sidecar_route("+9080"), None);
         assert_eq!(parse_gateway_route("http.8080"), Some(8080));
         assert_eq!(parse_gateway_route("8080"), None);
+        let sni = sni_dnat_cluster(8080, "v1", "reviews.default.svc.cluster.local");
+        assert_eq!(sni, "outbound_.8080_.v1_.reviews.default.svc.cluster.local");
+        assert_eq!(parse_sni_dnat_cluster(&sni), Some((8080, "v1", "reviews.default.svc.cluster.local")));
+        assert_eq!(parse_sni_dnat_cluster("outbound_.8080_._.a.b"), Some((8080, "", "a.b")));
+        assert_eq!(https_gateway_route(443, "https", "gw", "istio-system", None), "https.443.https.gw.istio-system");
     }
 }

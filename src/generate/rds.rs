@@ -5,8 +5,10 @@
 //! with the domains Istio gives it, routes from the service's VirtualService
 //! or a default route, and a final catch-all (`allow_any` to
 //! `PassthroughCluster`, or `block_all` answering 502 under `REGISTRY_ONLY`).
-//! Routers get one per HTTP port they bind (`http.8080`): a virtual host per
-//! host of each VirtualService bound to a Gateway server on the port. Both
+//! Routers get one per HTTP port they bind (`http.8080`), and one per HTTPS
+//! server that terminates TLS (`https.443.PORT_NAME.GATEWAY.NAMESPACE`): a
+//! virtual host per host of each VirtualService bound to the servers;
+//! `httpsRedirect` servers' virtual hosts answer with a redirect to HTTPS. Both
 //! ignore the port in host matching, as Istio's do, so no domain carries a
 //! `:port` (a `Host: reviews:9080` matches `reviews`).
 //!
@@ -16,15 +18,18 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashSet};
 
-use envoy_types::pb::envoy::config::route::v3::{RouteConfiguration, VirtualHost};
+use std::sync::Arc;
 
-use super::gateway::{self, GatewayPort};
+use envoy_types::pb::envoy::config::route::v3::{RouteConfiguration, VirtualHost, virtual_host::TlsRequirementType};
+
+use super::gateway::{self, PortKind};
 use super::outbound::{self, OutboundPort};
 use super::route::{self, RouteTarget};
 use super::{naming, proto};
 use crate::config::istio::MESH_GATEWAY;
 use crate::model::{Hostname, ProxyKind, Service};
 use crate::push::scope::OutboundPolicy;
+use crate::push::index::{GatewayServer, ResolvedGateway};
 use crate::push::{PushContext, Scope};
 
 /// Every route config of `scope`, sorted by name.
@@ -35,11 +40,7 @@ pub fn route_configs(ctx: &PushContext, scope: &Scope) -> Vec<RouteConfiguration
             .filter(|p| p.is_http())
             .map(|p| sidecar_config(ctx, scope, p))
             .collect(),
-        ProxyKind::Router => gateway::gateway_ports(ctx, scope)
-            .iter()
-            .filter(|p| p.http)
-            .map(|p| gateway_config(ctx, scope, p))
-            .collect(),
+        ProxyKind::Router => gateway_configs(ctx, scope),
     };
     out.sort_by(|a, b| a.name.cmp(&b.name));
     out
@@ -54,12 +55,7 @@ pub fn route_config(ctx: &PushContext, scope: &Scope, name: &str) -> Option<Rout
             let p = ports.iter().find(|p| p.port == port && p.is_http())?;
             Some(sidecar_config(ctx, scope, p))
         }
-        ProxyKind::Router => {
-            let port = naming::parse_gateway_route(name)?;
-            let ports = gateway::gateway_ports(ctx, scope);
-            let p = ports.iter().find(|p| p.port == port && p.http)?;
-            Some(gateway_config(ctx, scope, p))
-        }
+        ProxyKind::Router => gateway_configs(ctx, scope).into_iter().find(|c| c.name == name),
     }
 }
 
@@ -171,47 +167,97 @@ fn sidecar_domains(svc: &Service, proxy_namespace: &str) -> Vec<String> {
     out
 }
 
-fn gateway_config(ctx: &PushContext, scope: &Scope, port: &GatewayPort<'_>) -> RouteConfiguration {
+/// A router's route configs: one per plain HTTP port (`http.PORT`, its
+/// servers merged), one per HTTPS server that terminates TLS (named for it).
+fn gateway_configs(ctx: &PushContext, scope: &Scope) -> Vec<RouteConfiguration> {
+    let mut out = Vec::new();
+    for p in gateway::gateway_ports(ctx, scope) {
+        match p.kind {
+            PortKind::Http => out.push(gateway_config(ctx, scope, naming::gateway_route(p.port), &p.servers)),
+            PortKind::Tls => {
+                for (gw, server) in p.servers.iter().filter(|(_, s)| gateway::terminates_https(s)) {
+                    let name = gateway::route_name(gw, server).expect("an HTTPS server has a route config");
+                    out.push(gateway_config(ctx, scope, name, &[(gw, server)]));
+                }
+            }
+            PortKind::Tcp => {}
+        }
+    }
+    out
+}
+
+/// The route config `name` of `servers`: a virtual host per host of each
+/// VirtualService bound to one of them. A server with `httpsRedirect`
+/// makes its virtual hosts redirect every request to `https://` (Envoy's
+/// `require_tls`), with a virtual host of its own for each of its hosts no
+/// rule routes, as Istio builds them.
+fn gateway_config(
+    ctx: &PushContext,
+    scope: &Scope,
+    name: String,
+    servers: &[(&Arc<ResolvedGateway>, &GatewayServer)],
+) -> RouteConfiguration {
     let namespace = &*scope.key.namespace;
     // Virtual hosts by name; a host served by several rules gets their routes
     // one after the other, in rule order (as Istio merges them).
-    let mut hosts: BTreeMap<String, (Hostname, Vec<envoy_types::pb::envoy::config::route::v3::Route>)> =
-        BTreeMap::new();
+    let mut hosts: BTreeMap<String, GatewayHost> = BTreeMap::new();
     let mut seen: BTreeSet<(&crate::config::ConfigKey, String)> = BTreeSet::new();
-    for (gw, server) in &port.servers {
+    for (gw, server) in servers {
         let target = RouteTarget::new(ctx, scope, server.port, &gw.name);
+        let redirect = server.https_redirect();
         for vs in ctx.virtual_services.for_gateway(&gw.name).filter(|vs| vs.export_to.visible_to(namespace)) {
             let vhost_hosts = gateway::server_hosts(server, vs);
             if vhost_hosts.is_empty() {
                 continue;
             }
             let routes = target.http_routes(vs);
-            if routes.is_empty() {
+            if routes.is_empty() && !redirect {
                 continue;
             }
             for h in vhost_hosts {
-                let name = naming::virtual_host(&h, server.port);
-                if !seen.insert((&vs.key, name.clone())) {
+                let vhost = naming::virtual_host(&h, server.port);
+                if !seen.insert((&vs.key, vhost.clone())) {
                     continue;
                 }
-                hosts.entry(name).or_insert_with(|| (h, Vec::new())).1.extend(routes.iter().cloned());
+                let entry = hosts.entry(vhost).or_insert_with(|| GatewayHost { host: h, ..Default::default() });
+                entry.routes.extend(routes.iter().cloned());
+                entry.redirect |= redirect;
+            }
+        }
+        if redirect {
+            for (_, h) in &server.hosts {
+                let host: Hostname = h.to_ascii_lowercase().into();
+                let entry = hosts.entry(naming::virtual_host(&host, server.port)).or_insert_with(|| GatewayHost {
+                    host,
+                    ..Default::default()
+                });
+                entry.redirect = true;
             }
         }
     }
     let mut used = Domains::default();
     let virtual_hosts = hosts
         .into_iter()
-        .filter_map(|(name, (h, routes))| {
-            let domains = used.claim(gateway_domains(&h));
-            (!domains.is_empty()).then(|| VirtualHost { name, domains, routes, ..Default::default() })
+        .filter_map(|(name, GatewayHost { host, routes, redirect })| {
+            let domains = used.claim(gateway_domains(&host));
+            (!domains.is_empty()).then(|| VirtualHost {
+                name,
+                domains,
+                routes,
+                require_tls: if redirect { TlsRequirementType::All as i32 } else { TlsRequirementType::None as i32 },
+                ..Default::default()
+            })
         })
         .collect();
-    RouteConfiguration {
-        name: naming::gateway_route(port.port),
-        virtual_hosts,
-        ignore_port_in_host_matching: true,
-        ..Default::default()
-    }
+    RouteConfiguration { name, virtual_hosts, ignore_port_in_host_matching: true, ..Default::default() }
+}
+
+/// A virtual host of a gateway route config, being built.
+#[derive(Default)]
+struct GatewayHost {
+    host: Hostname,
+    routes: Vec<envoy_types::pb::envoy::config::route::v3::Route>,
+    redirect: bool,
 }
 
 /// A gateway virtual host's one domain: its host, as Istio gives it (the

@@ -43,7 +43,9 @@ pub use matching::prefix_match;
 pub use retry::default_retry_policy;
 
 use super::{naming, policy, proto};
-use crate::config::istio::{Destination, HttpMatchRequest, HttpRedirect, HttpRoute, L4MatchAttributes, Percent};
+use crate::config::istio::{
+    Destination, HttpMatchRequest, HttpRedirect, HttpRoute, L4MatchAttributes, Percent, TlsMatchAttributes,
+};
 use crate::model::host;
 use crate::push::index::{ResolvedVirtualService, resolve_gateway_ref};
 use crate::push::{PushContext, Scope};
@@ -159,6 +161,20 @@ impl<'a> RouteTarget<'a> {
             }
             if let Some(backends) = self.backends(vs, route.route.iter().map(|d| (&d.destination, d.weight))) {
                 out.push((subnets, backends));
+            }
+        }
+        out
+    }
+
+    /// The TLS routes of `vs` that apply here, one entry per match that
+    /// applies, in order: the SNI hosts it takes and where they go.
+    pub fn tls_routes<'v>(&self, vs: &'v ResolvedVirtualService) -> Vec<(&'v [String], Backends)> {
+        let mut out = Vec::new();
+        for route in &vs.spec().tls {
+            for m in route.matches.iter().filter(|m| self.applies(vs, &tls_conditions(m))) {
+                if let Some(backends) = self.backends(vs, route.route.iter().map(|d| (&d.destination, d.weight))) {
+                    out.push((m.sni_hosts.as_slice(), backends));
+                }
             }
         }
         out
@@ -487,6 +503,16 @@ impl<'a> RouteTarget<'a> {
 
 /// The applicability conditions of a TCP match.
 fn l4_conditions(m: &L4MatchAttributes) -> Applicability<'_> {
+    Applicability {
+        port: m.port,
+        gateways: &m.gateways,
+        source_labels: &m.source_labels,
+        source_namespace: m.source_namespace.as_deref(),
+    }
+}
+
+/// The applicability conditions of a TLS match.
+fn tls_conditions(m: &TlsMatchAttributes) -> Applicability<'_> {
     Applicability {
         port: m.port,
         gateways: &m.gateways,

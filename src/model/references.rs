@@ -75,6 +75,17 @@ pub fn check_references(snapshot: &StoreSnapshot) -> Vec<Problem> {
                 registry.destination(&mut report, path, &mirror.destination, namespace);
             }
         }
+        for (r, route) in vs.spec.tls.iter().enumerate() {
+            for (m, condition) in route.matches.iter().enumerate() {
+                for (g, gateway) in condition.gateways.iter().enumerate() {
+                    gateways.push((format!("spec.tls[{r}].match[{m}].gateways[{g}]"), gateway));
+                }
+            }
+            for (d, dest) in route.route.iter().enumerate() {
+                let path = format!("spec.tls[{r}].route[{d}].destination");
+                registry.destination(&mut report, path, &dest.destination, namespace);
+            }
+        }
         for (r, route) in vs.spec.tcp.iter().enumerate() {
             for (m, condition) in route.matches.iter().enumerate() {
                 for (g, gateway) in condition.gateways.iter().enumerate() {
@@ -108,8 +119,73 @@ pub fn check_references(snapshot: &StoreSnapshot) -> Vec<Problem> {
             registry.destination(&mut report, path, proxy, sidecar.metadata.namespace());
         }
     }
+    gateway_credentials(snapshot, &mut problems);
     sidecar_collisions(snapshot, &mut problems);
     problems
+}
+
+/// Gateway servers that terminate TLS with a `credentialName` the Gateway's
+/// namespace has no usable Secret for. A gateway reads the Secrets of its
+/// own namespace: with the Gateway in the namespace of its gateway
+/// deployment (the usual layout) a server reported here is not served.
+fn gateway_credentials(snapshot: &StoreSnapshot, problems: &mut Vec<Problem>) {
+    use crate::config::secret::TlsMaterial;
+    for stored in snapshot.kind(ConfigKind::Gateway).values() {
+        let ConfigObject::Gateway(gw) = &stored.object else { continue };
+        let namespace = gw.metadata.namespace();
+        let material = |name: &str| -> Option<TlsMaterial> {
+            let name = name.strip_prefix("kubernetes://").unwrap_or(name);
+            let (ns, name) = name.split_once('/').unwrap_or((namespace, name));
+            match &snapshot.get(&ConfigKey::new(ConfigKind::Secret, ns, name))?.object {
+                ConfigObject::Secret(s) => Some(s.material()),
+                _ => None,
+            }
+        };
+        for (i, server) in gw.spec.servers.iter().enumerate() {
+            let (Some(mode), Some(tls)) = (server.tls_mode(), &server.tls) else { continue };
+            if !mode.terminates() || server.unservable().is_some() {
+                continue;
+            }
+            let names: Vec<(String, &str)> = match tls.credential_name.as_deref().filter(|n| !n.is_empty()) {
+                Some(name) => vec![(format!("spec.servers[{i}].tls.credentialName"), name)],
+                None => tls
+                    .credential_names
+                    .iter()
+                    .enumerate()
+                    .map(|(c, n)| (format!("spec.servers[{i}].tls.credentialNames[{c}]"), n.as_str()))
+                    .collect(),
+            };
+            let mut report = |path: String, message: String| {
+                problems.push(problem(stored, Severity::Warning, path, message));
+            };
+            for (path, name) in &names {
+                if material(name).and_then(|m| m.identity).is_none() {
+                    report(
+                        path.clone(),
+                        format!("no Secret {name:?} with a certificate and key (tls.crt and tls.key, or cert and key) in namespace {namespace}: this server is not served until there is one"),
+                    );
+                }
+            }
+            if !mode.verifies_clients() || names.is_empty() {
+                continue;
+            }
+            let (path, ca) = match tls.ca_cert_credential_name.as_deref().filter(|n| !n.is_empty()) {
+                Some(ca) => (format!("spec.servers[{i}].tls.caCertCredentialName"), ca.to_string()),
+                None => (names[0].0.clone(), names[0].1.to_string()),
+            };
+            let own = format!("{ca}-cacert");
+            let found = match material(&own) {
+                Some(m) => m.ca.is_some(),
+                None => material(&ca).is_some_and(|m| m.ca.is_some()),
+            };
+            if !found {
+                report(
+                    path,
+                    format!("no client CA for {ca:?} in namespace {namespace} (a ca.crt or cacert key in Secret {ca:?}, or a Secret {own:?}): this server is not served until there is one"),
+                );
+            }
+        }
+    }
 }
 
 /// Hosts and subsets the store defines.

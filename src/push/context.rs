@@ -16,7 +16,7 @@ use serde::Serialize;
 
 use super::PushRequest;
 use super::index::{
-    DestinationRuleIndex, EndpointIndex, GatewayIndex, ServiceIndex, SidecarIndex, VirtualServiceIndex, Workload,
+    DestinationRuleIndex, EndpointIndex, GatewayIndex, SecretIndex, ServiceIndex, SidecarIndex, VirtualServiceIndex, Workload,
     WorkloadIndex,
 };
 use super::scope::{self, InboundId, InboundKey, Scope, ScopeId, ScopeInterner, ScopeKey};
@@ -40,6 +40,9 @@ pub struct PushChanges {
     pub namespaces: HashSet<Arc<str>>,
     /// Whether Gateways changed (every router scope is regenerated).
     pub gateways: bool,
+    /// Namespaces whose Secrets changed: the router scopes there are
+    /// regenerated (a gateway reads the Secrets of its own namespace).
+    pub secret_namespaces: HashSet<Arc<str>>,
     /// Whether this is a full rebuild (every scope is regenerated).
     pub full: bool,
     /// The resource types the change can affect: only these are regenerated
@@ -68,9 +71,14 @@ pub fn affected_types(kind: ConfigKind) -> TypeSet {
         ConfigKind::VirtualService => TypeSet::of(&[Listener, Route]),
         // Cluster policy, subset endpoints, and hash policies on routes.
         ConfigKind::DestinationRule => TypeSet::of(&[Cluster, Endpoint, Route]),
-        ConfigKind::Gateway => TypeSet::of(&[Listener, Route]),
+        // Servers, their routes, the Secrets they name, and the clusters
+        // AUTO_PASSTHROUGH servers reach.
+        ConfigKind::Gateway => TypeSet::of(&[Cluster, Listener, Route, TypeUrl::Secret]),
         // A template for auto-registered WorkloadEntries, which carry the change.
         ConfigKind::WorkloadGroup => TypeSet::EMPTY,
+        // The certificates themselves, and the listeners whose TLS chains
+        // are served only while the Secret they name exists.
+        ConfigKind::Secret => TypeSet::of(&[Listener, TypeUrl::Secret]),
     }
 }
 
@@ -83,7 +91,8 @@ impl PushChanges {
         if self.endpoint_only {
             return false;
         }
-        (self.gateways && scope.key.kind == crate::model::ProxyKind::Router)
+        let router = scope.key.kind == crate::model::ProxyKind::Router;
+        (router && (self.gateways || self.secret_namespaces.contains(&scope.key.namespace)))
             || self.namespaces.contains(&scope.key.namespace)
             || self.dirty_hosts.iter().any(|h| scope.visible_hosts.contains(h))
     }
@@ -114,6 +123,8 @@ pub struct PushContext {
     pub gateways: Arc<GatewayIndex>,
     /// Sidecars.
     pub sidecars: Arc<SidecarIndex>,
+    /// Secrets' TLS material.
+    pub secrets: Arc<SecretIndex>,
     interner: Arc<ScopeInterner>,
     scopes: RwLock<HashMap<ScopeId, Arc<Scope>>>,
 }
@@ -142,6 +153,7 @@ impl PushContext {
             },
         );
         let endpoints = EndpointIndex::build(&store, &services, &workloads);
+        let secrets = SecretIndex::build(&store);
         PushContext {
             version,
             id: next_id(),
@@ -153,6 +165,7 @@ impl PushContext {
             destination_rules: Arc::new(dr),
             gateways: Arc::new(gw),
             sidecars: Arc::new(sc),
+            secrets: Arc::new(secrets),
             interner,
             scopes: RwLock::new(HashMap::new()),
         }
@@ -196,6 +209,8 @@ impl PushContext {
             if rebuild(ConfigKind::Gateway) { Arc::new(GatewayIndex::build(&store)) } else { prev.gateways.clone() };
         let sidecars =
             if rebuild(ConfigKind::Sidecar) { Arc::new(SidecarIndex::build(&store)) } else { prev.sidecars.clone() };
+        let secrets =
+            if rebuild(ConfigKind::Secret) { Arc::new(SecretIndex::build(&store)) } else { prev.secrets.clone() };
 
         let mut changes = PushChanges {
             kinds: kinds.clone(),
@@ -238,6 +253,9 @@ impl PushContext {
             }
             if matches!(key.kind, ConfigKind::Sidecar | ConfigKind::Service | ConfigKind::ServiceEntry) {
                 changes.namespaces.insert(key.namespace.clone());
+            }
+            if key.kind == ConfigKind::Secret {
+                changes.secret_namespaces.insert(key.namespace.clone());
             }
             // A rule bound to a gateway changes router output whatever its hosts.
             let binds_gateway = |o: Option<&ConfigObject>| {
@@ -307,6 +325,7 @@ impl PushContext {
             destination_rules,
             gateways,
             sidecars,
+            secrets,
             interner: prev.interner.clone(),
             scopes: RwLock::new(HashMap::new()),
         };
@@ -430,7 +449,8 @@ fn affected_hosts(
         ConfigObject::Node(_)
         | ConfigObject::Gateway(_)
         | ConfigObject::Sidecar(_)
-        | ConfigObject::WorkloadGroup(_) => {}
+        | ConfigObject::WorkloadGroup(_)
+        | ConfigObject::Secret(_) => {}
     }
 }
 

@@ -1,4 +1,4 @@
-//! The four resource types meshpush serves, and their type URLs.
+//! The five resource types meshpush serves, and their type URLs.
 
 use std::fmt;
 
@@ -15,12 +15,21 @@ pub enum TypeUrl {
     Listener,
     /// RDS: `envoy.config.route.v3.RouteConfiguration`.
     Route,
+    /// SDS: `envoy.extensions.transport_sockets.tls.v3.Secret`, the
+    /// certificates and keys listeners and clusters name.
+    Secret,
 }
 
 impl TypeUrl {
+    /// How many types there are: the length of per-type arrays.
+    pub const COUNT: usize = 5;
+
     /// Every type, in push order (make before break: clusters and their
-    /// endpoints before the listeners and routes that use them).
-    pub const PUSH_ORDER: [TypeUrl; 4] = [TypeUrl::Cluster, TypeUrl::Endpoint, TypeUrl::Listener, TypeUrl::Route];
+    /// endpoints before the listeners and routes that use them; secrets
+    /// last, as Istio orders them: a listener or cluster that names one
+    /// warms until it arrives).
+    pub const PUSH_ORDER: [TypeUrl; TypeUrl::COUNT] =
+        [TypeUrl::Cluster, TypeUrl::Endpoint, TypeUrl::Listener, TypeUrl::Route, TypeUrl::Secret];
 
     /// The full type URL.
     pub const fn as_str(self) -> &'static str {
@@ -29,16 +38,18 @@ impl TypeUrl {
             TypeUrl::Endpoint => "type.googleapis.com/envoy.config.endpoint.v3.ClusterLoadAssignment",
             TypeUrl::Listener => "type.googleapis.com/envoy.config.listener.v3.Listener",
             TypeUrl::Route => "type.googleapis.com/envoy.config.route.v3.RouteConfiguration",
+            TypeUrl::Secret => "type.googleapis.com/envoy.extensions.transport_sockets.tls.v3.Secret",
         }
     }
 
-    /// Short name as in metrics and `istioctl` (`cds`, `eds`, `lds`, `rds`).
+    /// Short name as in metrics and `istioctl` (`cds`, `eds`, `lds`, `rds`, `sds`).
     pub const fn short(self) -> &'static str {
         match self {
             TypeUrl::Cluster => "cds",
             TypeUrl::Endpoint => "eds",
             TypeUrl::Listener => "lds",
             TypeUrl::Route => "rds",
+            TypeUrl::Secret => "sds",
         }
     }
 
@@ -72,7 +83,7 @@ impl TypeSet {
     /// No type.
     pub const EMPTY: TypeSet = TypeSet(0);
     /// Every type.
-    pub const ALL: TypeSet = TypeSet(0b1111);
+    pub const ALL: TypeSet = TypeSet(0b1_1111);
 
     /// A set of the given types.
     pub fn of(types: &[TypeUrl]) -> TypeSet {

@@ -127,6 +127,7 @@ pub async fn resources(client: &kube::Client) -> Result<Vec<(ConfigKind, ApiReso
         (ConfigKind::Pod, core("Pod", "pods")),
         (ConfigKind::Node, core("Node", "nodes")),
         (ConfigKind::EndpointSlice, resource("discovery.k8s.io", "v1", "EndpointSlice", "endpointslices")),
+        (ConfigKind::Secret, core("Secret", "secrets")),
     ];
     let istio = match kube::discovery::group(client, ISTIO_GROUP).await {
         Ok(group) => Some(group),
@@ -151,6 +152,19 @@ pub async fn resources(client: &kube::Client) -> Result<Vec<(ConfigKind, ApiReso
         }
     }
     Ok(resources)
+}
+
+/// The secret types no gateway names, left out of the watch as Istio leaves
+/// them out: a cluster has one service-account token per service account,
+/// and Helm keeps each release in a Secret.
+pub const UNREAD_SECRET_TYPES: &str = "type!=kubernetes.io/service-account-token,type!=helm.sh/release.v1";
+
+/// How one kind is watched.
+fn watch_config(kind: ConfigKind) -> watcher::Config {
+    match kind {
+        ConfigKind::Secret => watcher::Config::default().fields(UNREAD_SECRET_TYPES),
+        _ => watcher::Config::default(),
+    }
 }
 
 fn core(kind: &str, plural: &str) -> ApiResource {
@@ -358,7 +372,7 @@ impl KindWatch {
             };
             namespaces.mark_unchanged();
             let api: Api<DynamicObject> = Api::all_with(client.clone(), &self.resource);
-            let events = watcher::watcher(api, watcher::Config::default()).default_backoff();
+            let events = watcher::watcher(api, watch_config(self.kind)).default_backoff();
             // Without selectors the set is fixed (its sender is gone).
             let fixed = namespaces.has_changed().is_err();
             tokio::select! {

@@ -48,7 +48,7 @@ pub struct MemoryClient {
     requests: mpsc::Sender<Result<DiscoveryRequest, Status>>,
     responses: mpsc::Receiver<OutgoingResponse>,
     /// Per-type state, by `TypeUrl::index`.
-    pub watches: [ClientWatch; 4],
+    pub watches: [ClientWatch; TypeUrl::COUNT],
     /// Responses received.
     pub received: u64,
     /// Bytes received (frame headers included).
@@ -113,6 +113,32 @@ pub fn rds_names(resources: &[Any]) -> BTreeSet<String> {
         .collect()
 }
 
+/// The SDS names the listeners in `resources` refer to over ADS (their
+/// chains' TLS certificates and validation contexts), as Envoy asks for them.
+pub fn sds_names(resources: &[Any]) -> BTreeSet<String> {
+    use envoy_types::pb::envoy::config::core::v3::transport_socket;
+    use envoy_types::pb::envoy::extensions::transport_sockets::tls::v3::{DownstreamTlsContext, common_tls_context};
+    let mut out = BTreeSet::new();
+    for l in resources.iter().filter_map(|a| Listener::decode(&a.value[..]).ok()) {
+        for socket in l.filter_chains.iter().filter_map(|c| c.transport_socket.as_ref()) {
+            let Some(transport_socket::ConfigType::TypedConfig(any)) = &socket.config_type else { continue };
+            let Ok(context) = DownstreamTlsContext::decode(&any.value[..]) else { continue };
+            let Some(common) = context.common_tls_context else { continue };
+            out.extend(common.tls_certificate_sds_secret_configs.into_iter().map(|s| s.name));
+            match common.validation_context_type {
+                Some(common_tls_context::ValidationContextType::ValidationContextSdsSecretConfig(s)) => {
+                    out.insert(s.name);
+                }
+                Some(common_tls_context::ValidationContextType::CombinedValidationContext(c)) => {
+                    out.extend(c.validation_context_sds_secret_config.map(|s| s.name));
+                }
+                _ => {}
+            }
+        }
+    }
+    out
+}
+
 impl MemoryClient {
     /// Opens a stream for `node`; its first request is CDS wildcard, as Envoy's is.
     pub fn connect(ads: &AdsService, node: Node) -> MemoryClient {
@@ -172,8 +198,11 @@ impl MemoryClient {
                 if self.set_names(TypeUrl::Route, rds_names(&response.resources)) {
                     grew.push(TypeUrl::Route);
                 }
+                if self.set_names(TypeUrl::Secret, sds_names(&response.resources)) {
+                    grew.push(TypeUrl::Secret);
+                }
             }
-            TypeUrl::Endpoint | TypeUrl::Route => {}
+            TypeUrl::Endpoint | TypeUrl::Route | TypeUrl::Secret => {}
         }
         Some((response, grew))
     }
@@ -192,10 +221,10 @@ impl MemoryClient {
     /// its route configs, ACKing everything. Returns when every type was
     /// received and ACKed once.
     pub async fn sync(&mut self) {
-        let mut seen = [false; 4];
+        let mut seen = [false; TypeUrl::COUNT];
         let mut listeners_asked = false;
         loop {
-            let wanted = |t: TypeUrl, w: &[ClientWatch; 4]| {
+            let wanted = |t: TypeUrl, w: &[ClientWatch; TypeUrl::COUNT]| {
                 seen[t.index()] || (!t.is_wildcard_type() && w[t.index()].names.is_empty())
             };
             if TypeUrl::PUSH_ORDER.iter().all(|t| wanted(*t, &self.watches)) {

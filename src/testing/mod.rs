@@ -9,11 +9,14 @@
 //! * [`synth`]: synthetic meshes of any size.
 //! * [`memory`]: in-memory ADS clients that drive the server's own stream task.
 //! * [`wait`]: the one way a test waits for a condition, with a deadline.
+//! * `certs` (unit tests only): fresh certificates and Secrets.
 //!
 //! This module sits outside the layers: it may use any of them, and only
 //! test code uses it.
 
 pub mod bookinfo;
+#[cfg(test)]
+pub mod certs;
 pub mod memory;
 pub mod synth;
 pub mod wait;

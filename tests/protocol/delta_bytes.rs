@@ -41,7 +41,7 @@ fn node() -> Node {
 struct Sotw {
     tx: mpsc::Sender<DiscoveryRequest>,
     rx: tonic::Streaming<DiscoveryResponse>,
-    names: [Vec<String>; 4],
+    names: [Vec<String>; TypeUrl::COUNT],
 }
 
 impl Sotw {

@@ -49,7 +49,7 @@ async fn synced_clients(ads: &AdsService, spec: &MeshSpec, n: usize) -> Vec<Memo
     clients
 }
 
-fn generations(engine: &PushEngine) -> [u64; 4] {
+fn generations(engine: &PushEngine) -> [u64; TypeUrl::COUNT] {
     TypeUrl::PUSH_ORDER.map(|t| CacheStats::get(&engine.cache().stats.generations, t))
 }
 

@@ -60,6 +60,7 @@ const RESOURCES: &[Resource] = &[
     Resource { group: "", versions: &["v1"], kind: "Pod", plural: "pods", namespaced: true },
     Resource { group: "", versions: &["v1"], kind: "Namespace", plural: "namespaces", namespaced: false },
     Resource { group: "", versions: &["v1"], kind: "Node", plural: "nodes", namespaced: false },
+    Resource { group: "", versions: &["v1"], kind: "Secret", plural: "secrets", namespaced: true },
     Resource {
         group: "discovery.k8s.io",
         versions: &["v1"],
@@ -521,6 +522,30 @@ struct ListQuery {
     limit: Option<usize>,
     #[serde(rename = "continue")]
     continue_token: Option<String>,
+    field_selector: Option<String>,
+}
+
+/// Whether `object` passes a field selector, as the API server reads one:
+/// comma-separated `field=value`, `field==value` or `field!=value` terms,
+/// all of which must hold, on `type`, `metadata.name` or `metadata.namespace`.
+fn selected(object: &Value, selector: Option<&str>) -> bool {
+    let Some(selector) = selector.filter(|s| !s.is_empty()) else { return true };
+    selector.split(',').all(|term| {
+        let (field, want, equal) = match term.split_once("!=") {
+            Some((f, v)) => (f, v, false),
+            None => match term.split_once('=') {
+                Some((f, v)) => (f, v.trim_start_matches('='), true),
+                None => return false,
+            },
+        };
+        let value = match field.trim() {
+            "type" => object["type"].as_str(),
+            "metadata.name" => object["metadata"]["name"].as_str(),
+            "metadata.namespace" => object["metadata"]["namespace"].as_str(),
+            _ => return false,
+        };
+        (value.unwrap_or("") == want.trim()) == equal
+    })
 }
 
 async fn core_collection(
@@ -631,6 +656,7 @@ async fn collection(
         .objects
         .iter()
         .filter(|((g, p, ns, _), _)| *g == r.group && *p == r.plural && in_scope(ns))
+        .filter(|(_, object)| selected(object, query.field_selector.as_deref()))
         .skip(offset);
     let page: Vec<_> = matching.by_ref().take(limit).collect();
     let remaining = matching.count();
@@ -680,8 +706,12 @@ fn watch(
         let backlog: Vec<Change> = objects.history.iter().filter(|c| c.revision > from).cloned().collect();
         (backlog, gone, objects.revision.max(from))
     };
+    let fields = query.field_selector.clone();
     let matches = move |c: &Change| {
-        c.group == r.group && c.plural == r.plural && namespace.as_deref().is_none_or(|ns| ns == c.namespace)
+        c.group == r.group
+            && c.plural == r.plural
+            && namespace.as_deref().is_none_or(|ns| ns == c.namespace)
+            && selected(&c.object["object"], fields.as_deref())
     };
     let line = move |c: &Change| {
         let mut event = c.object.clone();

@@ -1,4 +1,10 @@
 //! `Gateway`: ports and hosts a router proxy (ingress/egress gateway) serves.
+//!
+//! A server is served or left out on its own: [`Server::unservable`] says
+//! why one cannot be served (a TLS mode meshpush cannot apply, a protocol
+//! that needs TLS settings it lacks). Validation reports that reason with
+//! the server's field path, and the gateway index leaves that server out
+//! while serving the Gateway's others; both ask this one function.
 
 use std::collections::BTreeMap;
 
@@ -34,11 +40,14 @@ pub struct Server {
     pub port: GatewayPort,
     /// Hosts in `namespace/host` form (`*/` or no namespace means any namespace).
     pub hosts: Vec<String>,
-    /// Server name (for display).
+    /// Server name (for display, and the stat prefix of an HTTPS server's chain).
     pub name: Option<String>,
     /// The IP address the router's listener for this server binds
     /// (default `0.0.0.0`), e.g. `127.0.0.1` to serve only the router's own host.
     pub bind: Option<String>,
+    /// TLS: how the server terminates or passes through TLS, or
+    /// `httpsRedirect` on a plain HTTP server.
+    pub tls: Option<ServerTls>,
 }
 
 /// Gateway server port.
@@ -47,10 +56,239 @@ pub struct Server {
 pub struct GatewayPort {
     /// Port number the gateway listens on.
     pub number: u32,
-    /// `HTTP`, `HTTP2`, `GRPC` or `TCP` (`HTTPS`/`TLS` are refused: no certificates yet).
+    /// `HTTP`, `HTTPS`, `HTTP2`, `GRPC`, `TCP` or `TLS`.
     pub protocol: String,
     /// Port name.
     pub name: String,
     /// Port on the gateway workload, when different.
     pub target_port: Option<u32>,
+}
+
+/// `Server.tls` (Istio's `ServerTLSSettings`).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct ServerTls {
+    /// On a plain HTTP server: answer every request with a 301 to `https://`.
+    pub https_redirect: bool,
+    /// `PASSTHROUGH` (Istio's default), `SIMPLE`, `MUTUAL`,
+    /// `OPTIONAL_MUTUAL`, `AUTO_PASSTHROUGH` or `ISTIO_MUTUAL`.
+    pub mode: Option<String>,
+    /// A file on the router: the server certificate chain (PEM).
+    pub server_certificate: Option<String>,
+    /// A file on the router: the server's private key (PEM).
+    pub private_key: Option<String>,
+    /// A file on the router: the CA bundle client certificates are checked against.
+    pub ca_certificates: Option<String>,
+    /// A file on the router: the certificate revocation list.
+    pub ca_crl: Option<String>,
+    /// A Secret in the router's namespace holding the certificate and key
+    /// (and, for MUTUAL, the CA: its `ca.crt`/`cacert`, or a `NAME-cacert` Secret).
+    pub credential_name: Option<String>,
+    /// Several such Secrets (e.g. an RSA and an ECDSA certificate).
+    pub credential_names: Vec<String>,
+    /// A Secret holding the client CA, instead of the credential's own.
+    pub ca_cert_credential_name: Option<String>,
+    /// Several file-path certificate and key pairs.
+    pub tls_certificates: Vec<TlsCertificateFiles>,
+    /// Client certificate SANs accepted (MUTUAL).
+    pub subject_alt_names: Vec<String>,
+    /// Client certificate SPKI pins (base64 SHA-256) accepted.
+    pub verify_certificate_spki: Vec<String>,
+    /// Client certificate hashes (hex SHA-256) accepted.
+    pub verify_certificate_hash: Vec<String>,
+    /// `TLS_AUTO`, `TLSV1_0` … `TLSV1_3`.
+    pub min_protocol_version: Option<String>,
+    /// `TLS_AUTO`, `TLSV1_0` … `TLSV1_3`.
+    pub max_protocol_version: Option<String>,
+    /// Cipher suites offered (OpenSSL names), in order.
+    pub cipher_suites: Vec<String>,
+    /// Accept client certificates that do not chain to the CA.
+    pub insecure_skip_verify: Option<bool>,
+}
+
+/// One `tlsCertificates` entry: file paths on the router.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct TlsCertificateFiles {
+    /// Certificate chain file.
+    pub server_certificate: String,
+    /// Private key file.
+    pub private_key: String,
+    /// CA bundle file.
+    pub ca_certificates: Option<String>,
+}
+
+/// What a server does with TLS.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+pub enum TlsMode {
+    /// No TLS: plain HTTP or TCP (possibly with `httpsRedirect`).
+    Plain,
+    /// Routes on SNI without terminating.
+    Passthrough,
+    /// Terminates TLS with the server's certificate.
+    Simple,
+    /// Terminates TLS and requires a client certificate.
+    Mutual,
+    /// Terminates TLS and checks a client certificate when one is sent.
+    OptionalMutual,
+    /// Routes on SNI to the cluster the SNI names (`outbound_.PORT_.SUBSET_.HOST`).
+    AutoPassthrough,
+}
+
+impl TlsMode {
+    /// Whether the router terminates TLS.
+    pub fn terminates(self) -> bool {
+        matches!(self, TlsMode::Simple | TlsMode::Mutual | TlsMode::OptionalMutual)
+    }
+
+    /// Whether the router checks client certificates.
+    pub fn verifies_clients(self) -> bool {
+        matches!(self, TlsMode::Mutual | TlsMode::OptionalMutual)
+    }
+}
+
+/// The TLS modes meshpush serves, as Istio spells them.
+pub const SERVED_TLS_MODES: &[&str] = &["SIMPLE", "MUTUAL", "OPTIONAL_MUTUAL", "PASSTHROUGH", "AUTO_PASSTHROUGH"];
+
+impl Server {
+    /// The protocol, upper case (Istio compares it case-insensitively).
+    pub fn protocol(&self) -> String {
+        self.port.protocol.to_ascii_uppercase()
+    }
+
+    /// Whether the port's protocol carries TLS (`HTTPS`, `TLS`).
+    pub fn is_tls_protocol(&self) -> bool {
+        matches!(self.protocol().as_str(), "HTTPS" | "TLS")
+    }
+
+    /// The server's TLS mode, when it can be served.
+    pub fn tls_mode(&self) -> Option<TlsMode> {
+        if !self.is_tls_protocol() {
+            return Some(TlsMode::Plain);
+        }
+        let mode = self.tls.as_ref()?.mode.as_deref().unwrap_or("PASSTHROUGH").to_ascii_uppercase();
+        match mode.as_str() {
+            "PASSTHROUGH" => Some(TlsMode::Passthrough),
+            "SIMPLE" => Some(TlsMode::Simple),
+            "MUTUAL" => Some(TlsMode::Mutual),
+            "OPTIONAL_MUTUAL" => Some(TlsMode::OptionalMutual),
+            "AUTO_PASSTHROUGH" => Some(TlsMode::AutoPassthrough),
+            _ => None,
+        }
+    }
+
+    /// Whether a plain HTTP server answers with a redirect to HTTPS.
+    pub fn https_redirect(&self) -> bool {
+        self.tls.as_ref().is_some_and(|t| t.https_redirect)
+    }
+
+    /// Why this server cannot be served, as `(field path under the server,
+    /// reason)`; `None` when it can. The rest of its Gateway is served
+    /// either way.
+    pub fn unservable(&self) -> Option<(&'static str, String)> {
+        let Some(tls) = &self.tls else {
+            if self.is_tls_protocol() {
+                let reason = format!("is missing: a {} server needs TLS settings (Istio requires them too)", self.protocol());
+                return Some(("tls", reason));
+            }
+            return None;
+        };
+        if !self.is_tls_protocol() {
+            let http = matches!(self.protocol().as_str(), "HTTP" | "HTTP2" | "GRPC" | "GRPC-WEB");
+            let passthrough = matches!(
+                tls.mode.as_deref().map(str::to_ascii_uppercase).as_deref(),
+                None | Some("PASSTHROUGH") | Some("AUTO_PASSTHROUGH")
+            );
+            let files = [&tls.server_certificate, &tls.private_key, &tls.ca_certificates].iter().any(|f| f.is_some());
+            if !http {
+                let reason = format!("is set on a {} server: only HTTPS and TLS servers take TLS settings (Istio refuses this too)", self.protocol());
+                return Some(("tls", reason));
+            }
+            if !passthrough || files {
+                let reason = "terminates TLS on a plain HTTP server: use protocol HTTPS (only httpsRedirect belongs on an HTTP server; Istio refuses this too)";
+                return Some(("tls", reason.to_string()));
+            }
+            return None;
+        }
+        let mode = tls.mode.as_deref().unwrap_or("PASSTHROUGH").to_ascii_uppercase();
+        let Some(mode) = self.tls_mode() else {
+            let reason = if mode == "ISTIO_MUTUAL" {
+                "ISTIO_MUTUAL needs workload certificates from the mesh CA, which meshpush does not issue yet".to_string()
+            } else {
+                format!("{:?} is not a TLS mode: use one of {}", tls.mode.as_deref().unwrap_or(""), SERVED_TLS_MODES.join(", "))
+            };
+            return Some(("tls.mode", reason));
+        };
+        if mode == TlsMode::AutoPassthrough && self.protocol() != "TLS" {
+            return Some(("tls.mode", "AUTO_PASSTHROUGH is served on TLS ports only (as in Istio)".to_string()));
+        }
+        if !mode.terminates() {
+            return None;
+        }
+        let sources = [
+            tls.credential_name.as_deref().is_some_and(|n| !n.is_empty()),
+            !tls.credential_names.is_empty(),
+            tls.server_certificate.is_some() || tls.private_key.is_some(),
+            !tls.tls_certificates.is_empty(),
+        ];
+        match sources.iter().filter(|s| **s).count() {
+            0 => {
+                let reason = "has no certificate: set credentialName, credentialNames, serverCertificate and privateKey, or tlsCertificates";
+                return Some(("tls", reason.to_string()));
+            }
+            1 => {}
+            _ => {
+                let reason = "sets more than one certificate source: use one of credentialName, credentialNames, serverCertificate/privateKey, tlsCertificates";
+                return Some(("tls", reason.to_string()));
+            }
+        }
+        if sources[2] && (tls.server_certificate.as_deref().unwrap_or("").is_empty() || tls.private_key.as_deref().unwrap_or("").is_empty()) {
+            return Some(("tls", "needs both serverCertificate and privateKey".to_string()));
+        }
+        let from_files = sources[2] || sources[3];
+        if mode.verifies_clients() && from_files && tls.ca_certificates.as_deref().unwrap_or("").is_empty() {
+            return Some(("tls.caCertificates", "is missing: MUTUAL TLS with certificate files needs the client CA bundle".to_string()));
+        }
+        None
+    }
+}
+
+/// The cipher suites a server may name (`cipherSuites`), in BoringSSL's
+/// spelling; Istio accepts the same list.
+pub const CIPHER_SUITES: &[&str] = &[
+    "ECDHE-ECDSA-AES128-GCM-SHA256",
+    "ECDHE-RSA-AES128-GCM-SHA256",
+    "ECDHE-ECDSA-AES256-GCM-SHA384",
+    "ECDHE-RSA-AES256-GCM-SHA384",
+    "ECDHE-ECDSA-CHACHA20-POLY1305",
+    "ECDHE-RSA-CHACHA20-POLY1305",
+    "ECDHE-ECDSA-AES128-SHA",
+    "ECDHE-RSA-AES128-SHA",
+    "ECDHE-ECDSA-AES256-SHA",
+    "ECDHE-RSA-AES256-SHA",
+    "AES128-GCM-SHA256",
+    "AES256-GCM-SHA384",
+    "AES128-SHA",
+    "AES256-SHA",
+    "DES-CBC3-SHA",
+];
+
+/// Whether Envoy takes `suite` in `cipher_suites`: a known name, `ALL`, or
+/// an expression (`-`, `+`, `!`, `[` …) passed on as written, as Istio does.
+pub fn is_cipher_suite(suite: &str) -> bool {
+    suite == "ALL"
+        || suite.chars().next().is_some_and(|c| !c.is_ascii_alphanumeric())
+        || CIPHER_SUITES.contains(&suite)
+}
+
+/// The suites of `suites` Envoy takes, each once, in order (an unknown one
+/// would make Envoy refuse the whole listener; validation reports those).
+pub fn usable_cipher_suites(suites: &[String]) -> Vec<String> {
+    let mut out: Vec<String> = Vec::new();
+    for s in suites {
+        if !s.is_empty() && is_cipher_suite(s) && !out.contains(s) {
+            out.push(s.clone());
+        }
+    }
+    out
 }

@@ -28,6 +28,9 @@ pub struct VirtualServiceSpec {
     pub http: Vec<HttpRoute>,
     /// TCP routes, first match wins.
     pub tcp: Vec<TcpRoute>,
+    /// Routes for TLS traffic that is not terminated (HTTPS and TLS ports
+    /// of sidecars, PASSTHROUGH gateway servers), by SNI; first match wins.
+    pub tls: Vec<TlsRoute>,
     /// Namespaces the rule is visible to.
     pub export_to: Vec<String>,
 }
@@ -349,6 +352,35 @@ pub struct TcpRoute {
     pub matches: Vec<L4MatchAttributes>,
     /// Weighted destinations.
     pub route: Vec<RouteDestination>,
+}
+
+/// A route for TLS traffic passed through, chosen by the SNI the client sends.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct TlsRoute {
+    /// Match conditions (any); each names the SNI hosts it takes.
+    #[serde(rename = "match")]
+    pub matches: Vec<TlsMatchAttributes>,
+    /// Weighted destinations.
+    pub route: Vec<RouteDestination>,
+}
+
+/// TLS match conditions.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct TlsMatchAttributes {
+    /// SNI names (wildcards allowed) this condition takes; required.
+    pub sni_hosts: Vec<String>,
+    /// Destination IP ranges.
+    pub destination_subnets: Vec<String>,
+    /// Destination port.
+    pub port: Option<u32>,
+    /// Labels the calling workload must have.
+    pub source_labels: BTreeMap<String, String>,
+    /// Gateways this match is limited to.
+    pub gateways: Vec<String>,
+    /// Namespace the calling workload must be in.
+    pub source_namespace: Option<String>,
 }
 
 /// TCP match conditions.

@@ -82,6 +82,12 @@ metadata: {name: ratings-vm, namespace: bookinfo}
 spec:
   metadata: {labels: {app: ratings}}
   template: {ports: {http: 9080}}
+---
+apiVersion: v1
+kind: Secret
+metadata: {name: unrelated, namespace: bookinfo}
+type: Opaque
+data: {password: aHVudGVyMg==}
 "#;
 
 fn kinds(parsed: &ParsedFile) -> Vec<ConfigKind> {

@@ -1,4 +1,4 @@
-//! Checks for the Kubernetes kinds: Service, Pod, EndpointSlice.
+//! Checks for the Kubernetes kinds: Service, Pod, EndpointSlice, Secret.
 
 use std::collections::BTreeMap;
 use std::net::{Ipv4Addr, Ipv6Addr};
@@ -6,6 +6,7 @@ use std::net::{Ipv4Addr, Ipv6Addr};
 use super::{Checker, is_dns1123_label, is_ip, is_wildcard_host};
 use crate::config::k8s::{EndpointSlice, IntOrString, Pod, SERVICE_NAME_LABEL, Service};
 use crate::config::protocol::Protocol;
+use crate::config::secret::Secret;
 
 pub(super) fn service(check: &mut Checker, service: &Service) {
     let spec = &service.spec;
@@ -131,4 +132,67 @@ pub(super) fn endpoint_slice(check: &mut Checker, slice: &EndpointSlice) {
 /// An IANA service name, as Kubernetes requires for named ports.
 fn is_port_name(name: &str) -> bool {
     name.len() <= 15 && is_dns1123_label(name) && name.bytes().any(|b| b.is_ascii_lowercase()) && !name.contains("--")
+}
+
+/// A Secret's TLS keys: each pair complete, certificates that parse, a key
+/// that is a PEM private key. A value that does not parse refuses the
+/// Secret (the last good version stays served, as for any object); an
+/// expired certificate is a warning, and served, as Istio serves it.
+/// Messages name keys, never values.
+pub(super) fn secret(check: &mut Checker, secret: &Secret) {
+    let has = |k: &str| secret.data.get(k).is_some_and(|v| !v.0.is_empty());
+    for (cert, key) in [("cert", "key"), ("tls.crt", "tls.key")] {
+        match (has(cert), has(key)) {
+            (true, false) => check.warning(format!("data.{cert}"), format!("is set without data.{key}: no certificate is served from this pair")),
+            (false, true) => check.warning(format!("data.{key}"), format!("is set without data.{cert}: no certificate is served from this pair")),
+            (true, true) => {
+                certificates(check, &format!("data.{cert}"), &secret.data[cert].0);
+                private_key(check, &format!("data.{key}"), &secret.data[key].0);
+            }
+            (false, false) => {}
+        }
+    }
+    for ca in ["cacert", "ca.crt"] {
+        if has(ca) {
+            certificates(check, &format!("data.{ca}"), &secret.data[ca].0);
+        }
+    }
+}
+
+fn certificates(check: &mut Checker, path: &str, pem: &[u8]) {
+    let mut found = 0;
+    for (i, block) in x509_parser::pem::Pem::iter_from_buffer(pem).enumerate() {
+        let block = match block {
+            Ok(block) => block,
+            Err(_) => return check.error(path, format!("block {i} is not PEM: expected -----BEGIN CERTIFICATE-----")),
+        };
+        if block.label != "CERTIFICATE" {
+            let message = format!("block {i} is a {:?} block: expected certificates only", block.label);
+            return check.error(path, message);
+        }
+        let cert = match block.parse_x509() {
+            Ok(cert) => cert,
+            Err(e) => return check.error(path, format!("block {i} is not an X.509 certificate: {e}")),
+        };
+        let validity = cert.validity();
+        if !validity.is_valid() {
+            let message = format!(
+                "certificate {i} is valid from {} to {}, not now: it is served anyway (as Istio does), and clients will refuse it",
+                validity.not_before, validity.not_after
+            );
+            check.warning(path, message);
+        }
+        found += 1;
+    }
+    if found == 0 {
+        check.error(path, "holds no PEM certificate (-----BEGIN CERTIFICATE-----)");
+    }
+}
+
+fn private_key(check: &mut Checker, path: &str, pem: &[u8]) {
+    let mut blocks = x509_parser::pem::Pem::iter_from_buffer(pem);
+    match blocks.next() {
+        Some(Ok(block)) if block.label.ends_with("PRIVATE KEY") && !block.contents.is_empty() => {}
+        _ => check.error(path, "is not a PEM private key (-----BEGIN PRIVATE KEY-----, RSA or EC)"),
+    }
 }

@@ -166,11 +166,42 @@ fn gateway(servers: &str) -> String {
 #[test]
 fn gateway_rules() {
     assert_eq!(error_paths(&gateway("[]")), vec!["spec.servers"]);
-    let https = message_at(
-        &gateway("[{port: {number: 443, name: https, protocol: HTTPS}, hosts: [\"*\"]}]"),
-        "spec.servers[0].port.protocol",
+    // A server that cannot be served is reported on its own, as a warning:
+    // the Gateway's other servers are served.
+    let unserved = |servers: &str, path: &str, says: &str| {
+        let yaml = gateway(servers);
+        assert!(error_paths(&yaml).is_empty(), "{servers}: {:#?}", findings(&yaml));
+        let message = message_at(&yaml, path);
+        assert!(message.contains(says) && message.contains("this server is not served"), "{servers}: {message}");
+    };
+    let port = "port: {number: 443, name: https, protocol: HTTPS}, hosts: [a.example.test]";
+    unserved(&format!("[{{{port}}}]"), "spec.servers[0].tls", "needs TLS settings");
+    unserved(&format!("[{{{port}, tls: {{mode: ISTIO_MUTUAL}}}}]"), "spec.servers[0].tls.mode", "workload certificates");
+    unserved(&format!("[{{{port}, tls: {{mode: FANCY}}}}]"), "spec.servers[0].tls.mode", "is not a TLS mode");
+    unserved(&format!("[{{{port}, tls: {{mode: AUTO_PASSTHROUGH}}}}]"), "spec.servers[0].tls.mode", "TLS ports only");
+    unserved(&format!("[{{{port}, tls: {{mode: SIMPLE}}}}]"), "spec.servers[0].tls", "has no certificate");
+    unserved(
+        &format!("[{{{port}, tls: {{mode: MUTUAL, serverCertificate: /c, privateKey: /k}}}}]"),
+        "spec.servers[0].tls.caCertificates",
+        "client CA bundle",
     );
-    assert!(https.contains("not supported yet: no TLS certificates"), "{https}");
+    unserved(
+        "[{port: {number: 80, name: http, protocol: HTTP}, hosts: [a], tls: {mode: SIMPLE, credentialName: c}}]",
+        "spec.servers[0].tls",
+        "plain HTTP server",
+    );
+    // Servable ones: nothing, or a warning about what is ignored.
+    let served = gateway(&format!(
+        "[{{{port}, tls: {{mode: MUTUAL, credentialName: shop, minProtocolVersion: TLSV1_2, cipherSuites: [ECDHE-RSA-AES128-GCM-SHA256, NOT-A-CIPHER]}}}}, {{port: {{number: 80, name: http, protocol: HTTP}}, hosts: [a], tls: {{httpsRedirect: true}}}}]"
+    ));
+    assert!(error_paths(&served).is_empty(), "{:#?}", findings(&served));
+    assert!(message_at(&served, "spec.servers[0].tls.cipherSuites[1]").contains("ignored"));
+    assert_eq!(findings(&served).len(), 1, "{:#?}", findings(&served));
+    let passthrough = gateway(&format!("[{{{port}, tls: {{mode: PASSTHROUGH, credentialName: shop}}}}]"));
+    assert!(message_at(&passthrough, "spec.servers[0].tls").contains("does not terminate"));
+    let versions =
+        gateway(&format!("[{{{port}, tls: {{mode: SIMPLE, credentialName: s, minProtocolVersion: TLSV1_3, maxProtocolVersion: TLSV1_2}}}}]"));
+    assert_eq!(error_paths(&versions), vec!["spec.servers[0].tls.minProtocolVersion"]);
     assert_eq!(
         error_paths(&gateway("[{port: {number: 0, name: http, protocol: HTTP}, hosts: []}]")),
         vec!["spec.servers[0].port.number", "spec.servers[0].hosts"]

@@ -6,7 +6,7 @@ use base64::Engine as _;
 use super::{Checker, LABEL_RULE, is_dns1123_label, is_dns1123_subdomain, is_ip_or_cidr, is_wildcard_host, one_line};
 use crate::config::istio::{
     Destination, Headers, HttpFaultInjection, HttpMatchRequest, HttpRedirect, HttpRoute, MESH_GATEWAY, Percent,
-    StringMatch, TcpRoute, VirtualService, grpc_status_code, grpc_status_names,
+    StringMatch, TcpRoute, TlsRoute, VirtualService, grpc_status_code, grpc_status_names,
 };
 
 pub(super) fn virtual_service(check: &mut Checker, vs: &VirtualService) {
@@ -24,6 +24,9 @@ pub(super) fn virtual_service(check: &mut Checker, vs: &VirtualService) {
         }
         if !spec.tcp.is_empty() {
             check.error("spec.tcp", "a delegate VirtualService (one without hosts) routes HTTP only");
+        }
+        if !spec.tls.is_empty() {
+            check.error("spec.tls", "a delegate VirtualService (one without hosts) routes HTTP only");
         }
         if spec.http.is_empty() {
             check.error(
@@ -60,11 +63,8 @@ pub(super) fn virtual_service(check: &mut Checker, vs: &VirtualService) {
         gateway_name(check, format!("spec.gateways[{i}]"), gateway);
     }
     check.export_to(&spec.export_to);
-    if spec.http.is_empty() && spec.tcp.is_empty() && !delegate {
-        check.error(
-            "spec",
-            "has neither http nor tcp routes (tls routes are not supported yet): the VirtualService would route nothing",
-        );
+    if spec.http.is_empty() && spec.tcp.is_empty() && spec.tls.is_empty() && !delegate {
+        check.error("spec", "has no http, tls or tcp routes: the VirtualService would route nothing");
     }
     for (i, route) in spec.http.iter().enumerate() {
         http_route(check, &format!("spec.http[{i}]"), route);
@@ -72,6 +72,60 @@ pub(super) fn virtual_service(check: &mut Checker, vs: &VirtualService) {
     for (i, route) in spec.tcp.iter().enumerate() {
         tcp_route(check, &format!("spec.tcp[{i}]"), route);
     }
+    for (i, route) in spec.tls.iter().enumerate() {
+        tls_route(check, &format!("spec.tls[{i}]"), route, &spec.hosts);
+    }
+}
+
+/// Whether every name `sni` matches is a name `host` matches (`a.example.com`
+/// and `*.example.com` are within `*.example.com`; anything is within `*`).
+fn within(sni: &str, host: &str) -> bool {
+    let (sni, host) = (sni.to_ascii_lowercase(), host.to_ascii_lowercase());
+    match host.strip_prefix('*') {
+        None => sni == host,
+        Some(suffix) => sni.strip_prefix('*').unwrap_or(&sni).ends_with(suffix) && sni.len() > suffix.len(),
+    }
+}
+
+/// A TLS route, as Istio's `validateTLSRoute`: matches that each name SNI
+/// hosts, every one of them within the VirtualService's hosts.
+fn tls_route(check: &mut Checker, path: &str, route: &TlsRoute, hosts: &[String]) {
+    if route.matches.is_empty() {
+        check.error(format!("{path}.match"), "is empty: a TLS route needs a match with sniHosts");
+    }
+    if route.route.is_empty() {
+        check.error(format!("{path}.route"), "is empty: a TLS route needs at least one destination");
+    }
+    for (m, condition) in route.matches.iter().enumerate() {
+        let mpath = format!("{path}.match[{m}]");
+        if condition.sni_hosts.is_empty() {
+            check.error(format!("{mpath}.sniHosts"), "is empty: a TLS match names the SNI hosts it takes");
+        }
+        for (s, sni) in condition.sni_hosts.iter().enumerate() {
+            let at = format!("{mpath}.sniHosts[{s}]");
+            if !is_wildcard_host(sni) {
+                check.error(at, format!("{sni:?} is not a host name or wildcard"));
+            } else if !hosts.iter().any(|h| within(sni, h)) {
+                check.error(at, format!("{sni:?} is not one of the VirtualService's hosts: Istio requires sniHosts within them"));
+            }
+        }
+        if let Some(port) = condition.port {
+            check.port(format!("{mpath}.port"), port);
+        }
+        for (i, subnet) in condition.destination_subnets.iter().enumerate() {
+            if !is_ip_or_cidr(subnet) {
+                check.error(format!("{mpath}.destinationSubnets[{i}]"), format!("{subnet:?} is not an IP address or CIDR block"));
+            }
+        }
+        for (g, gateway) in condition.gateways.iter().enumerate() {
+            gateway_name(check, format!("{mpath}.gateways[{g}]"), gateway);
+        }
+    }
+    for (d, dest) in route.route.iter().enumerate() {
+        destination(check, &format!("{path}.route[{d}].destination"), &dest.destination);
+    }
+    let weights: Vec<_> = route.route.iter().map(|d| d.weight).collect();
+    check_weights(check, path, &weights);
 }
 
 fn http_route(check: &mut Checker, path: &str, route: &HttpRoute) {

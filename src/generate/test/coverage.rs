@@ -24,6 +24,7 @@ use std::path::Path;
 use serde_yaml_ng::{Mapping, Value};
 
 use super::*;
+use crate::generate::sds;
 use crate::config::Problem;
 use crate::config::istio::api;
 use crate::config::parse::parse_documents;
@@ -41,6 +42,27 @@ const NO_EFFECT: &[(&str, &str, &str)] = &[
     ("Sidecar", "spec.ingress[].port.name", "Istio takes the protocol from port.protocol when it is set"),
     ("Sidecar", "spec.egress[].port.name", "Istio takes the protocol from port.protocol when it is set"),
 ];
+
+/// The Secrets the Gateway variants name (`web-cert`, `web-cert-2`,
+/// `web-ca` in `cov`), made once per test run: certificates cannot be
+/// written into the data files without a private key in the repository.
+fn secrets() -> &'static str {
+    static SECRETS: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    SECRETS.get_or_init(|| {
+        let (ca, issuer) = crate::testing::certs::ca("coverage CA");
+        let (cert, key) = crate::testing::certs::leaf(&issuer, &["web.example"]);
+        let (cert2, key2) = crate::testing::certs::leaf(&issuer, &["web.example"]);
+        [
+            crate::testing::certs::tls_secret("cov", "web-cert", &cert, &key, None),
+            crate::testing::certs::tls_secret("cov", "web-cert-2", &cert2, &key2, None),
+            format!(
+                "apiVersion: v1\nkind: Secret\nmetadata: {{name: web-ca, namespace: cov}}\nstringData:\n  ca.crt: |\n{}",
+                ca.lines().map(|l| format!("    {l}\n")).collect::<String>()
+            ),
+        ]
+        .join("---\n")
+    })
+}
 
 /// Which support files a kind's variants are applied with.
 fn support_for(kind: &str) -> &'static [&'static str] {
@@ -104,7 +126,8 @@ fn proxies(group: Option<&str>) -> Vec<crate::model::Proxy> {
 /// what validation said (a removed field that changes either was read);
 /// and the problems.
 fn generate(text: &str, group: Option<&str>) -> (Vec<u8>, Vec<Problem>) {
-    let parsed = parse_documents("coverage.yaml", text);
+    let text = format!("{text}\n---\n{}", secrets());
+    let parsed = parse_documents("coverage.yaml", &text);
     let store = ConfigStore::new();
     store.apply(parsed.objects.into_iter().map(|(o, s)| Write::Put(o, s)).collect::<Vec<_>>());
     // A member of the group registers, as the server's auto-registration would make it.
@@ -140,6 +163,11 @@ fn generate(text: &str, group: Option<&str>) -> (Vec<u8>, Vec<Problem>) {
         }
         for r in rds::route_configs(&ctx, &scope) {
             out.extend(r.encode_to_vec());
+        }
+        for name in sds::secret_names(&ctx, &scope) {
+            if let Some(s) = sds::secret(&ctx, &scope.key.namespace, sds::reader(&scope), &name) {
+                out.extend(s.encode_to_vec());
+            }
         }
     }
     let mut said: Vec<String> = problems.iter().map(ToString::to_string).collect();

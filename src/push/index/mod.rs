@@ -7,6 +7,7 @@
 mod delegation;
 mod endpoints;
 mod rules;
+pub mod secrets;
 mod services;
 mod workloads;
 
@@ -15,5 +16,6 @@ pub use rules::{
     DestinationRuleIndex, GatewayIndex, GatewayServer, ResolvedGateway, ResolvedVirtualService, SidecarIndex,
     VirtualServiceIndex, resolve_gateway_ref,
 };
+pub use secrets::SecretIndex;
 pub use services::ServiceIndex;
 pub use workloads::{Workload, WorkloadIndex};

@@ -312,19 +312,52 @@ impl DestinationRuleIndex {
     }
 }
 
-/// A Gateway server with its hosts split into namespace and host.
+/// A Gateway server that can be served, with its hosts split into
+/// namespace and host. Servers that cannot be served
+/// ([`istio::Server::unservable`]) are not in the index; validation
+/// reported them.
 #[derive(Debug, Clone)]
 pub struct GatewayServer {
-    /// Port number the router listens on.
+    /// Its position in `spec.servers` (for messages).
+    pub index: usize,
+    /// Port number the server is reached on (`spec.servers[].port.number`).
     pub port: u32,
+    /// The port the router binds for it: `targetPort` when set, else `port`.
+    pub bind_port: u32,
     /// Protocol (upper case).
     pub protocol: Arc<str>,
     /// Port name.
     pub port_name: Arc<str>,
+    /// Server name (`spec.servers[].name`).
+    pub name: Option<Arc<str>>,
     /// `(namespace or "*", host pattern)`.
     pub hosts: Vec<(Arc<str>, Hostname)>,
     /// The address the listener binds (`spec.servers[].bind`); `None` means `0.0.0.0`.
     pub bind: Option<Arc<str>>,
+    /// What the server does with TLS.
+    pub mode: istio::TlsMode,
+    /// Its TLS settings, as written (validated).
+    pub tls: Option<Arc<istio::ServerTls>>,
+}
+
+impl GatewayServer {
+    /// The host names a TLS client's SNI is matched against: the hosts
+    /// without their namespace, sorted, each once (as Istio's
+    /// `GetSNIHostsForServer`); empty when one of them is `*` (any name).
+    pub fn sni_hosts(&self) -> Vec<String> {
+        let mut out: Vec<String> = self.hosts.iter().map(|(_, h)| h.to_string()).collect();
+        if out.iter().any(|h| h == "*") {
+            return Vec::new();
+        }
+        out.sort();
+        out.dedup();
+        out
+    }
+
+    /// Whether a plain HTTP server redirects to HTTPS.
+    pub fn https_redirect(&self) -> bool {
+        self.tls.as_ref().is_some_and(|t| t.https_redirect)
+    }
 }
 
 /// A Gateway, resolved.
@@ -363,19 +396,30 @@ impl GatewayIndex {
                             .spec
                             .servers
                             .iter()
-                            .map(|s| GatewayServer {
-                                port: s.port.number,
-                                protocol: s.port.protocol.to_ascii_uppercase().into(),
-                                port_name: s.port.name.as_str().into(),
-                                bind: s.bind.as_deref().filter(|b| !b.is_empty()).map(Arc::from),
-                                hosts: s
-                                    .hosts
-                                    .iter()
-                                    .map(|h| match h.split_once('/') {
-                                        Some((n, hst)) => (Arc::from(if n == "." { ns } else { n }), Arc::from(hst)),
-                                        None => (Arc::from("*"), Arc::from(h.as_str())),
-                                    })
-                                    .collect(),
+                            .enumerate()
+                            .filter(|(_, s)| s.unservable().is_none())
+                            .filter_map(|(index, s)| {
+                                Some(GatewayServer {
+                                    index,
+                                    port: s.port.number,
+                                    bind_port: s.port.target_port.filter(|p| *p != 0).unwrap_or(s.port.number),
+                                    protocol: s.protocol().into(),
+                                    port_name: s.port.name.as_str().into(),
+                                    name: s.name.as_deref().filter(|n| !n.is_empty()).map(Arc::from),
+                                    bind: s.bind.as_deref().filter(|b| !b.is_empty()).map(Arc::from),
+                                    hosts: s
+                                        .hosts
+                                        .iter()
+                                        .map(|h| match h.split_once('/') {
+                                            Some((n, hst)) => {
+                                                (Arc::from(if n == "." { ns } else { n }), Arc::from(hst))
+                                            }
+                                            None => (Arc::from("*"), Arc::from(h.as_str())),
+                                        })
+                                        .collect(),
+                                    mode: s.tls_mode()?,
+                                    tls: s.tls.clone().map(Arc::new),
+                                })
                             })
                             .collect(),
                     }))

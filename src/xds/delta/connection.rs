@@ -70,10 +70,10 @@ pub struct DeltaConnection {
     /// Per-type subscription and nonce state, indexed by `TypeUrl::index`
     /// (the same record SotW keeps, so status and metrics read both alike;
     /// `version_sent` is the `system_version_info` of the last response).
-    pub watches: [Watch; 4],
+    pub watches: [Watch; TypeUrl::COUNT],
     /// Request counters.
     pub counts: RequestCounts,
-    held: [Held; 4],
+    held: [Held; TypeUrl::COUNT],
     placement: Placement,
     nonce: u32,
     cluster_cleanup: bool,
@@ -248,7 +248,7 @@ impl DeltaConnection {
                 let set = view.proxy_set(scope, inbound, t);
                 set.resources.iter().filter(|r| wanted(&r.name)).cloned().collect()
             }
-            TypeUrl::Route => {
+            TypeUrl::Route | TypeUrl::Secret => {
                 let set = view.scoped(scope, t);
                 if w.wildcard {
                     set.resources.clone()
@@ -363,7 +363,7 @@ impl DeltaConnection {
 }
 
 impl StreamState for DeltaConnection {
-    fn watches(&self) -> &[Watch; 4] {
+    fn watches(&self) -> &[Watch; TypeUrl::COUNT] {
         &self.watches
     }
     fn counts(&self) -> RequestCounts {

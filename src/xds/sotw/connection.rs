@@ -117,10 +117,10 @@ pub struct Connection {
     /// The proxy, parsed once from the first request's node.
     pub proxy: Arc<Proxy>,
     /// Per-type state, indexed by `TypeUrl::index`.
-    pub watches: [Watch; 4],
+    pub watches: [Watch; TypeUrl::COUNT],
     /// Request counters.
     pub counts: RequestCounts,
-    sent: [Sent; 4],
+    sent: [Sent; TypeUrl::COUNT],
     placement: Placement,
     nonce: u32,
     cluster_cleanup: bool,
@@ -383,7 +383,7 @@ impl Connection {
                     }),
                 )
             }
-            TypeUrl::Route => {
+            TypeUrl::Route | TypeUrl::Secret => {
                 let set = view.scoped(scope, t);
                 Current::Watched(Arc::new(resolve(&w.names, |n| set.get(n).cloned())))
             }
@@ -533,7 +533,7 @@ impl Connection {
 }
 
 impl StreamState for Connection {
-    fn watches(&self) -> &[Watch; 4] {
+    fn watches(&self) -> &[Watch; TypeUrl::COUNT] {
         &self.watches
     }
     fn counts(&self) -> RequestCounts {

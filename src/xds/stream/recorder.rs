@@ -18,7 +18,7 @@ use crate::xds::watch::StreamState;
 /// Per-type counters of a connection at one moment.
 #[derive(Debug, Default, Clone, Copy)]
 struct Mark {
-    responses: [u64; 4],
+    responses: [u64; TypeUrl::COUNT],
     acks: u64,
     nacks: u64,
     stale: u64,
@@ -48,7 +48,7 @@ enum Serving {
 #[derive(Debug)]
 struct Converging {
     first_change: Instant,
-    awaiting: [Option<String>; 4],
+    awaiting: [Option<String>; TypeUrl::COUNT],
 }
 
 /// One stream's metric bookkeeping, owned by its task. It reads the

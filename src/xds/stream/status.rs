@@ -133,7 +133,7 @@ impl TypeStatus {
 #[derive(Debug, Clone, Default, Serialize)]
 pub struct StreamStatus {
     /// Per type, indexed by [`TypeUrl::index`].
-    pub types: [TypeStatus; 4],
+    pub types: [TypeStatus; TypeUrl::COUNT],
     /// ACKs received.
     pub acks: u64,
     /// NACKs received.

@@ -80,7 +80,7 @@ pub struct RequestCounts {
 /// delta alike.
 pub trait StreamState {
     /// Per-type state, indexed by `TypeUrl::index`.
-    fn watches(&self) -> &[Watch; 4];
+    fn watches(&self) -> &[Watch; crate::resource::TypeUrl::COUNT];
     /// Request counters.
     fn counts(&self) -> RequestCounts;
     /// The client has answered (ACKed or NACKed) the last response of
