@@ -22,13 +22,13 @@ use std::sync::Arc;
 use base64::Engine as _;
 use envoy_types::pb::envoy::config::cluster::v3::Cluster;
 use envoy_types::pb::envoy::config::cluster::v3::cluster::{ClusterDiscoveryType, DiscoveryType};
+use envoy_types::pb::envoy::config::core::v3::{data_source, transport_socket};
 use envoy_types::pb::envoy::config::endpoint::v3::ClusterLoadAssignment;
 use envoy_types::pb::envoy::config::listener::v3::{Listener, filter};
 use envoy_types::pb::envoy::config::route::v3::RouteConfiguration;
 use envoy_types::pb::envoy::extensions::filters::network::http_connection_manager::v3::{
     HttpConnectionManager, http_connection_manager::RouteSpecifier,
 };
-use envoy_types::pb::envoy::config::core::v3::{data_source, transport_socket};
 use envoy_types::pb::envoy::extensions::transport_sockets::tls::v3::{
     DownstreamTlsContext, Secret, common_tls_context, secret,
 };
@@ -210,14 +210,18 @@ fn sds_names(listeners: &[(Listener, &Any)]) -> Vec<String> {
         .iter()
         .flat_map(|(l, _)| l.filter_chains.iter().chain(l.default_filter_chain.as_ref()))
         .filter_map(|fc| match &fc.transport_socket.as_ref()?.config_type {
-            Some(transport_socket::ConfigType::TypedConfig(any)) => DownstreamTlsContext::decode(any.value.as_slice()).ok(),
+            Some(transport_socket::ConfigType::TypedConfig(any)) => {
+                DownstreamTlsContext::decode(any.value.as_slice()).ok()
+            }
             None => None,
         })
         .filter_map(|context| context.common_tls_context)
         .flat_map(|common| {
             let mut out: Vec<String> = common.tls_certificate_sds_secret_configs.into_iter().map(|s| s.name).collect();
             match common.validation_context_type {
-                Some(common_tls_context::ValidationContextType::ValidationContextSdsSecretConfig(s)) => out.push(s.name),
+                Some(common_tls_context::ValidationContextType::ValidationContextSdsSecretConfig(s)) => {
+                    out.push(s.name)
+                }
                 Some(common_tls_context::ValidationContextType::CombinedValidationContext(c)) => {
                     out.extend(c.validation_context_sds_secret_config.map(|s| s.name))
                 }

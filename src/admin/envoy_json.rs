@@ -12,14 +12,11 @@
 //! encoded bytes (see [`super::config_dump`]), decodable with any protobuf
 //! tool.
 
+use base64::Engine as _;
 use envoy_types::pb::envoy::config::cluster::v3::Cluster;
 use envoy_types::pb::envoy::config::cluster::v3::cluster::{ClusterDiscoveryType, DiscoveryType, LbPolicy};
-use base64::Engine as _;
 use envoy_types::pb::envoy::config::core::v3::{
     Address, DataSource, HealthStatus, TransportSocket, address, data_source, socket_address, transport_socket,
-};
-use envoy_types::pb::envoy::extensions::transport_sockets::tls::v3::{
-    DownstreamTlsContext, SdsSecretConfig, Secret, common_tls_context, secret,
 };
 use envoy_types::pb::envoy::config::endpoint::v3::ClusterLoadAssignment;
 use envoy_types::pb::envoy::config::endpoint::v3::lb_endpoint::HostIdentifier;
@@ -32,6 +29,9 @@ use envoy_types::pb::envoy::extensions::filters::network::http_connection_manage
 };
 use envoy_types::pb::envoy::extensions::filters::network::tcp_proxy::v3::{
     TcpProxy, tcp_proxy::ClusterSpecifier as TcpClusterSpecifier,
+};
+use envoy_types::pb::envoy::extensions::transport_sockets::tls::v3::{
+    DownstreamTlsContext, SdsSecretConfig, Secret, common_tls_context, secret,
 };
 use envoy_types::pb::google::protobuf::{Any, Duration};
 use prost::{Message, Name};

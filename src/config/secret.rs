@@ -168,7 +168,9 @@ mod tests {
 
     #[test]
     fn values_are_decoded_and_never_shown() {
-        let s = parse("metadata: {name: gw}\ntype: kubernetes.io/tls\ndata: {tls.crt: Q0VSVA==, tls.key: S0VZLUJZVEVT, other: eA==}\n");
+        let s = parse(
+            "metadata: {name: gw}\ntype: kubernetes.io/tls\ndata: {tls.crt: Q0VSVA==, tls.key: S0VZLUJZVEVT, other: eA==}\n",
+        );
         let m = s.material();
         let (cert, key) = m.identity.clone().expect("a pair");
         assert_eq!((&cert[..], &key[..]), (&b"CERT"[..], &b"KEY-BYTES"[..]));
@@ -180,7 +182,9 @@ mod tests {
 
     #[test]
     fn string_data_and_the_generic_form_are_read_as_istio_reads_them() {
-        let s = parse("metadata: {name: gw}\ndata: {tls.crt: QQ==, tls.key: Qg==}\nstringData: {cert: C, key: K, cacert: CA}\n");
+        let s = parse(
+            "metadata: {name: gw}\ndata: {tls.crt: QQ==, tls.key: Qg==}\nstringData: {cert: C, key: K, cacert: CA}\n",
+        );
         let m = s.material();
         assert_eq!(m.identity.map(|(c, k)| (c.to_vec(), k.to_vec())), Some((b"C".to_vec(), b"K".to_vec())));
         assert_eq!(m.ca.as_deref(), Some(&b"CA"[..]));

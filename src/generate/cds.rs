@@ -86,8 +86,10 @@ fn sni_dnat_clusters(ctx: &PushContext, scope: &Scope) -> Vec<Cluster> {
         .into_iter()
         .filter_map(|t| {
             let port = t.service.port(t.port)?;
-            let rule =
-                ctx.destination_rules.for_host(&scope.key.namespace, &t.service.namespace, &t.service.hostname).map(|r| &r.spec);
+            let rule = ctx
+                .destination_rules
+                .for_host(&scope.key.namespace, &t.service.namespace, &t.service.hostname)
+                .map(|r| &r.spec);
             let mut cluster = outbound(ctx, t.service, port, &t.subset, rule, true);
             cluster.name = t.cluster.clone();
             if let Some(eds) = cluster.eds_cluster_config.as_mut() {

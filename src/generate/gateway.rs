@@ -73,7 +73,13 @@ pub fn terminates_https(server: &GatewayServer) -> bool {
 pub fn route_name(gw: &ResolvedGateway, server: &GatewayServer) -> Option<String> {
     if terminates_https(server) {
         let (namespace, name) = (&*gw.key.namespace, &*gw.key.name);
-        return Some(naming::https_gateway_route(server.port, &server.port_name, name, namespace, server.bind.as_deref()));
+        return Some(naming::https_gateway_route(
+            server.port,
+            &server.port_name,
+            name,
+            namespace,
+            server.bind.as_deref(),
+        ));
     }
     (kind_of(server) == PortKind::Http).then(|| naming::gateway_route(server.bind_port))
 }
@@ -170,7 +176,9 @@ pub fn sni_targets_of<'a>(ctx: &PushContext, scope: &'a Scope, servers: &[&Gatew
     let mut out = Vec::new();
     for svc in scope.services.iter().filter(|s| !s.is_alias() && s.location != Location::MeshExternal) {
         let reached = servers.iter().any(|s| {
-            s.hosts.iter().any(|(ns, pattern)| (&**ns == "*" || **ns == *svc.namespace) && host::matches(pattern, &svc.hostname))
+            s.hosts
+                .iter()
+                .any(|(ns, pattern)| (&**ns == "*" || **ns == *svc.namespace) && host::matches(pattern, &svc.hostname))
         });
         if !reached {
             continue;

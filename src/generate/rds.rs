@@ -28,8 +28,8 @@ use super::route::{self, RouteTarget};
 use super::{naming, proto};
 use crate::config::istio::MESH_GATEWAY;
 use crate::model::{Hostname, ProxyKind, Service};
-use crate::push::scope::OutboundPolicy;
 use crate::push::index::{GatewayServer, ResolvedGateway};
+use crate::push::scope::OutboundPolicy;
 use crate::push::{PushContext, Scope};
 
 /// Every route config of `scope`, sorted by name.
@@ -227,10 +227,9 @@ fn gateway_config(
         if redirect {
             for (_, h) in &server.hosts {
                 let host: Hostname = h.to_ascii_lowercase().into();
-                let entry = hosts.entry(naming::virtual_host(&host, server.port)).or_insert_with(|| GatewayHost {
-                    host,
-                    ..Default::default()
-                });
+                let entry = hosts
+                    .entry(naming::virtual_host(&host, server.port))
+                    .or_insert_with(|| GatewayHost { host, ..Default::default() });
                 entry.redirect = true;
             }
         }

@@ -82,7 +82,8 @@ pub fn server_context(
             let mut context = client_checks(tls);
             context.trusted_ca = tls.ca_certificates.as_deref().map(file);
             context.crl = tls.ca_crl.as_deref().map(file);
-            common.validation_context_type = Some(common_tls_context::ValidationContextType::ValidationContext(context));
+            common.validation_context_type =
+                Some(common_tls_context::ValidationContextType::ValidationContext(context));
         }
     }
     Ok(DownstreamTlsContext {
@@ -136,12 +137,12 @@ fn resolves(index: &SecretIndex, namespace: &str, name: &str) -> Result<(), Stri
             "{name}: no client CA in namespace {namespace} (a ca.crt or cacert key in the credential's Secret, or a Secret named {})",
             name.trim_start_matches(secrets::KUBERNETES_SCHEME)
         )),
-        Err(Unresolved::Missing) => {
-            Err(format!("{name}: no Secret with a certificate and key (tls.crt/tls.key or cert/key) in namespace {namespace}"))
-        }
-        Err(Unresolved::OtherNamespace) => {
-            Err(format!("{name}: names another namespace than the gateway's ({namespace}), whose Secrets it may not read"))
-        }
+        Err(Unresolved::Missing) => Err(format!(
+            "{name}: no Secret with a certificate and key (tls.crt/tls.key or cert/key) in namespace {namespace}"
+        )),
+        Err(Unresolved::OtherNamespace) => Err(format!(
+            "{name}: names another namespace than the gateway's ({namespace}), whose Secrets it may not read"
+        )),
         Err(Unresolved::Scheme | Unresolved::KeyDenied) => Err(format!("{name}: not a Kubernetes Secret name")),
     }
 }

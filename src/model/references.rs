@@ -162,7 +162,9 @@ fn gateway_credentials(snapshot: &StoreSnapshot, problems: &mut Vec<Problem>) {
                 if material(name).and_then(|m| m.identity).is_none() {
                     report(
                         path.clone(),
-                        format!("no Secret {name:?} with a certificate and key (tls.crt and tls.key, or cert and key) in namespace {namespace}: this server is not served until there is one"),
+                        format!(
+                            "no Secret {name:?} with a certificate and key (tls.crt and tls.key, or cert and key) in namespace {namespace}: this server is not served until there is one"
+                        ),
                     );
                 }
             }
@@ -181,7 +183,9 @@ fn gateway_credentials(snapshot: &StoreSnapshot, problems: &mut Vec<Problem>) {
             if !found {
                 report(
                     path,
-                    format!("no client CA for {ca:?} in namespace {namespace} (a ca.crt or cacert key in Secret {ca:?}, or a Secret {own:?}): this server is not served until there is one"),
+                    format!(
+                        "no client CA for {ca:?} in namespace {namespace} (a ca.crt or cacert key in Secret {ca:?}, or a Secret {own:?}): this server is not served until there is one"
+                    ),
                 );
             }
         }

@@ -16,8 +16,8 @@ use serde::Serialize;
 
 use super::PushRequest;
 use super::index::{
-    DestinationRuleIndex, EndpointIndex, GatewayIndex, SecretIndex, ServiceIndex, SidecarIndex, VirtualServiceIndex, Workload,
-    WorkloadIndex,
+    DestinationRuleIndex, EndpointIndex, GatewayIndex, SecretIndex, ServiceIndex, SidecarIndex, VirtualServiceIndex,
+    Workload, WorkloadIndex,
 };
 use super::scope::{self, InboundId, InboundKey, Scope, ScopeId, ScopeInterner, ScopeKey};
 use crate::config::{ConfigKey, ConfigKind, ConfigObject, k8s};

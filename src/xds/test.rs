@@ -45,9 +45,11 @@ fn name_of(t: TypeUrl, any: &Any) -> String {
         TypeUrl::Endpoint => ClusterLoadAssignment::decode(bytes).expect("an assignment").cluster_name,
         TypeUrl::Listener => Listener::decode(bytes).expect("a listener").name,
         TypeUrl::Route => RouteConfiguration::decode(bytes).expect("a route configuration").name,
-        TypeUrl::Secret => envoy_types::pb::envoy::extensions::transport_sockets::tls::v3::Secret::decode(bytes)
-            .expect("a secret")
-            .name,
+        TypeUrl::Secret => {
+            envoy_types::pb::envoy::extensions::transport_sockets::tls::v3::Secret::decode(bytes)
+                .expect("a secret")
+                .name
+        }
     }
 }
 
@@ -68,7 +70,8 @@ fn wanted(held: &Held, t: TypeUrl) -> BTreeSet<String> {
 /// Drops what a client no longer watches: Envoy lets an assignment or a
 /// route configuration go with the cluster or listener that asked for it.
 fn forget_unwatched(held: &mut Held) {
-    let (eds, rds, sds) = (wanted(held, TypeUrl::Endpoint), wanted(held, TypeUrl::Route), wanted(held, TypeUrl::Secret));
+    let (eds, rds, sds) =
+        (wanted(held, TypeUrl::Endpoint), wanted(held, TypeUrl::Route), wanted(held, TypeUrl::Secret));
     held.retain(|(t, name), _| match t {
         TypeUrl::Endpoint => eds.contains(name),
         TypeUrl::Route => rds.contains(name),
@@ -218,10 +221,18 @@ struct Pair {
 
 impl Pair {
     async fn start() -> Pair {
+        Pair::start_for(bookinfo::productpage(), Vec::new()).await
+    }
+
+    /// Bookinfo plus `extra`, and a pair of streams for `proxy`.
+    async fn start_for(proxy: crate::model::Proxy, extra: Vec<Write>) -> Pair {
         let store = ConfigStore::new();
         let engine = PushEngine::new();
         engine.push(PushRequest::new(store.apply(bookinfo::writes()))).await;
-        let proxy = Arc::new(bookinfo::productpage());
+        if !extra.is_empty() {
+            engine.push(PushRequest::new(store.apply(extra))).await;
+        }
+        let proxy = Arc::new(proxy);
         let (sh, dh) = (engine.queue().register(proxy.clone()), engine.queue().register(proxy.clone()));
         let sotw = SotwClient {
             conn: Connection::new(sh.id, proxy.clone()),
@@ -346,4 +357,49 @@ async fn both_protocols_push_the_same_resources_for_the_same_change() {
         assert_eq!(sotw, delta, "{what}: the protocols pushed different resources");
         pair.assert_same_holdings(what);
     }
+}
+
+/// An HTTPS Gateway whose certificate is Secret `shop-cert` (made with
+/// `cert`), for the bookinfo ingress router.
+fn tls_gateway(cert: &(String, String)) -> Vec<Write> {
+    let gateway = "apiVersion: networking.istio.io/v1\nkind: Gateway\nmetadata: {name: shop, namespace: default}\nspec:\n  selector: {istio: ingressgateway}\n  servers:\n  - port: {number: 443, name: https, protocol: HTTPS}\n    hosts: [shop.example.test]\n    tls: {mode: SIMPLE, credentialName: shop-cert}\n";
+    let secret = crate::testing::certs::tls_secret("default", "shop-cert", &cert.0, &cert.1, None);
+    puts(&format!("{gateway}---\n{secret}"))
+}
+
+#[tokio::test]
+async fn both_protocols_serve_a_gateway_its_secret_and_push_only_the_secret_when_it_rotates() {
+    let (_, issuer) = crate::testing::certs::ca("test CA");
+    let first = crate::testing::certs::leaf(&issuer, &["shop.example.test"]);
+    let mut pair = Pair::start_for(bookinfo::ingress(), tls_gateway(&first)).await;
+    pair.assert_same_holdings("the initial sync");
+    let secrets: Vec<&String> = pair.sotw.held.keys().filter(|(t, _)| *t == TypeUrl::Secret).map(|(_, n)| n).collect();
+    assert_eq!(secrets, ["kubernetes://shop-cert"], "the router holds the Secret its listener names");
+
+    let rotated = crate::testing::certs::leaf(&issuer, &["shop.example.test"]);
+    let secret = crate::testing::certs::tls_secret("default", "shop-cert", &rotated.0, &rotated.1, None);
+    let (sotw, delta) = pair.change(puts(&secret)).await;
+    let only_the_secret: Delivered = [(TypeUrl::Secret, "kubernetes://shop-cert".to_string())].into();
+    assert_eq!(sotw, only_the_secret, "SotW: a rotation pushes the Secret and nothing else");
+    assert_eq!(delta, only_the_secret, "delta: a rotation pushes the Secret and nothing else");
+    pair.assert_same_holdings("the rotation");
+    let held = &pair.sotw.held[&(TypeUrl::Secret, "kubernetes://shop-cert".to_string())];
+    let secret =
+        envoy_types::pb::envoy::extensions::transport_sockets::tls::v3::Secret::decode(&held.value[..]).unwrap();
+    let Some(envoy_types::pb::envoy::extensions::transport_sockets::tls::v3::secret::Type::TlsCertificate(cert)) =
+        secret.r#type
+    else {
+        panic!("a certificate")
+    };
+    let chain = cert.certificate_chain.and_then(|d| d.specifier);
+    assert_eq!(
+        chain,
+        Some(envoy_types::pb::envoy::config::core::v3::data_source::Specifier::InlineBytes(rotated.0.into_bytes())),
+        "the rotated certificate"
+    );
+
+    // A Secret of another namespace changes nothing for this router.
+    let elsewhere = crate::testing::certs::tls_secret("other", "shop-cert", &first.0, &first.1, None);
+    let (sotw, delta) = pair.change(puts(&elsewhere)).await;
+    assert!(sotw.is_empty() && delta.is_empty(), "{sotw:?} {delta:?}");
 }

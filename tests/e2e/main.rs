@@ -22,4 +22,5 @@ mod operate;
 mod redirect;
 mod routing;
 mod scoping;
+mod tls_gateway;
 mod traffic_rules;

@@ -138,10 +138,8 @@ const CONSEQUENCES: &[(&str, &str, &str)] = &[
         "spec.subsets[].trafficPolicy.tls",
         "connections to the subset are not TLS-originated (plain text, or whatever the application sends)",
     ),
-    ("VirtualService", "spec.tls", "TLS traffic for these hosts is not routed by this rule"),
     ("Sidecar", "spec.ingress[].tls", "the inbound port does not terminate TLS"),
     ("ServiceEntry", "spec.subjectAltNames", "no effect until meshpush serves mesh mTLS"),
-    ("Gateway", "spec.servers[].tls", "the server does not terminate or pass through TLS"),
     ("Gateway", "spec.servers[].defaultEndpoint", "the server forwards by its routes only"),
 ];
 

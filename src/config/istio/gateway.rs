@@ -188,7 +188,8 @@ impl Server {
     pub fn unservable(&self) -> Option<(&'static str, String)> {
         let Some(tls) = &self.tls else {
             if self.is_tls_protocol() {
-                let reason = format!("is missing: a {} server needs TLS settings (Istio requires them too)", self.protocol());
+                let reason =
+                    format!("is missing: a {} server needs TLS settings (Istio requires them too)", self.protocol());
                 return Some(("tls", reason));
             }
             return None;
@@ -201,7 +202,10 @@ impl Server {
             );
             let files = [&tls.server_certificate, &tls.private_key, &tls.ca_certificates].iter().any(|f| f.is_some());
             if !http {
-                let reason = format!("is set on a {} server: only HTTPS and TLS servers take TLS settings (Istio refuses this too)", self.protocol());
+                let reason = format!(
+                    "is set on a {} server: only HTTPS and TLS servers take TLS settings (Istio refuses this too)",
+                    self.protocol()
+                );
                 return Some(("tls", reason));
             }
             if !passthrough || files {
@@ -213,9 +217,14 @@ impl Server {
         let mode = tls.mode.as_deref().unwrap_or("PASSTHROUGH").to_ascii_uppercase();
         let Some(mode) = self.tls_mode() else {
             let reason = if mode == "ISTIO_MUTUAL" {
-                "ISTIO_MUTUAL needs workload certificates from the mesh CA, which meshpush does not issue yet".to_string()
+                "ISTIO_MUTUAL needs workload certificates from the mesh CA, which meshpush does not issue yet"
+                    .to_string()
             } else {
-                format!("{:?} is not a TLS mode: use one of {}", tls.mode.as_deref().unwrap_or(""), SERVED_TLS_MODES.join(", "))
+                format!(
+                    "{:?} is not a TLS mode: use one of {}",
+                    tls.mode.as_deref().unwrap_or(""),
+                    SERVED_TLS_MODES.join(", ")
+                )
             };
             return Some(("tls.mode", reason));
         };
@@ -242,12 +251,18 @@ impl Server {
                 return Some(("tls", reason.to_string()));
             }
         }
-        if sources[2] && (tls.server_certificate.as_deref().unwrap_or("").is_empty() || tls.private_key.as_deref().unwrap_or("").is_empty()) {
+        if sources[2]
+            && (tls.server_certificate.as_deref().unwrap_or("").is_empty()
+                || tls.private_key.as_deref().unwrap_or("").is_empty())
+        {
             return Some(("tls", "needs both serverCertificate and privateKey".to_string()));
         }
         let from_files = sources[2] || sources[3];
         if mode.verifies_clients() && from_files && tls.ca_certificates.as_deref().unwrap_or("").is_empty() {
-            return Some(("tls.caCertificates", "is missing: MUTUAL TLS with certificate files needs the client CA bundle".to_string()));
+            return Some((
+                "tls.caCertificates",
+                "is missing: MUTUAL TLS with certificate files needs the client CA bundle".to_string(),
+            ));
         }
         None
     }
@@ -276,9 +291,7 @@ pub const CIPHER_SUITES: &[&str] = &[
 /// Whether Envoy takes `suite` in `cipher_suites`: a known name, `ALL`, or
 /// an expression (`-`, `+`, `!`, `[` …) passed on as written, as Istio does.
 pub fn is_cipher_suite(suite: &str) -> bool {
-    suite == "ALL"
-        || suite.chars().next().is_some_and(|c| !c.is_ascii_alphanumeric())
-        || CIPHER_SUITES.contains(&suite)
+    suite == "ALL" || suite.chars().next().is_some_and(|c| !c.is_ascii_alphanumeric()) || CIPHER_SUITES.contains(&suite)
 }
 
 /// The suites of `suites` Envoy takes, each once, in order (an unknown one

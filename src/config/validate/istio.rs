@@ -298,7 +298,10 @@ pub(super) fn gateway(check: &mut Checker, gateway: &Gateway) {
         } else if let Some(first) = port_names.insert(&server.port.name, i) {
             check.warning(
                 format!("{path}.port.name"),
-                format!("{:?} is also the port name of spec.servers[{first}]: Istio requires unique port names", server.port.name),
+                format!(
+                    "{:?} is also the port name of spec.servers[{first}]: Istio requires unique port names",
+                    server.port.name
+                ),
             );
         }
         if server.hosts.is_empty() {
@@ -313,7 +316,10 @@ pub(super) fn gateway(check: &mut Checker, gateway: &Gateway) {
             check.error(format!("{path}.bind"), format!("{bind:?} is not an IP address"));
         }
         if let Some((field, reason)) = server.unservable() {
-            check.warning(format!("{path}.{field}"), format!("{reason}: this server is not served; the Gateway's others are"));
+            check.warning(
+                format!("{path}.{field}"),
+                format!("{reason}: this server is not served; the Gateway's others are"),
+            );
             continue;
         }
         if let Some(tls) = &server.tls {
@@ -325,7 +331,8 @@ pub(super) fn gateway(check: &mut Checker, gateway: &Gateway) {
 /// Gateway server protocols meshpush serves: HTTP ones through the HTTP
 /// connection manager, the others (MONGO, MYSQL, REDIS as Istio: TCP)
 /// through tcp_proxy.
-const GATEWAY_PROTOCOLS: &[&str] = &["HTTP", "HTTPS", "HTTP2", "GRPC", "GRPC-WEB", "TCP", "TLS", "MONGO", "REDIS", "MYSQL"];
+const GATEWAY_PROTOCOLS: &[&str] =
+    &["HTTP", "HTTPS", "HTTP2", "GRPC", "GRPC-WEB", "TCP", "TLS", "MONGO", "REDIS", "MYSQL"];
 
 /// TLS versions as Istio names them.
 const TLS_VERSIONS: &[&str] = &["TLS_AUTO", "TLSV1_0", "TLSV1_1", "TLSV1_2", "TLSV1_3"];
@@ -334,7 +341,10 @@ const TLS_VERSIONS: &[&str] = &["TLS_AUTO", "TLSV1_0", "TLSV1_1", "TLSV1_2", "TL
 fn server_tls(check: &mut Checker, path: &str, server: &Server, tls: &ServerTls) {
     let mode = server.tls_mode().unwrap_or(TlsMode::Plain);
     if tls.https_redirect && !matches!(server.protocol().as_str(), "HTTP" | "HTTP2" | "GRPC" | "GRPC-WEB") {
-        check.warning(format!("{path}.httpsRedirect"), format!("has no effect on a {} server: it redirects plain HTTP servers only", server.protocol()));
+        check.warning(
+            format!("{path}.httpsRedirect"),
+            format!("has no effect on a {} server: it redirects plain HTTP servers only", server.protocol()),
+        );
     }
     if matches!(mode, TlsMode::Passthrough | TlsMode::AutoPassthrough) {
         let certificates = tls.credential_name.is_some()
@@ -350,24 +360,33 @@ fn server_tls(check: &mut Checker, path: &str, server: &Server, tls: &ServerTls)
     if !mode.terminates() {
         return;
     }
-    for (field, version) in [("minProtocolVersion", &tls.min_protocol_version), ("maxProtocolVersion", &tls.max_protocol_version)] {
+    for (field, version) in
+        [("minProtocolVersion", &tls.min_protocol_version), ("maxProtocolVersion", &tls.max_protocol_version)]
+    {
         if let Some(v) = version {
             check.one_of(format!("{path}.{field}"), v, TLS_VERSIONS);
         }
     }
-    let rank = |v: &Option<String>| v.as_deref().and_then(|v| TLS_VERSIONS.iter().position(|t| *t == v)).filter(|r| *r > 0);
+    let rank =
+        |v: &Option<String>| v.as_deref().and_then(|v| TLS_VERSIONS.iter().position(|t| *t == v)).filter(|r| *r > 0);
     if let (Some(min), Some(max)) = (rank(&tls.min_protocol_version), rank(&tls.max_protocol_version))
         && min > max
     {
         check.error(format!("{path}.minProtocolVersion"), "is above maxProtocolVersion: no TLS version would be left");
     }
     if matches!(tls.min_protocol_version.as_deref(), Some("TLSV1_0" | "TLSV1_1")) && tls.cipher_suites.is_empty() {
-        check.warning(format!("{path}.minProtocolVersion"), "below TLSV1_2 needs cipherSuites that those versions can use: Envoy's default ones cannot");
+        check.warning(
+            format!("{path}.minProtocolVersion"),
+            "below TLSV1_2 needs cipherSuites that those versions can use: Envoy's default ones cannot",
+        );
     }
     let mut seen = BTreeSet::new();
     for (i, suite) in tls.cipher_suites.iter().enumerate() {
         if !crate::config::istio::is_cipher_suite(suite) {
-            check.warning(format!("{path}.cipherSuites[{i}]"), format!("{suite:?} is not a cipher suite Envoy knows: ignored (as in Istio)"));
+            check.warning(
+                format!("{path}.cipherSuites[{i}]"),
+                format!("{suite:?} is not a cipher suite Envoy knows: ignored (as in Istio)"),
+            );
         } else if !seen.insert(suite) {
             check.warning(format!("{path}.cipherSuites[{i}]"), format!("{suite:?} is listed twice: ignored"));
         }
@@ -388,16 +407,25 @@ fn server_tls(check: &mut Checker, path: &str, server: &Server, tls: &ServerTls)
     }
     let from_secret = tls.credential_name.is_some() || !tls.credential_names.is_empty();
     if from_secret && tls.ca_crl.is_some() {
-        check.warning(format!("{path}.caCrl"), "is not read with credentialName: the Secret's ca.crl (or crl) is the revocation list");
+        check.warning(
+            format!("{path}.caCrl"),
+            "is not read with credentialName: the Secret's ca.crl (or crl) is the revocation list",
+        );
     }
     if from_secret && tls.ca_certificates.is_some() && mode.verifies_clients() {
         check.warning(format!("{path}.caCertificates"), "is not read with credentialName: the client CA comes from the Secret (its ca.crt or cacert, or a NAME-cacert Secret) or caCertCredentialName");
     }
     if tls.credential_names.len() > 2 {
-        check.warning(format!("{path}.credentialNames"), "lists more than 2 Secrets: Envoy serves at most one RSA and one ECDSA certificate (as Istio says)");
+        check.warning(
+            format!("{path}.credentialNames"),
+            "lists more than 2 Secrets: Envoy serves at most one RSA and one ECDSA certificate (as Istio says)",
+        );
     }
     if tls.tls_certificates.len() > 2 {
-        check.warning(format!("{path}.tlsCertificates"), "lists more than 2 certificates: Envoy serves at most one RSA and one ECDSA certificate (as Istio says)");
+        check.warning(
+            format!("{path}.tlsCertificates"),
+            "lists more than 2 certificates: Envoy serves at most one RSA and one ECDSA certificate (as Istio says)",
+        );
     }
     for (i, cert) in tls.tls_certificates.iter().enumerate() {
         if cert.server_certificate.is_empty() || cert.private_key.is_empty() {

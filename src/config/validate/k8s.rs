@@ -143,8 +143,14 @@ pub(super) fn secret(check: &mut Checker, secret: &Secret) {
     let has = |k: &str| secret.data.get(k).is_some_and(|v| !v.0.is_empty());
     for (cert, key) in [("cert", "key"), ("tls.crt", "tls.key")] {
         match (has(cert), has(key)) {
-            (true, false) => check.warning(format!("data.{cert}"), format!("is set without data.{key}: no certificate is served from this pair")),
-            (false, true) => check.warning(format!("data.{key}"), format!("is set without data.{cert}: no certificate is served from this pair")),
+            (true, false) => check.warning(
+                format!("data.{cert}"),
+                format!("is set without data.{key}: no certificate is served from this pair"),
+            ),
+            (false, true) => check.warning(
+                format!("data.{key}"),
+                format!("is set without data.{cert}: no certificate is served from this pair"),
+            ),
             (true, true) => {
                 certificates(check, &format!("data.{cert}"), &secret.data[cert].0);
                 private_key(check, &format!("data.{key}"), &secret.data[key].0);

@@ -176,7 +176,11 @@ fn gateway_rules() {
     };
     let port = "port: {number: 443, name: https, protocol: HTTPS}, hosts: [a.example.test]";
     unserved(&format!("[{{{port}}}]"), "spec.servers[0].tls", "needs TLS settings");
-    unserved(&format!("[{{{port}, tls: {{mode: ISTIO_MUTUAL}}}}]"), "spec.servers[0].tls.mode", "workload certificates");
+    unserved(
+        &format!("[{{{port}, tls: {{mode: ISTIO_MUTUAL}}}}]"),
+        "spec.servers[0].tls.mode",
+        "workload certificates",
+    );
     unserved(&format!("[{{{port}, tls: {{mode: FANCY}}}}]"), "spec.servers[0].tls.mode", "is not a TLS mode");
     unserved(&format!("[{{{port}, tls: {{mode: AUTO_PASSTHROUGH}}}}]"), "spec.servers[0].tls.mode", "TLS ports only");
     unserved(&format!("[{{{port}, tls: {{mode: SIMPLE}}}}]"), "spec.servers[0].tls", "has no certificate");
@@ -199,8 +203,9 @@ fn gateway_rules() {
     assert_eq!(findings(&served).len(), 1, "{:#?}", findings(&served));
     let passthrough = gateway(&format!("[{{{port}, tls: {{mode: PASSTHROUGH, credentialName: shop}}}}]"));
     assert!(message_at(&passthrough, "spec.servers[0].tls").contains("does not terminate"));
-    let versions =
-        gateway(&format!("[{{{port}, tls: {{mode: SIMPLE, credentialName: s, minProtocolVersion: TLSV1_3, maxProtocolVersion: TLSV1_2}}}}]"));
+    let versions = gateway(&format!(
+        "[{{{port}, tls: {{mode: SIMPLE, credentialName: s, minProtocolVersion: TLSV1_3, maxProtocolVersion: TLSV1_2}}}}]"
+    ));
     assert_eq!(error_paths(&versions), vec!["spec.servers[0].tls.minProtocolVersion"]);
     assert_eq!(
         error_paths(&gateway("[{port: {number: 0, name: http, protocol: HTTP}, hosts: []}]")),

@@ -75,6 +75,12 @@ pub(super) fn virtual_service(check: &mut Checker, vs: &VirtualService) {
     for (i, route) in spec.tls.iter().enumerate() {
         tls_route(check, &format!("spec.tls[{i}]"), route, &spec.hosts);
     }
+    if bound_to_mesh && !spec.tls.is_empty() {
+        check.warning(
+            "spec.tls",
+            "is applied on gateways only so far: sidecars' TLS traffic to these hosts is not routed by this rule yet (it goes to the host's own service)",
+        );
+    }
 }
 
 /// Whether every name `sni` matches is a name `host` matches (`a.example.com`
@@ -106,7 +112,10 @@ fn tls_route(check: &mut Checker, path: &str, route: &TlsRoute, hosts: &[String]
             if !is_wildcard_host(sni) {
                 check.error(at, format!("{sni:?} is not a host name or wildcard"));
             } else if !hosts.iter().any(|h| within(sni, h)) {
-                check.error(at, format!("{sni:?} is not one of the VirtualService's hosts: Istio requires sniHosts within them"));
+                check.error(
+                    at,
+                    format!("{sni:?} is not one of the VirtualService's hosts: Istio requires sniHosts within them"),
+                );
             }
         }
         if let Some(port) = condition.port {
@@ -114,7 +123,10 @@ fn tls_route(check: &mut Checker, path: &str, route: &TlsRoute, hosts: &[String]
         }
         for (i, subnet) in condition.destination_subnets.iter().enumerate() {
             if !is_ip_or_cidr(subnet) {
-                check.error(format!("{mpath}.destinationSubnets[{i}]"), format!("{subnet:?} is not an IP address or CIDR block"));
+                check.error(
+                    format!("{mpath}.destinationSubnets[{i}]"),
+                    format!("{subnet:?} is not an IP address or CIDR block"),
+                );
             }
         }
         for (g, gateway) in condition.gateways.iter().enumerate() {

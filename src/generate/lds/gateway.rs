@@ -28,12 +28,12 @@ use envoy_types::pb::envoy::config::listener::v3::{
 use envoy_types::pb::envoy::extensions::filters::listener::tls_inspector::v3::TlsInspector;
 
 use super::{http_connection_manager, rds, tcp_proxy};
+use crate::config::istio::TlsMode;
 use crate::generate::gateway::{self, GatewayPort, PortKind};
 use crate::generate::route::{Backends, RouteTarget};
 use crate::generate::{naming, proto, tls};
 use crate::push::index::{GatewayServer, ResolvedGateway};
 use crate::push::{PushContext, Scope};
-use crate::config::istio::TlsMode;
 
 /// The listener filter that reads SNI and ALPN.
 pub const TLS_INSPECTOR: &str = "envoy.filters.listener.tls_inspector";
@@ -41,7 +41,8 @@ pub const TLS_INSPECTOR: &str = "envoy.filters.listener.tls_inspector";
 /// The ALPNs of Istio's mutual TLS between proxies: an AUTO_PASSTHROUGH
 /// chain takes only connections that offer one (Istio's `allIstioMtlsALPNs`),
 /// so that nothing reaches a cluster through it without mesh mTLS.
-pub const ISTIO_MTLS_ALPNS: [&str; 5] = ["istio", "istio-peer-exchange", "istio-http/1.0", "istio-http/1.1", "istio-h2"];
+pub const ISTIO_MTLS_ALPNS: [&str; 5] =
+    ["istio", "istio-peer-exchange", "istio-http/1.0", "istio-http/1.1", "istio-h2"];
 
 /// Every listener of a router scope.
 pub fn listeners(ctx: &PushContext, scope: &Scope) -> Vec<Listener> {

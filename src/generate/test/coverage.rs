@@ -24,10 +24,10 @@ use std::path::Path;
 use serde_yaml_ng::{Mapping, Value};
 
 use super::*;
-use crate::generate::sds;
 use crate::config::Problem;
 use crate::config::istio::api;
 use crate::config::parse::parse_documents;
+use crate::generate::sds;
 use crate::model::{Locality, check_references};
 use crate::push::scope::endpoint_view;
 

@@ -169,7 +169,8 @@ mod tests {
         let (bank_ca, _) = certs::ca("bank CA");
         let (cert, key) = certs::leaf(&issuer, &["shop.example.test"]);
         let (bank, bank_key) = certs::leaf(&issuer, &["bank.example.test"]);
-        let block = |k: &str, v: &str| format!("  {k}: |\n{}", v.lines().map(|l| format!("    {l}\n")).collect::<String>());
+        let block =
+            |k: &str, v: &str| format!("  {k}: |\n{}", v.lines().map(|l| format!("    {l}\n")).collect::<String>());
         let yaml = format!(
             "{}---\napiVersion: v1\nkind: Secret\nmetadata: {{name: bank, namespace: istio-system}}\nstringData:\n{}{}---\napiVersion: v1\nkind: Secret\nmetadata: {{name: bank-cacert, namespace: istio-system}}\nstringData:\n{}",
             certs::tls_secret("istio-system", "shop", &cert, &key, Some(&ca)),
@@ -195,7 +196,10 @@ mod tests {
         assert_eq!(idx.resolve(ns, Reader::Router, "kubernetes://bank-cacert"), ca(&bank_ca), "the -cacert Secret");
         assert_eq!(idx.resolve(ns, Reader::Router, "kubernetes://bank"), identity(&bank, &bank_key));
         assert_eq!(idx.resolve("default", Reader::Router, "kubernetes://shop"), Err(Unresolved::Missing));
-        assert_eq!(idx.resolve("default", Reader::Router, "kubernetes://istio-system/shop"), Err(Unresolved::OtherNamespace));
+        assert_eq!(
+            idx.resolve("default", Reader::Router, "kubernetes://istio-system/shop"),
+            Err(Unresolved::OtherNamespace)
+        );
         assert_eq!(idx.resolve(ns, Reader::Sidecar, "kubernetes://shop"), Err(Unresolved::KeyDenied));
         assert_eq!(idx.resolve(ns, Reader::Sidecar, "kubernetes://shop-cacert"), ca(&shop_ca));
         assert_eq!(idx.resolve(ns, Reader::Router, "file-cert:/etc/x"), Err(Unresolved::Scheme));

@@ -293,7 +293,7 @@ impl Connection {
                 sent.explicit_ever = true;
             }
         }
-        if matches!(t, TypeUrl::Endpoint | TypeUrl::Route) {
+        if !t.is_wildcard_type() {
             sent.rewatch(&previous, &w.names);
         }
         if reconnect {

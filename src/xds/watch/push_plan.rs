@@ -87,6 +87,10 @@ mod tests {
             "changed clusters owe their assignments"
         );
         assert_eq!(types(&plan(&routing, true, |_| true)), TypeUrl::PUSH_ORDER.to_vec(), "moved: all");
-        assert_eq!(types(&plan(&routing, true, |t| t != Listener && t != Secret)), vec![Cluster, Endpoint, Route], "unwatched");
+        assert_eq!(
+            types(&plan(&routing, true, |t| t != Listener && t != Secret)),
+            vec![Cluster, Endpoint, Route],
+            "unwatched"
+        );
     }
 }
