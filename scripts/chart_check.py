@@ -108,7 +108,8 @@ def check_objects(variant, values, objects):
             fail(f"{variant}: ClusterRole grants {rule.get('verbs')} (read only: {READ})")
         for group in rule.get("apiGroups", []):
             grants.setdefault(group, set()).update(rule.get("resources", []))
-    core = {"services", "pods", "nodes"} | ({"namespaces"} if values.get("discoverySelectors") else set())
+    # Secrets: the certificates Gateways and DestinationRules name.
+    core = {"services", "pods", "nodes", "secrets"} | ({"namespaces"} if values.get("discoverySelectors") else set())
     expected = {"": core, "discovery.k8s.io": {"endpointslices"}, "networking.istio.io": set(ISTIO_KINDS)}
     if grants != expected:
         fail(f"{variant}: ClusterRole grants {grants}, expected exactly {expected}")

@@ -30,7 +30,7 @@ use envoy_types::pb::envoy::extensions::filters::network::http_connection_manage
     HttpConnectionManager, http_connection_manager::RouteSpecifier,
 };
 use envoy_types::pb::envoy::extensions::transport_sockets::tls::v3::{
-    DownstreamTlsContext, Secret, common_tls_context, secret,
+    DownstreamTlsContext, Secret, UpstreamTlsContext, common_tls_context, secret,
 };
 use envoy_types::pb::envoy::service::discovery::v3::{DiscoveryRequest, DiscoveryResponse};
 use envoy_types::pb::google::protobuf::Any;
@@ -129,7 +129,7 @@ pub fn config_dump(ads: &AdsService, proxy: &Arc<Proxy>) -> Value {
     let eds = fetch(ads, &mut conn, TypeUrl::Endpoint, eds_names(&clusters));
     let routes = messages::<RouteConfiguration>(&rds);
     let assignments = messages::<ClusterLoadAssignment>(&eds);
-    let sds = fetch(ads, &mut conn, TypeUrl::Secret, sds_names(&listeners));
+    let sds = fetch(ads, &mut conn, TypeUrl::Secret, sds_names(&listeners, &clusters));
     let secrets = messages::<Secret>(&sds);
 
     let clusters_dump = json!({
@@ -204,18 +204,22 @@ fn prost_types_any(secret: &Secret) -> Any {
     Any { type_url: Secret::type_url(), value: secret.encode_to_vec() }
 }
 
-/// SDS names the listeners' TLS chains ask for over ADS.
-fn sds_names(listeners: &[(Listener, &Any)]) -> Vec<String> {
-    let mut names: Vec<String> = listeners
+/// SDS names the listeners' TLS chains and the clusters' TLS ask for over ADS.
+fn sds_names(listeners: &[(Listener, &Any)], clusters: &[(Cluster, &Any)]) -> Vec<String> {
+    let typed = |socket: Option<&envoy_types::pb::envoy::config::core::v3::TransportSocket>| {
+        socket?.config_type.as_ref().map(|transport_socket::ConfigType::TypedConfig(any)| any.value.clone())
+    };
+    let downstream = listeners
         .iter()
         .flat_map(|(l, _)| l.filter_chains.iter().chain(l.default_filter_chain.as_ref()))
-        .filter_map(|fc| match &fc.transport_socket.as_ref()?.config_type {
-            Some(transport_socket::ConfigType::TypedConfig(any)) => {
-                DownstreamTlsContext::decode(any.value.as_slice()).ok()
-            }
-            None => None,
-        })
-        .filter_map(|context| context.common_tls_context)
+        .filter_map(|fc| typed(fc.transport_socket.as_ref()))
+        .filter_map(|bytes| DownstreamTlsContext::decode(bytes.as_slice()).ok()?.common_tls_context);
+    let upstream = clusters
+        .iter()
+        .filter_map(|(c, _)| typed(c.transport_socket.as_ref()))
+        .filter_map(|bytes| UpstreamTlsContext::decode(bytes.as_slice()).ok()?.common_tls_context);
+    let mut names: Vec<String> = downstream
+        .chain(upstream)
         .flat_map(|common| {
             let mut out: Vec<String> = common.tls_certificate_sds_secret_configs.into_iter().map(|s| s.name).collect();
             match common.validation_context_type {

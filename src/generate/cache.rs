@@ -250,7 +250,16 @@ impl ScopedCache {
         let key = (Arc::from(namespace), reader, Arc::from(name));
         let cell = self.cell(ctx, |m| &m.secrets, |m| &mut m.secrets, key);
         cell.get_or_init(|| {
-            let secret = crate::generate::sds::secret(ctx, namespace, reader, name)?;
+            let Some(secret) = crate::generate::sds::secret(ctx, namespace, reader, name) else {
+                // Gateway servers without their Secret are left out; what
+                // remains is a DestinationRule's credentialName.
+                tracing::warn!(
+                    namespace,
+                    secret = name,
+                    "TLS origination names a Secret this namespace does not have (or may not read): connections wait for it, then fail"
+                );
+                return None;
+            };
             CacheStats::count(&self.stats.generations, TypeUrl::Secret, 1);
             Some(Arc::new(self.encode(TypeUrl::Secret, name.into(), &secret)))
         })

@@ -24,7 +24,7 @@ use envoy_types::pb::envoy::config::cluster::v3::{
 };
 use envoy_types::pb::envoy::config::core::v3::{
     Http1ProtocolOptions, Http2ProtocolOptions, HttpProtocolOptions as CoreHttpProtocolOptions, KeepaliveSettings,
-    RuntimeDouble, TcpKeepalive,
+    RuntimeDouble, TcpKeepalive, UpstreamHttpProtocolOptions,
 };
 use envoy_types::pb::envoy::config::endpoint::v3::{
     ClusterLoadAssignment, Endpoint as EnvoyEndpoint, LbEndpoint, LocalityLbEndpoints, lb_endpoint::HostIdentifier,
@@ -38,7 +38,7 @@ use envoy_types::pb::envoy::extensions::upstreams::http::v3::{
 use envoy_types::pb::envoy::r#type::v3::Percent;
 
 use super::policy::{self, DestinationPolicy};
-use super::{eds, gateway, naming, proto};
+use super::{eds, gateway, naming, proto, tls};
 use crate::config::istio::{
     ConnectionPoolSettings, DestinationRuleSpec, LoadBalancerSettings, TcpSettings, TrafficPolicy,
 };
@@ -74,6 +74,32 @@ pub fn clusters(ctx: &PushContext, scope: &Scope) -> Vec<Cluster> {
     out.push(passthrough());
     out.sort_by(|a, b| a.name.cmp(&b.name));
     out.dedup_by(|a, b| a.name == b.name);
+    out
+}
+
+/// The SDS names the clusters of `scope` refer to: the Secrets a router's
+/// DestinationRules name for TLS origination (`credentialName`). Sidecars
+/// read none (Istio originates no TLS from a Secret there).
+pub fn secret_names(ctx: &PushContext, scope: &Scope) -> Vec<String> {
+    if scope.key.kind != ProxyKind::Router {
+        return Vec::new();
+    }
+    let mut out = Vec::new();
+    for svc in scope.services.iter().filter(|s| !s.is_alias()) {
+        let Some(rule) = ctx.destination_rules.for_host(&scope.key.namespace, &svc.namespace, &svc.hostname) else {
+            continue;
+        };
+        let subsets =
+            std::iter::once("").chain(rule.spec.subsets.iter().map(|s| s.name.as_str()).filter(|n| !n.is_empty()));
+        for subset in subsets {
+            for port in &svc.ports {
+                let policy = policy::from_rule(Some(&rule.spec), subset, Some(port.port));
+                if let Some(t) = &policy.traffic.tls {
+                    out.extend(tls::upstream_secret_names(t, true));
+                }
+            }
+        }
+    }
     out
 }
 
@@ -165,7 +191,12 @@ fn outbound(
         }
         set_load_balancer(&mut cluster, lb);
     }
-    set_http_options(&mut cluster, port.protocol, traffic.connection_pool.as_ref());
+    let pool = traffic.connection_pool.as_ref();
+    let origination =
+        traffic.tls.as_ref().and_then(|t| tls::upstream_context(t, router, speaks_http2(port.protocol, pool)));
+    let auto = origination.as_ref().map(|o| (o.auto_sni, o.auto_san_validation));
+    set_http_options(&mut cluster, port.protocol, pool, auto.unwrap_or_default());
+    cluster.transport_socket = origination.map(|o| o.socket);
     set_tcp_keepalive(&mut cluster, traffic.connection_pool.as_ref().and_then(|p| p.tcp.as_ref()));
     if let Some(od) = &traffic.outlier_detection {
         // Istio stops the panic mode below `minHealthPercent` (0 unless set):
@@ -214,7 +245,7 @@ fn inbound(port: &InboundPort) -> Cluster {
         }
         p
     });
-    set_http_options(&mut cluster, port.protocol, pool.as_ref());
+    set_http_options(&mut cluster, port.protocol, pool.as_ref(), (false, false));
     set_tcp_keepalive(&mut cluster, port.pool.as_ref().and_then(|p| p.tcp.as_ref()));
     cluster
 }
@@ -352,15 +383,32 @@ fn circuit_breakers(traffic: &TrafficPolicy) -> CircuitBreakers {
 /// protocol with `useClientProtocol`; with the pool's idle timeout (HTTP,
 /// else TCP), requests per connection, connection lifetime, and for HTTP/2
 /// its concurrent streams and keepalive. TCP ports get no HTTP options.
-fn set_http_options(cluster: &mut Cluster, protocol: Protocol, pool: Option<&ConnectionPoolSettings>) {
+/// Whether a cluster of a port of `protocol` speaks HTTP/2 upstream.
+fn speaks_http2(protocol: Protocol, pool: Option<&ConnectionPoolSettings>) -> bool {
+    let http = pool.and_then(|p| p.http.as_ref());
+    let use_client_protocol = http.and_then(|h| h.use_client_protocol) == Some(true);
+    let upgrade = protocol == Protocol::Http && http.and_then(|h| h.h2_upgrade_policy.as_deref()) == Some("UPGRADE");
+    !use_client_protocol && (matches!(protocol, Protocol::Http2 | Protocol::Grpc) || upgrade)
+}
+
+/// The cluster's HTTP protocol options. `(auto_sni, auto_san_validation)`:
+/// the cluster originates TLS with the request's host as SNI (and checks
+/// the server's certificate names it), as Istio sets for any port's
+/// cluster, since HTTP routes may send to a TLS port's cluster.
+fn set_http_options(
+    cluster: &mut Cluster,
+    protocol: Protocol,
+    pool: Option<&ConnectionPoolSettings>,
+    (auto_sni, auto_san_validation): (bool, bool),
+) {
     let http = pool.and_then(|p| p.http.as_ref());
     let tcp = pool.and_then(|p| p.tcp.as_ref());
-    if !matches!(protocol, Protocol::Http | Protocol::Http2 | Protocol::Grpc) {
+    let auto = auto_sni || auto_san_validation;
+    if !matches!(protocol, Protocol::Http | Protocol::Http2 | Protocol::Grpc) && !auto {
         return;
     }
     let use_client_protocol = http.and_then(|h| h.use_client_protocol) == Some(true);
-    let upgrade = protocol == Protocol::Http && http.and_then(|h| h.h2_upgrade_policy.as_deref()) == Some("UPGRADE");
-    let http2 = matches!(protocol, Protocol::Http2 | Protocol::Grpc) || upgrade;
+    let http2 = speaks_http2(protocol, pool);
     let common = CoreHttpProtocolOptions {
         idle_timeout: http.and_then(|h| h.idle_timeout).or(tcp.and_then(|t| t.idle_timeout)).map(|d| d.to_proto()),
         max_requests_per_connection: http
@@ -393,7 +441,7 @@ fn set_http_options(cluster: &mut Cluster, protocol: Protocol, pool: Option<&Con
         UpstreamProtocolOptions::ExplicitHttpConfig(ExplicitHttpConfig {
             protocol_config: Some(ProtocolConfig::Http2ProtocolOptions(http2_options())),
         })
-    } else if has_common {
+    } else if has_common || auto {
         // Envoy requires an upstream protocol whenever the options are set.
         UpstreamProtocolOptions::ExplicitHttpConfig(ExplicitHttpConfig {
             protocol_config: Some(ProtocolConfig::HttpProtocolOptions(Http1ProtocolOptions::default())),
@@ -403,6 +451,11 @@ fn set_http_options(cluster: &mut Cluster, protocol: Protocol, pool: Option<&Con
     };
     let options = HttpProtocolOptions {
         common_http_protocol_options: has_common.then_some(common),
+        upstream_http_protocol_options: auto.then_some(UpstreamHttpProtocolOptions {
+            auto_sni,
+            auto_san_validation,
+            ..Default::default()
+        }),
         upstream_protocol_options: Some(upstream),
         ..Default::default()
     };

@@ -146,6 +146,18 @@ fn bound_listener(ctx: &PushContext, scope: &Scope, port: &OutboundPort<'_>) -> 
     let bind = port.egress.bind.as_deref().unwrap_or(naming::LOCALHOST);
     let name_ip = if bind == naming::LOCALHOST { naming::WILDCARD_ADDRESS } else { bind };
     let name = naming::listener(name_ip, port.port);
+    if !port.is_http() && is_tls_port(port) {
+        // SNI tells the services of a TLS port apart, bound or not.
+        let chains = tls_port_chains(ctx, scope, port, false);
+        return Listener {
+            name,
+            address: Some(proto::socket_address(bind, port.port)),
+            listener_filters: vec![gateway::tls_inspector()],
+            filter_chains: chains,
+            traffic_direction: TrafficDirection::Outbound as i32,
+            ..Default::default()
+        };
+    }
     let filter = if port.is_http() {
         http_connection_manager(format!("outbound_{name}"), rds(naming::sidecar_route(port.port)))
     } else {
@@ -175,6 +187,17 @@ fn bound_listener(ctx: &PushContext, scope: &Scope, port: &OutboundPort<'_>) -> 
 fn redirected_listener(ctx: &PushContext, scope: &Scope, port: &OutboundPort<'_>) -> Listener {
     let bind = port.egress.bind.as_deref().unwrap_or(naming::WILDCARD_ADDRESS);
     let name = naming::listener(bind, port.port);
+    if !port.is_http() && is_tls_port(port) {
+        return Listener {
+            name,
+            address: Some(proto::socket_address(bind, port.port)),
+            listener_filters: vec![gateway::tls_inspector()],
+            filter_chains: tls_port_chains(ctx, scope, port, true),
+            bind_to_port: Some(proto::bool_value(false)),
+            traffic_direction: TrafficDirection::Outbound as i32,
+            ..Default::default()
+        };
+    }
     let mut chains = Vec::new();
     let mut claimed: Vec<String> = Vec::new();
     for svc in &port.tcp {
@@ -209,6 +232,87 @@ fn redirected_listener(ctx: &PushContext, scope: &Scope, port: &OutboundPort<'_>
         traffic_direction: TrafficDirection::Outbound as i32,
         ..Default::default()
     }
+}
+
+/// Whether a non-HTTP port carries TLS (Istio's `HTTPS` and `TLS` ports):
+/// its services are told apart by SNI.
+fn is_tls_port(port: &OutboundPort<'_>) -> bool {
+    port.tcp.iter().any(|s| s.port(port.port).is_some_and(|p| p.protocol == crate::model::Protocol::Tls))
+}
+
+/// The chains of a sidecar's TLS port, as Istio builds them
+/// (`buildSidecarOutboundTLSFilterChainOpts`): a chain per match of a
+/// VirtualService `tls:` route that applies (its `sniHosts`, and its
+/// `destinationSubnets` or the service's virtual IP); for a service no TLS
+/// route matched, a chain by its virtual IP (`by_address`: redirected
+/// traffic has its original destination) or, without one, by its host
+/// name as SNI; then a catch-all for SNI no chain takes, as the outbound
+/// traffic policy says (`PassthroughCluster`, or `BlackHoleCluster` under
+/// `REGISTRY_ONLY`).
+fn tls_port_chains(ctx: &PushContext, scope: &Scope, port: &OutboundPort<'_>, by_address: bool) -> Vec<FilterChain> {
+    let target = RouteTarget::new(ctx, scope, port.port, MESH_GATEWAY);
+    let mut chains: Vec<FilterChain> = Vec::new();
+    // Matches already given to a chain: Envoy refuses a listener with two equal ones.
+    let mut claimed: Vec<(Vec<String>, Vec<String>)> = Vec::new();
+    let mut push =
+        |chains: &mut Vec<FilterChain>, name: String, sni: Vec<String>, ranges: Vec<String>, filter: Filter| {
+            let key = (sni.clone(), ranges.clone());
+            if claimed.contains(&key) {
+                return;
+            }
+            claimed.push(key);
+            chains.push(FilterChain {
+                name,
+                filter_chain_match: Some(FilterChainMatch {
+                    server_names: sni,
+                    prefix_ranges: ranges.iter().filter_map(|r| proto::cidr_range(r)).collect(),
+                    ..Default::default()
+                }),
+                filters: vec![filter],
+                ..Default::default()
+            });
+        };
+    for svc in &port.tcp {
+        let cluster = naming::outbound_cluster(port.port, "", &svc.hostname);
+        let vip: Vec<String> = if by_address && !svc.is_headless() {
+            svc.addresses.iter().filter(|a| proto::cidr_range(a).is_some()).map(|a| a.to_string()).collect()
+        } else {
+            Vec::new()
+        };
+        let mut matched = false;
+        if let Some(vs) = ctx.virtual_services.for_host(MESH_GATEWAY, &scope.key.namespace, &svc.hostname) {
+            for (m, backends) in target.tls_matches(vs) {
+                let mut sni: Vec<String> = m.sni_hosts.iter().map(|h| h.to_ascii_lowercase()).collect();
+                sni.sort();
+                sni.dedup();
+                let ranges = if by_address && !m.destination_subnets.is_empty() {
+                    m.destination_subnets.clone()
+                } else {
+                    vip.clone()
+                };
+                matched = true;
+                push(
+                    &mut chains,
+                    format!("{cluster}-tls-{}", sni.join(",")),
+                    sni,
+                    ranges,
+                    tcp_proxy(&cluster, backends),
+                );
+            }
+        }
+        if matched {
+            continue;
+        }
+        let sni = if vip.is_empty() { vec![svc.hostname.to_string()] } else { Vec::new() };
+        push(&mut chains, cluster.clone(), sni, vip, tcp_proxy(&cluster, Backends::Single(cluster.clone())));
+    }
+    let fallthrough = naming::unknown_destination_cluster(&scope.outbound_policy);
+    chains.push(FilterChain {
+        name: "default".to_string(),
+        filters: vec![tcp_proxy(&fallthrough, Backends::Single(fallthrough.clone()))],
+        ..Default::default()
+    });
+    chains
 }
 
 /// The IP addresses of the endpoints of `svc` that serve `port`, sorted.

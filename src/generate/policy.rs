@@ -38,8 +38,8 @@ pub fn for_destination(
 
 /// The policy of `subset` (empty: the whole service) on `port`, as Istio's
 /// `MergeSubsetTrafficPolicy` computes it: a policy's `portLevelSettings`
-/// entry for the port replaces its load balancer, connection pool and
-/// outlier detection wholesale (fields it leaves out take their defaults);
+/// entry for the port replaces its load balancer, connection pool, outlier
+/// detection and TLS wholesale (fields it leaves out take their defaults);
 /// then the subset's policy is laid over the rule's field by field — or
 /// wholesale, when the subset has settings for the port.
 pub fn from_rule(rule: Option<&DestinationRuleSpec>, subset: &str, port: Option<u32>) -> DestinationPolicy {
@@ -67,6 +67,9 @@ pub fn from_rule(rule: Option<&DestinationRuleSpec>, subset: &str, port: Option<
         if over.retry_budget.is_some() {
             traffic.retry_budget = over.retry_budget;
         }
+        if over.tls.is_some() || port_level {
+            traffic.tls = over.tls;
+        }
     }
     DestinationPolicy { traffic, labels: found.labels.clone(), subset_found: true }
 }
@@ -82,6 +85,7 @@ fn at_port(policy: Option<&TrafficPolicy>, port: Option<u32>) -> (TrafficPolicy,
                 load_balancer: entry.load_balancer.clone(),
                 connection_pool: entry.connection_pool.clone(),
                 outlier_detection: entry.outlier_detection.clone(),
+                tls: entry.tls.clone(),
                 ..Default::default()
             },
             true,

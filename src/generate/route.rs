@@ -169,11 +169,17 @@ impl<'a> RouteTarget<'a> {
     /// The TLS routes of `vs` that apply here, one entry per match that
     /// applies, in order: the SNI hosts it takes and where they go.
     pub fn tls_routes<'v>(&self, vs: &'v ResolvedVirtualService) -> Vec<(&'v [String], Backends)> {
+        self.tls_matches(vs).into_iter().map(|(m, backends)| (m.sni_hosts.as_slice(), backends)).collect()
+    }
+
+    /// The TLS route matches of `vs` that apply here, in order, with where
+    /// each sends its connections.
+    pub fn tls_matches<'v>(&self, vs: &'v ResolvedVirtualService) -> Vec<(&'v TlsMatchAttributes, Backends)> {
         let mut out = Vec::new();
         for route in &vs.spec().tls {
             for m in route.matches.iter().filter(|m| self.applies(vs, &tls_conditions(m))) {
                 if let Some(backends) = self.backends(vs, route.route.iter().map(|d| (&d.destination, d.weight))) {
-                    out.push((m.sni_hosts.as_slice(), backends));
+                    out.push((m, backends));
                 }
             }
         }

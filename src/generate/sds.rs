@@ -2,7 +2,8 @@
 //!
 //! A router's set is every SDS name its served TLS chains refer to
 //! (`kubernetes://NAME`, and `kubernetes://NAME-cacert` for a server that
-//! checks client certificates) that resolves for it: Istio's rule, a
+//! checks client certificates), and those its clusters' TLS origination
+//! refers to (a DestinationRule's `credentialName`), that resolve for it: Istio's rule, a
 //! gateway reads the Secrets of its own namespace (`push::index::secrets`).
 //! A Secret is sent inline: the certificate chain and key as
 //! `tls_certificate`, a CA as `validation_context` (with its CRL).
@@ -19,22 +20,24 @@ use envoy_types::pb::envoy::extensions::transport_sockets::tls::v3::{
     CertificateValidationContext, Secret, TlsCertificate, secret,
 };
 
-use super::{gateway, tls};
+use super::{cds, gateway, tls};
 use crate::model::ProxyKind;
 use crate::push::index::secrets::{Reader, Resolved};
 use crate::push::{PushContext, Scope};
 
-/// The SDS names `scope`'s listeners refer to, sorted.
+/// The SDS names `scope`'s listeners and clusters refer to, sorted.
 pub fn secret_names(ctx: &PushContext, scope: &Scope) -> BTreeSet<String> {
     if scope.key.kind != ProxyKind::Router {
         return BTreeSet::new();
     }
-    gateway::gateway_ports(ctx, scope)
+    let mut out: BTreeSet<String> = gateway::gateway_ports(ctx, scope)
         .iter()
         .filter(|p| p.kind == gateway::PortKind::Tls)
         .flat_map(|p| p.servers.iter())
         .flat_map(|(_, server)| tls::secret_names(server))
-        .collect()
+        .collect();
+    out.extend(cds::secret_names(ctx, scope));
+    out
 }
 
 /// Who reads a scope's Secrets.

@@ -1,7 +1,9 @@
-//! TLS contexts for gateway servers that terminate TLS, as Istio builds them
-//! (`BuildListenerTLSContext`): certificates from Secrets over SDS on the ADS
-//! stream, or from files on the router; client certificate checks for
-//! MUTUAL and OPTIONAL_MUTUAL; the server's TLS versions and cipher suites.
+//! TLS contexts, as Istio builds them: downstream for gateway servers that
+//! terminate TLS (`BuildListenerTLSContext`: certificates from Secrets over
+//! SDS on the ADS stream, or from files on the router; client certificate
+//! checks for MUTUAL and OPTIONAL_MUTUAL; the server's TLS versions and
+//! cipher suites), upstream for clusters a DestinationRule's `tls`
+//! originates TLS to (`constructUpstreamTLS`).
 //!
 //! Invariant: a context is built only when every Secret it names resolves
 //! for the router ([`SecretIndex::resolve`]); otherwise the reason is
@@ -195,4 +197,134 @@ fn sds(name: String) -> SdsSecretConfig {
 
 fn file(path: &str) -> DataSource {
     DataSource { specifier: Some(data_source::Specifier::Filename(path.to_string())), ..Default::default() }
+}
+
+/// The CA bundle of the proxy's system (Debian's and Ubuntu's path, the one
+/// Istio's proxy image has): what SIMPLE TLS checks a server against when
+/// the rule names no CA, as Istio's agent serves it (`file-root:system`).
+/// Envoy's own `system_root_certs` is not implemented.
+pub const SYSTEM_CA_BUNDLE: &str = "/etc/ssl/certs/ca-certificates.crt";
+
+/// What a DestinationRule's `tls` makes of a cluster: its TLS transport
+/// socket, and whether Envoy takes the SNI (and the name checked against
+/// the server's certificate) from each request's host.
+#[derive(Debug, Clone, PartialEq)]
+pub struct UpstreamTls {
+    /// The `envoy.transport_sockets.tls` socket.
+    pub socket: TransportSocket,
+    /// No `sni` given: the request's host is the SNI (Istio's auto SNI).
+    pub auto_sni: bool,
+    /// No `sni` and no `subjectAltNames`: the certificate must name the
+    /// request's host (Istio's auto SAN validation).
+    pub auto_san_validation: bool,
+}
+
+/// The TLS a cluster originates, as Istio builds it (`constructUpstreamTLS`):
+/// SIMPLE checks the server against `caCertificates`, a Secret's CA
+/// (`credentialName`) or the system's CAs, unless `insecureSkipVerify`;
+/// MUTUAL also presents the client certificate (files, or the Secret's).
+/// `None` for DISABLE, for ISTIO_MUTUAL (workload certificates, which
+/// meshpush does not issue yet: validation reports it), and for a
+/// `credentialName` on a sidecar (Istio reads Secrets for gateways only and
+/// originates nothing there; validation reports that too). `http2`: the
+/// cluster speaks HTTP/2 upstream, so ALPN offers `h2` only.
+pub fn upstream_context(tls: &crate::config::istio::ClientTls, router: bool, http2: bool) -> Option<UpstreamTls> {
+    use envoy_types::pb::envoy::extensions::transport_sockets::tls::v3::UpstreamTlsContext;
+    let mode = tls.mode.as_deref().unwrap_or("DISABLE").to_ascii_uppercase();
+    let mutual = match mode.as_str() {
+        "SIMPLE" => false,
+        "MUTUAL" => true,
+        _ => return None,
+    };
+    let credential = tls.credential_name.as_deref().filter(|n| !n.is_empty());
+    if credential.is_some() && !router {
+        return None;
+    }
+    let insecure = tls.insecure_skip_verify == Some(true);
+    let mut common = CommonTlsContext {
+        tls_params: Some(TlsParameters {
+            tls_minimum_protocol_version: TlsProtocol::TlSv12 as i32,
+            tls_maximum_protocol_version: TlsProtocol::TlSv13 as i32,
+            ..Default::default()
+        }),
+        alpn_protocols: if http2 { vec!["h2".to_string()] } else { Vec::new() },
+        ..Default::default()
+    };
+    let checks = || {
+        #[allow(deprecated)]
+        CertificateValidationContext {
+            match_subject_alt_names: tls
+                .subject_alt_names
+                .iter()
+                .map(|san| StringMatcher {
+                    match_pattern: Some(string_matcher::MatchPattern::Exact(san.clone())),
+                    ..Default::default()
+                })
+                .collect(),
+            ..Default::default()
+        }
+    };
+    match credential {
+        Some(name) => {
+            if mutual {
+                common.tls_certificate_sds_secret_configs.push(sds(secrets::resource_name(name)));
+            }
+            if !insecure {
+                common.validation_context_type =
+                    Some(common_tls_context::ValidationContextType::CombinedValidationContext(
+                        common_tls_context::CombinedCertificateValidationContext {
+                            default_validation_context: Some(checks()),
+                            validation_context_sds_secret_config: Some(sds(secrets::ca_resource_name(name))),
+                            ..Default::default()
+                        },
+                    ));
+            }
+        }
+        None => {
+            if mutual {
+                common.tls_certificates.push(TlsCertificate {
+                    certificate_chain: tls.client_certificate.as_deref().map(file),
+                    private_key: tls.private_key.as_deref().map(file),
+                    ..Default::default()
+                });
+            }
+            let context = if insecure {
+                CertificateValidationContext::default()
+            } else {
+                let mut context = checks();
+                match tls.ca_certificates.as_deref().filter(|c| !c.is_empty()) {
+                    Some(ca) => context.trusted_ca = Some(file(ca)),
+                    None => context.trusted_ca = Some(file(SYSTEM_CA_BUNDLE)),
+                }
+                context.crl = tls.ca_crl.as_deref().map(file);
+                context
+            };
+            common.validation_context_type =
+                Some(common_tls_context::ValidationContextType::ValidationContext(context));
+        }
+    }
+    let sni = tls.sni.clone().unwrap_or_default();
+    let context = UpstreamTlsContext { common_tls_context: Some(common), sni: sni.clone(), ..Default::default() };
+    Some(UpstreamTls {
+        socket: TransportSocket {
+            name: TLS_TRANSPORT_SOCKET.to_string(),
+            config_type: Some(transport_socket::ConfigType::TypedConfig(proto::any(&context))),
+        },
+        auto_sni: sni.is_empty(),
+        auto_san_validation: sni.is_empty() && tls.subject_alt_names.is_empty() && !insecure,
+    })
+}
+
+/// The SDS names a cluster's TLS refers to (a router's `credentialName`).
+pub fn upstream_secret_names(tls: &crate::config::istio::ClientTls, router: bool) -> Vec<String> {
+    let Some(name) = tls.credential_name.as_deref().filter(|n| !n.is_empty() && router) else { return Vec::new() };
+    let mode = tls.mode.as_deref().unwrap_or("").to_ascii_uppercase();
+    let mut out = Vec::new();
+    if mode == "MUTUAL" {
+        out.push(secrets::resource_name(name));
+    }
+    if matches!(mode.as_str(), "SIMPLE" | "MUTUAL") && tls.insecure_skip_verify != Some(true) {
+        out.push(secrets::ca_resource_name(name));
+    }
+    out
 }

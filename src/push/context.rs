@@ -70,7 +70,8 @@ pub fn affected_types(kind: ConfigKind) -> TypeSet {
         // HTTP routes live in RDS, TCP routes in listeners.
         ConfigKind::VirtualService => TypeSet::of(&[Listener, Route]),
         // Cluster policy, subset endpoints, and hash policies on routes.
-        ConfigKind::DestinationRule => TypeSet::of(&[Cluster, Endpoint, Route]),
+        // (and the Secrets a router's TLS origination names).
+        ConfigKind::DestinationRule => TypeSet::of(&[Cluster, Endpoint, Route, TypeUrl::Secret]),
         // Servers, their routes, the Secrets they name, and the clusters
         // AUTO_PASSTHROUGH servers reach.
         ConfigKind::Gateway => TypeSet::of(&[Cluster, Listener, Route, TypeUrl::Secret]),

@@ -20,9 +20,7 @@ use std::path::{Path, PathBuf};
 /// Parts of Istio not served yet, as `(what the problem line contains, why)`.
 /// Each entry names the issue that brings it.
 const NOT_YET: &[(&str, &str)] = &[
-    (": spec.tls: is applied on gateways only so far", "VirtualService TLS routes on sidecars (TLS issue)"),
-    (".tls: not supported by meshpush yet, ignored: connections to the destination", "TLS origination (TLS issue)"),
-    (".tls: not supported by meshpush yet, ignored: connections to the subset", "TLS origination (TLS issue)"),
+    ("ISTIO_MUTUAL needs workload certificates from the mesh CA", "mesh mTLS (security issue)"),
     ("spec.subjectAltNames: not supported by meshpush yet", "mesh mTLS identities (security issue)"),
     ("security.istio.io/v1: skipped", "PeerAuthentication, AuthorizationPolicy (security issue)"),
     ("security.istio.io/v1beta1: skipped", "PeerAuthentication, AuthorizationPolicy (security issue)"),

@@ -23,4 +23,5 @@ mod redirect;
 mod routing;
 mod scoping;
 mod tls_gateway;
+mod tls_sidecar;
 mod traffic_rules;

@@ -66,6 +66,32 @@ pub struct TrafficPolicy {
     pub port_level_settings: Vec<PortTrafficPolicy>,
     /// Retries allowed as a share of active requests.
     pub retry_budget: Option<RetryBudget>,
+    /// TLS to the destination.
+    pub tls: Option<ClientTls>,
+}
+
+/// `ClientTLSSettings`: how a proxy connects to the destination over TLS.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct ClientTls {
+    /// `DISABLE`, `SIMPLE`, `MUTUAL` or `ISTIO_MUTUAL`.
+    pub mode: Option<String>,
+    /// A file on the proxy: the client certificate (MUTUAL).
+    pub client_certificate: Option<String>,
+    /// A file on the proxy: the client's private key (MUTUAL).
+    pub private_key: Option<String>,
+    /// A file on the proxy: the CA bundle the server certificate is checked against.
+    pub ca_certificates: Option<String>,
+    /// A file on the proxy: the revocation list.
+    pub ca_crl: Option<String>,
+    /// A Secret holding the client certificate and key (MUTUAL) and the CA.
+    pub credential_name: Option<String>,
+    /// Names the server certificate must carry (any one).
+    pub subject_alt_names: Vec<String>,
+    /// The SNI sent; the request's host when unset.
+    pub sni: Option<String>,
+    /// Accept a server certificate whatever signed it.
+    pub insecure_skip_verify: Option<bool>,
 }
 
 /// A traffic policy for one port.
@@ -80,6 +106,8 @@ pub struct PortTrafficPolicy {
     pub connection_pool: Option<ConnectionPoolSettings>,
     /// Outlier detection.
     pub outlier_detection: Option<OutlierDetection>,
+    /// TLS to the destination on this port.
+    pub tls: Option<ClientTls>,
 }
 
 /// A retry budget.

@@ -10,8 +10,8 @@ use crate::config::protocol::Protocol;
 
 use super::{Checker, LABEL_RULE, check_namespaced_host, is_dns1123_label, is_ip, is_ip_or_cidr, is_wildcard_host};
 use crate::config::istio::{
-    ConnectionPoolSettings, DestinationRule, Gateway, LoadBalancerSettings, OutlierDetection, Server, ServerTls,
-    ServiceEntry, Sidecar, TlsMode, TrafficPolicy, WorkloadEntry, WorkloadEntrySpec, WorkloadGroup,
+    ClientTls, ConnectionPoolSettings, DestinationRule, Gateway, LoadBalancerSettings, OutlierDetection, Server,
+    ServerTls, ServiceEntry, Sidecar, TlsMode, TrafficPolicy, WorkloadEntry, WorkloadEntrySpec, WorkloadGroup,
 };
 
 /// Port protocols Istio knows (`protocol.Parse`), compared case-insensitively as Istio does.
@@ -97,12 +97,114 @@ fn traffic_policy(check: &mut Checker, path: &str, policy: &TrafficPolicy) {
         if let Some(od) = &entry.outlier_detection {
             outlier_detection(check, &format!("{ppath}.outlierDetection"), od);
         }
+        if let Some(tls) = &entry.tls {
+            client_tls(check, &format!("{ppath}.tls"), tls);
+        }
+    }
+    if let Some(tls) = &policy.tls {
+        client_tls(check, &format!("{path}.tls"), tls);
     }
     if let Some(budget) = &policy.retry_budget
         && let Some(p) = budget.percent
         && !(0.0..=100.0).contains(&p)
     {
         check.error(format!("{path}.retryBudget.percent"), format!("{p} is not a percentage (0 to 100)"));
+    }
+}
+
+/// A DestinationRule's `tls`, as Istio's `validateTLS`, with what meshpush
+/// cannot apply yet and what Istio ignores reported.
+fn client_tls(check: &mut Checker, path: &str, tls: &ClientTls) {
+    let mode = tls.mode.as_deref().unwrap_or("DISABLE").to_ascii_uppercase();
+    if !["DISABLE", "SIMPLE", "MUTUAL", "ISTIO_MUTUAL"].contains(&mode.as_str()) {
+        return check.error(
+            format!("{path}.mode"),
+            format!("{:?} is not one of DISABLE, SIMPLE, MUTUAL, ISTIO_MUTUAL", tls.mode.as_deref().unwrap_or("")),
+        );
+    }
+    let files = [
+        ("clientCertificate", &tls.client_certificate),
+        ("privateKey", &tls.private_key),
+        ("caCertificates", &tls.ca_certificates),
+    ];
+    let credential = tls.credential_name.as_deref().is_some_and(|n| !n.is_empty());
+    match mode.as_str() {
+        "ISTIO_MUTUAL" => {
+            for (field, value) in files {
+                if value.is_some() {
+                    check.error(
+                        format!("{path}.{field}"),
+                        "cannot be set with ISTIO_MUTUAL, which uses the workload's certificates (as Istio says)",
+                    );
+                }
+            }
+            check.warning(
+                format!("{path}.mode"),
+                "ISTIO_MUTUAL needs workload certificates from the mesh CA, which meshpush does not issue yet: connections to the destination are not TLS-originated",
+            );
+        }
+        "DISABLE" => {
+            if files.iter().any(|(_, v)| v.is_some())
+                || credential
+                || tls.sni.is_some()
+                || !tls.subject_alt_names.is_empty()
+            {
+                check
+                    .warning(path, "sets certificates or names with mode DISABLE: ignored, connections are plain text");
+            }
+        }
+        mode => {
+            if credential {
+                check.warning(
+                    format!("{path}.credentialName"),
+                    "is read by gateways only (as in Istio, whose sidecars need the rule's workloadSelector for it): sidecars originate no TLS to this destination",
+                );
+                for (field, value) in files {
+                    if value.is_some() {
+                        check.warning(
+                            format!("{path}.{field}"),
+                            "is not read with credentialName: the Secret holds the certificates",
+                        );
+                    }
+                }
+            } else if mode == "MUTUAL" {
+                for (field, value) in &files[..2] {
+                    if value.as_deref().is_none_or(str::is_empty) {
+                        check.error(
+                            format!("{path}.{field}"),
+                            "is missing: MUTUAL TLS presents a client certificate and key (or set credentialName)",
+                        );
+                    }
+                }
+            }
+            if credential && tls.ca_crl.is_some() {
+                check.warning(
+                    format!("{path}.caCrl"),
+                    "is not read with credentialName (as in Istio): no revocation list is checked",
+                );
+            }
+            if tls.insecure_skip_verify == Some(true) {
+                for (field, set) in [
+                    ("subjectAltNames", !tls.subject_alt_names.is_empty()),
+                    ("caCertificates", tls.ca_certificates.is_some()),
+                    ("caCrl", tls.ca_crl.is_some()),
+                ] {
+                    if set {
+                        check.warning(format!("{path}.{field}"), "is not checked with insecureSkipVerify: the server's certificate is accepted whatever it says");
+                    }
+                }
+            }
+            if mode == "SIMPLE" && !credential {
+                for (field, value) in &files[..2] {
+                    if value.is_some() {
+                        check.warning(
+                            format!("{path}.{field}"),
+                            "is not used by SIMPLE TLS, which presents no client certificate: ignored",
+                        );
+                    }
+                }
+            }
+        }
     }
 }
 

@@ -75,12 +75,6 @@ pub(super) fn virtual_service(check: &mut Checker, vs: &VirtualService) {
     for (i, route) in spec.tls.iter().enumerate() {
         tls_route(check, &format!("spec.tls[{i}]"), route, &spec.hosts);
     }
-    if bound_to_mesh && !spec.tls.is_empty() {
-        check.warning(
-            "spec.tls",
-            "is applied on gateways only so far: sidecars' TLS traffic to these hosts is not routed by this rule yet (it goes to the host's own service)",
-        );
-    }
 }
 
 /// Whether every name `sni` matches is a name `host` matches (`a.example.com`

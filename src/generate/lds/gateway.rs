@@ -77,7 +77,7 @@ fn listener(ctx: &PushContext, scope: &Scope, p: &GatewayPort<'_>) -> Option<Lis
     })
 }
 
-fn tls_inspector() -> ListenerFilter {
+pub(super) fn tls_inspector() -> ListenerFilter {
     ListenerFilter {
         name: TLS_INSPECTOR.to_string(),
         config_type: Some(listener_filter::ConfigType::TypedConfig(proto::any(&TlsInspector::default()))),

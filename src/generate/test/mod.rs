@@ -51,6 +51,7 @@ mod invariants;
 mod listeners;
 mod routes;
 mod service_shapes;
+mod tls;
 
 // ---------------------------------------------------------------- fixture
 

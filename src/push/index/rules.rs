@@ -133,7 +133,8 @@ impl VirtualServiceIndex {
             .flat_map(|vs| {
                 let http = vs.http().iter().flat_map(|r| r.matches.iter().map(|m| &m.source_labels));
                 let tcp = vs.spec().tcp.iter().flat_map(|r| r.matches.iter().map(|m| &m.source_labels));
-                http.chain(tcp)
+                let tls = vs.spec().tls.iter().flat_map(|r| r.matches.iter().map(|m| &m.source_labels));
+                http.chain(tcp).chain(tls)
             })
             .filter(|labels| !labels.is_empty())
             .cloned()
