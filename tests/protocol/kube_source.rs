@@ -86,6 +86,20 @@ fn served_prefix(mesh: &Meshpush) -> Option<String> {
         .and_then(|o| o["object"]["spec"]["http"][0]["match"][0]["uri"]["prefix"].as_str().map(str::to_string))
 }
 
+/// The selector meshpush's Secret watch sends.
+const UNREAD_SECRET_TYPES: &str = meshpush::source::kube::UNREAD_SECRET_TYPES;
+
+/// A service account's token: a Secret no gateway names, not read.
+fn token_secret() -> String {
+    "apiVersion: v1\nkind: Secret\nmetadata: {name: default-token, namespace: istio-system}\ntype: kubernetes.io/service-account-token\ndata: {token: dG9rZW4=}\n".to_string()
+}
+
+/// A gateway's certificate, and its private key.
+fn tls_secret() -> (String, support::tls::Leaf) {
+    let leaf = support::tls::TestCa::new("test CA").leaf("shop", &["shop.example.test"]);
+    (support::tls::secret("istio-system", "shop-cert", &leaf, None), leaf)
+}
+
 fn write_kubeconfig(api: &KubeApi) -> tempfile::NamedTempFile {
     let file = tempfile::NamedTempFile::new().unwrap();
     std::fs::write(file.path(), api.kubeconfig()).unwrap();
@@ -119,6 +133,14 @@ fn kubectl_lists_gets_and_watches_through_the_stand_in() {
         base(&["get", "service", "ledger", "-n", "shop", "-o", "jsonpath={.spec.ports[0].port}"]).output().unwrap();
     assert!(out.status.success(), "kubectl get service: {}", String::from_utf8_lossy(&out.stderr));
     assert_eq!(String::from_utf8_lossy(&out.stdout), "9080");
+    // A field selector, as meshpush lists Secrets (without service-account tokens).
+    api.put(&token_secret());
+    api.put(&tls_secret().0);
+    let out = base(&["get", "secrets", "-n", "istio-system", "--field-selector", UNREAD_SECRET_TYPES, "-o", "name"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "kubectl get secrets: {}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "secret/shop-cert");
     let out = base(&["get", "service", "nothing", "-n", "shop"]).output().unwrap();
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success() && stderr.contains("not found"), "kubectl get of a missing object: {stderr}");
@@ -382,4 +404,32 @@ fn in_cluster_config_is_the_service_account_and_the_kubernetes_service() {
     assert!(api.authorized_requests() > 0, "no request carried the service account's token");
     let log = std::fs::read_to_string(child.log_path()).unwrap();
     assert!(!log.contains(token), "the token is in the log");
+}
+
+#[test]
+fn gateway_certificates_come_from_the_api_and_tokens_are_not_read() {
+    let api = KubeApi::start();
+    let kubeconfig = write_kubeconfig(&api);
+    api.put(&token_secret());
+    let (secret, leaf) = tls_secret();
+    let revision = api.put(&secret);
+    let mesh = Meshpush::start_kube(kubeconfig.path(), &[]);
+    let objects = served(&mesh);
+    assert_eq!(
+        objects.get("Secret/istio-system/shop-cert").map(String::as_str),
+        Some(format!("k8s:Secret/istio-system/shop-cert@{revision}").as_str()),
+        "{objects:?}"
+    );
+    assert!(!objects.contains_key("Secret/istio-system/default-token"), "a token is not read: {objects:?}");
+    let body = mesh.admin("/debug/configz").body;
+    for line in support::tls::telltales(&leaf.key) {
+        assert!(!body.contains(&line), "/debug/configz shows the private key");
+    }
+    // A rotation arrives over the watch.
+    let rotated = support::tls::TestCa::new("another CA").leaf("shop", &["shop.example.test"]);
+    let next = api.put(&support::tls::secret("istio-system", "shop-cert", &rotated, None));
+    support::process::wait_until(Instant::now() + WAIT, "the rotated Secret", &[mesh.process()], || {
+        let source = served(&mesh).get("Secret/istio-system/shop-cert").cloned();
+        if source == Some(format!("k8s:Secret/istio-system/shop-cert@{next}")) { Ok(()) } else { Err(format!("{source:?}")) }
+    });
 }
