@@ -183,3 +183,154 @@ fn envoy_accepts_everything_generated() {
         );
     }
 }
+
+/// Istio's TLS manifests (`tests/data/istio`: gateways with HTTPS servers,
+/// TLS origination with files, `tls:` routes), generated for the gateways
+/// they select and a sidecar of each namespace, and checked by Envoy's
+/// `--mode validate`. The files they name (`/etc/certs/…`,
+/// `tests/testdata/certs/…`) are made by the test: every certificate file
+/// holds one test certificate, every key file its key, every CA file the
+/// test CA (Envoy reads them when it takes the configuration).
+#[test]
+fn envoy_accepts_what_istio_s_tls_manifests_generate() {
+    use meshpush::config::parse::parse_documents;
+    use meshpush::model::store::Write;
+
+    let envoy = envoy_binary();
+    let dir = tempfile::tempdir().unwrap();
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/istio");
+    let files = [
+        "tests/testdata/config/gateway-all.yaml",
+        "tests/testdata/config/ingressgateway.yaml",
+        "tests/testdata/config/egressgateway.yaml",
+        "tests/testdata/config/destination-rule-ssl.yaml",
+        "tests/testdata/config/se-example.yaml",
+        "tests/testdata/config/external_services.yaml",
+        "tests/testdata/config/none.yaml",
+        "samples/bookinfo/networking/egress-rule-google-apis.yaml",
+    ];
+    let ca = crate::support::tls::TestCa::new("istio manifests CA");
+    let leaf = ca.leaf("istio manifests", &["uk.bookinfo.com"]);
+    let path = regex::Regex::new(r"(/etc/certs/|tests/testdata/certs/)[\w/.-]+\.pem").unwrap();
+    let store = ConfigStore::new();
+    for file in files {
+        let text = std::fs::read_to_string(root.join(file)).unwrap();
+        // Absolute paths move under the scratch directory; relative ones are
+        // relative to Envoy's working directory, which is that directory.
+        let text = text.replace("/etc/certs/", &format!("{}/etc-certs/", dir.path().display()));
+        for m in path
+            .find_iter(&text)
+            .chain(regex::Regex::new(r"/[\w/.-]+/etc-certs/[\w.-]+\.pem").unwrap().find_iter(&text))
+        {
+            let target = if m.as_str().starts_with('/') {
+                std::path::PathBuf::from(m.as_str())
+            } else {
+                dir.path().join(m.as_str())
+            };
+            let name = target.file_name().unwrap().to_string_lossy().to_string();
+            let pem = if name.contains("key") {
+                &leaf.key
+            } else if name.contains("root") || name.contains("ca") {
+                &ca.pem
+            } else {
+                &leaf.cert
+            };
+            std::fs::create_dir_all(target.parent().unwrap()).unwrap();
+            std::fs::write(&target, pem).unwrap();
+        }
+        let parsed = parse_documents(file, &text);
+        assert!(!parsed.has_errors(), "{file}: {:#?}", parsed.problems);
+        store.apply(parsed.objects.into_iter().map(|(o, s)| Write::Put(o, s)).collect::<Vec<_>>());
+    }
+    let ctx = PushContext::build(store.snapshot(), 1, Arc::new(ScopeInterner::default()));
+    let router = |id: &str, labels: &[(&str, &str)]| {
+        let mut p = meshpush::model::Proxy::from_node(&envoy_types::pb::envoy::config::core::v3::Node {
+            id: id.to_string(),
+            ..Default::default()
+        })
+        .unwrap();
+        p.labels = labels.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+        p
+    };
+    let proxies = [
+        ("ingress", router("router~10.9.0.1~ingress.testns~testns.svc.cluster.local", &[("istio", "ingressgateway")])),
+        ("egress", router("router~10.9.0.2~egress.testns~testns.svc.cluster.local", &[("istio", "egressgateway")])),
+        (
+            "controller",
+            router("router~10.9.0.3~gw.testns~testns.svc.cluster.local", &[("app", "my-gateway-controller")]),
+        ),
+        ("testns", router("sidecar~10.9.0.4~app.testns~testns.svc.cluster.local", &[("app", "a")])),
+        ("seexamples", router("sidecar~10.9.0.5~app.seexamples~seexamples.svc.cluster.local", &[("app", "a")])),
+        ("default", router("sidecar~10.9.0.6~app.default~default.svc.cluster.local", &[("app", "a")])),
+    ];
+    // The ADS cluster the `ads: {}` config sources (RDS, EDS, SDS) point at.
+    let mut xds = cds::clusters(&context(), &productpage(&context(), "REDIRECT"))
+        .into_iter()
+        .find(|c| c.name.starts_with("outbound|7070|"))
+        .expect("the gRPC cluster carries HTTP/2 options");
+    xds.name = "xds".into();
+    xds.cluster_discovery_type = Some(ClusterDiscoveryType::Type(DiscoveryType::Static as i32));
+    xds.eds_cluster_config = None;
+    xds.load_assignment = Some(envoy_types::pb::envoy::config::endpoint::v3::ClusterLoadAssignment {
+        cluster_name: "xds".into(),
+        ..Default::default()
+    });
+    let ads = envoy_types::pb::envoy::config::bootstrap::v3::bootstrap::DynamicResources {
+        ads_config: Some(envoy_types::pb::envoy::config::core::v3::ApiConfigSource {
+            api_type: envoy_types::pb::envoy::config::core::v3::api_config_source::ApiType::Grpc as i32,
+            transport_api_version: envoy_types::pb::envoy::config::core::v3::ApiVersion::V3 as i32,
+            grpc_services: vec![envoy_types::pb::envoy::config::core::v3::GrpcService {
+                target_specifier: Some(
+                    envoy_types::pb::envoy::config::core::v3::grpc_service::TargetSpecifier::EnvoyGrpc(
+                        envoy_types::pb::envoy::config::core::v3::grpc_service::EnvoyGrpc {
+                            cluster_name: "xds".into(),
+                            ..Default::default()
+                        },
+                    ),
+                ),
+                ..Default::default()
+            }],
+            ..Default::default()
+        }),
+        ..Default::default()
+    };
+    let mut checked = 0;
+    for (label, proxy) in proxies {
+        let scope = ctx.scope_for(&proxy);
+        let listeners = lds::listeners(&ctx, &scope);
+        let mut clusters = cds::clusters(&ctx, &scope);
+        let tls = listeners.iter().flat_map(|l| &l.filter_chains).any(|c| c.transport_socket.is_some())
+            || clusters.iter().any(|c| c.transport_socket.is_some());
+        checked += usize::from(tls);
+        clusters.push(xds.clone());
+        let bootstrap = envoy_types::pb::envoy::config::bootstrap::v3::Bootstrap {
+            node: Some(envoy_types::pb::envoy::config::core::v3::Node {
+                id: format!("{label}~check"),
+                cluster: "check".into(),
+                ..Default::default()
+            }),
+            static_resources: Some(envoy_types::pb::envoy::config::bootstrap::v3::bootstrap::StaticResources {
+                listeners,
+                clusters,
+                ..Default::default()
+            }),
+            dynamic_resources: Some(ads.clone()),
+            ..Default::default()
+        };
+        let file = dir.path().join(format!("{label}.pb"));
+        std::fs::write(&file, bootstrap.encode_to_vec()).unwrap();
+        let out = std::process::Command::new(&envoy)
+            .args(["--mode", "validate", "--log-level", "warn", "-c"])
+            .arg(&file)
+            .current_dir(dir.path())
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{label}: Envoy refused the configuration:\n{}\n{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    assert!(checked >= 4, "only {checked} proxies got TLS: the manifests were not applied");
+}

@@ -430,6 +430,10 @@ fn gateway_certificates_come_from_the_api_and_tokens_are_not_read() {
     let next = api.put(&support::tls::secret("istio-system", "shop-cert", &rotated, None));
     support::process::wait_until(Instant::now() + WAIT, "the rotated Secret", &[mesh.process()], || {
         let source = served(&mesh).get("Secret/istio-system/shop-cert").cloned();
-        if source == Some(format!("k8s:Secret/istio-system/shop-cert@{next}")) { Ok(()) } else { Err(format!("{source:?}")) }
+        if source == Some(format!("k8s:Secret/istio-system/shop-cert@{next}")) {
+            Ok(())
+        } else {
+            Err(format!("{source:?}"))
+        }
     });
 }
