@@ -52,7 +52,7 @@ enum Command {
     },
     /// Show what a proxy is sent (like `istioctl proxy-config`).
     ProxyConfig {
-        /// Which part: clusters, listeners, routes or endpoints.
+        /// Which part: clusters, listeners, routes, endpoints or secret.
         #[arg(value_enum)]
         section: meshpush::cli::proxy_config::Section,
         /// The proxy: its node id, `POD.NAMESPACE`, or a pod name.

@@ -224,12 +224,28 @@ fn an_https_gateway_serves_each_host_its_own_certificate_redirects_http_and_pass
     });
     assert!(backend.sni_seen().contains(&Some("secure.example.test".into())), "{:?}", backend.sni_seen());
 
-    // No private key in any debug view or log.
+    // No private key in any debug view, proxy-config output or log.
     let node = "ingress-1.istio-system";
+    let proxy_config = |extra: &[&str]| {
+        let admin = scene.mesh().admin_addr().to_string();
+        let out = Command::new(env!("CARGO_BIN_EXE_meshpush"))
+            .args(["proxy-config", "secret", node, "--admin", &admin])
+            .args(extra)
+            .output()
+            .expect("run meshpush proxy-config");
+        assert!(out.status.success(), "proxy-config secret: {}", String::from_utf8_lossy(&out.stderr));
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let table = proxy_config(&[]);
+    let rows: Vec<Vec<&str>> = table.lines().skip(1).map(|l| l.split_whitespace().take(3).collect()).collect();
+    assert!(rows.contains(&vec!["kubernetes://shop-cert", "Cert", "Chain"]), "{table}");
+    assert!(table.lines().any(|l| l.starts_with("kubernetes://vault-cert-cacert") && l.contains("CA") && l.contains("true")), "{table}");
     let views = [
         scene.mesh().admin(&format!("/debug/config_dump?proxyID={node}")).body,
         scene.mesh().admin("/debug/configz").body,
         scene.mesh().log(),
+        table.clone(),
+        proxy_config(&["-o", "json"]),
     ];
     let dump: serde_json::Value = serde_json::from_str(&views[0]).expect("config_dump is JSON");
     let secrets_dump = dump["configs"]
