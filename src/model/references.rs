@@ -120,8 +120,49 @@ pub fn check_references(snapshot: &StoreSnapshot) -> Vec<Problem> {
         }
     }
     gateway_credentials(snapshot, &mut problems);
+    gateway_port_conflicts(snapshot, &mut problems);
     sidecar_collisions(snapshot, &mut problems);
     problems
+}
+
+/// Servers of Gateways that select the same routers (the same selector) and
+/// cannot share a port with a server of an earlier Gateway (key order, as a
+/// router takes them): the router leaves them out. Conflicts inside one
+/// Gateway are validation's.
+fn gateway_port_conflicts(snapshot: &StoreSnapshot, problems: &mut Vec<Problem>) {
+    use crate::config::istio::{Server, port_conflicts};
+    let mut groups: BTreeMap<&BTreeMap<String, String>, Vec<&Arc<StoredObject>>> = BTreeMap::new();
+    for stored in snapshot.kind(ConfigKind::Gateway).values() {
+        if let ConfigObject::Gateway(gw) = &stored.object {
+            groups.entry(&gw.spec.selector).or_default().push(stored);
+        }
+    }
+    for members in groups.values().filter(|m| m.len() > 1) {
+        let mut servers: Vec<(String, &Server, usize, usize)> = Vec::new();
+        for (g, stored) in members.iter().enumerate() {
+            let ConfigObject::Gateway(gw) = &stored.object else { continue };
+            for (i, s) in gw.spec.servers.iter().enumerate() {
+                servers.push((format!("{} spec.servers[{i}]", stored.object.key()), s, g, i));
+            }
+        }
+        let own = |g: usize, i: usize| {
+            let ConfigObject::Gateway(gw) = &members[g].object else { return false };
+            let labelled = gw.spec.servers.iter().enumerate().map(|(i, s)| (i.to_string(), s));
+            port_conflicts(labelled).iter().any(|(j, _)| *j == i)
+        };
+        let labelled = servers.iter().map(|(label, s, _, _)| (label.clone(), *s));
+        for (k, reason) in port_conflicts(labelled) {
+            let (_, _, g, i) = &servers[k];
+            if !own(*g, *i) {
+                problems.push(problem(
+                    members[*g],
+                    Severity::Warning,
+                    format!("spec.servers[{i}]"),
+                    format!("{reason}: routers this Gateway selects do not serve this server"),
+                ));
+            }
+        }
+    }
 }
 
 /// Gateway servers that terminate TLS with a `credentialName` the Gateway's
@@ -402,5 +443,32 @@ spec: {servers: [{port: {number: 80, name: http, protocol: HTTP}, hosts: ["*"]}]
         assert_eq!(problems[0].severity, Severity::Error);
         assert_eq!(problems[0].object.as_ref().map(|k| &*k.name), Some("b"));
         assert!(problems[0].message.contains("prod/a"), "{}", problems[0].message);
+    }
+
+    #[test]
+    fn gateway_servers_that_cannot_be_served_are_reported_on_their_gateway() {
+        let gateway = |name: &str, servers: &str| {
+            format!(
+                "apiVersion: networking.istio.io/v1\nkind: Gateway\nmetadata: {{name: {name}, namespace: istio-system}}\nspec:\n  selector: {{istio: ingressgateway}}\n  servers: {servers}\n"
+            )
+        };
+        let yaml = [
+            gateway("a", "[{port: {number: 443, name: https, protocol: HTTPS}, hosts: [shop.example.test], tls: {mode: SIMPLE, credentialName: missing}}]"),
+            gateway("b", "[{port: {number: 443, name: tcp, protocol: TCP}, hosts: ['*']}, {port: {number: 8443, name: https, protocol: HTTPS}, hosts: [shop.example.test], tls: {mode: PASSTHROUGH}}]"),
+        ]
+        .join("---\n");
+        let found: Vec<(String, String, String)> = reference_problems(&yaml)
+            .into_iter()
+            .map(|p| (p.object.map(|k| k.name.to_string()).unwrap_or_default(), p.path, p.message))
+            .collect();
+        let at =
+            |name: &str, path: &str| found.iter().find(|(n, p, _)| n == name && p == path).map(|(_, _, m)| m.as_str());
+        assert!(at("a", "spec.servers[0].tls.credentialName").is_some_and(|m| m.contains("not served")), "{found:#?}");
+        assert!(
+            at("b", "spec.servers[0]")
+                .is_some_and(|m| m.contains("cannot share it") && m.contains("Gateway istio-system/a")),
+            "{found:#?}"
+        );
+        assert!(at("b", "spec.servers[1]").is_none(), "another port is no conflict: {found:#?}");
     }
 }

@@ -239,7 +239,12 @@ fn an_https_gateway_serves_each_host_its_own_certificate_redirects_http_and_pass
     let table = proxy_config(&[]);
     let rows: Vec<Vec<&str>> = table.lines().skip(1).map(|l| l.split_whitespace().take(3).collect()).collect();
     assert!(rows.contains(&vec!["kubernetes://shop-cert", "Cert", "Chain"]), "{table}");
-    assert!(table.lines().any(|l| l.starts_with("kubernetes://vault-cert-cacert") && l.contains("CA") && l.contains("true")), "{table}");
+    assert!(
+        table
+            .lines()
+            .any(|l| l.starts_with("kubernetes://vault-cert-cacert") && l.contains("CA") && l.contains("true")),
+        "{table}"
+    );
     let views = [
         scene.mesh().admin(&format!("/debug/config_dump?proxyID={node}")).body,
         scene.mesh().admin("/debug/configz").body,

@@ -305,3 +305,87 @@ pub fn usable_cipher_suites(suites: &[String]) -> Vec<String> {
     }
     out
 }
+
+/// How a server's port handles connections (the generator's plan sorts
+/// servers into ports by it).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PortKind {
+    /// Plain HTTP, through one HTTP connection manager.
+    Http,
+    /// Plain TCP.
+    Tcp,
+    /// TLS: a chain per server, by SNI.
+    Tls,
+}
+
+impl PortKind {
+    fn name(self) -> &'static str {
+        match self {
+            PortKind::Http => "plain HTTP",
+            PortKind::Tcp => "plain TCP",
+            PortKind::Tls => "TLS (HTTPS or TLS)",
+        }
+    }
+}
+
+impl Server {
+    /// The kind of port the server needs; `None` when it cannot be served.
+    pub fn port_kind(&self) -> Option<PortKind> {
+        if self.unservable().is_some() {
+            return None;
+        }
+        Some(match self.tls_mode()? {
+            TlsMode::Plain if matches!(self.protocol().as_str(), "HTTP" | "HTTP2" | "GRPC" | "GRPC-WEB") => {
+                PortKind::Http
+            }
+            TlsMode::Plain => PortKind::Tcp,
+            _ => PortKind::Tls,
+        })
+    }
+
+    /// The port the router binds for it: `targetPort` when set, else `number`.
+    pub fn bind_port(&self) -> u32 {
+        self.port.target_port.filter(|p| *p != 0).unwrap_or(self.port.number)
+    }
+}
+
+/// The servers (in the order given, as a router takes them) that cannot
+/// share their port with an earlier one, each with why: a port is plain
+/// HTTP, plain TCP or TLS as its first server makes it, binds the first
+/// server's address, and its TLS servers' hosts must differ (Envoy refuses
+/// two filter chains with one match). The generator leaves these out.
+/// `servers` are `(how a message names it, the server)`.
+pub fn port_conflicts<'a>(servers: impl IntoIterator<Item = (String, &'a Server)>) -> Vec<(usize, String)> {
+    let mut ports: BTreeMap<u32, (PortKind, &str, String, Vec<&str>)> = BTreeMap::new();
+    let mut out = Vec::new();
+    for (i, (label, server)) in servers.into_iter().enumerate() {
+        let Some(kind) = server.port_kind() else { continue };
+        let port = server.bind_port();
+        let bind = server.bind.as_deref().filter(|b| !b.is_empty()).unwrap_or("0.0.0.0");
+        let hosts: Vec<&str> = server.hosts.iter().map(|h| h.split_once('/').map_or(h.as_str(), |(_, h)| h)).collect();
+        match ports.get_mut(&port) {
+            None => {
+                ports.insert(port, (kind, bind, label, hosts));
+            }
+            Some((first_kind, _, first, _)) if *first_kind != kind => {
+                let (was, is) = (first_kind.name(), kind.name());
+                out.push((i, format!("port {port} is {was} ({first} came first): a {is} server cannot share it")));
+            }
+            Some((_, first_bind, first, _)) if *first_bind != bind => {
+                out.push((i, format!("port {port} binds {first_bind} ({first} came first), not {bind}")));
+            }
+            Some((PortKind::Tls, _, _, claimed)) => {
+                if let Some(h) = hosts.iter().find(|h| claimed.contains(h)) {
+                    out.push((
+                        i,
+                        format!("host {h} is already served by a TLS server on port {port}: two chains would match it"),
+                    ));
+                } else {
+                    claimed.extend(hosts);
+                }
+            }
+            Some(_) => {}
+        }
+    }
+    out
+}

@@ -428,6 +428,13 @@ pub(super) fn gateway(check: &mut Checker, gateway: &Gateway) {
             server_tls(check, &format!("{path}.tls"), server, tls);
         }
     }
+    let labelled = gateway.spec.servers.iter().enumerate().map(|(i, s)| (format!("spec.servers[{i}]"), s));
+    for (i, reason) in crate::config::istio::port_conflicts(labelled) {
+        check.warning(
+            format!("spec.servers[{i}]"),
+            format!("{reason}: this server is not served; the Gateway's others are"),
+        );
+    }
 }
 
 /// Gateway server protocols meshpush serves: HTTP ones through the HTTP
