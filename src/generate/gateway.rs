@@ -18,22 +18,13 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
 use super::naming;
-use crate::config::istio::TlsMode;
+use crate::config::istio::{TlsMode, port_conflicts};
 use crate::model::service::Location;
 use crate::model::{Hostname, Service, host};
 use crate::push::index::{GatewayServer, ResolvedGateway, ResolvedVirtualService};
 use crate::push::{PushContext, Scope};
 
-/// How a port's connections are handled.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum PortKind {
-    /// Plain HTTP: one HTTP connection manager, route config `http.PORT`.
-    Http,
-    /// Plain TCP: tcp_proxy.
-    Tcp,
-    /// TLS: a filter chain per server, chosen by SNI.
-    Tls,
-}
+pub use crate::config::istio::PortKind;
 
 /// One port a router binds.
 #[derive(Debug)]
@@ -48,18 +39,9 @@ pub struct GatewayPort<'a> {
     pub servers: Vec<(&'a Arc<ResolvedGateway>, &'a GatewayServer)>,
 }
 
-/// Whether a Gateway server protocol is served through HTTP routing.
-pub fn is_http(protocol: &str) -> bool {
-    matches!(protocol, "HTTP" | "HTTP2" | "GRPC" | "GRPC-WEB")
-}
-
-/// The kind of port a server needs.
+/// The kind of port a server needs (every indexed server can be served).
 pub fn kind_of(server: &GatewayServer) -> PortKind {
-    match server.mode {
-        TlsMode::Plain if is_http(&server.protocol) => PortKind::Http,
-        TlsMode::Plain => PortKind::Tcp,
-        _ => PortKind::Tls,
-    }
+    server.spec.port_kind().unwrap_or(PortKind::Tcp)
 }
 
 /// Whether a server is HTTPS that the router terminates: its own HTTP
@@ -84,38 +66,27 @@ pub fn route_name(gw: &ResolvedGateway, server: &GatewayServer) -> Option<String
     (kind_of(server) == PortKind::Http).then(|| naming::gateway_route(server.bind_port))
 }
 
-/// Every port of a router scope, sorted by port.
-pub fn gateway_ports<'a>(_ctx: &PushContext, scope: &'a Scope) -> Vec<GatewayPort<'a>> {
+/// Every port of a router scope, sorted by port. Which servers share a
+/// port and which are left out is `config::istio::port_conflicts`'s call,
+/// the rule validation and the reference check report by.
+pub fn gateway_ports<'a>(scope: &'a Scope) -> Vec<GatewayPort<'a>> {
+    let all: Vec<(&'a Arc<ResolvedGateway>, &'a GatewayServer)> =
+        scope.gateways.iter().flat_map(|gw| gw.servers.iter().map(move |s| (gw, s))).collect();
+    let left_out: BTreeSet<usize> =
+        port_conflicts(all.iter().map(|(gw, s)| (gw.name.to_string(), &*s.spec))).into_iter().map(|(i, _)| i).collect();
     let mut ports: BTreeMap<u32, GatewayPort<'a>> = BTreeMap::new();
-    // TLS hosts claimed per port: a repeated one would repeat a chain match.
-    let mut tls_hosts: BTreeMap<u32, BTreeSet<&'a str>> = BTreeMap::new();
-    for gw in &scope.gateways {
-        for server in &gw.servers {
-            let port = server.bind_port;
-            if port == 0 {
-                continue;
-            }
-            let kind = kind_of(server);
-            let bind = server.bind.as_deref().unwrap_or(naming::WILDCARD_ADDRESS);
-            let entry = ports.entry(port).or_insert_with(|| GatewayPort { port, bind, kind, servers: Vec::new() });
-            if entry.kind != kind {
-                tracing::debug!(gateway = %gw.name, port, protocol = %server.protocol, "server kind conflicts with an earlier server on the port; skipped");
-                continue;
-            }
-            if entry.bind != bind {
-                tracing::debug!(gateway = %gw.name, port, bind, "server bind address conflicts with an earlier server on the port; skipped");
-                continue;
-            }
-            if kind == PortKind::Tls {
-                let claimed = tls_hosts.entry(port).or_default();
-                if server.hosts.iter().any(|(_, h)| claimed.contains(&**h)) {
-                    tracing::debug!(gateway = %gw.name, port, "TLS server repeats a host of an earlier server on the port; skipped");
-                    continue;
-                }
-                claimed.extend(server.hosts.iter().map(|(_, h)| &**h));
-            }
-            entry.servers.push((gw, server));
+    for (i, (gw, server)) in all.into_iter().enumerate() {
+        let port = server.bind_port;
+        if port == 0 || left_out.contains(&i) {
+            continue;
         }
+        let bind = server.bind.as_deref().unwrap_or(naming::WILDCARD_ADDRESS);
+        let kind = kind_of(server);
+        ports
+            .entry(port)
+            .or_insert_with(|| GatewayPort { port, bind, kind, servers: Vec::new() })
+            .servers
+            .push((gw, server));
     }
     ports.into_values().collect()
 }
@@ -159,7 +130,7 @@ pub struct SniTarget<'a> {
 /// whose host one of those servers' hosts matches, on each of its ports,
 /// and each subset of its DestinationRule. Sorted by cluster name.
 pub fn sni_targets<'a>(ctx: &PushContext, scope: &'a Scope) -> Vec<SniTarget<'a>> {
-    let ports = gateway_ports(ctx, scope);
+    let ports = gateway_ports(scope);
     let servers: Vec<&GatewayServer> = ports
         .iter()
         .flat_map(|p| p.servers.iter().map(|(_, s)| *s))

@@ -171,7 +171,7 @@ fn sidecar_domains(svc: &Service, proxy_namespace: &str) -> Vec<String> {
 /// servers merged), one per HTTPS server that terminates TLS (named for it).
 fn gateway_configs(ctx: &PushContext, scope: &Scope) -> Vec<RouteConfiguration> {
     let mut out = Vec::new();
-    for p in gateway::gateway_ports(ctx, scope) {
+    for p in gateway::gateway_ports(scope) {
         match p.kind {
             PortKind::Http => out.push(gateway_config(ctx, scope, naming::gateway_route(p.port), &p.servers)),
             PortKind::Tls => {

@@ -30,7 +30,7 @@ pub fn secret_names(ctx: &PushContext, scope: &Scope) -> BTreeSet<String> {
     if scope.key.kind != ProxyKind::Router {
         return BTreeSet::new();
     }
-    let mut out: BTreeSet<String> = gateway::gateway_ports(ctx, scope)
+    let mut out: BTreeSet<String> = gateway::gateway_ports(scope)
         .iter()
         .filter(|p| p.kind == gateway::PortKind::Tls)
         .flat_map(|p| p.servers.iter())

@@ -46,7 +46,7 @@ pub const ISTIO_MTLS_ALPNS: [&str; 5] =
 
 /// Every listener of a router scope.
 pub fn listeners(ctx: &PushContext, scope: &Scope) -> Vec<Listener> {
-    gateway::gateway_ports(ctx, scope).iter().filter_map(|p| listener(ctx, scope, p)).collect()
+    gateway::gateway_ports(scope).iter().filter_map(|p| listener(ctx, scope, p)).collect()
 }
 
 fn listener(ctx: &PushContext, scope: &Scope, p: &GatewayPort<'_>) -> Option<Listener> {

@@ -339,6 +339,8 @@ pub struct GatewayServer {
     pub mode: istio::TlsMode,
     /// Its TLS settings, as written (validated).
     pub tls: Option<Arc<istio::ServerTls>>,
+    /// The server as written.
+    pub spec: Arc<istio::Server>,
 }
 
 impl GatewayServer {
@@ -420,6 +422,7 @@ impl GatewayIndex {
                                         .collect(),
                                     mode: s.tls_mode()?,
                                     tls: s.tls.clone().map(Arc::new),
+                                    spec: Arc::new(s.clone()),
                                 })
                             })
                             .collect(),
