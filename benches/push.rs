@@ -230,5 +230,99 @@ fn full_push(c: &mut Criterion) {
     group.finish();
 }
 
-criterion_group!(benches, push_context, generation, assembly, full_push);
+/// A `kubernetes.io/tls` Secret `shop-cert` in `istio-system` with a fresh
+/// certificate (rcgen), as YAML.
+fn shop_secret(issuer: &rcgen::CertifiedIssuer<'static, rcgen::KeyPair>) -> String {
+    let key = rcgen::KeyPair::generate().expect("a key");
+    let cert = rcgen::CertificateParams::new(vec!["shop.example.test".to_string()])
+        .expect("params")
+        .signed_by(&key, issuer)
+        .expect("a certificate");
+    let block = |k: &str, pem: &str| format!("  {k}: |\n{}", pem.lines().map(|l| format!("    {l}\n")).collect::<String>());
+    format!(
+        "apiVersion: v1\nkind: Secret\nmetadata: {{name: shop-cert, namespace: istio-system}}\ntype: kubernetes.io/tls\nstringData:\n{}{}",
+        block("tls.crt", &cert.pem()),
+        block("tls.key", &key.serialize_pem())
+    )
+}
+
+/// A certificate rotated under gateway streams: the Secret of an HTTPS
+/// Gateway changes, and every gateway stream (1,000 at full size, one
+/// scope) gets the new Secret and ACKs it. What it costs: the engine's push
+/// (the Secret index rebuilt, the one namespace's Secrets dropped from the
+/// cache), one encoding, one body, and a response per stream.
+fn secret_rotation(c: &mut Criterion) {
+    let streams = if full_size() { 1_000 } else { 50 };
+    let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().expect("runtime");
+    let ca_key = rcgen::KeyPair::generate().expect("a CA key");
+    let mut ca = rcgen::CertificateParams::new(Vec::<String>::new()).expect("CA params");
+    ca.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+    let issuer = rcgen::CertifiedIssuer::self_signed(ca, ca_key).expect("a CA");
+    let secrets: Vec<ConfigObject> = (0..2)
+        .map(|_| {
+            let parsed = meshpush::config::parse::parse_documents("bench", &shop_secret(&issuer));
+            assert!(!parsed.has_errors(), "{:?}", parsed.problems);
+            parsed.objects.into_iter().next().expect("the Secret").0
+        })
+        .collect();
+    let gateway = meshpush::config::parse::parse_documents(
+        "bench",
+        "apiVersion: networking.istio.io/v1\nkind: Gateway\nmetadata: {name: shop, namespace: istio-system}\nspec:\n  selector: {istio: ingressgateway}\n  servers:\n  - port: {number: 443, name: https, protocol: HTTPS}\n    hosts: [shop.example.test]\n    tls: {mode: SIMPLE, credentialName: shop-cert}\n",
+    );
+    let store = store_of(Vec::new());
+    let ads = AdsService::new(PushEngine::new());
+    let engine = ads.engine();
+    let mut writes: Vec<Write> = gateway.objects.into_iter().map(|(o, s)| Write::Put(o, s)).collect();
+    writes.push(Write::Put(secrets[0].clone(), source()));
+    let changes = store.apply(writes);
+    let received = Arc::new(AtomicUsize::new(0));
+    runtime.block_on(async {
+        engine.push(PushRequest::new(changes)).await;
+        engine.set_ready();
+        let mut clients: Vec<MemoryClient> = (0..streams)
+            .map(|k| {
+                let id = format!("router~10.1.{}.{}~gw-{k}.istio-system~istio-system.svc.cluster.local", k / 250, k % 250);
+                MemoryClient::connect(&ads, node(&id, "REDIRECT", &[("istio", "ingressgateway")]))
+            })
+            .collect();
+        for chunk in clients.chunks_mut(250) {
+            futures::future::join_all(chunk.iter_mut().map(|c| c.sync())).await;
+        }
+        for mut client in clients {
+            let received = received.clone();
+            tokio::spawn(async move {
+                while let Some(r) = client.recv_raw().await {
+                    if client.ack(&r).await == TypeUrl::Secret {
+                        received.fetch_add(1, Ordering::Relaxed);
+                    }
+                }
+            });
+        }
+    });
+    let mut group = c.benchmark_group("secret_rotation");
+    group.sample_size(10);
+    let mut which = 0;
+    group.bench_function(format!("{streams}_gateway_streams"), |b| {
+        b.iter_custom(|iters| {
+            let mut total = Duration::ZERO;
+            for _ in 0..iters {
+                which = 1 - which;
+                let change = store.apply([Write::Put(secrets[which].clone(), source())]);
+                let target = received.load(Ordering::Relaxed) + streams;
+                let start = Instant::now();
+                runtime.block_on(async {
+                    engine.push(PushRequest::new(change)).await;
+                    while received.load(Ordering::Relaxed) < target {
+                        tokio::time::sleep(Duration::from_micros(200)).await;
+                    }
+                });
+                total += start.elapsed();
+            }
+            total
+        })
+    });
+    group.finish();
+}
+
+criterion_group!(benches, push_context, generation, assembly, full_push, secret_rotation);
 criterion_main!(benches);
