@@ -238,7 +238,8 @@ fn shop_secret(issuer: &rcgen::CertifiedIssuer<'static, rcgen::KeyPair>) -> Stri
         .expect("params")
         .signed_by(&key, issuer)
         .expect("a certificate");
-    let block = |k: &str, pem: &str| format!("  {k}: |\n{}", pem.lines().map(|l| format!("    {l}\n")).collect::<String>());
+    let block =
+        |k: &str, pem: &str| format!("  {k}: |\n{}", pem.lines().map(|l| format!("    {l}\n")).collect::<String>());
     format!(
         "apiVersion: v1\nkind: Secret\nmetadata: {{name: shop-cert, namespace: istio-system}}\ntype: kubernetes.io/tls\nstringData:\n{}{}",
         block("tls.crt", &cert.pem()),
@@ -281,7 +282,8 @@ fn secret_rotation(c: &mut Criterion) {
         engine.set_ready();
         let mut clients: Vec<MemoryClient> = (0..streams)
             .map(|k| {
-                let id = format!("router~10.1.{}.{}~gw-{k}.istio-system~istio-system.svc.cluster.local", k / 250, k % 250);
+                let id =
+                    format!("router~10.1.{}.{}~gw-{k}.istio-system~istio-system.svc.cluster.local", k / 250, k % 250);
                 MemoryClient::connect(&ads, node(&id, "REDIRECT", &[("istio", "ingressgateway")]))
             })
             .collect();

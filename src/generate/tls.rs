@@ -149,19 +149,26 @@ fn resolves(index: &SecretIndex, namespace: &str, name: &str) -> Result<(), Stri
     }
 }
 
-/// What a client certificate must satisfy beyond its chain.
-fn client_checks(tls: &ServerTls) -> CertificateValidationContext {
+/// A context that checks the peer's certificate names one of `sans`
+/// exactly, whatever its type: Istio's `StringToExactMatch`, on the untyped
+/// matcher (Envoy calls it deprecated; Istio still sets it).
+fn san_checks(sans: &[String]) -> CertificateValidationContext {
     #[allow(deprecated)]
     CertificateValidationContext {
-        // Istio matches SANs of any type exactly: the untyped matcher does.
-        match_subject_alt_names: tls
-            .subject_alt_names
+        match_subject_alt_names: sans
             .iter()
             .map(|san| StringMatcher {
                 match_pattern: Some(string_matcher::MatchPattern::Exact(san.clone())),
                 ..Default::default()
             })
             .collect(),
+        ..Default::default()
+    }
+}
+
+/// What a client certificate must satisfy beyond its chain.
+fn client_checks(tls: &ServerTls) -> CertificateValidationContext {
+    CertificateValidationContext {
         verify_certificate_spki: tls.verify_certificate_spki.clone(),
         verify_certificate_hash: tls.verify_certificate_hash.clone(),
         trust_chain_verification: if tls.insecure_skip_verify == Some(true) {
@@ -169,7 +176,7 @@ fn client_checks(tls: &ServerTls) -> CertificateValidationContext {
         } else {
             TrustChainVerification::VerifyTrustChain as i32
         },
-        ..Default::default()
+        ..san_checks(&tls.subject_alt_names)
     }
 }
 
@@ -250,20 +257,7 @@ pub fn upstream_context(tls: &crate::config::istio::ClientTls, router: bool, htt
         alpn_protocols: if http2 { vec!["h2".to_string()] } else { Vec::new() },
         ..Default::default()
     };
-    let checks = || {
-        #[allow(deprecated)]
-        CertificateValidationContext {
-            match_subject_alt_names: tls
-                .subject_alt_names
-                .iter()
-                .map(|san| StringMatcher {
-                    match_pattern: Some(string_matcher::MatchPattern::Exact(san.clone())),
-                    ..Default::default()
-                })
-                .collect(),
-            ..Default::default()
-        }
-    };
+    let checks = || san_checks(&tls.subject_alt_names);
     match credential {
         Some(name) => {
             if mutual {

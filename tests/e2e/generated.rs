@@ -57,28 +57,10 @@ fn socket_address(ip: &str, port: u32) -> Address {
     }
 }
 
-/// A bootstrap per proxy holds everything generated for it: listeners and
-/// clusters as static resources, every route configuration inline in a
-/// listener of its own (so Envoy also checks that routed clusters exist),
-/// and every EDS assignment as a static cluster's endpoints.
-#[test]
-fn envoy_accepts_everything_generated() {
-    use envoy_types::pb::envoy::config::bootstrap::v3::{
-        Bootstrap,
-        bootstrap::{DynamicResources, StaticResources},
-    };
-    use envoy_types::pb::envoy::config::core::v3::{
-        ApiConfigSource, ApiVersion, GrpcService, Node,
-        api_config_source::ApiType,
-        grpc_service::{EnvoyGrpc, TargetSpecifier},
-    };
-    use envoy_types::pb::envoy::extensions::filters::http::router::v3::Router;
-    use envoy_types::pb::envoy::extensions::filters::network::http_connection_manager::v3::{HttpFilter, http_filter};
-
-    let envoy = envoy_binary();
+/// The ADS cluster the `ads: {}` config sources (RDS, EDS, SDS) point at:
+/// a static cluster with the HTTP/2 options a generated gRPC cluster has.
+fn xds_cluster() -> Cluster {
     let ctx = context();
-    let dir = tempfile::tempdir().unwrap();
-    // The ADS cluster the `ads: {}` config sources point at.
     let mut xds = cds::clusters(&ctx, &productpage(&ctx, "REDIRECT"))
         .into_iter()
         .find(|c| c.name.starts_with("outbound|7070|"))
@@ -90,6 +72,48 @@ fn envoy_accepts_everything_generated() {
         cluster_name: "xds".into(),
         ..Default::default()
     });
+    xds
+}
+
+/// ADS over the [`xds_cluster`].
+fn ads_resources() -> envoy_types::pb::envoy::config::bootstrap::v3::bootstrap::DynamicResources {
+    use envoy_types::pb::envoy::config::core::v3::{
+        ApiConfigSource, ApiVersion, GrpcService,
+        api_config_source::ApiType,
+        grpc_service::{EnvoyGrpc, TargetSpecifier},
+    };
+    envoy_types::pb::envoy::config::bootstrap::v3::bootstrap::DynamicResources {
+        ads_config: Some(ApiConfigSource {
+            api_type: ApiType::Grpc as i32,
+            transport_api_version: ApiVersion::V3 as i32,
+            grpc_services: vec![GrpcService {
+                target_specifier: Some(TargetSpecifier::EnvoyGrpc(EnvoyGrpc {
+                    cluster_name: "xds".into(),
+                    ..Default::default()
+                })),
+                ..Default::default()
+            }],
+            ..Default::default()
+        }),
+        ..Default::default()
+    }
+}
+
+/// A bootstrap per proxy holds everything generated for it: listeners and
+/// clusters as static resources, every route configuration inline in a
+/// listener of its own (so Envoy also checks that routed clusters exist),
+/// and every EDS assignment as a static cluster's endpoints.
+#[test]
+fn envoy_accepts_everything_generated() {
+    use envoy_types::pb::envoy::config::bootstrap::v3::{Bootstrap, bootstrap::StaticResources};
+    use envoy_types::pb::envoy::config::core::v3::Node;
+    use envoy_types::pb::envoy::extensions::filters::http::router::v3::Router;
+    use envoy_types::pb::envoy::extensions::filters::network::http_connection_manager::v3::{HttpFilter, http_filter};
+
+    let envoy = envoy_binary();
+    let ctx = context();
+    let dir = tempfile::tempdir().unwrap();
+    let xds = xds_cluster();
     for (label, scope, inbound) in [
         ("redirect", productpage(&ctx, "REDIRECT"), Some(productpage_inbound(&ctx, "REDIRECT"))),
         ("none", productpage(&ctx, "NONE"), Some(productpage_inbound(&ctx, "NONE"))),
@@ -151,21 +175,7 @@ fn envoy_accepts_everything_generated() {
         let bootstrap = Bootstrap {
             node: Some(Node { id: format!("{label}~check"), cluster: "check".into(), ..Default::default() }),
             static_resources: Some(StaticResources { listeners, clusters, ..Default::default() }),
-            dynamic_resources: Some(DynamicResources {
-                ads_config: Some(ApiConfigSource {
-                    api_type: ApiType::Grpc as i32,
-                    transport_api_version: ApiVersion::V3 as i32,
-                    grpc_services: vec![GrpcService {
-                        target_specifier: Some(TargetSpecifier::EnvoyGrpc(EnvoyGrpc {
-                            cluster_name: "xds".into(),
-                            ..Default::default()
-                        })),
-                        ..Default::default()
-                    }],
-                    ..Default::default()
-                }),
-                ..Default::default()
-            }),
+            dynamic_resources: Some(ads_resources()),
             ..Default::default()
         };
         let path = dir.path().join(format!("{label}.pb"));
@@ -261,37 +271,7 @@ fn envoy_accepts_what_istio_s_tls_manifests_generate() {
         ("seexamples", router("sidecar~10.9.0.5~app.seexamples~seexamples.svc.cluster.local", &[("app", "a")])),
         ("default", router("sidecar~10.9.0.6~app.default~default.svc.cluster.local", &[("app", "a")])),
     ];
-    // The ADS cluster the `ads: {}` config sources (RDS, EDS, SDS) point at.
-    let mut xds = cds::clusters(&context(), &productpage(&context(), "REDIRECT"))
-        .into_iter()
-        .find(|c| c.name.starts_with("outbound|7070|"))
-        .expect("the gRPC cluster carries HTTP/2 options");
-    xds.name = "xds".into();
-    xds.cluster_discovery_type = Some(ClusterDiscoveryType::Type(DiscoveryType::Static as i32));
-    xds.eds_cluster_config = None;
-    xds.load_assignment = Some(envoy_types::pb::envoy::config::endpoint::v3::ClusterLoadAssignment {
-        cluster_name: "xds".into(),
-        ..Default::default()
-    });
-    let ads = envoy_types::pb::envoy::config::bootstrap::v3::bootstrap::DynamicResources {
-        ads_config: Some(envoy_types::pb::envoy::config::core::v3::ApiConfigSource {
-            api_type: envoy_types::pb::envoy::config::core::v3::api_config_source::ApiType::Grpc as i32,
-            transport_api_version: envoy_types::pb::envoy::config::core::v3::ApiVersion::V3 as i32,
-            grpc_services: vec![envoy_types::pb::envoy::config::core::v3::GrpcService {
-                target_specifier: Some(
-                    envoy_types::pb::envoy::config::core::v3::grpc_service::TargetSpecifier::EnvoyGrpc(
-                        envoy_types::pb::envoy::config::core::v3::grpc_service::EnvoyGrpc {
-                            cluster_name: "xds".into(),
-                            ..Default::default()
-                        },
-                    ),
-                ),
-                ..Default::default()
-            }],
-            ..Default::default()
-        }),
-        ..Default::default()
-    };
+    let xds = xds_cluster();
     let mut checked = 0;
     for (label, proxy) in proxies {
         let scope = ctx.scope_for(&proxy);
@@ -312,7 +292,7 @@ fn envoy_accepts_what_istio_s_tls_manifests_generate() {
                 clusters,
                 ..Default::default()
             }),
-            dynamic_resources: Some(ads.clone()),
+            dynamic_resources: Some(ads_resources()),
             ..Default::default()
         };
         let file = dir.path().join(format!("{label}.pb"));
