@@ -4,7 +4,7 @@
 //! (`full`), which resource types the change can affect, and which hosts'
 //! endpoints moved. A stream whose scope itself changed (its Sidecar, a
 //! Service it sees) regenerates everything. From that, [`plan`] gives, in
-//! push order (CDS, EDS, LDS, RDS: make before break), each type the stream
+//! push order (CDS, EDS, LDS, RDS, SDS: make before break), each type the stream
 //! sends and how much of it. The protocols differ only in what they put on
 //! the wire for each step.
 //!
