@@ -99,14 +99,49 @@ fn ads_resources() -> envoy_types::pb::envoy::config::bootstrap::v3::bootstrap::
     }
 }
 
+/// Runs `envoy --mode validate` (in `dir`, where relative file paths
+/// resolve) on a bootstrap of `listeners` and `clusters` as static
+/// resources, with ADS configured; fails with Envoy's words if it refuses.
+fn assert_envoy_accepts(
+    envoy: &std::path::Path,
+    dir: &std::path::Path,
+    label: &str,
+    listeners: Vec<Listener>,
+    clusters: Vec<Cluster>,
+) {
+    use envoy_types::pb::envoy::config::bootstrap::v3::{Bootstrap, bootstrap::StaticResources};
+    let bootstrap = Bootstrap {
+        node: Some(envoy_types::pb::envoy::config::core::v3::Node {
+            id: format!("{label}~check"),
+            cluster: "check".into(),
+            ..Default::default()
+        }),
+        static_resources: Some(StaticResources { listeners, clusters, ..Default::default() }),
+        dynamic_resources: Some(ads_resources()),
+        ..Default::default()
+    };
+    let path = dir.join(format!("{label}.pb"));
+    std::fs::write(&path, bootstrap.encode_to_vec()).unwrap();
+    let out = std::process::Command::new(envoy)
+        .args(["--mode", "validate", "--log-level", "warn", "-c"])
+        .arg(&path)
+        .current_dir(dir)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{label}: Envoy refused the configuration:\n{}\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
 /// A bootstrap per proxy holds everything generated for it: listeners and
 /// clusters as static resources, every route configuration inline in a
 /// listener of its own (so Envoy also checks that routed clusters exist),
 /// and every EDS assignment as a static cluster's endpoints.
 #[test]
 fn envoy_accepts_everything_generated() {
-    use envoy_types::pb::envoy::config::bootstrap::v3::{Bootstrap, bootstrap::StaticResources};
-    use envoy_types::pb::envoy::config::core::v3::Node;
     use envoy_types::pb::envoy::extensions::filters::http::router::v3::Router;
     use envoy_types::pb::envoy::extensions::filters::network::http_connection_manager::v3::{HttpFilter, http_filter};
 
@@ -172,25 +207,7 @@ fn envoy_accepts_everything_generated() {
             });
         }
 
-        let bootstrap = Bootstrap {
-            node: Some(Node { id: format!("{label}~check"), cluster: "check".into(), ..Default::default() }),
-            static_resources: Some(StaticResources { listeners, clusters, ..Default::default() }),
-            dynamic_resources: Some(ads_resources()),
-            ..Default::default()
-        };
-        let path = dir.path().join(format!("{label}.pb"));
-        std::fs::write(&path, bootstrap.encode_to_vec()).unwrap();
-        let out = std::process::Command::new(&envoy)
-            .args(["--mode", "validate", "--log-level", "warn", "-c"])
-            .arg(&path)
-            .output()
-            .unwrap();
-        assert!(
-            out.status.success(),
-            "{label}: Envoy refused the configuration:\n{}\n{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        );
+        assert_envoy_accepts(&envoy, dir.path(), label, listeners, clusters);
     }
 }
 
@@ -281,34 +298,7 @@ fn envoy_accepts_what_istio_s_tls_manifests_generate() {
             || clusters.iter().any(|c| c.transport_socket.is_some());
         checked += usize::from(tls);
         clusters.push(xds.clone());
-        let bootstrap = envoy_types::pb::envoy::config::bootstrap::v3::Bootstrap {
-            node: Some(envoy_types::pb::envoy::config::core::v3::Node {
-                id: format!("{label}~check"),
-                cluster: "check".into(),
-                ..Default::default()
-            }),
-            static_resources: Some(envoy_types::pb::envoy::config::bootstrap::v3::bootstrap::StaticResources {
-                listeners,
-                clusters,
-                ..Default::default()
-            }),
-            dynamic_resources: Some(ads_resources()),
-            ..Default::default()
-        };
-        let file = dir.path().join(format!("{label}.pb"));
-        std::fs::write(&file, bootstrap.encode_to_vec()).unwrap();
-        let out = std::process::Command::new(&envoy)
-            .args(["--mode", "validate", "--log-level", "warn", "-c"])
-            .arg(&file)
-            .current_dir(dir.path())
-            .output()
-            .unwrap();
-        assert!(
-            out.status.success(),
-            "{label}: Envoy refused the configuration:\n{}\n{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        );
+        assert_envoy_accepts(&envoy, dir.path(), label, listeners, clusters);
     }
     assert!(checked >= 4, "only {checked} proxies got TLS: the manifests were not applied");
 }
