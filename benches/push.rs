@@ -171,6 +171,33 @@ fn assembly(c: &mut Criterion) {
     group.finish();
 }
 
+/// The time `iters` changes take to reach every stream: each change from
+/// `change` is pushed, and timed until `answered` (counted by the streams'
+/// tasks as they ACK) has grown by `streams`.
+fn timed_pushes(
+    runtime: &tokio::runtime::Runtime,
+    engine: &Arc<PushEngine>,
+    answered: &AtomicUsize,
+    streams: usize,
+    iters: u64,
+    mut change: impl FnMut() -> meshpush::model::ChangeSet,
+) -> Duration {
+    let mut total = Duration::ZERO;
+    for _ in 0..iters {
+        let change = change();
+        let target = answered.load(Ordering::Relaxed) + streams;
+        let start = Instant::now();
+        runtime.block_on(async {
+            engine.push(PushRequest::new(change)).await;
+            while answered.load(Ordering::Relaxed) < target {
+                tokio::time::sleep(Duration::from_micros(200)).await;
+            }
+        });
+        total += start.elapsed();
+    }
+    total
+}
+
 fn full_push(c: &mut Criterion) {
     let (services, streams) = if full_size() { (10_000, 10_000) } else { (200, 200) };
     let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().expect("runtime");
@@ -210,21 +237,10 @@ fn full_push(c: &mut Criterion) {
     let mut weight = 0;
     group.bench_function(format!("{streams}_streams_100_scopes_route_change"), |b| {
         b.iter_custom(|iters| {
-            let mut total = Duration::ZERO;
-            for _ in 0..iters {
+            timed_pushes(&runtime, engine, &routes, streams, iters, || {
                 weight = (weight + 7) % 100;
-                let change = store.apply([Write::Put(spec.virtual_service(0, weight), source())]);
-                let target = routes.load(Ordering::Relaxed) + streams;
-                let start = Instant::now();
-                runtime.block_on(async {
-                    engine.push(PushRequest::new(change)).await;
-                    while routes.load(Ordering::Relaxed) < target {
-                        tokio::time::sleep(Duration::from_micros(200)).await;
-                    }
-                });
-                total += start.elapsed();
-            }
-            total
+                store.apply([Write::Put(spec.virtual_service(0, weight), source())])
+            })
         })
     });
     group.finish();
@@ -306,21 +322,10 @@ fn secret_rotation(c: &mut Criterion) {
     let mut which = 0;
     group.bench_function(format!("{streams}_gateway_streams"), |b| {
         b.iter_custom(|iters| {
-            let mut total = Duration::ZERO;
-            for _ in 0..iters {
+            timed_pushes(&runtime, engine, &received, streams, iters, || {
                 which = 1 - which;
-                let change = store.apply([Write::Put(secrets[which].clone(), source())]);
-                let target = received.load(Ordering::Relaxed) + streams;
-                let start = Instant::now();
-                runtime.block_on(async {
-                    engine.push(PushRequest::new(change)).await;
-                    while received.load(Ordering::Relaxed) < target {
-                        tokio::time::sleep(Duration::from_micros(200)).await;
-                    }
-                });
-                total += start.elapsed();
-            }
-            total
+                store.apply([Write::Put(secrets[which].clone(), source())])
+            })
         })
     });
     group.finish();
