@@ -37,7 +37,7 @@ pub fn server_context(
     namespace: &str,
     server: &GatewayServer,
 ) -> Result<DownstreamTlsContext, String> {
-    let tls = server.tls.as_deref().ok_or("has no TLS settings")?;
+    let tls = server.tls().ok_or("has no TLS settings")?;
     let verify = server.mode.verifies_clients();
     let mut common = CommonTlsContext {
         alpn_protocols: ALPN_HTTP.iter().map(|s| s.to_string()).collect(),
@@ -105,7 +105,7 @@ pub fn downstream_socket(context: &DownstreamTlsContext) -> TransportSocket {
 
 /// Every SDS name a server's TLS context refers to (for the router's SDS set).
 pub fn secret_names(server: &GatewayServer) -> Vec<String> {
-    let Some(tls) = server.tls.as_deref().filter(|_| server.mode.terminates()) else { return Vec::new() };
+    let Some(tls) = server.tls().filter(|_| server.mode.terminates()) else { return Vec::new() };
     let credentials: Vec<&str> = match &tls.credential_name {
         Some(name) if !name.is_empty() => vec![name.as_str()],
         _ => tls.credential_names.iter().map(String::as_str).collect(),

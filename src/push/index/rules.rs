@@ -337,9 +337,7 @@ pub struct GatewayServer {
     pub bind: Option<Arc<str>>,
     /// What the server does with TLS.
     pub mode: istio::TlsMode,
-    /// Its TLS settings, as written (validated).
-    pub tls: Option<Arc<istio::ServerTls>>,
-    /// The server as written.
+    /// The server as written (validated).
     pub spec: Arc<istio::Server>,
 }
 
@@ -357,9 +355,14 @@ impl GatewayServer {
         out
     }
 
+    /// Its TLS settings, as written.
+    pub fn tls(&self) -> Option<&istio::ServerTls> {
+        self.spec.tls.as_ref()
+    }
+
     /// Whether a plain HTTP server redirects to HTTPS.
     pub fn https_redirect(&self) -> bool {
-        self.tls.as_ref().is_some_and(|t| t.https_redirect)
+        self.spec.https_redirect()
     }
 }
 
@@ -421,7 +424,6 @@ impl GatewayIndex {
                                         })
                                         .collect(),
                                     mode: s.tls_mode()?,
-                                    tls: s.tls.clone().map(Arc::new),
                                     spec: Arc::new(s.clone()),
                                 })
                             })
