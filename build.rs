@@ -1,10 +1,14 @@
-//! Compiles meshpush's own gRPC API (`proto/`) with protox, a protobuf
-//! compiler in pure Rust: building meshpush needs no system `protoc`.
+//! Compiles the gRPC APIs meshpush serves (`proto/`) with protox, a
+//! protobuf compiler in pure Rust: building meshpush needs no system
+//! `protoc`. Its own registry API, and Istio's certificate service (its
+//! wire contract restated in `proto/istio/v1/auth/ca.proto`).
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
-    const PROTO: &str = "proto/meshpush/v1/registry.proto";
-    println!("cargo:rerun-if-changed={PROTO}");
-    let descriptors = protox::compile([PROTO], ["proto"])?;
+    const PROTOS: [&str; 2] = ["proto/meshpush/v1/registry.proto", "proto/istio/v1/auth/ca.proto"];
+    for proto in PROTOS {
+        println!("cargo:rerun-if-changed={proto}");
+    }
+    let descriptors = protox::compile(PROTOS, ["proto"])?;
     tonic_prost_build::configure().build_server(true).build_client(true).compile_fds(descriptors)?;
     Ok(())
 }

@@ -184,6 +184,7 @@ async fn serve(args: Args, replay: Arc<Replay>) -> anyhow::Result<()> {
         connections::ConnectionPolicy::default(),
         Arc::new(meshpush::metrics::Metrics::new()),
         shutdown_rx,
+        None,
     )
     .await;
     Ok(())

@@ -2,12 +2,14 @@
 //!
 //! Data flows one way: [`source`] → [`model::ConfigStore`] → [`push::Debouncer`]
 //! → [`engine::PushEngine`] (publishes [`push::PushContext`]) → [`generate`]
-//! (cached, pre-encoded) → [`xds`] streams. The modules are layered along
+//! (cached, pre-encoded) → [`xds`] streams; [`ca`] is the mesh's certificate
+//! authority and secures the port those streams come on. The modules are layered along
 //! that flow, base types ([`resource`], [`text`]) at the bottom, and no module uses
 //! one above it; ARCHITECTURE.md at the repository root walks through both.
 
 pub mod admin;
 pub mod bootstrap;
+pub mod ca;
 pub mod cli;
 pub mod config;
 pub mod engine;

@@ -33,7 +33,7 @@ enum LogFormat {
 #[derive(Debug, Subcommand)]
 enum Command {
     /// Serve xDS for the mesh described by a directory of YAML.
-    Serve(ServeArgs),
+    Serve(Box<ServeArgs>),
     /// Check a directory of YAML: print every problem, exit 1 on any error.
     Validate {
         /// The directory (read recursively).
@@ -44,6 +44,9 @@ enum Command {
     },
     /// Print an Envoy bootstrap that connects to meshpush.
     Bootstrap(BootstrapArgs),
+    /// Make service-account tokens for a mesh without Kubernetes (`serve --jwks`).
+    #[command(subcommand)]
+    Jwt(JwtCommand),
     /// Show every connected proxy's sync state per type (like `istioctl proxy-status`).
     ProxyStatus {
         /// meshpush's admin address.
@@ -85,6 +88,31 @@ enum Command {
     },
     /// Print the version.
     Version,
+}
+
+#[derive(Debug, Subcommand)]
+enum JwtCommand {
+    /// Create a signing key (DIR/jwt-key.pem, mode 0600) and its JWKS (DIR/jwks.json).
+    Keygen {
+        /// Where to write them.
+        #[arg(long)]
+        dir: PathBuf,
+    },
+    /// Print a token for a service account, signed by a `keygen` key.
+    Issue {
+        /// The signing key (`jwt-key.pem`).
+        #[arg(long)]
+        key: PathBuf,
+        /// The service account's namespace.
+        #[arg(long)]
+        namespace: String,
+        /// The service account.
+        #[arg(long)]
+        service_account: String,
+        /// How long the token is valid.
+        #[arg(long, default_value = "24h", value_parser = parse_duration)]
+        ttl: Duration,
+    },
 }
 
 #[derive(Debug, clap::Args)]
@@ -156,9 +184,61 @@ struct ServeArgs {
     /// (twice that at once after a quiet spell; then 429); 0: no limit.
     #[arg(long, default_value_t = 20)]
     admin_views_per_client: u32,
+    /// Be the mesh's certificate authority, with the key material of this
+    /// directory: Istio's plug-in CA files (ca-cert.pem, ca-key.pem,
+    /// root-cert.pem, cert-chain.pem), or, when it has none, a self-signed
+    /// root created there. Turns the secure xDS port on.
+    #[arg(long)]
+    ca_dir: Option<PathBuf>,
+    /// The secure xDS port (needs --ca-dir): ADS, the CA and the registry
+    /// API over mutual TLS, as istiod's 15012; `IP:PORT` or `unix:PATH`.
+    #[arg(long, default_value = "0.0.0.0:15012", requires = "ca_dir")]
+    secure_xds_addr: meshpush::serve::ListenAddr,
+    /// The trust domain of the identities the CA issues (spiffe://TRUST_DOMAIN/ns/NS/sa/SA).
+    #[arg(long, default_value = "cluster.local")]
+    trust_domain: String,
+    /// Also authenticate certificate requests by JWTs signed by a key of
+    /// this JSON Web Key Set (audience istio-ca, subject
+    /// system:serviceaccount:NS:SA); re-read when it changes.
+    #[arg(long, requires = "ca_dir")]
+    jwks: Option<PathBuf>,
+    /// A name the secure port's certificate carries (DNS name or IP);
+    /// repeatable. Default: istiod.istio-system.svc, localhost, 127.0.0.1, ::1.
+    #[arg(long = "server-san", requires = "ca_dir")]
+    server_sans: Vec<String>,
+    /// An identity that may use the registry API on the secure port
+    /// (`spiffe://cluster.local/ns/NS/sa/SA`); repeatable.
+    #[arg(long = "registry-writer", requires = "ca_dir")]
+    registry_writers: Vec<meshpush::model::Identity>,
+    /// Lifetime of a workload certificate when its request asks for none.
+    #[arg(long, default_value = "24h", value_parser = parse_duration)]
+    workload_cert_ttl: Duration,
+    /// The longest lifetime a workload certificate request may ask for.
+    #[arg(long, default_value = "2160h", value_parser = parse_duration)]
+    max_workload_cert_ttl: Duration,
 }
 
 impl ServeArgs {
+    fn security(&self) -> Option<meshpush::serve::SecureXds> {
+        let ca_dir = self.ca_dir.clone()?;
+        Some(meshpush::serve::SecureXds {
+            addr: self.secure_xds_addr.clone(),
+            ca_dir,
+            trust_domain: self.trust_domain.clone(),
+            jwks: self.jwks.clone(),
+            server_names: if self.server_sans.is_empty() {
+                meshpush::ca::tls::DEFAULT_SERVER_NAMES.iter().map(ToString::to_string).collect()
+            } else {
+                self.server_sans.clone()
+            },
+            registry_writers: self.registry_writers.clone(),
+            lifetimes: meshpush::ca::Lifetimes {
+                default_ttl: self.workload_cert_ttl,
+                max_ttl: self.max_workload_cert_ttl,
+            },
+        })
+    }
+
     fn kube_access(&self) -> Option<meshpush::source::kube::KubeAccess> {
         use meshpush::source::kube::KubeAccess;
         match (&self.kubeconfig, self.in_cluster) {
@@ -277,6 +357,28 @@ fn main() -> ExitCode {
             let problems = meshpush::source::validate_dir(&dir, max_config_file_bytes);
             ExitCode::from(meshpush::source::print_report(&problems) as u8)
         }
+        Command::Jwt(JwtCommand::Keygen { dir }) => match meshpush::cli::jwt::keygen(&dir) {
+            Ok((key, jwks)) => {
+                println!("signing key: {}\nkey set (serve --jwks): {}", key.display(), jwks.display());
+                ExitCode::SUCCESS
+            }
+            Err(e) => {
+                eprintln!("meshpush jwt keygen: {e}");
+                ExitCode::FAILURE
+            }
+        },
+        Command::Jwt(JwtCommand::Issue { key, namespace, service_account, ttl }) => {
+            match meshpush::cli::jwt::issue(&key, &namespace, &service_account, ttl) {
+                Ok(token) => {
+                    println!("{token}");
+                    ExitCode::SUCCESS
+                }
+                Err(e) => {
+                    eprintln!("meshpush jwt issue: {e}");
+                    ExitCode::FAILURE
+                }
+            }
+        }
         Command::Bootstrap(args) => match bootstrap(args) {
             Ok(yaml) => {
                 print!("{yaml}");
@@ -314,6 +416,7 @@ fn main() -> ExitCode {
                     (None, None) => Some(PathBuf::from("examples/bookinfo")),
                     (None, Some(_)) => None,
                 },
+                secure: args.security(),
                 xds_addr: args.xds_addr,
                 admin_addr: args.admin_addr,
                 debounce: meshpush::push::DebounceConfig { after: args.debounce_after, max: args.debounce_max },

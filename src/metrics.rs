@@ -235,6 +235,23 @@ pub struct Metrics {
     /// `meshpush_xds_requests_refused_total{reason}`: requests refused with
     /// RESOURCE_EXHAUSTED (too large, or the request memory budget was spent).
     pub requests_refused: Family<Label, Counter>,
+    /// `meshpush_xds_tls_handshakes_refused_total`: secure-port connections
+    /// closed in the handshake (a certificate the mesh root does not sign,
+    /// no TLS, or too slow).
+    pub tls_handshakes_refused: Counter,
+    /// `meshpush_xds_streams_refused_total{reason}`: secure-port streams
+    /// refused for what their client proved (no certificate, a node that
+    /// is not the certificate's identity, gateway labels not its own).
+    pub streams_refused: Family<Label, Counter>,
+    /// `citadel_server_csr_count`: certificate requests received.
+    pub ca_requests: IstioCounter,
+    /// `citadel_server_authentication_failure_count`: requests whose caller
+    /// was not authenticated.
+    pub ca_authentication_failures: IstioCounter,
+    /// `citadel_server_csr_sign_error_count`: authenticated requests not signed.
+    pub ca_sign_errors: IstioCounter,
+    /// `citadel_server_success_cert_issuance_count`: certificates issued.
+    pub ca_issued: IstioCounter,
 }
 
 impl Default for Metrics {
@@ -266,6 +283,12 @@ impl Metrics {
             streams_awaiting_admission: Gauge::default(),
             connections_drained: Family::default(),
             requests_refused: Family::default(),
+            tls_handshakes_refused: Counter::default(),
+            streams_refused: Family::default(),
+            ca_requests: IstioCounter::default(),
+            ca_authentication_failures: IstioCounter::default(),
+            ca_sign_errors: IstioCounter::default(),
+            ca_issued: IstioCounter::default(),
         };
         let mut r = Registry::default();
         r.register("pilot_xds_pushes", "Responses sent to proxies, by xDS type", m.xds_pushes.clone());
@@ -338,6 +361,30 @@ impl Metrics {
             "ADS requests refused with RESOURCE_EXHAUSTED, by reason (too_large, budget)",
             m.requests_refused.clone(),
         );
+        r.register(
+            "meshpush_xds_tls_handshakes_refused",
+            "Secure-port connections closed in the TLS handshake (no TLS, a client certificate the mesh root \
+             does not sign, or not completed within 10 s)",
+            m.tls_handshakes_refused.clone(),
+        );
+        r.register(
+            "meshpush_xds_streams_refused",
+            "Secure-port requests refused for what the client proved, by reason (no_certificate, identity, \
+             gateway_labels, registry_writer)",
+            m.streams_refused.clone(),
+        );
+        r.register("citadel_server_csr", "Certificate signing requests received by the CA", m.ca_requests.clone());
+        r.register(
+            "citadel_server_authentication_failure",
+            "Certificate signing requests whose caller was not authenticated",
+            m.ca_authentication_failures.clone(),
+        );
+        r.register(
+            "citadel_server_csr_sign_error",
+            "Authenticated certificate signing requests the CA did not sign",
+            m.ca_sign_errors.clone(),
+        );
+        r.register("citadel_server_success_cert_issuance", "Workload certificates the CA issued", m.ca_issued.clone());
         Metrics { registry: r, ..m }
     }
 

@@ -59,6 +59,28 @@ pub struct ServeOptions {
     pub admin_limits: crate::admin::AdminLimits,
     /// Config files larger than this are not read.
     pub max_file_bytes: u64,
+    /// The CA and the secure xDS port, when meshpush is the mesh's CA.
+    pub secure: Option<SecureXds>,
+}
+
+/// The mesh's CA and the port that serves ADS, the CA and the registry
+/// API over mutual TLS (istiod's 15012).
+#[derive(Debug, Clone)]
+pub struct SecureXds {
+    /// Where it listens.
+    pub addr: ListenAddr,
+    /// The CA's key material (plug-in layout, or where a self-signed root is made).
+    pub ca_dir: PathBuf,
+    /// The trust domain identities are issued in.
+    pub trust_domain: String,
+    /// A JWKS that certificate requests' tokens may be signed by.
+    pub jwks: Option<PathBuf>,
+    /// The names the port's own certificate carries.
+    pub server_names: Vec<String>,
+    /// Identities that may use the registry API on this port.
+    pub registry_writers: Vec<crate::model::Identity>,
+    /// Workload certificate lifetimes.
+    pub lifetimes: crate::ca::Lifetimes,
 }
 
 /// Where a server listens: `IP:PORT`, or `unix:/path/to.sock`.
@@ -93,6 +115,68 @@ impl fmt::Display for ListenAddr {
             ListenAddr::Tcp(addr) => addr.fmt(f),
             ListenAddr::Unix(path) => write!(f, "unix:{}", path.display()),
         }
+    }
+}
+
+/// Binds an xDS address.
+fn bind_xds(addr: &ListenAddr) -> io::Result<XdsListener> {
+    match addr {
+        ListenAddr::Tcp(addr) => XdsListener::bind_tcp(*addr),
+        ListenAddr::Unix(path) => bind_unix(path).map(XdsListener::Unix),
+    }
+}
+
+/// The secure port, bound, with what it serves.
+struct SecurePort {
+    listener: XdsListener,
+    tls: crate::ca::ServerTls,
+    ca: crate::ca::CaService,
+    registry_writers: Vec<crate::model::Identity>,
+}
+
+impl SecurePort {
+    /// Opens the CA (creating a self-signed root when its directory has
+    /// none), sets up TLS and binds the port.
+    fn open(
+        secure: &SecureXds,
+        kube: Option<kube::Client>,
+        metrics: Arc<crate::metrics::Metrics>,
+    ) -> anyhow::Result<SecurePort> {
+        use crate::ca::{Authenticators, CaService, CertificateAuthority, ServerTls};
+        let ca = CertificateAuthority::open(&secure.ca_dir, &secure.trust_domain, secure.lifetimes)
+            .with_context(|| format!("opening the CA directory {}", secure.ca_dir.display()))?;
+        if ca.created_root() {
+            tracing::info!(
+                dir = %secure.ca_dir.display(),
+                trust_domain = %secure.trust_domain,
+                "created a self-signed root CA (ca-cert.pem, ca-key.pem, root-cert.pem); workloads trust root-cert.pem"
+            );
+        } else {
+            tracing::info!(dir = %secure.ca_dir.display(), trust_domain = %secure.trust_domain, "CA key material loaded");
+        }
+        let mut authenticators = Authenticators::new(&secure.trust_domain);
+        if let Some(jwks) = &secure.jwks {
+            authenticators = authenticators.with_jwks(jwks).with_context(|| format!("--jwks {}", jwks.display()))?;
+        }
+        if let Some(client) = kube {
+            authenticators = authenticators.with_token_review(client);
+        }
+        if !authenticators.accepts_tokens() {
+            tracing::warn!(
+                "the CA accepts no tokens (no --jwks and no Kubernetes cluster): only workloads that already hold a \
+                 certificate can get one"
+            );
+        }
+        let ca = Arc::new(ca);
+        let tls = ServerTls::new(ca.clone(), secure.server_names.clone())?;
+        let listener =
+            bind_xds(&secure.addr).with_context(|| format!("binding the secure xDS address {}", secure.addr))?;
+        Ok(SecurePort {
+            listener,
+            tls,
+            ca: CaService::new(ca, Arc::new(authenticators), metrics),
+            registry_writers: secure.registry_writers.clone(),
+        })
     }
 }
 
@@ -141,11 +225,26 @@ pub async fn run(options: ServeOptions) -> anyhow::Result<()> {
     // Both sources (the directory watcher and the registry API) feed the debouncer through this.
     let (changes_tx, changes_rx) = mpsc::channel(CHANGE_QUEUE);
 
-    let xds_listener = match &options.xds_addr {
-        ListenAddr::Tcp(addr) => XdsListener::bind_tcp(*addr),
-        ListenAddr::Unix(path) => bind_unix(path).map(XdsListener::Unix),
+    let xds_listener =
+        bind_xds(&options.xds_addr).with_context(|| format!("binding the xDS address {}", options.xds_addr))?;
+    if let ListenAddr::Tcp(addr) = &options.xds_addr
+        && !addr.ip().is_loopback()
+    {
+        tracing::warn!(
+            xds = %options.xds_addr,
+            "the plaintext xDS port listens beyond loopback: it is meant for local development, and any client \
+             that reaches it can claim to be any proxy and write the registry; serve the mesh on --secure-xds-addr"
+        );
     }
-    .with_context(|| format!("binding the xDS address {}", options.xds_addr))?;
+    // The kube client serves both the watchers and the CA's TokenReviews.
+    let kube_client = match &options.kube {
+        Some(access) => Some(crate::source::kube::client(access).await.context("connecting to the Kubernetes API")?),
+        None => None,
+    };
+    let secure = match &options.secure {
+        Some(secure) => Some(SecurePort::open(secure, kube_client.clone(), engine.metrics().clone())?),
+        None => None,
+    };
     let admin_listener = std::net::TcpListener::bind(options.admin_addr)
         .and_then(|l| l.set_nonblocking(true).map(|()| l))
         .with_context(|| format!("binding the admin address {}", options.admin_addr))?;
@@ -174,15 +273,30 @@ pub async fn run(options: ServeOptions) -> anyhow::Result<()> {
     };
 
     let ads_service = AdsService::with_limits(engine.clone(), options.limits);
-    let routes = tonic::service::Routes::new(ads_service.clone())
-        .add_service(RegistryService::new(store.clone(), engine.clone(), changes_tx.clone()).into_server());
+    let registry = RegistryService::new(store.clone(), engine.clone(), changes_tx.clone());
+    let routes = tonic::service::Routes::new(ads_service.clone()).add_service(registry.clone().into_server());
     let ads = tokio::spawn(connections::serve(
         xds_listener,
         routes,
         options.connections,
         engine.metrics().clone(),
         shutdown_rx.clone(),
+        None,
     ));
+    let secure_ads = secure.map(|port| {
+        let routes = tonic::service::Routes::new(ads_service.clone())
+            .add_service(registry.with_writers(port.registry_writers).into_server())
+            .add_service(port.ca.into_server());
+        tokio::spawn(port.tls.clone().renew_forever());
+        tokio::spawn(connections::serve(
+            port.listener,
+            routes,
+            options.connections,
+            engine.metrics().clone(),
+            shutdown_rx.clone(),
+            Some(port.tls.acceptor()),
+        ))
+    });
     let admin_state = crate::admin::AdminState::new(ads_service);
     let admin = admin_runtime.spawn({
         let router = crate::admin::router_with_limits(admin_state.clone(), options.admin_limits);
@@ -195,7 +309,15 @@ pub async fn run(options: ServeOptions) -> anyhow::Result<()> {
                 .await
         }
     });
-    tracing::info!(xds = %options.xds_addr, admin = %options.admin_addr, "listening");
+    match &options.secure {
+        Some(secure) => tracing::info!(
+            xds = %options.xds_addr,
+            secure_xds = %secure.addr,
+            admin = %options.admin_addr,
+            "listening"
+        ),
+        None => tracing::info!(xds = %options.xds_addr, admin = %options.admin_addr, "listening"),
+    }
 
     // Initial load: the directory in one batch, one snapshot; then the
     // Kubernetes watchers' first lists; then ready.
@@ -218,9 +340,8 @@ pub async fn run(options: ServeOptions) -> anyhow::Result<()> {
     let snapshot = engine.snapshot().store.clone();
     let initial = references.clone();
     tokio::task::spawn_blocking(move || initial.refresh(&snapshot, true)).await.context("checking references")?;
-    let (kube, kube_watchers) = match &options.kube {
-        Some(access) => {
-            let client = crate::source::kube::client(access).await.context("connecting to the Kubernetes API")?;
+    let (kube, kube_watchers) = match kube_client {
+        Some(client) => {
             let resources =
                 crate::source::kube::resources(&client).await.context("discovering the Kubernetes API's kinds")?;
             let (status, watchers) = crate::source::kube::start(
@@ -301,11 +422,16 @@ pub async fn run(options: ServeOptions) -> anyhow::Result<()> {
     }
     let _ = tokio::time::timeout(Duration::from_secs(5), async {
         let _ = ads.await;
+        if let Some(secure_ads) = secure_ads {
+            let _ = secure_ads.await;
+        }
         let _ = admin.await;
     })
     .await;
-    if let ListenAddr::Unix(path) = &options.xds_addr {
-        let _ = std::fs::remove_file(path);
+    for addr in std::iter::once(&options.xds_addr).chain(options.secure.as_ref().map(|s| &s.addr)) {
+        if let ListenAddr::Unix(path) = addr {
+            let _ = std::fs::remove_file(path);
+        }
     }
     admin_runtime.shutdown_background();
     Ok(())

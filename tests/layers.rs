@@ -21,6 +21,7 @@ const MESHPUSH: &[&[&str]] = &[
     &["generate"],
     &["engine"],
     &["xds"],
+    &["ca"],
     &["source"],
     &["admin"],
     &["cli", "bootstrap"],

@@ -1,6 +1,8 @@
 //! The operator commands that talk to a running meshpush: `proxy-status` and
 //! `proxy-config` through its admin address, shaped like `istioctl`'s, and
-//! `apply`/`delete` through its registry API, shaped like `kubectl`'s.
+//! `apply`/`delete` through its registry API, shaped like `kubectl`'s;
+//! and `jwt`, which makes service-account tokens for a mesh without
+//! Kubernetes.
 //!
 //! They read only the admin JSON endpoints (`/debug/syncz`,
 //! `/debug/config_dump`), so they work against any meshpush an operator can
@@ -8,6 +10,7 @@
 
 pub mod admin_client;
 pub mod apply;
+pub mod jwt;
 pub mod proxy_config;
 pub mod proxy_status;
 pub mod table;

@@ -14,6 +14,7 @@
 
 pub mod endpoint;
 pub mod host;
+pub mod identity;
 pub mod locality;
 pub mod proxy;
 pub mod references;
@@ -22,6 +23,7 @@ pub mod store;
 
 pub use endpoint::{Endpoint, Labels, ServiceEndpoints, no_labels};
 pub use host::Hostname;
+pub use identity::Identity;
 pub use locality::Locality;
 pub use proxy::{InterceptionMode, NodeError, Proxy, ProxyKind};
 pub use references::check_references;

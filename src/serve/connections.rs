@@ -12,8 +12,11 @@
 //! not ended [`ConnectionPolicy::grace`] after the drain are cut off with
 //! the connection. A server shutdown drains every connection the same way.
 //!
-//! Every request gets a [`ConnectionContext`] extension: the peer address
-//! and the connection's drain.
+//! On the secure port each connection first completes a TLS handshake
+//! (within [`HANDSHAKE_TIMEOUT`]; one that does not is closed), and the
+//! identities of the client certificate it verified go with the
+//! connection. Every request gets a [`ConnectionContext`] extension: the
+//! peer address, the connection's drain and its [`Transport`].
 
 use std::io;
 use std::net::SocketAddr;
@@ -26,7 +29,8 @@ use tokio::sync::watch;
 use tokio::task::JoinSet;
 
 use crate::metrics::Metrics;
-use crate::xds::stream::drain::{ConnectionContext, DrainReason, DrainSignal};
+use crate::xds::stream::drain::{DrainReason, DrainSignal};
+use crate::xds::stream::peer::{ConnectionContext, Transport};
 
 /// How the xDS port treats its connections.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -103,14 +107,19 @@ impl XdsListener {
     }
 }
 
+/// How long a client has to complete the TLS handshake on the secure port.
+pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+
 /// Accepts and serves connections with `routes` until `shutdown` turns
 /// true; then drains every connection and returns once all are closed.
+/// With `tls`, every connection is mutual TLS first (the secure port).
 pub async fn serve(
     listener: XdsListener,
     routes: tonic::service::Routes,
     policy: ConnectionPolicy,
     metrics: Arc<Metrics>,
     shutdown: watch::Receiver<bool>,
+    tls: Option<tokio_rustls::TlsAcceptor>,
 ) {
     let builder = policy.http2();
     let mut connections = JoinSet::new();
@@ -137,9 +146,11 @@ pub async fn serve(
             metrics: metrics.clone(),
             shutdown: shutdown.clone(),
         };
-        match io {
-            Accepted::Tcp(io) => connections.spawn(connection.serve(io, peer)),
-            Accepted::Unix(io) => connections.spawn(connection.serve(io, peer)),
+        match (io, tls.clone()) {
+            (Accepted::Tcp(io), None) => connections.spawn(connection.serve(io, peer, Transport::Plaintext)),
+            (Accepted::Unix(io), None) => connections.spawn(connection.serve(io, peer, Transport::Plaintext)),
+            (Accepted::Tcp(io), Some(tls)) => connections.spawn(connection.serve_tls(tls, io, peer)),
+            (Accepted::Unix(io), Some(tls)) => connections.spawn(connection.serve_tls(tls, io, peer)),
         };
     }
     drop(listener);
@@ -175,12 +186,43 @@ struct Connection {
 }
 
 impl Connection {
-    async fn serve<IO>(mut self, io: IO, peer: Option<SocketAddr>)
+    /// Completes the TLS handshake, then serves the connection with the
+    /// identities its client certificate proved.
+    async fn serve_tls<IO>(self, tls: tokio_rustls::TlsAcceptor, io: IO, peer: Option<SocketAddr>)
+    where
+        IO: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+    {
+        let stream = match tokio::time::timeout(HANDSHAKE_TIMEOUT, tls.accept(io)).await {
+            Ok(Ok(stream)) => stream,
+            Ok(Err(e)) => {
+                // A client certificate from another CA ends here.
+                tracing::info!(?peer, "secure xDS: TLS handshake refused: {e}");
+                self.metrics.tls_handshakes_refused.inc();
+                return;
+            }
+            Err(_) => {
+                tracing::info!(?peer, "secure xDS: TLS handshake not completed within {HANDSHAKE_TIMEOUT:?}");
+                self.metrics.tls_handshakes_refused.inc();
+                return;
+            }
+        };
+        let identities: Arc<[crate::model::Identity]> = stream
+            .get_ref()
+            .1
+            .peer_certificates()
+            .and_then(|chain| chain.first())
+            .map(crate::ca::tls::identities_of)
+            .unwrap_or_default()
+            .into();
+        self.serve(stream, peer, Transport::Mtls { identities }).await;
+    }
+
+    async fn serve<IO>(mut self, io: IO, peer: Option<SocketAddr>, transport: Transport)
     where
         IO: AsyncRead + AsyncWrite + Unpin + Send + 'static,
     {
         let (signal, drain) = DrainSignal::new();
-        let context = ConnectionContext { peer, drain };
+        let context = ConnectionContext { peer, drain, transport };
         let routes = self.routes;
         let service = hyper::service::service_fn(move |mut req: http::Request<hyper::body::Incoming>| {
             req.extensions_mut().insert(context.clone());

@@ -19,6 +19,10 @@
 //!   version back.
 //! * Nothing is accepted before the config directory is loaded
 //!   (`UNAVAILABLE`): the first snapshot is built from the directory alone.
+//! * On the secure port every call needs a client certificate whose
+//!   identity is among the writers allowed (`--registry-writer`):
+//!   `UNAUTHENTICATED` without one, `PERMISSION_DENIED` for another. The
+//!   plaintext port is for loopback development and checks nothing.
 //!
 //! Invariant: change sets reach the debouncer in store-revision order, so a
 //! push is never built from a snapshot older than one already pushed. The
@@ -39,7 +43,8 @@ use crate::config::{ConfigKey, ConfigKind, SourceRef};
 use crate::config::{Problem, Severity};
 use crate::engine::PushEngine;
 use crate::model::store::Write;
-use crate::model::{ChangeSet, ConfigStore};
+use crate::model::{ChangeSet, ConfigStore, Identity};
+use crate::xds::stream::peer::{ConnectionContext, Transport};
 
 #[cfg(test)]
 mod test;
@@ -78,6 +83,7 @@ pub struct RegistryService {
     store: Arc<ConfigStore>,
     engine: Arc<PushEngine>,
     changes: mpsc::Sender<ChangeSet>,
+    writers: Arc<[Identity]>,
 }
 
 impl RegistryService {
@@ -85,7 +91,42 @@ impl RegistryService {
     /// (the channel the debouncer reads); `engine` tells readiness and
     /// published versions.
     pub fn new(store: Arc<ConfigStore>, engine: Arc<PushEngine>, changes: mpsc::Sender<ChangeSet>) -> RegistryService {
-        RegistryService { store, engine, changes }
+        RegistryService { store, engine, changes, writers: Arc::from([]) }
+    }
+
+    /// The identities allowed to call the API on the secure port.
+    pub fn with_writers(mut self, writers: Vec<Identity>) -> RegistryService {
+        self.writers = writers.into();
+        self
+    }
+
+    /// Whether the caller of `request` may use the API (see the module docs).
+    fn authorize<T>(&self, request: &Request<T>) -> Result<(), Status> {
+        let transport = request.extensions().get::<ConnectionContext>().map(|c| &c.transport);
+        let Some(Transport::Mtls { identities }) = transport else { return Ok(()) };
+        let refuse = |status: Status| {
+            self.engine.metrics().streams_refused.get_or_create(&[("reason", "registry_writer")]).inc();
+            tracing::warn!("registry: {}", status.message());
+            Err(status)
+        };
+        if identities.is_empty() {
+            return refuse(Status::unauthenticated(
+                "the registry API on the secure port needs a client certificate of a --registry-writer",
+            ));
+        }
+        if identities.iter().any(|id| self.writers.contains(id)) {
+            return Ok(());
+        }
+        let shown: Vec<String> = identities.iter().map(ToString::to_string).collect();
+        refuse(Status::permission_denied(format!(
+            "{} may not use the registry API (allowed: {})",
+            shown.join(", "),
+            if self.writers.is_empty() {
+                "nobody; see --registry-writer".to_string()
+            } else {
+                self.writers.iter().map(ToString::to_string).collect::<Vec<_>>().join(", ")
+            }
+        )))
     }
 
     /// The service ready for a tonic router.
@@ -107,6 +148,7 @@ impl RegistryService {
 #[tonic::async_trait]
 impl Registry for RegistryService {
     async fn apply(&self, request: Request<ApplyRequest>) -> Result<Response<ApplyResponse>, Status> {
+        self.authorize(&request)?;
         if !self.engine.is_ready() {
             return Err(Status::unavailable("meshpush is still loading its config directory; retry shortly"));
         }
@@ -139,7 +181,8 @@ impl Registry for RegistryService {
         }))
     }
 
-    async fn get_version(&self, _request: Request<GetVersionRequest>) -> Result<Response<VersionResponse>, Status> {
+    async fn get_version(&self, request: Request<GetVersionRequest>) -> Result<Response<VersionResponse>, Status> {
+        self.authorize(&request)?;
         Ok(Response::new(self.version()))
     }
 
@@ -147,6 +190,7 @@ impl Registry for RegistryService {
         &self,
         request: Request<WaitForRevisionRequest>,
     ) -> Result<Response<VersionResponse>, Status> {
+        self.authorize(&request)?;
         let WaitForRevisionRequest { revision, timeout_ms } = request.into_inner();
         let timeout = match timeout_ms {
             0 => WAIT_DEFAULT,

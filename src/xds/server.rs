@@ -41,20 +41,22 @@ use tracing::Instrument;
 use super::delta::{DeltaConnection, DeltaRequest, DeltaResponse};
 use super::sotw::{Connection, OutgoingResponse, SotwRequest};
 use super::stream::admission::{Admission, AdmissionRate};
+use super::stream::authorize::{self, Refusal};
 use super::stream::bodies::BodyCache;
 use super::stream::body::EndStatus;
 use super::stream::body::{Framed, ResponseStreamBody};
 use super::stream::budget::{BUDGET_WAIT, DEFAULT_BUDGET_BYTES, PARTIAL_TIMEOUT, RequestBudget};
 use super::stream::buffers;
-use super::stream::drain::{ConnectionContext, Drain};
+use super::stream::drain::Drain;
 use super::stream::messages::{self, RequestMessages};
+use super::stream::peer::{ConnectionContext, Transport};
 use super::stream::published::Published;
 use super::stream::recorder::StreamRecorder;
 use super::stream::request::{RequestError, StreamNode};
 use super::stream::status::{StatusBoard, StreamStatus};
 use super::watch::StreamState;
 use crate::engine::PushEngine;
-use crate::model::Proxy;
+use crate::model::{Identity, Proxy};
 use crate::push::{ConnectionHandle, InboundId, PendingPush, Scope};
 use crate::text::Shown;
 
@@ -269,6 +271,7 @@ where
 {
     let connection = req.extensions().get::<ConnectionContext>().cloned();
     let peer = connection.as_ref().and_then(|c| c.peer).map(|a| a.to_string()).unwrap_or_default();
+    let transport = connection.as_ref().map(|c| c.transport.clone()).unwrap_or_default();
     let drain = connection.map_or_else(Drain::never, |c| c.drain);
     let shared = &ads.shared;
     // In arrival order, at the configured rate: a reconnect storm is served
@@ -301,11 +304,30 @@ where
             return Status::invalid_argument(e.to_string()).into_http();
         }
     };
+    if let Transport::Mtls { identities } = &transport
+        && let Err(refusal) = authorize_node(shared, &proxy, identities).await
+    {
+        shared.engine.metrics().streams_refused.get_or_create(&[("reason", refusal.reason)]).inc();
+        tracing::warn!(%peer, node_id = %Shown(&proxy.id), "refused a secure ADS stream: {}", refusal.message);
+        return refusal.status().into_http();
+    }
     let end = EndStatus::default();
     let rx = spawn::<P>(&ads, proxy, first, requests, peer, end.clone(), drain);
     let mut response = http::Response::new(Body::new(ResponseStreamBody::new(rx, end)));
     response.headers_mut().insert(http::header::CONTENT_TYPE, http::HeaderValue::from_static("application/grpc"));
     response
+}
+
+/// Whether a secure-port client proving `identities` may be `proxy`
+/// ([`authorize`](super::stream::authorize)). A router's labels are checked
+/// against a published snapshot's workloads, so it waits for the first.
+async fn authorize_node(shared: &Shared, proxy: &Proxy, identities: &[Identity]) -> Result<(), Refusal> {
+    let identity = authorize::node_identity(proxy, identities)?;
+    if proxy.kind == crate::model::ProxyKind::Router && !proxy.labels.is_empty() {
+        shared.engine.wait_ready().await;
+        authorize::gateway_labels(proxy, identity, &shared.engine.snapshot().workloads)?;
+    }
+    Ok(())
 }
 
 /// Starts the task that serves one SotW stream of `proxy`, whose first

@@ -22,6 +22,7 @@ mod operate;
 mod redirect;
 mod routing;
 mod scoping;
+mod secure_xds;
 mod tls_gateway;
 mod tls_sidecar;
 mod traffic_rules;

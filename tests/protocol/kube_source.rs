@@ -141,6 +141,25 @@ fn kubectl_lists_gets_and_watches_through_the_stand_in() {
         .unwrap();
     assert!(out.status.success(), "kubectl get secrets: {}", String::from_utf8_lossy(&out.stderr));
     assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "secret/shop-cert");
+    // A TokenReview, as the CA creates one: kubectl posts it raw.
+    api.accept_token("good-token", "shop", "ledger");
+    let review = cache.path().join("review.json");
+    for (token, authenticated) in [("good-token", true), ("bad-token", false)] {
+        let body = serde_json::json!({"apiVersion": "authentication.k8s.io/v1", "kind": "TokenReview",
+            "spec": {"token": token, "audiences": ["istio-ca"]}});
+        std::fs::write(&review, body.to_string()).unwrap();
+        let out = base(&["create", "--raw", "/apis/authentication.k8s.io/v1/tokenreviews", "-f"])
+            .arg(&review)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "kubectl create --raw: {}", String::from_utf8_lossy(&out.stderr));
+        let answer: Value = serde_json::from_slice(&out.stdout).unwrap();
+        assert_eq!(answer["status"]["authenticated"], authenticated, "{answer}");
+        if authenticated {
+            assert_eq!(answer["status"]["user"]["username"], "system:serviceaccount:shop:ledger");
+            assert_eq!(answer["status"]["audiences"][0], "istio-ca");
+        }
+    }
     let out = base(&["get", "service", "nothing", "-n", "shop"]).output().unwrap();
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success() && stderr.contains("not found"), "kubectl get of a missing object: {stderr}");

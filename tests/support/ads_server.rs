@@ -84,6 +84,7 @@ impl AdsServer {
             policy,
             engine.metrics().clone(),
             stopped,
+            None,
         ));
         AdsServer { engine, ads, store, addr, server, _stop: stop }
     }

@@ -22,7 +22,9 @@
 //!   from the events after `N`; `BOOKMARK`s every 500 ms when the client
 //!   allows them; `timeoutSeconds` ends the stream; a `resourceVersion`
 //!   older than the kept history is answered with an `ERROR` event of a
-//!   `410 Gone` Status (the client must list again).
+//!   `410 Gone` Status (the client must list again);
+//! * TokenReviews (`POST /apis/authentication.k8s.io/v1/tokenreviews`),
+//!   authenticating the tokens [`KubeApi::accept_token`] names.
 //!
 //! The test drives it: [`KubeApi::put`] and [`KubeApi::delete`] change
 //! objects (each a new resource version), [`KubeApi::compact`] forgets the
@@ -173,6 +175,8 @@ struct Shared {
     watching: std::sync::atomic::AtomicUsize,
     /// Every change (and every `break_watches`, as `None`), to the open watches.
     events: broadcast::Sender<Option<Change>>,
+    /// Service-account tokens a TokenReview accepts: token → username.
+    tokens: Mutex<BTreeMap<String, String>>,
 }
 
 impl KubeApi {
@@ -216,6 +220,7 @@ impl KubeApi {
             down: Default::default(),
             watching: Default::default(),
             events,
+            tokens: Default::default(),
         });
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind the stand-in API server");
         let addr = listener.local_addr().unwrap();
@@ -229,7 +234,7 @@ impl KubeApi {
             .route("/api/{version}/{plural}/{name}", get(core_cluster_one))
             .route("/api/{version}/namespaces/{namespace}/{plural}", get(core_namespaced_collection))
             .route("/api/{version}/namespaces/{namespace}/{plural}/{name}", get(core_one))
-            .route("/apis/{group}/{version}/{plural}", get(group_collection))
+            .route("/apis/{group}/{version}/{plural}", get(group_collection).post(create_review))
             .route("/apis/{group}/{version}/namespaces/{namespace}/{plural}", get(group_namespaced_collection))
             .route("/apis/{group}/{version}/namespaces/{namespace}/{plural}/{name}", get(group_one))
             .layer(axum::middleware::from_fn_with_state(state.clone(), authenticate))
@@ -239,6 +244,15 @@ impl KubeApi {
             Some((acceptor, ca_pem)) => (tokio::spawn(serve_tls(listener, acceptor, router)), Some(ca_pem)),
         };
         KubeApi { addr, ca_pem, state, server, _runtime: None }
+    }
+
+    /// Makes TokenReviews accept `token` as service account `name` of `namespace`.
+    pub fn accept_token(&self, token: &str, namespace: &str, name: &str) {
+        self.state
+            .tokens
+            .lock()
+            .expect("tokens")
+            .insert(token.to_string(), format!("system:serviceaccount:{namespace}:{name}"));
     }
 
     /// `http://127.0.0.1:PORT` (`https://` when it serves TLS).
@@ -381,6 +395,43 @@ impl Drop for KubeApi {
             runtime.shutdown_background();
         }
     }
+}
+
+/// `POST /apis/authentication.k8s.io/v1/tokenreviews`: a TokenReview
+/// answered as the API server answers it — `authenticated` with the
+/// token's service-account user and the audiences asked for, when the
+/// token is one [`KubeApi::accept_token`] was given; else not
+/// authenticated, with an error.
+async fn create_review(
+    State(state): State<Arc<Shared>>,
+    Path((group, version, plural)): Path<(String, String, String)>,
+    body: axum::body::Bytes,
+) -> Response {
+    if (group.as_str(), version.as_str(), plural.as_str()) != ("authentication.k8s.io", "v1", "tokenreviews") {
+        return status(StatusCode::METHOD_NOT_ALLOWED, "MethodNotAllowed", "only tokenreviews are created here");
+    }
+    let Ok(review) = serde_json::from_slice::<Value>(&body) else {
+        return status(StatusCode::BAD_REQUEST, "BadRequest", "the body is not a TokenReview");
+    };
+    let token = review["spec"]["token"].as_str().unwrap_or_default();
+    let audiences = review["spec"]["audiences"].clone();
+    let user = state.tokens.lock().expect("tokens").get(token).cloned();
+    let status = match user {
+        Some(username) => serde_json::json!({
+            "authenticated": true,
+            "user": { "username": username, "groups": ["system:serviceaccounts", "system:authenticated"] },
+            "audiences": audiences,
+        }),
+        None => serde_json::json!({ "authenticated": false, "error": "invalid bearer token" }),
+    };
+    let answer = serde_json::json!({
+        "apiVersion": "authentication.k8s.io/v1",
+        "kind": "TokenReview",
+        "metadata": { "creationTimestamp": null },
+        "spec": review["spec"],
+        "status": status,
+    });
+    (StatusCode::CREATED, [(header::CONTENT_TYPE, "application/json")], answer.to_string()).into_response()
 }
 
 /// Refuses, as the API server does (`401` with a Status), a request

@@ -16,6 +16,7 @@
 //! * [`http`]: the minimal HTTP/1.1 client and parser the others share.
 //! * [`kube_api`]: a stand-in Kubernetes API server (lists, watches, 410 Gone).
 //! * [`traffic`]: requests through Envoy, single or as steady background traffic.
+//! * [`secure`]: a client of the secure port (TLS channels, CSRs to the CA).
 //! * [`tls`]: test CAs and certificates, Secrets holding them, a backend that terminates TLS.
 //! * [`scene`]: one scenario's mesh directory, processes and failure report.
 //! * [`manifests`]: the YAML of Services, Pods, Istio rules for scenario meshes.
@@ -33,5 +34,6 @@ pub mod manifests;
 pub mod meshpush;
 pub mod process;
 pub mod scene;
+pub mod secure;
 pub mod tls;
 pub mod traffic;

@@ -2,8 +2,9 @@
 //! to end, so their Envoys reconnect (to this replica or another).
 //!
 //! The connection that accepts streams (`serve::connections`) owns a
-//! [`DrainSignal`] and hands every request on it a [`ConnectionContext`]
-//! (an HTTP request extension) with the matching [`Drain`]. When the
+//! [`DrainSignal`] and hands every request on it a
+//! [`ConnectionContext`](super::peer::ConnectionContext) (an HTTP request
+//! extension) with the matching [`Drain`]. When the
 //! connection reaches its maximum age, or the server shuts down, it sends
 //! GOAWAY (no new streams on it) and signals: every ADS stream on it ends
 //! with `UNAVAILABLE` and the reason. Envoy keeps the config it has and
@@ -13,8 +14,6 @@
 //!
 //! A stream opened without a connection (benches and tests drive streams
 //! over in-memory channels) gets [`Drain::never`].
-
-use std::net::SocketAddr;
 
 use tokio::sync::watch;
 
@@ -83,16 +82,6 @@ impl Drain {
         }
         std::future::pending().await
     }
-}
-
-/// What a request knows of the connection it came on (an HTTP request
-/// extension set by the connection that accepted it).
-#[derive(Debug, Clone)]
-pub struct ConnectionContext {
-    /// The client's address; `None` on a Unix socket.
-    pub peer: Option<SocketAddr>,
-    /// The connection's drain.
-    pub drain: Drain,
 }
 
 #[cfg(test)]

@@ -16,11 +16,15 @@
 //! * The server's limits: [`admission`] paces new streams; [`budget`]
 //!   bounds the request bytes all streams hold; [`drain`] ends the streams
 //!   of a connection that reached its maximum age.
+//! * [`authorize`]: which proxy a secure-port client may be.
+//! * [`peer`]: what a stream knows of its connection — the client's
+//!   address and, on the secure port, the identities its certificate proves.
 //!
 //! Nothing here knows either protocol: `sotw` and `delta` build on it, and
 //! the server (`xds::server`) drives them.
 
 pub mod admission;
+pub mod authorize;
 pub mod bodies;
 pub mod body;
 pub mod budget;
@@ -28,6 +32,7 @@ pub mod buffers;
 pub mod drain;
 mod field_filter;
 pub mod messages;
+pub mod peer;
 pub mod placement;
 pub mod published;
 pub mod recorder;

@@ -1,0 +1,269 @@
+//! Who is asking: the identities a certificate request's caller holds.
+//!
+//! A caller proves an identity one of three ways, tried in this order:
+//!
+//! 1. **Its current workload certificate.** On the secure port a client
+//!    certificate that chains to the mesh root has already been verified by
+//!    the TLS handshake; its SPIFFE URIs are what it holds (a renewal).
+//! 2. **A JWT verified against a JWKS file** (`--jwks FILE`), for a mesh
+//!    without Kubernetes: signed by one of the set's keys (by `kid`, else
+//!    any key of the header's algorithm; asymmetric algorithms only),
+//!    unexpired, with `istio-ca` among its audiences and a subject
+//!    `system:serviceaccount:NAMESPACE:NAME`. The file is read again when
+//!    it changes, so keys rotate without a restart.
+//! 3. **A Kubernetes service-account token, checked by TokenReview** with
+//!    the cluster meshpush reads (audience `istio-ca`, as istiod asks for
+//!    it); the reviewed username names the identity.
+//!
+//! Tokens come as `authorization: Bearer TOKEN`. No token or key material
+//! ever reaches a message: refusals say which check failed.
+
+use std::path::{Path, PathBuf};
+use std::time::SystemTime;
+
+use jsonwebtoken::jwk::JwkSet;
+use jsonwebtoken::{Algorithm, DecodingKey, Validation};
+use parking_lot::Mutex;
+
+use crate::model::Identity;
+use crate::model::identity::from_service_account_subject;
+
+/// The audience a token must be for (Istio's CA audience).
+pub const CA_AUDIENCE: &str = "istio-ca";
+
+/// Longest token read; Kubernetes' projected tokens are about 1 KB.
+pub const MAX_TOKEN_BYTES: usize = 16 * 1024;
+
+/// A caller that could not be authenticated, and why.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct AuthError(pub String);
+
+/// The ways callers are authenticated. See the module docs.
+#[derive(Default)]
+pub struct Authenticators {
+    trust_domain: String,
+    jwks: Option<JwksFile>,
+    token_review: Option<kube::Client>,
+}
+
+impl std::fmt::Debug for Authenticators {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Authenticators")
+            .field("trust_domain", &self.trust_domain)
+            .field("jwks", &self.jwks.as_ref().map(|j| &j.path))
+            .field("token_review", &self.token_review.is_some())
+            .finish()
+    }
+}
+
+impl Authenticators {
+    /// Certificates only, for identities in `trust_domain`; add token checks
+    /// with [`with_jwks`](Self::with_jwks) and [`with_token_review`](Self::with_token_review).
+    pub fn new(trust_domain: &str) -> Authenticators {
+        Authenticators { trust_domain: trust_domain.to_string(), ..Authenticators::default() }
+    }
+
+    /// Also accept JWTs signed by a key of the JWKS in `path` (read now,
+    /// and again whenever it changes).
+    pub fn with_jwks(mut self, path: &Path) -> Result<Authenticators, AuthError> {
+        let file = JwksFile { path: path.to_path_buf(), cached: Mutex::new(None) };
+        file.keys()?;
+        self.jwks = Some(file);
+        Ok(self)
+    }
+
+    /// Also accept service-account tokens that `client`'s cluster reviews as valid.
+    pub fn with_token_review(mut self, client: kube::Client) -> Authenticators {
+        self.token_review = Some(client);
+        self
+    }
+
+    /// Whether any token check is configured (without one, only callers
+    /// that already hold a certificate can be served).
+    pub fn accepts_tokens(&self) -> bool {
+        self.jwks.is_some() || self.token_review.is_some()
+    }
+
+    /// The identities of a caller presenting `certificate` (the verified
+    /// client certificate's identities, empty without one) and `authorization`
+    /// (the header's value, if any).
+    pub async fn authenticate(
+        &self,
+        certificate: &[Identity],
+        authorization: Option<&str>,
+    ) -> Result<Vec<Identity>, AuthError> {
+        if !certificate.is_empty() {
+            return Ok(certificate.to_vec());
+        }
+        let Some(header) = authorization else {
+            return Err(AuthError(
+                "no credential: present a workload certificate or an `authorization: Bearer TOKEN` header".into(),
+            ));
+        };
+        let token = bearer_token(header)?;
+        if !self.accepts_tokens() {
+            return Err(AuthError("this CA accepts no tokens (no --jwks file and no Kubernetes cluster)".into()));
+        }
+        let mut refusals = Vec::new();
+        if let Some(jwks) = &self.jwks {
+            match jwks.verify(token, &self.trust_domain) {
+                Ok(identity) => return Ok(vec![identity]),
+                Err(e) => refusals.push(format!("JWKS: {e}")),
+            }
+        }
+        if let Some(client) = &self.token_review {
+            match token_review(client, token, &self.trust_domain).await {
+                Ok(identity) => return Ok(vec![identity]),
+                Err(e) => refusals.push(format!("TokenReview: {e}")),
+            }
+        }
+        Err(AuthError(format!("the token was refused ({})", refusals.join("; "))))
+    }
+}
+
+/// The token of an `authorization` header.
+fn bearer_token(header: &str) -> Result<&str, AuthError> {
+    let token = header
+        .strip_prefix("Bearer ")
+        .or_else(|| header.strip_prefix("bearer "))
+        .ok_or_else(|| AuthError("the authorization header is not `Bearer TOKEN`".into()))?
+        .trim();
+    if token.is_empty() {
+        return Err(AuthError("the bearer token is empty".into()));
+    }
+    if token.len() > MAX_TOKEN_BYTES {
+        return Err(AuthError(format!("the bearer token is longer than {MAX_TOKEN_BYTES} bytes")));
+    }
+    Ok(token)
+}
+
+/// A JWKS file, re-read when its modification time changes.
+#[derive(Debug)]
+struct JwksFile {
+    path: PathBuf,
+    cached: Mutex<Option<(SystemTime, std::sync::Arc<JwkSet>)>>,
+}
+
+/// JWT signature algorithms accepted: asymmetric ones only, so a public
+/// key can never be used as an HMAC secret.
+const ALGORITHMS: [Algorithm; 9] = [
+    Algorithm::RS256,
+    Algorithm::RS384,
+    Algorithm::RS512,
+    Algorithm::PS256,
+    Algorithm::PS384,
+    Algorithm::PS512,
+    Algorithm::ES256,
+    Algorithm::ES384,
+    Algorithm::EdDSA,
+];
+
+impl JwksFile {
+    fn keys(&self) -> Result<std::sync::Arc<JwkSet>, AuthError> {
+        let shown = self.path.display();
+        let modified = std::fs::metadata(&self.path)
+            .and_then(|m| m.modified())
+            .map_err(|e| AuthError(format!("reading the JWKS {shown}: {e}")))?;
+        let mut cached = self.cached.lock();
+        if let Some((at, keys)) = cached.as_ref()
+            && *at == modified
+        {
+            return Ok(keys.clone());
+        }
+        let text = std::fs::read(&self.path).map_err(|e| AuthError(format!("reading the JWKS {shown}: {e}")))?;
+        let keys: JwkSet = serde_json::from_slice(&text)
+            .map_err(|e| AuthError(format!("the JWKS {shown} is not a JSON Web Key Set: {e}")))?;
+        if keys.keys.is_empty() {
+            return Err(AuthError(format!("the JWKS {shown} holds no keys")));
+        }
+        let keys = std::sync::Arc::new(keys);
+        *cached = Some((modified, keys.clone()));
+        Ok(keys)
+    }
+
+    fn verify(&self, token: &str, trust_domain: &str) -> Result<Identity, AuthError> {
+        let keys = self.keys()?;
+        let header = jsonwebtoken::decode_header(token).map_err(|e| AuthError(format!("not a JWT: {e}")))?;
+        if !ALGORITHMS.contains(&header.alg) {
+            return Err(AuthError(format!(
+                "the JWT's algorithm {:?} is not accepted (asymmetric ones only)",
+                header.alg
+            )));
+        }
+        let candidates: Vec<_> = match &header.kid {
+            Some(kid) => keys.keys.iter().filter(|k| k.common.key_id.as_deref() == Some(kid)).collect(),
+            None => keys.keys.iter().collect(),
+        };
+        if candidates.is_empty() {
+            return Err(AuthError("no key of the JWKS has the JWT's key id".into()));
+        }
+        let mut validation = Validation::new(header.alg);
+        validation.set_audience(&[CA_AUDIENCE]);
+        validation.set_required_spec_claims(&["exp", "sub", "aud"]);
+        let mut last = AuthError("no key of the JWKS verifies the JWT".into());
+        for jwk in candidates {
+            let Ok(key) = DecodingKey::from_jwk(jwk) else { continue };
+            match jsonwebtoken::decode::<Claims>(token, &key, &validation) {
+                Ok(data) => {
+                    return from_service_account_subject(trust_domain, &data.claims.sub).ok_or_else(|| {
+                        AuthError(format!(
+                            "the JWT's subject {:?} is not system:serviceaccount:NAMESPACE:NAME",
+                            crate::text::shown(&data.claims.sub)
+                        ))
+                    });
+                }
+                Err(e) => last = AuthError(format!("the JWT does not verify: {e}")),
+            }
+        }
+        Err(last)
+    }
+}
+
+#[derive(Debug, serde::Deserialize)]
+struct Claims {
+    sub: String,
+}
+
+/// The identity the cluster's TokenReview gives `token`.
+async fn token_review(client: &kube::Client, token: &str, trust_domain: &str) -> Result<Identity, AuthError> {
+    use k8s_openapi::api::authentication::v1::{TokenReview, TokenReviewSpec};
+    let review = TokenReview {
+        spec: TokenReviewSpec { token: Some(token.to_string()), audiences: Some(vec![CA_AUDIENCE.to_string()]) },
+        ..TokenReview::default()
+    };
+    let api: kube::Api<TokenReview> = kube::Api::all(client.clone());
+    let reviewed = api
+        .create(&kube::api::PostParams::default(), &review)
+        .await
+        .map_err(|e| AuthError(format!("the API server did not review the token: {e}")))?;
+    let status = reviewed.status.unwrap_or_default();
+    if status.authenticated != Some(true) {
+        let why = status.error.as_deref().map(crate::text::shown).unwrap_or_default();
+        return Err(AuthError(format!("the API server did not authenticate the token {why}").trim_end().to_string()));
+    }
+    if let Some(audiences) = &status.audiences
+        && !audiences.iter().any(|a| a == CA_AUDIENCE)
+    {
+        return Err(AuthError(format!("the token is not for the audience {CA_AUDIENCE}")));
+    }
+    let username = status.user.and_then(|u| u.username).unwrap_or_default();
+    from_service_account_subject(trust_domain, &username).ok_or_else(|| {
+        AuthError(format!("the token's user {:?} is not a service account", crate::text::shown(&username)))
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bearer_tokens_are_read_from_the_header() {
+        assert_eq!(bearer_token("Bearer abc").unwrap(), "abc");
+        assert!(bearer_token("Basic abc").is_err());
+        assert!(bearer_token("Bearer ").is_err());
+        let long = format!("Bearer {}", "a".repeat(MAX_TOKEN_BYTES + 1));
+        let err = bearer_token(&long).unwrap_err();
+        assert!(err.0.len() < 100, "{err}");
+    }
+}

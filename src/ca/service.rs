@@ -1,0 +1,101 @@
+//! `istio.v1.auth.IstioCertificateService/CreateCertificate`, as istiod
+//! serves it on its secure port: a PEM CSR and a validity in, the signed
+//! chain out.
+//!
+//! Istio's agents call it with their service-account token, and again with
+//! their current certificate to renew; so do meshpush's. The answers follow
+//! istiod's codes: `UNAUTHENTICATED` for a caller with no valid credential,
+//! `PERMISSION_DENIED` for a CSR naming an identity the caller does not
+//! hold, `INVALID_ARGUMENT` for a CSR that does not parse or a TTL above
+//! the maximum. Each request is logged at DEBUG with the identity issued,
+//! never the CSR or the token; refusals at INFO.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tonic::{Request, Response, Status};
+
+use super::authn::Authenticators;
+use super::authority::{CertificateAuthority, SignError};
+use crate::metrics::Metrics;
+use crate::xds::stream::peer::ConnectionContext;
+
+/// The code generated from `proto/istio/v1/auth/ca.proto`.
+#[allow(missing_docs, clippy::all, clippy::pedantic, rust_2018_idioms)]
+pub mod proto {
+    tonic::include_proto!("istio.v1.auth");
+}
+
+use proto::istio_certificate_service_server::{IstioCertificateService, IstioCertificateServiceServer};
+use proto::{IstioCertificateRequest, IstioCertificateResponse};
+
+/// Largest request read: a CSR is about 1 KB.
+pub const MAX_REQUEST_BYTES: usize = 64 * 1024;
+
+/// The CA's gRPC service.
+#[derive(Debug, Clone)]
+pub struct CaService {
+    ca: Arc<CertificateAuthority>,
+    authenticators: Arc<Authenticators>,
+    metrics: Arc<Metrics>,
+}
+
+impl CaService {
+    /// A service signing with `ca` for callers `authenticators` accept,
+    /// counting in `metrics`.
+    pub fn new(ca: Arc<CertificateAuthority>, authenticators: Arc<Authenticators>, metrics: Arc<Metrics>) -> CaService {
+        CaService { ca, authenticators, metrics }
+    }
+
+    /// The service ready for a tonic router.
+    pub fn into_server(self) -> IstioCertificateServiceServer<CaService> {
+        IstioCertificateServiceServer::new(self).max_decoding_message_size(MAX_REQUEST_BYTES)
+    }
+}
+
+#[tonic::async_trait]
+impl IstioCertificateService for CaService {
+    async fn create_certificate(
+        &self,
+        request: Request<IstioCertificateRequest>,
+    ) -> Result<Response<IstioCertificateResponse>, Status> {
+        self.metrics.ca_requests.inc();
+        let connection = request.extensions().get::<ConnectionContext>().cloned();
+        let peer = connection.as_ref().and_then(|c| c.peer);
+        let certificate = connection.as_ref().map(|c| c.transport.identities().to_vec()).unwrap_or_default();
+        let authorization = request.metadata().get("authorization").and_then(|v| v.to_str().ok()).map(str::to_owned);
+        let caller = match self.authenticators.authenticate(&certificate, authorization.as_deref()).await {
+            Ok(caller) => caller,
+            Err(e) => {
+                self.metrics.ca_authentication_failures.inc();
+                tracing::info!(?peer, "CA: refused an unauthenticated certificate request: {e}");
+                return Err(Status::unauthenticated(format!("request authentication failure: {e}")));
+            }
+        };
+        let request = request.into_inner();
+        let ttl = Duration::from_secs(u64::try_from(request.validity_duration).unwrap_or(0));
+        let ca = self.ca.clone();
+        let held = caller.clone();
+        // Signing is CPU work (an RSA signer takes milliseconds).
+        let signed = tokio::task::spawn_blocking(move || ca.sign_workload(&request.csr, &held, ttl))
+            .await
+            .map_err(|e| Status::internal(format!("signing failed: {e}")))?;
+        let ids = caller.iter().map(ToString::to_string).collect::<Vec<_>>().join(", ");
+        match signed {
+            Ok(issued) => {
+                self.metrics.ca_issued.inc();
+                tracing::debug!(?peer, identities = %ids, "CA: issued a workload certificate");
+                Ok(Response::new(IstioCertificateResponse { cert_chain: issued.chain }))
+            }
+            Err(e) => {
+                self.metrics.ca_sign_errors.inc();
+                tracing::info!(?peer, identities = %ids, "CA: refused a certificate request: {e}");
+                Err(match e {
+                    SignError::NotHeld { .. } | SignError::NoIdentity => Status::permission_denied(e.to_string()),
+                    SignError::BadCsr(_) | SignError::Ttl { .. } => Status::invalid_argument(e.to_string()),
+                    SignError::Expired | SignError::Signing(_) => Status::internal(e.to_string()),
+                })
+            }
+        }
+    }
+}

@@ -1,0 +1,91 @@
+//! Which proxy a client on the secure port may be.
+//!
+//! A stream's node says who the proxy is — its namespace, service account,
+//! labels — and the config it is sent follows from that; on the secure port
+//! the client certificate says who the client is. A node must be its
+//! certificate's (Istio's `checkConnectionIdentity`): its namespace is the
+//! identity's namespace and, when the node names a service account
+//! (`SERVICE_ACCOUNT` metadata), that too. A router's labels choose the
+//! Gateways it serves, and with them which listeners and certificates it is
+//! sent; so a router may claim only labels a workload of its own namespace
+//! carries (a Pod or WorkloadEntry with every label it claims, running as
+//! its service account when the workload names one).
+//!
+//! A client without a certificate is `UNAUTHENTICATED`; a node that is not
+//! its certificate's is `PERMISSION_DENIED`, with the reason.
+
+use tonic::Status;
+
+use crate::model::{Identity, Proxy, ProxyKind};
+use crate::push::index::WorkloadIndex;
+use crate::text::Shown;
+
+/// Why a secure-port stream was refused.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Refusal {
+    /// The metric label (`no_certificate`, `identity`, `gateway_labels`).
+    pub reason: &'static str,
+    /// The status it ends with.
+    pub code: tonic::Code,
+    /// What the client is told.
+    pub message: String,
+}
+
+impl Refusal {
+    /// The gRPC status.
+    pub fn status(&self) -> Status {
+        Status::new(self.code, self.message.clone())
+    }
+}
+
+/// The identity of `identities` that `proxy` may claim to be.
+pub fn node_identity<'a>(proxy: &Proxy, identities: &'a [Identity]) -> Result<&'a Identity, Refusal> {
+    if identities.is_empty() {
+        return Err(Refusal {
+            reason: "no_certificate",
+            code: tonic::Code::Unauthenticated,
+            message: "the secure xDS port serves ADS only to a client with a workload certificate of this mesh".into(),
+        });
+    }
+    let account = proxy.metadata.get("SERVICE_ACCOUNT").filter(|sa| !sa.is_empty());
+    identities
+        .iter()
+        .find(|id| id.namespace() == &*proxy.namespace && account.is_none_or(|sa| sa == id.service_account()))
+        .ok_or_else(|| Refusal {
+            reason: "identity",
+            code: tonic::Code::PermissionDenied,
+            message: format!(
+                "the node claims namespace {}{}, but the client certificate is {}",
+                Shown(&proxy.namespace),
+                account.map(|sa| format!(" and service account {}", Shown(sa))).unwrap_or_default(),
+                identities.iter().map(ToString::to_string).collect::<Vec<_>>().join(", "),
+            ),
+        })
+}
+
+/// Whether a router of `identity` may claim its node's labels: some
+/// workload of its namespace carries them all (and runs as its service
+/// account, when it names one). Sidecars, and routers without labels,
+/// pass.
+pub fn gateway_labels(proxy: &Proxy, identity: &Identity, workloads: &WorkloadIndex) -> Result<(), Refusal> {
+    if proxy.kind != ProxyKind::Router || proxy.labels.is_empty() {
+        return Ok(());
+    }
+    let owned = workloads
+        .select(&proxy.namespace, &proxy.labels)
+        .any(|w| w.service_account.as_deref().is_none_or(|sa| sa == identity.service_account()));
+    if owned {
+        return Ok(());
+    }
+    let labels: Vec<String> = proxy.labels.iter().map(|(k, v)| format!("{k}={v}")).collect();
+    Err(Refusal {
+        reason: "gateway_labels",
+        code: tonic::Code::PermissionDenied,
+        message: format!(
+            "the router claims labels {} that no workload of namespace {} running as {} carries",
+            Shown(&labels.join(",")),
+            Shown(&proxy.namespace),
+            identity.service_account(),
+        ),
+    })
+}

@@ -1,0 +1,50 @@
+//! What a request knows of the connection it came on: set by the
+//! connection that accepted it (`serve::connections`) as an HTTP request
+//! extension, read by the ADS stream, the registry API and the CA.
+//!
+//! On the plaintext port a client is whoever its node says it is; on the
+//! secure port the TLS handshake has verified its client certificate (if
+//! it presented one) against the mesh root, and [`Transport::Mtls`] carries
+//! the SPIFFE identities that certificate names. Those identities are
+//! the only thing about a client that is proven.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use super::drain::Drain;
+use crate::model::Identity;
+
+/// How a connection was secured.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub enum Transport {
+    /// Cleartext (`--xds-addr`): nothing about the client is proven.
+    #[default]
+    Plaintext,
+    /// Mutual TLS (`--secure-xds-addr`): the identities of the client
+    /// certificate the handshake verified; empty when it presented none.
+    Mtls {
+        /// The certificate's SPIFFE identities.
+        identities: Arc<[Identity]>,
+    },
+}
+
+impl Transport {
+    /// The identities the client proved (none on plaintext, or without a certificate).
+    pub fn identities(&self) -> &[Identity] {
+        match self {
+            Transport::Plaintext => &[],
+            Transport::Mtls { identities } => identities,
+        }
+    }
+}
+
+/// What a request knows of the connection it came on.
+#[derive(Debug, Clone)]
+pub struct ConnectionContext {
+    /// The client's address; `None` on a Unix socket.
+    pub peer: Option<SocketAddr>,
+    /// The connection's drain.
+    pub drain: Drain,
+    /// How the connection is secured, and what its client proved.
+    pub transport: Transport,
+}

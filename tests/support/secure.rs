@@ -1,0 +1,105 @@
+//! A client of meshpush's secure port, as a workload's agent is one: gRPC
+//! over TLS that trusts the mesh root, with or without a client
+//! certificate, and the CSRs it sends to the CA.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use meshpush::ca::service::proto::istio_certificate_service_client::IstioCertificateServiceClient;
+use meshpush::ca::service::proto::{IstioCertificateRequest, IstioCertificateResponse};
+use rustls_pki_types::pem::PemObject as _;
+use rustls_pki_types::{CertificateDer, PrivateKeyDer, ServerName};
+
+/// A workload's key and the certificate chain the CA gave it.
+pub struct WorkloadCert {
+    /// The key (PKCS#8 PEM).
+    pub key_pem: String,
+    /// The chain the CA returned (leaf first, roots last).
+    pub chain: Vec<String>,
+}
+
+/// A fresh key and a CSR for it naming `sans` (URIs).
+pub fn csr(sans: &[&str]) -> (rcgen::KeyPair, String) {
+    let key = rcgen::KeyPair::generate().expect("a P-256 key");
+    let mut params = rcgen::CertificateParams::default();
+    params.subject_alt_names = sans.iter().map(|s| rcgen::SanType::URI((*s).try_into().expect("a URI"))).collect();
+    let csr = params.serialize_request(&key).expect("a CSR").pem().expect("PEM");
+    (key, csr)
+}
+
+/// A gRPC channel to the secure port at `addr`, trusting `roots_pem`,
+/// presenting `client` (chain and key) when given; the server name
+/// verified is `localhost`.
+pub async fn channel(
+    addr: SocketAddr,
+    roots_pem: &str,
+    client: Option<&WorkloadCert>,
+) -> Result<tonic::transport::Channel, tonic::transport::Error> {
+    let mut roots = rustls::RootCertStore::empty();
+    for cert in CertificateDer::pem_slice_iter(roots_pem.as_bytes()) {
+        roots.add(cert.expect("a PEM root")).expect("a usable root");
+    }
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let builder = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .expect("TLS versions")
+        .with_root_certificates(roots);
+    let mut config = match client {
+        Some(cert) => {
+            // The leaf and intermediates; not the roots (the last entry).
+            let chain: Vec<CertificateDer<'static>> = cert.chain[..cert.chain.len() - 1]
+                .iter()
+                .flat_map(|pem| CertificateDer::pem_slice_iter(pem.as_bytes()).map(|c| c.expect("PEM")))
+                .collect();
+            let key = PrivateKeyDer::from_pem_slice(cert.key_pem.as_bytes()).expect("a PEM key");
+            builder.with_client_auth_cert(chain, key).expect("a client certificate")
+        }
+        None => builder.with_no_client_auth(),
+    };
+    config.alpn_protocols = vec![b"h2".to_vec()];
+    let connector = tokio_rustls::TlsConnector::from(Arc::new(config));
+    tonic::transport::Endpoint::from_static("http://localhost")
+        .connect_with_connector(TlsConnect { addr, connector })
+        .await
+}
+
+/// Connects TCP, then TLS (a tower service of URIs, as tonic wants).
+#[derive(Clone)]
+struct TlsConnect {
+    addr: SocketAddr,
+    connector: tokio_rustls::TlsConnector,
+}
+
+impl tower_service::Service<http::Uri> for TlsConnect {
+    type Response = hyper_util::rt::TokioIo<tokio_rustls::client::TlsStream<tokio::net::TcpStream>>;
+    type Error = std::io::Error;
+    type Future = futures::future::BoxFuture<'static, Result<Self::Response, Self::Error>>;
+
+    fn poll_ready(&mut self, _: &mut std::task::Context<'_>) -> std::task::Poll<Result<(), Self::Error>> {
+        std::task::Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, _: http::Uri) -> Self::Future {
+        let (addr, connector) = (self.addr, self.connector.clone());
+        Box::pin(async move {
+            let tcp = tokio::net::TcpStream::connect(addr).await?;
+            let name = ServerName::try_from("localhost").expect("a name");
+            Ok(hyper_util::rt::TokioIo::new(connector.connect(name, tcp).await?))
+        })
+    }
+}
+
+/// Asks the CA for a certificate for `csr`, with `token` as the bearer.
+pub async fn create_certificate(
+    channel: tonic::transport::Channel,
+    csr: &str,
+    token: Option<&str>,
+) -> Result<IstioCertificateResponse, tonic::Status> {
+    let mut client = IstioCertificateServiceClient::new(channel);
+    let mut request =
+        tonic::Request::new(IstioCertificateRequest { csr: csr.into(), validity_duration: 3600, metadata: None });
+    if let Some(token) = token {
+        request.metadata_mut().insert("authorization", format!("Bearer {token}").parse().expect("ASCII"));
+    }
+    client.create_certificate(request).await.map(tonic::Response::into_inner)
+}
