@@ -89,3 +89,38 @@ pub fn gateway_labels(proxy: &Proxy, identity: &Identity, workloads: &WorkloadIn
         ),
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::testing::memory::node;
+
+    fn proxy(id: &str) -> Proxy {
+        Proxy::from_node(&node(id, "REDIRECT", &[])).unwrap()
+    }
+
+    #[test]
+    fn a_node_must_be_in_its_certificates_namespace() {
+        let sleep: Identity = "spiffe://cluster.local/ns/default/sa/sleep".parse().unwrap();
+        let ids = std::slice::from_ref(&sleep);
+        let own = proxy("sidecar~10.0.0.1~sleep-1.default~default.svc.cluster.local");
+        assert_eq!(node_identity(&own, ids).unwrap(), &sleep);
+        let other = proxy("sidecar~10.0.0.1~istiod-1.istio-system~istio-system.svc.cluster.local");
+        let refusal = node_identity(&other, ids).unwrap_err();
+        assert_eq!((refusal.reason, refusal.code), ("identity", tonic::Code::PermissionDenied));
+        assert!(refusal.message.contains("istio-system") && refusal.message.contains("ns/default/sa/sleep"));
+        let refusal = node_identity(&own, &[]).unwrap_err();
+        assert_eq!((refusal.reason, refusal.code), ("no_certificate", tonic::Code::Unauthenticated));
+    }
+
+    #[test]
+    fn a_node_naming_a_service_account_must_be_that_account() {
+        let sleep: Identity = "spiffe://cluster.local/ns/default/sa/sleep".parse().unwrap();
+        let mut claims = proxy("sidecar~10.0.0.1~sleep-1.default~default.svc.cluster.local");
+        claims.metadata.insert("SERVICE_ACCOUNT".into(), "httpbin".into());
+        let refusal = node_identity(&claims, std::slice::from_ref(&sleep)).unwrap_err();
+        assert!(refusal.message.contains("service account httpbin"), "{}", refusal.message);
+        claims.metadata.insert("SERVICE_ACCOUNT".into(), "sleep".into());
+        assert!(node_identity(&claims, std::slice::from_ref(&sleep)).is_ok());
+    }
+}
