@@ -53,6 +53,50 @@ fn sidecar(spec: &MeshSpec, k: usize) -> Proxy {
     Proxy::from_node(&node(&spec.sidecar_node_id(k), "NONE", &[])).expect("valid node")
 }
 
+/// Work that runs no meshpush code, timed so `scripts/bench-check.sh` can
+/// tell a slower machine from a slower commit: the same mix the push path
+/// makes (strings formatted and hashed, Envoy protos encoded into `Bytes`,
+/// a map of some megabytes built, its keys sorted), on dependencies only.
+/// Its figure moves with the machine and with dependency upgrades, never
+/// with a change to meshpush.
+fn calibration(c: &mut Criterion) {
+    use envoy_types::pb::envoy::config::cluster::v3::{Cluster, cluster};
+    use envoy_types::pb::envoy::config::core::v3::{AggregatedConfigSource, ConfigSource, config_source};
+    use prost::Message;
+    let clusters = if full_size() { 10_000 } else { 100 };
+    let mut group = c.benchmark_group("calibration");
+    group.bench_function(format!("encode_and_index_{clusters}_clusters"), |b| {
+        b.iter(|| {
+            let mut index = std::collections::HashMap::with_capacity(clusters);
+            for i in 0..clusters {
+                let name = format!("outbound|8080||svc-{i}.ns-{}.svc.cluster.local", i % 100);
+                let cluster = Cluster {
+                    name: name.clone(),
+                    connect_timeout: Some(envoy_types::pb::google::protobuf::Duration { seconds: 10, nanos: 0 }),
+                    cluster_discovery_type: Some(cluster::ClusterDiscoveryType::Type(
+                        cluster::DiscoveryType::Eds as i32,
+                    )),
+                    eds_cluster_config: Some(cluster::EdsClusterConfig {
+                        eds_config: Some(ConfigSource {
+                            config_source_specifier: Some(config_source::ConfigSourceSpecifier::Ads(
+                                AggregatedConfigSource {},
+                            )),
+                            ..Default::default()
+                        }),
+                        service_name: name.clone(),
+                    }),
+                    ..Default::default()
+                };
+                index.insert(name, bytes::Bytes::from(cluster.encode_to_vec()));
+            }
+            let mut names: Vec<&String> = index.keys().collect();
+            names.sort_unstable();
+            names.iter().map(|n| index[*n].len()).sum::<usize>()
+        })
+    });
+    group.finish();
+}
+
 fn push_context(c: &mut Criterion) {
     let mut group = c.benchmark_group("push_context");
     group.sample_size(10);
@@ -331,5 +375,5 @@ fn secret_rotation(c: &mut Criterion) {
     group.finish();
 }
 
-criterion_group!(benches, push_context, generation, assembly, full_push, secret_rotation);
+criterion_group!(benches, calibration, push_context, generation, assembly, full_push, secret_rotation);
 criterion_main!(benches);

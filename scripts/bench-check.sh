@@ -1,11 +1,15 @@
 #!/usr/bin/env bash
 # Runs the push benches briefly (release build, 1 s warm-up, 3 s of
-# measurement each) and fails when a bench's median is more than twice
-# the one recorded in benches/recorded.tsv, so a figure that moves that far
-# cannot go unnoticed (CI runs this). A bench missing from either side
-# fails too. --record writes this run's medians into benches/recorded.tsv
-# instead (after a change that moves a figure on purpose; say so in
-# perf.md).
+# measurement each) and fails when a bench's median, set against the
+# machine's speed, is more than twice the one recorded in
+# benches/recorded.tsv, so a figure that moves that far cannot go unnoticed
+# (CI runs this). The machine's speed is the `calibration/` bench, which runs
+# no meshpush code: each bench's ratio to its record is divided by the
+# calibration's ratio to its own, so a machine twice as slow as the one the
+# record was made on does not fail a commit, and a commit twice as slow
+# fails on any machine. A bench missing from either side fails too.
+# --record writes this run's medians into benches/recorded.tsv instead
+# (after a change that moves a figure on purpose; say so in perf.md).
 #
 #   scripts/bench-check.sh [--record]
 set -euo pipefail
@@ -51,7 +55,16 @@ def shown(ns):
     return f"{ns:.0f} ns"
 
 failed = []
+calibration = sorted(n for n in recorded if n.startswith("calibration/"))
+if len(calibration) != 1 or calibration[0] not in measured:
+    print("bench-check: FAIL one calibration/ bench must be both recorded and run", file=sys.stderr)
+    sys.exit(1)
+machine = measured[calibration[0]] / recorded[calibration[0]]
+print(f"bench-check: {calibration[0]}: {shown(measured[calibration[0]])} (recorded {shown(recorded[calibration[0]])}): "
+      f"this machine takes {machine:.2f}× the record's time; each ratio below is divided by that")
 for name in sorted(set(recorded) | set(measured)):
+    if name in calibration:
+        continue
     if name not in measured:
         failed.append(f"{name}: recorded but not run")
         continue
@@ -59,10 +72,13 @@ for name in sorted(set(recorded) | set(measured)):
         failed.append(f"{name}: run but not recorded (scripts/bench-check.sh --record)")
         continue
     ratio = measured[name] / recorded[name]
-    verdict = "ok" if ratio <= 2.0 else "SLOWER THAN TWICE THE RECORD"
-    print(f"bench-check: {name}: {shown(measured[name])} (recorded {shown(recorded[name])}, {ratio:.2f}×) {verdict}")
-    if ratio > 2.0:
-        failed.append(f"{name}: {shown(measured[name])}, {ratio:.1f}× the recorded {shown(recorded[name])}")
+    relative = ratio / machine
+    verdict = "ok" if relative <= 2.0 else "SLOWER THAN TWICE THE RECORD"
+    print(f"bench-check: {name}: {shown(measured[name])} (recorded {shown(recorded[name])}, {ratio:.2f}×, "
+          f"{relative:.2f}× for this machine) {verdict}")
+    if relative > 2.0:
+        failed.append(f"{name}: {shown(measured[name])}, {relative:.1f}× the recorded {shown(recorded[name])} "
+                      f"for this machine ({ratio:.1f}× as measured)")
 for f in failed:
     print(f"bench-check: FAIL {f}", file=sys.stderr)
 sys.exit(1 if failed else 0)
