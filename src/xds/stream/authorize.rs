@@ -93,12 +93,33 @@ pub fn gateway_labels(proxy: &Proxy, identity: &Identity, workloads: &WorkloadIn
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::model::ConfigStore;
+    use crate::testing::bookinfo::puts;
     use crate::testing::memory::node;
 
     fn proxy(id: &str) -> Proxy {
         Proxy::from_node(&node(id, "REDIRECT", &[])).unwrap()
     }
 
+    fn router(namespace: &str, labels: &[(&str, &str)]) -> Proxy {
+        let id = format!("router~10.0.0.9~ingress-1.{namespace}~{namespace}.svc.cluster.local");
+        Proxy::from_node(&node(&id, "NONE", labels)).unwrap()
+    }
+
+    /// An ingress Pod running as `ingress` in `istio-system`, another one
+    /// without a service account in `edge`.
+    fn workloads() -> WorkloadIndex {
+        let store = ConfigStore::new();
+        store.apply(puts(
+            "apiVersion: v1\nkind: Pod\n\
+             metadata: {name: ingress-1, namespace: istio-system, labels: {istio: ingressgateway, app: ingress}}\n\
+             spec: {serviceAccountName: ingress}\nstatus: {podIP: 10.0.0.9, phase: Running}\n---\n\
+             apiVersion: v1\nkind: Pod\n\
+             metadata: {name: edge-1, namespace: edge, labels: {istio: edge}}\n\
+             status: {podIP: 10.0.0.10, phase: Running}\n",
+        ));
+        WorkloadIndex::build(&store.snapshot())
+    }
     #[test]
     fn a_node_must_be_in_its_certificates_namespace() {
         let sleep: Identity = "spiffe://cluster.local/ns/default/sa/sleep".parse().unwrap();
@@ -122,5 +143,36 @@ mod tests {
         assert!(refusal.message.contains("service account httpbin"), "{}", refusal.message);
         claims.metadata.insert("SERVICE_ACCOUNT".into(), "sleep".into());
         assert!(node_identity(&claims, std::slice::from_ref(&sleep)).is_ok());
+    }
+
+    #[test]
+    fn a_router_may_claim_only_labels_its_namespaces_workloads_carry_as_its_account() {
+        let index = workloads();
+        let ingress: Identity = "spiffe://cluster.local/ns/istio-system/sa/ingress".parse().unwrap();
+        let other_account: Identity = "spiffe://cluster.local/ns/istio-system/sa/sleep".parse().unwrap();
+        let edge: Identity = "spiffe://cluster.local/ns/edge/sa/default".parse().unwrap();
+        // Its own Pod's labels, all or some of them.
+        assert!(gateway_labels(&router("istio-system", &[("istio", "ingressgateway")]), &ingress, &index).is_ok());
+        let both = [("istio", "ingressgateway"), ("app", "ingress")];
+        assert!(gateway_labels(&router("istio-system", &both), &ingress, &index).is_ok());
+        // The same labels under another service account of the namespace.
+        let refusal = gateway_labels(&router("istio-system", &[("istio", "ingressgateway")]), &other_account, &index)
+            .unwrap_err();
+        assert_eq!((refusal.reason, refusal.code), ("gateway_labels", tonic::Code::PermissionDenied));
+        assert!(
+            refusal.message.contains("istio=ingressgateway") && refusal.message.contains("sleep"),
+            "{}",
+            refusal.message
+        );
+        // Labels no workload carries with the rest, and another namespace's labels.
+        let mixed = [("istio", "ingressgateway"), ("app", "edge")];
+        assert!(gateway_labels(&router("istio-system", &mixed), &ingress, &index).is_err());
+        assert!(gateway_labels(&router("edge", &[("istio", "ingressgateway")]), &edge, &index).is_err());
+        // A workload that names no service account serves any of its namespace's.
+        assert!(gateway_labels(&router("edge", &[("istio", "edge")]), &edge, &index).is_ok());
+        // Sidecars and routers without labels are not checked here.
+        assert!(gateway_labels(&router("edge", &[]), &edge, &index).is_ok());
+        let sidecar = proxy("sidecar~10.0.0.1~sleep-1.edge~edge.svc.cluster.local");
+        assert!(gateway_labels(&sidecar, &edge, &index).is_ok());
     }
 }
