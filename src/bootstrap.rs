@@ -26,6 +26,10 @@ use crate::model::{NodeError, Proxy};
 /// `istioctl proxy-config cluster` output looks familiar.
 pub const XDS_CLUSTER: &str = "xds-grpc";
 
+/// Name of the static cluster that reaches the workload's SDS server
+/// (Istio's name; meshpush's mTLS settings refer to it).
+pub const SDS_CLUSTER: &str = "sds-grpc";
+
 /// Metadata keys the bootstrap derives itself; `--meta` may not set them.
 const DERIVED_META: [&str; 4] = ["NAMESPACE", "LABELS", "INTERCEPTION_MODE", "ISTIO_VERSION"];
 
@@ -63,6 +67,11 @@ pub struct BootstrapOptions {
     pub delta: bool,
     /// `node.locality` as `REGION/ZONE/SUBZONE` (parts may be left out).
     pub locality: Option<String>,
+    /// The Unix socket of an SDS server holding the workload certificate
+    /// (`meshpush agent`'s): adds the static `sds-grpc` cluster that
+    /// mesh-mTLS clusters and listeners fetch `default` and `ROOTCA` from,
+    /// as Istio's bootstrap does.
+    pub sds_socket: Option<String>,
 }
 
 impl BootstrapOptions {
@@ -79,6 +88,7 @@ impl BootstrapOptions {
             interception: "REDIRECT".to_string(),
             delta: false,
             locality: None,
+            sds_socket: None,
         }
     }
 }
@@ -110,6 +120,9 @@ pub enum BootstrapError {
     /// either a STATIC or a STRICT_DNS cluster, not both).
     #[error("--xds-addr: {0}")]
     XdsAddrs(&'static str),
+    /// The SDS socket path is empty.
+    #[error("the SDS socket path is empty")]
+    SdsSocket,
     /// Serializing the bootstrap failed (a bug: the tree is built from strings).
     #[error("serializing the bootstrap: {0}")]
     Yaml(#[from] serde_yaml_ng::Error),
@@ -128,7 +141,7 @@ pub fn parse_key_value(flag: &'static str, arg: &str) -> Result<(String, String)
 
 /// Renders the bootstrap YAML for `opts`.
 pub fn render(opts: &BootstrapOptions) -> Result<String, BootstrapError> {
-    let proxy = validate(opts)?;
+    let proxy = proxy(opts)?;
     let (discovery, xds_endpoints) = xds_endpoints(&opts.xds_addrs)?;
 
     let mut metadata = Map::new();
@@ -165,26 +178,45 @@ pub fn render(opts: &BootstrapOptions) -> Result<String, BootstrapError> {
         "cds_config": { "ads": {}, "resource_api_version": "V3" },
         "lds_config": { "ads": {}, "resource_api_version": "V3" },
     });
-    let static_resources = json!({
-        "clusters": [{
-            "name": XDS_CLUSTER,
-            "type": discovery,
+    let http2 = |keepalive: bool| {
+        let mut options = json!({});
+        if keepalive {
+            // Istio's values: a dead control plane is noticed within ~40 s.
+            options = json!({ "connection_keepalive": { "interval": "30s", "timeout": "10s" } });
+        }
+        json!({
+            "envoy.extensions.upstreams.http.v3.HttpProtocolOptions": {
+                "@type": "type.googleapis.com/envoy.extensions.upstreams.http.v3.HttpProtocolOptions",
+                "explicit_http_config": { "http2_protocol_options": options },
+            },
+        })
+    };
+    let mut clusters = vec![json!({
+        "name": XDS_CLUSTER,
+        "type": discovery,
+        "connect_timeout": "1s",
+        "load_assignment": {
+            "cluster_name": XDS_CLUSTER,
+            "endpoints": [{ "lb_endpoints": xds_endpoints }],
+        },
+        "typed_extension_protocol_options": http2(true),
+    })];
+    if let Some(path) = &opts.sds_socket {
+        if path.is_empty() {
+            return Err(BootstrapError::SdsSocket);
+        }
+        clusters.push(json!({
+            "name": SDS_CLUSTER,
+            "type": "STATIC",
             "connect_timeout": "1s",
             "load_assignment": {
-                "cluster_name": XDS_CLUSTER,
-                "endpoints": [{ "lb_endpoints": xds_endpoints }],
+                "cluster_name": SDS_CLUSTER,
+                "endpoints": [{ "lb_endpoints": [{ "endpoint": { "address": { "pipe": { "path": path } } } }] }],
             },
-            "typed_extension_protocol_options": {
-                "envoy.extensions.upstreams.http.v3.HttpProtocolOptions": {
-                    "@type": "type.googleapis.com/envoy.extensions.upstreams.http.v3.HttpProtocolOptions",
-                    "explicit_http_config": { "http2_protocol_options": {
-                        // Istio's values: a dead control plane is noticed within ~40 s.
-                        "connection_keepalive": { "interval": "30s", "timeout": "10s" },
-                    }},
-                },
-            },
-        }],
-    });
+            "typed_extension_protocol_options": http2(false),
+        }));
+    }
+    let static_resources = json!({ "clusters": clusters });
     let admin = json!({
         "address": { "socket_address": { "address": "127.0.0.1", "port_value": opts.admin_port } },
     });
@@ -216,9 +248,10 @@ pub fn render(opts: &BootstrapOptions) -> Result<String, BootstrapError> {
     Ok(serde_yaml_ng::to_string(&doc)?)
 }
 
-/// Checks the node id, the interception mode and the metadata keys, using the
-/// server's own node parser so that what renders here is what the server accepts.
-fn validate(opts: &BootstrapOptions) -> Result<Proxy, BootstrapError> {
+/// The proxy `opts` describe, as the server will read it: checks the node
+/// id, the interception mode and the metadata keys with the server's own
+/// node parser, so that what renders here is what the server accepts.
+pub fn proxy(opts: &BootstrapOptions) -> Result<Proxy, BootstrapError> {
     if let Some(key) = opts.meta.keys().find(|k| DERIVED_META.contains(&k.as_str())) {
         return Err(BootstrapError::ReservedMeta(key.clone()));
     }
@@ -458,5 +491,24 @@ mod tests {
         let b = parsed(&opts);
         assert_eq!(b["node"]["metadata"]["LABELS"]["app"], "x\n  evil: true\n\"'#: {");
         assert!(b["node"]["metadata"].get("evil").is_none());
+    }
+
+    #[test]
+    fn an_sds_socket_adds_the_sds_grpc_cluster_beside_xds_grpc() {
+        let plain = parsed(&BootstrapOptions::new(SIDECAR, "unix:/etc/istio/proxy/XDS"));
+        assert_eq!(plain["static_resources"]["clusters"].as_array().unwrap().len(), 1);
+        let mut opts = BootstrapOptions::new(SIDECAR, "unix:/etc/istio/proxy/XDS");
+        opts.sds_socket = Some("/etc/istio/proxy/SDS".into());
+        let b = parsed(&opts);
+        let clusters = b["static_resources"]["clusters"].as_array().unwrap();
+        let sds = clusters.iter().find(|c| c["name"] == SDS_CLUSTER).expect("an sds-grpc cluster");
+        assert_eq!(sds["type"], "STATIC");
+        let address = &sds["load_assignment"]["endpoints"][0]["lb_endpoints"][0]["endpoint"]["address"];
+        assert_eq!(address["pipe"]["path"], "/etc/istio/proxy/SDS");
+        let options =
+            &sds["typed_extension_protocol_options"]["envoy.extensions.upstreams.http.v3.HttpProtocolOptions"];
+        assert!(options["explicit_http_config"]["http2_protocol_options"].is_object(), "SDS is gRPC: HTTP/2");
+        opts.sds_socket = Some(String::new());
+        assert!(matches!(render(&opts), Err(BootstrapError::SdsSocket)));
     }
 }

@@ -8,6 +8,7 @@
 //! one above it; ARCHITECTURE.md at the repository root walks through both.
 
 pub mod admin;
+pub mod agent;
 pub mod bootstrap;
 pub mod ca;
 pub mod cli;
@@ -16,6 +17,7 @@ pub mod engine;
 pub mod generate;
 pub mod metrics;
 pub mod model;
+pub mod os;
 pub mod push;
 pub mod resource;
 pub mod serve;

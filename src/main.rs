@@ -44,6 +44,10 @@ enum Command {
     },
     /// Print an Envoy bootstrap that connects to meshpush.
     Bootstrap(BootstrapArgs),
+    /// Run beside an Envoy, as Istio's pilot-agent: get its workload certificate
+    /// from meshpush's CA, start and supervise Envoy, proxy its ADS stream to
+    /// meshpush over mTLS, serve it SDS and answer readiness probes.
+    Agent(Box<AgentArgs>),
     /// Make service-account tokens for a mesh without Kubernetes (`serve --jwks`).
     #[command(subcommand)]
     Jwt(JwtCommand),
@@ -310,6 +314,100 @@ struct BootstrapArgs {
     locality: Option<String>,
 }
 
+#[derive(Debug, clap::Args)]
+struct AgentArgs {
+    /// Istio node id: `sidecar~IP~POD.NAMESPACE~NAMESPACE.svc.cluster.local` (or `router~…`).
+    #[arg(long)]
+    node_id: String,
+    /// meshpush's secure port: `HOST:PORT` or `unix:PATH`.
+    #[arg(long, default_value = "istiod.istio-system.svc:15012")]
+    discovery_address: String,
+    /// The name meshpush's certificate must carry (default: the host of
+    /// --discovery-address; `istiod.istio-system.svc` for a socket).
+    #[arg(long)]
+    discovery_server_name: Option<String>,
+    /// The mesh root certificate meshpush's certificate chains to (PEM).
+    #[arg(long)]
+    root_cert: PathBuf,
+    /// The service-account token that authenticates certificate requests
+    /// (re-read for each; a projected Kubernetes token, or one from
+    /// `meshpush jwt issue`).
+    #[arg(long)]
+    token_file: PathBuf,
+    /// The workload's service account (default: the token's subject).
+    #[arg(long)]
+    service_account: Option<String>,
+    /// The mesh's trust domain.
+    #[arg(long, default_value = "cluster.local")]
+    trust_domain: String,
+    /// The workload certificate's validity asked of the CA.
+    #[arg(long, default_value = "24h", value_parser = parse_duration)]
+    cert_ttl: Duration,
+    /// The Envoy binary.
+    #[arg(long, default_value = "envoy")]
+    envoy_binary: PathBuf,
+    /// Workload label `k=v` (repeatable).
+    #[arg(long = "label")]
+    labels: Vec<String>,
+    /// Node metadata `K=V` (repeatable).
+    #[arg(long = "meta")]
+    meta: Vec<String>,
+    /// Interception mode: REDIRECT (iptables set up outside the agent, as
+    /// istio-init does) or NONE.
+    #[arg(long, default_value = "REDIRECT", value_parser = ["REDIRECT", "NONE", "TPROXY"])]
+    interception: String,
+    /// Delta xDS between Envoy and meshpush.
+    #[arg(long)]
+    delta: bool,
+    /// Envoy's admin port (on 127.0.0.1).
+    #[arg(long, default_value_t = 15000)]
+    admin_port: u16,
+    /// Where the XDS and SDS sockets and Envoy's bootstrap go.
+    #[arg(long, default_value = "./etc/istio/proxy")]
+    socket_dir: PathBuf,
+    /// The status port (readiness probe `/healthz/ready`).
+    #[arg(long, default_value = "0.0.0.0:15021")]
+    status_addr: SocketAddr,
+    /// Envoy's worker threads.
+    #[arg(long, default_value_t = 2)]
+    concurrency: u32,
+    /// How long Envoy's listeners drain on SIGTERM before it is stopped.
+    #[arg(long, default_value = "5s", value_parser = parse_duration)]
+    drain_duration: Duration,
+    /// One more Envoy argument (repeatable), after the agent's own.
+    #[arg(long = "envoy-arg", allow_hyphen_values = true)]
+    envoy_args: Vec<String>,
+}
+
+fn agent(args: AgentArgs) -> Result<meshpush::agent::AgentOptions, String> {
+    use meshpush::bootstrap::parse_key_value;
+    let pairs = |flag, list: &[String]| {
+        list.iter().map(|a| parse_key_value(flag, a)).collect::<Result<_, _>>().map_err(|e| e.to_string())
+    };
+    Ok(meshpush::agent::AgentOptions {
+        node_id: args.node_id,
+        discovery_address: meshpush::agent::upstream::DiscoveryAddress::parse(&args.discovery_address)
+            .map_err(|e| format!("--discovery-address {e}"))?,
+        discovery_server_name: args.discovery_server_name,
+        root_cert: args.root_cert,
+        token_file: args.token_file,
+        service_account: args.service_account,
+        trust_domain: args.trust_domain,
+        cert_ttl: args.cert_ttl,
+        envoy_binary: args.envoy_binary,
+        labels: pairs("label", &args.labels)?,
+        meta: pairs("meta", &args.meta)?,
+        interception: args.interception,
+        delta: args.delta,
+        admin_port: args.admin_port,
+        socket_dir: args.socket_dir,
+        status_addr: args.status_addr,
+        concurrency: args.concurrency,
+        drain: args.drain_duration,
+        envoy_args: args.envoy_args,
+    })
+}
+
 fn parse_duration(s: &str) -> Result<Duration, String> {
     s.parse::<meshpush::config::Duration>().map(|d| d.0).map_err(|e| e.to_string())
 }
@@ -389,6 +487,29 @@ fn main() -> ExitCode {
                 ExitCode::from(2)
             }
         },
+        Command::Agent(args) => {
+            init_tracing(&cli.log_level, cli.log_format);
+            let options = match agent(*args) {
+                Ok(options) => options,
+                Err(e) => {
+                    eprintln!("meshpush agent: {e}");
+                    return ExitCode::from(2);
+                }
+            };
+            let runtime = tokio::runtime::Builder::new_multi_thread()
+                .worker_threads(2)
+                .enable_all()
+                .build()
+                .expect("tokio runtime");
+            match runtime.block_on(meshpush::agent::run(options)) {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(e) => {
+                    tracing::error!("meshpush agent: {e}");
+                    eprintln!("meshpush agent: {e}");
+                    ExitCode::FAILURE
+                }
+            }
+        }
         Command::Serve(args) => {
             if !args.discovery_selectors.is_empty() && args.kube_access().is_none() {
                 eprintln!(
@@ -473,6 +594,7 @@ fn bootstrap(args: BootstrapArgs) -> Result<String, meshpush::bootstrap::Bootstr
         interception: args.interception,
         delta: args.delta,
         locality: args.locality,
+        sds_socket: None,
     };
     meshpush::bootstrap::render(&opts)
 }

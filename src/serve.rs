@@ -17,7 +17,7 @@ pub mod connections;
 use std::fmt;
 use std::io;
 use std::net::SocketAddr;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::str::FromStr;
 use std::sync::Arc;
 use std::time::Duration;
@@ -122,7 +122,7 @@ impl fmt::Display for ListenAddr {
 fn bind_xds(addr: &ListenAddr) -> io::Result<XdsListener> {
     match addr {
         ListenAddr::Tcp(addr) => XdsListener::bind_tcp(*addr),
-        ListenAddr::Unix(path) => bind_unix(path).map(XdsListener::Unix),
+        ListenAddr::Unix(path) => crate::os::bind_unix(path).map(XdsListener::Unix),
     }
 }
 
@@ -177,23 +177,6 @@ impl SecurePort {
             ca: CaService::new(ca, Arc::new(authenticators), metrics),
             registry_writers: secure.registry_writers.clone(),
         })
-    }
-}
-
-/// Binds a Unix socket at `path`. A socket file nobody accepts on (left by a
-/// server that was killed) is replaced; anything else at `path` is an error.
-fn bind_unix(path: &Path) -> io::Result<tokio::net::UnixListener> {
-    use std::os::unix::fs::FileTypeExt as _;
-    match tokio::net::UnixListener::bind(path) {
-        Err(e)
-            if e.kind() == io::ErrorKind::AddrInUse
-                && std::fs::symlink_metadata(path).is_ok_and(|m| m.file_type().is_socket())
-                && std::os::unix::net::UnixStream::connect(path).is_err() =>
-        {
-            std::fs::remove_file(path)?;
-            tokio::net::UnixListener::bind(path)
-        }
-        other => other,
     }
 }
 
@@ -404,7 +387,7 @@ pub async fn run(options: ServeOptions) -> anyhow::Result<()> {
         AutoRegistration::new(store.clone(), engine.clone(), changes_tx.clone(), autoregistration::DEFAULT_GRACE).run(),
     );
 
-    wait_for_signal().await;
+    crate::os::shutdown_signal().await;
     tracing::info!("shutting down");
     let _ = shutdown_tx.send(true);
     if let Some(watcher) = watcher {
@@ -474,23 +457,6 @@ async fn check_references_of_each_version(engine: Arc<PushEngine>, report: crate
         if tokio::task::spawn_blocking(move || report.refresh(&store, true)).await.is_err() {
             return;
         }
-    }
-}
-
-async fn wait_for_signal() {
-    let ctrl_c = tokio::signal::ctrl_c();
-    #[cfg(unix)]
-    {
-        let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
-            .expect("installing a SIGTERM handler");
-        tokio::select! {
-            _ = ctrl_c => {}
-            _ = term.recv() => {}
-        }
-    }
-    #[cfg(not(unix))]
-    {
-        let _ = ctrl_c.await;
     }
 }
 

@@ -13,7 +13,7 @@ use std::path::{Path, PathBuf};
 /// meshpush's layers, bottom first: a module may use the modules of the
 /// layers before its own.
 const MESHPUSH: &[&[&str]] = &[
-    &["resource", "text"],
+    &["resource", "text", "os"],
     &["metrics"],
     &["config"],
     &["model"],
@@ -25,7 +25,7 @@ const MESHPUSH: &[&[&str]] = &[
     &["source"],
     &["admin"],
     &["cli", "bootstrap"],
-    &["serve"],
+    &["serve", "agent"],
 ];
 
 /// The loadtest crate's layers, bottom first.

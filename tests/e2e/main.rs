@@ -7,6 +7,7 @@
 #[path = "../support/mod.rs"]
 mod support;
 
+mod agent;
 mod bad_input;
 mod bookinfo;
 mod bookinfo_example;

@@ -16,6 +16,7 @@
 //! * [`http`]: the minimal HTTP/1.1 client and parser the others share.
 //! * [`kube_api`]: a stand-in Kubernetes API server (lists, watches, 410 Gone).
 //! * [`traffic`]: requests through Envoy, single or as steady background traffic.
+//! * [`agent`]: [`agent::Agent`], `meshpush agent` beside a real Envoy, and SDS streams to it.
 //! * [`secure`]: a client of the secure port (TLS channels, CSRs to the CA).
 //! * [`tls`]: test CAs and certificates, Secrets holding them, a backend that terminates TLS.
 //! * [`scene`]: one scenario's mesh directory, processes and failure report.
@@ -25,6 +26,7 @@
 #![allow(dead_code)]
 
 pub mod ads_server;
+pub mod agent;
 pub mod backend;
 pub mod browser;
 pub mod envoy;

@@ -21,7 +21,7 @@ use std::process::{Child, Command, ExitStatus, Stdio};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use rustix::process::{Pid, Signal, kill_process_group};
+use rustix::process::{Pid, Signal, kill_process, kill_process_group};
 use tempfile::TempDir;
 
 /// How often [`ChildGuard::wait_ready`] polls.
@@ -128,6 +128,19 @@ impl ChildGuard {
         // ESRCH (already gone) is fine: wait() below reports how it ended.
         let _ = kill_process_group(Pid::from_child(&self.child), Signal::KILL);
         self.child.wait().expect("reap the killed child")
+    }
+
+    /// Sends the child (not its group) SIGTERM, as an orchestrator stops a
+    /// container, and waits for it to exit; `None` if it has not by `deadline`.
+    pub fn terminate(&mut self, deadline: Instant) -> Option<ExitStatus> {
+        let _ = kill_process(Pid::from_child(&self.child), Signal::TERM);
+        while Instant::now() < deadline {
+            if let Some(status) = self.exited() {
+                return Some(status);
+            }
+            thread::sleep(Duration::from_millis(20));
+        }
+        self.exited()
     }
 
     /// Waits until `ready()` holds. Panics with the log tail if the child exits

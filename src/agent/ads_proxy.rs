@@ -1,0 +1,330 @@
+//! Envoy's ADS stream, proxied to meshpush over mTLS.
+//!
+//! Envoy dials the agent's `XDS` socket in plaintext (a Unix socket only
+//! its pod can reach); the agent opens the matching stream to meshpush's
+//! secure port with the workload certificate, and passes messages both
+//! ways. When the upstream stream ends — meshpush restarted, the connection
+//! dropped, a certificate expired — Envoy's stream stays open: the agent
+//! dials again with backoff and restores Envoy's subscriptions on the new
+//! stream ([`super::subscriptions`]), so Envoy sees new responses, never a
+//! disconnect. Envoy keeps serving the config it has meanwhile, as it
+//! would when reconnecting itself.
+//!
+//! Invariants: requests reach meshpush in the order Envoy sent them, after
+//! the requests that restore a new stream; each Envoy stream has its own
+//! upstream stream; one Envoy stream ending ends its upstream stream.
+
+use std::pin::Pin;
+use std::sync::Arc;
+use std::time::Duration;
+
+use envoy_types::pb::envoy::service::discovery::v3::aggregated_discovery_service_client::AggregatedDiscoveryServiceClient;
+use envoy_types::pb::envoy::service::discovery::v3::aggregated_discovery_service_server::{
+    AggregatedDiscoveryService, AggregatedDiscoveryServiceServer,
+};
+use envoy_types::pb::envoy::service::discovery::v3::{
+    DeltaDiscoveryRequest, DeltaDiscoveryResponse, DiscoveryRequest, DiscoveryResponse,
+};
+use futures::Stream;
+use futures::future::BoxFuture;
+use parking_lot::Mutex;
+use tokio::sync::{Notify, mpsc, watch};
+use tokio_stream::StreamExt as _;
+use tokio_stream::wrappers::{ReceiverStream, UnboundedReceiverStream};
+use tonic::{Request, Response, Status, Streaming};
+
+use super::subscriptions::{Delta, Sotw, Subscriptions};
+use super::upstream::Upstream;
+use crate::text::Shown;
+
+/// The first wait before dialling meshpush again; it doubles up to
+/// [`MAX_BACKOFF`] while dials fail, and starts over once a stream answers.
+const FIRST_BACKOFF: Duration = Duration::from_millis(200);
+
+/// The longest wait between dials.
+const MAX_BACKOFF: Duration = Duration::from_secs(5);
+
+/// Responses buffered toward Envoy before the upstream stream waits.
+const TO_ENVOY_BUFFER: usize = 16;
+
+/// The ADS service Envoy connects to.
+#[derive(Debug, Clone)]
+pub struct AdsProxy {
+    upstream: Upstream,
+    connected: Arc<std::sync::atomic::AtomicUsize>,
+}
+
+impl AdsProxy {
+    /// A proxy to `upstream`.
+    pub fn new(upstream: Upstream) -> AdsProxy {
+        AdsProxy { upstream, connected: Arc::default() }
+    }
+
+    /// Upstream streams open now (for the readiness probe).
+    pub fn connected(&self) -> Arc<std::sync::atomic::AtomicUsize> {
+        self.connected.clone()
+    }
+
+    /// The tonic service, taking messages of any size from trusted Envoy.
+    pub fn into_server(self) -> AggregatedDiscoveryServiceServer<AdsProxy> {
+        AggregatedDiscoveryServiceServer::new(self)
+            .max_decoding_message_size(usize::MAX)
+            .max_encoding_message_size(usize::MAX)
+    }
+
+    fn start<S: Subscriptions, F>(
+        &self,
+        from_envoy: Streaming<S::Request>,
+        open: F,
+    ) -> ReceiverStream<Result<S::Response, Status>>
+    where
+        S::Request: prost::Message + Default,
+        S::Response: prost::Message + Default,
+        F: Fn(
+                tonic::transport::Channel,
+                UnboundedReceiverStream<S::Request>,
+            ) -> BoxFuture<'static, Result<Streaming<S::Response>, Status>>
+            + Send
+            + Sync
+            + 'static,
+    {
+        let (to_envoy, rx) = mpsc::channel(TO_ENVOY_BUFFER);
+        let (done, envoy_done) = watch::channel(false);
+        let shared = Arc::new(Shared::<S> {
+            state: Mutex::new(StreamState { subscriptions: S::default(), open: None }),
+            asked: Notify::new(),
+        });
+        tokio::spawn(read_envoy(from_envoy, shared.clone(), done));
+        let session = Session {
+            shared,
+            to_envoy,
+            envoy_done,
+            upstream: self.upstream.clone(),
+            connected: self.connected.clone(),
+        };
+        tokio::spawn(session.run(open));
+        ReceiverStream::new(rx)
+    }
+}
+
+type Boxed<T> = Pin<Box<dyn Stream<Item = Result<T, Status>> + Send>>;
+
+#[tonic::async_trait]
+impl AggregatedDiscoveryService for AdsProxy {
+    type StreamAggregatedResourcesStream = Boxed<DiscoveryResponse>;
+    type DeltaAggregatedResourcesStream = Boxed<DeltaDiscoveryResponse>;
+
+    async fn stream_aggregated_resources(
+        &self,
+        request: Request<Streaming<DiscoveryRequest>>,
+    ) -> Result<Response<Self::StreamAggregatedResourcesStream>, Status> {
+        let stream = self.start::<Sotw, _>(request.into_inner(), |channel, requests| {
+            Box::pin(async move {
+                let mut client = AggregatedDiscoveryServiceClient::new(channel).max_decoding_message_size(usize::MAX);
+                Ok(client.stream_aggregated_resources(requests).await?.into_inner())
+            })
+        });
+        Ok(Response::new(Box::pin(stream)))
+    }
+
+    async fn delta_aggregated_resources(
+        &self,
+        request: Request<Streaming<DeltaDiscoveryRequest>>,
+    ) -> Result<Response<Self::DeltaAggregatedResourcesStream>, Status> {
+        let stream = self.start::<Delta, _>(request.into_inner(), |channel, requests| {
+            Box::pin(async move {
+                let mut client = AggregatedDiscoveryServiceClient::new(channel).max_decoding_message_size(usize::MAX);
+                Ok(client.delta_aggregated_resources(requests).await?.into_inner())
+            })
+        });
+        Ok(Response::new(Box::pin(stream)))
+    }
+}
+
+/// What an Envoy stream's two tasks share: its subscriptions, and the
+/// upstream stream's number and sender while one is open.
+struct Shared<S: Subscriptions> {
+    state: Mutex<StreamState<S>>,
+    /// Signalled on Envoy's first request: the upstream stream starts then,
+    /// when there is a node to send.
+    asked: Notify,
+}
+
+struct StreamState<S: Subscriptions> {
+    subscriptions: S,
+    /// The open upstream stream's number and request sender.
+    open: Option<(u64, mpsc::UnboundedSender<S::Request>)>,
+}
+
+/// Reads Envoy's requests: records each, and sends it upstream when a
+/// stream is open (else the next stream's restoring requests carry it).
+/// Sets `done` when Envoy's side ends.
+async fn read_envoy<S: Subscriptions>(
+    mut from_envoy: Streaming<S::Request>,
+    shared: Arc<Shared<S>>,
+    done: watch::Sender<bool>,
+) {
+    let _done = scopeguard::guard(done, |done| {
+        done.send_replace(true);
+    });
+    while let Some(request) = from_envoy.next().await {
+        let Ok(request) = request else { break };
+        let mut guard = shared.state.lock();
+        let state = &mut *guard;
+        let first = state.subscriptions.is_empty();
+        let session = state.open.as_ref().map_or(0, |(s, _)| *s);
+        let forward = state.subscriptions.on_request(request, session);
+        if let (Some(request), Some((_, sender))) = (forward, state.open.as_ref()) {
+            // A closed sender is a stream that just ended: the next one's
+            // restoring requests carry this one.
+            let _ = sender.send(request);
+        }
+        drop(guard);
+        if first {
+            shared.asked.notify_one();
+        }
+    }
+}
+
+/// One Envoy stream's upstream side.
+struct Session<S: Subscriptions> {
+    shared: Arc<Shared<S>>,
+    to_envoy: mpsc::Sender<Result<S::Response, Status>>,
+    /// True once Envoy's side of the stream has ended.
+    envoy_done: watch::Receiver<bool>,
+    upstream: Upstream,
+    connected: Arc<std::sync::atomic::AtomicUsize>,
+}
+
+impl<S: Subscriptions> Session<S> {
+    /// Resolves once Envoy's stream is gone, either way.
+    async fn gone(&self) {
+        let mut done = self.envoy_done.clone();
+        tokio::select! {
+            () = self.to_envoy.closed() => {}
+            _ = done.wait_for(|done| *done) => {}
+        }
+    }
+
+    /// Dials, restores and relays until Envoy's stream ends.
+    async fn run<F>(self, open: F)
+    where
+        F: Fn(
+            tonic::transport::Channel,
+            UnboundedReceiverStream<S::Request>,
+        ) -> BoxFuture<'static, Result<Streaming<S::Response>, Status>>,
+    {
+        tokio::select! {
+            () = self.shared.asked.notified() => {}
+            () = self.gone() => return,
+        }
+        let mut backoff = FIRST_BACKOFF;
+        let mut session = 0u64;
+        loop {
+            session += 1;
+            let ended = tokio::select! {
+                ended = self.relay(session, &open) => ended,
+                () = self.gone() => return,
+            };
+            {
+                let mut state = self.shared.state.lock();
+                state.open = None;
+                state.subscriptions.end_session();
+            }
+            match ended {
+                Ended::Envoy => return,
+                Ended::Upstream { answered, why } => {
+                    if answered {
+                        backoff = FIRST_BACKOFF;
+                    }
+                    tracing::warn!(
+                        upstream = %self.upstream.address(),
+                        "the ADS stream to meshpush ended ({why}); dialling again in {backoff:?}, Envoy's stream stays open"
+                    );
+                }
+            }
+            tokio::select! {
+                () = tokio::time::sleep(jittered(backoff)) => {}
+                () = self.gone() => return,
+            }
+            backoff = (backoff * 2).min(MAX_BACKOFF);
+        }
+    }
+
+    /// One upstream stream: dial, restore, relay responses to Envoy.
+    async fn relay<F>(&self, session: u64, open: &F) -> Ended
+    where
+        F: Fn(
+            tonic::transport::Channel,
+            UnboundedReceiverStream<S::Request>,
+        ) -> BoxFuture<'static, Result<Streaming<S::Response>, Status>>,
+    {
+        let channel = match self.upstream.channel().await {
+            Ok(channel) => channel,
+            Err(e) => return Ended::Upstream { answered: false, why: format!("dial: {}", error_chain(&e)) },
+        };
+        let (sender, requests) = mpsc::unbounded_channel();
+        {
+            let mut state = self.shared.state.lock();
+            for request in state.subscriptions.replay() {
+                let _ = sender.send(request);
+            }
+            state.open = Some((session, sender));
+        }
+        let mut responses = match open(channel, UnboundedReceiverStream::new(requests)).await {
+            Ok(responses) => responses,
+            Err(status) => return Ended::Upstream { answered: false, why: status_text(&status) },
+        };
+        self.connected.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let _open = scopeguard::guard((), |()| {
+            self.connected.fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
+        });
+        let mut answered = false;
+        loop {
+            let response = match responses.next().await {
+                Some(Ok(response)) => response,
+                Some(Err(status)) => return Ended::Upstream { answered, why: status_text(&status) },
+                None => return Ended::Upstream { answered, why: "meshpush closed it".into() },
+            };
+            answered = true;
+            let response = self.shared.state.lock().subscriptions.on_response(response, session);
+            if self.to_envoy.send(Ok(response)).await.is_err() {
+                return Ended::Envoy;
+            }
+        }
+    }
+}
+
+/// How an upstream stream ended.
+enum Ended {
+    /// Envoy's stream is gone: nothing more to do.
+    Envoy,
+    /// meshpush's side ended or could not be opened.
+    Upstream {
+        /// Whether it answered anything first.
+        answered: bool,
+        /// Why, for the log.
+        why: String,
+    },
+}
+
+/// `backoff`, plus or minus a fifth, so agents restarted together do not
+/// dial together.
+fn jittered(backoff: Duration) -> Duration {
+    backoff.mul_f64(0.8 + 0.4 * fastrand::f64())
+}
+
+fn status_text(status: &Status) -> String {
+    format!("{:?}: {}", status.code(), Shown(status.message()))
+}
+
+fn error_chain(error: &dyn std::error::Error) -> String {
+    let mut text = error.to_string();
+    let mut source = error.source();
+    while let Some(e) = source {
+        text.push_str(": ");
+        text.push_str(&e.to_string());
+        source = e.source();
+    }
+    crate::text::shown(&text).into_owned()
+}

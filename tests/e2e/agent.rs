@@ -1,0 +1,169 @@
+//! `meshpush agent` beside a real Envoy, against the real binary's secure
+//! port: the agent gets a certificate for the identity its token proves,
+//! starts Envoy on a bootstrap pointing at its own sockets, proxies Envoy's
+//! ADS stream to meshpush over mTLS — keeping it open while meshpush
+//! restarts — serves and rotates the certificate over SDS, answers its
+//! readiness probe, and drains and stops Envoy on SIGTERM. An agent whose
+//! token does not hold the identity it asks for gets nothing.
+
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use crate::support::agent::{Agent, AgentSpec, SdsStream, secret_pem};
+use crate::support::manifests::{self, sidecar_node};
+use crate::support::meshpush::Meshpush;
+use crate::support::process::{free_addr, scratch_dir, wait_until};
+use crate::support::scene::MeshDir;
+
+const DEADLINE: Duration = Duration::from_secs(30);
+
+/// A meshpush with a CA (in its own directory) and a JWKS, serving `dir`.
+struct SecureMesh {
+    mesh: Meshpush,
+    secure: std::net::SocketAddr,
+    root: PathBuf,
+    jwt_key: PathBuf,
+    _dirs: (tempfile::TempDir, tempfile::TempDir),
+}
+
+impl SecureMesh {
+    fn start(dir: &MeshDir) -> SecureMesh {
+        let ca_dir = scratch_dir("ca");
+        let jwt_dir = scratch_dir("jwt");
+        let (jwt_key, jwks) = meshpush::cli::jwt::keygen(jwt_dir.path()).unwrap();
+        let secure = free_addr();
+        let mesh = Meshpush::start_with_flags(
+            &dir.path(),
+            &[
+                "--ca-dir",
+                &ca_dir.path().display().to_string(),
+                "--secure-xds-addr",
+                &secure.to_string(),
+                "--jwks",
+                &jwks.display().to_string(),
+            ],
+        );
+        let root = ca_dir.path().join("root-cert.pem");
+        SecureMesh { mesh, secure, root, jwt_key, _dirs: (ca_dir, jwt_dir) }
+    }
+
+    fn token(&self, namespace: &str, service_account: &str) -> String {
+        meshpush::cli::jwt::issue(&self.jwt_key, namespace, service_account, Duration::from_secs(3600)).unwrap()
+    }
+}
+
+#[test]
+fn an_agent_runs_envoy_on_its_certificate_and_keeps_envoys_stream_while_meshpush_restarts() {
+    let dir = MeshDir::new();
+    dir.write("ledger.yaml", &manifests::service("default", "ledger", 8080));
+    let mut secure = SecureMesh::start(&dir);
+    let token = secure.token("default", "sleep");
+    let mut agent = Agent::start(
+        "agent",
+        AgentSpec {
+            node_id: sidecar_node("127.0.0.1", "sleep-1", "default"),
+            discovery: secure.secure,
+            root_cert: &secure.root,
+            token: &token,
+            // Short-lived certificates: renewed every ~3 s during the test.
+            extra: vec!["--cert-ttl".into(), "6s".into()],
+        },
+    );
+    let ledger = "outbound|8080||ledger.default.svc.cluster.local";
+    wait_until(
+        Instant::now() + DEADLINE,
+        "Envoy has the mesh's clusters through the agent",
+        &[agent.process(), secure.mesh.process()],
+        || agent.envoy_clusters().iter().any(|c| c == ledger),
+    );
+    assert!(secure.mesh.metric("citadel_server_success_cert_issuance") >= 1.0);
+
+    // SDS: `default` is the workload certificate for default/sleep, `ROOTCA`
+    // the mesh root; a renewal is pushed on the open stream.
+    let root = std::fs::read_to_string(&secure.root).unwrap();
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    runtime.block_on(async {
+        let mut ca = SdsStream::open(&agent.sds_socket(), &["ROOTCA"]).await;
+        let (_, _, secrets) = ca.next(Duration::from_secs(5)).await;
+        assert_eq!(secrets.len(), 1);
+        assert_eq!(secret_pem(&secrets[0]).trim(), root.trim());
+
+        let mut workload = SdsStream::open(&agent.sds_socket(), &["default"]).await;
+        let (first, nonce, secrets) = workload.next(Duration::from_secs(5)).await;
+        assert_eq!(secrets[0].name, "default");
+        let chain = secret_pem(&secrets[0]);
+        let leaf = rustls_pki_types::pem::PemObject::from_pem_slice(chain.as_bytes()).expect("a PEM leaf");
+        let ids = meshpush::ca::tls::identities_of(&leaf);
+        assert_eq!(
+            ids.iter().map(ToString::to_string).collect::<Vec<_>>(),
+            ["spiffe://cluster.local/ns/default/sa/sleep"]
+        );
+        workload.ack(&["default"], &first, &nonce).await;
+        let (renewed, _, secrets) = workload.next(Duration::from_secs(10)).await;
+        assert_ne!(renewed, first, "a renewal is a new certificate (serial)");
+        assert_ne!(secret_pem(&secrets[0]), chain);
+    });
+    assert!(secure.mesh.metric("citadel_server_success_cert_issuance") >= 2.0, "the renewal was issued by the CA");
+
+    // meshpush restarts: Envoy's stream to the agent stays open (one
+    // connection, never disconnected), and what changed while meshpush was
+    // down reaches Envoy through the agent's new upstream stream.
+    let connections = agent.envoy_stat("cluster.xds-grpc.upstream_cx_total");
+    assert_eq!(connections, Some(1), "Envoy dialled its agent once");
+    secure.mesh.kill_hard();
+    dir.write("audit.yaml", &manifests::service("default", "audit", 9090));
+    secure.mesh.restart();
+    let audit = "outbound|9090||audit.default.svc.cluster.local";
+    wait_until(
+        Instant::now() + DEADLINE,
+        "Envoy gets the change made while meshpush was down",
+        &[agent.process(), secure.mesh.process()],
+        || agent.envoy_clusters().iter().any(|c| c == audit),
+    );
+    assert_eq!(agent.envoy_stat("cluster.xds-grpc.upstream_cx_total"), Some(1), "Envoy's stream was never cut");
+    assert_eq!(agent.envoy_stat("control_plane.connected_state"), Some(1));
+    assert!(agent.log().contains("dialling again"), "{}", agent.process().log_tail(30));
+    assert_eq!(agent.readiness().unwrap().status, 200);
+
+    // SIGTERM: readiness goes, Envoy drains and stops, the agent exits 0.
+    let status = agent.process_mut().terminate(Instant::now() + DEADLINE).expect("the agent exits on SIGTERM");
+    assert!(status.success(), "{status}\n{}", agent.process().log_tail(30));
+    assert!(agent.envoy_admin("/ready").is_err(), "Envoy stopped with its agent");
+    let log = agent.log();
+    assert!(log.contains("draining Envoy"), "{log}");
+    for secret in ["PRIVATE KEY", token.as_str()] {
+        assert!(!log.contains(secret), "the agent's log shows a key or the token");
+        assert!(!secure.mesh.log().contains(secret) && !secure.mesh.previous_logs().contains(secret));
+    }
+}
+
+#[test]
+fn an_agent_is_refused_an_identity_its_token_does_not_hold() {
+    let dir = MeshDir::new();
+    let secure = SecureMesh::start(&dir);
+    let token = secure.token("default", "sleep");
+    let mut agent = Agent::spawn(
+        "agent-httpbin",
+        AgentSpec {
+            node_id: sidecar_node("127.0.0.1", "httpbin-1", "default"),
+            discovery: secure.secure,
+            root_cert: &secure.root,
+            token: &token,
+            extra: vec!["--service-account".into(), "httpbin".into()],
+        },
+    );
+    let deadline = Instant::now() + DEADLINE;
+    let status = loop {
+        if let Some(status) = agent.process_mut().exited() {
+            break status;
+        }
+        assert!(Instant::now() < deadline, "the agent kept running\n{}", agent.process().log_tail(20));
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert!(!status.success());
+    let log = agent.log();
+    assert!(log.contains("refused the certificate request for spiffe://cluster.local/ns/default/sa/httpbin"), "{log}");
+    assert!(log.contains("PermissionDenied"), "{log}");
+    assert!(agent.envoy_admin("/ready").is_err(), "no Envoy runs without a certificate");
+    assert!(secure.mesh.metric("citadel_server_csr_sign_error") >= 1.0, "the CA counted the refusal");
+}
