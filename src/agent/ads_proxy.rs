@@ -51,18 +51,12 @@ const TO_ENVOY_BUFFER: usize = 16;
 #[derive(Debug, Clone)]
 pub struct AdsProxy {
     upstream: Upstream,
-    connected: Arc<std::sync::atomic::AtomicUsize>,
 }
 
 impl AdsProxy {
     /// A proxy to `upstream`.
     pub fn new(upstream: Upstream) -> AdsProxy {
-        AdsProxy { upstream, connected: Arc::default() }
-    }
-
-    /// Upstream streams open now (for the readiness probe).
-    pub fn connected(&self) -> Arc<std::sync::atomic::AtomicUsize> {
-        self.connected.clone()
+        AdsProxy { upstream }
     }
 
     /// The tonic service, taking messages of any size from trusted Envoy.
@@ -95,13 +89,7 @@ impl AdsProxy {
             asked: Notify::new(),
         });
         tokio::spawn(read_envoy(from_envoy, shared.clone(), done));
-        let session = Session {
-            shared,
-            to_envoy,
-            envoy_done,
-            upstream: self.upstream.clone(),
-            connected: self.connected.clone(),
-        };
+        let session = Session { shared, to_envoy, envoy_done, upstream: self.upstream.clone() };
         tokio::spawn(session.run(open));
         ReceiverStream::new(rx)
     }
@@ -193,7 +181,6 @@ struct Session<S: Subscriptions> {
     /// True once Envoy's side of the stream has ended.
     envoy_done: watch::Receiver<bool>,
     upstream: Upstream,
-    connected: Arc<std::sync::atomic::AtomicUsize>,
 }
 
 impl<S: Subscriptions> Session<S> {
@@ -275,10 +262,6 @@ impl<S: Subscriptions> Session<S> {
             Ok(responses) => responses,
             Err(status) => return Ended::Upstream { answered: false, why: status_text(&status) },
         };
-        self.connected.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        let _open = scopeguard::guard((), |()| {
-            self.connected.fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
-        });
         let mut answered = false;
         loop {
             let response = match responses.next().await {

@@ -18,8 +18,9 @@
 //!
 //! Invariants: Envoy starts only once the agent holds a certificate, so
 //! its first SDS request is answered at once; the private key is in memory
-//! and in SDS responses on the agent's own socket only, never in a log or
-//! a file; SIGTERM drains Envoy and stops it before the agent exits.
+//! and in SDS responses on the agent's own socket (mode 0600) only, never
+//! in a log or a file; SIGTERM drains Envoy and stops it before the agent
+//! exits.
 
 pub mod ads_proxy;
 pub mod certificate;
@@ -171,6 +172,12 @@ pub async fn run(opts: AgentOptions) -> Result<(), AgentError> {
     let sds_path = opts.socket_dir.join(SDS_SOCKET);
     let xds_listener = crate::os::bind_unix(&xds_path).map_err(io_error(&xds_path))?;
     let sds_listener = crate::os::bind_unix(&sds_path).map_err(io_error(&sds_path))?;
+    // The SDS socket hands out the workload's key: only this user (Envoy
+    // runs as the agent's user) may connect to either socket.
+    for path in [&xds_path, &sds_path] {
+        use std::os::unix::fs::PermissionsExt as _;
+        std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600)).map_err(io_error(path))?;
+    }
     let _sockets = scopeguard::guard((xds_path.clone(), sds_path.clone()), |(xds, sds)| {
         let _ = std::fs::remove_file(xds);
         let _ = std::fs::remove_file(sds);

@@ -2,9 +2,10 @@
 //! port: the agent gets a certificate for the identity its token proves,
 //! starts Envoy on a bootstrap pointing at its own sockets, proxies Envoy's
 //! ADS stream to meshpush over mTLS — keeping it open while meshpush
-//! restarts — serves and rotates the certificate over SDS, answers its
-//! readiness probe, and drains and stops Envoy on SIGTERM. An agent whose
-//! token does not hold the identity it asks for gets nothing.
+//! restarts — serves and rotates the certificate over SDS, restarts Envoy
+//! when it dies, answers its readiness probe, and drains and stops Envoy on
+//! SIGTERM. An agent whose token does not hold the identity it asks for
+//! gets nothing.
 
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
@@ -81,6 +82,11 @@ fn an_agent_runs_envoy_on_its_certificate_and_keeps_envoys_stream_while_meshpush
     // SDS: `default` is the workload certificate for default/sleep, `ROOTCA`
     // the mesh root; a renewal is pushed on the open stream.
     let root = std::fs::read_to_string(&secure.root).unwrap();
+    {
+        use std::os::unix::fs::PermissionsExt as _;
+        let mode = std::fs::metadata(agent.sds_socket()).unwrap().permissions().mode();
+        assert_eq!(mode & 0o077, 0, "the SDS socket (it hands out the key) is the agent's user's alone: {mode:o}");
+    }
     let runtime = tokio::runtime::Runtime::new().unwrap();
     runtime.block_on(async {
         let mut ca = SdsStream::open(&agent.sds_socket(), &["ROOTCA"]).await;
@@ -104,6 +110,25 @@ fn an_agent_runs_envoy_on_its_certificate_and_keeps_envoys_stream_while_meshpush
         assert_ne!(secret_pem(&secrets[0]), chain);
     });
     assert!(secure.mesh.metric("citadel_server_success_cert_issuance") >= 2.0, "the renewal was issued by the CA");
+
+    // Envoy dies: the agent starts another, which is served as the first was.
+    let first_envoy = agent.envoy_pid().expect("the agent's Envoy");
+    rustix::process::kill_process(
+        rustix::process::Pid::from_raw(first_envoy as i32).unwrap(),
+        rustix::process::Signal::KILL,
+    )
+    .unwrap();
+    wait_until(
+        Instant::now() + DEADLINE,
+        "the agent restarts Envoy and it gets its clusters",
+        &[agent.process()],
+        || {
+            agent.envoy_pid().is_some_and(|pid| pid != first_envoy)
+                && agent.readiness().is_ok_and(|r| r.status == 200)
+                && agent.envoy_clusters().iter().any(|c| c == ledger)
+        },
+    );
+    assert!(agent.log().contains("Envoy exited"), "{}", agent.process().log_tail(30));
 
     // meshpush restarts: Envoy's stream to the agent stays open (one
     // connection, never disconnected), and what changed while meshpush was

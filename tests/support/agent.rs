@@ -135,6 +135,19 @@ impl Agent {
             .collect()
     }
 
+    /// The pid of the Envoy the agent runs now (its child process), if any.
+    pub fn envoy_pid(&self) -> Option<u32> {
+        let agent = self.child.pid().to_string();
+        std::fs::read_dir("/proc").ok()?.flatten().find_map(|entry| {
+            let pid: u32 = entry.file_name().to_str()?.parse().ok()?;
+            let stat = std::fs::read_to_string(entry.path().join("stat")).ok()?;
+            // `pid (comm) state ppid …`; comm may hold spaces, so split after it.
+            let (comm, rest) = stat.rsplit_once(')')?;
+            let ppid = rest.split_whitespace().nth(1)?;
+            (ppid == agent && comm.ends_with("(envoy")).then_some(pid)
+        })
+    }
+
     /// The agent's SDS socket.
     pub fn sds_socket(&self) -> PathBuf {
         self.socket_dir.join("SDS")
