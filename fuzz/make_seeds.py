@@ -3,12 +3,18 @@
 
 Seeds are what the targets see in practice: the example mesh's YAML,
 Istio node ids, SotW and delta requests as Envoy 1.40 encodes them (the
-node first, then the fields by number), and those requests framed for
-the deframer. Run from the repository root: python3 fuzz/make_seeds.py
+node first, then the fields by number), those requests framed for the
+deframer, CSRs as an agent makes them (by openssl: a P-256 key, SPIFFE URI
+SANs; PEM text and the DER alone), and JWTs of every shape a CA sees,
+signed by no key the target knows. Run from the repository root: python3 fuzz/make_seeds.py
 """
+import base64
 import hashlib
+import json
 import pathlib
 import struct
+import subprocess
+import tempfile
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 CORPUS = ROOT / "fuzz" / "corpus"
@@ -126,3 +132,45 @@ write("grpc_deframer", [
 yaml = sorted((ROOT / "examples" / "bookinfo").rglob("*.yaml"))
 yaml += sorted((ROOT / "tests" / "data" / "api-coverage").glob("*.yaml"))
 write("yaml_documents", [p.read_bytes() for p in yaml if p.stat().st_size < 64 * 1024])
+
+
+def csr(sans):
+    """A PEM CSR for a fresh P-256 key naming `sans` (URIs), by openssl."""
+    with tempfile.TemporaryDirectory() as tmp:
+        key = pathlib.Path(tmp) / "key.pem"
+        subprocess.run(["openssl", "ecparam", "-name", "prime256v1", "-genkey", "-noout", "-out", key],
+                       check=True, capture_output=True)
+        args = ["openssl", "req", "-new", "-key", key, "-subj", "/O=fuzz"]
+        if sans:
+            args += ["-addext", "subjectAltName=" + ",".join("URI:" + s for s in sans)]
+        return subprocess.run(args, check=True, capture_output=True).stdout
+
+
+def der_of(pem):
+    body = b"".join(l for l in pem.splitlines() if not l.startswith(b"-----"))
+    return base64.b64decode(body)
+
+
+SLEEP = "spiffe://cluster.local/ns/default/sa/sleep"
+csrs = [csr([SLEEP]), csr([SLEEP, "spiffe://cluster.local/ns/istio-system/sa/istiod"]), csr([])]
+write("ca_csr", [bytes([0]) + c for c in csrs] + [bytes([1]) + der_of(c) for c in csrs])
+
+
+def b64url(data):
+    return base64.urlsafe_b64encode(data).rstrip(b"=")
+
+
+def jwt(header, claims, signature=b"\x01" * 64):
+    return b".".join([b64url(json.dumps(header).encode()), b64url(json.dumps(claims).encode()), b64url(signature)])
+
+
+claims = {"iss": "meshpush", "aud": "istio-ca", "sub": "system:serviceaccount:default:sleep", "exp": 4102444800}
+write("ca_token", [
+    jwt({"alg": "ES256", "typ": "JWT", "kid": "meshpush-1"}, claims),
+    jwt({"alg": "RS256", "kid": "other"}, claims),
+    jwt({"alg": "HS256"}, claims),
+    jwt({"alg": "none"}, claims, b""),
+    jwt({"alg": "ES256"}, {"sub": "system:serviceaccount:default"}),
+    b"not.a.jwt",
+    b"opaque-kubernetes-token",
+])

@@ -280,18 +280,12 @@ impl ServeArgs {
     }
 }
 
+/// Who the Envoy is: the flags `bootstrap` and `agent` share.
 #[derive(Debug, clap::Args)]
-struct BootstrapArgs {
+struct NodeArgs {
     /// Istio node id: `sidecar~IP~POD.NAMESPACE~NAMESPACE.svc.cluster.local` (or `router~…`).
     #[arg(long)]
     node_id: String,
-    /// Envoy `node.cluster` (default: the workload's `app.namespace`, as Istio).
-    #[arg(long)]
-    cluster: Option<String>,
-    /// meshpush's ADS address: `HOST:PORT`, or `unix:PATH` for a Unix domain
-    /// socket. Repeat it for replicas: Envoy balances over them and fails over.
-    #[arg(long = "xds-addr", default_value = "127.0.0.1:15010")]
-    xds_addrs: Vec<String>,
     /// Envoy admin port (on 127.0.0.1).
     #[arg(long, default_value_t = 15000)]
     admin_port: u16,
@@ -301,12 +295,26 @@ struct BootstrapArgs {
     /// Node metadata `K=V` (repeatable).
     #[arg(long = "meta")]
     meta: Vec<String>,
-    /// Interception mode.
+    /// Interception mode: REDIRECT (iptables set up outside meshpush, as
+    /// istio-init does), TPROXY, or NONE (outbound listeners on 127.0.0.1).
     #[arg(long, default_value = "REDIRECT", value_parser = ["REDIRECT", "NONE", "TPROXY"])]
     interception: String,
     /// Use delta xDS (`api_type: DELTA_GRPC`) instead of state of the world.
     #[arg(long)]
     delta: bool,
+}
+
+#[derive(Debug, clap::Args)]
+struct BootstrapArgs {
+    #[command(flatten)]
+    node: NodeArgs,
+    /// Envoy `node.cluster` (default: the workload's `app.namespace`, as Istio).
+    #[arg(long)]
+    cluster: Option<String>,
+    /// meshpush's ADS address: `HOST:PORT`, or `unix:PATH` for a Unix domain
+    /// socket. Repeat it for replicas: Envoy balances over them and fails over.
+    #[arg(long = "xds-addr", default_value = "127.0.0.1:15010")]
+    xds_addrs: Vec<String>,
     /// Envoy `node.locality` as `REGION/ZONE/SUBZONE` (pilot-agent takes it
     /// from the node's topology labels); locality load balancing prefers
     /// endpoints near it.
@@ -316,9 +324,8 @@ struct BootstrapArgs {
 
 #[derive(Debug, clap::Args)]
 struct AgentArgs {
-    /// Istio node id: `sidecar~IP~POD.NAMESPACE~NAMESPACE.svc.cluster.local` (or `router~…`).
-    #[arg(long)]
-    node_id: String,
+    #[command(flatten)]
+    node: NodeArgs,
     /// meshpush's secure port: `HOST:PORT` or `unix:PATH`.
     #[arg(long, default_value = "istiod.istio-system.svc:15012")]
     discovery_address: String,
@@ -346,22 +353,6 @@ struct AgentArgs {
     /// The Envoy binary.
     #[arg(long, default_value = "envoy")]
     envoy_binary: PathBuf,
-    /// Workload label `k=v` (repeatable).
-    #[arg(long = "label")]
-    labels: Vec<String>,
-    /// Node metadata `K=V` (repeatable).
-    #[arg(long = "meta")]
-    meta: Vec<String>,
-    /// Interception mode: REDIRECT (iptables set up outside the agent, as
-    /// istio-init does) or NONE.
-    #[arg(long, default_value = "REDIRECT", value_parser = ["REDIRECT", "NONE", "TPROXY"])]
-    interception: String,
-    /// Delta xDS between Envoy and meshpush.
-    #[arg(long)]
-    delta: bool,
-    /// Envoy's admin port (on 127.0.0.1).
-    #[arg(long, default_value_t = 15000)]
-    admin_port: u16,
     /// Where the XDS and SDS sockets and Envoy's bootstrap go.
     #[arg(long, default_value = "./etc/istio/proxy")]
     socket_dir: PathBuf,
@@ -385,7 +376,7 @@ fn agent(args: AgentArgs) -> Result<meshpush::agent::AgentOptions, String> {
         list.iter().map(|a| parse_key_value(flag, a)).collect::<Result<_, _>>().map_err(|e| e.to_string())
     };
     Ok(meshpush::agent::AgentOptions {
-        node_id: args.node_id,
+        node_id: args.node.node_id,
         discovery_address: meshpush::agent::upstream::DiscoveryAddress::parse(&args.discovery_address)
             .map_err(|e| format!("--discovery-address {e}"))?,
         discovery_server_name: args.discovery_server_name,
@@ -395,11 +386,11 @@ fn agent(args: AgentArgs) -> Result<meshpush::agent::AgentOptions, String> {
         trust_domain: args.trust_domain,
         cert_ttl: args.cert_ttl,
         envoy_binary: args.envoy_binary,
-        labels: pairs("label", &args.labels)?,
-        meta: pairs("meta", &args.meta)?,
-        interception: args.interception,
-        delta: args.delta,
-        admin_port: args.admin_port,
+        labels: pairs("label", &args.node.labels)?,
+        meta: pairs("meta", &args.node.meta)?,
+        interception: args.node.interception,
+        delta: args.node.delta,
+        admin_port: args.node.admin_port,
         socket_dir: args.socket_dir,
         status_addr: args.status_addr,
         concurrency: args.concurrency,
@@ -585,14 +576,14 @@ fn print_or_fail(command: &str, result: Result<String, meshpush::cli::CliError>)
 fn bootstrap(args: BootstrapArgs) -> Result<String, meshpush::bootstrap::BootstrapError> {
     use meshpush::bootstrap::parse_key_value;
     let opts = meshpush::bootstrap::BootstrapOptions {
-        node_id: args.node_id,
+        node_id: args.node.node_id,
         cluster: args.cluster,
         xds_addrs: args.xds_addrs,
-        admin_port: args.admin_port,
-        labels: args.labels.iter().map(|l| parse_key_value("label", l)).collect::<Result<_, _>>()?,
-        meta: args.meta.iter().map(|m| parse_key_value("meta", m)).collect::<Result<_, _>>()?,
-        interception: args.interception,
-        delta: args.delta,
+        admin_port: args.node.admin_port,
+        labels: args.node.labels.iter().map(|l| parse_key_value("label", l)).collect::<Result<_, _>>()?,
+        meta: args.node.meta.iter().map(|m| parse_key_value("meta", m)).collect::<Result<_, _>>()?,
+        interception: args.node.interception,
+        delta: args.node.delta,
         locality: args.locality,
         sds_socket: None,
     };
