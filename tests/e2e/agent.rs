@@ -192,3 +192,53 @@ fn an_agent_is_refused_an_identity_its_token_does_not_hold() {
     assert!(agent.envoy_admin("/ready").is_err(), "no Envoy runs without a certificate");
     assert!(secure.mesh.metric("citadel_server_csr_sign_error") >= 1.0, "the CA counted the refusal");
 }
+
+/// Over delta, what Envoy holds goes into the new upstream stream's
+/// `initial_resource_versions`: a service removed while meshpush was down
+/// is removed from Envoy, one added is added, and Envoy's stream to the
+/// agent stays the one it opened.
+#[test]
+fn over_delta_a_restarted_meshpush_learns_what_envoy_holds_and_brings_it_up_to_date() {
+    let dir = MeshDir::new();
+    dir.write("ledger.yaml", &manifests::service("default", "ledger", 8080));
+    dir.write("audit.yaml", &manifests::service("default", "audit", 9090));
+    let mut secure = SecureMesh::start(&dir);
+    let token = secure.token("default", "sleep");
+    let agent = Agent::start(
+        "agent-delta",
+        AgentSpec {
+            node_id: sidecar_node("127.0.0.1", "sleep-1", "default"),
+            discovery: secure.secure,
+            root_cert: &secure.root,
+            token: &token,
+            extra: vec!["--delta".into()],
+        },
+    );
+    let (ledger, audit, billing) = (
+        "outbound|8080||ledger.default.svc.cluster.local",
+        "outbound|9090||audit.default.svc.cluster.local",
+        "outbound|7070||billing.default.svc.cluster.local",
+    );
+    wait_until(Instant::now() + DEADLINE, "Envoy has ledger and audit over delta", &[agent.process()], || {
+        let clusters = agent.envoy_clusters();
+        clusters.iter().any(|c| c == ledger) && clusters.iter().any(|c| c == audit)
+    });
+    secure.mesh.kill_hard();
+    dir.remove("audit.yaml");
+    dir.write("billing.yaml", &manifests::service("default", "billing", 7070));
+    secure.mesh.restart();
+    wait_until(
+        Instant::now() + DEADLINE,
+        "Envoy loses audit and gains billing, keeping ledger",
+        &[agent.process(), secure.mesh.process()],
+        || {
+            let clusters = agent.envoy_clusters();
+            clusters.iter().any(|c| c == billing)
+                && !clusters.iter().any(|c| c == audit)
+                && clusters.iter().any(|c| c == ledger)
+        },
+    );
+    assert_eq!(agent.envoy_stat("cluster.xds-grpc.upstream_cx_total"), Some(1), "Envoy's stream was never cut");
+    assert_eq!(agent.envoy_stat("control_plane.connected_state"), Some(1));
+    assert!(agent.envoy_admin("/config_dump").unwrap().body.contains("DELTA_GRPC"), "Envoy runs delta xDS");
+}
