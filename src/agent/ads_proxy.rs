@@ -14,7 +14,6 @@
 //! the requests that restore a new stream; each Envoy stream has its own
 //! upstream stream; one Envoy stream ending ends its upstream stream.
 
-use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -25,7 +24,6 @@ use envoy_types::pb::envoy::service::discovery::v3::aggregated_discovery_service
 use envoy_types::pb::envoy::service::discovery::v3::{
     DeltaDiscoveryRequest, DeltaDiscoveryResponse, DiscoveryRequest, DiscoveryResponse,
 };
-use futures::Stream;
 use futures::future::BoxFuture;
 use parking_lot::Mutex;
 use tokio::sync::{Notify, mpsc, watch};
@@ -33,6 +31,7 @@ use tokio_stream::StreamExt as _;
 use tokio_stream::wrappers::{ReceiverStream, UnboundedReceiverStream};
 use tonic::{Request, Response, Status, Streaming};
 
+use super::ResponseStream;
 use super::subscriptions::{Delta, Sotw, Subscriptions};
 use super::upstream::Upstream;
 use crate::text::Shown;
@@ -66,22 +65,8 @@ impl AdsProxy {
             .max_encoding_message_size(usize::MAX)
     }
 
-    fn start<S: Subscriptions, F>(
-        &self,
-        from_envoy: Streaming<S::Request>,
-        open: F,
-    ) -> ReceiverStream<Result<S::Response, Status>>
-    where
-        S::Request: prost::Message + Default,
-        S::Response: prost::Message + Default,
-        F: Fn(
-                tonic::transport::Channel,
-                UnboundedReceiverStream<S::Request>,
-            ) -> BoxFuture<'static, Result<Streaming<S::Response>, Status>>
-            + Send
-            + Sync
-            + 'static,
-    {
+    /// Starts proxying one Envoy stream; the stream of responses to it.
+    fn start<S: Protocol>(&self, from_envoy: Streaming<S::Request>) -> ReceiverStream<Result<S::Response, Status>> {
         let (to_envoy, rx) = mpsc::channel(TO_ENVOY_BUFFER);
         let (done, envoy_done) = watch::channel(false);
         let shared = Arc::new(Shared::<S> {
@@ -90,42 +75,56 @@ impl AdsProxy {
         });
         tokio::spawn(read_envoy(from_envoy, shared.clone(), done));
         let session = Session { shared, to_envoy, envoy_done, upstream: self.upstream.clone() };
-        tokio::spawn(session.run(open));
+        tokio::spawn(session.run());
         ReceiverStream::new(rx)
     }
 }
 
-type Boxed<T> = Pin<Box<dyn Stream<Item = Result<T, Status>> + Send>>;
+/// One ADS protocol as the proxy drives it: its record of Envoy's stream,
+/// and the upstream stream it opens.
+trait Protocol: Subscriptions {
+    /// Opens the upstream stream that sends `requests`.
+    fn open(
+        client: AggregatedDiscoveryServiceClient<tonic::transport::Channel>,
+        requests: UnboundedReceiverStream<Self::Request>,
+    ) -> BoxFuture<'static, Result<Streaming<Self::Response>, Status>>;
+}
+
+impl Protocol for Sotw {
+    fn open(
+        mut client: AggregatedDiscoveryServiceClient<tonic::transport::Channel>,
+        requests: UnboundedReceiverStream<DiscoveryRequest>,
+    ) -> BoxFuture<'static, Result<Streaming<DiscoveryResponse>, Status>> {
+        Box::pin(async move { Ok(client.stream_aggregated_resources(requests).await?.into_inner()) })
+    }
+}
+
+impl Protocol for Delta {
+    fn open(
+        mut client: AggregatedDiscoveryServiceClient<tonic::transport::Channel>,
+        requests: UnboundedReceiverStream<DeltaDiscoveryRequest>,
+    ) -> BoxFuture<'static, Result<Streaming<DeltaDiscoveryResponse>, Status>> {
+        Box::pin(async move { Ok(client.delta_aggregated_resources(requests).await?.into_inner()) })
+    }
+}
 
 #[tonic::async_trait]
 impl AggregatedDiscoveryService for AdsProxy {
-    type StreamAggregatedResourcesStream = Boxed<DiscoveryResponse>;
-    type DeltaAggregatedResourcesStream = Boxed<DeltaDiscoveryResponse>;
+    type StreamAggregatedResourcesStream = ResponseStream<DiscoveryResponse>;
+    type DeltaAggregatedResourcesStream = ResponseStream<DeltaDiscoveryResponse>;
 
     async fn stream_aggregated_resources(
         &self,
         request: Request<Streaming<DiscoveryRequest>>,
     ) -> Result<Response<Self::StreamAggregatedResourcesStream>, Status> {
-        let stream = self.start::<Sotw, _>(request.into_inner(), |channel, requests| {
-            Box::pin(async move {
-                let mut client = AggregatedDiscoveryServiceClient::new(channel).max_decoding_message_size(usize::MAX);
-                Ok(client.stream_aggregated_resources(requests).await?.into_inner())
-            })
-        });
-        Ok(Response::new(Box::pin(stream)))
+        Ok(Response::new(Box::pin(self.start::<Sotw>(request.into_inner()))))
     }
 
     async fn delta_aggregated_resources(
         &self,
         request: Request<Streaming<DeltaDiscoveryRequest>>,
     ) -> Result<Response<Self::DeltaAggregatedResourcesStream>, Status> {
-        let stream = self.start::<Delta, _>(request.into_inner(), |channel, requests| {
-            Box::pin(async move {
-                let mut client = AggregatedDiscoveryServiceClient::new(channel).max_decoding_message_size(usize::MAX);
-                Ok(client.delta_aggregated_resources(requests).await?.into_inner())
-            })
-        });
-        Ok(Response::new(Box::pin(stream)))
+        Ok(Response::new(Box::pin(self.start::<Delta>(request.into_inner()))))
     }
 }
 
@@ -175,7 +174,7 @@ async fn read_envoy<S: Subscriptions>(
 }
 
 /// One Envoy stream's upstream side.
-struct Session<S: Subscriptions> {
+struct Session<S: Protocol> {
     shared: Arc<Shared<S>>,
     to_envoy: mpsc::Sender<Result<S::Response, Status>>,
     /// True once Envoy's side of the stream has ended.
@@ -183,7 +182,7 @@ struct Session<S: Subscriptions> {
     upstream: Upstream,
 }
 
-impl<S: Subscriptions> Session<S> {
+impl<S: Protocol> Session<S> {
     /// Resolves once Envoy's stream is gone, either way.
     async fn gone(&self) {
         let mut done = self.envoy_done.clone();
@@ -194,13 +193,7 @@ impl<S: Subscriptions> Session<S> {
     }
 
     /// Dials, restores and relays until Envoy's stream ends.
-    async fn run<F>(self, open: F)
-    where
-        F: Fn(
-            tonic::transport::Channel,
-            UnboundedReceiverStream<S::Request>,
-        ) -> BoxFuture<'static, Result<Streaming<S::Response>, Status>>,
-    {
+    async fn run(self) {
         tokio::select! {
             () = self.shared.asked.notified() => {}
             () = self.gone() => return,
@@ -210,7 +203,7 @@ impl<S: Subscriptions> Session<S> {
         loop {
             session += 1;
             let ended = tokio::select! {
-                ended = self.relay(session, &open) => ended,
+                ended = self.relay(session) => ended,
                 () = self.gone() => return,
             };
             {
@@ -239,13 +232,7 @@ impl<S: Subscriptions> Session<S> {
     }
 
     /// One upstream stream: dial, restore, relay responses to Envoy.
-    async fn relay<F>(&self, session: u64, open: &F) -> Ended
-    where
-        F: Fn(
-            tonic::transport::Channel,
-            UnboundedReceiverStream<S::Request>,
-        ) -> BoxFuture<'static, Result<Streaming<S::Response>, Status>>,
-    {
+    async fn relay(&self, session: u64) -> Ended {
         let channel = match self.upstream.channel().await {
             Ok(channel) => channel,
             Err(e) => return Ended::Upstream { answered: false, why: format!("dial: {}", error_chain(&e)) },
@@ -258,7 +245,8 @@ impl<S: Subscriptions> Session<S> {
             }
             state.open = Some((session, sender));
         }
-        let mut responses = match open(channel, UnboundedReceiverStream::new(requests)).await {
+        let client = AggregatedDiscoveryServiceClient::new(channel).max_decoding_message_size(usize::MAX);
+        let mut responses = match S::open(client, UnboundedReceiverStream::new(requests)).await {
             Ok(responses) => responses,
             Err(status) => return Ended::Upstream { answered: false, why: status_text(&status) },
         };

@@ -46,6 +46,9 @@ use crate::bootstrap::{BootstrapError, BootstrapOptions};
 use crate::model::Identity;
 use crate::text::Shown;
 
+/// The response stream of a gRPC service the agent serves Envoy.
+type ResponseStream<T> = std::pin::Pin<Box<dyn futures::Stream<Item = Result<T, tonic::Status>> + Send>>;
+
 /// The ADS socket's file name in the socket directory (Istio's).
 pub const XDS_SOCKET: &str = "XDS";
 

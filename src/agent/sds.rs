@@ -11,7 +11,6 @@
 //! Invariant: every response holds the `default` and `ROOTCA` of one
 //! certificate (one [`WorkloadCert`]), never a mix of two renewals.
 
-use std::pin::Pin;
 use std::sync::Arc;
 
 use envoy_types::pb::envoy::config::core::v3::{DataSource, data_source};
@@ -25,13 +24,13 @@ use envoy_types::pb::envoy::service::secret::v3::secret_discovery_service_server
     SecretDiscoveryService, SecretDiscoveryServiceServer,
 };
 use envoy_types::pb::google::protobuf::Any;
-use futures::Stream;
 use prost::Message as _;
 use tokio::sync::{mpsc, watch};
 use tokio_stream::StreamExt as _;
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Request, Response, Status, Streaming};
 
+use super::ResponseStream;
 use super::certificate::WorkloadCert;
 use crate::text::Shown;
 
@@ -65,12 +64,10 @@ impl SdsServer {
     }
 }
 
-type Boxed<T> = Pin<Box<dyn Stream<Item = Result<T, Status>> + Send>>;
-
 #[tonic::async_trait]
 impl SecretDiscoveryService for SdsServer {
-    type DeltaSecretsStream = Boxed<DeltaDiscoveryResponse>;
-    type StreamSecretsStream = Boxed<DiscoveryResponse>;
+    type DeltaSecretsStream = ResponseStream<DeltaDiscoveryResponse>;
+    type StreamSecretsStream = ResponseStream<DiscoveryResponse>;
 
     async fn delta_secrets(
         &self,
