@@ -123,6 +123,14 @@ pub enum AgentError {
         /// Why.
         source: std::io::Error,
     },
+    /// The status port could not be bound.
+    #[error("--status-addr {addr}: {source}")]
+    Listen {
+        /// The address.
+        addr: SocketAddr,
+        /// Why.
+        source: std::io::Error,
+    },
     /// The workload's identity cannot be told, or does not fit the node.
     #[error("{0}")]
     Identity(String),
@@ -187,7 +195,7 @@ pub async fn run(opts: AgentOptions) -> Result<(), AgentError> {
     });
     let status_listener = tokio::net::TcpListener::bind(opts.status_addr)
         .await
-        .map_err(io_error(Path::new(&format!("status address {}", opts.status_addr))))?;
+        .map_err(|source| AgentError::Listen { addr: opts.status_addr, source })?;
     tracing::info!(
         identity = %identity,
         upstream = %opts.discovery_address,
@@ -197,10 +205,13 @@ pub async fn run(opts: AgentOptions) -> Result<(), AgentError> {
         "meshpush agent starting"
     );
 
+    // One signal future for the agent's whole life: a SIGTERM between two
+    // waits is not missed.
+    let mut stop = std::pin::pin!(crate::os::shutdown_signal());
     let requester = Requester { upstream: upstream.clone(), identity: identity.clone(), opts: opts.clone() };
     let first = tokio::select! {
         first = requester.first() => first?,
-        () = crate::os::shutdown_signal() => return Ok(()),
+        () = &mut stop => return Ok(()),
     };
     tracing::info!(serial = first.serial(), "obtained the workload certificate for {identity}");
     holder.send_replace(Some(Arc::new(first)));
@@ -232,7 +243,7 @@ pub async fn run(opts: AgentOptions) -> Result<(), AgentError> {
     };
     let mut supervisor = tokio::spawn(envoy::supervise(command, shutting_down));
     tokio::select! {
-        () = crate::os::shutdown_signal() => {
+        () = &mut stop => {
             tracing::info!("shutting down: draining Envoy");
             shutdown.send_replace(true);
             if let Ok(result) = supervisor.await {
