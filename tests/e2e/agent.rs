@@ -7,51 +7,15 @@
 //! SIGTERM. An agent whose token does not hold the identity it asks for
 //! gets nothing.
 
-use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use crate::support::agent::{Agent, AgentSpec, SdsStream, secret_pem};
 use crate::support::manifests::{self, sidecar_node};
-use crate::support::meshpush::Meshpush;
-use crate::support::process::{free_addr, scratch_dir, wait_until};
+use crate::support::process::wait_until;
 use crate::support::scene::MeshDir;
+use crate::support::secure::SecureMesh;
 
 const DEADLINE: Duration = Duration::from_secs(30);
-
-/// A meshpush with a CA (in its own directory) and a JWKS, serving `dir`.
-struct SecureMesh {
-    mesh: Meshpush,
-    secure: std::net::SocketAddr,
-    root: PathBuf,
-    jwt_key: PathBuf,
-    _dirs: (tempfile::TempDir, tempfile::TempDir),
-}
-
-impl SecureMesh {
-    fn start(dir: &MeshDir) -> SecureMesh {
-        let ca_dir = scratch_dir("ca");
-        let jwt_dir = scratch_dir("jwt");
-        let (jwt_key, jwks) = meshpush::cli::jwt::keygen(jwt_dir.path()).unwrap();
-        let secure = free_addr();
-        let mesh = Meshpush::start_with_flags(
-            &dir.path(),
-            &[
-                "--ca-dir",
-                &ca_dir.path().display().to_string(),
-                "--secure-xds-addr",
-                &secure.to_string(),
-                "--jwks",
-                &jwks.display().to_string(),
-            ],
-        );
-        let root = ca_dir.path().join("root-cert.pem");
-        SecureMesh { mesh, secure, root, jwt_key, _dirs: (ca_dir, jwt_dir) }
-    }
-
-    fn token(&self, namespace: &str, service_account: &str) -> String {
-        meshpush::cli::jwt::issue(&self.jwt_key, namespace, service_account, Duration::from_secs(3600)).unwrap()
-    }
-}
 
 #[test]
 fn an_agent_runs_envoy_on_its_certificate_and_keeps_envoys_stream_while_meshpush_restarts() {

@@ -12,7 +12,7 @@ use crate::support::manifests::sidecar_node;
 use crate::support::meshpush::Meshpush;
 use crate::support::process::{free_addr, scratch_dir};
 use crate::support::scene::MeshDir;
-use crate::support::secure::{self, WorkloadCert};
+use crate::support::secure::{self, SecureMesh, WorkloadCert};
 
 const SLEEP: &str = "spiffe://cluster.local/ns/default/sa/sleep";
 
@@ -37,24 +37,11 @@ async fn first_cds(channel: tonic::transport::Channel, node_id: &str) -> Result<
 #[test]
 fn the_ca_issues_only_proven_identities_and_ads_serves_only_the_certificates_node() {
     let dir = MeshDir::new();
-    let ca_dir = scratch_dir("ca");
-    let jwt_dir = scratch_dir("jwt");
-    let (jwt_key, jwks) = meshpush::cli::jwt::keygen(jwt_dir.path()).unwrap();
-    let secure_addr = free_addr();
-    let mesh = Meshpush::start_with_flags(
-        &dir.path(),
-        &[
-            "--ca-dir",
-            &ca_dir.path().display().to_string(),
-            "--secure-xds-addr",
-            &secure_addr.to_string(),
-            "--jwks",
-            &jwks.display().to_string(),
-        ],
-    );
+    let secure_mesh = SecureMesh::start(&dir);
+    let (mesh, secure_addr) = (&secure_mesh.mesh, secure_mesh.secure);
     assert!(mesh.log().contains("created a self-signed root CA"), "{}", mesh.log_tail(20));
-    let root = std::fs::read_to_string(ca_dir.path().join("root-cert.pem")).unwrap();
-    let token = meshpush::cli::jwt::issue(&jwt_key, "default", "sleep", Duration::from_secs(600)).unwrap();
+    let root = std::fs::read_to_string(&secure_mesh.root).unwrap();
+    let token = secure_mesh.token("default", "sleep");
     let rt = tokio::runtime::Runtime::new().unwrap();
     rt.block_on(async {
         let anonymous = || secure::channel(secure_addr, &root, None);

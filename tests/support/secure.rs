@@ -1,14 +1,21 @@
 //! A client of meshpush's secure port, as a workload's agent is one: gRPC
 //! over TLS that trusts the mesh root, with or without a client
-//! certificate, and the CSRs it sends to the CA.
+//! certificate, and the CSRs it sends to the CA; and a meshpush serving a
+//! secure port, its CA and a key set for tokens ([`SecureMesh`]).
 
 use std::net::SocketAddr;
+use std::path::PathBuf;
 use std::sync::Arc;
+use std::time::Duration;
 
 use meshpush::ca::service::proto::istio_certificate_service_client::IstioCertificateServiceClient;
 use meshpush::ca::service::proto::{IstioCertificateRequest, IstioCertificateResponse};
 use rustls_pki_types::pem::PemObject as _;
 use rustls_pki_types::{CertificateDer, PrivateKeyDer, ServerName};
+
+use super::meshpush::Meshpush;
+use super::process::{free_addr, scratch_dir};
+use super::scene::MeshDir;
 
 /// A workload's key and the certificate chain the CA gave it.
 pub struct WorkloadCert {
@@ -102,4 +109,46 @@ pub async fn create_certificate(
         request.metadata_mut().insert("authorization", format!("Bearer {token}").parse().expect("ASCII"));
     }
     client.create_certificate(request).await.map(tonic::Response::into_inner)
+}
+
+/// A meshpush that is the mesh's CA (a self-signed root in a directory of
+/// its own) and takes tokens signed by a key set of its own, serving `dir`.
+pub struct SecureMesh {
+    /// The server.
+    pub mesh: Meshpush,
+    /// Its secure port.
+    pub secure: std::net::SocketAddr,
+    /// The mesh root it created (`CA_DIR/root-cert.pem`).
+    pub root: PathBuf,
+    jwt_key: PathBuf,
+    _dirs: (tempfile::TempDir, tempfile::TempDir),
+}
+
+impl SecureMesh {
+    /// Starts meshpush on `dir` with a fresh CA directory and key set, and
+    /// waits until it is ready.
+    pub fn start(dir: &MeshDir) -> SecureMesh {
+        let ca_dir = scratch_dir("ca");
+        let jwt_dir = scratch_dir("jwt");
+        let (jwt_key, jwks) = meshpush::cli::jwt::keygen(jwt_dir.path()).unwrap();
+        let secure = free_addr();
+        let mesh = Meshpush::start_with_flags(
+            &dir.path(),
+            &[
+                "--ca-dir",
+                &ca_dir.path().display().to_string(),
+                "--secure-xds-addr",
+                &secure.to_string(),
+                "--jwks",
+                &jwks.display().to_string(),
+            ],
+        );
+        let root = ca_dir.path().join("root-cert.pem");
+        SecureMesh { mesh, secure, root, jwt_key, _dirs: (ca_dir, jwt_dir) }
+    }
+
+    /// A token proving `namespace`/`service_account`, valid an hour.
+    pub fn token(&self, namespace: &str, service_account: &str) -> String {
+        meshpush::cli::jwt::issue(&self.jwt_key, namespace, service_account, Duration::from_secs(3600)).unwrap()
+    }
 }
