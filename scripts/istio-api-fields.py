@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Lists every field path of Istio's networking kinds, from istio/api's protos.
+"""Lists every field path of Istio's networking and security kinds, from istio/api's protos.
 
 Usage: scripts/istio-api-fields.py ISTIO_API_CHECKOUT > src/config/istio/api_fields.txt
 
@@ -84,10 +84,15 @@ def main():
     parse(root / "type/v1beta1/selector.proto", "istio.type.v1beta1", messages, enums)
     for proto in sorted((root / "networking/v1alpha3").glob("*.proto")):
         parse(proto, "istio.networking.v1alpha3", messages, enums)
-    kinds = ["VirtualService", "DestinationRule", "Gateway", "ServiceEntry", "WorkloadEntry", "WorkloadGroup", "Sidecar"]
-    for kind in kinds:
+    for proto in sorted((root / "security/v1beta1").glob("*.proto")):
+        parse(proto, "istio.security.v1beta1", messages, enums)
+    kinds = [
+        ("networking.v1alpha3", k)
+        for k in ["VirtualService", "DestinationRule", "Gateway", "ServiceEntry", "WorkloadEntry", "WorkloadGroup", "Sidecar"]
+    ] + [("security.v1beta1", k) for k in ["PeerAuthentication", "RequestAuthentication", "AuthorizationPolicy"]]
+    for package, kind in kinds:
         out = []
-        walk("istio.networking.v1alpha3." + kind, "spec.", messages, enums, out, {kind})
+        walk(f"istio.{package}.{kind}", "spec.", messages, enums, out, {kind})
         for path in out:
             print(kind, path)
 

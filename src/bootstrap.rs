@@ -28,10 +28,10 @@ pub const XDS_CLUSTER: &str = "xds-grpc";
 
 /// Name of the static cluster that reaches the workload's SDS server
 /// (Istio's name; meshpush's mTLS settings refer to it).
-pub const SDS_CLUSTER: &str = "sds-grpc";
+pub use crate::generate::mtls::SDS_CLUSTER;
 
 /// Metadata keys the bootstrap derives itself; `--meta` may not set them.
-const DERIVED_META: [&str; 4] = ["NAMESPACE", "LABELS", "INTERCEPTION_MODE", "ISTIO_VERSION"];
+const DERIVED_META: [&str; 5] = ["NAMESPACE", "LABELS", "INTERCEPTION_MODE", "ISTIO_VERSION", "SDS"];
 
 /// Labels Istio reads, in order, to name a workload's canonical service
 /// (which becomes `node.cluster` as `NAME.NAMESPACE`).
@@ -152,6 +152,11 @@ pub fn render(opts: &BootstrapOptions) -> Result<String, BootstrapError> {
     metadata.insert("LABELS".into(), json!(opts.labels));
     metadata.insert("INTERCEPTION_MODE".into(), json!(opts.interception));
     metadata.insert("ISTIO_VERSION".into(), json!("meshpush"));
+    if opts.sds_socket.is_some() {
+        // The server sends mesh mTLS only to proxies that can fetch the
+        // workload certificate it names (over `sds-grpc`).
+        metadata.insert(crate::model::proxy::SDS_METADATA.into(), json!("true"));
+    }
 
     let cluster = opts.cluster.clone().unwrap_or_else(|| derived_cluster(&proxy, &opts.labels));
 

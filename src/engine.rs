@@ -20,6 +20,7 @@ use std::time::Instant;
 use arc_swap::{ArcSwap, Guard};
 use tokio::sync::watch;
 
+use crate::config::mesh::MeshConfig;
 use crate::generate::cache::{CacheStats, ScopedCache};
 use crate::metrics::{Metrics, Readings};
 use crate::push::history::{PushHistory, PushOutcome};
@@ -40,11 +41,16 @@ pub struct PushEngine {
 }
 
 impl PushEngine {
-    /// An engine with an empty snapshot.
+    /// An engine with an empty snapshot of a mesh with Istio's default settings.
     pub fn new() -> Arc<PushEngine> {
+        PushEngine::for_mesh(MeshConfig::default())
+    }
+
+    /// An engine with an empty snapshot of a mesh configured as `mesh`.
+    pub fn for_mesh(mesh: MeshConfig) -> Arc<PushEngine> {
         let (version_tx, _) = watch::channel(0);
         Arc::new(PushEngine {
-            ctx: ArcSwap::from_pointee(PushContext::empty(Arc::new(ScopeInterner::default()))),
+            ctx: ArcSwap::from_pointee(PushContext::empty(Arc::new(ScopeInterner::default()), Arc::new(mesh))),
             cache: ScopedCache::new(),
             queue: PushQueue::default(),
             metrics: Arc::new(Metrics::new()),

@@ -198,9 +198,15 @@ struct ServeArgs {
     /// API over mutual TLS, as istiod's 15012; `IP:PORT` or `unix:PATH`.
     #[arg(long, default_value = "0.0.0.0:15012", requires = "ca_dir")]
     secure_xds_addr: meshpush::serve::ListenAddr,
-    /// The trust domain of the identities the CA issues (spiffe://TRUST_DOMAIN/ns/NS/sa/SA).
-    #[arg(long, default_value = "cluster.local")]
+    /// The mesh's trust domain: of the identities the CA issues, and of the
+    /// SPIFFE names sidecars check each other's certificates for
+    /// (spiffe://TRUST_DOMAIN/ns/NS/sa/SA).
+    #[arg(long, default_value = meshpush::config::mesh::DEFAULT_TRUST_DOMAIN)]
     trust_domain: String,
+    /// The mesh's root namespace (MeshConfig's rootNamespace): a
+    /// PeerAuthentication without a selector there applies to the whole mesh.
+    #[arg(long, default_value = meshpush::config::mesh::DEFAULT_ROOT_NAMESPACE)]
+    root_namespace: String,
     /// Also authenticate certificate requests by JWTs signed by a key of
     /// this JSON Web Key Set (audience istio-ca, subject
     /// system:serviceaccount:NS:SA); re-read when it changes.
@@ -529,6 +535,10 @@ fn main() -> ExitCode {
                     (None, Some(_)) => None,
                 },
                 secure: args.security(),
+                mesh: meshpush::config::mesh::MeshConfig {
+                    trust_domain: args.trust_domain.as_str().into(),
+                    root_namespace: args.root_namespace.as_str().into(),
+                },
                 xds_addr: args.xds_addr,
                 admin_addr: args.admin_addr,
                 debounce: meshpush::push::DebounceConfig { after: args.debounce_after, max: args.debounce_max },

@@ -61,6 +61,8 @@ pub struct ServeOptions {
     pub max_file_bytes: u64,
     /// The CA and the secure xDS port, when meshpush is the mesh's CA.
     pub secure: Option<SecureXds>,
+    /// The mesh-wide settings (trust domain, root namespace).
+    pub mesh: crate::config::mesh::MeshConfig,
 }
 
 /// The mesh's CA and the port that serves ADS, the CA and the registry
@@ -203,7 +205,7 @@ pub fn opt_out_of_huge_pages() {
 
 /// Runs the server until Ctrl-C or SIGTERM.
 pub async fn run(options: ServeOptions) -> anyhow::Result<()> {
-    let engine = PushEngine::new();
+    let engine = PushEngine::for_mesh(options.mesh.clone());
     let store = Arc::new(ConfigStore::new());
     // Both sources (the directory watcher and the registry API) feed the debouncer through this.
     let (changes_tx, changes_rx) = mpsc::channel(CHANGE_QUEUE);

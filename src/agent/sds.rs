@@ -34,11 +34,9 @@ use super::ResponseStream;
 use super::certificate::WorkloadCert;
 use crate::text::Shown;
 
-/// The workload certificate's SDS name.
-pub const WORKLOAD_SECRET: &str = "default";
-
-/// The mesh roots' SDS name.
-pub const ROOT_SECRET: &str = "ROOTCA";
+/// The workload certificate's SDS name, and the mesh roots': the names
+/// the server's mesh mTLS settings ask Envoy to fetch.
+pub use crate::generate::mtls::{ROOT_SECRET, WORKLOAD_SECRET};
 
 /// Envoy's `Secret` type URL.
 const SECRET_TYPE: &str = "type.googleapis.com/envoy.extensions.transport_sockets.tls.v3.Secret";

@@ -16,6 +16,7 @@
 pub mod duration;
 pub mod istio;
 pub mod k8s;
+pub mod mesh;
 pub mod parse;
 pub mod problem;
 pub mod protocol;
@@ -58,11 +59,13 @@ pub enum ConfigKind {
     WorkloadGroup,
     /// `v1 Secret`: certificates for Gateways and DestinationRules.
     Secret,
+    /// `security.istio.io PeerAuthentication`: which inbound ports take mTLS.
+    PeerAuthentication,
 }
 
 impl ConfigKind {
     /// Every kind, in a fixed order.
-    pub const ALL: [ConfigKind; 12] = [
+    pub const ALL: [ConfigKind; 13] = [
         ConfigKind::Service,
         ConfigKind::Pod,
         ConfigKind::EndpointSlice,
@@ -75,6 +78,7 @@ impl ConfigKind {
         ConfigKind::Sidecar,
         ConfigKind::WorkloadGroup,
         ConfigKind::Secret,
+        ConfigKind::PeerAuthentication,
     ];
 
     /// The Kubernetes `kind` string.
@@ -92,15 +96,17 @@ impl ConfigKind {
             ConfigKind::Sidecar => "Sidecar",
             ConfigKind::WorkloadGroup => "WorkloadGroup",
             ConfigKind::Secret => "Secret",
+            ConfigKind::PeerAuthentication => "PeerAuthentication",
         }
     }
 
-    /// The kind's API group: `""` (core), `discovery.k8s.io` or
-    /// `networking.istio.io`.
+    /// The kind's API group: `""` (core), `discovery.k8s.io`,
+    /// `networking.istio.io` or `security.istio.io`.
     pub fn api_group(self) -> &'static str {
         match self {
             ConfigKind::Service | ConfigKind::Pod | ConfigKind::Node | ConfigKind::Secret => "",
             ConfigKind::EndpointSlice => "discovery.k8s.io",
+            ConfigKind::PeerAuthentication => "security.istio.io",
             _ => "networking.istio.io",
         }
     }
@@ -222,6 +228,8 @@ pub enum ConfigObject {
     /// `v1 Secret` (boxed, as the kinds above; its values are redacted in
     /// every view).
     Secret(Box<secret::Secret>),
+    /// Istio PeerAuthentication.
+    PeerAuthentication(istio::PeerAuthentication),
 }
 
 impl ConfigObject {
@@ -240,6 +248,7 @@ impl ConfigObject {
             ConfigObject::Sidecar(_) => ConfigKind::Sidecar,
             ConfigObject::WorkloadGroup(_) => ConfigKind::WorkloadGroup,
             ConfigObject::Secret(_) => ConfigKind::Secret,
+            ConfigObject::PeerAuthentication(_) => ConfigKind::PeerAuthentication,
         }
     }
 
@@ -258,6 +267,7 @@ impl ConfigObject {
             ConfigObject::Sidecar(o) => &o.metadata,
             ConfigObject::WorkloadGroup(o) => &o.metadata,
             ConfigObject::Secret(o) => &o.metadata,
+            ConfigObject::PeerAuthentication(o) => &o.metadata,
         }
     }
 

@@ -209,6 +209,9 @@ impl FileReader {
                 o.normalize();
                 ConfigObject::Secret(Box::new(o))
             }),
+            ConfigKind::PeerAuthentication => {
+                typed::<istio::PeerAuthentication>(value, &mut ignored).map(ConfigObject::PeerAuthentication)
+            }
         };
         for path in &ignored {
             self.ignored_field(doc, config_kind, key.as_ref(), &field(prefix, path), path);
@@ -280,7 +283,8 @@ impl FileReader {
                 format!("was removed from Istio's {kind} API and is ignored, as Istio ignores it: {instead}")
             }
             ApiField::Unknown => format!(
-                "is not a field of Istio's {kind} (networking.istio.io/v1): ignored; check its spelling and indentation"
+                "is not a field of Istio's {kind} ({}/v1): ignored; check its spelling and indentation",
+                kind.api_group()
             ),
         };
         self.problem(Severity::Warning, doc, key.cloned(), at, message);
@@ -331,6 +335,8 @@ impl FileReader {
 /// The kind meshpush models for this `apiVersion` and `kind`, if any.
 /// The versions of Istio's API group meshpush reads, most preferred first.
 pub const ISTIO_VERSIONS: [&str; 3] = ["v1", "v1beta1", "v1alpha3"];
+/// The versions of Istio's security API group meshpush reads, most preferred first.
+pub const SECURITY_VERSIONS: [&str; 2] = ["v1", "v1beta1"];
 
 fn config_kind(api_version: &str, kind: &str) -> Option<ConfigKind> {
     let config_kind = ConfigKind::ALL.into_iter().find(|k| k.as_str() == kind)?;
@@ -338,6 +344,7 @@ fn config_kind(api_version: &str, kind: &str) -> Option<ConfigKind> {
     let known = group == config_kind.api_group()
         && match group {
             "networking.istio.io" => ISTIO_VERSIONS.contains(&version),
+            "security.istio.io" => SECURITY_VERSIONS.contains(&version),
             _ => version == "v1",
         };
     known.then_some(config_kind)
@@ -347,6 +354,7 @@ fn expected_api_versions(kind: ConfigKind) -> &'static str {
     match kind {
         ConfigKind::Service | ConfigKind::Pod | ConfigKind::Node | ConfigKind::Secret => "v1",
         ConfigKind::EndpointSlice => "discovery.k8s.io/v1",
+        ConfigKind::PeerAuthentication => "security.istio.io/v1 or v1beta1",
         _ => "networking.istio.io/v1, v1beta1 or v1alpha3",
     }
 }

@@ -22,6 +22,7 @@ use super::{ConfigKind, ConfigObject, ObjectMeta};
 
 mod istio;
 mod k8s;
+mod security;
 #[cfg(test)]
 mod test;
 mod virtual_service;
@@ -55,6 +56,7 @@ pub fn validate(object: &ConfigObject) -> Vec<FieldError> {
         ConfigObject::Sidecar(o) => istio::sidecar(&mut check, o),
         ConfigObject::WorkloadGroup(o) => istio::workload_group(&mut check, o),
         ConfigObject::Secret(o) => k8s::secret(&mut check, o),
+        ConfigObject::PeerAuthentication(o) => security::peer_authentication(&mut check, o),
     }
     check.found
 }

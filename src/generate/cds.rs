@@ -6,7 +6,9 @@
 //! STRICT_DNS with inline endpoints for DNS entries, ORIGINAL_DST for
 //! passthrough — EDS on a router, which has no original destination, as in
 //! Istio); an alias (`ExternalName`) has none of its own; its load balancer, circuit breakers, HTTP options and
-//! outlier detection follow the merged DestinationRule policy. Sidecars also
+//! outlier detection follow the merged DestinationRule policy; its TLS is
+//! the rule's, or mesh mTLS (`mtls`: ISTIO_MUTUAL, or auto mTLS) for a
+//! proxy that holds a workload certificate. Sidecars also
 //! get `inbound|port||` for each of their workload ports. `BlackHoleCluster`
 //! and `PassthroughCluster` are always there.
 //!
@@ -37,6 +39,7 @@ use envoy_types::pb::envoy::extensions::upstreams::http::v3::{
 };
 use envoy_types::pb::envoy::r#type::v3::Percent;
 
+use super::mtls::{self, MeshTls};
 use super::policy::{self, DestinationPolicy};
 use super::{eds, gateway, naming, proto, tls};
 use crate::config::istio::{
@@ -57,13 +60,14 @@ const MAX_RING_SIZE: u64 = 8_388_608;
 pub fn clusters(ctx: &PushContext, scope: &Scope) -> Vec<Cluster> {
     let mut out = Vec::new();
     let router = scope.key.kind == ProxyKind::Router;
+    let proxy = OutboundProxy { router, mesh_certificates: scope.key.mesh_certificates };
     for svc in scope.services.iter().filter(|s| !s.is_alias()) {
         let rule = ctx.destination_rules.for_host(&scope.key.namespace, &svc.namespace, &svc.hostname).map(|r| &r.spec);
         let subsets = rule.map(|r| r.subsets.as_slice()).unwrap_or_default();
         for port in &svc.ports {
-            out.push(outbound(ctx, svc, port, "", rule, router));
+            out.push(outbound(ctx, svc, port, "", rule, proxy));
             for subset in subsets.iter().filter(|s| !s.name.is_empty()) {
-                out.push(outbound(ctx, svc, port, &subset.name, rule, router));
+                out.push(outbound(ctx, svc, port, &subset.name, rule, proxy));
             }
         }
     }
@@ -116,7 +120,9 @@ fn sni_dnat_clusters(ctx: &PushContext, scope: &Scope) -> Vec<Cluster> {
                 .destination_rules
                 .for_host(&scope.key.namespace, &t.service.namespace, &t.service.hostname)
                 .map(|r| &r.spec);
-            let mut cluster = outbound(ctx, t.service, port, &t.subset, rule, true);
+            // No TLS of the router's own: the client's goes through.
+            let proxy = OutboundProxy { router: true, mesh_certificates: false };
+            let mut cluster = outbound(ctx, t.service, port, &t.subset, rule, proxy);
             cluster.name = t.cluster.clone();
             if let Some(eds) = cluster.eds_cluster_config.as_mut() {
                 eds.service_name = t.cluster.clone();
@@ -142,16 +148,26 @@ pub fn inbound_clusters(key: &InboundKey) -> Vec<Cluster> {
     out
 }
 
+/// What of the proxy decides its outbound clusters beyond the scope's services.
+#[derive(Debug, Clone, Copy)]
+struct OutboundProxy {
+    /// A router (its passthrough services are EDS; it reads TLS Secrets).
+    router: bool,
+    /// It holds a workload certificate: its clusters originate mesh mTLS.
+    mesh_certificates: bool,
+}
+
 /// One outbound cluster of a service port, for the whole service (`subset`
-/// empty) or one subset of `rule`, for a sidecar or a `router`.
+/// empty) or one subset of `rule`, for `proxy`.
 fn outbound(
     ctx: &PushContext,
     svc: &Service,
     port: &ServicePort,
     subset: &str,
     rule: Option<&DestinationRuleSpec>,
-    router: bool,
+    proxy: OutboundProxy,
 ) -> Cluster {
+    let router = proxy.router;
     let name = naming::outbound_cluster(port.port, subset, &svc.hostname);
     let DestinationPolicy { traffic, labels, .. } = policy::from_rule(rule, subset, Some(port.port));
     let lb = traffic.load_balancer.as_ref();
@@ -192,11 +208,18 @@ fn outbound(
         set_load_balancer(&mut cluster, lb);
     }
     let pool = traffic.connection_pool.as_ref();
-    let origination =
-        traffic.tls.as_ref().and_then(|t| tls::upstream_context(t, router, speaks_http2(port.protocol, pool)));
+    let http2 = speaks_http2(port.protocol, pool);
+    let origination = traffic.tls.as_ref().and_then(|t| tls::upstream_context(t, router, http2));
     let auto = origination.as_ref().map(|o| (o.auto_sni, o.auto_san_validation));
     set_http_options(&mut cluster, port.protocol, pool, auto.unwrap_or_default());
     cluster.transport_socket = origination.map(|o| o.socket);
+    if proxy.mesh_certificates {
+        match mtls::upstream(ctx, svc, port.port, subset, &traffic, http2, passthrough) {
+            Some(MeshTls::Always(socket)) => cluster.transport_socket = Some(socket),
+            Some(MeshTls::Matched(matches)) => cluster.transport_socket_matches = matches,
+            None => {}
+        }
+    }
     set_tcp_keepalive(&mut cluster, traffic.connection_pool.as_ref().and_then(|p| p.tcp.as_ref()));
     if let Some(od) = &traffic.outlier_detection {
         // Istio stops the panic mode below `minHealthPercent` (0 unless set):

@@ -42,7 +42,9 @@ use envoy_types::pb::envoy::extensions::filters::http::router::v3::Router;
 use envoy_types::pb::envoy::extensions::filters::listener::original_dst::v3::OriginalDst;
 use envoy_types::pb::envoy::extensions::filters::network::http_connection_manager::v3::{
     HttpConnectionManager, HttpFilter, Rds,
-    http_connection_manager::{CodecType, RouteSpecifier, UpgradeConfig},
+    http_connection_manager::{
+        CodecType, ForwardClientCertDetails, RouteSpecifier, SetCurrentClientCertDetails, UpgradeConfig,
+    },
     http_filter,
 };
 use envoy_types::pb::envoy::extensions::filters::network::tcp_proxy::v3::{
@@ -54,7 +56,7 @@ use envoy_types::pb::google::protobuf::Any;
 
 use super::outbound::{self, OutboundPort};
 use super::route::{self, Backends, RouteTarget};
-use super::{naming, proto};
+use super::{mtls, naming, proto};
 use crate::config::istio::MESH_GATEWAY;
 use crate::model::{InterceptionMode, ProxyKind, Service};
 use crate::push::scope::InboundPort;
@@ -97,15 +99,18 @@ pub fn inbound_listeners(key: &InboundKey) -> Vec<Listener> {
     if key.kind != ProxyKind::Sidecar {
         return Vec::new();
     }
+    let certificates = key.mesh_certificates;
     let mut out: Vec<Listener> = key
         .ports
         .iter()
         .filter_map(|p| {
             let bind = p.bind.as_deref()?;
+            let chains = inbound_chains(p, certificates);
             Some(Listener {
                 name: naming::listener(bind, p.port),
                 address: Some(proto::socket_address(bind, p.port)),
-                filter_chains: vec![inbound_chain(p)],
+                listener_filters: tls_inspector_for(&chains),
+                filter_chains: chains,
                 traffic_direction: TrafficDirection::Inbound as i32,
                 ..Default::default()
             })
@@ -113,32 +118,50 @@ pub fn inbound_listeners(key: &InboundKey) -> Vec<Listener> {
         .collect();
     if key.interception != InterceptionMode::None {
         let redirected: Vec<&InboundPort> = key.ports.iter().filter(|p| p.bind.is_none()).collect();
-        out.push(virtual_inbound(&redirected));
+        out.push(virtual_inbound(&redirected, certificates));
     }
     out.sort_by(|a, b| a.name.cmp(&b.name));
     out
 }
 
-/// The chain of one inbound port: to `inbound|PORT||` over HTTP or TCP.
-fn inbound_chain(p: &InboundPort) -> FilterChain {
+/// The chains of one inbound port, to `inbound|PORT||` over HTTP or TCP:
+/// one per way its PeerAuthentication mode lets a connection in (plain
+/// text, mesh mTLS, a client's own TLS; `mtls::inbound_chains`).
+/// `certificates`: the proxy holds a workload certificate.
+fn inbound_chains(p: &InboundPort, certificates: bool) -> Vec<FilterChain> {
     let cluster = naming::inbound_cluster(p.port);
-    let filter = if p.protocol.is_http() {
-        http_connection_manager(
-            format!("inbound_{}", naming::listener(naming::WILDCARD_ADDRESS, p.port)),
-            RouteSpecifier::RouteConfig(inbound_route_config(p.port)),
-        )
-    } else {
-        tcp_proxy(&cluster, Backends::Single(cluster.clone()))
-    };
-    FilterChain {
-        name: cluster,
-        filter_chain_match: Some(FilterChainMatch {
-            destination_port: Some(proto::u32_value(p.port)),
-            ..Default::default()
-        }),
-        filters: vec![filter],
-        ..Default::default()
-    }
+    mtls::inbound_chains(p.mtls, p.protocol.is_http(), certificates)
+        .into_iter()
+        .map(|chain| {
+            let filter = if chain.refuse {
+                let blackhole = naming::BLACKHOLE_CLUSTER.to_string();
+                tcp_proxy(&blackhole, Backends::Single(blackhole.clone()))
+            } else if p.protocol.is_http() {
+                inbound_http_connection_manager(p.port)
+            } else {
+                tcp_proxy(&cluster, Backends::Single(cluster.clone()))
+            };
+            let mut filter_match =
+                FilterChainMatch { destination_port: Some(proto::u32_value(p.port)), ..Default::default() };
+            chain.apply(&mut filter_match);
+            FilterChain {
+                name: format!("{cluster}{}", chain.suffix),
+                filter_chain_match: Some(filter_match),
+                filters: vec![filter],
+                transport_socket: chain.socket,
+                ..Default::default()
+            }
+        })
+        .collect()
+}
+
+/// The TLS inspector, when a chain matches on what it finds.
+fn tls_inspector_for(chains: &[FilterChain]) -> Vec<ListenerFilter> {
+    let inspects = chains
+        .iter()
+        .filter_map(|c| c.filter_chain_match.as_ref())
+        .any(|m| !m.transport_protocol.is_empty() || !m.application_protocols.is_empty() || !m.server_names.is_empty());
+    if inspects { vec![gateway::tls_inspector()] } else { Vec::new() }
 }
 
 /// A listener the application connects to directly (NONE capture).
@@ -357,8 +380,15 @@ fn virtual_outbound(scope: &Scope) -> Listener {
 /// filter instead of `use_original_dst`: handing inbound connections over
 /// would deliver a connection for the workload's port 9080 to the outbound
 /// listener `0.0.0.0_9080`.
-fn virtual_inbound(ports: &[&InboundPort]) -> Listener {
-    let mut chains: Vec<FilterChain> = ports.iter().map(|p| inbound_chain(p)).collect();
+fn virtual_inbound(ports: &[&InboundPort], certificates: bool) -> Listener {
+    let mut chains: Vec<FilterChain> = ports.iter().flat_map(|p| inbound_chains(p, certificates)).collect();
+    let mut listener_filters = vec![ListenerFilter {
+        name: proto::ORIGINAL_DST.to_string(),
+        config_type: Some(listener_filter::ConfigType::TypedConfig(proto::any(&OriginalDst {}))),
+        ..Default::default()
+    }];
+    // After the original destination: chains match its port first.
+    listener_filters.extend(tls_inspector_for(&chains));
     chains.push(FilterChain {
         name: "virtualInbound-catchall-tcp".to_string(),
         filters: vec![tcp_proxy(
@@ -370,11 +400,7 @@ fn virtual_inbound(ports: &[&InboundPort]) -> Listener {
     Listener {
         name: naming::VIRTUAL_INBOUND.to_string(),
         address: Some(proto::socket_address(naming::WILDCARD_ADDRESS, naming::VIRTUAL_INBOUND_PORT)),
-        listener_filters: vec![ListenerFilter {
-            name: proto::ORIGINAL_DST.to_string(),
-            config_type: Some(listener_filter::ConfigType::TypedConfig(proto::any(&OriginalDst {}))),
-            ..Default::default()
-        }],
+        listener_filters,
         filter_chains: chains,
         traffic_direction: TrafficDirection::Inbound as i32,
         ..Default::default()
@@ -489,16 +515,46 @@ fn rds(route_config_name: String) -> RouteSpecifier {
     RouteSpecifier::Rds(Rds { config_source: Some(proto::ads_config_source()), route_config_name })
 }
 
+/// The connection manager of an inbound HTTP port: everything to the
+/// workload, which learns a mesh mTLS client's identity from the
+/// `x-forwarded-client-cert` header (its subject, URI and DNS names), as
+/// Istio's sidecars tell it.
+fn inbound_http_connection_manager(port: u32) -> Filter {
+    let mut hcm = connection_manager(
+        format!("inbound_{}", naming::listener(naming::WILDCARD_ADDRESS, port)),
+        RouteSpecifier::RouteConfig(inbound_route_config(port)),
+    );
+    hcm.forward_client_cert_details = ForwardClientCertDetails::AppendForward as i32;
+    hcm.set_current_client_cert_details = Some(SetCurrentClientCertDetails {
+        subject: Some(proto::bool_value(true)),
+        uri: true,
+        dns: true,
+        ..Default::default()
+    });
+    connection_manager_filter(&hcm)
+}
+
 /// An HTTP connection manager as Istio builds one: the fault and CORS
 /// filters (which routes configure through `typed_per_filter_config`), then
 /// the router; websocket upgrades allowed.
 fn http_connection_manager(stat_prefix: String, routes: RouteSpecifier) -> Filter {
+    connection_manager_filter(&connection_manager(stat_prefix, routes))
+}
+
+fn connection_manager_filter(hcm: &HttpConnectionManager) -> Filter {
+    Filter {
+        name: proto::HTTP_CONNECTION_MANAGER.to_string(),
+        config_type: Some(filter::ConfigType::TypedConfig(proto::any(hcm))),
+    }
+}
+
+fn connection_manager(stat_prefix: String, routes: RouteSpecifier) -> HttpConnectionManager {
     let filter = |name: &str, config: Any| HttpFilter {
         name: name.to_string(),
         config_type: Some(http_filter::ConfigType::TypedConfig(config)),
         ..Default::default()
     };
-    let hcm = HttpConnectionManager {
+    HttpConnectionManager {
         codec_type: CodecType::Auto as i32,
         stat_prefix,
         route_specifier: Some(routes),
@@ -510,9 +566,5 @@ fn http_connection_manager(stat_prefix: String, routes: RouteSpecifier) -> Filte
         upgrade_configs: vec![UpgradeConfig { upgrade_type: WEBSOCKET.to_string(), ..Default::default() }],
         use_remote_address: Some(proto::bool_value(false)),
         ..Default::default()
-    };
-    Filter {
-        name: proto::HTTP_CONNECTION_MANAGER.to_string(),
-        config_type: Some(filter::ConfigType::TypedConfig(proto::any(&hcm))),
     }
 }

@@ -8,6 +8,7 @@
 //! * [`rds`]: route configurations (`PORT` for sidecars, `http.PORT` and
 //!   `https.PORT.NAME.GATEWAY.NS` for gateways).
 //! * [`sds`]: the Secrets (certificates, keys, CAs) a proxy's TLS chains name.
+//! * [`mtls`]: mesh mTLS between sidecars (client and server side).
 //! * [`naming`]: Istio's naming, made and parsed in one place.
 //! * [`cache`]: the per-scope cache of encoded resources built on the above.
 //!
@@ -32,6 +33,7 @@ pub mod rds;
 pub mod sds;
 
 mod gateway;
+pub mod mtls;
 mod outbound;
 mod policy;
 mod proto;

@@ -29,7 +29,8 @@ pub struct Endpoint {
     pub locality: Arc<str>,
     /// Load-balancing weight (≥ 1).
     pub weight: u32,
-    /// Service account (for display; no mTLS yet).
+    /// Service account: clients check for its SPIFFE identity in the
+    /// endpoint's certificate under mesh mTLS.
     pub service_account: Option<Arc<str>>,
 }
 
@@ -46,4 +47,14 @@ impl Endpoint {
 pub struct ServiceEndpoints {
     /// The endpoints.
     pub endpoints: Vec<Endpoint>,
+}
+
+impl ServiceEndpoints {
+    /// The service accounts the endpoints run as, sorted, each once.
+    pub fn service_accounts(&self) -> Vec<Arc<str>> {
+        let mut out: Vec<Arc<str>> = self.endpoints.iter().filter_map(|e| e.service_account.clone()).collect();
+        out.sort();
+        out.dedup();
+        out
+    }
 }

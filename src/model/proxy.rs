@@ -77,9 +77,19 @@ pub struct Proxy {
     pub cluster: Arc<str>,
     /// Envoy's `node.locality` (locality load balancing prefers endpoints near it).
     pub locality: Locality,
+    /// Whether the proxy holds a workload certificate: its bootstrap has
+    /// the `sds-grpc` cluster to an agent serving `default` (its certificate
+    /// and key) and `ROOTCA` (the mesh root), which metadata `SDS: "true"`
+    /// says. Only such a proxy is sent mesh mTLS (Istio's bootstraps all
+    /// have it; a plain `meshpush bootstrap` has not).
+    pub mesh_certificates: bool,
     /// Every metadata value, flattened to strings.
     pub metadata: BTreeMap<String, String>,
 }
+
+/// The metadata key that says a proxy's agent serves it a workload
+/// certificate over SDS (Istio's agents once set it too, as `SDS`).
+pub const SDS_METADATA: &str = "SDS";
 
 impl Proxy {
     /// Parses an Envoy node. This is the one place node ids are read.
@@ -136,6 +146,7 @@ impl Proxy {
                 .as_ref()
                 .map(|l| Locality { region: l.region.clone(), zone: l.zone.clone(), subzone: l.sub_zone.clone() })
                 .unwrap_or_default(),
+            mesh_certificates: metadata.get(SDS_METADATA).is_some_and(|v| v == "true"),
             metadata,
         })
     }

@@ -16,10 +16,11 @@ use serde::Serialize;
 
 use super::PushRequest;
 use super::index::{
-    DestinationRuleIndex, EndpointIndex, GatewayIndex, SecretIndex, ServiceIndex, SidecarIndex, VirtualServiceIndex,
-    Workload, WorkloadIndex,
+    DestinationRuleIndex, EndpointIndex, GatewayIndex, PeerAuthenticationIndex, SecretIndex, ServiceIndex,
+    SidecarIndex, VirtualServiceIndex, Workload, WorkloadIndex,
 };
 use super::scope::{self, InboundId, InboundKey, Scope, ScopeId, ScopeInterner, ScopeKey};
+use crate::config::mesh::MeshConfig;
 use crate::config::{ConfigKey, ConfigKind, ConfigObject, k8s};
 use crate::model::{Hostname, Proxy, StoreSnapshot, host};
 use crate::resource::{TypeSet, TypeUrl};
@@ -80,6 +81,9 @@ pub fn affected_types(kind: ConfigKind) -> TypeSet {
         // The certificates themselves, and the listeners whose TLS chains
         // are served only while the Secret they name exists.
         ConfigKind::Secret => TypeSet::of(&[Listener, TypeUrl::Secret]),
+        // Inbound chains (the workload's mode), and auto mTLS towards the
+        // services of a namespace (its namespace-level mode).
+        ConfigKind::PeerAuthentication => TypeSet::of(&[Cluster, Listener]),
     }
 }
 
@@ -126,6 +130,10 @@ pub struct PushContext {
     pub sidecars: Arc<SidecarIndex>,
     /// Secrets' TLS material.
     pub secrets: Arc<SecretIndex>,
+    /// PeerAuthentications, resolved per workload port.
+    pub peer_authentications: Arc<PeerAuthenticationIndex>,
+    /// The mesh-wide settings (the same for every snapshot of a server).
+    pub mesh: Arc<MeshConfig>,
     interner: Arc<ScopeInterner>,
     scopes: RwLock<HashMap<ScopeId, Arc<Scope>>>,
 }
@@ -137,13 +145,23 @@ fn next_id() -> u64 {
 }
 
 impl PushContext {
-    /// An empty snapshot (version 0), before the first build.
-    pub fn empty(interner: Arc<ScopeInterner>) -> PushContext {
-        PushContext::build(StoreSnapshot::default(), 0, interner)
+    /// An empty snapshot (version 0) of a mesh configured as `mesh`, before the first build.
+    pub fn empty(interner: Arc<ScopeInterner>, mesh: Arc<MeshConfig>) -> PushContext {
+        PushContext::build_with(StoreSnapshot::default(), 0, interner, mesh)
+    }
+
+    /// Builds a snapshot from scratch, of a mesh with Istio's default mesh settings.
+    pub fn build(store: StoreSnapshot, version: u64, interner: Arc<ScopeInterner>) -> PushContext {
+        PushContext::build_with(store, version, interner, Arc::new(MeshConfig::default()))
     }
 
     /// Builds a snapshot from scratch; independent indexes build in parallel.
-    pub fn build(store: StoreSnapshot, version: u64, interner: Arc<ScopeInterner>) -> PushContext {
+    pub fn build_with(
+        store: StoreSnapshot,
+        version: u64,
+        interner: Arc<ScopeInterner>,
+        mesh: Arc<MeshConfig>,
+    ) -> PushContext {
         let ((services, workloads), ((vs, dr), (gw, sc))) = rayon::join(
             || rayon::join(|| ServiceIndex::build(&store), || WorkloadIndex::build(&store)),
             || {
@@ -155,6 +173,7 @@ impl PushContext {
         );
         let endpoints = EndpointIndex::build(&store, &services, &workloads);
         let secrets = SecretIndex::build(&store);
+        let peer_authentications = PeerAuthenticationIndex::build(&store, &mesh);
         PushContext {
             version,
             id: next_id(),
@@ -167,6 +186,8 @@ impl PushContext {
             gateways: Arc::new(gw),
             sidecars: Arc::new(sc),
             secrets: Arc::new(secrets),
+            peer_authentications: Arc::new(peer_authentications),
+            mesh,
             interner,
             scopes: RwLock::new(HashMap::new()),
         }
@@ -179,7 +200,7 @@ impl PushContext {
             // The first snapshot: build every index in parallel; there is no
             // previous output to compare with, so every scope regenerates.
             let kinds = request.keys.iter().map(|k| k.kind).collect();
-            let next = PushContext::build(store, 1, prev.interner.clone());
+            let next = PushContext::build_with(store, 1, prev.interner.clone(), prev.mesh.clone());
             let changes = PushChanges { kinds, full: true, types: TypeSet::ALL, rescope: true, ..Default::default() };
             return (next, changes);
         }
@@ -212,6 +233,11 @@ impl PushContext {
             if rebuild(ConfigKind::Sidecar) { Arc::new(SidecarIndex::build(&store)) } else { prev.sidecars.clone() };
         let secrets =
             if rebuild(ConfigKind::Secret) { Arc::new(SecretIndex::build(&store)) } else { prev.secrets.clone() };
+        let peer_authentications = if rebuild(ConfigKind::PeerAuthentication) {
+            Arc::new(PeerAuthenticationIndex::build(&store, &prev.mesh))
+        } else {
+            prev.peer_authentications.clone()
+        };
 
         let mut changes = PushChanges {
             kinds: kinds.clone(),
@@ -284,6 +310,12 @@ impl PushContext {
         if virtual_services.source_selectors() != prev.virtual_services.source_selectors() {
             changes.full = true;
         }
+        // A PeerAuthentication moves the inbound keys of the workloads it
+        // selects and, namespace-wide, the auto mTLS of every client of the
+        // namespace's services: rare enough to regenerate everything.
+        if changed(ConfigKind::PeerAuthentication) {
+            changes.full = true;
+        }
         changes.rescope = changes.full
             || [ConfigKind::Service, ConfigKind::ServiceEntry, ConfigKind::Sidecar, ConfigKind::Gateway]
                 .iter()
@@ -309,6 +341,14 @@ impl PushContext {
                 changes.endpoint_only = false;
                 changes.types = changes.types.union(TypeSet::of(&[TypeUrl::Listener]));
             }
+            // Mesh mTLS clients check a destination's certificates for its
+            // service accounts, which its clusters carry: a new or gone
+            // account regenerates them, as Istio pushes in full for it.
+            let accounts = |index: &EndpointIndex, host: &Hostname| index.get(host).map(|e| e.service_accounts());
+            if moved.iter().any(|h| accounts(&prev.endpoints, h) != accounts(&index, h)) {
+                changes.endpoint_only = false;
+                changes.types = changes.types.union(TypeSet::of(&[TypeUrl::Cluster]));
+            }
             changes.endpoint_hosts = moved;
             Arc::new(index)
         } else {
@@ -327,6 +367,8 @@ impl PushContext {
             gateways,
             sidecars,
             secrets,
+            peer_authentications,
+            mesh: prev.mesh.clone(),
             interner: prev.interner.clone(),
             scopes: RwLock::new(HashMap::new()),
         };
@@ -451,7 +493,9 @@ fn affected_hosts(
         | ConfigObject::Gateway(_)
         | ConfigObject::Sidecar(_)
         | ConfigObject::WorkloadGroup(_)
-        | ConfigObject::Secret(_) => {}
+        | ConfigObject::Secret(_)
+        // A change regenerates everything (`next`).
+        | ConfigObject::PeerAuthentication(_) => {}
     }
 }
 
@@ -512,6 +556,40 @@ mod tests {
         let carried = next.scope(scope.id).expect("the scope object is carried over");
         assert!(Arc::ptr_eq(&scope, &carried), "what a scope sees did not change: the same object");
         assert!(Arc::ptr_eq(&prev.interner, &next.interner), "scope ids keep their meaning");
+    }
+
+    #[test]
+    fn a_workload_of_a_new_service_account_regenerates_clusters_and_one_of_a_known_account_only_endpoints() {
+        let store = bookinfo::store();
+        let prev = PushContext::build(store.snapshot(), 1, Arc::new(ScopeInterner::default()));
+        let pod = |name: &str, ip: &str, account: &str| {
+            format!(
+                "apiVersion: v1\nkind: Pod\nmetadata: {{name: {name}, namespace: default, labels: {{app: ratings, version: v1}}}}\nspec: {{serviceAccountName: {account}}}\nstatus: {{podIP: {ip}, phase: Running}}\n"
+            )
+        };
+        let changes = store.apply(bookinfo::puts(&pod("ratings-v1-b", "10.0.9.1", "bookinfo-ratings")));
+        let (next, pushed) = PushContext::next(&prev, changes.snapshot.clone(), &PushRequest::new(changes));
+        assert!(pushed.endpoint_only, "the same account: endpoints only");
+        assert_eq!(pushed.types, TypeSet::of(&[TypeUrl::Endpoint]));
+
+        let changes = store.apply(bookinfo::puts(&pod("ratings-v1-c", "10.0.9.2", "intruder")));
+        let (_, pushed) = PushContext::next(&next, changes.snapshot.clone(), &PushRequest::new(changes));
+        assert!(!pushed.endpoint_only, "mTLS clients must learn the new identity");
+        assert!(pushed.types.contains(TypeUrl::Cluster), "{:?}", pushed.types);
+    }
+
+    #[test]
+    fn a_peer_authentication_regenerates_and_rescopes_everything() {
+        let store = bookinfo::store();
+        let prev = PushContext::build(store.snapshot(), 1, Arc::new(ScopeInterner::default()));
+        let changes = store.apply(bookinfo::puts(
+            "apiVersion: security.istio.io/v1\nkind: PeerAuthentication\nmetadata: {name: default, namespace: istio-system}\nspec: {mtls: {mode: STRICT}}\n",
+        ));
+        let (next, pushed) = PushContext::next(&prev, changes.snapshot.clone(), &PushRequest::new(changes));
+        assert!(pushed.full && pushed.rescope);
+        let key = next.inbound_for(&bookinfo::productpage_in("REDIRECT")).1;
+        assert!(!key.ports.is_empty());
+        assert!(key.ports.iter().all(|p| p.mtls == crate::config::istio::MtlsMode::Strict), "{key:?}");
     }
 
     #[test]

@@ -24,7 +24,7 @@ use serde::Serialize;
 
 use super::PushContext;
 use super::index::ResolvedGateway;
-use crate::config::istio::{self, ConnectionPoolSettings};
+use crate::config::istio::{self, ConnectionPoolSettings, MtlsMode};
 use crate::config::{ConfigKey, ConfigKind};
 use crate::model::{Hostname, InterceptionMode, Locality, Protocol, Proxy, ProxyKind, Service, host};
 
@@ -49,6 +49,8 @@ pub struct InboundPort {
     pub bind: Option<Arc<str>>,
     /// Connection pool of the inbound cluster (from the Sidecar).
     pub pool: Option<ConnectionPoolSettings>,
+    /// The mutual TLS mode the PeerAuthentications give the port.
+    pub mtls: MtlsMode,
 }
 
 /// Where a sidecar forwards inbound traffic.
@@ -74,6 +76,7 @@ impl InboundPort {
             endpoint: InboundEndpoint::Socket { ip: Arc::from(LOCALHOST), port },
             bind: None,
             pool: None,
+            mtls: MtlsMode::Permissive,
         }
     }
 }
@@ -98,6 +101,9 @@ pub struct ScopeKey {
     /// proxy's labels satisfy, sorted (empty in a mesh without any, so
     /// proxies differing only in labels still share a scope).
     pub source_labels: Vec<BTreeMap<String, String>>,
+    /// Whether the proxy holds a workload certificate (over SDS): only
+    /// then do its clusters originate mesh mTLS.
+    pub mesh_certificates: bool,
 }
 
 /// Interned [`InboundKey`].
@@ -113,6 +119,9 @@ pub struct InboundKey {
     pub interception: InterceptionMode,
     /// The workload's ports, sorted.
     pub ports: Vec<InboundPort>,
+    /// Whether the proxy holds a workload certificate (over SDS): only
+    /// then do its ports terminate mesh mTLS.
+    pub mesh_certificates: bool,
 }
 
 /// What of a proxy decides its endpoint assignments, when a DestinationRule
@@ -275,6 +284,7 @@ pub fn scope_key(ctx: &PushContext, proxy: &Proxy) -> ScopeKey {
             sidecar: None,
             gateways: ctx.gateways.matching(&proxy.labels).iter().map(|g| g.key.clone()).collect(),
             source_labels,
+            mesh_certificates: proxy.mesh_certificates,
         },
         ProxyKind::Sidecar => ScopeKey {
             kind: ProxyKind::Sidecar,
@@ -283,6 +293,7 @@ pub fn scope_key(ctx: &PushContext, proxy: &Proxy) -> ScopeKey {
             sidecar: ctx.sidecars.for_workload(&proxy.namespace, &proxy.labels).map(|(k, _)| k.clone()),
             gateways: Vec::new(),
             source_labels,
+            mesh_certificates: proxy.mesh_certificates,
         },
     }
 }
@@ -319,9 +330,15 @@ pub fn inbound_key(ctx: &PushContext, proxy: &Proxy) -> InboundKey {
                 }
             }
         }
+        let modes = ctx.peer_authentications.workload(&proxy.namespace, &proxy.labels);
+        for port in &mut ports {
+            port.mtls = modes.port(port.port);
+        }
         ports.sort();
     }
-    InboundKey { kind: proxy.kind, interception: proxy.interception, ports }
+    // Routers have no inbound configuration: they share one key.
+    let mesh_certificates = proxy.mesh_certificates && proxy.kind == ProxyKind::Sidecar;
+    InboundKey { kind: proxy.kind, interception: proxy.interception, ports, mesh_certificates }
 }
 
 /// One Sidecar ingress listener as an inbound port of `proxy`.
@@ -351,7 +368,14 @@ fn ingress_port(
     };
     let capture_none = listener.capture_mode.as_deref() == Some("NONE") || proxy.interception == InterceptionMode::None;
     let bind = capture_none.then(|| listener.bind.as_deref().map(Arc::from).unwrap_or_else(|| proxy.ip.clone()));
-    InboundPort { port: number, protocol, endpoint, bind, pool: listener.connection_pool.clone().or(sidecar_pool) }
+    InboundPort {
+        port: number,
+        protocol,
+        endpoint,
+        bind,
+        pool: listener.connection_pool.clone().or(sidecar_pool),
+        mtls: MtlsMode::Permissive,
+    }
 }
 
 /// Whether a Sidecar egress host pattern (`ns/host`) admits `svc` for a proxy in `namespace`.

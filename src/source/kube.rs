@@ -14,6 +14,7 @@
 //! | Service, Pod, Node | core | `v1` |
 //! | EndpointSlice | `discovery.k8s.io` | `v1` |
 //! | ServiceEntry, WorkloadEntry, VirtualService, DestinationRule, Gateway, Sidecar, WorkloadGroup | `networking.istio.io` | the first the server serves of `v1`, `v1beta1`, `v1alpha3` |
+//! | PeerAuthentication | `security.istio.io` | the first the server serves of `v1`, `v1beta1` |
 //!
 //! Rules:
 //! * A (re)list is applied whole when it is complete (`InitDone`): the
@@ -53,7 +54,7 @@ use kube::runtime::WatchStreamExt as _;
 use kube::runtime::watcher::{self, Event};
 use tokio::sync::{mpsc, watch};
 
-use crate::config::parse::{ISTIO_VERSIONS, parse_json};
+use crate::config::parse::{ISTIO_VERSIONS, SECURITY_VERSIONS, parse_json};
 use crate::config::{ConfigKey, ConfigKind, Problem, Severity, SourceRef};
 use crate::model::store::Write;
 use crate::model::{ChangeSet, ConfigStore};
@@ -115,8 +116,10 @@ pub async fn client(access: &KubeAccess) -> Result<kube::Client, KubeError> {
     Ok(kube::Client::try_from(config)?)
 }
 
-/// Istio's API group.
-const ISTIO_GROUP: &str = "networking.istio.io";
+/// Istio's API groups, and the versions meshpush reads of each, most
+/// preferred first.
+const ISTIO_GROUPS: [(&str, &[&str]); 2] =
+    [("networking.istio.io", &ISTIO_VERSIONS), ("security.istio.io", &SECURITY_VERSIONS)];
 
 /// The resources to watch: the core and discovery kinds always, and each
 /// Istio kind at the first version the server serves (none when Istio's
@@ -129,26 +132,33 @@ pub async fn resources(client: &kube::Client) -> Result<Vec<(ConfigKind, ApiReso
         (ConfigKind::EndpointSlice, resource("discovery.k8s.io", "v1", "EndpointSlice", "endpointslices")),
         (ConfigKind::Secret, core("Secret", "secrets")),
     ];
-    let istio = match kube::discovery::group(client, ISTIO_GROUP).await {
-        Ok(group) => Some(group),
-        Err(kube::Error::Discovery(e)) => {
-            tracing::warn!("the API server serves no {ISTIO_GROUP} ({e}): Istio's kinds are not read");
-            None
-        }
-        Err(e) => return Err(e.into()),
-    };
-    for kind in ConfigKind::ALL.into_iter().filter(|kind| kind.api_group() == ISTIO_GROUP) {
-        let served = istio.as_ref().and_then(|group| {
-            ISTIO_VERSIONS.iter().find_map(|version| {
-                group.versioned_resources(version).into_iter().find(|(r, _)| r.kind == kind.as_str()).map(|(r, _)| r)
-            })
-        });
-        match served {
-            Some(found) => resources.push((kind, found)),
-            None if istio.is_some() => {
-                tracing::warn!("the API server serves no {kind} in {ISTIO_GROUP} (v1, v1beta1, v1alpha3): not read");
+    for (name, versions) in ISTIO_GROUPS {
+        let group = match kube::discovery::group(client, name).await {
+            Ok(group) => Some(group),
+            Err(kube::Error::Discovery(e)) => {
+                tracing::warn!("the API server serves no {name} ({e}): its kinds are not read");
+                None
             }
-            None => {}
+            Err(e) => return Err(e.into()),
+        };
+        for kind in ConfigKind::ALL.into_iter().filter(|kind| kind.api_group() == name) {
+            let served = group.as_ref().and_then(|group| {
+                versions.iter().find_map(|version| {
+                    group
+                        .versioned_resources(version)
+                        .into_iter()
+                        .find(|(r, _)| r.kind == kind.as_str())
+                        .map(|(r, _)| r)
+                })
+            });
+            match served {
+                Some(found) => resources.push((kind, found)),
+                None if group.is_some() => {
+                    let versions = versions.join(", ");
+                    tracing::warn!("the API server serves no {kind} in {name} ({versions}): not read");
+                }
+                None => {}
+            }
         }
     }
     Ok(resources)

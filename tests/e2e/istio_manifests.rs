@@ -20,10 +20,8 @@ use std::path::{Path, PathBuf};
 /// Parts of Istio not served yet, as `(what the problem line contains, why)`.
 /// Each entry names the issue that brings it.
 const NOT_YET: &[(&str, &str)] = &[
-    ("ISTIO_MUTUAL needs workload certificates from the mesh CA", "mesh mTLS (security issue)"),
-    ("spec.subjectAltNames: not supported by meshpush yet", "mesh mTLS identities (security issue)"),
-    ("security.istio.io/v1: skipped", "PeerAuthentication, AuthorizationPolicy (security issue)"),
-    ("security.istio.io/v1beta1: skipped", "PeerAuthentication, AuthorizationPolicy (security issue)"),
+    ("unknown kind AuthorizationPolicy security.istio.io/", "authorization policies (security issue)"),
+    ("unknown kind RequestAuthentication security.istio.io/", "JWT authentication (security issue)"),
     ("gateway.networking.k8s.io/", "the Kubernetes Gateway API (Gateway API issue)"),
 ];
 

@@ -119,6 +119,13 @@ const RESOURCES: &[Resource] = &[
         plural: "sidecars",
         namespaced: true,
     },
+    Resource {
+        group: "security.istio.io",
+        versions: &["v1", "v1beta1"],
+        kind: "PeerAuthentication",
+        plural: "peerauthentications",
+        namespaced: true,
+    },
 ];
 
 fn resource_by_plural(group: &str, plural: &str) -> Option<&'static Resource> {

@@ -1,4 +1,5 @@
-//! Istio `networking.istio.io` kinds (v1, v1beta1 and v1alpha3 share one shape).
+//! Istio's `networking.istio.io` kinds (v1, v1beta1 and v1alpha3 share one
+//! shape) and `security.istio.io` kinds (v1 and v1beta1).
 //!
 //! Field names follow Istio's YAML exactly (camelCase), so existing manifests
 //! parse unchanged. Matching fields Istio has but meshpush does not act on are
@@ -7,12 +8,14 @@
 pub mod api;
 mod destination_rule;
 mod gateway;
+mod peer_authentication;
 mod service_entry;
 mod sidecar;
 mod virtual_service;
 
 pub use destination_rule::*;
 pub use gateway::*;
+pub use peer_authentication::*;
 pub use service_entry::*;
 pub use sidecar::*;
 pub use virtual_service::*;

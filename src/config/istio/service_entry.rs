@@ -36,6 +36,9 @@ pub struct ServiceEntrySpec {
     pub workload_selector: Option<WorkloadSelector>,
     /// Namespaces the entry is visible to.
     pub export_to: Vec<String>,
+    /// The identities its endpoints' certificates may name under mesh mTLS
+    /// (besides their service accounts').
+    pub subject_alt_names: Vec<String>,
 }
 
 /// A ServiceEntry port.

@@ -88,6 +88,14 @@ kind: Secret
 metadata: {name: unrelated, namespace: bookinfo}
 type: Opaque
 data: {password: aHVudGVyMg==}
+---
+apiVersion: security.istio.io/v1beta1
+kind: PeerAuthentication
+metadata: {name: strict, namespace: bookinfo}
+spec:
+  selector: {matchLabels: {app: reviews}}
+  mtls: {mode: STRICT}
+  portLevelMtls: {9080: {mode: PERMISSIVE}}
 "#;
 
 fn kinds(parsed: &ParsedFile) -> Vec<ConfigKind> {
@@ -117,6 +125,8 @@ fn a_file_with_every_kind_parses_into_typed_objects() {
     let ConfigObject::Node(node) = &parsed.objects[3].0 else { panic!("not a Node") };
     assert_eq!(parsed.objects[3].0.key(), ConfigKey::new(ConfigKind::Node, "", "worker-1"));
     assert_eq!(node.locality(), "us-east/us-east-1a/");
+    let ConfigObject::PeerAuthentication(pa) = &parsed.objects[12].0 else { panic!("not a PeerAuthentication") };
+    assert_eq!(pa.spec.port_level_mtls[&9080].mode.as_deref(), Some("PERMISSIVE"));
 }
 
 const REVIEWS_VS: &str = r#"apiVersion: networking.istio.io/v1

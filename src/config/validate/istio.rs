@@ -112,8 +112,8 @@ fn traffic_policy(check: &mut Checker, path: &str, policy: &TrafficPolicy) {
     }
 }
 
-/// A DestinationRule's `tls`, as Istio's `validateTLS`, with what meshpush
-/// cannot apply yet and what Istio ignores reported.
+/// A DestinationRule's `tls`, as Istio's `validateTLS`, with what Istio
+/// ignores reported.
 fn client_tls(check: &mut Checker, path: &str, tls: &ClientTls) {
     let mode = tls.mode.as_deref().unwrap_or("DISABLE").to_ascii_uppercase();
     if !["DISABLE", "SIMPLE", "MUTUAL", "ISTIO_MUTUAL"].contains(&mode.as_str()) {
@@ -138,10 +138,14 @@ fn client_tls(check: &mut Checker, path: &str, tls: &ClientTls) {
                     );
                 }
             }
-            check.warning(
-                format!("{path}.mode"),
-                "ISTIO_MUTUAL needs workload certificates from the mesh CA, which meshpush does not issue yet: connections to the destination are not TLS-originated",
-            );
+            for (field, set) in [("credentialName", credential), ("caCrl", tls.ca_crl.is_some())] {
+                if set {
+                    check.warning(
+                        format!("{path}.{field}"),
+                        "is not read with ISTIO_MUTUAL: the workload's certificate and the mesh root are used",
+                    );
+                }
+            }
         }
         "DISABLE" => {
             if files.iter().any(|(_, v)| v.is_some())
@@ -679,17 +683,8 @@ pub(super) fn workload_group(check: &mut Checker, group: &WorkloadGroup) {
     if template.weight == Some(0) {
         check.error("spec.template.weight", "0 is not a weight: it must be at least 1 (leave it out for 1)");
     }
-    for (field, value) in [("serviceAccount", &template.service_account), ("network", &template.network)] {
-        if value.as_deref().is_some_and(|v| !v.is_empty()) {
-            check.unsupported(
-                format!("spec.template.{field}"),
-                Some(if field == "network" {
-                    "meshpush serves one network: the entry is reached directly"
-                } else {
-                    "Istio uses it for mTLS identities only, and meshpush serves no mesh mTLS yet"
-                }),
-            );
-        }
+    if template.network.as_deref().is_some_and(|v| !v.is_empty()) {
+        check.unsupported("spec.template.network", Some("meshpush serves one network: the entry is reached directly"));
     }
     if group.spec.probe.is_some() {
         check.unsupported(
@@ -728,12 +723,6 @@ fn workload(check: &mut Checker, path: &str, spec: &WorkloadEntrySpec) {
     }
     if spec.weight == Some(0) {
         check.error(format!("{path}.weight"), "0 is not a weight: it must be at least 1 (leave it out for 1)");
-    }
-    if spec.service_account.as_deref().is_some_and(|a| !a.is_empty()) {
-        check.unsupported(
-            format!("{path}.serviceAccount"),
-            Some("Istio uses it for mTLS identities only, and meshpush serves no mesh mTLS yet"),
-        );
     }
     if spec.network.as_deref().is_some_and(|n| !n.is_empty()) {
         check.unsupported(

@@ -315,3 +315,27 @@ fn ports_without_a_protocol_istio_knows_are_reported_as_served_as_tcp() {
     let message = message_at(&service("{ports: [{name: web, port: 8080}]}"), "spec.ports[0]");
     assert!(message.contains("sniffing") && message.contains("plain TCP"), "{message}");
 }
+
+#[test]
+fn peer_authentication_rules() {
+    let pa = |spec: &str| {
+        format!("apiVersion: security.istio.io/v1\nkind: PeerAuthentication\nmetadata: {{name: p}}\nspec:\n{spec}")
+    };
+    assert_eq!(findings(&pa("  selector: {matchLabels: {app: a}}\n  mtls: {mode: STRICT}\n")), vec![]);
+    assert_eq!(error_paths(&pa("  mtls: {mode: strict}\n")), ["spec.mtls.mode"], "modes are upper case");
+    assert!(
+        message_at(&pa("  portLevelMtls: {8080: {mode: DISABLE}}\n"), "spec.portLevelMtls")
+            .contains("needs spec.selector"),
+        "ports are a workload's own"
+    );
+    assert_eq!(
+        error_paths(&pa(
+            "  selector: {matchLabels: {app: a}}\n  portLevelMtls: {0: {mode: DISABLE}, 80: {mode: OFF}}\n"
+        )),
+        ["spec.portLevelMtls.0", "spec.portLevelMtls.80.mode"]
+    );
+    assert!(
+        message_at(&pa("  mtls: {mode: STRICT, extra: 1}\n"), "spec.mtls.extra").contains("security.istio.io/v1"),
+        "a field Istio's API does not have is named with the kind's group"
+    );
+}

@@ -36,7 +36,6 @@ use crate::push::scope::endpoint_view;
 const NO_EFFECT: &[(&str, &str, &str)] = &[
     ("Gateway", "spec.servers[].name", "Istio uses a server's name only as the stat prefix of HTTPS servers"),
     ("Gateway", "spec.servers[].port.name", "Istio uses a plain HTTP or TCP server port's name for nothing"),
-    ("ServiceEntry", "spec.location", "Istio uses it only to leave external services out of mesh mTLS"),
     ("Sidecar", "spec.egress[].captureMode", "DEFAULT and IPTABLES are what a redirected proxy does anyway"),
     ("Sidecar", "spec.ingress[].captureMode", "DEFAULT and IPTABLES are what a redirected proxy does anyway"),
     ("Sidecar", "spec.ingress[].port.name", "Istio takes the protocol from port.protocol when it is set"),
@@ -100,6 +99,9 @@ fn proxies(group: Option<&str>) -> Vec<crate::model::Proxy> {
         &[("app", "client"), ("version", "v1")],
     );
     v1.locality = Locality::parse("us-east/zone-a");
+    // Holds a workload certificate (its bootstrap has `sds-grpc`): mesh mTLS
+    // reaches its configuration; the other sidecars stay plain text.
+    v1.mesh_certificates = true;
 
     let mut v2 = proxy(
         "sidecar~10.50.0.2~client-v2.cov~cov.svc.cluster.local",
@@ -112,7 +114,9 @@ fn proxies(group: Option<&str>) -> Vec<crate::model::Proxy> {
         "REDIRECT",
         &[("app", "client"), ("version", "v1")],
     );
-    let router = proxy("router~10.50.0.4~gateway.cov~cov.svc.cluster.local", "REDIRECT", &[("istio", "cov-gateway")]);
+    let mut router =
+        proxy("router~10.50.0.4~gateway.cov~cov.svc.cluster.local", "REDIRECT", &[("istio", "cov-gateway")]);
+    router.mesh_certificates = true;
     let mut all = vec![v1, v2, other, router];
     if let Some(group) = group {
         let mut vm = proxy("sidecar~10.50.0.5~vm-1.cov~cov.svc.cluster.local", "REDIRECT", &[]);
@@ -197,7 +201,11 @@ fn leaves(fields: &BTreeSet<String>, value: &Value, leaf: Leaf, out: &mut Vec<Le
     match value {
         Value::Mapping(map) => {
             for (k, v) in map {
-                let key = k.as_str().unwrap_or_default();
+                // A map may be keyed by numbers (`portLevelMtls`).
+                let key = match k {
+                    Value::Number(n) => n.to_string(),
+                    _ => k.as_str().unwrap_or_default().to_string(),
+                };
                 let is_map = fields.contains(&format!("{}.*", leaf.table));
                 let table = if leaf.table.is_empty() {
                     key.to_string()
@@ -279,6 +287,7 @@ fn every_field_of_istio_s_api_is_applied_or_reported() {
         ("WorkloadEntry", "service-entry.yaml"),
         ("WorkloadGroup", "workload-group.yaml"),
         ("Sidecar", "sidecar.yaml"),
+        ("PeerAuthentication", "peer-authentication.yaml"),
     ] {
         let fields: BTreeSet<String> = api::fields(kind).into_iter().collect();
         let docs = documents(&std::fs::read_to_string(dir().join(file)).unwrap());

@@ -49,6 +49,7 @@ mod endpoints;
 mod features;
 mod invariants;
 mod listeners;
+mod mtls;
 mod routes;
 mod service_shapes;
 mod tls;

@@ -6,12 +6,14 @@
 
 mod delegation;
 mod endpoints;
+pub mod peer_authentication;
 mod rules;
 pub mod secrets;
 mod services;
 mod workloads;
 
 pub use endpoints::EndpointIndex;
+pub use peer_authentication::{PeerAuthenticationIndex, WorkloadMtls};
 pub use rules::{
     DestinationRuleIndex, GatewayIndex, GatewayServer, ResolvedGateway, ResolvedVirtualService, SidecarIndex,
     VirtualServiceIndex, resolve_gateway_ref,

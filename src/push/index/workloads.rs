@@ -111,7 +111,8 @@ fn from_pod(pod: &k8s::Pod, snapshot: &StoreSnapshot) -> Option<Workload> {
         locality: locality.into(),
         node: node.map(Arc::from),
         weight: 1,
-        service_account: pod.spec.service_account_name.as_deref().map(Arc::from),
+        // The API server gives a Pod that names none the namespace's `default`.
+        service_account: Some(Arc::from(pod.spec.service_account_name.as_deref().unwrap_or("default"))),
         is_workload_entry: false,
     })
 }

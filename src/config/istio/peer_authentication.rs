@@ -1,0 +1,93 @@
+//! `PeerAuthentication` (`security.istio.io`): whether a workload's inbound
+//! ports take mutual TLS from other sidecars, plain text, or both.
+//!
+//! Istio resolves one mode per workload port from three levels — a policy
+//! with no selector in the root namespace (mesh-wide), one with no selector
+//! in the workload's namespace, and one whose selector matches the
+//! workload — each overriding the one before unless its mode is `UNSET`;
+//! `portLevelMtls` of the workload policy overrides per port. The
+//! resolution lives in the push layer (`push::index::peer_authentication`);
+//! this module is the object as written.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+use super::LabelSelector;
+use crate::config::ObjectMeta;
+
+/// Istio PeerAuthentication.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct PeerAuthentication {
+    /// Metadata.
+    pub metadata: ObjectMeta,
+    /// Spec.
+    pub spec: PeerAuthenticationSpec,
+}
+
+/// `PeerAuthentication.spec`.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct PeerAuthenticationSpec {
+    /// The workloads of the policy's namespace it applies to; absent (or no
+    /// labels): the whole namespace, or the mesh in the root namespace.
+    pub selector: Option<LabelSelector>,
+    /// The mode of every port.
+    pub mtls: Option<PeerMtls>,
+    /// Modes of single ports (the workload's own port numbers); Istio
+    /// applies them only with a selector.
+    pub port_level_mtls: BTreeMap<u32, PeerMtls>,
+}
+
+impl PeerAuthenticationSpec {
+    /// Whether the policy selects workloads (else it covers a namespace or the mesh).
+    pub fn has_selector(&self) -> bool {
+        self.selector.as_ref().is_some_and(|s| !s.match_labels.is_empty())
+    }
+}
+
+/// `PeerAuthentication.MutualTLS`.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct PeerMtls {
+    /// `UNSET`, `DISABLE`, `PERMISSIVE` or `STRICT`.
+    pub mode: Option<String>,
+}
+
+/// The modes `PeerMtls.mode` may take, as Istio spells them.
+pub const PEER_MTLS_MODES: [&str; 4] = ["UNSET", "DISABLE", "PERMISSIVE", "STRICT"];
+
+/// A resolved mutual TLS mode of an inbound port (`UNSET` resolves to the
+/// level above; with no policy at all, Istio's default is PERMISSIVE).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Default)]
+pub enum MtlsMode {
+    /// Plain text only.
+    Disable,
+    /// Mutual TLS from sidecars and plain text from anyone, on one port.
+    #[default]
+    Permissive,
+    /// Mutual TLS only.
+    Strict,
+}
+
+impl MtlsMode {
+    /// The mode a policy's `mode` sets; `None` for `UNSET` or none (inherit).
+    pub fn of(mtls: Option<&PeerMtls>) -> Option<MtlsMode> {
+        match mtls?.mode.as_deref()? {
+            "DISABLE" => Some(MtlsMode::Disable),
+            "PERMISSIVE" => Some(MtlsMode::Permissive),
+            "STRICT" => Some(MtlsMode::Strict),
+            _ => None,
+        }
+    }
+
+    /// Istio's spelling.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            MtlsMode::Disable => "DISABLE",
+            MtlsMode::Permissive => "PERMISSIVE",
+            MtlsMode::Strict => "STRICT",
+        }
+    }
+}
