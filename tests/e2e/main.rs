@@ -19,6 +19,7 @@ mod generated;
 mod istio_manifests;
 mod kubernetes;
 mod many;
+mod mtls;
 mod operate;
 mod redirect;
 mod routing;

@@ -1,0 +1,163 @@
+//! Mesh mTLS between two real Envoys, each run by `meshpush agent` on a
+//! certificate from meshpush's CA: sidecar A reaches sidecar B's service
+//! over mutual TLS (B's workload learns A's SPIFFE identity from the
+//! `x-forwarded-client-cert` header B's Envoy sets); PERMISSIVE serves a
+//! plain-text client too and STRICT refuses it; traffic through a
+//! certificate rotation and through a meshpush restart fails no request.
+//!
+//! B runs with interception NONE: its inbound port comes from a Sidecar
+//! `ingress` listener that binds B's own address (127.0.0.2), as a pod's
+//! does, and hands requests to the backend at another loopback port.
+
+use std::net::SocketAddr;
+use std::time::{Duration, Instant};
+
+use crate::support::agent::{Agent, AgentSpec};
+use crate::support::backend::Backend;
+use crate::support::http;
+use crate::support::manifests::sidecar_node;
+use crate::support::process::{free_port, wait_until};
+use crate::support::scene::MeshDir;
+use crate::support::secure::SecureMesh;
+use crate::support::traffic::{Request, Traffic};
+
+const DEADLINE: Duration = Duration::from_secs(30);
+/// B's pod address: another loopback address than A's, so that B's inbound
+/// port and A's outbound listener for the same service can both bind.
+const B_IP: &str = "127.0.0.2";
+
+/// Service `b` (port `service_port`, target `pod_port`), its Pod (with a
+/// sidecar: `security.istio.io/tlsMode: istio`; service account `b`), and
+/// the Sidecar of B: its ingress listener hands requests to `backend`, and
+/// it sees no other service (its outbound listeners would take A's ports).
+fn mesh(service_port: u16, pod_port: u16, backend: SocketAddr) -> String {
+    format!(
+        "apiVersion: v1
+kind: Service
+metadata: {{name: b, namespace: default}}
+spec:
+  selector: {{app: b}}
+  ports: [{{name: http, port: {service_port}, targetPort: {pod_port}}}]
+---
+apiVersion: v1
+kind: Pod
+metadata:
+  name: b-1
+  namespace: default
+  labels: {{app: b, security.istio.io/tlsMode: istio}}
+spec: {{serviceAccountName: b}}
+status: {{podIP: {B_IP}, phase: Running}}
+---
+apiVersion: networking.istio.io/v1
+kind: Sidecar
+metadata: {{name: b, namespace: default}}
+spec:
+  workloadSelector: {{labels: {{app: b}}}}
+  ingress:
+  - port: {{number: {pod_port}, protocol: HTTP, name: http}}
+    defaultEndpoint: {backend}
+  egress:
+  - hosts: [\"istio-system/*\"]
+"
+    )
+}
+
+fn peer_authentication(mode: &str) -> String {
+    format!(
+        "apiVersion: security.istio.io/v1\nkind: PeerAuthentication\nmetadata: {{name: b, namespace: default}}\nspec:\n  selector: {{matchLabels: {{app: b}}}}\n  mtls: {{mode: {mode}}}\n"
+    )
+}
+
+#[test]
+fn sidecars_talk_mutual_tls_with_workload_identities_and_peer_authentication_decides_plain_text() {
+    let (service_port, pod_port) = (free_port(), free_port());
+    let backend = Backend::start("b", SocketAddr::from(([127, 0, 0, 1], free_port())));
+    let dir = MeshDir::new();
+    dir.write("b.yaml", &mesh(service_port, pod_port, backend.addr()));
+    let mut secure = SecureMesh::start(&dir);
+    // Short-lived certificates: each agent renews every ~5 s during the test.
+    let ttl = vec!["--cert-ttl".to_string(), "10s".to_string()];
+    let (token_a, token_b) = (secure.token("default", "a"), secure.token("default", "b"));
+    let b = Agent::start(
+        "agent-b",
+        AgentSpec {
+            node_id: sidecar_node(B_IP, "b-1", "default"),
+            discovery: secure.secure,
+            root_cert: &secure.root,
+            token: &token_b,
+            extra: [ttl.clone(), vec!["--label".into(), "app=b".into()]].concat(),
+        },
+    );
+    let a = Agent::start(
+        "agent-a",
+        AgentSpec {
+            node_id: sidecar_node("127.0.0.1", "a-1", "default"),
+            discovery: secure.secure,
+            root_cert: &secure.root,
+            token: &token_a,
+            extra: [ttl, vec!["--label".into(), "app=a".into()]].concat(),
+        },
+    );
+    let b_inbound = SocketAddr::from(([127, 0, 0, 2], pod_port));
+    let through_a = Request::new(SocketAddr::from(([127, 0, 0, 1], service_port)), "b.default.svc.cluster.local");
+    let procs = [a.process(), b.process(), secure.mesh.process()];
+    wait_until(Instant::now() + DEADLINE, "A reaches B's backend through both sidecars", &procs, || {
+        through_a.send().map(drop)
+    });
+
+    // Over mutual TLS: B's Envoy tells the backend who called and who it is.
+    let headers = [("host", "b.default.svc.cluster.local")];
+    let answer = http::get(through_a.target, "/", &headers).expect("A answers");
+    assert_eq!(answer.status, 200, "{}", answer.body);
+    let xfcc = answer.header("x-echo-x-forwarded-client-cert").unwrap_or_default().to_string();
+    assert!(xfcc.contains("URI=spiffe://cluster.local/ns/default/sa/a"), "A's identity reaches B: {xfcc:?}");
+    assert!(xfcc.contains("By=spiffe://cluster.local/ns/default/sa/b"), "B's own identity: {xfcc:?}");
+    let handshakes = format!("cluster.outbound|{service_port}||b.default.svc.cluster.local.ssl.handshake");
+    assert!(a.envoy_stat(&handshakes).is_some_and(|n| n >= 1), "A's cluster to B shook hands over TLS");
+
+    // PERMISSIVE (no policy): a plain-text client is served on the same port.
+    let plain = |path: &str| http::get(b_inbound, path, &[("host", "b")]);
+    let answer = plain("/plain").expect("PERMISSIVE takes plain text");
+    assert_eq!(answer.status, 200);
+    assert_eq!(answer.header("x-echo-x-forwarded-client-cert"), None, "no client certificate, no identity");
+
+    // STRICT: plain text is refused; A, over mTLS, is still served.
+    dir.write("strict.yaml", &peer_authentication("STRICT"));
+    wait_until(Instant::now() + DEADLINE, "B refuses plain text", &procs, || plain("/plain").is_err());
+    through_a.send().expect("mTLS is still served under STRICT");
+
+    // Steady traffic from A while both certificates are renewed, then
+    // while meshpush is killed and restarted: no request fails.
+    let issued = |mesh: &SecureMesh| mesh.mesh.metric("citadel_server_success_cert_issuance");
+    let before = issued(&secure);
+    let traffic = Traffic::start(through_a.clone());
+    wait_until(Instant::now() + DEADLINE, "both agents renew their certificates", &procs, || {
+        issued(&secure) >= before + 2.0
+    });
+    let sent = traffic.sent();
+    wait_until(Instant::now() + DEADLINE, "traffic flows on the renewed certificates", &procs, || {
+        traffic.sent() > sent + 50
+    });
+    secure.mesh.kill_hard();
+    let sent = traffic.sent();
+    wait_until(Instant::now() + DEADLINE, "traffic flows while meshpush is down", &[a.process(), b.process()], || {
+        traffic.sent() > sent + 50
+    });
+    secure.mesh.restart();
+    dir.write("permissive.yaml", &peer_authentication("PERMISSIVE"));
+    dir.remove("strict.yaml");
+    let procs = [a.process(), b.process(), secure.mesh.process()];
+    wait_until(Instant::now() + DEADLINE, "the restarted meshpush serves B a PERMISSIVE port", &procs, || {
+        plain("/plain").is_ok_and(|r| r.status == 200)
+    });
+    let tally = traffic.stop();
+    assert!(tally.sent > 150, "{tally:?}");
+    assert_eq!(tally.failed, 0, "{tally:?}");
+    assert_eq!(tally.answered_by("b"), tally.sent);
+
+    // No key reaches a log.
+    for log in [a.log(), b.log(), secure.mesh.log(), secure.mesh.previous_logs()] {
+        assert!(!log.contains("PRIVATE KEY"), "a key in a log");
+        assert!(!log.contains(&token_a) && !log.contains(&token_b), "a token in a log");
+    }
+}
