@@ -230,8 +230,8 @@ pub struct UpstreamTls {
 /// SIMPLE checks the server against `caCertificates`, a Secret's CA
 /// (`credentialName`) or the system's CAs, unless `insecureSkipVerify`;
 /// MUTUAL also presents the client certificate (files, or the Secret's).
-/// `None` for DISABLE, for ISTIO_MUTUAL (workload certificates, which
-/// meshpush does not issue yet: validation reports it), and for a
+/// `None` for DISABLE, for ISTIO_MUTUAL (mesh mTLS, built by `mtls` for
+/// proxies holding a workload certificate), and for a
 /// `credentialName` on a sidecar (Istio reads Secrets for gateways only and
 /// originates nothing there; validation reports that too). `http2`: the
 /// cluster speaks HTTP/2 upstream, so ALPN offers `h2` only.

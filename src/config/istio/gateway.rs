@@ -217,7 +217,7 @@ impl Server {
         let mode = tls.mode.as_deref().unwrap_or("PASSTHROUGH").to_ascii_uppercase();
         let Some(mode) = self.tls_mode() else {
             let reason = if mode == "ISTIO_MUTUAL" {
-                "ISTIO_MUTUAL needs workload certificates from the mesh CA, which meshpush does not issue yet"
+                "ISTIO_MUTUAL (mesh mTLS on the gateway's own workload certificate) is not served on Gateway servers yet"
                     .to_string()
             } else {
                 format!(

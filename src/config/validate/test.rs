@@ -179,7 +179,7 @@ fn gateway_rules() {
     unserved(
         &format!("[{{{port}, tls: {{mode: ISTIO_MUTUAL}}}}]"),
         "spec.servers[0].tls.mode",
-        "workload certificates",
+        "gateway's own workload certificate",
     );
     unserved(&format!("[{{{port}, tls: {{mode: FANCY}}}}]"), "spec.servers[0].tls.mode", "is not a TLS mode");
     unserved(&format!("[{{{port}, tls: {{mode: AUTO_PASSTHROUGH}}}}]"), "spec.servers[0].tls.mode", "TLS ports only");

@@ -217,10 +217,18 @@ fn a_headless_service_s_pods_moving_regenerates_listeners() {
     };
     assert_eq!((chain_ranges(&prev), chain_ranges(&next)), (2, 3));
 
-    // An endpoint of a service with a VIP stays in the endpoint lane.
-    let changes = store.apply(crate::testing::bookinfo::puts(
-        "apiVersion: v1\nkind: Pod\nmetadata: {name: ledger-1, namespace: shop, labels: {app: ledger}}\nstatus: {podIP: 10.2.0.1}\n",
-    ));
+    // An endpoint of a service with a VIP stays in the endpoint lane (the
+    // second: the first brings the service its first service account,
+    // which its clusters' mesh mTLS checks).
+    let ledger = |name: &str, ip: &str| {
+        crate::testing::bookinfo::puts(&format!(
+            "apiVersion: v1\nkind: Pod\nmetadata: {{name: {name}, namespace: shop, labels: {{app: ledger}}}}\nstatus: {{podIP: {ip}}}\n"
+        ))
+    };
+    let changes = store.apply(ledger("ledger-1", "10.2.0.1"));
+    let (next, pushed) = PushContext::next(&next, changes.snapshot.clone(), &crate::push::PushRequest::new(changes));
+    assert!(!pushed.types.contains(crate::resource::TypeUrl::Listener));
+    let changes = store.apply(ledger("ledger-2", "10.2.0.2"));
     let (_, pushed) = PushContext::next(&next, changes.snapshot.clone(), &crate::push::PushRequest::new(changes));
     assert!(pushed.endpoint_only && !pushed.types.contains(crate::resource::TypeUrl::Listener));
 }
