@@ -61,11 +61,13 @@ pub enum ConfigKind {
     Secret,
     /// `security.istio.io PeerAuthentication`: which inbound ports take mTLS.
     PeerAuthentication,
+    /// `security.istio.io AuthorizationPolicy`: which requests a workload lets through.
+    AuthorizationPolicy,
 }
 
 impl ConfigKind {
     /// Every kind, in a fixed order.
-    pub const ALL: [ConfigKind; 13] = [
+    pub const ALL: [ConfigKind; 14] = [
         ConfigKind::Service,
         ConfigKind::Pod,
         ConfigKind::EndpointSlice,
@@ -79,6 +81,7 @@ impl ConfigKind {
         ConfigKind::WorkloadGroup,
         ConfigKind::Secret,
         ConfigKind::PeerAuthentication,
+        ConfigKind::AuthorizationPolicy,
     ];
 
     /// The Kubernetes `kind` string.
@@ -97,6 +100,7 @@ impl ConfigKind {
             ConfigKind::WorkloadGroup => "WorkloadGroup",
             ConfigKind::Secret => "Secret",
             ConfigKind::PeerAuthentication => "PeerAuthentication",
+            ConfigKind::AuthorizationPolicy => "AuthorizationPolicy",
         }
     }
 
@@ -106,7 +110,7 @@ impl ConfigKind {
         match self {
             ConfigKind::Service | ConfigKind::Pod | ConfigKind::Node | ConfigKind::Secret => "",
             ConfigKind::EndpointSlice => "discovery.k8s.io",
-            ConfigKind::PeerAuthentication => "security.istio.io",
+            ConfigKind::PeerAuthentication | ConfigKind::AuthorizationPolicy => "security.istio.io",
             _ => "networking.istio.io",
         }
     }
@@ -230,6 +234,8 @@ pub enum ConfigObject {
     Secret(Box<secret::Secret>),
     /// Istio PeerAuthentication.
     PeerAuthentication(istio::PeerAuthentication),
+    /// Istio AuthorizationPolicy (boxed, as the kinds above).
+    AuthorizationPolicy(Box<istio::AuthorizationPolicy>),
 }
 
 impl ConfigObject {
@@ -249,6 +255,7 @@ impl ConfigObject {
             ConfigObject::WorkloadGroup(_) => ConfigKind::WorkloadGroup,
             ConfigObject::Secret(_) => ConfigKind::Secret,
             ConfigObject::PeerAuthentication(_) => ConfigKind::PeerAuthentication,
+            ConfigObject::AuthorizationPolicy(_) => ConfigKind::AuthorizationPolicy,
         }
     }
 
@@ -268,6 +275,7 @@ impl ConfigObject {
             ConfigObject::WorkloadGroup(o) => &o.metadata,
             ConfigObject::Secret(o) => &o.metadata,
             ConfigObject::PeerAuthentication(o) => &o.metadata,
+            ConfigObject::AuthorizationPolicy(o) => &o.metadata,
         }
     }
 

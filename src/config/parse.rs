@@ -212,6 +212,8 @@ impl FileReader {
             ConfigKind::PeerAuthentication => {
                 typed::<istio::PeerAuthentication>(value, &mut ignored).map(ConfigObject::PeerAuthentication)
             }
+            ConfigKind::AuthorizationPolicy => typed::<istio::AuthorizationPolicy>(value, &mut ignored)
+                .map(|o| ConfigObject::AuthorizationPolicy(Box::new(o))),
         };
         for path in &ignored {
             self.ignored_field(doc, config_kind, key.as_ref(), &field(prefix, path), path);
@@ -354,7 +356,7 @@ fn expected_api_versions(kind: ConfigKind) -> &'static str {
     match kind {
         ConfigKind::Service | ConfigKind::Pod | ConfigKind::Node | ConfigKind::Secret => "v1",
         ConfigKind::EndpointSlice => "discovery.k8s.io/v1",
-        ConfigKind::PeerAuthentication => "security.istio.io/v1 or v1beta1",
+        ConfigKind::PeerAuthentication | ConfigKind::AuthorizationPolicy => "security.istio.io/v1 or v1beta1",
         _ => "networking.istio.io/v1, v1beta1 or v1alpha3",
     }
 }

@@ -57,6 +57,7 @@ pub fn validate(object: &ConfigObject) -> Vec<FieldError> {
         ConfigObject::WorkloadGroup(o) => istio::workload_group(&mut check, o),
         ConfigObject::Secret(o) => k8s::secret(&mut check, o),
         ConfigObject::PeerAuthentication(o) => security::peer_authentication(&mut check, o),
+        ConfigObject::AuthorizationPolicy(o) => security::authorization_policy(&mut check, o),
     }
     check.found
 }

@@ -56,9 +56,10 @@ use envoy_types::pb::google::protobuf::Any;
 
 use super::outbound::{self, OutboundPort};
 use super::route::{self, Backends, RouteTarget};
-use super::{mtls, naming, proto};
+use super::{authz, mtls, naming, proto};
 use crate::config::istio::MESH_GATEWAY;
 use crate::model::{InterceptionMode, ProxyKind, Service};
+use crate::push::index::AppliedPolicy;
 use crate::push::scope::InboundPort;
 use crate::push::{InboundKey, PushContext, Scope};
 
@@ -105,7 +106,7 @@ pub fn inbound_listeners(key: &InboundKey) -> Vec<Listener> {
         .iter()
         .filter_map(|p| {
             let bind = p.bind.as_deref()?;
-            let chains = inbound_chains(p, certificates);
+            let chains = inbound_chains(p, certificates, &key.authorization);
             Some(Listener {
                 name: naming::listener(bind, p.port),
                 address: Some(proto::socket_address(bind, p.port)),
@@ -118,7 +119,7 @@ pub fn inbound_listeners(key: &InboundKey) -> Vec<Listener> {
         .collect();
     if key.interception != InterceptionMode::None {
         let redirected: Vec<&InboundPort> = key.ports.iter().filter(|p| p.bind.is_none()).collect();
-        out.push(virtual_inbound(&redirected, certificates));
+        out.push(virtual_inbound(&redirected, certificates, &key.authorization));
     }
     out.sort_by(|a, b| a.name.cmp(&b.name));
     out
@@ -127,8 +128,9 @@ pub fn inbound_listeners(key: &InboundKey) -> Vec<Listener> {
 /// The chains of one inbound port, to `inbound|PORT||` over HTTP or TCP:
 /// one per way its PeerAuthentication mode lets a connection in (plain
 /// text, mesh mTLS, a client's own TLS; `mtls::inbound_chains`).
-/// `certificates`: the proxy holds a workload certificate.
-fn inbound_chains(p: &InboundPort, certificates: bool) -> Vec<FilterChain> {
+/// `certificates`: the proxy holds a workload certificate; `authorization`:
+/// the AuthorizationPolicies whose RBAC filters guard the port.
+fn inbound_chains(p: &InboundPort, certificates: bool, authorization: &[Arc<AppliedPolicy>]) -> Vec<FilterChain> {
     let cluster = naming::inbound_cluster(p.port);
     mtls::inbound_chains(p.mtls, p.protocol.is_http(), certificates)
         .into_iter()
@@ -137,17 +139,20 @@ fn inbound_chains(p: &InboundPort, certificates: bool) -> Vec<FilterChain> {
                 let blackhole = naming::BLACKHOLE_CLUSTER.to_string();
                 tcp_proxy(&blackhole, Backends::Single(blackhole.clone()))
             } else if p.protocol.is_http() {
-                inbound_http_connection_manager(p.port)
+                inbound_http_connection_manager(p.port, authorization)
             } else {
                 tcp_proxy(&cluster, Backends::Single(cluster.clone()))
             };
+            let mut filters =
+                if p.protocol.is_http() || chain.refuse { Vec::new() } else { authz::network_filters(authorization) };
+            filters.push(filter);
             let mut filter_match =
                 FilterChainMatch { destination_port: Some(proto::u32_value(p.port)), ..Default::default() };
             chain.apply(&mut filter_match);
             FilterChain {
                 name: format!("{cluster}{}", chain.suffix),
                 filter_chain_match: Some(filter_match),
-                filters: vec![filter],
+                filters,
                 transport_socket: chain.socket,
                 ..Default::default()
             }
@@ -380,8 +385,9 @@ fn virtual_outbound(scope: &Scope) -> Listener {
 /// filter instead of `use_original_dst`: handing inbound connections over
 /// would deliver a connection for the workload's port 9080 to the outbound
 /// listener `0.0.0.0_9080`.
-fn virtual_inbound(ports: &[&InboundPort], certificates: bool) -> Listener {
-    let mut chains: Vec<FilterChain> = ports.iter().flat_map(|p| inbound_chains(p, certificates)).collect();
+fn virtual_inbound(ports: &[&InboundPort], certificates: bool, authorization: &[Arc<AppliedPolicy>]) -> Listener {
+    let mut chains: Vec<FilterChain> =
+        ports.iter().flat_map(|p| inbound_chains(p, certificates, authorization)).collect();
     let mut listener_filters = vec![ListenerFilter {
         name: proto::ORIGINAL_DST.to_string(),
         config_type: Some(listener_filter::ConfigType::TypedConfig(proto::any(&OriginalDst {}))),
@@ -518,12 +524,15 @@ fn rds(route_config_name: String) -> RouteSpecifier {
 /// The connection manager of an inbound HTTP port: everything to the
 /// workload, which learns a mesh mTLS client's identity from the
 /// `x-forwarded-client-cert` header (its subject, URI and DNS names), as
-/// Istio's sidecars tell it.
-fn inbound_http_connection_manager(port: u32) -> Filter {
+/// Istio's sidecars tell it; the RBAC filters of `authorization` run first.
+fn inbound_http_connection_manager(port: u32, authorization: &[Arc<AppliedPolicy>]) -> Filter {
     let mut hcm = connection_manager(
         format!("inbound_{}", naming::listener(naming::WILDCARD_ADDRESS, port)),
         RouteSpecifier::RouteConfig(inbound_route_config(port)),
     );
+    let mut filters = authz::http_filters(authorization);
+    filters.append(&mut hcm.http_filters);
+    hcm.http_filters = filters;
     hcm.forward_client_cert_details = ForwardClientCertDetails::AppendForward as i32;
     hcm.set_current_client_cert_details = Some(SetCurrentClientCertDetails {
         subject: Some(proto::bool_value(true)),

@@ -9,6 +9,7 @@
 //!   `https.PORT.NAME.GATEWAY.NS` for gateways).
 //! * [`sds`]: the Secrets (certificates, keys, CAs) a proxy's TLS chains name.
 //! * [`mtls`]: mesh mTLS between sidecars (client and server side).
+//! * [`authz`]: AuthorizationPolicies as RBAC filters on inbound chains.
 //! * [`naming`]: Istio's naming, made and parsed in one place.
 //! * [`cache`]: the per-scope cache of encoded resources built on the above.
 //!
@@ -24,6 +25,7 @@
 //! in these messages, `Cluster.typed_extension_protocol_options`, never holds
 //! more than one entry.)
 
+pub mod authz;
 pub mod cache;
 pub mod cds;
 pub mod eds;

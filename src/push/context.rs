@@ -16,8 +16,8 @@ use serde::Serialize;
 
 use super::PushRequest;
 use super::index::{
-    DestinationRuleIndex, EndpointIndex, GatewayIndex, PeerAuthenticationIndex, SecretIndex, ServiceIndex,
-    SidecarIndex, VirtualServiceIndex, Workload, WorkloadIndex,
+    AuthorizationIndex, DestinationRuleIndex, EndpointIndex, GatewayIndex, PeerAuthenticationIndex, SecretIndex,
+    ServiceIndex, SidecarIndex, VirtualServiceIndex, Workload, WorkloadIndex,
 };
 use super::scope::{self, InboundId, InboundKey, Scope, ScopeId, ScopeInterner, ScopeKey};
 use crate::config::mesh::MeshConfig;
@@ -84,6 +84,8 @@ pub fn affected_types(kind: ConfigKind) -> TypeSet {
         // Inbound chains (the workload's mode), and auto mTLS towards the
         // services of a namespace (its namespace-level mode).
         ConfigKind::PeerAuthentication => TypeSet::of(&[Cluster, Listener]),
+        // The RBAC filters of inbound chains.
+        ConfigKind::AuthorizationPolicy => TypeSet::of(&[Listener]),
     }
 }
 
@@ -132,6 +134,8 @@ pub struct PushContext {
     pub secrets: Arc<SecretIndex>,
     /// PeerAuthentications, resolved per workload port.
     pub peer_authentications: Arc<PeerAuthenticationIndex>,
+    /// AuthorizationPolicies, by the workloads they apply to.
+    pub authorization: Arc<AuthorizationIndex>,
     /// The mesh-wide settings (the same for every snapshot of a server).
     pub mesh: Arc<MeshConfig>,
     interner: Arc<ScopeInterner>,
@@ -174,6 +178,7 @@ impl PushContext {
         let endpoints = EndpointIndex::build(&store, &services, &workloads);
         let secrets = SecretIndex::build(&store);
         let peer_authentications = PeerAuthenticationIndex::build(&store, &mesh);
+        let authorization = AuthorizationIndex::build(&store, &mesh);
         PushContext {
             version,
             id: next_id(),
@@ -187,6 +192,7 @@ impl PushContext {
             sidecars: Arc::new(sc),
             secrets: Arc::new(secrets),
             peer_authentications: Arc::new(peer_authentications),
+            authorization: Arc::new(authorization),
             mesh,
             interner,
             scopes: RwLock::new(HashMap::new()),
@@ -237,6 +243,11 @@ impl PushContext {
             Arc::new(PeerAuthenticationIndex::build(&store, &prev.mesh))
         } else {
             prev.peer_authentications.clone()
+        };
+        let authorization = if rebuild(ConfigKind::AuthorizationPolicy) {
+            Arc::new(AuthorizationIndex::build(&store, &prev.mesh))
+        } else {
+            prev.authorization.clone()
         };
 
         let mut changes = PushChanges {
@@ -312,8 +323,10 @@ impl PushContext {
         }
         // A PeerAuthentication moves the inbound keys of the workloads it
         // selects and, namespace-wide, the auto mTLS of every client of the
-        // namespace's services: rare enough to regenerate everything.
-        if changed(ConfigKind::PeerAuthentication) {
+        // namespace's services; an AuthorizationPolicy the inbound keys of
+        // the workloads it selects, wherever they are. Both are rare
+        // enough to push to every proxy (as Istio does).
+        if changed(ConfigKind::PeerAuthentication) || changed(ConfigKind::AuthorizationPolicy) {
             changes.full = true;
         }
         changes.rescope = changes.full
@@ -368,6 +381,7 @@ impl PushContext {
             sidecars,
             secrets,
             peer_authentications,
+            authorization,
             mesh: prev.mesh.clone(),
             interner: prev.interner.clone(),
             scopes: RwLock::new(HashMap::new()),
@@ -495,7 +509,8 @@ fn affected_hosts(
         | ConfigObject::WorkloadGroup(_)
         | ConfigObject::Secret(_)
         // A change regenerates everything (`next`).
-        | ConfigObject::PeerAuthentication(_) => {}
+        | ConfigObject::PeerAuthentication(_)
+        | ConfigObject::AuthorizationPolicy(_) => {}
     }
 }
 

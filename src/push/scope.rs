@@ -23,7 +23,7 @@ use parking_lot::Mutex;
 use serde::Serialize;
 
 use super::PushContext;
-use super::index::ResolvedGateway;
+use super::index::{AppliedPolicy, ResolvedGateway};
 use crate::config::istio::{self, ConnectionPoolSettings, MtlsMode};
 use crate::config::{ConfigKey, ConfigKind};
 use crate::model::{Hostname, InterceptionMode, Locality, Protocol, Proxy, ProxyKind, Service, host};
@@ -122,6 +122,9 @@ pub struct InboundKey {
     /// Whether the proxy holds a workload certificate (over SDS): only
     /// then do its ports terminate mesh mTLS.
     pub mesh_certificates: bool,
+    /// The AuthorizationPolicies that apply to the workload, by namespace
+    /// then name (their RBAC filters guard every inbound port).
+    pub authorization: Vec<Arc<AppliedPolicy>>,
 }
 
 /// What of a proxy decides its endpoint assignments, when a DestinationRule
@@ -337,8 +340,11 @@ pub fn inbound_key(ctx: &PushContext, proxy: &Proxy) -> InboundKey {
         ports.sort();
     }
     // Routers have no inbound configuration: they share one key.
-    let mesh_certificates = proxy.mesh_certificates && proxy.kind == ProxyKind::Sidecar;
-    InboundKey { kind: proxy.kind, interception: proxy.interception, ports, mesh_certificates }
+    let sidecar = proxy.kind == ProxyKind::Sidecar;
+    let mesh_certificates = proxy.mesh_certificates && sidecar;
+    let authorization =
+        if sidecar { ctx.authorization.for_workload(&proxy.namespace, &proxy.labels) } else { Vec::new() };
+    InboundKey { kind: proxy.kind, interception: proxy.interception, ports, mesh_certificates, authorization }
 }
 
 /// One Sidecar ingress listener as an inbound port of `proxy`.

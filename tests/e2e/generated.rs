@@ -302,3 +302,151 @@ fn envoy_accepts_what_istio_s_tls_manifests_generate() {
     }
     assert!(checked >= 4, "only {checked} proxies got TLS: the manifests were not applied");
 }
+
+/// Mesh mTLS and authorization, generated for sidecars that hold a
+/// workload certificate, checked by Envoy's `--mode validate`: auto mTLS
+/// clusters (transport socket matches, SDS from `sds-grpc`), ISTIO_MUTUAL,
+/// inbound chains of every PeerAuthentication mode (TLS and ALPN matches,
+/// the TLS inspector), and RBAC filters of every action and matcher kind
+/// on HTTP and TCP ports — redirected (`virtualInbound`) and bound (a
+/// Sidecar ingress listener).
+#[test]
+fn envoy_accepts_what_mesh_mtls_and_authorization_generate() {
+    use meshpush::config::parse::parse_documents;
+    use meshpush::model::store::Write;
+
+    const MESH: &str = r#"
+apiVersion: v1
+kind: Service
+metadata: {name: vault, namespace: secure}
+spec:
+  clusterIP: 10.40.0.1
+  selector: {app: vault}
+  ports: [{name: http, port: 8200}, {name: tcp-raft, port: 8201}, {name: grpc-api, port: 8202}]
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: vault-0, namespace: secure, labels: {app: vault, security.istio.io/tlsMode: istio}}
+spec: {serviceAccountName: vault}
+status: {podIP: 10.41.0.1, phase: Running}
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: vault-legacy, namespace: secure, labels: {app: vault}}
+status: {podIP: 10.41.0.2, phase: Running}
+---
+apiVersion: networking.istio.io/v1
+kind: DestinationRule
+metadata: {name: vault, namespace: secure}
+spec:
+  host: vault
+  trafficPolicy:
+    portLevelSettings: [{port: {number: 8202}, tls: {mode: ISTIO_MUTUAL, sni: api.vault}}]
+---
+apiVersion: networking.istio.io/v1
+kind: Sidecar
+metadata: {name: bound, namespace: secure}
+spec:
+  workloadSelector: {labels: {app: bound}}
+  ingress:
+  - {port: {number: 8200, protocol: HTTP, name: http}, defaultEndpoint: 127.0.0.1:18200}
+  - {port: {number: 8201, protocol: TCP, name: tcp}, defaultEndpoint: 127.0.0.1:18201}
+---
+apiVersion: security.istio.io/v1
+kind: PeerAuthentication
+metadata: {name: vault, namespace: secure}
+spec:
+  selector: {matchLabels: {tier: secure}}
+  mtls: {mode: STRICT}
+  portLevelMtls: {8201: {mode: PERMISSIVE}, 8202: {mode: DISABLE}}
+---
+apiVersion: security.istio.io/v1
+kind: AuthorizationPolicy
+metadata: {name: deny, namespace: secure}
+spec:
+  action: DENY
+  rules:
+  - to: [{operation: {paths: [/admin*, "*/debug", /exact], notMethods: [GET], hosts: ["*.internal"], notPorts: ["9999"]}}]
+    when: [{key: destination.ip, values: [10.0.0.0/8]}, {key: connection.sni, values: ["*.vault"]}]
+---
+apiVersion: security.istio.io/v1
+kind: AuthorizationPolicy
+metadata: {name: allow, namespace: secure}
+spec:
+  rules:
+  - from:
+    - source: {principals: ["cluster.local/ns/secure/*"], notNamespaces: [other], serviceAccounts: [web], trustDomains: ["cluster.*"]}
+    - source: {ipBlocks: [10.0.0.0/8], notRemoteIpBlocks: [203.0.113.0/24]}
+    when: [{key: "request.headers[x-user]", values: ["*"]}, {key: source.namespace, notValues: ["kube-*"]}]
+  - to: [{operation: {ports: ["8201"]}}]
+---
+apiVersion: security.istio.io/v1
+kind: AuthorizationPolicy
+metadata: {name: audit, namespace: secure}
+spec:
+  action: AUDIT
+  rules: [{when: [{key: source.principal, values: ["*"]}]}]
+---
+apiVersion: security.istio.io/v1
+kind: AuthorizationPolicy
+metadata: {name: trial, namespace: secure, annotations: {istio.io/dry-run: "true"}}
+spec:
+  rules: [{from: [{source: {notPrincipals: ["*"]}}]}]
+"#;
+    let envoy = envoy_binary();
+    let dir = tempfile::tempdir().unwrap();
+    let parsed = parse_documents("mtls.yaml", MESH);
+    assert!(!parsed.has_errors(), "{:#?}", parsed.problems);
+    let store = ConfigStore::new();
+    store.apply(bookinfo::with_cases());
+    store.apply(parsed.objects.into_iter().map(|(o, s)| Write::Put(o, s)).collect::<Vec<_>>());
+    let ctx = PushContext::build(store.snapshot(), 1, Arc::new(ScopeInterner::default()));
+    // The cluster the mesh secrets come from (its socket need not exist to validate).
+    let sds = Cluster {
+        name: "sds-grpc".into(),
+        connect_timeout: Some(envoy_types::pb::google::protobuf::Duration { seconds: 1, nanos: 0 }),
+        cluster_discovery_type: Some(ClusterDiscoveryType::Type(DiscoveryType::Static as i32)),
+        ..xds_cluster()
+    };
+    let sidecar = |id: &str, mode: &str, labels: &[(&str, &str)]| {
+        let mut proxy = bookinfo::proxy(id, mode, labels);
+        proxy.mesh_certificates = true;
+        proxy
+    };
+    for (label, proxy) in [
+        (
+            "redirected",
+            sidecar(
+                "sidecar~10.41.0.1~vault-0.secure~secure.svc.cluster.local",
+                "REDIRECT",
+                &[("app", "vault"), ("tier", "secure")],
+            ),
+        ),
+        (
+            "bound",
+            sidecar(
+                "sidecar~127.0.0.3~bound-0.secure~secure.svc.cluster.local",
+                "NONE",
+                &[("app", "bound"), ("tier", "secure")],
+            ),
+        ),
+    ] {
+        let scope = ctx.scope_for(&proxy);
+        let (_, inbound) = ctx.inbound_for(&proxy);
+        let mut clusters = cds::clusters(&ctx, &scope);
+        assert!(clusters.iter().any(|c| !c.transport_socket_matches.is_empty()), "{label}: auto mTLS");
+        clusters.extend(cds::inbound_clusters(&inbound));
+        clusters.push(xds_cluster());
+        clusters.push(sds.clone());
+        let mut listeners = lds::listeners(&ctx, &scope);
+        let own = lds::inbound_listeners(&inbound);
+        let chains: Vec<_> = own.iter().flat_map(|l| &l.filter_chains).collect();
+        assert!(chains.iter().any(|c| c.transport_socket.is_some()), "{label}: mTLS chains");
+        assert!(
+            chains.iter().any(|c| c.filters.iter().any(|f| f.name == "envoy.filters.network.rbac")),
+            "{label}: TCP RBAC"
+        );
+        listeners.extend(own);
+        assert_envoy_accepts(&envoy, dir.path(), label, listeners, clusters);
+    }
+}

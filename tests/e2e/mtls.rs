@@ -155,6 +155,32 @@ fn sidecars_talk_mutual_tls_with_workload_identities_and_peer_authentication_dec
     assert_eq!(tally.failed, 0, "{tally:?}");
     assert_eq!(tally.answered_by("b"), tally.sent);
 
+    // Authorization: /admin is denied to everyone; the rest only to A's
+    // identity, so the plain-text client (no identity) is refused too.
+    let authz = "apiVersion: security.istio.io/v1
+kind: AuthorizationPolicy
+metadata: {name: no-admin, namespace: default}
+spec:
+  selector: {matchLabels: {app: b}}
+  action: DENY
+  rules: [{to: [{operation: {paths: [/admin*]}}]}]
+---
+apiVersion: security.istio.io/v1
+kind: AuthorizationPolicy
+metadata: {name: only-a, namespace: default}
+spec:
+  selector: {matchLabels: {app: b}}
+  rules: [{from: [{source: {principals: [cluster.local/ns/default/sa/a]}}]}]
+";
+    dir.write("authz.yaml", authz);
+    let status_via_a = |path: &str| http::get(through_a.target, path, &headers).map(|r| r.status).unwrap_or(0);
+    wait_until(Instant::now() + DEADLINE, "B's sidecar denies /admin", &procs, || status_via_a("/admin/users") == 403);
+    assert_eq!(status_via_a("/orders"), 200, "A's identity is allowed the rest");
+    let refused = plain("/orders").expect("the plain-text client gets an answer");
+    assert_eq!(refused.status, 403, "no identity, not allowed: {}", refused.body);
+    let denied = b.envoy_stat(&format!("http.inbound_0.0.0.0_{pod_port}.rbac.denied"));
+    assert!(denied.is_some_and(|n| n >= 2), "B's RBAC filters counted both refusals: {denied:?}");
+
     // No key reaches a log.
     for log in [a.log(), b.log(), secure.mesh.log(), secure.mesh.previous_logs()] {
         assert!(!log.contains("PRIVATE KEY"), "a key in a log");

@@ -126,6 +126,13 @@ const RESOURCES: &[Resource] = &[
         plural: "peerauthentications",
         namespaced: true,
     },
+    Resource {
+        group: "security.istio.io",
+        versions: &["v1", "v1beta1"],
+        kind: "AuthorizationPolicy",
+        plural: "authorizationpolicies",
+        namespaced: true,
+    },
 ];
 
 fn resource_by_plural(group: &str, plural: &str) -> Option<&'static Resource> {

@@ -6,6 +6,7 @@
 //! accepted and reported as ignored by the parser.
 
 pub mod api;
+mod authorization_policy;
 mod destination_rule;
 mod gateway;
 mod peer_authentication;
@@ -13,6 +14,7 @@ mod service_entry;
 mod sidecar;
 mod virtual_service;
 
+pub use authorization_policy::*;
 pub use destination_rule::*;
 pub use gateway::*;
 pub use peer_authentication::*;

@@ -96,6 +96,13 @@ spec:
   selector: {matchLabels: {app: reviews}}
   mtls: {mode: STRICT}
   portLevelMtls: {9080: {mode: PERMISSIVE}}
+---
+apiVersion: security.istio.io/v1
+kind: AuthorizationPolicy
+metadata: {name: no-admin, namespace: bookinfo}
+spec:
+  action: DENY
+  rules: [{to: [{operation: {paths: [/admin*]}}]}]
 "#;
 
 fn kinds(parsed: &ParsedFile) -> Vec<ConfigKind> {

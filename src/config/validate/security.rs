@@ -1,8 +1,11 @@
 //! Checks for the `security.istio.io` kinds, following Istio's validation
 //! (`pkg/config/validation`): what its webhook refuses is an Error here.
 
-use super::Checker;
-use crate::config::istio::{PEER_MTLS_MODES, PeerAuthentication};
+use super::{Checker, is_ip_or_cidr};
+use crate::config::istio::{
+    AUTHORIZATION_ACTIONS, AuthorizationPolicy, Condition, DRY_RUN_ANNOTATION, Operation, PEER_MTLS_MODES,
+    PeerAuthentication, Source, is_condition_key,
+};
 
 pub(super) fn peer_authentication(check: &mut Checker, policy: &PeerAuthentication) {
     let spec = &policy.spec;
@@ -21,6 +24,189 @@ pub(super) fn peer_authentication(check: &mut Checker, policy: &PeerAuthenticati
         check.port(&path, *port);
         if let Some(mode) = mtls.mode.as_deref() {
             check.one_of(format!("{path}.mode"), mode, &PEER_MTLS_MODES);
+        }
+    }
+}
+
+pub(super) fn authorization_policy(check: &mut Checker, policy: &AuthorizationPolicy) {
+    let spec = &policy.spec;
+    let action = spec.action.as_deref().unwrap_or("ALLOW");
+    check.one_of("spec.action", action, &AUTHORIZATION_ACTIONS);
+    match (action, &spec.provider) {
+        ("CUSTOM", None) => check.error("spec.provider", "is missing: a CUSTOM policy names its external authorizer"),
+        ("CUSTOM", Some(provider)) => check.unsupported(
+            "spec.provider.name",
+            Some(&format!(
+                "meshpush has no extension provider {:?}: requests the policy's rules match are denied, as Istio denies them when it knows no such provider",
+                provider.name
+            )),
+        ),
+        (_, Some(_)) => check.error("spec.provider", "is set on a policy whose action is not CUSTOM (Istio refuses this too)"),
+        _ => {}
+    }
+    let targets = spec.target_ref.is_some() || !spec.target_refs.is_empty();
+    if targets && spec.selector.is_some() {
+        check.error("spec.selector", "cannot be set with targetRef or targetRefs (Istio refuses this too)");
+    } else if targets {
+        let path = if spec.target_ref.is_some() { "spec.targetRef" } else { "spec.targetRefs" };
+        check.unsupported(
+            path,
+            Some("it selects Gateway API gateways or waypoints, which meshpush does not serve: the policy applies to no workload"),
+        );
+    }
+    if let Some(value) = policy.metadata.annotations.get(DRY_RUN_ANNOTATION)
+        && value != "true"
+        && value != "false"
+    {
+        check.error(
+            format!("metadata.annotations.{DRY_RUN_ANNOTATION}"),
+            format!("{value:?} is neither \"true\" nor \"false\""),
+        );
+    }
+    for (i, rule) in spec.rules.iter().enumerate() {
+        let path = format!("spec.rules[{i}]");
+        for (j, from) in rule.from.iter().enumerate() {
+            let path = format!("{path}.from[{j}].source");
+            match &from.source {
+                None => check.error(&path, "is missing: a from entry names a source"),
+                Some(source) => source_checks(check, &path, source, action),
+            }
+        }
+        for (j, to) in rule.to.iter().enumerate() {
+            let path = format!("{path}.to[{j}].operation");
+            match &to.operation {
+                None => check.error(&path, "is missing: a to entry names an operation"),
+                Some(operation) => operation_checks(check, &path, operation),
+            }
+        }
+        for (j, condition) in rule.when.iter().enumerate() {
+            let path = format!("{path}.when[{j}]");
+            condition_checks(check, &path, condition, action);
+        }
+    }
+}
+
+/// What a rule with a part meshpush does not enforce yet becomes: an ALLOW
+/// rule matches nothing, a DENY (or AUDIT, or CUSTOM) rule matches without
+/// that part. Both fail closed, as Istio treats HTTP-only parts on TCP ports.
+fn unenforced(action: &str) -> &'static str {
+    if action == "ALLOW" || action.is_empty() {
+        "JWT authentication (RequestAuthentication) is not served yet: this ALLOW rule matches no request"
+    } else {
+        "JWT authentication (RequestAuthentication) is not served yet: the rule denies without this condition"
+    }
+}
+
+fn source_checks(check: &mut Checker, path: &str, source: &Source, action: &str) {
+    let lists: [(&str, &Vec<String>); 14] = [
+        ("principals", &source.principals),
+        ("notPrincipals", &source.not_principals),
+        ("requestPrincipals", &source.request_principals),
+        ("notRequestPrincipals", &source.not_request_principals),
+        ("namespaces", &source.namespaces),
+        ("notNamespaces", &source.not_namespaces),
+        ("serviceAccounts", &source.service_accounts),
+        ("notServiceAccounts", &source.not_service_accounts),
+        ("ipBlocks", &source.ip_blocks),
+        ("notIpBlocks", &source.not_ip_blocks),
+        ("remoteIpBlocks", &source.remote_ip_blocks),
+        ("notRemoteIpBlocks", &source.not_remote_ip_blocks),
+        ("trustDomains", &source.trust_domains),
+        ("notTrustDomains", &source.not_trust_domains),
+    ];
+    if lists.iter().all(|(_, values)| values.is_empty()) {
+        check.error(path, "sets nothing: a source needs at least one field (Istio refuses an empty one)");
+    }
+    for (field, values) in lists {
+        strings(check, &format!("{path}.{field}"), values);
+        if field.to_ascii_lowercase().contains("ipblocks") {
+            for (i, value) in values.iter().enumerate() {
+                if !is_ip_or_cidr(value) {
+                    check.error(
+                        format!("{path}.{field}[{i}]"),
+                        format!("{value:?} is neither an IP address nor a CIDR range"),
+                    );
+                }
+            }
+        }
+        if field.to_ascii_lowercase().contains("requestprincipals") && !values.is_empty() {
+            check.unsupported(format!("{path}.{field}"), Some(unenforced(action)));
+        }
+    }
+}
+
+fn operation_checks(check: &mut Checker, path: &str, operation: &Operation) {
+    let lists: [(&str, &Vec<String>); 8] = [
+        ("hosts", &operation.hosts),
+        ("notHosts", &operation.not_hosts),
+        ("ports", &operation.ports),
+        ("notPorts", &operation.not_ports),
+        ("methods", &operation.methods),
+        ("notMethods", &operation.not_methods),
+        ("paths", &operation.paths),
+        ("notPaths", &operation.not_paths),
+    ];
+    if lists.iter().all(|(_, values)| values.is_empty()) {
+        check.error(path, "sets nothing: an operation needs at least one field (Istio refuses an empty one)");
+    }
+    for (field, values) in lists {
+        strings(check, &format!("{path}.{field}"), values);
+        if field.to_ascii_lowercase().ends_with("ports") {
+            for (i, value) in values.iter().enumerate() {
+                if value.parse::<u16>().is_err() {
+                    check.error(format!("{path}.{field}[{i}]"), format!("{value:?} is not a port number (0 to 65535)"));
+                }
+            }
+        }
+    }
+}
+
+fn condition_checks(check: &mut Checker, path: &str, condition: &Condition, action: &str) {
+    let key = condition.key.as_str();
+    if !is_condition_key(key) {
+        check.error(
+            format!("{path}.key"),
+            format!("{key:?} is not an attribute Istio knows (source.ip, request.headers[NAME], destination.port, …)"),
+        );
+        return;
+    }
+    if condition.values.is_empty() && condition.not_values.is_empty() {
+        check.error(path, "has neither values nor notValues");
+    }
+    strings(check, &format!("{path}.values"), &condition.values);
+    strings(check, &format!("{path}.notValues"), &condition.not_values);
+    let cidrs = matches!(key, "source.ip" | "remote.ip" | "destination.ip");
+    let ports = key == "destination.port";
+    for (field, values) in [("values", &condition.values), ("notValues", &condition.not_values)] {
+        for (i, value) in values.iter().enumerate() {
+            if cidrs && !is_ip_or_cidr(value) {
+                check.error(
+                    format!("{path}.{field}[{i}]"),
+                    format!("{value:?} is neither an IP address nor a CIDR range"),
+                );
+            }
+            if ports && value.parse::<u16>().is_err() {
+                check.error(format!("{path}.{field}[{i}]"), format!("{value:?} is not a port number (0 to 65535)"));
+            }
+        }
+    }
+    if key.starts_with("request.auth.") {
+        check.unsupported(format!("{path}.key"), Some(unenforced(action)));
+    } else if key.starts_with("experimental.envoy.filters.") {
+        let what = if action == "ALLOW" {
+            "Envoy filter metadata conditions are not served: this ALLOW rule matches no request"
+        } else {
+            "Envoy filter metadata conditions are not served: the rule denies without this condition"
+        };
+        check.unsupported(format!("{path}.key"), Some(what));
+    }
+}
+
+/// Values of a list: none empty.
+fn strings(check: &mut Checker, path: &str, values: &[String]) {
+    for (i, value) in values.iter().enumerate() {
+        if value.is_empty() {
+            check.error(format!("{path}[{i}]"), "is empty");
         }
     }
 }

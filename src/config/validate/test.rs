@@ -317,6 +317,41 @@ fn ports_without_a_protocol_istio_knows_are_reported_as_served_as_tcp() {
 }
 
 #[test]
+fn authorization_policy_rules() {
+    let ap = |spec: &str| {
+        format!("apiVersion: security.istio.io/v1\nkind: AuthorizationPolicy\nmetadata: {{name: p}}\nspec:\n{spec}")
+    };
+    assert_eq!(
+        findings(&ap(
+            "  action: DENY\n  rules:\n  - from: [{source: {namespaces: [a], ipBlocks: [10.0.0.0/8]}}]\n    to: [{operation: {paths: [/admin*], ports: [\"8080\"]}}]\n    when: [{key: \"request.headers[x-user]\", values: [bob]}]\n"
+        )),
+        vec![]
+    );
+    assert_eq!(error_paths(&ap("  action: LET\n")), ["spec.action"]);
+    assert_eq!(error_paths(&ap("  action: CUSTOM\n")), ["spec.provider"], "CUSTOM names its authorizer");
+    assert_eq!(error_paths(&ap("  provider: {name: opa}\n")), ["spec.provider"], "only CUSTOM has one");
+    assert_eq!(
+        error_paths(&ap(
+            "  rules:\n  - from: [{source: {}}, {}]\n    to: [{operation: {ports: [http]}}]\n    when: [{key: source.ipv6, values: [a]}, {key: source.ip, values: [not-an-ip]}]\n"
+        )),
+        [
+            "spec.rules[0].from[0].source",
+            "spec.rules[0].from[1].source",
+            "spec.rules[0].to[0].operation.ports[0]",
+            "spec.rules[0].when[0].key",
+            "spec.rules[0].when[1].values[0]"
+        ]
+    );
+    // What is not served yet is reported with what happens now.
+    let jwt = ap("  rules: [{from: [{source: {requestPrincipals: [\"*\"]}}]}]\n");
+    assert!(message_at(&jwt, "spec.rules[0].from[0].source.requestPrincipals").contains("matches no request"));
+    let custom = ap("  action: CUSTOM\n  provider: {name: opa}\n  rules: [{}]\n");
+    assert!(message_at(&custom, "spec.provider.name").contains("denied"));
+    let waypoint = ap("  targetRefs: [{kind: Service, name: web}]\n");
+    assert!(message_at(&waypoint, "spec.targetRefs").contains("applies to no workload"));
+}
+
+#[test]
 fn peer_authentication_rules() {
     let pa = |spec: &str| {
         format!("apiVersion: security.istio.io/v1\nkind: PeerAuthentication\nmetadata: {{name: p}}\nspec:\n{spec}")

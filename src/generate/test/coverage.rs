@@ -288,6 +288,7 @@ fn every_field_of_istio_s_api_is_applied_or_reported() {
         ("WorkloadGroup", "workload-group.yaml"),
         ("Sidecar", "sidecar.yaml"),
         ("PeerAuthentication", "peer-authentication.yaml"),
+        ("AuthorizationPolicy", "authorization-policy.yaml"),
     ] {
         let fields: BTreeSet<String> = api::fields(kind).into_iter().collect();
         let docs = documents(&std::fs::read_to_string(dir().join(file)).unwrap());

@@ -4,6 +4,7 @@
 //! and held behind its own `Arc`, so `PushContext::next` can share every index
 //! a change did not touch with the previous snapshot.
 
+pub mod authorization;
 mod delegation;
 mod endpoints;
 pub mod peer_authentication;
@@ -12,6 +13,7 @@ pub mod secrets;
 mod services;
 mod workloads;
 
+pub use authorization::{AppliedPolicy, AuthorizationIndex};
 pub use endpoints::EndpointIndex;
 pub use peer_authentication::{PeerAuthenticationIndex, WorkloadMtls};
 pub use rules::{

@@ -1,0 +1,185 @@
+//! `AuthorizationPolicy` (`security.istio.io`): which requests a
+//! workload's inbound ports let through.
+//!
+//! The policies that select a workload (by the same three levels as
+//! PeerAuthentication: the root namespace's without a selector, the
+//! workload namespace's without one, and those whose selector matches)
+//! are all applied, DENY before ALLOW; AUDIT only marks requests. The
+//! translation into Envoy's RBAC filters lives in `generate::authz`; this
+//! module is the object as written. The types are `Eq + Hash + Ord` so that
+//! the policies of a workload can be part of its inbound key.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+use crate::config::ObjectMeta;
+
+/// Istio AuthorizationPolicy.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct AuthorizationPolicy {
+    /// Metadata (the annotation `istio.io/dry-run: "true"` makes its
+    /// rules shadow rules: evaluated and counted, never enforced).
+    pub metadata: ObjectMeta,
+    /// Spec.
+    pub spec: AuthorizationPolicySpec,
+}
+
+/// `AuthorizationPolicy.spec`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct AuthorizationPolicySpec {
+    /// The workloads of the policy's namespace it applies to; absent (or no
+    /// labels): the whole namespace, or the mesh in the root namespace.
+    pub selector: Option<WorkloadLabels>,
+    /// A Gateway API resource or Service it applies to instead (waypoints
+    /// and Gateway API gateways, which meshpush does not serve).
+    pub target_ref: Option<TargetRef>,
+    /// The same, several.
+    pub target_refs: Vec<TargetRef>,
+    /// The rules: a request matches the policy when it matches any rule.
+    pub rules: Vec<AuthorizationRule>,
+    /// `ALLOW` (the default), `DENY`, `AUDIT` or `CUSTOM`.
+    pub action: Option<String>,
+    /// The external authorizer of a CUSTOM policy.
+    pub provider: Option<Provider>,
+}
+
+/// A label selector (`matchLabels`), hashable.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct WorkloadLabels {
+    /// Labels that must all match.
+    pub match_labels: BTreeMap<String, String>,
+}
+
+/// `istio.type.v1beta1.PolicyTargetReference`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct TargetRef {
+    /// API group.
+    pub group: Option<String>,
+    /// Kind.
+    pub kind: String,
+    /// Name.
+    pub name: String,
+    /// Namespace.
+    pub namespace: Option<String>,
+}
+
+/// `AuthorizationPolicy.ExtensionProvider`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct Provider {
+    /// The mesh config's extension provider.
+    pub name: String,
+}
+
+/// One rule: it matches a request that matches any `from`, any `to` and
+/// every `when` (an absent list matches everything).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct AuthorizationRule {
+    /// Who sends the request.
+    pub from: Vec<RuleFrom>,
+    /// What it asks for.
+    pub to: Vec<RuleTo>,
+    /// Further conditions.
+    pub when: Vec<Condition>,
+}
+
+/// `Rule.From`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct RuleFrom {
+    /// The source.
+    pub source: Option<Source>,
+}
+
+/// `Rule.To`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct RuleTo {
+    /// The operation.
+    pub operation: Option<Operation>,
+}
+
+/// Who sends a request: each field set must match (values of one field: any).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+#[allow(missing_docs)] // Istio's field names, each with its `not` twin.
+pub struct Source {
+    pub principals: Vec<String>,
+    pub not_principals: Vec<String>,
+    pub request_principals: Vec<String>,
+    pub not_request_principals: Vec<String>,
+    pub namespaces: Vec<String>,
+    pub not_namespaces: Vec<String>,
+    pub service_accounts: Vec<String>,
+    pub not_service_accounts: Vec<String>,
+    pub ip_blocks: Vec<String>,
+    pub not_ip_blocks: Vec<String>,
+    pub remote_ip_blocks: Vec<String>,
+    pub not_remote_ip_blocks: Vec<String>,
+    pub trust_domains: Vec<String>,
+    pub not_trust_domains: Vec<String>,
+}
+
+/// What a request asks for: each field set must match (values of one field: any).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+#[allow(missing_docs)] // Istio's field names, each with its `not` twin.
+pub struct Operation {
+    pub hosts: Vec<String>,
+    pub not_hosts: Vec<String>,
+    pub ports: Vec<String>,
+    pub not_ports: Vec<String>,
+    pub methods: Vec<String>,
+    pub not_methods: Vec<String>,
+    pub paths: Vec<String>,
+    pub not_paths: Vec<String>,
+}
+
+/// A `when` condition on an attribute of the request.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct Condition {
+    /// The attribute (`request.headers[NAME]`, `source.ip`, …).
+    pub key: String,
+    /// It matches one of these.
+    pub values: Vec<String>,
+    /// It matches none of these.
+    pub not_values: Vec<String>,
+}
+
+/// The actions meshpush enforces, as Istio spells them.
+pub const AUTHORIZATION_ACTIONS: [&str; 4] = ["ALLOW", "DENY", "AUDIT", "CUSTOM"];
+
+/// The annotation that makes a policy a dry run.
+pub const DRY_RUN_ANNOTATION: &str = "istio.io/dry-run";
+
+/// The `when` keys Istio knows: exact ones, and prefixes of keyed ones
+/// (`request.headers[NAME]`).
+pub const CONDITION_KEYS: [&str; 11] = [
+    "source.ip",
+    "remote.ip",
+    "source.namespace",
+    "source.principal",
+    "source.serviceAccount",
+    "source.trustDomain",
+    "request.auth.principal",
+    "request.auth.audiences",
+    "request.auth.presenter",
+    "destination.ip",
+    "destination.port",
+];
+
+/// Whether `key` is a `when` key Istio knows (`connection.sni` included).
+pub fn is_condition_key(key: &str) -> bool {
+    CONDITION_KEYS.contains(&key)
+        || key == "connection.sni"
+        || (key.starts_with("request.headers[") && key.ends_with(']') && key.len() > "request.headers[]".len())
+        || (key.starts_with("request.auth.claims[") && key.ends_with(']'))
+        || key.starts_with("experimental.envoy.filters.")
+}

@@ -1,0 +1,557 @@
+//! AuthorizationPolicy → Envoy's RBAC filters on a workload's inbound
+//! chains, as Istio builds them (`pilot/pkg/security/authz`).
+//!
+//! Per action, one filter: AUDIT (RBAC `LOG`), then DENY, then ALLOW, so a
+//! request any DENY rule matches is refused whatever an ALLOW rule says,
+//! and with any ALLOW policy a request no ALLOW rule matches is refused
+//! too. A CUSTOM policy names an external authorizer meshpush does not
+//! have: its rules deny, as Istio's do for a provider it does not know.
+//! Each rule is one RBAC policy `ns[NS]-policy[NAME]-rule[I]`: any of its
+//! `from` (their fields all matching, values of one field any) and any of
+//! its `to`, and every `when`. A policy without rules matches nothing (an
+//! ALLOW without rules allows nothing). Dry-run policies go into the
+//! filter's shadow rules: evaluated and counted, not enforced.
+//!
+//! A part Envoy cannot check here — an HTTP attribute on a TCP port, or a
+//! JWT attribute (RequestAuthentication is not served yet) — fails closed,
+//! as Istio treats HTTP attributes on TCP ports: an ALLOW rule with it is
+//! left out (it allows nothing), a DENY rule is kept without it (it denies
+//! more).
+//!
+//! Invariant: the filters' bytes are a function of the policies only. The
+//! RBAC proto keeps its policies in a map, which prost encodes in hash
+//! order; so the filter configs are encoded from mirror messages of the
+//! same wire shape with the policies sorted by name.
+
+use std::sync::Arc;
+
+use envoy_types::pb::envoy::config::listener::v3::{Filter, filter};
+use envoy_types::pb::envoy::config::rbac::v3::{Permission, Policy, Principal, permission, principal, rbac::Action};
+use envoy_types::pb::envoy::config::route::v3::{HeaderMatcher, header_matcher::HeaderMatchSpecifier};
+use envoy_types::pb::envoy::extensions::filters::network::http_connection_manager::v3::{HttpFilter, http_filter};
+use envoy_types::pb::envoy::r#type::matcher::v3::{
+    PathMatcher, RegexMatcher, StringMatcher, path_matcher, string_matcher::MatchPattern,
+};
+use envoy_types::pb::google::protobuf::Any;
+
+use super::proto;
+use crate::config::istio::{AuthorizationRule, Condition, Operation, Source};
+use crate::push::index::AppliedPolicy;
+
+/// Envoy's HTTP RBAC filter.
+pub const HTTP_RBAC: &str = "envoy.filters.http.rbac";
+/// Envoy's network RBAC filter.
+pub const NETWORK_RBAC: &str = "envoy.filters.network.rbac";
+/// The stat prefix of the network filter, as Istio sets it.
+const TCP_STAT_PREFIX: &str = "tcp.";
+/// Stat prefixes of dry-run rules, as Istio sets them.
+const DRY_RUN_ALLOW: &str = "istio_dry_run_allow_";
+const DRY_RUN_DENY: &str = "istio_dry_run_deny_";
+
+/// The HTTP RBAC filters `policies` make, in the order they run.
+pub fn http_filters(policies: &[Arc<AppliedPolicy>]) -> Vec<HttpFilter> {
+    groups(policies, false)
+        .into_iter()
+        .map(|(rules, shadow, prefix)| {
+            let config = HttpRbac { rules, shadow_rules: shadow, shadow_rules_stat_prefix: prefix };
+            HttpFilter {
+                name: HTTP_RBAC.to_string(),
+                config_type: Some(http_filter::ConfigType::TypedConfig(packed(
+                    "envoy.extensions.filters.http.rbac.v3.RBAC",
+                    &config,
+                ))),
+                ..Default::default()
+            }
+        })
+        .collect()
+}
+
+/// The network RBAC filters `policies` make for a TCP port, in order.
+pub fn network_filters(policies: &[Arc<AppliedPolicy>]) -> Vec<Filter> {
+    groups(policies, true)
+        .into_iter()
+        .map(|(rules, shadow, prefix)| {
+            let config = NetworkRbac {
+                rules,
+                shadow_rules: shadow,
+                stat_prefix: TCP_STAT_PREFIX.to_string(),
+                shadow_rules_stat_prefix: prefix,
+            };
+            Filter {
+                name: NETWORK_RBAC.to_string(),
+                config_type: Some(filter::ConfigType::TypedConfig(packed(
+                    "envoy.extensions.filters.network.rbac.v3.RBAC",
+                    &config,
+                ))),
+            }
+        })
+        .collect()
+}
+
+fn packed(name: &str, message: &impl prost::Message) -> Any {
+    Any { type_url: format!("type.googleapis.com/{name}"), value: message.encode_to_vec() }
+}
+
+/// What a policy's action makes of its rules.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    Audit,
+    Deny,
+    Allow,
+}
+
+fn kind_of(policy: &AppliedPolicy) -> Kind {
+    match policy.spec.action.as_deref().unwrap_or("ALLOW") {
+        "AUDIT" => Kind::Audit,
+        "DENY" | "CUSTOM" => Kind::Deny,
+        _ => Kind::Allow,
+    }
+}
+
+/// Per action present, in order: `(rules, shadow rules, shadow stat prefix)`.
+fn groups(policies: &[Arc<AppliedPolicy>], tcp: bool) -> Vec<(Option<RbacRules>, Option<RbacRules>, String)> {
+    let mut out = Vec::new();
+    for (kind, action) in [(Kind::Audit, Action::Log), (Kind::Deny, Action::Deny), (Kind::Allow, Action::Allow)] {
+        let of_kind: Vec<&Arc<AppliedPolicy>> = policies.iter().filter(|p| kind_of(p) == kind).collect();
+        if of_kind.is_empty() {
+            continue;
+        }
+        let rules = |dry_run: bool| {
+            let chosen: Vec<&&Arc<AppliedPolicy>> = of_kind.iter().filter(|p| p.dry_run == dry_run).collect();
+            if chosen.is_empty() {
+                return None;
+            }
+            let mut policies: Vec<NamedPolicy> = chosen.iter().flat_map(|p| rbac_policies(p, kind, tcp)).collect();
+            policies.sort_by(|a, b| a.name.cmp(&b.name));
+            Some(RbacRules { action: action as i32, policies })
+        };
+        let prefix = match (kind, rules(true).is_some()) {
+            (Kind::Allow, true) => DRY_RUN_ALLOW,
+            (Kind::Deny, true) => DRY_RUN_DENY,
+            _ => "",
+        };
+        out.push((rules(false), rules(true), prefix.to_string()));
+    }
+    out
+}
+
+/// The RBAC policies of one AuthorizationPolicy, named as Istio names them.
+fn rbac_policies(policy: &AppliedPolicy, kind: Kind, tcp: bool) -> Vec<NamedPolicy> {
+    let name = |i: usize| format!("ns[{}]-policy[{}]-rule[{i}]", policy.namespace, policy.name);
+    if policy.spec.rules.is_empty() {
+        return vec![NamedPolicy { name: name(0), policy: Some(match_never()) }];
+    }
+    policy
+        .spec
+        .rules
+        .iter()
+        .enumerate()
+        .filter_map(|(i, rule)| {
+            let built = RuleBuilder { namespace: &policy.namespace, tcp, strict: kind == Kind::Allow }.rule(rule)?;
+            Some(NamedPolicy { name: name(i), policy: Some(built) })
+        })
+        .collect()
+}
+
+/// Nothing matches it: Istio's policy for an ALLOW (or DENY) without rules.
+fn match_never() -> Policy {
+    Policy {
+        permissions: vec![Permission {
+            rule: Some(permission::Rule::NotRule(Box::new(Permission { rule: Some(permission::Rule::Any(true)) }))),
+        }],
+        principals: vec![Principal {
+            identifier: Some(principal::Identifier::NotId(Box::new(Principal {
+                identifier: Some(principal::Identifier::Any(true)),
+            }))),
+        }],
+        ..Default::default()
+    }
+}
+
+/// Builds the RBAC policy of one rule.
+struct RuleBuilder<'a> {
+    /// The policy's namespace (`serviceAccounts` without one are in it).
+    namespace: &'a str,
+    /// For a TCP port: HTTP attributes cannot be checked.
+    tcp: bool,
+    /// An ALLOW rule: a part that cannot be checked leaves the rule out
+    /// (else the part is left out).
+    strict: bool,
+}
+
+/// A part of a rule Envoy cannot check here.
+struct Unchecked;
+
+impl RuleBuilder<'_> {
+    fn rule(&self, rule: &AuthorizationRule) -> Option<Policy> {
+        let mut base_permissions: Vec<Permission> = Vec::new();
+        let mut base_principals: Vec<Principal> = Vec::new();
+        for condition in &rule.when {
+            match self.condition(condition) {
+                Ok((mut permissions, mut principals)) => {
+                    base_permissions.append(&mut permissions);
+                    base_principals.append(&mut principals);
+                }
+                Err(Unchecked) if self.strict => return None,
+                Err(Unchecked) => {}
+            }
+        }
+        let mut principals = Vec::new();
+        for from in &rule.from {
+            let mut and = match from.source.as_ref().map(|s| self.source(s)).transpose() {
+                Ok(ids) => ids.unwrap_or_default(),
+                Err(Unchecked) => return None,
+            };
+            and.extend(base_principals.iter().cloned());
+            principals.push(principal_and(and));
+        }
+        if rule.from.is_empty() {
+            principals.push(principal_and(base_principals));
+        }
+        let mut permissions = Vec::new();
+        for to in &rule.to {
+            let mut and = match to.operation.as_ref().map(|o| self.operation(o)).transpose() {
+                Ok(rules) => rules.unwrap_or_default(),
+                Err(Unchecked) => return None,
+            };
+            and.extend(base_permissions.iter().cloned());
+            permissions.push(permission_and(and));
+        }
+        if rule.to.is_empty() {
+            permissions.push(permission_and(base_permissions));
+        }
+        Some(Policy { permissions, principals, ..Default::default() })
+    }
+
+    /// The principal conditions of a source, in Istio's order.
+    fn source(&self, s: &Source) -> Result<Vec<Principal>, Unchecked> {
+        let mut and = Vec::new();
+        self.ids(&mut and, &s.principals, &s.not_principals, |v| Some(authenticated(spiffe_matcher(v))));
+        self.request_principals(&s.request_principals, &s.not_request_principals)?;
+        self.ids(&mut and, &s.service_accounts, &s.not_service_accounts, |v| {
+            Some(authenticated(regex(&service_account_regex(self.namespace, v))))
+        });
+        self.ids(&mut and, &s.trust_domains, &s.not_trust_domains, |v| Some(authenticated(trust_domain_matcher(v))));
+        self.ids(&mut and, &s.namespaces, &s.not_namespaces, |v| Some(authenticated(namespace_matcher(v))));
+        self.ids(&mut and, &s.remote_ip_blocks, &s.not_remote_ip_blocks, |v| {
+            proto::cidr_range(v).map(|c| id(principal::Identifier::RemoteIp(c)))
+        });
+        self.ids(&mut and, &s.ip_blocks, &s.not_ip_blocks, |v| {
+            proto::cidr_range(v).map(|c| id(principal::Identifier::DirectRemoteIp(c)))
+        });
+        Ok(and)
+    }
+
+    /// The permission conditions of an operation, in Istio's order.
+    fn operation(&self, o: &Operation) -> Result<Vec<Permission>, Unchecked> {
+        let mut and = Vec::new();
+        let http = [(&o.hosts, &o.not_hosts), (&o.methods, &o.not_methods), (&o.paths, &o.not_paths)];
+        if self.tcp && http.iter().any(|(values, not)| !values.is_empty() || !not.is_empty()) {
+            if self.strict {
+                return Err(Unchecked);
+            }
+        } else {
+            self.rules(&mut and, &o.hosts, &o.not_hosts, |v| {
+                Some(rule(permission::Rule::Header(header_matcher(":authority", v, true))))
+            });
+            self.rules(&mut and, &o.methods, &o.not_methods, |v| {
+                Some(rule(permission::Rule::Header(header_matcher(":method", v, false))))
+            });
+            self.rules(&mut and, &o.paths, &o.not_paths, |v| {
+                Some(rule(permission::Rule::UrlPath(PathMatcher {
+                    rule: Some(path_matcher::Rule::Path(string_matcher(v, ""))),
+                })))
+            });
+        }
+        self.rules(&mut and, &o.ports, &o.not_ports, |v| {
+            v.parse().ok().map(|p| rule(permission::Rule::DestinationPort(p)))
+        });
+        Ok(and)
+    }
+
+    /// `(permissions, principals)` of a `when` condition.
+    fn condition(&self, c: &Condition) -> Result<(Vec<Permission>, Vec<Principal>), Unchecked> {
+        let (mut permissions, mut principals) = (Vec::new(), Vec::new());
+        let (values, not) = (&c.values, &c.not_values);
+        match c.key.as_str() {
+            "destination.ip" => self.rules(&mut permissions, values, not, |v| {
+                proto::cidr_range(v).map(|r| rule(permission::Rule::DestinationIp(r)))
+            }),
+            "destination.port" => self.rules(&mut permissions, values, not, |v| {
+                v.parse().ok().map(|p| rule(permission::Rule::DestinationPort(p)))
+            }),
+            "connection.sni" => self.rules(&mut permissions, values, not, |v| {
+                Some(rule(permission::Rule::RequestedServerName(string_matcher(v, ""))))
+            }),
+            "source.ip" => self.ids(&mut principals, values, not, |v| {
+                proto::cidr_range(v).map(|c| id(principal::Identifier::DirectRemoteIp(c)))
+            }),
+            "remote.ip" => self.ids(&mut principals, values, not, |v| {
+                proto::cidr_range(v).map(|c| id(principal::Identifier::RemoteIp(c)))
+            }),
+            "source.namespace" => self.ids(&mut principals, values, not, |v| Some(authenticated(namespace_matcher(v)))),
+            "source.trustDomain" => {
+                self.ids(&mut principals, values, not, |v| Some(authenticated(trust_domain_matcher(v))))
+            }
+            "source.serviceAccount" => self.ids(&mut principals, values, not, |v| {
+                Some(authenticated(regex(&service_account_regex(self.namespace, v))))
+            }),
+            "source.principal" => self.ids(&mut principals, values, not, |v| Some(authenticated(spiffe_matcher(v)))),
+            key => match key.strip_prefix("request.headers[").and_then(|k| k.strip_suffix(']')) {
+                Some(_) if self.tcp => return Err(Unchecked),
+                Some(header) => self.ids(&mut principals, values, not, |v| {
+                    Some(id(principal::Identifier::Header(header_matcher(header, v, false))))
+                }),
+                // JWT attributes and Envoy filter metadata.
+                None => return Err(Unchecked),
+            },
+        }
+        Ok((permissions, principals))
+    }
+
+    /// Request principals need the JWT filter: never checked yet.
+    fn request_principals(&self, values: &[String], not: &[String]) -> Result<(), Unchecked> {
+        if (!values.is_empty() || !not.is_empty()) && self.strict {
+            return Err(Unchecked);
+        }
+        Ok(())
+    }
+
+    /// Appends "any of `values`" and "none of `not`" as principals.
+    fn ids(&self, and: &mut Vec<Principal>, values: &[String], not: &[String], f: impl Fn(&str) -> Option<Principal>) {
+        let any: Vec<Principal> = values.iter().filter_map(|v| f(v)).collect();
+        if !any.is_empty() {
+            and.push(id(principal::Identifier::OrIds(principal::Set { ids: any })));
+        }
+        let none: Vec<Principal> = not.iter().filter_map(|v| f(v)).collect();
+        if !none.is_empty() {
+            let or = id(principal::Identifier::OrIds(principal::Set { ids: none }));
+            and.push(id(principal::Identifier::NotId(Box::new(or))));
+        }
+    }
+
+    /// Appends "any of `values`" and "none of `not`" as permissions.
+    fn rules(
+        &self,
+        and: &mut Vec<Permission>,
+        values: &[String],
+        not: &[String],
+        f: impl Fn(&str) -> Option<Permission>,
+    ) {
+        let any: Vec<Permission> = values.iter().filter_map(|v| f(v)).collect();
+        if !any.is_empty() {
+            and.push(rule(permission::Rule::OrRules(permission::Set { rules: any })));
+        }
+        let none: Vec<Permission> = not.iter().filter_map(|v| f(v)).collect();
+        if !none.is_empty() {
+            let or = rule(permission::Rule::OrRules(permission::Set { rules: none }));
+            and.push(rule(permission::Rule::NotRule(Box::new(or))));
+        }
+    }
+}
+
+fn id(identifier: principal::Identifier) -> Principal {
+    Principal { identifier: Some(identifier) }
+}
+
+fn rule(rule: permission::Rule) -> Permission {
+    Permission { rule: Some(rule) }
+}
+
+fn principal_and(ids: Vec<Principal>) -> Principal {
+    if ids.is_empty() {
+        return id(principal::Identifier::Any(true));
+    }
+    id(principal::Identifier::AndIds(principal::Set { ids }))
+}
+
+fn permission_and(rules: Vec<Permission>) -> Permission {
+    if rules.is_empty() {
+        return rule(permission::Rule::Any(true));
+    }
+    rule(permission::Rule::AndRules(permission::Set { rules }))
+}
+
+fn authenticated(m: StringMatcher) -> Principal {
+    id(principal::Identifier::Authenticated(principal::Authenticated { principal_name: Some(m) }))
+}
+
+/// Istio's wildcard strings: `*` any (present), `*x` suffix, `x*` prefix,
+/// else exact; `prefix` goes before the value (a suffix match under a
+/// prefix becomes a regular expression).
+fn string_matcher(value: &str, prefix: &str) -> StringMatcher {
+    let pattern = if value == "*" {
+        return regex(".+");
+    } else if let Some(suffix) = value.strip_prefix('*') {
+        if prefix.is_empty() {
+            MatchPattern::Suffix(suffix.to_string())
+        } else {
+            return regex(&format!("{}.*{}", regex_quote(prefix), regex_quote(suffix)));
+        }
+    } else if let Some(start) = value.strip_suffix('*') {
+        MatchPattern::Prefix(format!("{prefix}{start}"))
+    } else {
+        MatchPattern::Exact(format!("{prefix}{value}"))
+    };
+    StringMatcher { match_pattern: Some(pattern), ..Default::default() }
+}
+
+/// A principal (`cluster.local/ns/NS/sa/SA`) as the peer certificate's URI.
+fn spiffe_matcher(value: &str) -> StringMatcher {
+    string_matcher(value, "spiffe://")
+}
+
+fn namespace_matcher(value: &str) -> StringMatcher {
+    let pattern: Vec<String> = value.split('*').map(regex_quote).collect();
+    regex(&format!(".*/ns/{}/.*", pattern.join(".*")))
+}
+
+fn trust_domain_matcher(value: &str) -> StringMatcher {
+    if value == "*" {
+        return StringMatcher { match_pattern: Some(MatchPattern::Prefix("spiffe://".into())), ..Default::default() };
+    }
+    match value.split_once('*') {
+        None => StringMatcher {
+            match_pattern: Some(MatchPattern::Prefix(format!("spiffe://{value}/"))),
+            ..Default::default()
+        },
+        Some((head, tail)) => regex(&format!("spiffe://{}[^/]*{}/.*", regex_quote(head), regex_quote(tail))),
+    }
+}
+
+/// `NS/SA`, or `SA` in the policy's namespace.
+fn service_account_regex(namespace: &str, value: &str) -> String {
+    let (ns, sa) = value.split_once('/').unwrap_or((namespace, value));
+    format!("spiffe://.+/ns/{}/(.+/|)sa/{}(/.+)?", regex_quote(ns), regex_quote(sa))
+}
+
+fn regex(expression: &str) -> StringMatcher {
+    StringMatcher {
+        match_pattern: Some(MatchPattern::SafeRegex(RegexMatcher {
+            regex: expression.to_string(),
+            ..Default::default()
+        })),
+        ..Default::default()
+    }
+}
+
+fn regex_quote(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for c in text.chars() {
+        if "\\.+*?()|[]{}^$".contains(c) {
+            out.push('\\');
+        }
+        out.push(c);
+    }
+    out
+}
+
+/// A header matcher with Istio's wildcards (`*` present, `*x`, `x*`).
+fn header_matcher(name: &str, value: &str, ignore_case: bool) -> HeaderMatcher {
+    let specifier = if value == "*" {
+        HeaderMatchSpecifier::PresentMatch(true)
+    } else {
+        let mut m = string_matcher(value, "");
+        m.ignore_case = ignore_case;
+        HeaderMatchSpecifier::StringMatch(m)
+    };
+    HeaderMatcher { name: name.to_string(), header_match_specifier: Some(specifier), ..Default::default() }
+}
+
+/// `envoy.config.rbac.v3.RBAC` with its policies in name order: the same
+/// wire shape (a map is a repeated entry of key 1 and value 2).
+#[derive(Clone, PartialEq, prost::Message)]
+struct RbacRules {
+    #[prost(int32, tag = "1")]
+    action: i32,
+    #[prost(message, repeated, tag = "2")]
+    policies: Vec<NamedPolicy>,
+}
+
+/// One entry of the `policies` map.
+#[derive(Clone, PartialEq, prost::Message)]
+struct NamedPolicy {
+    #[prost(string, tag = "1")]
+    name: String,
+    #[prost(message, optional, tag = "2")]
+    policy: Option<Policy>,
+}
+
+/// `envoy.extensions.filters.http.rbac.v3.RBAC`, the fields set here.
+#[derive(Clone, PartialEq, prost::Message)]
+struct HttpRbac {
+    #[prost(message, optional, tag = "1")]
+    rules: Option<RbacRules>,
+    #[prost(message, optional, tag = "2")]
+    shadow_rules: Option<RbacRules>,
+    #[prost(string, tag = "3")]
+    shadow_rules_stat_prefix: String,
+}
+
+/// `envoy.extensions.filters.network.rbac.v3.RBAC`, the fields set here.
+#[derive(Clone, PartialEq, prost::Message)]
+struct NetworkRbac {
+    #[prost(message, optional, tag = "1")]
+    rules: Option<RbacRules>,
+    #[prost(message, optional, tag = "2")]
+    shadow_rules: Option<RbacRules>,
+    #[prost(string, tag = "3")]
+    stat_prefix: String,
+    #[prost(string, tag = "5")]
+    shadow_rules_stat_prefix: String,
+}
+
+#[cfg(test)]
+mod tests {
+    use envoy_types::pb::envoy::extensions::filters::http::rbac::v3::Rbac as EnvoyHttpRbac;
+    use prost::Message as _;
+
+    use super::*;
+
+    #[test]
+    fn the_mirror_encoding_decodes_as_envoy_s_rbac_with_every_policy() {
+        let config = HttpRbac {
+            rules: Some(RbacRules {
+                action: Action::Deny as i32,
+                policies: vec![
+                    NamedPolicy { name: "a".into(), policy: Some(match_never()) },
+                    NamedPolicy { name: "b".into(), policy: Some(Policy::default()) },
+                ],
+            }),
+            shadow_rules: None,
+            shadow_rules_stat_prefix: String::new(),
+        };
+        let decoded = EnvoyHttpRbac::decode(config.encode_to_vec().as_slice()).unwrap();
+        let rules = decoded.rules.unwrap();
+        assert_eq!(rules.action, Action::Deny as i32);
+        assert_eq!(rules.policies.len(), 2);
+        assert_eq!(rules.policies["a"], match_never());
+    }
+
+    #[test]
+    fn wildcards_become_the_matchers_istio_makes() {
+        let exact = |m: StringMatcher| m.match_pattern;
+        assert_eq!(
+            exact(spiffe_matcher("cluster.local/ns/a/sa/b")),
+            Some(MatchPattern::Exact("spiffe://cluster.local/ns/a/sa/b".into()))
+        );
+        assert_eq!(
+            exact(spiffe_matcher("cluster.local/*")),
+            Some(MatchPattern::Prefix("spiffe://cluster.local/".into()))
+        );
+        assert_eq!(
+            exact(spiffe_matcher("*/sa/b")),
+            Some(MatchPattern::SafeRegex(RegexMatcher { regex: "spiffe://.*/sa/b".into(), ..Default::default() }))
+        );
+        assert_eq!(exact(string_matcher("*.example", "")), Some(MatchPattern::Suffix(".example".into())));
+        assert_eq!(
+            service_account_regex("shop", "web"),
+            "spiffe://.+/ns/shop/(.+/|)sa/web(/.+)?",
+            "a service account without a namespace is the policy's"
+        );
+        assert_eq!(
+            exact(namespace_matcher("team-*")),
+            Some(MatchPattern::SafeRegex(RegexMatcher { regex: ".*/ns/team-.*/.*".into(), ..Default::default() }))
+        );
+    }
+}

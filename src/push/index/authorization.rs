@@ -1,0 +1,119 @@
+//! `AuthorizationIndex`: the AuthorizationPolicies that apply to each
+//! workload, as Istio selects them (`ListAuthorizationPolicies`): those of
+//! the root namespace and of the workload's namespace whose selector is
+//! absent or matches the workload's labels. Policies that name targets
+//! (`targetRef`, `targetRefs`: Gateway API gateways and waypoints, which
+//! meshpush does not serve) apply to no workload; validation says so.
+//!
+//! What applies to a workload is part of its inbound key, policies and all
+//! ([`AppliedPolicy`]), so inbound configuration stays a pure function of
+//! the key and an edited policy is a new key.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+
+use serde::Serialize;
+
+use crate::config::istio::{AuthorizationPolicySpec, DRY_RUN_ANNOTATION};
+use crate::config::mesh::MeshConfig;
+use crate::config::{ConfigKind, ConfigObject};
+use crate::model::StoreSnapshot;
+
+/// One AuthorizationPolicy as a workload's inbound configuration reads it.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+pub struct AppliedPolicy {
+    /// Its namespace (the default namespace of its `serviceAccounts`).
+    pub namespace: Arc<str>,
+    /// Its name.
+    pub name: Arc<str>,
+    /// Whether it is a dry run (`istio.io/dry-run: "true"`): shadow rules only.
+    pub dry_run: bool,
+    /// Its spec.
+    #[serde(skip)]
+    pub spec: AuthorizationPolicySpec,
+}
+
+/// The AuthorizationPolicies of a snapshot, by namespace.
+#[derive(Debug, Default)]
+pub struct AuthorizationIndex {
+    root_namespace: Arc<str>,
+    /// Policies without targets, by namespace, in name order.
+    by_namespace: HashMap<Arc<str>, Vec<Arc<AppliedPolicy>>>,
+}
+
+impl AuthorizationIndex {
+    /// Indexes the AuthorizationPolicies of `store`.
+    pub fn build(store: &StoreSnapshot, mesh: &MeshConfig) -> AuthorizationIndex {
+        let mut index = AuthorizationIndex { root_namespace: mesh.root_namespace.clone(), ..Default::default() };
+        for stored in store.kind(ConfigKind::AuthorizationPolicy).values() {
+            let ConfigObject::AuthorizationPolicy(policy) = &stored.object else { continue };
+            let spec = &policy.spec;
+            if spec.target_ref.is_some() || !spec.target_refs.is_empty() {
+                continue;
+            }
+            let namespace: Arc<str> = policy.metadata.namespace().into();
+            let applied = AppliedPolicy {
+                namespace: namespace.clone(),
+                name: policy.metadata.name.as_str().into(),
+                dry_run: policy.metadata.annotations.get(DRY_RUN_ANNOTATION).is_some_and(|v| v == "true"),
+                spec: spec.clone(),
+            };
+            index.by_namespace.entry(namespace).or_default().push(Arc::new(applied));
+        }
+        index
+    }
+
+    /// The policies that apply to a workload of `namespace` with `labels`,
+    /// by namespace then name.
+    pub fn for_workload(&self, namespace: &str, labels: &BTreeMap<String, String>) -> Vec<Arc<AppliedPolicy>> {
+        let selects = |p: &&Arc<AppliedPolicy>| {
+            p.spec.selector.as_ref().is_none_or(|s| s.match_labels.iter().all(|(k, v)| labels.get(k) == Some(v)))
+        };
+        let mut out: Vec<Arc<AppliedPolicy>> = Vec::new();
+        for ns in [&*self.root_namespace, namespace] {
+            out.extend(self.by_namespace.get(ns).into_iter().flatten().filter(selects).cloned());
+            if ns == namespace {
+                break;
+            }
+        }
+        out.sort();
+        out.dedup();
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::ConfigStore;
+
+    fn policy(namespace: &str, name: &str, rest: &str) -> String {
+        format!(
+            "apiVersion: security.istio.io/v1\nkind: AuthorizationPolicy\nmetadata: {{name: {name}, namespace: {namespace}}}\nspec:\n{rest}\n---\n"
+        )
+    }
+
+    #[test]
+    fn the_root_namespace_s_policies_and_the_workload_namespace_s_apply_when_they_select_it() {
+        let yaml = [
+            policy("istio-system", "mesh", "  action: DENY\n  rules: [{to: [{operation: {paths: [/admin]}}]}]"),
+            policy("istio-system", "mesh-web", "  selector: {matchLabels: {app: web}}\n  rules: [{}]"),
+            policy("shop", "ns", "  rules: [{}]"),
+            policy("shop", "db", "  selector: {matchLabels: {app: db}}\n  rules: [{}]"),
+            policy("other", "elsewhere", "  rules: [{}]"),
+            policy("shop", "waypoint", "  targetRefs: [{kind: Service, name: web}]\n  rules: [{}]"),
+        ]
+        .concat();
+        let store = ConfigStore::new();
+        let parsed = crate::config::parse::parse_documents("authz.yaml", &yaml);
+        store.apply(parsed.objects.into_iter().map(|(o, s)| crate::model::store::Write::Put(o, s)).collect::<Vec<_>>());
+        let index = AuthorizationIndex::build(&store.snapshot(), &MeshConfig::default());
+        let names = |ns: &str, app: &str| -> Vec<String> {
+            let labels = [("app".to_string(), app.to_string())].into();
+            index.for_workload(ns, &labels).iter().map(|p| format!("{}/{}", p.namespace, p.name)).collect()
+        };
+        assert_eq!(names("shop", "web"), ["istio-system/mesh", "istio-system/mesh-web", "shop/ns"]);
+        assert_eq!(names("shop", "db"), ["istio-system/mesh", "shop/db", "shop/ns"]);
+        assert_eq!(names("istio-system", "db"), ["istio-system/mesh"]);
+    }
+}
