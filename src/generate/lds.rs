@@ -547,7 +547,27 @@ fn inbound_http_connection_manager(port: u32, authorization: &[Arc<AppliedPolicy
 /// filters (which routes configure through `typed_per_filter_config`), then
 /// the router; websocket upgrades allowed.
 fn http_connection_manager(stat_prefix: String, routes: RouteSpecifier) -> Filter {
-    connection_manager_filter(&connection_manager(stat_prefix, routes))
+    guarded_http_connection_manager(stat_prefix, routes, &[])
+}
+
+/// [`http_connection_manager`] with the RBAC filters of `authorization` first.
+fn guarded_http_connection_manager(
+    stat_prefix: String,
+    routes: RouteSpecifier,
+    authorization: &[Arc<AppliedPolicy>],
+) -> Filter {
+    let mut hcm = connection_manager(stat_prefix, routes);
+    let mut filters = authz::http_filters(authorization);
+    filters.append(&mut hcm.http_filters);
+    hcm.http_filters = filters;
+    connection_manager_filter(&hcm)
+}
+
+/// tcp_proxy to `backends`, after the RBAC filters of `authorization`.
+fn guarded_tcp_proxy(stat_prefix: &str, backends: Backends, authorization: &[Arc<AppliedPolicy>]) -> Vec<Filter> {
+    let mut filters = authz::network_filters(authorization);
+    filters.push(tcp_proxy(stat_prefix, backends));
+    filters
 }
 
 fn connection_manager_filter(hcm: &HttpConnectionManager) -> Filter {

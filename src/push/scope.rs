@@ -104,6 +104,9 @@ pub struct ScopeKey {
     /// Whether the proxy holds a workload certificate (over SDS): only
     /// then do its clusters originate mesh mTLS.
     pub mesh_certificates: bool,
+    /// For routers: the AuthorizationPolicies that apply to it (their RBAC
+    /// filters guard its listeners). Sidecars keep theirs in the inbound key.
+    pub authorization: Vec<Arc<AppliedPolicy>>,
 }
 
 /// Interned [`InboundKey`].
@@ -288,6 +291,7 @@ pub fn scope_key(ctx: &PushContext, proxy: &Proxy) -> ScopeKey {
             gateways: ctx.gateways.matching(&proxy.labels).iter().map(|g| g.key.clone()).collect(),
             source_labels,
             mesh_certificates: proxy.mesh_certificates,
+            authorization: ctx.authorization.for_workload(&proxy.namespace, &proxy.labels),
         },
         ProxyKind::Sidecar => ScopeKey {
             kind: ProxyKind::Sidecar,
@@ -297,6 +301,7 @@ pub fn scope_key(ctx: &PushContext, proxy: &Proxy) -> ScopeKey {
             gateways: Vec::new(),
             source_labels,
             mesh_certificates: proxy.mesh_certificates,
+            authorization: Vec::new(),
         },
     }
 }

@@ -15,6 +15,10 @@
 //!   AUTO_PASSTHROUGH server a chain per cluster it reaches, by the SNI
 //!   that names the cluster.
 //!
+//! Every chain runs the RBAC filters of the AuthorizationPolicies that
+//! select the router before its connection manager or tcp_proxy
+//! (`generate::authz`).
+//!
 //! A server whose chain cannot be built (a Secret it names is missing, no
 //! route is bound to it) is left out with a warning; the port's other
 //! servers are served. A port left with no chain has no listener.
@@ -27,7 +31,7 @@ use envoy_types::pb::envoy::config::listener::v3::{
 };
 use envoy_types::pb::envoy::extensions::filters::listener::tls_inspector::v3::TlsInspector;
 
-use super::{http_connection_manager, rds, tcp_proxy};
+use super::{guarded_http_connection_manager, guarded_tcp_proxy, rds};
 use crate::config::istio::TlsMode;
 use crate::generate::gateway::{self, GatewayPort, PortKind};
 use crate::generate::route::{Backends, RouteTarget};
@@ -51,15 +55,23 @@ pub fn listeners(ctx: &PushContext, scope: &Scope) -> Vec<Listener> {
 
 fn listener(ctx: &PushContext, scope: &Scope, p: &GatewayPort<'_>) -> Option<Listener> {
     let name = naming::listener(p.bind, p.port);
+    let authz = &scope.key.authorization;
     let chains = match p.kind {
         PortKind::Http => vec![FilterChain {
-            filters: vec![http_connection_manager(format!("outbound_{name}"), rds(naming::gateway_route(p.port)))],
+            filters: vec![guarded_http_connection_manager(
+                format!("outbound_{name}"),
+                rds(naming::gateway_route(p.port)),
+                authz,
+            )],
             ..Default::default()
         }],
         PortKind::Tcp => {
             let backends = p.servers.iter().find_map(|(gw, server)| tcp_backends(ctx, scope, gw, server));
             let backends = backends.unwrap_or_else(|| Backends::Single(naming::BLACKHOLE_CLUSTER.to_string()));
-            vec![FilterChain { filters: vec![tcp_proxy(&format!("outbound_{name}"), backends)], ..Default::default() }]
+            vec![FilterChain {
+                filters: guarded_tcp_proxy(&format!("outbound_{name}"), backends, authz),
+                ..Default::default()
+            }]
         }
         PortKind::Tls => tls_chains(ctx, scope, p),
     };
@@ -106,6 +118,7 @@ fn sni_match(names: Vec<String>, alpn: &[&str]) -> Option<FilterChainMatch> {
 
 /// The chains of a TLS port, server by server.
 fn tls_chains(ctx: &PushContext, scope: &Scope, p: &GatewayPort<'_>) -> Vec<FilterChain> {
+    let authz = &scope.key.authorization;
     let mut chains: Vec<FilterChain> = Vec::new();
     // SNI names already matched by a chain of this listener: a repeated
     // match would make Envoy refuse the listener, so the later one is left out.
@@ -129,16 +142,16 @@ fn tls_chains(ctx: &PushContext, scope: &Scope, p: &GatewayPort<'_>) -> Vec<Filt
                         continue;
                     }
                 };
-                let filter = if gateway::terminates_https(server) {
+                let filters = if gateway::terminates_https(server) {
                     let route = gateway::route_name(gw, server).expect("an HTTPS server has a route config");
                     let stat_prefix = server.name.as_deref().map_or_else(|| route.clone(), str::to_string);
-                    http_connection_manager(stat_prefix, rds(route))
+                    vec![guarded_http_connection_manager(stat_prefix, rds(route), authz)]
                 } else {
                     let Some(backends) = tcp_backends(ctx, scope, gw, server) else {
                         tracing::warn!(server = %at, "gateway server not served: no TCP route of a VirtualService bound to it");
                         continue;
                     };
-                    tcp_proxy(&format!("outbound_{}", naming::listener(p.bind, p.port)), backends)
+                    guarded_tcp_proxy(&format!("outbound_{}", naming::listener(p.bind, p.port)), backends, authz)
                 };
                 let names = server.sni_hosts();
                 if !claim(&names) {
@@ -148,7 +161,7 @@ fn tls_chains(ctx: &PushContext, scope: &Scope, p: &GatewayPort<'_>) -> Vec<Filt
                     name: format!("{}.{}", gw.name, server.port_name),
                     filter_chain_match: sni_match(names, &[]),
                     transport_socket: Some(tls::downstream_socket(&context)),
-                    filters: vec![filter],
+                    filters,
                     ..Default::default()
                 });
             }
@@ -178,7 +191,7 @@ fn tls_chains(ctx: &PushContext, scope: &Scope, p: &GatewayPort<'_>) -> Vec<Filt
                         chains.push(FilterChain {
                             name: format!("{}.{}.{cluster}", gw.name, server.port_name),
                             filter_chain_match: sni_match(names, &[]),
-                            filters: vec![tcp_proxy(&cluster, backends)],
+                            filters: guarded_tcp_proxy(&cluster, backends, authz),
                             ..Default::default()
                         });
                     }
@@ -193,7 +206,7 @@ fn tls_chains(ctx: &PushContext, scope: &Scope, p: &GatewayPort<'_>) -> Vec<Filt
                     chains.push(FilterChain {
                         name: target.cluster.clone(),
                         filter_chain_match: sni_match(names, &ISTIO_MTLS_ALPNS),
-                        filters: vec![tcp_proxy(&target.cluster, Backends::Single(target.cluster.clone()))],
+                        filters: guarded_tcp_proxy(&target.cluster, Backends::Single(target.cluster.clone()), authz),
                         ..Default::default()
                     });
                 }

@@ -160,3 +160,26 @@ fn many_policies_encode_to_the_same_bytes_every_time() {
         assert_eq!(key(&yaml), first, "the policies map is encoded in name order");
     }
 }
+
+#[test]
+fn a_policy_selecting_a_gateway_guards_its_listeners() {
+    let yaml = "apiVersion: security.istio.io/v1\nkind: AuthorizationPolicy\nmetadata: {name: edge, namespace: default}\nspec:\n  selector: {matchLabels: {istio: ingressgateway}}\n  action: DENY\n  rules: [{from: [{source: {ipBlocks: [192.0.2.0/24]}}]}]\n";
+    let ctx = context(mesh_with(yaml));
+    let listeners = lds::listeners(&ctx, &ingress(&ctx));
+    let managers: Vec<HttpConnectionManager> = listeners
+        .iter()
+        .flat_map(|l| &l.filter_chains)
+        .flat_map(|c| &c.filters)
+        .filter(|f| f.name == "envoy.filters.network.http_connection_manager")
+        .map(hcm)
+        .collect();
+    assert!(!managers.is_empty());
+    for manager in managers {
+        assert_eq!(manager.http_filters[0].name, "envoy.filters.http.rbac", "{}", manager.stat_prefix);
+    }
+    // Sidecars of the namespace are not selected.
+    let sidecar = productpage_inbound(&ctx, "REDIRECT");
+    assert!(sidecar.authorization.is_empty());
+    let without = context(mesh());
+    assert_ne!(ingress(&ctx).key, ingress(&without).key, "the gateway's policies are part of its scope");
+}
