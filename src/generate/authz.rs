@@ -12,8 +12,9 @@
 //! ALLOW without rules allows nothing). Dry-run policies go into the
 //! filter's shadow rules: evaluated and counted, not enforced.
 //!
-//! A part Envoy cannot check here — an HTTP attribute on a TCP port, or a
-//! JWT attribute (RequestAuthentication is not served yet) — fails closed,
+//! A part Envoy cannot check here — an HTTP attribute on a TCP port, a JWT
+//! attribute (RequestAuthentication is not served yet), Envoy filter
+//! metadata, a path template (`{*}`) — fails closed,
 //! as Istio treats HTTP attributes on TCP ports: an ALLOW rule with it is
 //! left out (it allows nothing), a DENY rule is kept without it (it denies
 //! more).
@@ -246,6 +247,11 @@ impl RuleBuilder<'_> {
     fn operation(&self, o: &Operation) -> Result<Vec<Permission>, Unchecked> {
         let mut and = Vec::new();
         let http = [(&o.hosts, &o.not_hosts), (&o.methods, &o.not_methods), (&o.paths, &o.not_paths)];
+        // Istio's path templates (`{*}`, `{**}`) are not translated yet.
+        let templates = o.paths.iter().chain(&o.not_paths).any(|p| p.contains('{'));
+        if templates && self.strict {
+            return Err(Unchecked);
+        }
         if self.tcp && http.iter().any(|(values, not)| !values.is_empty() || !not.is_empty()) {
             if self.strict {
                 return Err(Unchecked);
@@ -257,11 +263,15 @@ impl RuleBuilder<'_> {
             self.rules(&mut and, &o.methods, &o.not_methods, |v| {
                 Some(rule(permission::Rule::Header(header_matcher(":method", v, false))))
             });
-            self.rules(&mut and, &o.paths, &o.not_paths, |v| {
-                Some(rule(permission::Rule::UrlPath(PathMatcher {
-                    rule: Some(path_matcher::Rule::Path(string_matcher(v, ""))),
-                })))
-            });
+            // A DENY rule with a template checks no path at all (it denies
+            // more), rather than a part of its paths (it would deny less).
+            if !templates {
+                self.rules(&mut and, &o.paths, &o.not_paths, |v| {
+                    Some(rule(permission::Rule::UrlPath(PathMatcher {
+                        rule: Some(path_matcher::Rule::Path(string_matcher(v, ""))),
+                    })))
+                });
+            }
         }
         self.rules(&mut and, &o.ports, &o.not_ports, |v| {
             v.parse().ok().map(|p| rule(permission::Rule::DestinationPort(p)))

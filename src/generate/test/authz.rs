@@ -183,3 +183,20 @@ fn a_policy_selecting_a_gateway_guards_its_listeners() {
     let without = context(mesh());
     assert_ne!(ingress(&ctx).key, ingress(&without).key, "the gateway's policies are part of its scope");
 }
+
+#[test]
+fn a_path_template_fails_closed() {
+    let yaml = [
+        policy("allow-template", "  rules: [{to: [{operation: {paths: [\"/users/{*}/profile\"]}}]}]"),
+        policy(
+            "deny-some",
+            "  action: DENY\n  rules: [{to: [{operation: {paths: [/admin, \"/users/{**}\"], methods: [POST]}}]}]",
+        ),
+    ]
+    .concat();
+    let filters = http_rbac(&inbound(&yaml));
+    let deny = policies(&filters[0].rules);
+    let text = format!("{:?}", deny[0].1.permissions);
+    assert!(!text.contains("UrlPath") && text.contains(":method"), "the DENY rule denies POST anywhere: {text}");
+    assert!(policies(&filters[1].rules).is_empty(), "the ALLOW rule allows nothing");
+}
