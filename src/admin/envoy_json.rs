@@ -31,8 +31,10 @@ use envoy_types::pb::envoy::extensions::filters::network::tcp_proxy::v3::{
     TcpProxy, tcp_proxy::ClusterSpecifier as TcpClusterSpecifier,
 };
 use envoy_types::pb::envoy::extensions::transport_sockets::tls::v3::{
-    DownstreamTlsContext, SdsSecretConfig, Secret, common_tls_context, secret,
+    CertificateValidationContext, CommonTlsContext, DownstreamTlsContext, SdsSecretConfig, Secret, UpstreamTlsContext,
+    common_tls_context, secret,
 };
+use envoy_types::pb::envoy::r#type::matcher::v3::string_matcher;
 use envoy_types::pb::google::protobuf::{Any, Duration};
 use prost::{Message, Name};
 use serde_json::{Map, Value, json};
@@ -130,6 +132,30 @@ pub fn cluster_json(c: &Cluster) -> Value {
     if let Some(la) = &c.load_assignment {
         o.insert("load_assignment".into(), assignment_body(la));
     }
+    if let Some(socket) = &c.transport_socket {
+        o.insert("transport_socket".into(), transport_socket_json(socket));
+    }
+    let matches: Vec<Value> = c
+        .transport_socket_matches
+        .iter()
+        .map(|m| {
+            let criteria: Map<String, Value> = m
+                .r#match
+                .iter()
+                .flat_map(|s| &s.fields)
+                .map(|(k, v)| match &v.kind {
+                    Some(envoy_types::pb::google::protobuf::value::Kind::StringValue(s)) => (k.clone(), json!(s)),
+                    _ => (k.clone(), Value::Null),
+                })
+                .collect();
+            json!({
+                "name": m.name,
+                "match": criteria,
+                "transport_socket": m.transport_socket.as_ref().map(transport_socket_json),
+            })
+        })
+        .collect();
+    put(&mut o, "transport_socket_matches", json!(matches));
     Value::Object(o)
 }
 
@@ -214,56 +240,109 @@ fn filter_chain_json(fc: &FilterChain) -> Value {
     Value::Object(o)
 }
 
+/// An SDS secret and where it comes from: the ADS stream, or a gRPC
+/// cluster (the agent's `sds-grpc`, for the mesh's own secrets).
 fn sds_json(s: &SdsSecretConfig) -> Value {
-    json!({ "name": s.name, "sds_config": { "ads": {}, "resource_api_version": "V3" } })
+    use envoy_types::pb::envoy::config::core::v3::{
+        config_source::ConfigSourceSpecifier, grpc_service::TargetSpecifier,
+    };
+    let source = match s.sds_config.as_ref().and_then(|c| c.config_source_specifier.as_ref()) {
+        Some(ConfigSourceSpecifier::ApiConfigSource(api)) => {
+            let clusters: Vec<Value> = api
+                .grpc_services
+                .iter()
+                .filter_map(|g| match &g.target_specifier {
+                    Some(TargetSpecifier::EnvoyGrpc(e)) => {
+                        Some(json!({ "envoy_grpc": { "cluster_name": e.cluster_name } }))
+                    }
+                    _ => None,
+                })
+                .collect();
+            json!({ "api_config_source": { "api_type": "GRPC", "grpc_services": clusters }, "resource_api_version": "V3" })
+        }
+        _ => json!({ "ads": {}, "resource_api_version": "V3" }),
+    };
+    json!({ "name": s.name, "sds_config": source })
 }
 
-/// A filter chain's TLS: which certificates (SDS names or files) and how
-/// clients are checked.
+/// A transport socket: TLS (downstream on filter chains, upstream on
+/// clusters) with its certificates (SDS names or files) and how the peer is
+/// checked; anything else by name.
 fn transport_socket_json(socket: &TransportSocket) -> Value {
     let mut typed = Map::new();
     if let Some(transport_socket::ConfigType::TypedConfig(any)) = &socket.config_type {
         typed.insert("@type".into(), json!(any.type_url));
-        if let Some(context) = decode::<DownstreamTlsContext>(any) {
+        if any.type_url == type_url::<DownstreamTlsContext>()
+            && let Some(context) = decode::<DownstreamTlsContext>(any)
+        {
             if let Some(require) = context.require_client_certificate {
                 typed.insert("require_client_certificate".into(), json!(require.value));
             }
             if let Some(common) = &context.common_tls_context {
-                let mut c = Map::new();
-                put(&mut c, "alpn_protocols", json!(common.alpn_protocols));
-                let sds: Vec<Value> = common.tls_certificate_sds_secret_configs.iter().map(sds_json).collect();
-                put(&mut c, "tls_certificate_sds_secret_configs", json!(sds));
-                let files: Vec<Value> = common
-                    .tls_certificates
-                    .iter()
-                    .map(|t| {
-                        json!({
-                            "certificate_chain": t.certificate_chain.as_ref().map(data_source_json),
-                            "private_key": t.private_key.as_ref().map(data_source_json),
-                        })
-                    })
-                    .collect();
-                put(&mut c, "tls_certificates", json!(files));
-                match &common.validation_context_type {
-                    Some(common_tls_context::ValidationContextType::CombinedValidationContext(v)) => {
-                        c.insert(
-                            "combined_validation_context".into(),
-                            json!({ "validation_context_sds_secret_config": v.validation_context_sds_secret_config.as_ref().map(sds_json) }),
-                        );
-                    }
-                    Some(common_tls_context::ValidationContextType::ValidationContext(v)) => {
-                        c.insert(
-                            "validation_context".into(),
-                            json!({ "trusted_ca": v.trusted_ca.as_ref().map(data_source_json) }),
-                        );
-                    }
-                    _ => {}
-                }
-                typed.insert("common_tls_context".into(), Value::Object(c));
+                typed.insert("common_tls_context".into(), common_tls_context_json(common));
+            }
+        } else if any.type_url == type_url::<UpstreamTlsContext>()
+            && let Some(context) = decode::<UpstreamTlsContext>(any)
+        {
+            put(&mut typed, "sni", json!(context.sni));
+            if let Some(common) = &context.common_tls_context {
+                typed.insert("common_tls_context".into(), common_tls_context_json(common));
             }
         }
     }
     json!({ "name": socket.name, "typed_config": typed })
+}
+
+fn common_tls_context_json(common: &CommonTlsContext) -> Value {
+    let mut c = Map::new();
+    put(&mut c, "alpn_protocols", json!(common.alpn_protocols));
+    let sds: Vec<Value> = common.tls_certificate_sds_secret_configs.iter().map(sds_json).collect();
+    put(&mut c, "tls_certificate_sds_secret_configs", json!(sds));
+    let files: Vec<Value> = common
+        .tls_certificates
+        .iter()
+        .map(|t| {
+            json!({
+                "certificate_chain": t.certificate_chain.as_ref().map(data_source_json),
+                "private_key": t.private_key.as_ref().map(data_source_json),
+            })
+        })
+        .collect();
+    put(&mut c, "tls_certificates", json!(files));
+    #[allow(deprecated)] // Istio's SAN checks are on the untyped matcher.
+    let sans = |v: &CertificateValidationContext| -> Vec<Value> {
+        v.match_subject_alt_names
+            .iter()
+            .filter_map(|m| match &m.match_pattern {
+                Some(string_matcher::MatchPattern::Exact(s)) => Some(json!({ "exact": s })),
+                Some(string_matcher::MatchPattern::Prefix(s)) => Some(json!({ "prefix": s })),
+                _ => None,
+            })
+            .collect()
+    };
+    match &common.validation_context_type {
+        Some(common_tls_context::ValidationContextType::CombinedValidationContext(v)) => {
+            let mut combined = Map::new();
+            if let Some(checks) = &v.default_validation_context {
+                let mut d = Map::new();
+                put(&mut d, "match_subject_alt_names", json!(sans(checks)));
+                put(&mut combined, "default_validation_context", Value::Object(d));
+            }
+            combined.insert(
+                "validation_context_sds_secret_config".into(),
+                json!(v.validation_context_sds_secret_config.as_ref().map(sds_json)),
+            );
+            c.insert("combined_validation_context".into(), Value::Object(combined));
+        }
+        Some(common_tls_context::ValidationContextType::ValidationContext(v)) => {
+            let mut d = Map::new();
+            d.insert("trusted_ca".into(), json!(v.trusted_ca.as_ref().map(data_source_json)));
+            put(&mut d, "match_subject_alt_names", json!(sans(v)));
+            c.insert("validation_context".into(), Value::Object(d));
+        }
+        _ => {}
+    }
+    Value::Object(c)
 }
 
 /// A data source: a file path, or inline bytes as base64 (as Envoy prints them).
@@ -506,5 +585,39 @@ mod tests {
         assert_eq!(v["eds_cluster_config"]["service_name"], "svc");
         assert_eq!(v["connect_timeout"], "10s");
         assert!(v.get("lb_policy").is_none(), "defaults are omitted");
+    }
+
+    #[test]
+    fn mesh_mtls_renders_its_socket_matches_names_and_the_agent_s_sds() {
+        use std::sync::Arc;
+        let yaml = "apiVersion: v1\nkind: Service\nmetadata: {name: vault, namespace: secure}\nspec:\n  selector: {app: vault}\n  ports: [{name: http, port: 8200}]\n---\napiVersion: v1\nkind: Pod\nmetadata: {name: vault-0, namespace: secure, labels: {app: vault, security.istio.io/tlsMode: istio}}\nspec: {serviceAccountName: vault}\nstatus: {podIP: 10.41.0.1}\n";
+        let store = crate::model::ConfigStore::new();
+        store.apply(crate::testing::bookinfo::puts(yaml));
+        let ctx = crate::push::PushContext::build(store.snapshot(), 1, Arc::new(crate::push::ScopeInterner::default()));
+        let mut client =
+            crate::testing::bookinfo::proxy("sidecar~10.41.0.9~c.secure~secure.svc.cluster.local", "REDIRECT", &[]);
+        client.mesh_certificates = true;
+        let clusters = crate::generate::cds::clusters(&ctx, &ctx.scope_for(&client));
+        let vault = clusters.iter().find(|c| c.name == "outbound|8200||vault.secure.svc.cluster.local").unwrap();
+        let v = cluster_json(vault);
+        let matches = &v["transport_socket_matches"];
+        assert_eq!(matches[0]["name"], "tlsMode-istio");
+        assert_eq!(matches[0]["match"]["tlsMode"], "istio");
+        let tls = &matches[0]["transport_socket"]["typed_config"];
+        assert_eq!(tls["sni"], "outbound_.8200_._.vault.secure.svc.cluster.local");
+        let common = &tls["common_tls_context"];
+        assert_eq!(common["tls_certificate_sds_secret_configs"][0]["name"], "default");
+        assert_eq!(
+            common["tls_certificate_sds_secret_configs"][0]["sds_config"]["api_config_source"]["grpc_services"][0]["envoy_grpc"]
+                ["cluster_name"],
+            "sds-grpc"
+        );
+        let combined = &common["combined_validation_context"];
+        assert_eq!(
+            combined["default_validation_context"]["match_subject_alt_names"][0]["exact"],
+            "spiffe://cluster.local/ns/secure/sa/vault"
+        );
+        assert_eq!(combined["validation_context_sds_secret_config"]["name"], "ROOTCA");
+        assert_eq!(matches[1]["name"], "tlsMode-disabled");
     }
 }
