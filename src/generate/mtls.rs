@@ -34,7 +34,6 @@ use envoy_types::pb::envoy::extensions::transport_sockets::tls::v3::{
     UpstreamTlsContext, certificate_validation_context::TrustChainVerification, common_tls_context,
     tls_parameters::TlsProtocol,
 };
-use envoy_types::pb::envoy::r#type::matcher::v3::{StringMatcher, string_matcher};
 use envoy_types::pb::google::protobuf::{Struct, Value, value::Kind};
 
 use super::{naming, proto, tls};
@@ -196,7 +195,7 @@ fn string_struct(key: &str, value: &str) -> Struct {
 /// against the mesh root and `sans` (any identity of the mesh when empty).
 fn client_socket(sans: &[String], sni: String, http2: bool, insecure: bool) -> TransportSocket {
     let alpn: &[&str] = if http2 { &ALPN_IN_MESH_H2 } else { &ALPN_IN_MESH };
-    let mut checks = exact_sans(sans);
+    let mut checks = tls::san_checks(sans);
     if insecure {
         checks.trust_chain_verification = TrustChainVerification::AcceptUntrusted as i32;
     }
@@ -243,20 +242,6 @@ fn server_socket(http: bool) -> TransportSocket {
         ..Default::default()
     };
     tls::downstream_socket(&context)
-}
-
-fn exact_sans(sans: &[String]) -> CertificateValidationContext {
-    #[allow(deprecated)] // Istio still sets the untyped matcher; Envoy takes it.
-    CertificateValidationContext {
-        match_subject_alt_names: sans
-            .iter()
-            .map(|san| StringMatcher {
-                match_pattern: Some(string_matcher::MatchPattern::Exact(san.clone())),
-                ..Default::default()
-            })
-            .collect(),
-        ..Default::default()
-    }
 }
 
 /// `checks` combined with the mesh root from SDS.

@@ -152,7 +152,7 @@ fn resolves(index: &SecretIndex, namespace: &str, name: &str) -> Result<(), Stri
 /// A context that checks the peer's certificate names one of `sans`
 /// exactly, whatever its type: Istio's `StringToExactMatch`, on the untyped
 /// matcher (Envoy calls it deprecated; Istio still sets it).
-fn san_checks(sans: &[String]) -> CertificateValidationContext {
+pub(super) fn san_checks(sans: &[String]) -> CertificateValidationContext {
     #[allow(deprecated)]
     CertificateValidationContext {
         match_subject_alt_names: sans
