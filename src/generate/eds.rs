@@ -33,7 +33,7 @@ use envoy_types::pb::envoy::config::endpoint::v3::{
 use super::naming::{self, Direction};
 use super::{mtls, policy, proto};
 use crate::config::istio::{LocalityDistribute, LocalityFailover, TrafficPolicy};
-use crate::model::{Endpoint, Locality, Resolution, Service, ServiceEndpoints};
+use crate::model::{Locality, Resolution, Service, ServiceEndpoints};
 use crate::push::PushContext;
 use crate::push::scope::EndpointView;
 
@@ -276,8 +276,8 @@ pub(crate) fn assignment(
     // A passthrough service's endpoints are asked for only by routers (a
     // sidecar's cluster of it is ORIGINAL_DST): they need IPs too.
     let need_ip = matches!(svc.resolution, Resolution::Static | Resolution::Passthrough);
-    // locality → (address, port, weight, the endpoint)
-    let mut groups: BTreeMap<&str, Vec<(&str, u32, u32, &Endpoint)>> = BTreeMap::new();
+    // locality → (address, port, weight, its sidecar terminates mesh mTLS)
+    let mut groups: BTreeMap<&str, Vec<(&str, u32, u32, bool)>> = BTreeMap::new();
     for e in endpoints.map(|e| e.endpoints.as_slice()).unwrap_or_default() {
         let Some(&target) = e.ports.get(&port) else {
             continue;
@@ -289,19 +289,19 @@ pub(crate) fn assignment(
             tracing::debug!(cluster = cluster_name, address = %e.address, "endpoint is not an IP address; left out of EDS");
             continue;
         }
-        groups.entry(&e.locality).or_default().push((&e.address, target, e.weight.max(1), e));
+        groups.entry(&e.locality).or_default().push((&e.address, target, e.weight.max(1), e.mesh_mtls));
     }
     let endpoints = groups
         .into_iter()
         .map(|(locality, mut members)| {
-            members.sort_unstable_by(|a, b| (a.0, a.1, a.2).cmp(&(b.0, b.1, b.2)));
+            members.sort_unstable();
             let total = members.iter().fold(0u32, |sum, m| sum.saturating_add(m.2));
             LocalityLbEndpoints {
                 locality: parse_locality(locality),
                 load_balancing_weight: Some(proto::u32_value(total)),
                 lb_endpoints: members
                     .into_iter()
-                    .map(|(address, port, weight, endpoint)| LbEndpoint {
+                    .map(|(address, port, weight, mesh_mtls)| LbEndpoint {
                         host_identifier: Some(HostIdentifier::Endpoint(EnvoyEndpoint {
                             address: Some(match address.strip_prefix(UNIX_PREFIX) {
                                 // A Unix domain socket: the port means nothing.
@@ -312,7 +312,7 @@ pub(crate) fn assignment(
                         })),
                         health_status: HealthStatus::Healthy as i32,
                         load_balancing_weight: Some(proto::u32_value(weight)),
-                        metadata: mtls::endpoint_metadata(endpoint),
+                        metadata: mtls::endpoint_metadata(mesh_mtls),
                     })
                     .collect(),
                 ..Default::default()

@@ -48,10 +48,7 @@ pub const SDS_CLUSTER: &str = "sds-grpc";
 pub const WORKLOAD_SECRET: &str = "default";
 /// The SDS name of the mesh root.
 pub const ROOT_SECRET: &str = "ROOTCA";
-/// The label that says an endpoint's sidecar terminates mesh mTLS.
-pub const TLS_MODE_LABEL: &str = "security.istio.io/tlsMode";
-/// The value of [`TLS_MODE_LABEL`] for such an endpoint.
-pub const TLS_MODE_ISTIO: &str = "istio";
+pub use crate::model::endpoint::{TLS_MODE_ISTIO, TLS_MODE_LABEL};
 /// The endpoint metadata namespace Envoy matches transport sockets on.
 const TRANSPORT_SOCKET_MATCH: &str = "envoy.transport_socket_match";
 /// The key of the endpoint metadata (the label's short name).
@@ -127,7 +124,7 @@ pub fn upstream(
             if passthrough || svc.resolution == Resolution::Passthrough {
                 let endpoints = ctx.endpoints.get(&svc.hostname).map(|e| e.endpoints.as_slice()).unwrap_or_default();
                 let serving: Vec<&Endpoint> = endpoints.iter().filter(|e| e.ports.contains_key(&port)).collect();
-                let all_sidecars = !serving.is_empty() && serving.iter().all(|e| has_sidecar(e));
+                let all_sidecars = !serving.is_empty() && serving.iter().all(|e| e.mesh_mtls);
                 return all_sidecars.then_some(MeshTls::Always(socket));
             }
             Some(MeshTls::Matched(vec![
@@ -172,15 +169,11 @@ fn identities(ctx: &PushContext, svc: &Service) -> Vec<String> {
     out
 }
 
-/// Whether an endpoint's sidecar terminates mesh mTLS.
-fn has_sidecar(endpoint: &Endpoint) -> bool {
-    endpoint.labels.get(TLS_MODE_LABEL).is_some_and(|v| v == TLS_MODE_ISTIO)
-}
-
-/// The metadata of an endpoint whose sidecar terminates mesh mTLS, which
-/// auto mTLS clusters match their TLS socket on; `None` for the rest.
-pub fn endpoint_metadata(endpoint: &Endpoint) -> Option<Metadata> {
-    has_sidecar(endpoint).then(|| Metadata {
+/// The metadata of an endpoint whose sidecar terminates mesh mTLS
+/// (`mesh_mtls`), which auto mTLS clusters match their TLS socket on;
+/// `None` for the rest.
+pub fn endpoint_metadata(mesh_mtls: bool) -> Option<Metadata> {
+    mesh_mtls.then(|| Metadata {
         // One entry: the encoding stays deterministic.
         filter_metadata: [(TRANSPORT_SOCKET_MATCH.to_string(), string_struct(TLS_MODE_KEY, TLS_MODE_ISTIO))].into(),
         ..Default::default()

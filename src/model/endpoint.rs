@@ -32,6 +32,20 @@ pub struct Endpoint {
     /// Service account: clients check for its SPIFFE identity in the
     /// endpoint's certificate under mesh mTLS.
     pub service_account: Option<Arc<str>>,
+    /// Its sidecar terminates mesh mTLS (label
+    /// `security.istio.io/tlsMode: istio`), read once from the labels
+    /// because every assignment that holds the endpoint asks.
+    pub mesh_mtls: bool,
+}
+
+/// The label that says an endpoint's sidecar terminates mesh mTLS.
+pub const TLS_MODE_LABEL: &str = "security.istio.io/tlsMode";
+/// The value of [`TLS_MODE_LABEL`] for such an endpoint.
+pub const TLS_MODE_ISTIO: &str = "istio";
+
+/// Whether `labels` say the endpoint's sidecar terminates mesh mTLS.
+pub fn has_mesh_mtls(labels: &BTreeMap<String, String>) -> bool {
+    labels.get(TLS_MODE_LABEL).is_some_and(|v| v == TLS_MODE_ISTIO)
 }
 
 impl Endpoint {

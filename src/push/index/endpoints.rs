@@ -12,6 +12,7 @@ use rayon::prelude::*;
 
 use super::{ServiceIndex, Workload, WorkloadIndex};
 use crate::config::{ConfigKey, ConfigKind, ConfigObject, k8s};
+use crate::model::endpoint::has_mesh_mtls;
 use crate::model::{Endpoint, Hostname, Service, ServiceEndpoints, StoreSnapshot, StoredObject, no_labels};
 
 /// Endpoints by service host, in a persistent map: the successor of an
@@ -145,6 +146,7 @@ fn endpoint_from_workload(svc: &Service, w: &Workload) -> Option<Endpoint> {
         locality: w.locality.clone(),
         weight: w.weight,
         service_account: w.service_account.clone(),
+        mesh_mtls: has_mesh_mtls(&w.labels),
     })
 }
 
@@ -225,6 +227,7 @@ fn endpoints_of(
                             Endpoint {
                                 address: addr.as_str().into(),
                                 ports,
+                                mesh_mtls: has_mesh_mtls(&labels),
                                 labels,
                                 locality,
                                 weight: 1,
@@ -269,6 +272,7 @@ fn inline_endpoints(svc: &Service, se: &crate::config::istio::ServiceEntry) -> V
             locality: e.locality.clone().unwrap_or_default().into(),
             weight: e.weight.unwrap_or(1).max(1),
             service_account: e.service_account.as_deref().map(Arc::from),
+            mesh_mtls: has_mesh_mtls(&e.labels),
         })
         .collect();
     if out.is_empty() && svc.resolution.is_dns() && !svc.hostname.starts_with('*') {
@@ -279,6 +283,7 @@ fn inline_endpoints(svc: &Service, se: &crate::config::istio::ServiceEntry) -> V
             locality: Arc::from(""),
             weight: 1,
             service_account: None,
+            mesh_mtls: false,
         });
     }
     out
