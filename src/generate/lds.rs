@@ -119,7 +119,7 @@ pub fn inbound_listeners(key: &InboundKey) -> Vec<Listener> {
         .collect();
     if key.interception != InterceptionMode::None {
         let redirected: Vec<&InboundPort> = key.ports.iter().filter(|p| p.bind.is_none()).collect();
-        out.push(virtual_inbound(&redirected, certificates, &key.authorization));
+        out.push(virtual_inbound(key, &redirected));
     }
     out.sort_by(|a, b| a.name.cmp(&b.name));
     out
@@ -385,9 +385,31 @@ fn virtual_outbound(scope: &Scope) -> Listener {
 /// filter instead of `use_original_dst`: handing inbound connections over
 /// would deliver a connection for the workload's port 9080 to the outbound
 /// listener `0.0.0.0_9080`.
-fn virtual_inbound(ports: &[&InboundPort], certificates: bool, authorization: &[Arc<AppliedPolicy>]) -> Listener {
+///
+/// A connection to a port the workload does not declare takes the catch-all
+/// chains of the workload's own mTLS mode (as Istio's passthrough chains
+/// do): under STRICT, an undeclared port takes no plain text either.
+fn virtual_inbound(key: &InboundKey, ports: &[&InboundPort]) -> Listener {
+    let (certificates, authorization) = (key.mesh_certificates, &key.authorization);
     let mut chains: Vec<FilterChain> =
         ports.iter().flat_map(|p| inbound_chains(p, certificates, authorization)).collect();
+    for chain in mtls::inbound_chains(key.mtls, false, certificates) {
+        let (cluster, mut filters) = if chain.refuse {
+            (naming::BLACKHOLE_CLUSTER, Vec::new())
+        } else {
+            (naming::PASSTHROUGH_CLUSTER, authz::network_filters(authorization))
+        };
+        filters.push(tcp_proxy(cluster, Backends::Single(cluster.to_string())));
+        let mut filter_match = FilterChainMatch::default();
+        chain.apply(&mut filter_match);
+        chains.push(FilterChain {
+            name: format!("virtualInbound-catchall-tcp{}", chain.suffix),
+            filter_chain_match: (filter_match != FilterChainMatch::default()).then_some(filter_match),
+            filters,
+            transport_socket: chain.socket,
+            ..Default::default()
+        });
+    }
     let mut listener_filters = vec![ListenerFilter {
         name: proto::ORIGINAL_DST.to_string(),
         config_type: Some(listener_filter::ConfigType::TypedConfig(proto::any(&OriginalDst {}))),
@@ -395,14 +417,6 @@ fn virtual_inbound(ports: &[&InboundPort], certificates: bool, authorization: &[
     }];
     // After the original destination: chains match its port first.
     listener_filters.extend(tls_inspector_for(&chains));
-    chains.push(FilterChain {
-        name: "virtualInbound-catchall-tcp".to_string(),
-        filters: vec![tcp_proxy(
-            naming::PASSTHROUGH_CLUSTER,
-            Backends::Single(naming::PASSTHROUGH_CLUSTER.to_string()),
-        )],
-        ..Default::default()
-    });
     Listener {
         name: naming::VIRTUAL_INBOUND.to_string(),
         address: Some(proto::socket_address(naming::WILDCARD_ADDRESS, naming::VIRTUAL_INBOUND_PORT)),

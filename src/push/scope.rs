@@ -128,6 +128,8 @@ pub struct InboundKey {
     /// The AuthorizationPolicies that apply to the workload, by namespace
     /// then name (their RBAC filters guard every inbound port).
     pub authorization: Vec<Arc<AppliedPolicy>>,
+    /// The workload's own mTLS mode: what a port it does not declare takes.
+    pub mtls: MtlsMode,
 }
 
 /// What of a proxy decides its endpoint assignments, when a DestinationRule
@@ -312,6 +314,7 @@ pub fn scope_key(ctx: &PushContext, proxy: &Proxy) -> ScopeKey {
 /// selector matches its labels.
 pub fn inbound_key(ctx: &PushContext, proxy: &Proxy) -> InboundKey {
     let mut ports: Vec<InboundPort> = Vec::new();
+    let mut mtls = MtlsMode::default();
     if proxy.kind == ProxyKind::Sidecar {
         let sidecar = ctx.sidecars.for_workload(&proxy.namespace, &proxy.labels).map(|(_, s)| &s.spec);
         let sidecar_pool = sidecar.and_then(|s| s.inbound_connection_pool.clone());
@@ -342,6 +345,7 @@ pub fn inbound_key(ctx: &PushContext, proxy: &Proxy) -> InboundKey {
         for port in &mut ports {
             port.mtls = modes.port(port.port);
         }
+        mtls = modes.mode;
         ports.sort();
     }
     // Routers have no inbound configuration: they share one key.
@@ -349,7 +353,7 @@ pub fn inbound_key(ctx: &PushContext, proxy: &Proxy) -> InboundKey {
     let mesh_certificates = proxy.mesh_certificates && sidecar;
     let authorization =
         if sidecar { ctx.authorization.for_workload(&proxy.namespace, &proxy.labels) } else { Vec::new() };
-    InboundKey { kind: proxy.kind, interception: proxy.interception, ports, mesh_certificates, authorization }
+    InboundKey { kind: proxy.kind, interception: proxy.interception, ports, mesh_certificates, authorization, mtls }
 }
 
 /// One Sidecar ingress listener as an inbound port of `proxy`.

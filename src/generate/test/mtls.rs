@@ -337,3 +337,39 @@ spec:
     assert!(has_tls_inspector(bound));
     assert_eq!(port_chains(bound, 8200).len(), 2, "PERMISSIVE: mTLS and plain text");
 }
+
+#[test]
+fn a_port_the_workload_does_not_declare_takes_the_workload_s_mode() {
+    let catchall = |l: &Listener| -> Vec<(String, String, bool, Vec<String>)> {
+        l.filter_chains
+            .iter()
+            .filter(|c| c.name.starts_with("virtualInbound-catchall-tcp"))
+            .map(|c| {
+                let transport = c.filter_chain_match.as_ref().map(|m| m.transport_protocol.clone()).unwrap_or_default();
+                (c.name.clone(), transport, c.transport_socket.is_some(), tcp_clusters(&tcp(c.filters.last().unwrap())))
+            })
+            .collect()
+    };
+    let strict = "apiVersion: security.istio.io/v1\nkind: PeerAuthentication\nmetadata: {name: default, namespace: istio-system}\nspec: {mtls: {mode: STRICT}}\n";
+    let ctx = context(mesh_with(&format!("{VAULT}---\n{strict}")));
+    let listeners = inbound_of(&ctx, &vault(true));
+    assert_eq!(
+        catchall(listener(&listeners, "virtualInbound")),
+        [("virtualInbound-catchall-tcp".to_string(), "tls".to_string(), true, vec!["PassthroughCluster".to_string()])],
+        "mesh-wide STRICT: an undeclared port takes mTLS only"
+    );
+    let listeners = inbound_of(&ctx, &vault(false));
+    assert_eq!(
+        catchall(listener(&listeners, "virtualInbound"))[0].3,
+        ["BlackHoleCluster"],
+        "without a certificate: refused"
+    );
+
+    let ctx = context(mesh_with(VAULT));
+    let listeners = inbound_of(&ctx, &vault(true));
+    let names: Vec<String> = catchall(listener(&listeners, "virtualInbound")).into_iter().map(|c| c.0).collect();
+    assert_eq!(
+        names,
+        ["virtualInbound-catchall-tcp", "virtualInbound-catchall-tcp-tls", "virtualInbound-catchall-tcp-plaintext"]
+    );
+}
