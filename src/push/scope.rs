@@ -9,8 +9,10 @@
 //! What depends on the workload itself — the inbound clusters and the
 //! `virtualInbound` listener for its own ports — is keyed separately by
 //! [`InboundKey`] (interned as [`InboundId`]): it is a pure function of the
-//! workload's ports and interception mode, so proxies of different services
-//! in one namespace still share every outbound resource.
+//! workload's ports, their mTLS modes, its interception mode, whether it
+//! holds a workload certificate and the AuthorizationPolicies that select
+//! it, so proxies of different services in one namespace still share every
+//! outbound resource.
 //!
 //! Invariants: an id names the same key for the life of the process (the
 //! interner never forgets or reuses ids); a [`Scope`] is computed from one
