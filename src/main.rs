@@ -176,6 +176,10 @@ struct ServeArgs {
     /// How long a drained connection's streams have to end before it is closed.
     #[arg(long, default_value = "10s", value_parser = parse_duration)]
     max_connection_age_grace: Duration,
+    /// How often the key sets RequestAuthentications name by `jwksUri` (or
+    /// by issuer) are fetched again (Istio's PILOT_JWT_PUB_KEY_REFRESH_INTERVAL).
+    #[arg(long, default_value = "20m", value_parser = parse_duration)]
+    jwks_refresh: Duration,
     /// Concurrent streams one xDS connection may open (HTTP/2 SETTINGS_MAX_CONCURRENT_STREAMS).
     #[arg(long, default_value_t = 100)]
     max_streams_per_connection: u32,
@@ -542,6 +546,7 @@ fn main() -> ExitCode {
                 xds_addr: args.xds_addr,
                 admin_addr: args.admin_addr,
                 debounce: meshpush::push::DebounceConfig { after: args.debounce_after, max: args.debounce_max },
+                jwks_refresh: args.jwks_refresh,
             };
             match runtime.block_on(meshpush::serve::run(options)) {
                 Ok(()) => ExitCode::SUCCESS,

@@ -30,6 +30,7 @@ use crate::model::ConfigStore;
 use crate::push::{DebounceConfig, Debouncer, PushRequest, PushSlot};
 use crate::source::RegistryService;
 use crate::source::autoregistration::{self, AutoRegistration};
+use crate::source::jwks::JwksFetcher;
 use crate::source::file::FileSource;
 use crate::xds::AdsService;
 use crate::xds::server::StreamLimits;
@@ -63,6 +64,8 @@ pub struct ServeOptions {
     pub secure: Option<SecureXds>,
     /// The mesh-wide settings (trust domain, root namespace).
     pub mesh: crate::config::mesh::MeshConfig,
+    /// How often fetched JWKS are fetched again.
+    pub jwks_refresh: Duration,
 }
 
 /// The mesh's CA and the port that serves ADS, the CA and the registry
@@ -389,6 +392,8 @@ pub async fn run(options: ServeOptions) -> anyhow::Result<()> {
         AutoRegistration::new(store.clone(), engine.clone(), changes_tx.clone(), autoregistration::DEFAULT_GRACE).run(),
     );
 
+    let jwks = tokio::spawn(JwksFetcher::new(store.clone(), engine.clone(), changes_tx.clone(), options.jwks_refresh).run());
+
     crate::os::shutdown_signal().await;
     tracing::info!("shutting down");
     let _ = shutdown_tx.send(true);
@@ -402,6 +407,7 @@ pub async fn run(options: ServeOptions) -> anyhow::Result<()> {
     pusher.abort();
     checker.abort();
     registration.abort();
+    jwks.abort();
     if let Some(readiness) = readiness {
         readiness.abort();
     }

@@ -63,11 +63,16 @@ pub enum ConfigKind {
     PeerAuthentication,
     /// `security.istio.io AuthorizationPolicy`: which requests a workload lets through.
     AuthorizationPolicy,
+    /// `security.istio.io RequestAuthentication`: which JWTs a workload accepts.
+    RequestAuthentication,
+    /// A JWKS meshpush fetched for a RequestAuthentication (internal: written
+    /// by `source::jwks` only, never read from a file or an API).
+    FetchedJwks,
 }
 
 impl ConfigKind {
     /// Every kind, in a fixed order.
-    pub const ALL: [ConfigKind; 14] = [
+    pub const ALL: [ConfigKind; 16] = [
         ConfigKind::Service,
         ConfigKind::Pod,
         ConfigKind::EndpointSlice,
@@ -82,6 +87,8 @@ impl ConfigKind {
         ConfigKind::Secret,
         ConfigKind::PeerAuthentication,
         ConfigKind::AuthorizationPolicy,
+        ConfigKind::RequestAuthentication,
+        ConfigKind::FetchedJwks,
     ];
 
     /// The Kubernetes `kind` string.
@@ -101,6 +108,8 @@ impl ConfigKind {
             ConfigKind::Secret => "Secret",
             ConfigKind::PeerAuthentication => "PeerAuthentication",
             ConfigKind::AuthorizationPolicy => "AuthorizationPolicy",
+            ConfigKind::RequestAuthentication => "RequestAuthentication",
+            ConfigKind::FetchedJwks => "FetchedJwks",
         }
     }
 
@@ -110,15 +119,24 @@ impl ConfigKind {
         match self {
             ConfigKind::Service | ConfigKind::Pod | ConfigKind::Node | ConfigKind::Secret => "",
             ConfigKind::EndpointSlice => "discovery.k8s.io",
-            ConfigKind::PeerAuthentication | ConfigKind::AuthorizationPolicy => "security.istio.io",
+            ConfigKind::PeerAuthentication | ConfigKind::AuthorizationPolicy | ConfigKind::RequestAuthentication => {
+                "security.istio.io"
+            }
+            ConfigKind::FetchedJwks => "meshpush.io",
             _ => "networking.istio.io",
         }
+    }
+
+    /// Kinds meshpush writes itself: never read from a file, the registry
+    /// API or Kubernetes.
+    pub fn is_internal(self) -> bool {
+        self == ConfigKind::FetchedJwks
     }
 
     /// Kinds whose objects belong to no namespace (their keys' namespace is
     /// empty).
     pub fn is_cluster_scoped(self) -> bool {
-        self == ConfigKind::Node
+        matches!(self, ConfigKind::Node | ConfigKind::FetchedJwks)
     }
 
     /// Kinds that only move endpoints: a change to one of these can take the
@@ -236,6 +254,10 @@ pub enum ConfigObject {
     PeerAuthentication(istio::PeerAuthentication),
     /// Istio AuthorizationPolicy (boxed, as the kinds above).
     AuthorizationPolicy(Box<istio::AuthorizationPolicy>),
+    /// Istio RequestAuthentication (boxed, as the kinds above).
+    RequestAuthentication(Box<istio::RequestAuthentication>),
+    /// A fetched JWKS (boxed, as the kinds above).
+    FetchedJwks(Box<istio::FetchedJwks>),
 }
 
 impl ConfigObject {
@@ -256,6 +278,8 @@ impl ConfigObject {
             ConfigObject::Secret(_) => ConfigKind::Secret,
             ConfigObject::PeerAuthentication(_) => ConfigKind::PeerAuthentication,
             ConfigObject::AuthorizationPolicy(_) => ConfigKind::AuthorizationPolicy,
+            ConfigObject::RequestAuthentication(_) => ConfigKind::RequestAuthentication,
+            ConfigObject::FetchedJwks(_) => ConfigKind::FetchedJwks,
         }
     }
 
@@ -276,6 +300,8 @@ impl ConfigObject {
             ConfigObject::Secret(o) => &o.metadata,
             ConfigObject::PeerAuthentication(o) => &o.metadata,
             ConfigObject::AuthorizationPolicy(o) => &o.metadata,
+            ConfigObject::RequestAuthentication(o) => &o.metadata,
+            ConfigObject::FetchedJwks(o) => &o.metadata,
         }
     }
 

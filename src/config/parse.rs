@@ -214,6 +214,9 @@ impl FileReader {
             }
             ConfigKind::AuthorizationPolicy => typed::<istio::AuthorizationPolicy>(value, &mut ignored)
                 .map(|o| ConfigObject::AuthorizationPolicy(Box::new(o))),
+            ConfigKind::RequestAuthentication => typed::<istio::RequestAuthentication>(value, &mut ignored)
+                .map(|o| ConfigObject::RequestAuthentication(Box::new(o))),
+            ConfigKind::FetchedJwks => unreachable!("config_kind never names an internal kind"),
         };
         for path in &ignored {
             self.ignored_field(doc, config_kind, key.as_ref(), &field(prefix, path), path);
@@ -341,7 +344,7 @@ pub const ISTIO_VERSIONS: [&str; 3] = ["v1", "v1beta1", "v1alpha3"];
 pub const SECURITY_VERSIONS: [&str; 2] = ["v1", "v1beta1"];
 
 fn config_kind(api_version: &str, kind: &str) -> Option<ConfigKind> {
-    let config_kind = ConfigKind::ALL.into_iter().find(|k| k.as_str() == kind)?;
+    let config_kind = ConfigKind::ALL.into_iter().find(|k| k.as_str() == kind && !k.is_internal())?;
     let (group, version) = api_version.rsplit_once('/').unwrap_or(("", api_version));
     let known = group == config_kind.api_group()
         && match group {
@@ -356,7 +359,10 @@ fn expected_api_versions(kind: ConfigKind) -> &'static str {
     match kind {
         ConfigKind::Service | ConfigKind::Pod | ConfigKind::Node | ConfigKind::Secret => "v1",
         ConfigKind::EndpointSlice => "discovery.k8s.io/v1",
-        ConfigKind::PeerAuthentication | ConfigKind::AuthorizationPolicy => "security.istio.io/v1 or v1beta1",
+        ConfigKind::PeerAuthentication | ConfigKind::AuthorizationPolicy | ConfigKind::RequestAuthentication => {
+            "security.istio.io/v1 or v1beta1"
+        }
+        ConfigKind::FetchedJwks => "no file (meshpush writes it itself)",
         _ => "networking.istio.io/v1, v1beta1 or v1alpha3",
     }
 }

@@ -12,9 +12,13 @@
 //! ALLOW without rules allows nothing). Dry-run policies go into the
 //! filter's shadow rules: evaluated and counted, not enforced.
 //!
-//! A part Envoy cannot check here — an HTTP attribute on a TCP port, a JWT
-//! attribute (RequestAuthentication is not served yet), Envoy filter
-//! metadata, a path template (`{*}`) — fails closed,
+//! JWT attributes (`requestPrincipals`, `request.auth.*`) match the payload
+//! the `jwt_authn` filter (`generate::jwt`) leaves in the request's dynamic
+//! metadata; a request without a verified token has none, so it matches no
+//! such value (and every `not` one).
+//!
+//! A part Envoy cannot check here — an HTTP attribute (JWT ones included)
+//! on a TCP port, Envoy filter metadata, a path template (`{*}`) — fails closed,
 //! as Istio treats HTTP attributes on TCP ports: an ALLOW rule with it is
 //! left out (it allows nothing), a DENY rule is kept without it (it denies
 //! more).
@@ -27,14 +31,18 @@
 use std::sync::Arc;
 
 use envoy_types::pb::envoy::config::listener::v3::{Filter, filter};
-use envoy_types::pb::envoy::config::rbac::v3::{Permission, Policy, Principal, permission, principal, rbac::Action};
+use envoy_types::pb::envoy::config::rbac::v3::{
+    MetadataSource, Permission, Policy, Principal, SourcedMetadata, permission, principal, rbac::Action,
+};
 use envoy_types::pb::envoy::config::route::v3::{HeaderMatcher, header_matcher::HeaderMatchSpecifier};
 use envoy_types::pb::envoy::extensions::filters::network::http_connection_manager::v3::{HttpFilter, http_filter};
 use envoy_types::pb::envoy::r#type::matcher::v3::{
-    PathMatcher, RegexMatcher, StringMatcher, path_matcher, string_matcher::MatchPattern,
+    ListMatcher, MetadataMatcher, OrMatcher, PathMatcher, RegexMatcher, StringMatcher, ValueMatcher, list_matcher,
+    metadata_matcher, path_matcher, string_matcher::MatchPattern, value_matcher,
 };
 use envoy_types::pb::google::protobuf::Any;
 
+use super::jwt::{JWT_AUTHN, PAYLOAD_METADATA};
 use super::proto;
 use crate::config::istio::{AuthorizationRule, Condition, Operation, Source};
 use crate::push::index::AppliedPolicy;
@@ -228,7 +236,7 @@ impl RuleBuilder<'_> {
     fn source(&self, s: &Source) -> Result<Vec<Principal>, Unchecked> {
         let mut and = Vec::new();
         self.ids(&mut and, &s.principals, &s.not_principals, |v| Some(authenticated(spiffe_matcher(v))));
-        self.request_principals(&s.request_principals, &s.not_request_principals)?;
+        self.request_principals(&mut and, &s.request_principals, &s.not_request_principals)?;
         self.ids(&mut and, &s.service_accounts, &s.not_service_accounts, |v| {
             Some(authenticated(regex(&service_account_regex(self.namespace, v))))
         });
@@ -307,22 +315,51 @@ impl RuleBuilder<'_> {
                 Some(authenticated(regex(&service_account_regex(self.namespace, v))))
             }),
             "source.principal" => self.ids(&mut principals, values, not, |v| Some(authenticated(spiffe_matcher(v)))),
+            "request.auth.principal" => self.request_principals(&mut principals, values, not)?,
+            "request.auth.audiences" => self.claims(&mut principals, &["aud"], values, not)?,
+            "request.auth.presenter" => self.claims(&mut principals, &["azp"], values, not)?,
             key => match key.strip_prefix("request.headers[").and_then(|k| k.strip_suffix(']')) {
                 Some(_) if self.tcp => return Err(Unchecked),
                 Some(header) => self.ids(&mut principals, values, not, |v| {
                     Some(id(principal::Identifier::Header(header_matcher(header, v, false))))
                 }),
-                // JWT attributes and Envoy filter metadata.
-                None => return Err(Unchecked),
+                None => match key.strip_prefix("request.auth.claims").and_then(claim_path) {
+                    Some(path) => {
+                        let path: Vec<&str> = path.iter().map(String::as_str).collect();
+                        self.claims(&mut principals, &path, values, not)?
+                    }
+                    // Envoy filter metadata.
+                    None => return Err(Unchecked),
+                },
             },
         }
         Ok((permissions, principals))
     }
 
-    /// Request principals need the JWT filter: never checked yet.
-    fn request_principals(&self, values: &[String], not: &[String]) -> Result<(), Unchecked> {
-        if (!values.is_empty() || !not.is_empty()) && self.strict {
-            return Err(Unchecked);
+    /// Request principals (`ISS/SUB`, with Istio's wildcards) as the
+    /// verified token's `iss` and `sub`. HTTP only.
+    fn request_principals(&self, and: &mut Vec<Principal>, values: &[String], not: &[String]) -> Result<(), Unchecked> {
+        if values.is_empty() && not.is_empty() {
+            return Ok(());
+        }
+        if self.tcp {
+            return if self.strict { Err(Unchecked) } else { Ok(()) };
+        }
+        self.ids(and, values, not, |v| Some(request_principal(v)));
+        Ok(())
+    }
+
+    /// A claim of the verified token (at `path` inside the payload) is one
+    /// of `values` (a list claim: holds one of them) and none of `not`. HTTP only.
+    fn claims(&self, and: &mut Vec<Principal>, path: &[&str], values: &[String], not: &[String]) -> Result<(), Unchecked> {
+        if self.tcp {
+            return if self.strict { Err(Unchecked) } else { Ok(()) };
+        }
+        if !values.is_empty() {
+            and.push(claim_matcher(path, values));
+        }
+        if !not.is_empty() {
+            and.push(id(principal::Identifier::NotId(Box::new(claim_matcher(path, not)))));
         }
         Ok(())
     }
@@ -358,6 +395,90 @@ impl RuleBuilder<'_> {
             and.push(rule(permission::Rule::NotRule(Box::new(or))));
         }
     }
+}
+
+/// `request.auth.claims[A][B]…` → `[A, B, …]` (the text after the prefix).
+fn claim_path(brackets: &str) -> Option<Vec<String>> {
+    let mut path = Vec::new();
+    let mut rest = brackets;
+    while !rest.is_empty() {
+        let inner = rest.strip_prefix('[')?;
+        let end = inner.find(']')?;
+        if end == 0 {
+            return None;
+        }
+        path.push(inner[..end].to_string());
+        rest = &inner[end + 1..];
+    }
+    (!path.is_empty()).then_some(path)
+}
+
+/// A matcher on the verified token's payload at `path`.
+fn payload_matcher(path: &[&str], value: ValueMatcher) -> Principal {
+    let segments = std::iter::once(PAYLOAD_METADATA).chain(path.iter().copied());
+    let matcher = MetadataMatcher {
+        filter: JWT_AUTHN.to_string(),
+        path: segments
+            .map(|key| metadata_matcher::PathSegment {
+                segment: Some(metadata_matcher::path_segment::Segment::Key(key.to_string())),
+            })
+            .collect(),
+        value: Some(value),
+        ..Default::default()
+    };
+    // The request's dynamic metadata (`sourced_metadata`: Istio's
+    // `metadata` field is deprecated in Envoy).
+    id(principal::Identifier::SourcedMetadata(SourcedMetadata {
+        metadata_matcher: Some(matcher),
+        metadata_source: MetadataSource::Dynamic as i32,
+    }))
+}
+
+fn string_value(m: StringMatcher) -> ValueMatcher {
+    ValueMatcher { match_pattern: Some(value_matcher::MatchPattern::StringMatch(m)) }
+}
+
+/// `ISS/SUB` (split at the last `/`: an issuer may be a URL), as Istio
+/// matches it: `*` any token, `*X` a suffix of the subject (or, without a
+/// `/`, of the whole), `X*` a prefix of it.
+fn request_principal(value: &str) -> Principal {
+    let any = || regex(".+");
+    let exact = |v: &str| StringMatcher { match_pattern: Some(MatchPattern::Exact(v.into())), ..Default::default() };
+    let prefix = |v: &str| StringMatcher { match_pattern: Some(MatchPattern::Prefix(v.into())), ..Default::default() };
+    let suffix = |v: &str| StringMatcher { match_pattern: Some(MatchPattern::Suffix(v.into())), ..Default::default() };
+    let split = value.rfind('/').map(|i| (&value[..i], &value[i + 1..]));
+    let (iss, sub) = match (value, split) {
+        ("*", _) => (any(), any()),
+        (v, Some((iss, sub))) if v.starts_with('*') => {
+            (if iss == "*" { any() } else { suffix(&iss[1..]) }, exact(sub))
+        }
+        (v, None) if v.starts_with('*') => (any(), suffix(&v[1..])),
+        (v, Some((iss, sub))) if v.ends_with('*') => {
+            (exact(iss), if sub == "*" { any() } else { prefix(&sub[..sub.len() - 1]) })
+        }
+        (v, None) if v.ends_with('*') => (prefix(&v[..v.len() - 1]), any()),
+        (_, Some((iss, sub))) => (exact(iss), exact(sub)),
+        (v, None) => (exact(v), exact("")),
+    };
+    principal_and(vec![payload_matcher(&["iss"], string_value(iss)), payload_matcher(&["sub"], string_value(sub))])
+}
+
+/// A claim holds one of `values`: as a list (one element matches) or as a
+/// plain value.
+fn claim_matcher(path: &[&str], values: &[String]) -> Principal {
+    let mut any: Vec<ValueMatcher> = values.iter().map(|v| string_value(string_matcher(v, ""))).collect();
+    let one = if any.len() == 1 {
+        any.remove(0)
+    } else {
+        ValueMatcher { match_pattern: Some(value_matcher::MatchPattern::OrMatch(OrMatcher { value_matchers: any })) }
+    };
+    let list = ValueMatcher {
+        match_pattern: Some(value_matcher::MatchPattern::ListMatch(Box::new(ListMatcher {
+            match_pattern: Some(list_matcher::MatchPattern::OneOf(Box::new(one.clone()))),
+        }))),
+    };
+    let either = OrMatcher { value_matchers: vec![list, one] };
+    payload_matcher(path, ValueMatcher { match_pattern: Some(value_matcher::MatchPattern::OrMatch(either)) })
 }
 
 fn id(identifier: principal::Identifier) -> Principal {

@@ -56,10 +56,11 @@ use envoy_types::pb::google::protobuf::Any;
 
 use super::outbound::{self, OutboundPort};
 use super::route::{self, Backends, RouteTarget};
+use super::jwt::{self, JwtPlacement};
 use super::{authz, mtls, naming, proto};
 use crate::config::istio::MESH_GATEWAY;
 use crate::model::{InterceptionMode, ProxyKind, Service};
-use crate::push::index::AppliedPolicy;
+use crate::push::index::{AppliedPolicy, ResolvedJwtRule};
 use crate::push::scope::InboundPort;
 use crate::push::{InboundKey, PushContext, Scope};
 
@@ -106,7 +107,7 @@ pub fn inbound_listeners(key: &InboundKey) -> Vec<Listener> {
         .iter()
         .filter_map(|p| {
             let bind = p.bind.as_deref()?;
-            let chains = inbound_chains(p, certificates, &key.authorization);
+            let chains = inbound_chains(p, certificates, key);
             Some(Listener {
                 name: naming::listener(bind, p.port),
                 address: Some(proto::socket_address(bind, p.port)),
@@ -128,9 +129,10 @@ pub fn inbound_listeners(key: &InboundKey) -> Vec<Listener> {
 /// The chains of one inbound port, to `inbound|PORT||` over HTTP or TCP:
 /// one per way its PeerAuthentication mode lets a connection in (plain
 /// text, mesh mTLS, a client's own TLS; `mtls::inbound_chains`).
-/// `certificates`: the proxy holds a workload certificate; `authorization`:
-/// the AuthorizationPolicies whose RBAC filters guard the port.
-fn inbound_chains(p: &InboundPort, certificates: bool, authorization: &[Arc<AppliedPolicy>]) -> Vec<FilterChain> {
+/// `certificates`: the proxy holds a workload certificate; the key's
+/// AuthorizationPolicies and JWT rules guard the port.
+fn inbound_chains(p: &InboundPort, certificates: bool, key: &InboundKey) -> Vec<FilterChain> {
+    let authorization = &key.authorization;
     let cluster = naming::inbound_cluster(p.port);
     mtls::inbound_chains(p.mtls, p.protocol.is_http(), certificates)
         .into_iter()
@@ -139,7 +141,7 @@ fn inbound_chains(p: &InboundPort, certificates: bool, authorization: &[Arc<Appl
                 let blackhole = naming::BLACKHOLE_CLUSTER.to_string();
                 tcp_proxy(&blackhole, Backends::Single(blackhole.clone()))
             } else if p.protocol.is_http() {
-                inbound_http_connection_manager(p.port, authorization)
+                inbound_http_connection_manager(p.port, authorization, &key.jwt_rules)
             } else {
                 tcp_proxy(&cluster, Backends::Single(cluster.clone()))
             };
@@ -391,8 +393,7 @@ fn virtual_outbound(scope: &Scope) -> Listener {
 /// do): under STRICT, an undeclared port takes no plain text either.
 fn virtual_inbound(key: &InboundKey, ports: &[&InboundPort]) -> Listener {
     let (certificates, authorization) = (key.mesh_certificates, &key.authorization);
-    let mut chains: Vec<FilterChain> =
-        ports.iter().flat_map(|p| inbound_chains(p, certificates, authorization)).collect();
+    let mut chains: Vec<FilterChain> = ports.iter().flat_map(|p| inbound_chains(p, certificates, key)).collect();
     for chain in mtls::inbound_chains(key.mtls, false, certificates) {
         let (cluster, mut filters) = if chain.refuse {
             (naming::BLACKHOLE_CLUSTER, Vec::new())
@@ -538,13 +539,18 @@ fn rds(route_config_name: String) -> RouteSpecifier {
 /// The connection manager of an inbound HTTP port: everything to the
 /// workload, which learns a mesh mTLS client's identity from the
 /// `x-forwarded-client-cert` header (its subject, URI and DNS names), as
-/// Istio's sidecars tell it; the RBAC filters of `authorization` run first.
-fn inbound_http_connection_manager(port: u32, authorization: &[Arc<AppliedPolicy>]) -> Filter {
+/// Istio's sidecars tell it; the JWT filter of `jwt_rules` and the RBAC
+/// filters of `authorization` run first.
+fn inbound_http_connection_manager(
+    port: u32,
+    authorization: &[Arc<AppliedPolicy>],
+    jwt_rules: &[Arc<ResolvedJwtRule>],
+) -> Filter {
     let mut hcm = connection_manager(
         format!("inbound_{}", naming::listener(naming::WILDCARD_ADDRESS, port)),
         RouteSpecifier::RouteConfig(inbound_route_config(port)),
     );
-    let mut filters = authz::http_filters(authorization);
+    let mut filters = guard_filters(authorization, jwt_rules, JwtPlacement::Inbound);
     filters.append(&mut hcm.http_filters);
     hcm.http_filters = filters;
     hcm.forward_client_cert_details = ForwardClientCertDetails::AppendForward as i32;
@@ -561,20 +567,34 @@ fn inbound_http_connection_manager(port: u32, authorization: &[Arc<AppliedPolicy
 /// filters (which routes configure through `typed_per_filter_config`), then
 /// the router; websocket upgrades allowed.
 fn http_connection_manager(stat_prefix: String, routes: RouteSpecifier) -> Filter {
-    guarded_http_connection_manager(stat_prefix, routes, &[])
+    guarded_http_connection_manager(stat_prefix, routes, &[], &[])
 }
 
-/// [`http_connection_manager`] with the RBAC filters of `authorization` first.
+/// [`http_connection_manager`] of a gateway, with the JWT filter of
+/// `jwt_rules` and the RBAC filters of `authorization` first.
 fn guarded_http_connection_manager(
     stat_prefix: String,
     routes: RouteSpecifier,
     authorization: &[Arc<AppliedPolicy>],
+    jwt_rules: &[Arc<ResolvedJwtRule>],
 ) -> Filter {
     let mut hcm = connection_manager(stat_prefix, routes);
-    let mut filters = authz::http_filters(authorization);
+    let mut filters = guard_filters(authorization, jwt_rules, JwtPlacement::Gateway);
     filters.append(&mut hcm.http_filters);
     hcm.http_filters = filters;
     connection_manager_filter(&hcm)
+}
+
+/// The HTTP filters that run before routing: the JWT filter (it verifies
+/// tokens and leaves their payload for RBAC to match), then RBAC.
+fn guard_filters(
+    authorization: &[Arc<AppliedPolicy>],
+    jwt_rules: &[Arc<ResolvedJwtRule>],
+    placement: JwtPlacement,
+) -> Vec<HttpFilter> {
+    let mut filters: Vec<HttpFilter> = jwt::http_filter(jwt_rules, placement).into_iter().collect();
+    filters.extend(authz::http_filters(authorization));
+    filters
 }
 
 /// tcp_proxy to `backends`, after the RBAC filters of `authorization`.

@@ -29,6 +29,7 @@ pub mod authz;
 pub mod cache;
 pub mod cds;
 pub mod eds;
+pub mod jwt;
 pub mod lds;
 pub mod naming;
 pub mod rds;

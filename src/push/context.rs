@@ -16,7 +16,7 @@ use serde::Serialize;
 
 use super::PushRequest;
 use super::index::{
-    AuthorizationIndex, DestinationRuleIndex, EndpointIndex, GatewayIndex, PeerAuthenticationIndex, SecretIndex,
+    AuthorizationIndex, DestinationRuleIndex, EndpointIndex, GatewayIndex, PeerAuthenticationIndex, RequestAuthenticationIndex, SecretIndex,
     ServiceIndex, SidecarIndex, VirtualServiceIndex, Workload, WorkloadIndex,
 };
 use super::scope::{self, InboundId, InboundKey, Scope, ScopeId, ScopeInterner, ScopeKey};
@@ -86,6 +86,9 @@ pub fn affected_types(kind: ConfigKind) -> TypeSet {
         ConfigKind::PeerAuthentication => TypeSet::of(&[Cluster, Listener]),
         // The RBAC filters of inbound chains.
         ConfigKind::AuthorizationPolicy => TypeSet::of(&[Listener]),
+        // The JWT filters of inbound chains and gateway listeners, and the
+        // keys inlined in them.
+        ConfigKind::RequestAuthentication | ConfigKind::FetchedJwks => TypeSet::of(&[Listener]),
     }
 }
 
@@ -136,6 +139,9 @@ pub struct PushContext {
     pub peer_authentications: Arc<PeerAuthenticationIndex>,
     /// AuthorizationPolicies, by the workloads they apply to.
     pub authorization: Arc<AuthorizationIndex>,
+    /// RequestAuthentications' JWT rules with their key sets, by the
+    /// workloads they apply to.
+    pub request_authentication: Arc<RequestAuthenticationIndex>,
     /// The mesh-wide settings (the same for every snapshot of a server).
     pub mesh: Arc<MeshConfig>,
     interner: Arc<ScopeInterner>,
@@ -179,6 +185,7 @@ impl PushContext {
         let secrets = SecretIndex::build(&store);
         let peer_authentications = PeerAuthenticationIndex::build(&store, &mesh);
         let authorization = AuthorizationIndex::build(&store, &mesh);
+        let request_authentication = RequestAuthenticationIndex::build(&store, &mesh);
         PushContext {
             version,
             id: next_id(),
@@ -193,6 +200,7 @@ impl PushContext {
             secrets: Arc::new(secrets),
             peer_authentications: Arc::new(peer_authentications),
             authorization: Arc::new(authorization),
+            request_authentication: Arc::new(request_authentication),
             mesh,
             interner,
             scopes: RwLock::new(HashMap::new()),
@@ -248,6 +256,11 @@ impl PushContext {
             Arc::new(AuthorizationIndex::build(&store, &prev.mesh))
         } else {
             prev.authorization.clone()
+        };
+        let request_authentication = if rebuild(ConfigKind::RequestAuthentication) || rebuild(ConfigKind::FetchedJwks) {
+            Arc::new(RequestAuthenticationIndex::build(&store, &prev.mesh))
+        } else {
+            prev.request_authentication.clone()
         };
 
         let mut changes = PushChanges {
@@ -324,9 +337,19 @@ impl PushContext {
         // A PeerAuthentication moves the inbound keys of the workloads it
         // selects and, namespace-wide, the auto mTLS of every client of the
         // namespace's services; an AuthorizationPolicy the inbound keys of
-        // the workloads it selects, wherever they are. Both are rare
-        // enough to push to every proxy (as Istio does).
-        if changed(ConfigKind::PeerAuthentication) || changed(ConfigKind::AuthorizationPolicy) {
+        // the workloads it selects, wherever they are; a RequestAuthentication
+        // (or a key set fetched for one) the inbound keys of the workloads
+        // and the scopes of the gateways it selects. All are rare enough to
+        // push to every proxy (as Istio does).
+        if [
+            ConfigKind::PeerAuthentication,
+            ConfigKind::AuthorizationPolicy,
+            ConfigKind::RequestAuthentication,
+            ConfigKind::FetchedJwks,
+        ]
+        .into_iter()
+        .any(changed)
+        {
             changes.full = true;
         }
         changes.rescope = changes.full
@@ -382,6 +405,7 @@ impl PushContext {
             secrets,
             peer_authentications,
             authorization,
+            request_authentication,
             mesh: prev.mesh.clone(),
             interner: prev.interner.clone(),
             scopes: RwLock::new(HashMap::new()),
@@ -510,7 +534,9 @@ fn affected_hosts(
         | ConfigObject::Secret(_)
         // A change regenerates everything (`next`).
         | ConfigObject::PeerAuthentication(_)
-        | ConfigObject::AuthorizationPolicy(_) => {}
+        | ConfigObject::AuthorizationPolicy(_)
+        | ConfigObject::RequestAuthentication(_)
+        | ConfigObject::FetchedJwks(_) => {}
     }
 }
 

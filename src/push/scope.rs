@@ -10,8 +10,8 @@
 //! `virtualInbound` listener for its own ports — is keyed separately by
 //! [`InboundKey`] (interned as [`InboundId`]): it is a pure function of the
 //! workload's ports, their mTLS modes, its interception mode, whether it
-//! holds a workload certificate and the AuthorizationPolicies that select
-//! it, so proxies of different services in one namespace still share every
+//! holds a workload certificate, and the AuthorizationPolicies and JWT
+//! rules (with their keys) that select it, so proxies of different services in one namespace still share every
 //! outbound resource.
 //!
 //! Invariants: an id names the same key for the life of the process (the
@@ -25,7 +25,7 @@ use parking_lot::Mutex;
 use serde::Serialize;
 
 use super::PushContext;
-use super::index::{AppliedPolicy, ResolvedGateway};
+use super::index::{AppliedPolicy, ResolvedGateway, ResolvedJwtRule};
 use crate::config::istio::{self, ConnectionPoolSettings, MtlsMode};
 use crate::config::{ConfigKey, ConfigKind};
 use crate::model::{Hostname, InterceptionMode, Locality, Protocol, Proxy, ProxyKind, Service, host};
@@ -109,6 +109,10 @@ pub struct ScopeKey {
     /// For routers: the AuthorizationPolicies that apply to it (their RBAC
     /// filters guard its listeners). Sidecars keep theirs in the inbound key.
     pub authorization: Vec<Arc<AppliedPolicy>>,
+    /// For routers: the JWT rules that apply to it, with their keys (the
+    /// JWT filter of its HTTP listeners). Sidecars keep theirs in the
+    /// inbound key.
+    pub jwt_rules: Vec<Arc<ResolvedJwtRule>>,
 }
 
 /// Interned [`InboundKey`].
@@ -130,6 +134,9 @@ pub struct InboundKey {
     /// The AuthorizationPolicies that apply to the workload, by namespace
     /// then name (their RBAC filters guard every inbound port).
     pub authorization: Vec<Arc<AppliedPolicy>>,
+    /// The JWT rules that apply to the workload, with their keys, by issuer
+    /// (the JWT filter of every inbound HTTP port).
+    pub jwt_rules: Vec<Arc<ResolvedJwtRule>>,
     /// The workload's own mTLS mode: what a port it does not declare takes.
     pub mtls: MtlsMode,
 }
@@ -296,6 +303,7 @@ pub fn scope_key(ctx: &PushContext, proxy: &Proxy) -> ScopeKey {
             source_labels,
             mesh_certificates: proxy.mesh_certificates,
             authorization: ctx.authorization.for_workload(&proxy.namespace, &proxy.labels),
+            jwt_rules: ctx.request_authentication.for_workload(&proxy.namespace, &proxy.labels),
         },
         ProxyKind::Sidecar => ScopeKey {
             kind: ProxyKind::Sidecar,
@@ -306,6 +314,7 @@ pub fn scope_key(ctx: &PushContext, proxy: &Proxy) -> ScopeKey {
             source_labels,
             mesh_certificates: proxy.mesh_certificates,
             authorization: Vec::new(),
+            jwt_rules: Vec::new(),
         },
     }
 }
@@ -353,9 +362,23 @@ pub fn inbound_key(ctx: &PushContext, proxy: &Proxy) -> InboundKey {
     // Routers have no inbound configuration: they share one key.
     let sidecar = proxy.kind == ProxyKind::Sidecar;
     let mesh_certificates = proxy.mesh_certificates && sidecar;
-    let authorization =
-        if sidecar { ctx.authorization.for_workload(&proxy.namespace, &proxy.labels) } else { Vec::new() };
-    InboundKey { kind: proxy.kind, interception: proxy.interception, ports, mesh_certificates, authorization, mtls }
+    let (authorization, jwt_rules) = if sidecar {
+        (
+            ctx.authorization.for_workload(&proxy.namespace, &proxy.labels),
+            ctx.request_authentication.for_workload(&proxy.namespace, &proxy.labels),
+        )
+    } else {
+        (Vec::new(), Vec::new())
+    };
+    InboundKey {
+        kind: proxy.kind,
+        interception: proxy.interception,
+        ports,
+        mesh_certificates,
+        authorization,
+        jwt_rules,
+        mtls,
+    }
 }
 
 /// One Sidecar ingress listener as an inbound port of `proxy`.

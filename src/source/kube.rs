@@ -14,7 +14,7 @@
 //! | Service, Pod, Node | core | `v1` |
 //! | EndpointSlice | `discovery.k8s.io` | `v1` |
 //! | ServiceEntry, WorkloadEntry, VirtualService, DestinationRule, Gateway, Sidecar, WorkloadGroup | `networking.istio.io` | the first the server serves of `v1`, `v1beta1`, `v1alpha3` |
-//! | PeerAuthentication, AuthorizationPolicy | `security.istio.io` | the first the server serves of `v1`, `v1beta1` |
+//! | PeerAuthentication, AuthorizationPolicy, RequestAuthentication | `security.istio.io` | the first the server serves of `v1`, `v1beta1` |
 //!
 //! Rules:
 //! * A (re)list is applied whole when it is complete (`InitDone`): the

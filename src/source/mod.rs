@@ -29,6 +29,7 @@ use crate::model::ConfigStore;
 use crate::model::check_references;
 
 pub mod autoregistration;
+pub mod jwks;
 pub mod file;
 pub mod kube;
 pub mod references;

@@ -285,8 +285,8 @@ fn prepare(request: &ApplyRequest) -> Result<Batch, Vec<ObjectProblem>> {
             path: String::new(),
             message,
         };
-        let Some(kind) = ConfigKind::ALL.into_iter().find(|k| k.as_str() == delete.kind) else {
-            let known: Vec<&str> = ConfigKind::ALL.iter().map(|k| k.as_str()).collect();
+        let Some(kind) = ConfigKind::ALL.into_iter().find(|k| k.as_str() == delete.kind && !k.is_internal()) else {
+            let known: Vec<&str> = ConfigKind::ALL.iter().filter(|k| !k.is_internal()).map(|k| k.as_str()).collect();
             refused.push(problem(format!("unknown kind {:?}: expected one of {}", delete.kind, known.join(", "))));
             continue;
         };

@@ -20,8 +20,6 @@ use std::path::{Path, PathBuf};
 /// Parts of Istio not served yet, as `(what the problem line contains, why)`.
 /// Each entry names the issue that brings it.
 const NOT_YET: &[(&str, &str)] = &[
-    ("unknown kind AuthorizationPolicy security.istio.io/", "authorization policies (security issue)"),
-    ("unknown kind RequestAuthentication security.istio.io/", "JWT authentication (security issue)"),
     ("gateway.networking.k8s.io/", "the Kubernetes Gateway API (Gateway API issue)"),
 ];
 

@@ -133,6 +133,13 @@ const RESOURCES: &[Resource] = &[
         plural: "authorizationpolicies",
         namespaced: true,
     },
+    Resource {
+        group: "security.istio.io",
+        versions: &["v1", "v1beta1"],
+        kind: "RequestAuthentication",
+        plural: "requestauthentications",
+        namespaced: true,
+    },
 ];
 
 fn resource_by_plural(group: &str, plural: &str) -> Option<&'static Resource> {

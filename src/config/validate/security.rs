@@ -4,7 +4,7 @@
 use super::{Checker, is_ip_or_cidr};
 use crate::config::istio::{
     AUTHORIZATION_ACTIONS, AuthorizationPolicy, Condition, DRY_RUN_ANNOTATION, Operation, PEER_MTLS_MODES,
-    PeerAuthentication, Source, is_condition_key,
+    PeerAuthentication, RequestAuthentication, Source, is_condition_key, jwks_uri_authority, parse_jwks,
 };
 
 pub(super) fn peer_authentication(check: &mut Checker, policy: &PeerAuthentication) {
@@ -69,7 +69,7 @@ pub(super) fn authorization_policy(check: &mut Checker, policy: &AuthorizationPo
             let path = format!("{path}.from[{j}].source");
             match &from.source {
                 None => check.error(&path, "is missing: a from entry names a source"),
-                Some(source) => source_checks(check, &path, source, action),
+                Some(source) => source_checks(check, &path, source),
             }
         }
         for (j, to) in rule.to.iter().enumerate() {
@@ -86,18 +86,72 @@ pub(super) fn authorization_policy(check: &mut Checker, policy: &AuthorizationPo
     }
 }
 
-/// What a rule with a part meshpush does not enforce yet becomes: an ALLOW
-/// rule matches nothing, a DENY (or AUDIT, or CUSTOM) rule matches without
-/// that part. Both fail closed, as Istio treats HTTP-only parts on TCP ports.
-fn unenforced(action: &str) -> &'static str {
-    if action == "ALLOW" || action.is_empty() {
-        "JWT authentication (RequestAuthentication) is not served yet: this ALLOW rule matches no request"
-    } else {
-        "JWT authentication (RequestAuthentication) is not served yet: the rule denies without this condition"
+pub(super) fn request_authentication(check: &mut Checker, policy: &RequestAuthentication) {
+    let spec = &policy.spec;
+    let targets = spec.target_ref.is_some() || !spec.target_refs.is_empty();
+    if targets && spec.selector.is_some() {
+        check.error("spec.selector", "cannot be set with targetRef or targetRefs (Istio refuses this too)");
+    } else if targets {
+        let path = if spec.target_ref.is_some() { "spec.targetRef" } else { "spec.targetRefs" };
+        check.unsupported(
+            path,
+            Some("it selects Gateway API gateways or waypoints, which meshpush does not serve: the policy applies to no workload"),
+        );
+    }
+    for (i, rule) in spec.jwt_rules.iter().enumerate() {
+        let path = format!("spec.jwtRules[{i}]");
+        strings(check, &format!("{path}.audiences"), &rule.audiences);
+        if rule.issuer.is_empty() && rule.jwks_uri().is_none() {
+            check.error(format!("{path}.issuer"), "is empty, and so is jwksUri: a rule names at least one");
+        }
+        if let Some(uri) = rule.jwks_uri()
+            && let Err(why) = jwks_uri_authority(uri)
+        {
+            check.error(format!("{path}.jwksUri"), why);
+        }
+        if let Some(jwks) = rule.inline_jwks() {
+            match parse_jwks(jwks) {
+                Err(why) => check.error(format!("{path}.jwks"), format!("is not a JWKS: {why}")),
+                Ok(set) if set.has_private_members => check.warning(
+                    format!("{path}.jwks"),
+                    "holds private key material: meshpush sends Envoy only the public members of asymmetric keys \
+                     (a symmetric key is the secret itself, and is sent as it is)",
+                ),
+                Ok(_) => {}
+            }
+        }
+        for (j, header) in rule.from_headers.iter().enumerate() {
+            if header.name.is_empty() {
+                check.error(format!("{path}.fromHeaders[{j}].name"), "is empty");
+            }
+        }
+        strings(check, &format!("{path}.fromParams"), &rule.from_params);
+        strings(check, &format!("{path}.fromCookies"), &rule.from_cookies);
+        for (j, output) in rule.output_claim_to_headers.iter().enumerate() {
+            let path = format!("{path}.outputClaimToHeaders[{j}]");
+            if output.header.is_empty() || output.claim.is_empty() {
+                check.error(&path, "needs both header and claim");
+            } else if !is_header_name(&output.header) {
+                check.error(format!("{path}.header"), format!("{:?} is not an HTTP header name", output.header));
+            }
+        }
+        if let Some(header) = rule.output_payload_to_header.as_deref().filter(|h| !h.is_empty())
+            && !is_header_name(header)
+        {
+            check.error(format!("{path}.outputPayloadToHeader"), format!("{header:?} is not an HTTP header name"));
+        }
+        if rule.timeout.is_some_and(|t| t.0.is_zero()) {
+            check.error(format!("{path}.timeout"), "is zero: a key set fetch needs time");
+        }
     }
 }
 
-fn source_checks(check: &mut Checker, path: &str, source: &Source, action: &str) {
+/// An HTTP header name (RFC 9110 token characters).
+fn is_header_name(name: &str) -> bool {
+    !name.is_empty() && name.bytes().all(|b| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b))
+}
+
+fn source_checks(check: &mut Checker, path: &str, source: &Source) {
     let lists: [(&str, &Vec<String>); 14] = [
         ("principals", &source.principals),
         ("notPrincipals", &source.not_principals),
@@ -128,9 +182,6 @@ fn source_checks(check: &mut Checker, path: &str, source: &Source, action: &str)
                     );
                 }
             }
-        }
-        if field.to_ascii_lowercase().contains("requestprincipals") && !values.is_empty() {
-            check.unsupported(format!("{path}.{field}"), Some(unenforced(action)));
         }
     }
 }
@@ -196,9 +247,7 @@ fn condition_checks(check: &mut Checker, path: &str, condition: &Condition, acti
             }
         }
     }
-    if key.starts_with("request.auth.") {
-        check.unsupported(format!("{path}.key"), Some(unenforced(action)));
-    } else if key.starts_with("experimental.envoy.filters.") {
+    if key.starts_with("experimental.envoy.filters.") {
         let what = if action == "ALLOW" {
             "Envoy filter metadata conditions are not served: this ALLOW rule matches no request"
         } else {

@@ -342,12 +342,42 @@ fn authorization_policy_rules() {
             "spec.rules[0].when[1].values[0]"
         ]
     );
-    // What is not served yet is reported with what happens now.
-    let jwt = ap("  rules: [{from: [{source: {requestPrincipals: [\"*\"]}}]}]\n");
-    assert!(message_at(&jwt, "spec.rules[0].from[0].source.requestPrincipals").contains("matches no request"));
+    // JWT attributes are served (RequestAuthentication's JWT filter).
+    let jwt = ap(
+        "  rules: [{from: [{source: {requestPrincipals: [\"*\"]}}], when: [{key: \"request.auth.claims[groups]\", values: [a]}]}]\n",
+    );
+    assert_eq!(findings(&jwt), vec![]);
+    // What is not served is reported with what happens now.
     let custom = ap("  action: CUSTOM\n  provider: {name: opa}\n  rules: [{}]\n");
     assert!(message_at(&custom, "spec.provider.name").contains("denied"));
     let waypoint = ap("  targetRefs: [{kind: Service, name: web}]\n");
+    assert!(message_at(&waypoint, "spec.targetRefs").contains("applies to no workload"));
+}
+
+#[test]
+fn request_authentication_rules() {
+    let ra = |spec: &str| {
+        format!("apiVersion: security.istio.io/v1\nkind: RequestAuthentication\nmetadata: {{name: r}}\nspec:\n{spec}")
+    };
+    let fine = "  selector: {matchLabels: {app: a}}\n  jwtRules:\n  - issuer: https://issuer.example\n    jwksUri: https://issuer.example/keys\n    audiences: [web]\n    fromHeaders: [{name: x-jwt, prefix: 'Bearer '}]\n    fromParams: [token]\n    outputClaimToHeaders: [{header: x-sub, claim: sub}]\n    timeout: 2s\n";
+    assert_eq!(findings(&ra(fine)), vec![]);
+    assert_eq!(
+        error_paths(&ra(
+            "  jwtRules:\n  - audiences: ['']\n  - issuer: a\n    jwksUri: ftp://keys.example/k\n  - issuer: b\n    jwks: '{\"keys\": 1}'\n    fromHeaders: [{name: ''}]\n    outputClaimToHeaders: [{header: 'bad header', claim: sub}, {header: x}]\n"
+        )),
+        [
+            "spec.jwtRules[0].audiences[0]",
+            "spec.jwtRules[0].issuer",
+            "spec.jwtRules[1].jwksUri",
+            "spec.jwtRules[2].jwks",
+            "spec.jwtRules[2].fromHeaders[0].name",
+            "spec.jwtRules[2].outputClaimToHeaders[0].header",
+            "spec.jwtRules[2].outputClaimToHeaders[1]",
+        ]
+    );
+    let private = ra("  jwtRules: [{issuer: a, jwks: '{\"keys\":[{\"kty\":\"RSA\",\"n\":\"x\",\"e\":\"AQAB\",\"d\":\"y\"}]}'}]\n");
+    assert!(message_at(&private, "spec.jwtRules[0].jwks").contains("only the public members"));
+    let waypoint = ra("  targetRefs: [{kind: Service, name: web}]\n");
     assert!(message_at(&waypoint, "spec.targetRefs").contains("applies to no workload"));
 }
 

@@ -55,13 +55,14 @@ pub fn listeners(ctx: &PushContext, scope: &Scope) -> Vec<Listener> {
 
 fn listener(ctx: &PushContext, scope: &Scope, p: &GatewayPort<'_>) -> Option<Listener> {
     let name = naming::listener(p.bind, p.port);
-    let authz = &scope.key.authorization;
+    let (authz, jwt_rules) = (&scope.key.authorization, &scope.key.jwt_rules);
     let chains = match p.kind {
         PortKind::Http => vec![FilterChain {
             filters: vec![guarded_http_connection_manager(
                 format!("outbound_{name}"),
                 rds(naming::gateway_route(p.port)),
                 authz,
+                jwt_rules,
             )],
             ..Default::default()
         }],
@@ -118,7 +119,7 @@ fn sni_match(names: Vec<String>, alpn: &[&str]) -> Option<FilterChainMatch> {
 
 /// The chains of a TLS port, server by server.
 fn tls_chains(ctx: &PushContext, scope: &Scope, p: &GatewayPort<'_>) -> Vec<FilterChain> {
-    let authz = &scope.key.authorization;
+    let (authz, jwt_rules) = (&scope.key.authorization, &scope.key.jwt_rules);
     let mut chains: Vec<FilterChain> = Vec::new();
     // SNI names already matched by a chain of this listener: a repeated
     // match would make Envoy refuse the listener, so the later one is left out.
@@ -145,7 +146,7 @@ fn tls_chains(ctx: &PushContext, scope: &Scope, p: &GatewayPort<'_>) -> Vec<Filt
                 let filters = if gateway::terminates_https(server) {
                     let route = gateway::route_name(gw, server).expect("an HTTPS server has a route config");
                     let stat_prefix = server.name.as_deref().map_or_else(|| route.clone(), str::to_string);
-                    vec![guarded_http_connection_manager(stat_prefix, rds(route), authz)]
+                    vec![guarded_http_connection_manager(stat_prefix, rds(route), authz, jwt_rules)]
                 } else {
                     let Some(backends) = tcp_backends(ctx, scope, gw, server) else {
                         tracing::warn!(server = %at, "gateway server not served: no TCP route of a VirtualService bound to it");

@@ -49,6 +49,7 @@ mod coverage;
 mod endpoints;
 mod features;
 mod invariants;
+mod jwt;
 mod listeners;
 mod mtls;
 mod routes;

@@ -14,7 +14,7 @@ use std::sync::Arc;
 
 use serde::Serialize;
 
-use crate::config::istio::{AuthorizationPolicySpec, DRY_RUN_ANNOTATION};
+use crate::config::istio::{AuthorizationPolicySpec, DRY_RUN_ANNOTATION, WorkloadLabels};
 use crate::config::mesh::MeshConfig;
 use crate::config::{ConfigKind, ConfigObject};
 use crate::model::StoreSnapshot;
@@ -66,20 +66,35 @@ impl AuthorizationIndex {
     /// The policies that apply to a workload of `namespace` with `labels`,
     /// by namespace then name.
     pub fn for_workload(&self, namespace: &str, labels: &BTreeMap<String, String>) -> Vec<Arc<AppliedPolicy>> {
-        let selects = |p: &&Arc<AppliedPolicy>| {
-            p.spec.selector.as_ref().is_none_or(|s| s.match_labels.iter().all(|(k, v)| labels.get(k) == Some(v)))
-        };
-        let mut out: Vec<Arc<AppliedPolicy>> = Vec::new();
-        for ns in [&*self.root_namespace, namespace] {
-            out.extend(self.by_namespace.get(ns).into_iter().flatten().filter(selects).cloned());
-            if ns == namespace {
-                break;
-            }
-        }
+        let mut out =
+            select_for_workload(&self.by_namespace, &self.root_namespace, namespace, labels, |p| p.spec.selector.as_ref());
         out.sort();
         out.dedup();
         out
     }
+}
+
+/// The policies of `by_namespace` that apply to a workload of `namespace`
+/// with `labels`, as Istio selects workload policies: the root namespace's
+/// and the workload namespace's, each when its selector is absent or all
+/// its labels match (root namespace's first, each namespace's in its order).
+pub(super) fn select_for_workload<T>(
+    by_namespace: &HashMap<Arc<str>, Vec<Arc<T>>>,
+    root_namespace: &str,
+    namespace: &str,
+    labels: &BTreeMap<String, String>,
+    selector: impl Fn(&T) -> Option<&WorkloadLabels>,
+) -> Vec<Arc<T>> {
+    let selects =
+        |p: &&Arc<T>| selector(p).is_none_or(|s| s.match_labels.iter().all(|(k, v)| labels.get(k) == Some(v)));
+    let mut out: Vec<Arc<T>> = Vec::new();
+    for ns in [root_namespace, namespace] {
+        out.extend(by_namespace.get(ns).into_iter().flatten().filter(selects).cloned());
+        if ns == namespace {
+            break;
+        }
+    }
+    out
 }
 
 #[cfg(test)]

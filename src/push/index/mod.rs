@@ -8,6 +8,7 @@ pub mod authorization;
 mod delegation;
 mod endpoints;
 pub mod peer_authentication;
+pub mod request_authentication;
 mod rules;
 pub mod secrets;
 mod services;
@@ -16,6 +17,7 @@ mod workloads;
 pub use authorization::{AppliedPolicy, AuthorizationIndex};
 pub use endpoints::EndpointIndex;
 pub use peer_authentication::{PeerAuthenticationIndex, WorkloadMtls};
+pub use request_authentication::{RequestAuthenticationIndex, ResolvedJwtRule};
 pub use rules::{
     DestinationRuleIndex, GatewayIndex, GatewayServer, ResolvedGateway, ResolvedVirtualService, SidecarIndex,
     VirtualServiceIndex, resolve_gateway_ref,

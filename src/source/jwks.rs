@@ -1,0 +1,298 @@
+//! Fetches the key sets RequestAuthentications name, as istiod does in its
+//! default fetch mode: meshpush, not each Envoy, fetches `jwksUri` (or,
+//! for a rule that names only its issuer, the `jwks_uri` of the issuer's
+//! OpenID discovery document, `ISSUER/.well-known/openid-configuration`),
+//! and the JWT filter inlines the keys.
+//!
+//! Role in the data flow: a source like the others. It follows the
+//! engine's published snapshots for the `(issuer, jwksUri)` pairs their
+//! rules need (`RequestAuthenticationIndex::remote_key_sets`), and writes
+//! one [`FetchedJwks`] per pair into the store, so new keys reach Envoy as
+//! any config change does. A set is fetched when first named, then every
+//! refresh interval (Istio's default: 20 minutes); a failed fetch is
+//! retried after 1 s, doubling up to a minute. A failure keeps the keys of
+//! the last good fetch; with none yet, the rule verifies against a key set
+//! nobody can sign for (`FAIL_CLOSED_JWKS`), so requests with a token are
+//! refused rather than let through.
+//!
+//! Invariants: only public key members are stored; a response is read up
+//! to 1 MiB; a URI whose host is, or resolves only to, a link-local or
+//! cloud metadata address is never fetched (such addresses serve instance
+//! credentials, not key sets); the source writes only `FetchedJwks`, and
+//! deletes the ones no rule names any more.
+
+use std::collections::{BTreeMap, HashMap};
+use std::future::Future;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use http_body_util::{BodyExt as _, Empty, Limited};
+use hyper_rustls::HttpsConnector;
+use hyper_util::client::legacy::Client;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::client::legacy::connect::dns::{GaiResolver, Name};
+use hyper_util::rt::TokioExecutor;
+use tokio::sync::mpsc;
+
+use crate::config::istio::{FetchedJwks, fetched_jwks_name, jwks_uri_authority, parse_jwks};
+use crate::config::{ConfigKind, ConfigObject, ObjectMeta, SourceRef};
+use crate::engine::PushEngine;
+use crate::model::store::Write;
+use crate::model::{ChangeSet, ConfigStore};
+use crate::text;
+
+/// How often a key set is fetched again (Istio's `PILOT_JWT_PUB_KEY_REFRESH_INTERVAL`).
+pub const DEFAULT_REFRESH: Duration = Duration::from_secs(20 * 60);
+/// The most a fetch reads.
+const MAX_BODY: usize = 1 << 20;
+/// The first retry after a failure, and the longest.
+const RETRY_FIRST: Duration = Duration::from_secs(1);
+const RETRY_MAX: Duration = Duration::from_secs(60);
+/// The source every fetched key set is attributed to.
+const SOURCE: &str = "jwks-fetch";
+
+type HttpClient = Client<HttpsConnector<HttpConnector<GuardedResolver>>, Empty<Bytes>>;
+
+/// Keeps a [`FetchedJwks`] in the store for each key set the served rules name.
+pub struct JwksFetcher {
+    store: Arc<ConfigStore>,
+    engine: Arc<PushEngine>,
+    changes: mpsc::Sender<ChangeSet>,
+    refresh: Duration,
+    client: HttpClient,
+    /// When each wanted set is due next, and how many fetches in a row failed.
+    due: HashMap<(String, String), (Instant, u32)>,
+}
+
+impl std::fmt::Debug for JwksFetcher {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("JwksFetcher").field("refresh", &self.refresh).field("wanted", &self.due.len()).finish()
+    }
+}
+
+impl JwksFetcher {
+    /// A source writing `store`, following `engine`'s snapshots, sending on
+    /// `changes`, fetching every set again after `refresh`.
+    pub fn new(
+        store: Arc<ConfigStore>,
+        engine: Arc<PushEngine>,
+        changes: mpsc::Sender<ChangeSet>,
+        refresh: Duration,
+    ) -> JwksFetcher {
+        let mut http = HttpConnector::new_with_resolver(GuardedResolver(GaiResolver::new()));
+        http.enforce_http(false);
+        let builder = match hyper_rustls::HttpsConnectorBuilder::new().with_native_roots() {
+            Ok(builder) => builder,
+            Err(e) => {
+                tracing::warn!("no system root certificates ({e}): https key sets cannot be fetched");
+                let roots = rustls::RootCertStore::empty();
+                hyper_rustls::HttpsConnectorBuilder::new()
+                    .with_tls_config(rustls::ClientConfig::builder().with_root_certificates(roots).with_no_client_auth())
+            }
+        };
+        let https = builder.https_or_http().enable_http1().wrap_connector(http);
+        let client = Client::builder(TokioExecutor::new()).build(https);
+        JwksFetcher { store, engine, changes, refresh, client, due: HashMap::new() }
+    }
+
+    /// Fetches what is due whenever a snapshot is published or a fetch
+    /// falls due, until the channel closes.
+    pub async fn run(mut self) {
+        let mut versions = self.engine.versions();
+        loop {
+            let wanted = self.engine.snapshot().request_authentication.remote_key_sets().clone();
+            if !self.reconcile(&wanted, Instant::now()).await {
+                return;
+            }
+            let next = self.due.values().map(|(at, _)| *at).min();
+            let wait = next.map_or(Duration::from_secs(3600), |at| at.saturating_duration_since(Instant::now()));
+            tokio::select! {
+                changed = versions.changed() => if changed.is_err() { return },
+                () = tokio::time::sleep(wait) => {}
+                () = self.changes.closed() => return,
+            }
+        }
+    }
+
+    /// Fetches the due sets of `wanted` and writes what changed; drops what
+    /// no rule names. Returns false when the changes channel is closed.
+    async fn reconcile(&mut self, wanted: &BTreeMap<(String, String), Duration>, now: Instant) -> bool {
+        self.due.retain(|key, _| wanted.contains_key(key));
+        let due: Vec<(&(String, String), &Duration)> = wanted
+            .iter()
+            .filter(|(key, _)| self.due.get(*key).is_none_or(|(at, _)| *at <= now))
+            .collect();
+        let fetches = due.iter().map(|((issuer, uri), timeout)| {
+            let client = self.client.clone();
+            async move { tokio::time::timeout(**timeout, fetch(&client, issuer, uri)).await.unwrap_or_else(|_| {
+                Err(format!("no answer within {timeout:?}"))
+            }) }
+        });
+        let results = futures::future::join_all(fetches).await;
+
+        let snapshot = self.store.snapshot();
+        let mut writes = Vec::new();
+        for (((issuer, uri), _), result) in due.iter().zip(results) {
+            let name = fetched_jwks_name(issuer, uri);
+            let key = crate::config::ConfigKey::new(ConfigKind::FetchedJwks, "", &name);
+            let previous = match snapshot.get(&key).map(|s| &s.object) {
+                Some(ConfigObject::FetchedJwks(f)) => Some(f.as_ref().clone()),
+                _ => None,
+            };
+            let failures = self.due.get(&(issuer.clone(), uri.clone())).map_or(0, |(_, n)| *n);
+            let (keys, error, next, failures) = match result {
+                Ok(keys) => (Some(keys), None, now + self.refresh, 0),
+                Err(why) => {
+                    let shown = format!("{}: {why}", text::shown(if uri.is_empty() { issuer } else { uri }));
+                    if previous.as_ref().and_then(|p| p.error.as_deref()) != Some(shown.as_str()) {
+                        tracing::warn!("fetching the JWKS of issuer {}: {shown}", text::shown(issuer));
+                    }
+                    let retry = RETRY_FIRST.saturating_mul(1 << failures.min(6)).min(RETRY_MAX);
+                    (previous.as_ref().and_then(|p| p.keys.clone()), Some(shown), now + retry, failures + 1)
+                }
+            };
+            self.due.insert((issuer.clone(), uri.clone()), (next, failures));
+            let object = FetchedJwks {
+                metadata: ObjectMeta { name, ..Default::default() },
+                issuer: issuer.clone(),
+                jwks_uri: uri.clone(),
+                keys,
+                error,
+            };
+            if previous.as_ref() != Some(&object) {
+                if object.error.is_none() {
+                    tracing::info!("fetched the JWKS of issuer {}", text::shown(issuer));
+                }
+                writes.push(Write::Put(ConfigObject::FetchedJwks(Box::new(object)), SourceRef {
+                    file: SOURCE.into(),
+                    doc: 0,
+                }));
+            }
+        }
+        for stored in snapshot.kind(ConfigKind::FetchedJwks).values() {
+            if let ConfigObject::FetchedJwks(f) = &stored.object
+                && !wanted.contains_key(&(f.issuer.clone(), f.jwks_uri.clone()))
+            {
+                writes.push(Write::Delete(stored.object.key()));
+            }
+        }
+        if writes.is_empty() {
+            return true;
+        }
+        let changes = self.store.apply(writes);
+        changes.is_empty() || self.changes.send(changes).await.is_ok()
+    }
+}
+
+/// Fetches one key set; the public members of its keys, as JSON.
+async fn fetch(client: &HttpClient, issuer: &str, uri: &str) -> Result<String, String> {
+    let uri = if uri.is_empty() {
+        let discovery = format!("{}/.well-known/openid-configuration", issuer.trim_end_matches('/'));
+        let document = get(client, &discovery).await.map_err(|e| format!("OpenID discovery: {e}"))?;
+        let document: serde_json::Value =
+            serde_json::from_slice(&document).map_err(|e| format!("OpenID discovery: not JSON ({e})"))?;
+        document
+            .get("jwks_uri")
+            .and_then(serde_json::Value::as_str)
+            .ok_or("OpenID discovery: the document names no jwks_uri")?
+            .to_string()
+    } else {
+        uri.to_string()
+    };
+    let body = get(client, &uri).await?;
+    let text = std::str::from_utf8(&body).map_err(|_| "the key set is not UTF-8".to_string())?;
+    Ok(parse_jwks(text).map_err(|e| format!("not a JWKS: {e}"))?.public)
+}
+
+/// GETs `uri`: its body when the answer is 200.
+async fn get(client: &HttpClient, uri: &str) -> Result<Bytes, String> {
+    let (host, _) = jwks_uri_authority(uri)?;
+    if let Ok(ip) = host.parse::<IpAddr>()
+        && is_blocked(ip)
+    {
+        return Err(format!("{ip} is a link-local or cloud metadata address: not fetched"));
+    }
+    let parsed: http::Uri = uri.parse().map_err(|e| format!("not a URI ({e})"))?;
+    let response = client.get(parsed).await.map_err(|e| describe(&e))?;
+    if response.status() != http::StatusCode::OK {
+        return Err(format!("answered {}", response.status()));
+    }
+    let body = Limited::new(response.into_body(), MAX_BODY)
+        .collect()
+        .await
+        .map_err(|e| format!("reading the answer: {e} (at most {MAX_BODY} bytes are read)"))?;
+    Ok(body.to_bytes())
+}
+
+/// An error with its causes (hyper's own text is only the outermost).
+fn describe(error: &(dyn std::error::Error + 'static)) -> String {
+    let mut text = error.to_string();
+    let mut source = error.source();
+    while let Some(cause) = source {
+        text.push_str(": ");
+        text.push_str(&cause.to_string());
+        source = cause.source();
+    }
+    text
+}
+
+/// Addresses a key set is never fetched from: link-local ones (cloud
+/// instance metadata among them) and the known metadata addresses outside
+/// that range.
+fn is_blocked(ip: IpAddr) -> bool {
+    const ALIBABA_METADATA: Ipv4Addr = Ipv4Addr::new(100, 100, 100, 200);
+    const AWS_METADATA_V6: Ipv6Addr = Ipv6Addr::new(0xfd00, 0xec2, 0, 0, 0, 0, 0, 0x254);
+    match ip {
+        IpAddr::V4(v4) => v4.is_link_local() || v4 == ALIBABA_METADATA,
+        IpAddr::V6(v6) => {
+            v6.is_unicast_link_local()
+                || v6 == AWS_METADATA_V6
+                || v6.to_ipv4_mapped().is_some_and(|v4| is_blocked(IpAddr::V4(v4)))
+        }
+    }
+}
+
+/// The system resolver, without blocked addresses: a name that resolves
+/// only to them fails to connect.
+#[derive(Clone)]
+struct GuardedResolver(GaiResolver);
+
+impl tower_service::Service<Name> for GuardedResolver {
+    type Response = std::vec::IntoIter<SocketAddr>;
+    type Error = std::io::Error;
+    type Future = Pin<Box<dyn Future<Output = Result<Self::Response, Self::Error>> + Send>>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        self.0.poll_ready(cx)
+    }
+
+    fn call(&mut self, name: Name) -> Self::Future {
+        let resolving = self.0.call(name);
+        Box::pin(async move {
+            let allowed: Vec<SocketAddr> = resolving.await?.filter(|a| !is_blocked(a.ip())).collect();
+            if allowed.is_empty() {
+                return Err(std::io::Error::other("the name resolves only to link-local or cloud metadata addresses"));
+            }
+            Ok(allowed.into_iter())
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn metadata_and_link_local_addresses_are_blocked_and_others_are_not() {
+        for blocked in ["169.254.169.254", "100.100.100.200", "fe80::1", "fd00:ec2::254", "::ffff:169.254.169.254"] {
+            assert!(is_blocked(blocked.parse().unwrap()), "{blocked}");
+        }
+        for allowed in ["127.0.0.1", "10.0.0.1", "::1", "93.184.216.34"] {
+            assert!(!is_blocked(allowed.parse().unwrap()), "{allowed}");
+        }
+    }
+}
