@@ -30,8 +30,8 @@ use crate::model::ConfigStore;
 use crate::push::{DebounceConfig, Debouncer, PushRequest, PushSlot};
 use crate::source::RegistryService;
 use crate::source::autoregistration::{self, AutoRegistration};
-use crate::source::jwks::JwksFetcher;
 use crate::source::file::FileSource;
+use crate::source::jwks::JwksFetcher;
 use crate::xds::AdsService;
 use crate::xds::server::StreamLimits;
 use connections::{ConnectionPolicy, XdsListener};
@@ -392,7 +392,8 @@ pub async fn run(options: ServeOptions) -> anyhow::Result<()> {
         AutoRegistration::new(store.clone(), engine.clone(), changes_tx.clone(), autoregistration::DEFAULT_GRACE).run(),
     );
 
-    let jwks = tokio::spawn(JwksFetcher::new(store.clone(), engine.clone(), changes_tx.clone(), options.jwks_refresh).run());
+    let jwks =
+        tokio::spawn(JwksFetcher::new(store.clone(), engine.clone(), changes_tx.clone(), options.jwks_refresh).run());
 
     crate::os::shutdown_signal().await;
     tracing::info!("shutting down");

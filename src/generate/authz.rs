@@ -351,7 +351,13 @@ impl RuleBuilder<'_> {
 
     /// A claim of the verified token (at `path` inside the payload) is one
     /// of `values` (a list claim: holds one of them) and none of `not`. HTTP only.
-    fn claims(&self, and: &mut Vec<Principal>, path: &[&str], values: &[String], not: &[String]) -> Result<(), Unchecked> {
+    fn claims(
+        &self,
+        and: &mut Vec<Principal>,
+        path: &[&str],
+        values: &[String],
+        not: &[String],
+    ) -> Result<(), Unchecked> {
         if self.tcp {
             return if self.strict { Err(Unchecked) } else { Ok(()) };
         }
@@ -449,9 +455,7 @@ fn request_principal(value: &str) -> Principal {
     let split = value.rfind('/').map(|i| (&value[..i], &value[i + 1..]));
     let (iss, sub) = match (value, split) {
         ("*", _) => (any(), any()),
-        (v, Some((iss, sub))) if v.starts_with('*') => {
-            (if iss == "*" { any() } else { suffix(&iss[1..]) }, exact(sub))
-        }
+        (v, Some((iss, sub))) if v.starts_with('*') => (if iss == "*" { any() } else { suffix(&iss[1..]) }, exact(sub)),
         (v, None) if v.starts_with('*') => (any(), suffix(&v[1..])),
         (v, Some((iss, sub))) if v.ends_with('*') => {
             (exact(iss), if sub == "*" { any() } else { prefix(&sub[..sub.len() - 1]) })

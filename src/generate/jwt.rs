@@ -58,7 +58,8 @@ pub fn http_filter(rules: &[Arc<ResolvedJwtRule>], placement: JwtPlacement) -> O
         .enumerate()
         .map(|(i, r)| NamedProvider { name: provider_name(i), provider: Some(provider(r, clear_route_cache)) })
         .collect();
-    let this_or_none = |name: &str| requires_any(vec![provider_named(name), requirement(RequiresType::AllowMissing(Empty {}))]);
+    let this_or_none =
+        |name: &str| requires_any(vec![provider_named(name), requirement(RequiresType::AllowMissing(Empty {}))]);
     let requires = if providers.len() == 1 {
         this_or_none(&providers[0].name)
     } else {
@@ -113,7 +114,11 @@ fn provider(resolved: &ResolvedJwtRule, clear_route_cache: bool) -> JwtProvider 
         claim_to_headers: rule
             .output_claim_to_headers
             .iter()
-            .map(|c| JwtClaimToHeader { header_name: c.header.clone(), claim_name: c.claim.clone(), ..Default::default() })
+            .map(|c| JwtClaimToHeader {
+                header_name: c.header.clone(),
+                claim_name: c.claim.clone(),
+                ..Default::default()
+            })
             .collect(),
         clear_route_cache,
         jwks_source_specifier: Some(jwt_provider::JwksSourceSpecifier::LocalJwks(DataSource {

@@ -54,9 +54,9 @@ use envoy_types::pb::envoy::extensions::filters::network::tcp_proxy::v3::{
 
 use envoy_types::pb::google::protobuf::Any;
 
+use super::jwt::{self, JwtPlacement};
 use super::outbound::{self, OutboundPort};
 use super::route::{self, Backends, RouteTarget};
-use super::jwt::{self, JwtPlacement};
 use super::{authz, mtls, naming, proto};
 use crate::config::istio::MESH_GATEWAY;
 use crate::model::{InterceptionMode, ProxyKind, Service};

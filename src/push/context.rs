@@ -16,8 +16,8 @@ use serde::Serialize;
 
 use super::PushRequest;
 use super::index::{
-    AuthorizationIndex, DestinationRuleIndex, EndpointIndex, GatewayIndex, PeerAuthenticationIndex, RequestAuthenticationIndex, SecretIndex,
-    ServiceIndex, SidecarIndex, VirtualServiceIndex, Workload, WorkloadIndex,
+    AuthorizationIndex, DestinationRuleIndex, EndpointIndex, GatewayIndex, PeerAuthenticationIndex,
+    RequestAuthenticationIndex, SecretIndex, ServiceIndex, SidecarIndex, VirtualServiceIndex, Workload, WorkloadIndex,
 };
 use super::scope::{self, InboundId, InboundKey, Scope, ScopeId, ScopeInterner, ScopeKey};
 use crate::config::mesh::MeshConfig;

@@ -90,8 +90,9 @@ impl JwksFetcher {
             Err(e) => {
                 tracing::warn!("no system root certificates ({e}): https key sets cannot be fetched");
                 let roots = rustls::RootCertStore::empty();
-                hyper_rustls::HttpsConnectorBuilder::new()
-                    .with_tls_config(rustls::ClientConfig::builder().with_root_certificates(roots).with_no_client_auth())
+                hyper_rustls::HttpsConnectorBuilder::new().with_tls_config(
+                    rustls::ClientConfig::builder().with_root_certificates(roots).with_no_client_auth(),
+                )
             }
         };
         let https = builder.https_or_http().enable_http1().wrap_connector(http);
@@ -122,15 +123,15 @@ impl JwksFetcher {
     /// no rule names. Returns false when the changes channel is closed.
     async fn reconcile(&mut self, wanted: &BTreeMap<(String, String), Duration>, now: Instant) -> bool {
         self.due.retain(|key, _| wanted.contains_key(key));
-        let due: Vec<(&(String, String), &Duration)> = wanted
-            .iter()
-            .filter(|(key, _)| self.due.get(*key).is_none_or(|(at, _)| *at <= now))
-            .collect();
+        let due: Vec<(&(String, String), &Duration)> =
+            wanted.iter().filter(|(key, _)| self.due.get(*key).is_none_or(|(at, _)| *at <= now)).collect();
         let fetches = due.iter().map(|((issuer, uri), timeout)| {
             let client = self.client.clone();
-            async move { tokio::time::timeout(**timeout, fetch(&client, issuer, uri)).await.unwrap_or_else(|_| {
-                Err(format!("no answer within {timeout:?}"))
-            }) }
+            async move {
+                tokio::time::timeout(**timeout, fetch(&client, issuer, uri))
+                    .await
+                    .unwrap_or_else(|_| Err(format!("no answer within {timeout:?}")))
+            }
         });
         let results = futures::future::join_all(fetches).await;
 
@@ -167,10 +168,10 @@ impl JwksFetcher {
                 if object.error.is_none() {
                     tracing::info!("fetched the JWKS of issuer {}", text::shown(issuer));
                 }
-                writes.push(Write::Put(ConfigObject::FetchedJwks(Box::new(object)), SourceRef {
-                    file: SOURCE.into(),
-                    doc: 0,
-                }));
+                writes.push(Write::Put(
+                    ConfigObject::FetchedJwks(Box::new(object)),
+                    SourceRef { file: SOURCE.into(), doc: 0 },
+                ));
             }
         }
         for stored in snapshot.kind(ConfigKind::FetchedJwks).values() {
@@ -284,7 +285,104 @@ impl tower_service::Service<Name> for GuardedResolver {
 
 #[cfg(test)]
 mod tests {
+    use std::sync::atomic::{AtomicBool, Ordering};
+
     use super::*;
+
+    const KEYS: &str = r#"{"keys":[{"kty":"RSA","n":"AQAB","e":"AQAB","d":"PRIVATE"}]}"#;
+
+    /// An issuer on loopback: its discovery document and key set, which
+    /// fails with 500 while `broken` is set.
+    async fn issuer(broken: Arc<AtomicBool>) -> String {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let base = format!("http://{}", listener.local_addr().unwrap());
+        let jwks_uri = format!("{base}/keys");
+        let app = axum::Router::new()
+            .route(
+                "/.well-known/openid-configuration",
+                axum::routing::get(move || async move { axum::Json(serde_json::json!({ "jwks_uri": jwks_uri })) }),
+            )
+            .route(
+                "/keys",
+                axum::routing::get(move || async move {
+                    if broken.load(Ordering::SeqCst) {
+                        (http::StatusCode::INTERNAL_SERVER_ERROR, String::new())
+                    } else {
+                        (http::StatusCode::OK, KEYS.to_string())
+                    }
+                }),
+            );
+        tokio::spawn(async move { axum::serve(listener, app).await });
+        base
+    }
+
+    fn fetched(store: &ConfigStore) -> Vec<FetchedJwks> {
+        let snapshot = store.snapshot();
+        let mut out: Vec<FetchedJwks> = snapshot
+            .kind(ConfigKind::FetchedJwks)
+            .values()
+            .filter_map(|s| match &s.object {
+                ConfigObject::FetchedJwks(f) => Some(f.as_ref().clone()),
+                _ => None,
+            })
+            .collect();
+        out.sort_by(|a, b| a.jwks_uri.cmp(&b.jwks_uri));
+        out
+    }
+
+    #[tokio::test]
+    async fn key_sets_are_fetched_by_uri_and_by_discovery_kept_on_failure_and_dropped_when_unnamed() {
+        let broken = Arc::new(AtomicBool::new(false));
+        let base = issuer(broken.clone()).await;
+        let store = Arc::new(ConfigStore::new());
+        let (tx, mut rx) = mpsc::channel(8);
+        let mut fetcher = JwksFetcher::new(store.clone(), PushEngine::new(), tx, DEFAULT_REFRESH);
+        let timeout = Duration::from_secs(5);
+        let wanted: BTreeMap<(String, String), Duration> =
+            [((base.clone(), format!("{base}/keys")), timeout), ((base.clone(), String::new()), timeout)].into();
+        let start = Instant::now();
+        assert!(fetcher.reconcile(&wanted, start).await);
+        assert!(rx.try_recv().is_ok(), "the new key sets are a change");
+        let sets = fetched(&store);
+        assert_eq!(sets.len(), 2, "by URI and through discovery: {sets:?}");
+        for set in &sets {
+            let keys = set.keys.as_deref().expect("fetched");
+            assert!(keys.contains("AQAB") && !keys.contains("PRIVATE"), "public members only: {keys}");
+            assert_eq!(set.error, None);
+        }
+
+        // Not due yet: nothing is fetched, nothing changes.
+        assert!(fetcher.reconcile(&wanted, start + Duration::from_secs(1)).await);
+        assert!(rx.try_recv().is_err());
+
+        // Due, and failing: the keys stay, the error is recorded, a retry is soon.
+        broken.store(true, Ordering::SeqCst);
+        let later = start + DEFAULT_REFRESH;
+        assert!(fetcher.reconcile(&wanted, later).await);
+        for set in fetched(&store) {
+            assert!(set.keys.is_some(), "the last good keys are kept");
+            assert!(set.error.as_deref().is_some_and(|e| e.contains("500")), "{:?}", set.error);
+        }
+        let retry = fetcher.due.values().map(|(at, _)| *at).max().unwrap();
+        assert!(retry <= later + RETRY_FIRST, "a failed fetch is retried after {RETRY_FIRST:?}");
+
+        // No rule names them any more: they go.
+        assert!(fetcher.reconcile(&BTreeMap::new(), later).await);
+        assert!(fetched(&store).is_empty());
+    }
+
+    #[tokio::test]
+    async fn a_metadata_address_is_never_fetched() {
+        let store = Arc::new(ConfigStore::new());
+        let (tx, _rx) = mpsc::channel(8);
+        let mut fetcher = JwksFetcher::new(store.clone(), PushEngine::new(), tx, DEFAULT_REFRESH);
+        let uri = "http://169.254.169.254/latest/meta-data/keys".to_string();
+        let wanted = [(("i".to_string(), uri), Duration::from_secs(5))].into();
+        assert!(fetcher.reconcile(&wanted, Instant::now()).await);
+        let set = fetched(&store).remove(0);
+        assert_eq!(set.keys, None);
+        assert!(set.error.unwrap().contains("metadata address"));
+    }
 
     #[test]
     fn metadata_and_link_local_addresses_are_blocked_and_others_are_not() {

@@ -29,8 +29,8 @@ use crate::model::ConfigStore;
 use crate::model::check_references;
 
 pub mod autoregistration;
-pub mod jwks;
 pub mod file;
+pub mod jwks;
 pub mod kube;
 pub mod references;
 pub mod registry;

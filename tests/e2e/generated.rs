@@ -311,7 +311,7 @@ fn envoy_accepts_what_istio_s_tls_manifests_generate() {
 /// on HTTP and TCP ports — redirected (`virtualInbound`) and bound (a
 /// Sidecar ingress listener).
 #[test]
-fn envoy_accepts_what_mesh_mtls_and_authorization_generate() {
+fn envoy_accepts_what_mesh_mtls_authorization_and_jwt_authentication_generate() {
     use meshpush::config::parse::parse_documents;
     use meshpush::model::store::Write;
 
@@ -392,6 +392,36 @@ kind: AuthorizationPolicy
 metadata: {name: trial, namespace: secure, annotations: {istio.io/dry-run: "true"}}
 spec:
   rules: [{from: [{source: {notPrincipals: ["*"]}}]}]
+---
+apiVersion: security.istio.io/v1
+kind: RequestAuthentication
+metadata: {name: jwt, namespace: secure}
+spec:
+  jwtRules:
+  - issuer: https://issuer.example
+    jwks: '{"keys":[{"kty":"EC","crv":"P-256","x":"f83OJ3D2xF1Bg8vub9tLe1gHMzV76e8Tus9uPHvRVEU","y":"x_FEzRu9m36HLN_tue659LNpXW6pCyStikYjKIWI5a0"}]}'
+    audiences: [vault]
+    fromHeaders: [{name: x-jwt, prefix: "Bearer "}]
+    fromParams: [token]
+    fromCookies: [session]
+    outputPayloadToHeader: x-jwt-payload
+    outputClaimToHeaders: [{header: x-jwt-sub, claim: sub}]
+    forwardOriginalToken: true
+  - issuer: https://unreachable.example
+    jwksUri: https://unreachable.example/keys
+---
+apiVersion: security.istio.io/v1
+kind: AuthorizationPolicy
+metadata: {name: users, namespace: secure}
+spec:
+  rules:
+  - from: [{source: {requestPrincipals: ["https://issuer.example/*", "*@example"], notRequestPrincipals: ["*"]}}]
+    when:
+    - {key: request.auth.principal, values: ["https://issuer.example/alice"]}
+    - {key: request.auth.audiences, values: [vault, other]}
+    - {key: request.auth.presenter, notValues: [cli]}
+    - {key: "request.auth.claims[groups]", values: [admins]}
+    - {key: "request.auth.claims[nested][role]", values: ["ops*"]}
 "#;
     let envoy = envoy_binary();
     let dir = tempfile::tempdir().unwrap();
@@ -446,6 +476,7 @@ spec:
             chains.iter().any(|c| c.filters.iter().any(|f| f.name == "envoy.filters.network.rbac")),
             "{label}: TCP RBAC"
         );
+        assert_eq!(inbound.jwt_rules.len(), 2, "{label}: both JWT rules guard the HTTP ports");
         listeners.extend(own);
         assert_envoy_accepts(&envoy, dir.path(), label, listeners, clusters);
     }

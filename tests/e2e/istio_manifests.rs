@@ -19,9 +19,7 @@ use std::path::{Path, PathBuf};
 
 /// Parts of Istio not served yet, as `(what the problem line contains, why)`.
 /// Each entry names the issue that brings it.
-const NOT_YET: &[(&str, &str)] = &[
-    ("gateway.networking.k8s.io/", "the Kubernetes Gateway API (Gateway API issue)"),
-];
+const NOT_YET: &[(&str, &str)] = &[("gateway.networking.k8s.io/", "the Kubernetes Gateway API (Gateway API issue)")];
 
 /// Problems that lose nothing: kinds without traffic config, removed
 /// fields Istio ignores too, and dangling references Istio accepts too.

@@ -17,6 +17,7 @@ mod failure;
 mod gateway;
 mod generated;
 mod istio_manifests;
+mod jwt;
 mod kubernetes;
 mod many;
 mod mtls;

@@ -375,7 +375,9 @@ fn request_authentication_rules() {
             "spec.jwtRules[2].outputClaimToHeaders[1]",
         ]
     );
-    let private = ra("  jwtRules: [{issuer: a, jwks: '{\"keys\":[{\"kty\":\"RSA\",\"n\":\"x\",\"e\":\"AQAB\",\"d\":\"y\"}]}'}]\n");
+    let private = ra(
+        "  jwtRules: [{issuer: a, jwks: '{\"keys\":[{\"kty\":\"RSA\",\"n\":\"x\",\"e\":\"AQAB\",\"d\":\"y\"}]}'}]\n",
+    );
     assert!(message_at(&private, "spec.jwtRules[0].jwks").contains("only the public members"));
     let waypoint = ra("  targetRefs: [{kind: Service, name: web}]\n");
     assert!(message_at(&waypoint, "spec.targetRefs").contains("applies to no workload"));

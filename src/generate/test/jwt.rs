@@ -78,12 +78,18 @@ fn one_rule_is_one_provider_that_a_request_meets_or_carries_no_token_for() {
     assert_eq!(provider.audiences, ["web"]);
     assert_eq!(provider.from_headers[0].name, "x-jwt");
     assert_eq!(provider.from_headers[0].value_prefix, "Bearer ");
-    assert_eq!((provider.from_params.as_slice(), provider.from_cookies.as_slice()), (&["token".to_string()][..], &["session".to_string()][..]));
+    assert_eq!(
+        (provider.from_params.as_slice(), provider.from_cookies.as_slice()),
+        (&["token".to_string()][..], &["session".to_string()][..])
+    );
     assert_eq!(provider.forward_payload_header, "x-payload");
     assert!(provider.forward);
     assert_eq!(provider.claim_to_headers[0].header_name, "x-sub");
     assert_eq!(provider.payload_in_metadata, "payload", "RBAC reads the payload here");
-    assert_eq!(provider.normalize_payload_in_metadata.as_ref().unwrap().space_delimited_claims, ["permission", "roles", "scope"]);
+    assert_eq!(
+        provider.normalize_payload_in_metadata.as_ref().unwrap().space_delimited_claims,
+        ["permission", "roles", "scope"]
+    );
     assert!(!provider.clear_route_cache, "a sidecar does not route on the filter's headers");
     match &provider.jwks_source_specifier {
         Some(JwksSourceSpecifier::LocalJwks(source)) => assert!(format!("{source:?}").contains("f83OJ3D2")),
@@ -113,20 +119,29 @@ fn several_rules_sort_by_issuer_and_need_any_one_or_each_valid_or_absent() {
     let Some(RequirementType::Requires(requires)) = &config.rules[0].requirement_type else { panic!() };
     let Some(RequiresType::RequiresAny(any)) = &requires.requires_type else { panic!() };
     assert_eq!(any.requirements.len(), 3, "either provider, or all of them valid-or-missing");
-    assert!(matches!(&any.requirements[2].requires_type, Some(RequiresType::RequiresAll(all)) if all.requirements.len() == 2));
+    assert!(
+        matches!(&any.requirements[2].requires_type, Some(RequiresType::RequiresAll(all)) if all.requirements.len() == 2)
+    );
 }
 
 #[test]
 fn keys_not_fetched_yet_fail_closed_and_the_key_set_is_part_of_the_inbound_key() {
-    let config = jwt_authn(&inbound(&ra("remote", "  jwtRules: [{issuer: https://issuer.example, jwksUri: https://issuer.example/keys}]")));
+    let config = jwt_authn(&inbound(&ra(
+        "remote",
+        "  jwtRules: [{issuer: https://issuer.example, jwksUri: https://issuer.example/keys}]",
+    )));
     match &config.providers["origins-0"].jwks_source_specifier {
         Some(JwksSourceSpecifier::LocalJwks(source)) => {
-            assert!(FAIL_CLOSED_JWKS.contains("pO5gtpRk") && format!("{source:?}").contains("pO5gtpRk"), "no token verifies before the keys arrive")
+            assert!(
+                FAIL_CLOSED_JWKS.contains("pO5gtpRk") && format!("{source:?}").contains("pO5gtpRk"),
+                "no token verifies before the keys arrive"
+            )
         }
         other => panic!("inline keys, got {other:?}"),
     }
     let with = |keys: &str| {
-        let ctx = context(mesh_with(&format!("{WEB}{}", ra("jwt", &format!("  jwtRules: [{{issuer: i, jwks: '{keys}'}}]")))));
+        let ctx =
+            context(mesh_with(&format!("{WEB}{}", ra("jwt", &format!("  jwtRules: [{{issuer: i, jwks: '{keys}'}}]")))));
         ctx.inbound_for(&web()).1
     };
     let other_keys = KEYS.replace("f83O", "AAAA");
@@ -147,7 +162,18 @@ fn request_principals_and_claims_match_the_verified_payload() {
     let rbac: HttpRbac = decode(&filters[1]);
     let policy = &rbac.rules.unwrap().policies["ns[shop]-policy[users]-rule[0]"];
     let text = format!("{:?}", policy.principals);
-    for expected in ["envoy.filters.http.jwt_authn", "\"payload\"", "\"iss\"", "\"sub\"", "https://issuer.example", "alice", "\"groups\"", "admins", "\"aud\"", "NotId"] {
+    for expected in [
+        "envoy.filters.http.jwt_authn",
+        "\"payload\"",
+        "\"iss\"",
+        "\"sub\"",
+        "https://issuer.example",
+        "alice",
+        "\"groups\"",
+        "admins",
+        "\"aud\"",
+        "NotId",
+    ] {
         assert!(text.contains(expected), "{expected} missing from {text}");
     }
     let Some(principal::Identifier::AndIds(and)) = &policy.principals[0].identifier else { panic!("and of parts") };

@@ -66,8 +66,9 @@ impl AuthorizationIndex {
     /// The policies that apply to a workload of `namespace` with `labels`,
     /// by namespace then name.
     pub fn for_workload(&self, namespace: &str, labels: &BTreeMap<String, String>) -> Vec<Arc<AppliedPolicy>> {
-        let mut out =
-            select_for_workload(&self.by_namespace, &self.root_namespace, namespace, labels, |p| p.spec.selector.as_ref());
+        let mut out = select_for_workload(&self.by_namespace, &self.root_namespace, namespace, labels, |p| {
+            p.spec.selector.as_ref()
+        });
         out.sort();
         out.dedup();
         out

@@ -120,9 +120,8 @@ impl RequestAuthenticationIndex {
     /// The rules that apply to a workload of `namespace` with `labels`,
     /// sorted by issuer (then by content: the order is a function of the set).
     pub fn for_workload(&self, namespace: &str, labels: &BTreeMap<String, String>) -> Vec<Arc<ResolvedJwtRule>> {
-        let policies = select_for_workload(&self.by_namespace, &self.root_namespace, namespace, labels, |p| {
-            p.selector.as_ref()
-        });
+        let policies =
+            select_for_workload(&self.by_namespace, &self.root_namespace, namespace, labels, |p| p.selector.as_ref());
         let mut rules: Vec<Arc<ResolvedJwtRule>> = policies.iter().flat_map(|p| p.rules.iter().cloned()).collect();
         rules.sort_by(|a, b| a.rule.issuer.cmp(&b.rule.issuer).then_with(|| a.cmp(b)));
         rules
