@@ -21,9 +21,10 @@
 
 use envoy_types::pb::envoy::config::cluster::v3::cluster::TransportSocketMatch;
 use envoy_types::pb::envoy::config::core::v3::{
-    ApiConfigSource, ApiVersion, ConfigSource, GrpcService, Metadata, TransportSocket,
+    ApiConfigSource, ApiVersion, ConfigSource, DataSource, GrpcService, Metadata, TransportSocket,
     api_config_source::ApiType,
     config_source::ConfigSourceSpecifier,
+    data_source,
     grpc_service::{EnvoyGrpc, TargetSpecifier},
     transport_socket,
 };
@@ -37,7 +38,7 @@ use envoy_types::pb::envoy::extensions::transport_sockets::tls::v3::{
 use envoy_types::pb::google::protobuf::{Struct, Value, value::Kind};
 
 use super::{naming, proto, tls};
-use crate::config::istio::{ClientTls, MtlsMode, TrafficPolicy};
+use crate::config::istio::{ClientTls, MtlsMode, ServerTls, TrafficPolicy};
 use crate::model::service::Location;
 use crate::model::{Endpoint, Resolution, Service};
 use crate::push::PushContext;
@@ -227,6 +228,37 @@ fn server_socket(http: bool) -> TransportSocket {
         alpn_protocols: alpn.iter().map(|s| s.to_string()).collect(),
         tls_certificate_sds_secret_configs: vec![sds(WORKLOAD_SECRET)],
         validation_context_type: Some(root_checks(CertificateValidationContext::default())),
+        ..Default::default()
+    };
+    let context = DownstreamTlsContext {
+        common_tls_context: Some(common),
+        require_client_certificate: Some(proto::bool_value(true)),
+        ..Default::default()
+    };
+    tls::downstream_socket(&context)
+}
+
+/// The TLS socket of a Gateway server in `ISTIO_MUTUAL` mode, as Istio's
+/// `BuildListenerTLSContext` makes it: the router's own workload
+/// certificate, a client certificate required and checked against the mesh
+/// root (and the server's `subjectAltNames`, `caCrl`, `insecureSkipVerify`);
+/// ALPN `h2`, `http/1.1` for HTTPS, with `istio-peer-exchange` first for a
+/// TLS server. Envoy's default TLS versions and ciphers: Istio applies the
+/// server's own only to SIMPLE and MUTUAL.
+pub fn gateway_server_socket(server: &ServerTls, https: bool) -> TransportSocket {
+    let alpn: &[&str] = if https { &tls::ALPN_HTTP } else { &ALPN_DOWNSTREAM_TCP };
+    let mut checks = tls::san_checks(&server.subject_alt_names);
+    checks.crl = server.ca_crl.as_deref().map(|path| DataSource {
+        specifier: Some(data_source::Specifier::Filename(path.to_string())),
+        ..Default::default()
+    });
+    if server.insecure_skip_verify == Some(true) {
+        checks.trust_chain_verification = TrustChainVerification::AcceptUntrusted as i32;
+    }
+    let common = CommonTlsContext {
+        alpn_protocols: alpn.iter().map(|s| s.to_string()).collect(),
+        tls_certificate_sds_secret_configs: vec![sds(WORKLOAD_SECRET)],
+        validation_context_type: Some(root_checks(checks)),
         ..Default::default()
     };
     let context = DownstreamTlsContext {

@@ -422,6 +422,28 @@ spec:
     - {key: request.auth.presenter, notValues: [cli]}
     - {key: "request.auth.claims[groups]", values: [admins]}
     - {key: "request.auth.claims[nested][role]", values: ["ops*"]}
+---
+apiVersion: networking.istio.io/v1
+kind: Gateway
+metadata: {name: mesh-edge, namespace: secure}
+spec:
+  selector: {istio: eastwest}
+  servers:
+  - port: {number: 15443, name: https-mesh, protocol: HTTPS}
+    hosts: ["*"]
+    tls: {mode: ISTIO_MUTUAL, subjectAltNames: [spiffe://cluster.local/ns/secure/sa/web]}
+  - port: {number: 15444, name: tls-mesh, protocol: TLS}
+    hosts: ["*"]
+    tls: {mode: ISTIO_MUTUAL}
+---
+apiVersion: networking.istio.io/v1
+kind: VirtualService
+metadata: {name: mesh-edge, namespace: secure}
+spec:
+  hosts: ["*"]
+  gateways: [mesh-edge]
+  http: [{route: [{destination: {host: vault, port: {number: 8200}}}]}]
+  tcp: [{match: [{port: 15444}], route: [{destination: {host: vault, port: {number: 8201}}}]}]
 "#;
     let envoy = envoy_binary();
     let dir = tempfile::tempdir().unwrap();
@@ -480,4 +502,24 @@ spec:
         listeners.extend(own);
         assert_envoy_accepts(&envoy, dir.path(), label, listeners, clusters);
     }
+    // A router that terminates mesh mTLS on its own certificate (ISTIO_MUTUAL servers).
+    let router = {
+        let mut proxy = bookinfo::proxy(
+            "router~10.41.0.9~eastwest-0.secure~secure.svc.cluster.local",
+            "REDIRECT",
+            &[("istio", "eastwest")],
+        );
+        proxy.mesh_certificates = true;
+        proxy
+    };
+    let scope = ctx.scope_for(&router);
+    let listeners = lds::listeners(&ctx, &scope);
+    for name in ["0.0.0.0_15443", "0.0.0.0_15444"] {
+        let l = listeners.iter().find(|l| l.name == name).unwrap_or_else(|| panic!("{name} served"));
+        assert!(l.filter_chains.iter().all(|c| c.transport_socket.is_some()), "{name}: mesh mTLS terminated");
+    }
+    let mut clusters = cds::clusters(&ctx, &scope);
+    clusters.push(xds_cluster());
+    clusters.push(sds);
+    assert_envoy_accepts(&envoy, dir.path(), "istio-mutual-gateway", listeners, clusters);
 }

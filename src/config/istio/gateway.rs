@@ -133,22 +133,28 @@ pub enum TlsMode {
     OptionalMutual,
     /// Routes on SNI to the cluster the SNI names (`outbound_.PORT_.SUBSET_.HOST`).
     AutoPassthrough,
+    /// Terminates mesh mTLS on the router's own workload certificate and
+    /// requires a client certificate of the mesh.
+    IstioMutual,
 }
 
 impl TlsMode {
     /// Whether the router terminates TLS.
     pub fn terminates(self) -> bool {
-        matches!(self, TlsMode::Simple | TlsMode::Mutual | TlsMode::OptionalMutual)
+        matches!(self, TlsMode::Simple | TlsMode::Mutual | TlsMode::OptionalMutual | TlsMode::IstioMutual)
     }
 
-    /// Whether the router checks client certificates.
+    /// Whether the router checks client certificates against a CA the
+    /// server names (MUTUAL, OPTIONAL_MUTUAL; ISTIO_MUTUAL checks them
+    /// against the mesh root).
     pub fn verifies_clients(self) -> bool {
         matches!(self, TlsMode::Mutual | TlsMode::OptionalMutual)
     }
 }
 
 /// The TLS modes meshpush serves, as Istio spells them.
-pub const SERVED_TLS_MODES: &[&str] = &["SIMPLE", "MUTUAL", "OPTIONAL_MUTUAL", "PASSTHROUGH", "AUTO_PASSTHROUGH"];
+pub const SERVED_TLS_MODES: &[&str] =
+    &["SIMPLE", "MUTUAL", "OPTIONAL_MUTUAL", "PASSTHROUGH", "AUTO_PASSTHROUGH", "ISTIO_MUTUAL"];
 
 impl Server {
     /// The protocol, upper case (Istio compares it case-insensitively).
@@ -173,6 +179,7 @@ impl Server {
             "MUTUAL" => Some(TlsMode::Mutual),
             "OPTIONAL_MUTUAL" => Some(TlsMode::OptionalMutual),
             "AUTO_PASSTHROUGH" => Some(TlsMode::AutoPassthrough),
+            "ISTIO_MUTUAL" => Some(TlsMode::IstioMutual),
             _ => None,
         }
     }
@@ -214,18 +221,12 @@ impl Server {
             }
             return None;
         }
-        let mode = tls.mode.as_deref().unwrap_or("PASSTHROUGH").to_ascii_uppercase();
         let Some(mode) = self.tls_mode() else {
-            let reason = if mode == "ISTIO_MUTUAL" {
-                "ISTIO_MUTUAL (mesh mTLS on the gateway's own workload certificate) is not served on Gateway servers yet"
-                    .to_string()
-            } else {
-                format!(
-                    "{:?} is not a TLS mode: use one of {}",
-                    tls.mode.as_deref().unwrap_or(""),
-                    SERVED_TLS_MODES.join(", ")
-                )
-            };
+            let reason = format!(
+                "{:?} is not a TLS mode: use one of {}",
+                tls.mode.as_deref().unwrap_or(""),
+                SERVED_TLS_MODES.join(", ")
+            );
             return Some(("tls.mode", reason));
         };
         if mode == TlsMode::AutoPassthrough && self.protocol() != "TLS" {
@@ -233,6 +234,22 @@ impl Server {
         }
         if !mode.terminates() {
             return None;
+        }
+        if mode == TlsMode::IstioMutual {
+            let named = [
+                ("credentialName", tls.credential_name.is_some()),
+                ("credentialNames", !tls.credential_names.is_empty()),
+                ("serverCertificate", tls.server_certificate.is_some()),
+                ("privateKey", tls.private_key.is_some()),
+                ("caCertificates", tls.ca_certificates.is_some()),
+                ("tlsCertificates", !tls.tls_certificates.is_empty()),
+            ];
+            return named.iter().find(|(_, set)| *set).map(|(field, _)| {
+                let reason = format!(
+                    "sets {field}, which ISTIO_MUTUAL cannot have: it serves the gateway's own workload certificate and checks clients against the mesh root (Istio refuses this too)"
+                );
+                ("tls", reason)
+            });
         }
         let sources = [
             tls.credential_name.as_deref().is_some_and(|n| !n.is_empty()),

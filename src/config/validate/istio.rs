@@ -473,6 +473,24 @@ fn server_tls(check: &mut Checker, path: &str, server: &Server, tls: &ServerTls)
     if !mode.terminates() {
         return;
     }
+    if mode == TlsMode::IstioMutual {
+        for (field, set) in [
+            ("minProtocolVersion", tls.min_protocol_version.is_some()),
+            ("maxProtocolVersion", tls.max_protocol_version.is_some()),
+            ("cipherSuites", !tls.cipher_suites.is_empty()),
+            ("verifyCertificateSpki", !tls.verify_certificate_spki.is_empty()),
+            ("verifyCertificateHash", !tls.verify_certificate_hash.is_empty()),
+            ("caCertCredentialName", tls.ca_cert_credential_name.is_some()),
+        ] {
+            if set {
+                check.warning(
+                    format!("{path}.{field}"),
+                    "is not applied to ISTIO_MUTUAL, which serves mesh mTLS with Envoy's defaults and the mesh root (Istio ignores it too)",
+                );
+            }
+        }
+        return;
+    }
     for (field, version) in
         [("minProtocolVersion", &tls.min_protocol_version), ("maxProtocolVersion", &tls.max_protocol_version)]
     {

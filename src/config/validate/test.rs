@@ -177,10 +177,17 @@ fn gateway_rules() {
     let port = "port: {number: 443, name: https, protocol: HTTPS}, hosts: [a.example.test]";
     unserved(&format!("[{{{port}}}]"), "spec.servers[0].tls", "needs TLS settings");
     unserved(
-        &format!("[{{{port}, tls: {{mode: ISTIO_MUTUAL}}}}]"),
-        "spec.servers[0].tls.mode",
+        &format!("[{{{port}, tls: {{mode: ISTIO_MUTUAL, credentialName: shop}}}}]"),
+        "spec.servers[0].tls",
         "gateway's own workload certificate",
     );
+    // ISTIO_MUTUAL is served; what it does not apply is reported.
+    let mesh_tls = gateway(&format!(
+        "[{{{port}, tls: {{mode: ISTIO_MUTUAL, subjectAltNames: [spiffe://cluster.local/ns/a/sa/b], cipherSuites: [ECDHE-RSA-AES128-GCM-SHA256]}}}}]"
+    ));
+    assert!(error_paths(&mesh_tls).is_empty(), "{:#?}", findings(&mesh_tls));
+    assert!(message_at(&mesh_tls, "spec.servers[0].tls.cipherSuites").contains("not applied to ISTIO_MUTUAL"));
+    assert!(findings(&mesh_tls).iter().all(|f| !f.1.contains("subjectAltNames")), "SANs are checked");
     unserved(&format!("[{{{port}, tls: {{mode: FANCY}}}}]"), "spec.servers[0].tls.mode", "is not a TLS mode");
     unserved(&format!("[{{{port}, tls: {{mode: AUTO_PASSTHROUGH}}}}]"), "spec.servers[0].tls.mode", "TLS ports only");
     unserved(&format!("[{{{port}, tls: {{mode: SIMPLE}}}}]"), "spec.servers[0].tls", "has no certificate");

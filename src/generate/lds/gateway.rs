@@ -13,14 +13,17 @@
 //!   TCP routes bound to it; a PASSTHROUGH server gets a chain per TLS
 //!   route match bound to it, by that match's `sniHosts`; an
 //!   AUTO_PASSTHROUGH server a chain per cluster it reaches, by the SNI
-//!   that names the cluster.
+//!   that names the cluster. An ISTIO_MUTUAL server terminates mesh mTLS
+//!   on the router's own workload certificate (`generate::mtls`).
 //!
 //! Every chain runs the RBAC filters of the AuthorizationPolicies that
 //! select the router before its connection manager or tcp_proxy
-//! (`generate::authz`).
+//! (`generate::authz`), and an HTTP one the JWT filter of the
+//! RequestAuthentications that select it before those (`generate::jwt`).
 //!
 //! A server whose chain cannot be built (a Secret it names is missing, no
-//! route is bound to it) is left out with a warning; the port's other
+//! route is bound to it, an ISTIO_MUTUAL server on a router without a
+//! workload certificate) is left out with a warning; the port's other
 //! servers are served. A port left with no chain has no listener.
 
 use std::collections::BTreeSet;
@@ -35,7 +38,7 @@ use super::{guarded_http_connection_manager, guarded_tcp_proxy, rds};
 use crate::config::istio::TlsMode;
 use crate::generate::gateway::{self, GatewayPort, PortKind};
 use crate::generate::route::{Backends, RouteTarget};
-use crate::generate::{naming, proto, tls};
+use crate::generate::{mtls, naming, proto, tls};
 use crate::push::index::{GatewayServer, ResolvedGateway};
 use crate::push::{PushContext, Scope};
 
@@ -135,12 +138,22 @@ fn tls_chains(ctx: &PushContext, scope: &Scope, p: &GatewayPort<'_>) -> Vec<Filt
     for (gw, server) in &p.servers {
         let at = format!("{} spec.servers[{}]", gw.key, server.index);
         match server.mode {
-            TlsMode::Simple | TlsMode::Mutual | TlsMode::OptionalMutual => {
-                let context = match tls::server_context(&ctx.secrets, &scope.key.namespace, server) {
-                    Ok(context) => context,
-                    Err(reason) => {
-                        tracing::warn!(server = %at, "gateway server not served: {reason}");
+            TlsMode::Simple | TlsMode::Mutual | TlsMode::OptionalMutual | TlsMode::IstioMutual => {
+                let socket = if server.mode == TlsMode::IstioMutual {
+                    // The router's own certificate, from its agent.
+                    if !scope.key.mesh_certificates {
+                        tracing::warn!(server = %at, "gateway server not served: ISTIO_MUTUAL needs the gateway's workload certificate (run it with `meshpush agent`)");
                         continue;
+                    }
+                    let Some(settings) = server.tls() else { continue };
+                    mtls::gateway_server_socket(settings, gateway::terminates_https(server))
+                } else {
+                    match tls::server_context(&ctx.secrets, &scope.key.namespace, server) {
+                        Ok(context) => tls::downstream_socket(&context),
+                        Err(reason) => {
+                            tracing::warn!(server = %at, "gateway server not served: {reason}");
+                            continue;
+                        }
                     }
                 };
                 let filters = if gateway::terminates_https(server) {
@@ -161,7 +174,7 @@ fn tls_chains(ctx: &PushContext, scope: &Scope, p: &GatewayPort<'_>) -> Vec<Filt
                 chains.push(FilterChain {
                     name: format!("{}.{}", gw.name, server.port_name),
                     filter_chain_match: sni_match(names, &[]),
-                    transport_socket: Some(tls::downstream_socket(&context)),
+                    transport_socket: Some(socket),
                     filters,
                     ..Default::default()
                 });

@@ -373,3 +373,34 @@ fn a_port_the_workload_does_not_declare_takes_the_workload_s_mode() {
         ["virtualInbound-catchall-tcp", "virtualInbound-catchall-tcp-tls", "virtualInbound-catchall-tcp-plaintext"]
     );
 }
+
+#[test]
+fn an_istio_mutual_gateway_server_terminates_mesh_mtls_on_the_router_s_own_certificate() {
+    use envoy_types::pb::envoy::extensions::transport_sockets::tls::v3::DownstreamTlsContext;
+    let yaml = "apiVersion: networking.istio.io/v1\nkind: Gateway\nmetadata: {name: mesh-edge, namespace: default}\nspec:\n  selector: {istio: ingressgateway}\n  servers:\n  - port: {number: 15443, name: https-mesh, protocol: HTTPS}\n    hosts: [\"*\"]\n    tls: {mode: ISTIO_MUTUAL, subjectAltNames: [spiffe://cluster.local/ns/default/sa/sleep]}\n---\napiVersion: networking.istio.io/v1\nkind: VirtualService\nmetadata: {name: mesh-edge, namespace: default}\nspec:\n  hosts: [\"*\"]\n  gateways: [mesh-edge]\n  http: [{route: [{destination: {host: productpage, port: {number: 9080}}}]}]\n";
+    let ctx = context(mesh_with(yaml));
+    let mut router = crate::testing::bookinfo::ingress();
+    router.mesh_certificates = true;
+    let listeners = lds::listeners(&ctx, &ctx.scope_for(&router));
+    let l = listener(&listeners, "0.0.0.0_15443");
+    let chain = &l.filter_chains[0];
+    let socket = chain.transport_socket.as_ref().expect("TLS terminated");
+    let Some(envoy_types::pb::envoy::config::core::v3::transport_socket::ConfigType::TypedConfig(any)) =
+        &socket.config_type
+    else {
+        panic!("typed config")
+    };
+    let context = DownstreamTlsContext::decode(any.value.as_slice()).unwrap();
+    assert_eq!(context.require_client_certificate.map(|b| b.value), Some(true));
+    let common = context.common_tls_context.unwrap();
+    assert_eq!(common.tls_certificate_sds_secret_configs[0].name, "default", "the router's own certificate");
+    assert_eq!(common.alpn_protocols, ["h2", "http/1.1"]);
+    let text = format!("{:?}", common.validation_context_type);
+    assert!(text.contains("ROOTCA") && text.contains("sds-grpc"), "clients checked against the mesh root: {text}");
+    assert!(text.contains("spiffe://cluster.local/ns/default/sa/sleep"), "and the server's SANs");
+    assert_eq!(chain.filters[0].name, "envoy.filters.network.http_connection_manager");
+
+    // A router without a workload certificate cannot serve it.
+    let plain = lds::listeners(&ctx, &ctx.scope_for(&crate::testing::bookinfo::ingress()));
+    assert!(plain.iter().all(|l| l.name != "0.0.0.0_15443"), "no chain, so no listener");
+}
