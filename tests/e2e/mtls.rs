@@ -187,3 +187,109 @@ spec:
         assert!(!log.contains(&token_a) && !log.contains(&token_b), "a token in a log");
     }
 }
+
+/// A gateway that terminates mesh mTLS (`tls.mode: ISTIO_MUTUAL`) on its
+/// own workload certificate, as an east-west gateway does: sidecar A
+/// reaches it over mTLS (auto mTLS to a ServiceEntry endpoint labelled as
+/// a sidecar's), and it routes to a plain workload; a plain-text client is
+/// refused.
+#[test]
+fn an_istio_mutual_gateway_takes_mesh_mtls_from_sidecars_only() {
+    let (gateway_port, entry_port, web_port, pod_port) = (free_port(), free_port(), free_port(), free_port());
+    let backend = Backend::start("web", SocketAddr::from(([127, 0, 0, 3], pod_port)));
+    let dir = MeshDir::new();
+    dir.write(
+        "edge.yaml",
+        &format!(
+            "apiVersion: v1
+kind: Service
+metadata: {{name: web, namespace: default}}
+spec:
+  selector: {{app: web}}
+  ports: [{{name: http, port: {web_port}, targetPort: {pod_port}}}]
+---
+apiVersion: v1
+kind: Pod
+metadata: {{name: web-1, namespace: default, labels: {{app: web}}}}
+status: {{podIP: 127.0.0.3, phase: Running}}
+---
+apiVersion: v1
+kind: Pod
+metadata: {{name: eastwest-1, namespace: default, labels: {{istio: eastwest}}}}
+spec: {{serviceAccountName: eastwest}}
+status: {{podIP: 127.0.0.1, phase: Running}}
+---
+apiVersion: networking.istio.io/v1
+kind: Gateway
+metadata: {{name: eastwest, namespace: default}}
+spec:
+  selector: {{istio: eastwest}}
+  servers:
+  - port: {{number: {gateway_port}, name: https-mesh, protocol: HTTPS}}
+    bind: 127.0.0.1
+    hosts: [\"*\"]
+    tls: {{mode: ISTIO_MUTUAL, subjectAltNames: [spiffe://cluster.local/ns/default/sa/a]}}
+---
+apiVersion: networking.istio.io/v1
+kind: VirtualService
+metadata: {{name: eastwest, namespace: default}}
+spec:
+  hosts: [\"*\"]
+  gateways: [eastwest]
+  http: [{{route: [{{destination: {{host: web, port: {{number: {web_port}}}}}}}]}}]
+---
+apiVersion: networking.istio.io/v1
+kind: ServiceEntry
+metadata: {{name: mesh-edge, namespace: default}}
+spec:
+  hosts: [mesh-edge.example]
+  location: MESH_INTERNAL
+  resolution: STATIC
+  ports: [{{number: {entry_port}, name: http, protocol: HTTP, targetPort: {gateway_port}}}]
+  endpoints: [{{address: 127.0.0.1, labels: {{security.istio.io/tlsMode: istio}}}}]
+  subjectAltNames: [spiffe://cluster.local/ns/default/sa/eastwest]
+"
+        ),
+    );
+    let secure = SecureMesh::start(&dir);
+    let (token_a, token_gw) = (secure.token("default", "a"), secure.token("default", "eastwest"));
+    let gateway = Agent::start(
+        "agent-eastwest",
+        AgentSpec {
+            node_id: crate::support::manifests::router_node("127.0.0.1", "eastwest-1", "default"),
+            discovery: secure.secure,
+            root_cert: &secure.root,
+            token: &token_gw,
+            extra: vec!["--label".into(), "istio=eastwest".into()],
+        },
+    );
+    let a = Agent::start(
+        "agent-a",
+        AgentSpec {
+            node_id: sidecar_node("127.0.0.1", "a-1", "default"),
+            discovery: secure.secure,
+            root_cert: &secure.root,
+            token: &token_a,
+            extra: vec!["--label".into(), "app=a".into()],
+        },
+    );
+    let through_a = Request::new(SocketAddr::from(([127, 0, 0, 1], entry_port)), "mesh-edge.example");
+    let procs = [a.process(), gateway.process(), secure.mesh.process()];
+    wait_until(Instant::now() + DEADLINE, "A reaches web through the gateway", &procs, || through_a.send().map(drop));
+    through_a.all_answered_by(5, &["web"]).expect("every request reaches web");
+    let handshakes = format!("listener.127.0.0.1_{gateway_port}.ssl.handshake");
+    assert!(gateway.envoy_stat(&handshakes).is_some_and(|n| n >= 1), "the gateway terminated TLS");
+    let entry_handshakes = format!("cluster.outbound|{entry_port}||mesh-edge.example.ssl.handshake");
+    assert!(a.envoy_stat(&entry_handshakes).is_some_and(|n| n >= 1), "A originated mesh mTLS to it");
+
+    // A client without a mesh certificate (plain text here) is refused.
+    let direct = SocketAddr::from(([127, 0, 0, 1], gateway_port));
+    let plain = http::get(direct, "/", &[("host", "web")]);
+    assert!(plain.as_ref().map_or(true, |r| r.status != 200), "plain text is not served: {plain:?}");
+    let before = backend.hits();
+    let _ = http::get(direct, "/", &[("host", "web")]);
+    assert_eq!(backend.hits(), before, "nothing reached web without mTLS");
+    for log in [a.log(), gateway.log(), secure.mesh.log()] {
+        assert!(!log.contains("PRIVATE KEY") && !log.contains(&token_gw), "a key or token in a log");
+    }
+}
