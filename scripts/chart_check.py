@@ -26,6 +26,7 @@ KUBERNETES = "1.34.0"
 READ = ["get", "list", "watch"]
 ISTIO_KINDS = ["serviceentries", "workloadentries", "virtualservices", "destinationrules",
                "gateways", "sidecars", "workloadgroups"]
+SECURITY_KINDS = ["peerauthentications", "authorizationpolicies", "requestauthentications"]
 
 VARIANTS = {
     "default values": {},
@@ -110,7 +111,8 @@ def check_objects(variant, values, objects):
             grants.setdefault(group, set()).update(rule.get("resources", []))
     # Secrets: the certificates Gateways and DestinationRules name.
     core = {"services", "pods", "nodes", "secrets"} | ({"namespaces"} if values.get("discoverySelectors") else set())
-    expected = {"": core, "discovery.k8s.io": {"endpointslices"}, "networking.istio.io": set(ISTIO_KINDS)}
+    expected = {"": core, "discovery.k8s.io": {"endpointslices"}, "networking.istio.io": set(ISTIO_KINDS),
+                "security.istio.io": set(SECURITY_KINDS)}
     if grants != expected:
         fail(f"{variant}: ClusterRole grants {grants}, expected exactly {expected}")
 
