@@ -225,17 +225,9 @@ fn server_socket(http: bool) -> TransportSocket {
             cipher_suites: CIPHERS.iter().map(|s| s.to_string()).collect(),
             ..Default::default()
         }),
-        alpn_protocols: alpn.iter().map(|s| s.to_string()).collect(),
-        tls_certificate_sds_secret_configs: vec![sds(WORKLOAD_SECRET)],
-        validation_context_type: Some(root_checks(CertificateValidationContext::default())),
-        ..Default::default()
+        ..workload_server_context(alpn, CertificateValidationContext::default())
     };
-    let context = DownstreamTlsContext {
-        common_tls_context: Some(common),
-        require_client_certificate: Some(proto::bool_value(true)),
-        ..Default::default()
-    };
-    tls::downstream_socket(&context)
+    mutual_socket(common)
 }
 
 /// The TLS socket of a Gateway server in `ISTIO_MUTUAL` mode, as Istio's
@@ -255,12 +247,22 @@ pub fn gateway_server_socket(server: &ServerTls, https: bool) -> TransportSocket
     if server.insecure_skip_verify == Some(true) {
         checks.trust_chain_verification = TrustChainVerification::AcceptUntrusted as i32;
     }
-    let common = CommonTlsContext {
+    mutual_socket(workload_server_context(alpn, checks))
+}
+
+/// A server context on the workload certificate that checks clients
+/// against the mesh root and `checks`, offering `alpn`.
+fn workload_server_context(alpn: &[&str], checks: CertificateValidationContext) -> CommonTlsContext {
+    CommonTlsContext {
         alpn_protocols: alpn.iter().map(|s| s.to_string()).collect(),
         tls_certificate_sds_secret_configs: vec![sds(WORKLOAD_SECRET)],
         validation_context_type: Some(root_checks(checks)),
         ..Default::default()
-    };
+    }
+}
+
+/// The server socket of `common`, a client certificate required.
+fn mutual_socket(common: CommonTlsContext) -> TransportSocket {
     let context = DownstreamTlsContext {
         common_tls_context: Some(common),
         require_client_certificate: Some(proto::bool_value(true)),

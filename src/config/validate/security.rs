@@ -44,16 +44,7 @@ pub(super) fn authorization_policy(check: &mut Checker, policy: &AuthorizationPo
         (_, Some(_)) => check.error("spec.provider", "is set on a policy whose action is not CUSTOM (Istio refuses this too)"),
         _ => {}
     }
-    let targets = spec.target_ref.is_some() || !spec.target_refs.is_empty();
-    if targets && spec.selector.is_some() {
-        check.error("spec.selector", "cannot be set with targetRef or targetRefs (Istio refuses this too)");
-    } else if targets {
-        let path = if spec.target_ref.is_some() { "spec.targetRef" } else { "spec.targetRefs" };
-        check.unsupported(
-            path,
-            Some("it selects Gateway API gateways or waypoints, which meshpush does not serve: the policy applies to no workload"),
-        );
-    }
+    policy_targets(check, spec.selector.is_some(), spec.target_ref.is_some(), !spec.target_refs.is_empty());
     if let Some(value) = policy.metadata.annotations.get(DRY_RUN_ANNOTATION)
         && value != "true"
         && value != "false"
@@ -88,16 +79,7 @@ pub(super) fn authorization_policy(check: &mut Checker, policy: &AuthorizationPo
 
 pub(super) fn request_authentication(check: &mut Checker, policy: &RequestAuthentication) {
     let spec = &policy.spec;
-    let targets = spec.target_ref.is_some() || !spec.target_refs.is_empty();
-    if targets && spec.selector.is_some() {
-        check.error("spec.selector", "cannot be set with targetRef or targetRefs (Istio refuses this too)");
-    } else if targets {
-        let path = if spec.target_ref.is_some() { "spec.targetRef" } else { "spec.targetRefs" };
-        check.unsupported(
-            path,
-            Some("it selects Gateway API gateways or waypoints, which meshpush does not serve: the policy applies to no workload"),
-        );
-    }
+    policy_targets(check, spec.selector.is_some(), spec.target_ref.is_some(), !spec.target_refs.is_empty());
     for (i, rule) in spec.jwt_rules.iter().enumerate() {
         let path = format!("spec.jwtRules[{i}]");
         strings(check, &format!("{path}.audiences"), &rule.audiences);
@@ -143,6 +125,20 @@ pub(super) fn request_authentication(check: &mut Checker, policy: &RequestAuthen
         if rule.timeout.is_some_and(|t| t.0.is_zero()) {
             check.error(format!("{path}.timeout"), "is zero: a key set fetch needs time");
         }
+    }
+}
+
+/// A workload policy's selector and targets: one or the other; targets
+/// name Gateway API gateways or waypoints, which meshpush does not serve.
+fn policy_targets(check: &mut Checker, selector: bool, target_ref: bool, target_refs: bool) {
+    if (target_ref || target_refs) && selector {
+        check.error("spec.selector", "cannot be set with targetRef or targetRefs (Istio refuses this too)");
+    } else if target_ref || target_refs {
+        let path = if target_ref { "spec.targetRef" } else { "spec.targetRefs" };
+        check.unsupported(
+            path,
+            Some("it selects Gateway API gateways or waypoints, which meshpush does not serve: the policy applies to no workload"),
+        );
     }
 }
 

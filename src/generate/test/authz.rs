@@ -166,13 +166,7 @@ fn a_policy_selecting_a_gateway_guards_its_listeners() {
     let yaml = "apiVersion: security.istio.io/v1\nkind: AuthorizationPolicy\nmetadata: {name: edge, namespace: default}\nspec:\n  selector: {matchLabels: {istio: ingressgateway}}\n  action: DENY\n  rules: [{from: [{source: {ipBlocks: [192.0.2.0/24]}}]}]\n";
     let ctx = context(mesh_with(yaml));
     let listeners = lds::listeners(&ctx, &ingress(&ctx));
-    let managers: Vec<HttpConnectionManager> = listeners
-        .iter()
-        .flat_map(|l| &l.filter_chains)
-        .flat_map(|c| &c.filters)
-        .filter(|f| f.name == "envoy.filters.network.http_connection_manager")
-        .map(hcm)
-        .collect();
+    let managers = connection_managers(&listeners);
     assert!(!managers.is_empty());
     for manager in managers {
         assert_eq!(manager.http_filters[0].name, "envoy.filters.http.rbac", "{}", manager.stat_prefix);

@@ -187,13 +187,7 @@ fn a_gateway_gets_the_filter_and_clears_the_route_cache() {
     );
     let ctx = context(mesh_with(&yaml));
     let listeners = lds::listeners(&ctx, &ingress(&ctx));
-    let managers: Vec<HttpConnectionManager> = listeners
-        .iter()
-        .flat_map(|l| &l.filter_chains)
-        .flat_map(|c| &c.filters)
-        .filter(|f| f.name == "envoy.filters.network.http_connection_manager")
-        .map(hcm)
-        .collect();
+    let managers = connection_managers(&listeners);
     assert!(!managers.is_empty());
     for manager in managers {
         assert_eq!(manager.http_filters[0].name, "envoy.filters.http.jwt_authn", "{}", manager.stat_prefix);

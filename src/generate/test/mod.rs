@@ -144,6 +144,17 @@ fn typed<T: Message + Default>(f: &Filter) -> T {
     }
 }
 
+/// Every HTTP connection manager of `listeners`, chain by chain.
+fn connection_managers(listeners: &[Listener]) -> Vec<HttpConnectionManager> {
+    listeners
+        .iter()
+        .flat_map(|l| &l.filter_chains)
+        .flat_map(|c| &c.filters)
+        .filter(|f| f.name == "envoy.filters.network.http_connection_manager")
+        .map(hcm)
+        .collect()
+}
+
 fn hcm(f: &Filter) -> HttpConnectionManager {
     assert_eq!(f.name, "envoy.filters.network.http_connection_manager");
     typed(f)
