@@ -17,8 +17,12 @@
 //! metadata; a request without a verified token has none, so it matches no
 //! such value (and every `not` one).
 //!
+//! Path templates (`{*}`, `{**}`) become Envoy's URI template matcher,
+//! `experimental.envoy.filters.*` conditions matchers on that filter's
+//! dynamic metadata, as Istio makes them.
+//!
 //! A part Envoy cannot check here — an HTTP attribute (JWT ones included)
-//! on a TCP port, Envoy filter metadata, a path template (`{*}`) — fails closed,
+//! on a TCP port — fails closed,
 //! as Istio treats HTTP attributes on TCP ports: an ALLOW rule with it is
 //! left out (it allows nothing), a DENY rule is kept without it (it denies
 //! more).
@@ -30,12 +34,14 @@
 
 use std::sync::Arc;
 
+use envoy_types::pb::envoy::config::core::v3::TypedExtensionConfig;
 use envoy_types::pb::envoy::config::listener::v3::{Filter, filter};
 use envoy_types::pb::envoy::config::rbac::v3::{
     MetadataSource, Permission, Policy, Principal, SourcedMetadata, permission, principal, rbac::Action,
 };
 use envoy_types::pb::envoy::config::route::v3::{HeaderMatcher, header_matcher::HeaderMatchSpecifier};
 use envoy_types::pb::envoy::extensions::filters::network::http_connection_manager::v3::{HttpFilter, http_filter};
+use envoy_types::pb::envoy::extensions::path::r#match::uri_template::v3::UriTemplateMatchConfig;
 use envoy_types::pb::envoy::r#type::matcher::v3::{
     ListMatcher, MetadataMatcher, OrMatcher, PathMatcher, RegexMatcher, StringMatcher, ValueMatcher, list_matcher,
     metadata_matcher, path_matcher, string_matcher::MatchPattern, value_matcher,
@@ -46,6 +52,10 @@ use super::jwt::{JWT_AUTHN, PAYLOAD_METADATA};
 use super::proto;
 use crate::config::istio::{AuthorizationRule, Condition, Operation, Source};
 use crate::push::index::AppliedPolicy;
+
+use crate::config::istio::{ANY_SEGMENTS, ONE_SEGMENT};
+/// The name Istio gives the URI template matcher of a permission.
+const URI_TEMPLATE: &str = "uri-template";
 
 /// Envoy's HTTP RBAC filter.
 pub const HTTP_RBAC: &str = "envoy.filters.http.rbac";
@@ -255,11 +265,6 @@ impl RuleBuilder<'_> {
     fn operation(&self, o: &Operation) -> Result<Vec<Permission>, Unchecked> {
         let mut and = Vec::new();
         let http = [(&o.hosts, &o.not_hosts), (&o.methods, &o.not_methods), (&o.paths, &o.not_paths)];
-        // Istio's path templates (`{*}`, `{**}`) are not translated yet.
-        let templates = o.paths.iter().chain(&o.not_paths).any(|p| p.contains('{'));
-        if templates && self.strict {
-            return Err(Unchecked);
-        }
         if self.tcp && http.iter().any(|(values, not)| !values.is_empty() || !not.is_empty()) {
             if self.strict {
                 return Err(Unchecked);
@@ -271,15 +276,7 @@ impl RuleBuilder<'_> {
             self.rules(&mut and, &o.methods, &o.not_methods, |v| {
                 Some(rule(permission::Rule::Header(header_matcher(":method", v, false))))
             });
-            // A DENY rule with a template checks no path at all (it denies
-            // more), rather than a part of its paths (it would deny less).
-            if !templates {
-                self.rules(&mut and, &o.paths, &o.not_paths, |v| {
-                    Some(rule(permission::Rule::UrlPath(PathMatcher {
-                        rule: Some(path_matcher::Rule::Path(string_matcher(v, ""))),
-                    })))
-                });
-            }
+            self.rules(&mut and, &o.paths, &o.not_paths, |v| Some(path_permission(v)));
         }
         self.rules(&mut and, &o.ports, &o.not_ports, |v| {
             v.parse().ok().map(|p| rule(permission::Rule::DestinationPort(p)))
@@ -328,8 +325,18 @@ impl RuleBuilder<'_> {
                         let path: Vec<&str> = path.iter().map(String::as_str).collect();
                         self.claims(&mut principals, &path, values, not)?
                     }
-                    // Envoy filter metadata.
-                    None => return Err(Unchecked),
+                    None => match filter_metadata_key(key) {
+                        Some((filter, field)) => {
+                            if !values.is_empty() {
+                                permissions.push(filter_metadata(filter, field, values));
+                            }
+                            if !not.is_empty() {
+                                let none = filter_metadata(filter, field, not);
+                                permissions.push(rule(permission::Rule::NotRule(Box::new(none))));
+                            }
+                        }
+                        None => return Err(Unchecked),
+                    },
                 },
             },
         }
@@ -401,6 +408,64 @@ impl RuleBuilder<'_> {
             and.push(rule(permission::Rule::NotRule(Box::new(or))));
         }
     }
+}
+
+/// A path with Istio's templates (`{*}` one segment, `{**}` the rest) as
+/// Envoy's URI template matcher, else as a path matcher with Istio's
+/// wildcards.
+fn path_permission(value: &str) -> Permission {
+    if value.contains(ONE_SEGMENT) || value.contains(ANY_SEGMENTS) {
+        let template =
+            UriTemplateMatchConfig { path_template: value.replace(ANY_SEGMENTS, "**").replace(ONE_SEGMENT, "*") };
+        return rule(permission::Rule::UriTemplate(TypedExtensionConfig {
+            name: URI_TEMPLATE.to_string(),
+            typed_config: Some(proto::any(&template)),
+        }));
+    }
+    rule(permission::Rule::UrlPath(PathMatcher { rule: Some(path_matcher::Rule::Path(string_matcher(value, ""))) }))
+}
+
+/// `experimental.envoy.filters.NAME[FIELD]` → `(envoy.filters.NAME, FIELD)`.
+fn filter_metadata_key(key: &str) -> Option<(&str, &str)> {
+    let rest = key.strip_prefix("experimental.")?.strip_suffix(']')?;
+    let (filter, field) = rest.split_once('[')?;
+    (filter.starts_with("envoy.filters.") && !field.is_empty()).then_some((filter, field))
+}
+
+/// The request's dynamic metadata of `filter` at `field` is one of
+/// `values`: `[V]` a list holding V, else the value itself (Istio's
+/// wildcards).
+fn filter_metadata(filter: &str, field: &str, values: &[String]) -> Permission {
+    let mut any: Vec<ValueMatcher> = values
+        .iter()
+        .map(|v| match v.strip_prefix('[').and_then(|v| v.strip_suffix(']')) {
+            Some(element) => ValueMatcher {
+                match_pattern: Some(value_matcher::MatchPattern::ListMatch(Box::new(ListMatcher {
+                    match_pattern: Some(list_matcher::MatchPattern::OneOf(Box::new(string_value(string_matcher(
+                        element, "",
+                    ))))),
+                }))),
+            },
+            None => string_value(string_matcher(v, "")),
+        })
+        .collect();
+    let value = if any.len() == 1 {
+        any.remove(0)
+    } else {
+        ValueMatcher { match_pattern: Some(value_matcher::MatchPattern::OrMatch(OrMatcher { value_matchers: any })) }
+    };
+    let matcher = MetadataMatcher {
+        filter: filter.to_string(),
+        path: vec![metadata_matcher::PathSegment {
+            segment: Some(metadata_matcher::path_segment::Segment::Key(field.to_string())),
+        }],
+        value: Some(value),
+        ..Default::default()
+    };
+    rule(permission::Rule::SourcedMetadata(SourcedMetadata {
+        metadata_matcher: Some(matcher),
+        metadata_source: MetadataSource::Dynamic as i32,
+    }))
 }
 
 /// `request.auth.claims[A][B]…` → `[A, B, …]` (the text after the prefix).

@@ -423,6 +423,15 @@ spec:
     - {key: "request.auth.claims[groups]", values: [admins]}
     - {key: "request.auth.claims[nested][role]", values: ["ops*"]}
 ---
+apiVersion: security.istio.io/v1
+kind: AuthorizationPolicy
+metadata: {name: templates, namespace: secure}
+spec:
+  action: DENY
+  rules:
+  - to: [{operation: {paths: ["/users/{*}/keys", "/blobs/{**}"], notPaths: ["/v1/{*}/health"]}}]
+    when: [{key: "experimental.envoy.filters.network.mysql_proxy[db.table]", values: ["[update]", "select"], notValues: [drop]}]
+---
 apiVersion: networking.istio.io/v1
 kind: Gateway
 metadata: {name: mesh-edge, namespace: secure}

@@ -183,3 +183,36 @@ pub fn is_condition_key(key: &str) -> bool {
         || (key.starts_with("request.auth.claims[") && key.ends_with(']'))
         || key.starts_with("experimental.envoy.filters.")
 }
+
+/// Istio's path template for one path segment.
+pub const ONE_SEGMENT: &str = "{*}";
+/// Istio's path template for every segment left (last only).
+pub const ANY_SEGMENTS: &str = "{**}";
+
+/// Why `path` is not a path template Istio (and Envoy's URI template
+/// matcher) takes, or `None` when it is one, or has no template at all:
+/// `{*}` and `{**}` stand for whole segments, nothing follows `{**}`, and
+/// the other segments of a template are plain path characters.
+pub fn path_template_problem(path: &str) -> Option<String> {
+    let templated = path.contains(ONE_SEGMENT) || path.contains(ANY_SEGMENTS);
+    let mut rest_matched = false;
+    for segment in path.trim_matches('/').split('/') {
+        if segment == ONE_SEGMENT || segment == ANY_SEGMENTS {
+            if rest_matched {
+                return Some(format!("{path:?}: nothing may follow {ANY_SEGMENTS}"));
+            }
+            rest_matched = segment == ANY_SEGMENTS;
+            continue;
+        }
+        if segment.contains(['{', '}']) {
+            return Some(format!("{path:?}: {{ and }} appear only as whole segments {ONE_SEGMENT} and {ANY_SEGMENTS}"));
+        }
+        let literal = |c: char| c.is_ascii_alphanumeric() || "-._~%!$&'()+,;:@=".contains(c);
+        if templated && !segment.chars().all(literal) {
+            return Some(format!(
+                "{path:?}: segment {segment:?} of a template holds a character a path template cannot"
+            ));
+        }
+    }
+    None
+}

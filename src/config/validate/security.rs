@@ -5,6 +5,7 @@ use super::{Checker, is_ip_or_cidr};
 use crate::config::istio::{
     AUTHORIZATION_ACTIONS, AuthorizationPolicy, Condition, DRY_RUN_ANNOTATION, Operation, PEER_MTLS_MODES,
     PeerAuthentication, RequestAuthentication, Source, is_condition_key, jwks_uri_authority, parse_jwks,
+    path_template_problem,
 };
 
 pub(super) fn peer_authentication(check: &mut Checker, policy: &PeerAuthentication) {
@@ -72,7 +73,7 @@ pub(super) fn authorization_policy(check: &mut Checker, policy: &AuthorizationPo
         }
         for (j, condition) in rule.when.iter().enumerate() {
             let path = format!("{path}.when[{j}]");
-            condition_checks(check, &path, condition, action);
+            condition_checks(check, &path, condition);
         }
     }
 }
@@ -198,11 +199,12 @@ fn operation_checks(check: &mut Checker, path: &str, operation: &Operation) {
     }
     for (field, values) in lists {
         strings(check, &format!("{path}.{field}"), values);
-        if field.to_ascii_lowercase().ends_with("paths") && values.iter().any(|p| p.contains('{')) {
-            check.unsupported(
-                format!("{path}.{field}"),
-                Some("path templates ({*}, {**}) are not served yet: an ALLOW rule with one matches no request, a DENY rule denies without it"),
-            );
+        if field.to_ascii_lowercase().ends_with("paths") {
+            for (i, value) in values.iter().enumerate() {
+                if let Some(why) = path_template_problem(value) {
+                    check.error(format!("{path}.{field}[{i}]"), format!("is not a valid path template: {why}"));
+                }
+            }
         }
         if field.to_ascii_lowercase().ends_with("ports") {
             for (i, value) in values.iter().enumerate() {
@@ -214,7 +216,7 @@ fn operation_checks(check: &mut Checker, path: &str, operation: &Operation) {
     }
 }
 
-fn condition_checks(check: &mut Checker, path: &str, condition: &Condition, action: &str) {
+fn condition_checks(check: &mut Checker, path: &str, condition: &Condition) {
     let key = condition.key.as_str();
     if !is_condition_key(key) {
         check.error(
@@ -243,13 +245,13 @@ fn condition_checks(check: &mut Checker, path: &str, condition: &Condition, acti
             }
         }
     }
-    if key.starts_with("experimental.envoy.filters.") {
-        let what = if action == "ALLOW" {
-            "Envoy filter metadata conditions are not served: this ALLOW rule matches no request"
-        } else {
-            "Envoy filter metadata conditions are not served: the rule denies without this condition"
-        };
-        check.unsupported(format!("{path}.key"), Some(what));
+    if let Some(rest) = key.strip_prefix("experimental.envoy.filters.")
+        && !rest
+            .split_once('[')
+            .is_some_and(|(name, field)| !name.is_empty() && field.len() > 1 && field.ends_with(']'))
+    {
+        check
+            .error(format!("{path}.key"), format!("{key:?} is not of the form experimental.envoy.filters.NAME[FIELD]"));
     }
 }
 

@@ -354,6 +354,19 @@ fn authorization_policy_rules() {
         "  rules: [{from: [{source: {requestPrincipals: [\"*\"]}}], when: [{key: \"request.auth.claims[groups]\", values: [a]}]}]\n",
     );
     assert_eq!(findings(&jwt), vec![]);
+    // Path templates are checked as Istio checks them; filter metadata keys name a field.
+    assert_eq!(findings(&ap("  rules: [{to: [{operation: {paths: [\"/a/{*}/b/{**}\"]}}]}]\n")), vec![]);
+    assert_eq!(
+        error_paths(&ap(
+            "  rules:\n  - to: [{operation: {paths: [\"/a/{**}/{*}\", \"/a{*}\", \"/a/{*}/b c\"]}}]\n    when: [{key: experimental.envoy.filters.http.lua, values: [x]}]\n"
+        )),
+        [
+            "spec.rules[0].to[0].operation.paths[0]",
+            "spec.rules[0].to[0].operation.paths[1]",
+            "spec.rules[0].to[0].operation.paths[2]",
+            "spec.rules[0].when[0].key"
+        ]
+    );
     // What is not served is reported with what happens now.
     let custom = ap("  action: CUSTOM\n  provider: {name: opa}\n  rules: [{}]\n");
     assert!(message_at(&custom, "spec.provider.name").contains("denied"));

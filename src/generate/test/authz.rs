@@ -179,18 +179,47 @@ fn a_policy_selecting_a_gateway_guards_its_listeners() {
 }
 
 #[test]
-fn a_path_template_fails_closed() {
+fn path_templates_and_envoy_filter_metadata_become_envoy_s_matchers() {
+    use envoy_types::pb::envoy::extensions::path::r#match::uri_template::v3::UriTemplateMatchConfig;
     let yaml = [
-        policy("allow-template", "  rules: [{to: [{operation: {paths: [\"/users/{*}/profile\"]}}]}]"),
+        policy("allow-template", "  rules: [{to: [{operation: {paths: [\"/users/{*}/profile\", /plain]}}]}]"),
         policy(
             "deny-some",
-            "  action: DENY\n  rules: [{to: [{operation: {paths: [/admin, \"/users/{**}\"], methods: [POST]}}]}]",
+            "  action: DENY\n  rules:\n  - to: [{operation: {notPaths: [\"/users/{**}\"]}}]\n    when:\n    - {key: \"experimental.envoy.filters.network.mysql_proxy[db.table]\", values: [\"[update]\", select], notValues: [drop]}",
         ),
     ]
     .concat();
-    let filters = http_rbac(&inbound(&yaml));
+    let l = inbound(&yaml);
+    let filters = http_rbac(&l);
+    let templates = |p: &Policy| -> Vec<String> {
+        let mut out = Vec::new();
+        let mut stack: Vec<&envoy_types::pb::envoy::config::rbac::v3::Permission> = p.permissions.iter().collect();
+        while let Some(perm) = stack.pop() {
+            match &perm.rule {
+                Some(permission::Rule::UriTemplate(config)) => {
+                    assert_eq!(config.name, "uri-template");
+                    let any = config.typed_config.as_ref().unwrap();
+                    out.push(UriTemplateMatchConfig::decode(any.value.as_slice()).unwrap().path_template);
+                }
+                Some(permission::Rule::AndRules(set) | permission::Rule::OrRules(set)) => stack.extend(&set.rules),
+                Some(permission::Rule::NotRule(inner)) => stack.push(inner),
+                _ => {}
+            }
+        }
+        out
+    };
+    let allow = policies(&filters[1].rules);
+    assert_eq!(templates(&allow[0].1), ["/users/*/profile"], "{{*}} is one segment");
+    assert!(format!("{:?}", allow[0].1.permissions).contains("/plain"), "a plain path stays a path matcher");
     let deny = policies(&filters[0].rules);
+    assert_eq!(templates(&deny[0].1), ["/users/**"], "{{**}} is the rest");
     let text = format!("{:?}", deny[0].1.permissions);
-    assert!(!text.contains("UrlPath") && text.contains(":method"), "the DENY rule denies POST anywhere: {text}");
-    assert!(policies(&filters[1].rules).is_empty(), "the ALLOW rule allows nothing");
+    for expected in
+        ["envoy.filters.network.mysql_proxy", "db.table", "ListMatch", "update", "select", "drop", "NotRule"]
+    {
+        assert!(text.contains(expected), "{expected} missing from {text}");
+    }
+    // The metadata condition holds on TCP ports too.
+    let tcp = policies(&tcp_rbac(&l)[0].rules);
+    assert!(format!("{:?}", tcp[0].1.permissions).contains("mysql_proxy"));
 }
