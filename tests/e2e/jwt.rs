@@ -22,8 +22,8 @@ use support::envoy::Section;
 use support::manifests::{docs, gateway, gateway_route, pod, router_node, service};
 use support::scene::Scene;
 
-const GATEWAY_PORT: u16 = 18109;
-const SERVICE_PORT: u16 = 18159;
+/// The storefront Pod's address (no other test uses it).
+const POD_IP: &str = "127.0.129.2";
 
 /// Serves one file over HTTP/1.1 on a free loopback port, counting requests.
 struct KeySetServer {
@@ -73,13 +73,14 @@ fn a_gateway_verifies_tokens_against_keys_meshpush_fetched_and_authorizes_by_req
     };
     let (alice, bob, forged) = (token(&key, "alice"), token(&key, "bob"), token(&other_key, "alice"));
 
+    let (gateway_port, service_port) = (support::process::free_port(), support::process::free_port());
     let mesh = docs(&[
-        service("shop", "storefront", SERVICE_PORT),
-        pod("shop", "storefront-1", "127.0.109.2", &[("app", "storefront")], SERVICE_PORT),
+        service("shop", "storefront", service_port),
+        pod("shop", "storefront-1", POD_IP, &[("app", "storefront")], service_port),
     ]);
     let ingress = docs(&[
-        gateway("istio-system", "ingress", "ingressgateway", GATEWAY_PORT, &["shop.example.test"]),
-        gateway_route("shop", "storefront", "istio-system/ingress", "shop.example.test", "storefront", SERVICE_PORT),
+        gateway("istio-system", "ingress", "ingressgateway", gateway_port, &["shop.example.test"]),
+        gateway_route("shop", "storefront", "istio-system/ingress", "shop.example.test", "storefront", service_port),
         format!(
             "apiVersion: security.istio.io/v1\nkind: RequestAuthentication\nmetadata: {{name: jwt, namespace: istio-system}}\nspec:\n  selector: {{matchLabels: {{istio: ingressgateway}}}}\n  jwtRules:\n  - issuer: {issuer}\n    jwksUri: http://{addr}/jwks.json\n    forwardOriginalToken: true\n",
             issuer = meshpush::cli::jwt::ISSUER,
@@ -87,8 +88,10 @@ fn a_gateway_verifies_tokens_against_keys_meshpush_fetched_and_authorizes_by_req
         ),
         policy("\"*\""),
     ]);
-    let mut scene =
-        Scene::start(&[("mesh.yaml", &mesh), ("ingress.yaml", &ingress)], &[("storefront-1", "127.0.109.2:18159")]);
+    let mut scene = Scene::start(
+        &[("mesh.yaml", &mesh), ("ingress.yaml", &ingress)],
+        &[("storefront-1", &format!("{POD_IP}:{service_port}"))],
+    );
     let mut opts = scene.sidecar(
         &router_node("127.0.0.1", "ingress-1", "istio-system"),
         &[("istio", "ingressgateway"), ("app", "istio-ingressgateway")],
@@ -96,7 +99,7 @@ fn a_gateway_verifies_tokens_against_keys_meshpush_fetched_and_authorizes_by_req
     opts.interception = "REDIRECT".into();
     scene.add_envoy("gateway", &opts);
 
-    let entry = SocketAddr::from(([127, 0, 0, 1], GATEWAY_PORT));
+    let entry = SocketAddr::from(([127, 0, 0, 1], gateway_port));
     let send = |token: Option<&str>| {
         let bearer = token.map(|t| format!("Bearer {t}"));
         let mut headers = vec![("host", "shop.example.test")];
