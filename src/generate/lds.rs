@@ -101,13 +101,12 @@ pub fn inbound_listeners(key: &InboundKey) -> Vec<Listener> {
     if key.kind != ProxyKind::Sidecar {
         return Vec::new();
     }
-    let certificates = key.mesh_certificates;
     let mut out: Vec<Listener> = key
         .ports
         .iter()
         .filter_map(|p| {
             let bind = p.bind.as_deref()?;
-            let chains = inbound_chains(p, certificates, key);
+            let chains = inbound_chains(p, key);
             Some(Listener {
                 name: naming::listener(bind, p.port),
                 address: Some(proto::socket_address(bind, p.port)),
@@ -129,10 +128,10 @@ pub fn inbound_listeners(key: &InboundKey) -> Vec<Listener> {
 /// The chains of one inbound port, to `inbound|PORT||` over HTTP or TCP:
 /// one per way its PeerAuthentication mode lets a connection in (plain
 /// text, mesh mTLS, a client's own TLS; `mtls::inbound_chains`).
-/// `certificates`: the proxy holds a workload certificate; the key's
+/// The key says whether the proxy holds a workload certificate; its
 /// AuthorizationPolicies and JWT rules guard the port.
-fn inbound_chains(p: &InboundPort, certificates: bool, key: &InboundKey) -> Vec<FilterChain> {
-    let authorization = &key.authorization;
+fn inbound_chains(p: &InboundPort, key: &InboundKey) -> Vec<FilterChain> {
+    let (certificates, authorization) = (key.mesh_certificates, &key.authorization);
     let cluster = naming::inbound_cluster(p.port);
     mtls::inbound_chains(p.mtls, p.protocol.is_http(), certificates)
         .into_iter()
@@ -393,7 +392,7 @@ fn virtual_outbound(scope: &Scope) -> Listener {
 /// do): under STRICT, an undeclared port takes no plain text either.
 fn virtual_inbound(key: &InboundKey, ports: &[&InboundPort]) -> Listener {
     let (certificates, authorization) = (key.mesh_certificates, &key.authorization);
-    let mut chains: Vec<FilterChain> = ports.iter().flat_map(|p| inbound_chains(p, certificates, key)).collect();
+    let mut chains: Vec<FilterChain> = ports.iter().flat_map(|p| inbound_chains(p, key)).collect();
     for chain in mtls::inbound_chains(key.mtls, false, certificates) {
         let (cluster, mut filters) = if chain.refuse {
             (naming::BLACKHOLE_CLUSTER, Vec::new())
@@ -592,8 +591,10 @@ fn guard_filters(
     jwt_rules: &[Arc<ResolvedJwtRule>],
     placement: JwtPlacement,
 ) -> Vec<HttpFilter> {
-    let mut filters: Vec<HttpFilter> = jwt::http_filter(jwt_rules, placement).into_iter().collect();
-    filters.extend(authz::http_filters(authorization));
+    let mut filters = authz::http_filters(authorization);
+    if let Some(jwt) = jwt::http_filter(jwt_rules, placement) {
+        filters.insert(0, jwt);
+    }
     filters
 }
 

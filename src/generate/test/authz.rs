@@ -9,7 +9,7 @@ use envoy_types::pb::envoy::extensions::filters::network::rbac::v3::Rbac as Netw
 use super::*;
 
 /// `web` (namespace `shop`): an HTTP port and a TCP port.
-const WEB: &str = "\
+pub(super) const WEB: &str = "\
 apiVersion: v1
 kind: Service
 metadata: {name: web, namespace: shop}
@@ -20,7 +20,7 @@ spec:
 ---
 ";
 
-fn web() -> Proxy {
+pub(super) fn web() -> Proxy {
     proxy("sidecar~10.61.0.1~web-1.shop~shop.svc.cluster.local", "REDIRECT", &[("app", "web")])
 }
 

@@ -11,25 +11,11 @@ use envoy_types::pb::envoy::extensions::filters::http::rbac::v3::Rbac as HttpRba
 use envoy_types::pb::envoy::extensions::filters::network::http_connection_manager::v3::HttpFilter;
 use envoy_types::pb::envoy::extensions::filters::network::http_connection_manager::v3::http_filter::ConfigType;
 
+use super::authz::{WEB, web};
 use super::*;
 use crate::push::index::request_authentication::FAIL_CLOSED_JWKS;
 
-const WEB: &str = "\
-apiVersion: v1
-kind: Service
-metadata: {name: web, namespace: shop}
-spec:
-  clusterIP: 10.60.0.1
-  selector: {app: web}
-  ports: [{name: http, port: 8080}, {name: tcp-metrics, port: 9000}]
----
-";
-
 const KEYS: &str = r#"{"keys":[{"kty":"EC","crv":"P-256","x":"f83OJ3D2xF1Bg8vub9tLe1gHMzV76e8Tus9uPHvRVEU","y":"x_FEzRu9m36HLN_tue659LNpXW6pCyStikYjKIWI5a0"}]}"#;
-
-fn web() -> Proxy {
-    proxy("sidecar~10.61.0.1~web-1.shop~shop.svc.cluster.local", "REDIRECT", &[("app", "web")])
-}
 
 fn ra(name: &str, spec: &str) -> String {
     format!(
