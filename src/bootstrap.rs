@@ -72,6 +72,11 @@ pub struct BootstrapOptions {
     /// mesh-mTLS clusters and listeners fetch `default` and `ROOTCA` from,
     /// as Istio's bootstrap does.
     pub sds_socket: Option<String>,
+    /// A Gateway API Gateway (`NAMESPACE/NAME`) this router serves: adds the
+    /// labels Istio's automated deployment gives the Gateway's pods
+    /// (`gateway.networking.k8s.io/gateway-name`, `istio.io/gateway-name`).
+    /// The node must be a router of that namespace.
+    pub gateway: Option<String>,
 }
 
 impl BootstrapOptions {
@@ -89,6 +94,7 @@ impl BootstrapOptions {
             delta: false,
             locality: None,
             sds_socket: None,
+            gateway: None,
         }
     }
 }
@@ -120,6 +126,9 @@ pub enum BootstrapError {
     /// either a STATIC or a STRICT_DNS cluster, not both).
     #[error("--xds-addr: {0}")]
     XdsAddrs(&'static str),
+    /// `--gateway` is not `NAMESPACE/NAME`, or the node cannot serve it.
+    #[error("--gateway {0}")]
+    Gateway(String),
     /// The SDS socket path is empty.
     #[error("the SDS socket path is empty")]
     SdsSocket,
@@ -139,17 +148,42 @@ pub fn parse_key_value(flag: &'static str, arg: &str) -> Result<(String, String)
     }
 }
 
+/// The labels that make a router serve the Gateway API Gateway `gateway`
+/// (`NAMESPACE/NAME`).
+fn gateway_labels(gateway: &str, proxy: &Proxy) -> Result<[(String, String); 2], BootstrapError> {
+    use crate::config::gateway_api::{GATEWAY_NAME_LABEL, ISTIO_GATEWAY_NAME_LABEL};
+    let Some((namespace, name)) = gateway.split_once('/').filter(|(ns, n)| !ns.is_empty() && !n.is_empty()) else {
+        return Err(BootstrapError::Gateway(format!("{gateway:?}: expected NAMESPACE/NAME (istio-system/ingress)")));
+    };
+    if proxy.kind != crate::model::ProxyKind::Router {
+        return Err(BootstrapError::Gateway(format!(
+            "{gateway}: a Gateway is served by a router; --node-id must start with router~"
+        )));
+    }
+    if *proxy.namespace != *namespace {
+        return Err(BootstrapError::Gateway(format!(
+            "{gateway}: a Gateway is served by routers of its own namespace; the node is in {}",
+            proxy.namespace
+        )));
+    }
+    Ok([(GATEWAY_NAME_LABEL.to_string(), name.to_string()), (ISTIO_GATEWAY_NAME_LABEL.to_string(), name.to_string())])
+}
+
 /// Renders the bootstrap YAML for `opts`.
 pub fn render(opts: &BootstrapOptions) -> Result<String, BootstrapError> {
     let proxy = proxy(opts)?;
     let (discovery, xds_endpoints) = xds_endpoints(&opts.xds_addrs)?;
+    let mut labels = opts.labels.clone();
+    if let Some(gateway) = &opts.gateway {
+        labels.extend(gateway_labels(gateway, &proxy)?);
+    }
 
     let mut metadata = Map::new();
     for (key, value) in &opts.meta {
         metadata.insert(key.clone(), json!(value));
     }
     metadata.insert("NAMESPACE".into(), json!(&*proxy.namespace));
-    metadata.insert("LABELS".into(), json!(opts.labels));
+    metadata.insert("LABELS".into(), json!(labels));
     metadata.insert("INTERCEPTION_MODE".into(), json!(opts.interception));
     metadata.insert("ISTIO_VERSION".into(), json!("meshpush"));
     if opts.sds_socket.is_some() {
@@ -158,7 +192,7 @@ pub fn render(opts: &BootstrapOptions) -> Result<String, BootstrapError> {
         metadata.insert(crate::model::proxy::SDS_METADATA.into(), json!("true"));
     }
 
-    let cluster = opts.cluster.clone().unwrap_or_else(|| derived_cluster(&proxy, &opts.labels));
+    let cluster = opts.cluster.clone().unwrap_or_else(|| derived_cluster(&proxy, &labels));
 
     let mut node = json!({
         "id": opts.node_id,

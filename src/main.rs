@@ -330,6 +330,12 @@ struct BootstrapArgs {
     /// endpoints near it.
     #[arg(long)]
     locality: Option<String>,
+    /// Serve the Gateway API Gateway NAMESPACE/NAME: the router gets the
+    /// labels Istio's automated deployment gives that Gateway's pods
+    /// (`gateway.networking.k8s.io/gateway-name`). The node must be a
+    /// router of the Gateway's namespace.
+    #[arg(long)]
+    gateway: Option<String>,
 }
 
 #[derive(Debug, clap::Args)]
@@ -601,6 +607,7 @@ fn bootstrap(args: BootstrapArgs) -> Result<String, meshpush::bootstrap::Bootstr
         delta: args.node.delta,
         locality: args.locality,
         sds_socket: None,
+        gateway: args.gateway,
     };
     meshpush::bootstrap::render(&opts)
 }

@@ -129,6 +129,15 @@ pub struct Node {
     pub metadata: ObjectMeta,
 }
 
+/// `v1 Namespace`: only its labels are read (a Gateway listener's
+/// `allowedRoutes` may select namespaces by them).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct Namespace {
+    /// Metadata.
+    pub metadata: ObjectMeta,
+}
+
 /// A Node's region.
 pub const REGION_LABEL: &str = "topology.kubernetes.io/region";
 /// A Node's region, as Kubernetes before 1.17 labelled it (read when the

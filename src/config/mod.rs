@@ -14,6 +14,7 @@
 //! being well-formed (weights non-negative, ports in range, durations parsed).
 
 pub mod duration;
+pub mod gateway_api;
 pub mod istio;
 pub mod k8s;
 pub mod mesh;
@@ -68,11 +69,22 @@ pub enum ConfigKind {
     /// A JWKS meshpush fetched for a RequestAuthentication (internal: written
     /// by `source::jwks` only, never read from a file or an API).
     FetchedJwks,
+    /// `v1 Namespace` (cluster-scoped): its labels, which a Gateway
+    /// listener's `allowedRoutes` may select on.
+    Namespace,
+    /// `gateway.networking.k8s.io GatewayClass` (cluster-scoped).
+    GatewayClass,
+    /// `gateway.networking.k8s.io Gateway`.
+    KubernetesGateway,
+    /// `gateway.networking.k8s.io HTTPRoute`.
+    HttpRoute,
+    /// `gateway.networking.k8s.io ReferenceGrant`.
+    ReferenceGrant,
 }
 
 impl ConfigKind {
     /// Every kind, in a fixed order.
-    pub const ALL: [ConfigKind; 16] = [
+    pub const ALL: [ConfigKind; 21] = [
         ConfigKind::Service,
         ConfigKind::Pod,
         ConfigKind::EndpointSlice,
@@ -89,9 +101,16 @@ impl ConfigKind {
         ConfigKind::AuthorizationPolicy,
         ConfigKind::RequestAuthentication,
         ConfigKind::FetchedJwks,
+        ConfigKind::Namespace,
+        ConfigKind::GatewayClass,
+        ConfigKind::KubernetesGateway,
+        ConfigKind::HttpRoute,
+        ConfigKind::ReferenceGrant,
     ];
 
-    /// The Kubernetes `kind` string.
+    /// The kind's name as meshpush shows it: the Kubernetes `kind`, except
+    /// that the Gateway API's Gateway is `KubernetesGateway` (as istiod
+    /// calls it) so that it is never mistaken for Istio's.
     pub fn as_str(self) -> &'static str {
         match self {
             ConfigKind::Service => "Service",
@@ -110,6 +129,20 @@ impl ConfigKind {
             ConfigKind::AuthorizationPolicy => "AuthorizationPolicy",
             ConfigKind::RequestAuthentication => "RequestAuthentication",
             ConfigKind::FetchedJwks => "FetchedJwks",
+            ConfigKind::Namespace => "Namespace",
+            ConfigKind::GatewayClass => "GatewayClass",
+            ConfigKind::KubernetesGateway => "KubernetesGateway",
+            ConfigKind::HttpRoute => "HTTPRoute",
+            ConfigKind::ReferenceGrant => "ReferenceGrant",
+        }
+    }
+
+    /// The Kubernetes `kind` string manifests write (with
+    /// [`api_group`](Self::api_group), what names the kind).
+    pub fn kind_name(self) -> &'static str {
+        match self {
+            ConfigKind::KubernetesGateway => "Gateway",
+            other => other.as_str(),
         }
     }
 
@@ -117,12 +150,16 @@ impl ConfigKind {
     /// `networking.istio.io` or `security.istio.io`.
     pub fn api_group(self) -> &'static str {
         match self {
-            ConfigKind::Service | ConfigKind::Pod | ConfigKind::Node | ConfigKind::Secret => "",
+            ConfigKind::Service | ConfigKind::Pod | ConfigKind::Node | ConfigKind::Secret | ConfigKind::Namespace => "",
             ConfigKind::EndpointSlice => "discovery.k8s.io",
             ConfigKind::PeerAuthentication | ConfigKind::AuthorizationPolicy | ConfigKind::RequestAuthentication => {
                 "security.istio.io"
             }
             ConfigKind::FetchedJwks => "meshpush.io",
+            ConfigKind::GatewayClass
+            | ConfigKind::KubernetesGateway
+            | ConfigKind::HttpRoute
+            | ConfigKind::ReferenceGrant => gateway_api::GROUP,
             _ => "networking.istio.io",
         }
     }
@@ -136,7 +173,7 @@ impl ConfigKind {
     /// Kinds whose objects belong to no namespace (their keys' namespace is
     /// empty).
     pub fn is_cluster_scoped(self) -> bool {
-        matches!(self, ConfigKind::Node | ConfigKind::FetchedJwks)
+        matches!(self, ConfigKind::Node | ConfigKind::FetchedJwks | ConfigKind::Namespace | ConfigKind::GatewayClass)
     }
 
     /// Kinds that only move endpoints: a change to one of these can take the
@@ -192,6 +229,9 @@ pub struct ObjectMeta {
     pub labels: BTreeMap<String, String>,
     /// Annotations (`networking.istio.io/exportTo` is read from here).
     pub annotations: BTreeMap<String, String>,
+    /// When the API server created the object (RFC 3339): the Gateway API
+    /// orders routes of equal precedence by it. Objects of a file have none.
+    pub creation_timestamp: Option<String>,
 }
 
 impl ObjectMeta {
@@ -258,6 +298,16 @@ pub enum ConfigObject {
     RequestAuthentication(Box<istio::RequestAuthentication>),
     /// A fetched JWKS (boxed, as the kinds above).
     FetchedJwks(Box<istio::FetchedJwks>),
+    /// `v1 Namespace`.
+    Namespace(k8s::Namespace),
+    /// Gateway API GatewayClass.
+    GatewayClass(Box<gateway_api::GatewayClass>),
+    /// Gateway API Gateway (boxed, as the kinds above).
+    KubernetesGateway(Box<gateway_api::Gateway>),
+    /// Gateway API HTTPRoute (boxed, as the kinds above).
+    HttpRoute(Box<gateway_api::HttpRoute>),
+    /// Gateway API ReferenceGrant (boxed, as the kinds above).
+    ReferenceGrant(Box<gateway_api::ReferenceGrant>),
 }
 
 impl ConfigObject {
@@ -280,6 +330,11 @@ impl ConfigObject {
             ConfigObject::AuthorizationPolicy(_) => ConfigKind::AuthorizationPolicy,
             ConfigObject::RequestAuthentication(_) => ConfigKind::RequestAuthentication,
             ConfigObject::FetchedJwks(_) => ConfigKind::FetchedJwks,
+            ConfigObject::Namespace(_) => ConfigKind::Namespace,
+            ConfigObject::GatewayClass(_) => ConfigKind::GatewayClass,
+            ConfigObject::KubernetesGateway(_) => ConfigKind::KubernetesGateway,
+            ConfigObject::HttpRoute(_) => ConfigKind::HttpRoute,
+            ConfigObject::ReferenceGrant(_) => ConfigKind::ReferenceGrant,
         }
     }
 
@@ -302,6 +357,11 @@ impl ConfigObject {
             ConfigObject::AuthorizationPolicy(o) => &o.metadata,
             ConfigObject::RequestAuthentication(o) => &o.metadata,
             ConfigObject::FetchedJwks(o) => &o.metadata,
+            ConfigObject::Namespace(o) => &o.metadata,
+            ConfigObject::GatewayClass(o) => &o.metadata,
+            ConfigObject::KubernetesGateway(o) => &o.metadata,
+            ConfigObject::HttpRoute(o) => &o.metadata,
+            ConfigObject::ReferenceGrant(o) => &o.metadata,
         }
     }
 

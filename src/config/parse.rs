@@ -20,7 +20,7 @@ use serde_yaml_ng::{Mapping, Value};
 use super::istio::api::{self, ApiField};
 use super::problem::{Problem, Severity, not_supported};
 use super::validate::validate;
-use super::{ConfigKey, ConfigKind, ConfigObject, SourceRef, istio, k8s, secret};
+use super::{ConfigKey, ConfigKind, ConfigObject, SourceRef, gateway_api, istio, k8s, secret};
 
 #[cfg(test)]
 mod test;
@@ -169,7 +169,10 @@ impl FileReader {
             return self.read_list(doc, prefix, map);
         }
         let Some(config_kind) = config_kind(&api_version, &kind) else {
-            let hint = match ConfigKind::ALL.iter().find(|k| k.as_str() == kind) {
+            let group = api_version.rsplit_once('/').map_or("", |(g, _)| g);
+            let named = |k: &&ConfigKind| k.kind_name() == kind && !k.is_internal();
+            let same_group = ConfigKind::ALL.iter().filter(named).find(|k| k.api_group() == group);
+            let hint = match same_group.or_else(|| ConfigKind::ALL.iter().find(named)) {
                 Some(known) => format!(" (meshpush reads {known} from {})", expected_api_versions(*known)),
                 None => String::new(),
             };
@@ -179,45 +182,55 @@ impl FileReader {
         let key = peek_key(config_kind, &map);
         let mut ignored = Vec::new();
         let value = Value::Mapping(map);
-        let object = match config_kind {
-            ConfigKind::Service => typed::<k8s::Service>(value, &mut ignored).map(ConfigObject::Service),
-            ConfigKind::Pod => typed::<k8s::Pod>(value, &mut ignored).map(ConfigObject::Pod),
-            ConfigKind::EndpointSlice => {
-                typed::<k8s::EndpointSlice>(value, &mut ignored).map(ConfigObject::EndpointSlice)
-            }
-            ConfigKind::Node => typed::<k8s::Node>(value, &mut ignored).map(ConfigObject::Node),
-            ConfigKind::ServiceEntry => {
-                typed::<istio::ServiceEntry>(value, &mut ignored).map(|o| ConfigObject::ServiceEntry(Box::new(o)))
-            }
-            ConfigKind::WorkloadEntry => {
-                typed::<istio::WorkloadEntry>(value, &mut ignored).map(ConfigObject::WorkloadEntry)
-            }
-            ConfigKind::VirtualService => {
-                typed::<istio::VirtualService>(value, &mut ignored).map(ConfigObject::VirtualService)
-            }
-            ConfigKind::DestinationRule => {
-                typed::<istio::DestinationRule>(value, &mut ignored).map(|o| ConfigObject::DestinationRule(Box::new(o)))
-            }
-            ConfigKind::Gateway => typed::<istio::Gateway>(value, &mut ignored).map(ConfigObject::Gateway),
-            ConfigKind::Sidecar => {
-                typed::<istio::Sidecar>(value, &mut ignored).map(|o| ConfigObject::Sidecar(Box::new(o)))
-            }
-            ConfigKind::WorkloadGroup => {
-                typed::<istio::WorkloadGroup>(value, &mut ignored).map(|o| ConfigObject::WorkloadGroup(Box::new(o)))
-            }
-            ConfigKind::Secret => typed::<secret::Secret>(value, &mut ignored).map(|mut o| {
-                o.normalize();
-                ConfigObject::Secret(Box::new(o))
-            }),
-            ConfigKind::PeerAuthentication => {
-                typed::<istio::PeerAuthentication>(value, &mut ignored).map(ConfigObject::PeerAuthentication)
-            }
-            ConfigKind::AuthorizationPolicy => typed::<istio::AuthorizationPolicy>(value, &mut ignored)
-                .map(|o| ConfigObject::AuthorizationPolicy(Box::new(o))),
-            ConfigKind::RequestAuthentication => typed::<istio::RequestAuthentication>(value, &mut ignored)
-                .map(|o| ConfigObject::RequestAuthentication(Box::new(o))),
-            ConfigKind::FetchedJwks => unreachable!("config_kind never names an internal kind"),
-        };
+        let object =
+            match config_kind {
+                ConfigKind::Service => typed::<k8s::Service>(value, &mut ignored).map(ConfigObject::Service),
+                ConfigKind::Pod => typed::<k8s::Pod>(value, &mut ignored).map(ConfigObject::Pod),
+                ConfigKind::EndpointSlice => {
+                    typed::<k8s::EndpointSlice>(value, &mut ignored).map(ConfigObject::EndpointSlice)
+                }
+                ConfigKind::Node => typed::<k8s::Node>(value, &mut ignored).map(ConfigObject::Node),
+                ConfigKind::ServiceEntry => {
+                    typed::<istio::ServiceEntry>(value, &mut ignored).map(|o| ConfigObject::ServiceEntry(Box::new(o)))
+                }
+                ConfigKind::WorkloadEntry => {
+                    typed::<istio::WorkloadEntry>(value, &mut ignored).map(ConfigObject::WorkloadEntry)
+                }
+                ConfigKind::VirtualService => {
+                    typed::<istio::VirtualService>(value, &mut ignored).map(ConfigObject::VirtualService)
+                }
+                ConfigKind::DestinationRule => typed::<istio::DestinationRule>(value, &mut ignored)
+                    .map(|o| ConfigObject::DestinationRule(Box::new(o))),
+                ConfigKind::Gateway => typed::<istio::Gateway>(value, &mut ignored).map(ConfigObject::Gateway),
+                ConfigKind::Sidecar => {
+                    typed::<istio::Sidecar>(value, &mut ignored).map(|o| ConfigObject::Sidecar(Box::new(o)))
+                }
+                ConfigKind::WorkloadGroup => {
+                    typed::<istio::WorkloadGroup>(value, &mut ignored).map(|o| ConfigObject::WorkloadGroup(Box::new(o)))
+                }
+                ConfigKind::Secret => typed::<secret::Secret>(value, &mut ignored).map(|mut o| {
+                    o.normalize();
+                    ConfigObject::Secret(Box::new(o))
+                }),
+                ConfigKind::PeerAuthentication => {
+                    typed::<istio::PeerAuthentication>(value, &mut ignored).map(ConfigObject::PeerAuthentication)
+                }
+                ConfigKind::AuthorizationPolicy => typed::<istio::AuthorizationPolicy>(value, &mut ignored)
+                    .map(|o| ConfigObject::AuthorizationPolicy(Box::new(o))),
+                ConfigKind::RequestAuthentication => typed::<istio::RequestAuthentication>(value, &mut ignored)
+                    .map(|o| ConfigObject::RequestAuthentication(Box::new(o))),
+                ConfigKind::FetchedJwks => unreachable!("config_kind never names an internal kind"),
+                ConfigKind::Namespace => typed::<k8s::Namespace>(value, &mut ignored).map(ConfigObject::Namespace),
+                ConfigKind::GatewayClass => typed::<gateway_api::GatewayClass>(value, &mut ignored)
+                    .map(|o| ConfigObject::GatewayClass(Box::new(o))),
+                ConfigKind::KubernetesGateway => typed::<gateway_api::Gateway>(value, &mut ignored)
+                    .map(|o| ConfigObject::KubernetesGateway(Box::new(o))),
+                ConfigKind::HttpRoute => {
+                    typed::<gateway_api::HttpRoute>(value, &mut ignored).map(|o| ConfigObject::HttpRoute(Box::new(o)))
+                }
+                ConfigKind::ReferenceGrant => typed::<gateway_api::ReferenceGrant>(value, &mut ignored)
+                    .map(|o| ConfigObject::ReferenceGrant(Box::new(o))),
+            };
         for path in &ignored {
             self.ignored_field(doc, config_kind, key.as_ref(), &field(prefix, path), path);
         }
@@ -233,6 +246,7 @@ impl FileReader {
             ConfigObject::Pod(o) => o.metadata.annotations.clear(),
             ConfigObject::EndpointSlice(o) => o.metadata.annotations.clear(),
             ConfigObject::Node(o) => o.metadata.annotations.clear(),
+            ConfigObject::Namespace(o) => o.metadata.annotations.clear(),
             _ => {}
         }
         if object.meta().name.is_empty() {
@@ -277,6 +291,19 @@ impl FileReader {
     /// the Kubernetes kinds that meshpush does not read (a Pod's containers)
     /// and bookkeeping such as `metadata.resourceVersion` stay quiet.
     fn ignored_field(&mut self, doc: usize, kind: ConfigKind, key: Option<&ConfigKey>, at: &str, path: &str) {
+        if kind.api_group() == gateway_api::GROUP && path.starts_with("spec.") {
+            // The types model every field of the API meshpush applies, so
+            // one they do not model is either one it does not apply or none
+            // of the API's: both are said, never dropped.
+            let message = format!(
+                "is not a field meshpush applies of the Gateway API's {} ({}/v1): ignored; \
+                 check its spelling and indentation",
+                kind.kind_name(),
+                gateway_api::GROUP
+            );
+            self.problem(Severity::Warning, doc, key.cloned(), at, message);
+            return;
+        }
         if !api::is_istio_kind(kind) {
             tracing::debug!(file = %self.file, doc, %kind, field = at, "field not read by meshpush: ignored");
             return;
@@ -344,20 +371,25 @@ pub const ISTIO_VERSIONS: [&str; 3] = ["v1", "v1beta1", "v1alpha3"];
 pub const SECURITY_VERSIONS: [&str; 2] = ["v1", "v1beta1"];
 
 fn config_kind(api_version: &str, kind: &str) -> Option<ConfigKind> {
-    let config_kind = ConfigKind::ALL.into_iter().find(|k| k.as_str() == kind && !k.is_internal())?;
     let (group, version) = api_version.rsplit_once('/').unwrap_or(("", api_version));
-    let known = group == config_kind.api_group()
-        && match group {
-            "networking.istio.io" => ISTIO_VERSIONS.contains(&version),
-            "security.istio.io" => SECURITY_VERSIONS.contains(&version),
-            _ => version == "v1",
-        };
+    let config_kind =
+        ConfigKind::ALL.into_iter().find(|k| k.kind_name() == kind && k.api_group() == group && !k.is_internal())?;
+    let known = match group {
+        "networking.istio.io" => ISTIO_VERSIONS.contains(&version),
+        "security.istio.io" => SECURITY_VERSIONS.contains(&version),
+        gateway_api::GROUP => gateway_api::VERSIONS.contains(&version),
+        _ => version == "v1",
+    };
     known.then_some(config_kind)
 }
 
 fn expected_api_versions(kind: ConfigKind) -> &'static str {
     match kind {
-        ConfigKind::Service | ConfigKind::Pod | ConfigKind::Node | ConfigKind::Secret => "v1",
+        ConfigKind::Service | ConfigKind::Pod | ConfigKind::Node | ConfigKind::Secret | ConfigKind::Namespace => "v1",
+        ConfigKind::GatewayClass
+        | ConfigKind::KubernetesGateway
+        | ConfigKind::HttpRoute
+        | ConfigKind::ReferenceGrant => "gateway.networking.k8s.io/v1 or v1beta1",
         ConfigKind::EndpointSlice => "discovery.k8s.io/v1",
         ConfigKind::PeerAuthentication | ConfigKind::AuthorizationPolicy | ConfigKind::RequestAuthentication => {
             "security.istio.io/v1 or v1beta1"

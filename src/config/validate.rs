@@ -20,6 +20,7 @@ use serde::Serialize;
 use super::problem::{Severity, not_supported};
 use super::{ConfigKind, ConfigObject, ObjectMeta};
 
+mod gateway_api;
 mod istio;
 mod k8s;
 mod security;
@@ -61,6 +62,12 @@ pub fn validate(object: &ConfigObject) -> Vec<FieldError> {
         ConfigObject::RequestAuthentication(o) => security::request_authentication(&mut check, o),
         // Written by meshpush from what it fetched; the fetch checked it.
         ConfigObject::FetchedJwks(_) => {}
+        // Labels are all a Namespace has that meshpush reads.
+        ConfigObject::Namespace(_) => {}
+        ConfigObject::GatewayClass(o) => gateway_api::gateway_class(&mut check, o),
+        ConfigObject::KubernetesGateway(o) => gateway_api::gateway(&mut check, o),
+        ConfigObject::HttpRoute(o) => gateway_api::http_route(&mut check, o),
+        ConfigObject::ReferenceGrant(o) => gateway_api::reference_grant(&mut check, o),
     }
     check.found
 }

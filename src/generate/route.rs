@@ -32,9 +32,10 @@ use envoy_types::pb::envoy::config::route::v3::{
     redirect_action::{PathRewriteSpecifier, RedirectResponseCode, SchemeRewriteSpecifier},
     route::Action,
     route_action::{
-        ClusterSpecifier, HashPolicy, HostRewriteSpecifier, RequestMirrorPolicy,
+        ClusterNotFoundResponseCode, ClusterSpecifier, HashPolicy, HostRewriteSpecifier, RequestMirrorPolicy,
         hash_policy::{ConnectionProperties, Cookie, CookieAttribute, Header, PolicySpecifier, QueryParameter},
     },
+    route_match::PathSpecifier,
     weighted_cluster::{ClusterWeight, cluster_weight},
 };
 use envoy_types::pb::envoy::r#type::matcher::v3::RegexMatchAndSubstitute;
@@ -215,7 +216,7 @@ impl<'a> RouteTarget<'a> {
         };
         let mut out = Route {
             name,
-            r#match: Some(matching::route_match(m)),
+            r#match: Some(matching::route_match(m, vs.gateway_semantics)),
             stat_prefix: m.and_then(|m| m.stat_prefix.clone()).unwrap_or_default(),
             ..Default::default()
         };
@@ -269,11 +270,28 @@ impl<'a> RouteTarget<'a> {
             timeout: Some(route.timeout.map(|t| t.to_proto()).unwrap_or_else(|| proto::seconds(0))),
             ..Default::default()
         };
+        if vs.gateway_semantics {
+            // The Gateway API answers 500 for a backend that does not resolve.
+            action.cluster_not_found_response_code = ClusterNotFoundResponseCode::InternalServerError as i32;
+        }
         if let Some(rewrite) = &route.rewrite {
+            let separated_prefix = match out.r#match.as_ref().and_then(|m| m.path_specifier.as_ref()) {
+                Some(PathSpecifier::PathSeparatedPrefix(p)) => Some(p.as_str()),
+                _ => None,
+            };
             if let Some(regex) = &rewrite.uri_regex_rewrite {
                 action.regex_rewrite = Some(RegexMatchAndSubstitute {
                     pattern: Some(matching::regex(&regex.pattern)),
                     substitution: regex.rewrite.clone(),
+                });
+            } else if let (true, Some("/"), Some(prefix)) =
+                (vs.gateway_semantics, rewrite.uri.as_deref(), separated_prefix)
+            {
+                // Replacing a segment prefix by `/` removes it, keeping one
+                // `/` when the whole path was the prefix (as Istio does).
+                action.regex_rewrite = Some(RegexMatchAndSubstitute {
+                    pattern: Some(matching::regex(&format!("^{}(/?)(.*)", regex::escape(prefix)))),
+                    substitution: r"/\2".to_string(),
                 });
             } else if let Some(uri) = rewrite.uri.as_ref().filter(|u| !u.is_empty()) {
                 // The matched prefix (for an exact or regex match, the whole path) is replaced.

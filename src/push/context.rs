@@ -16,7 +16,7 @@ use serde::Serialize;
 
 use super::PushRequest;
 use super::index::{
-    AuthorizationIndex, DestinationRuleIndex, EndpointIndex, GatewayIndex, PeerAuthenticationIndex,
+    AuthorizationIndex, DestinationRuleIndex, EndpointIndex, GatewayApiIndex, GatewayIndex, PeerAuthenticationIndex,
     RequestAuthenticationIndex, SecretIndex, ServiceIndex, SidecarIndex, VirtualServiceIndex, Workload, WorkloadIndex,
 };
 use super::scope::{self, InboundId, InboundKey, Scope, ScopeId, ScopeInterner, ScopeKey};
@@ -89,6 +89,15 @@ pub fn affected_types(kind: ConfigKind) -> TypeSet {
         // The JWT filters of inbound chains and gateway listeners, and the
         // keys inlined in them.
         ConfigKind::RequestAuthentication | ConfigKind::FetchedJwks => TypeSet::of(&[Listener]),
+        // The Gateway API becomes Istio Gateways and VirtualServices: what a
+        // Gateway changes. A Namespace's labels can move routes between
+        // listeners; when the translation does not change, nothing is pushed
+        // (`next` narrows the set).
+        ConfigKind::GatewayClass
+        | ConfigKind::KubernetesGateway
+        | ConfigKind::HttpRoute
+        | ConfigKind::ReferenceGrant
+        | ConfigKind::Namespace => TypeSet::of(&[Cluster, Listener, Route, TypeUrl::Secret]),
     }
 }
 
@@ -129,8 +138,10 @@ pub struct PushContext {
     pub virtual_services: Arc<VirtualServiceIndex>,
     /// DestinationRules.
     pub destination_rules: Arc<DestinationRuleIndex>,
-    /// Gateways.
+    /// Gateways (Istio's, and those derived from the Gateway API).
     pub gateways: Arc<GatewayIndex>,
+    /// The Gateway API, translated, with its objects' status.
+    pub gateway_api: Arc<GatewayApiIndex>,
     /// Sidecars.
     pub sidecars: Arc<SidecarIndex>,
     /// Secrets' TLS material.
@@ -172,12 +183,18 @@ impl PushContext {
         interner: Arc<ScopeInterner>,
         mesh: Arc<MeshConfig>,
     ) -> PushContext {
+        let gateway_api = GatewayApiIndex::build(&store);
         let ((services, workloads), ((vs, dr), (gw, sc))) = rayon::join(
             || rayon::join(|| ServiceIndex::build(&store), || WorkloadIndex::build(&store)),
             || {
                 rayon::join(
-                    || rayon::join(|| VirtualServiceIndex::build(&store), || DestinationRuleIndex::build(&store)),
-                    || rayon::join(|| GatewayIndex::build(&store), || SidecarIndex::build(&store)),
+                    || {
+                        rayon::join(
+                            || VirtualServiceIndex::build(&store, &gateway_api),
+                            || DestinationRuleIndex::build(&store),
+                        )
+                    },
+                    || rayon::join(|| GatewayIndex::build(&store, &gateway_api), || SidecarIndex::build(&store)),
                 )
             },
         );
@@ -196,6 +213,7 @@ impl PushContext {
             virtual_services: Arc::new(vs),
             destination_rules: Arc::new(dr),
             gateways: Arc::new(gw),
+            gateway_api: Arc::new(gateway_api),
             sidecars: Arc::new(sc),
             secrets: Arc::new(secrets),
             peer_authentications: Arc::new(peer_authentications),
@@ -231,8 +249,25 @@ impl PushContext {
             prev.workloads.clone()
         };
         let rebuild = |k: ConfigKind| changed(k);
-        let virtual_services = if rebuild(ConfigKind::VirtualService) {
-            Arc::new(VirtualServiceIndex::build(&store))
+        // The Gateway API's translation reads its own kinds, Namespaces'
+        // labels, and whether the Services and Secrets it names exist.
+        let gateway_api_inputs = [
+            ConfigKind::GatewayClass,
+            ConfigKind::KubernetesGateway,
+            ConfigKind::HttpRoute,
+            ConfigKind::ReferenceGrant,
+            ConfigKind::Namespace,
+        ];
+        let gateway_api = if gateway_api_inputs.into_iter().any(changed)
+            || (GatewayApiIndex::has_objects(&prev.store) && (services_changed || changed(ConfigKind::Secret)))
+        {
+            Arc::new(GatewayApiIndex::build(&store))
+        } else {
+            prev.gateway_api.clone()
+        };
+        let gateway_api_moved = !gateway_api.same_output(&prev.gateway_api);
+        let virtual_services = if rebuild(ConfigKind::VirtualService) || gateway_api_moved {
+            Arc::new(VirtualServiceIndex::build(&store, &gateway_api))
         } else {
             prev.virtual_services.clone()
         };
@@ -241,8 +276,11 @@ impl PushContext {
         } else {
             prev.destination_rules.clone()
         };
-        let gateways =
-            if rebuild(ConfigKind::Gateway) { Arc::new(GatewayIndex::build(&store)) } else { prev.gateways.clone() };
+        let gateways = if rebuild(ConfigKind::Gateway) || gateway_api_moved {
+            Arc::new(GatewayIndex::build(&store, &gateway_api))
+        } else {
+            prev.gateways.clone()
+        };
         let sidecars =
             if rebuild(ConfigKind::Sidecar) { Arc::new(SidecarIndex::build(&store)) } else { prev.sidecars.clone() };
         let secrets =
@@ -266,7 +304,7 @@ impl PushContext {
         let mut changes = PushChanges {
             kinds: kinds.clone(),
             endpoint_only: request.is_endpoint_only(),
-            gateways: changed(ConfigKind::Gateway),
+            gateways: changed(ConfigKind::Gateway) || gateway_api_moved,
             ..Default::default()
         };
         for key in &request.keys {
@@ -353,13 +391,20 @@ impl PushContext {
             changes.full = true;
         }
         changes.rescope = changes.full
+            || gateway_api_moved
             || [ConfigKind::Service, ConfigKind::ServiceEntry, ConfigKind::Sidecar, ConfigKind::Gateway]
                 .iter()
                 .any(|k| kinds.contains(k));
         changes.types = if changes.full {
             TypeSet::ALL
         } else {
-            kinds.iter().fold(TypeSet::EMPTY, |set, k| set.union(affected_types(*k)))
+            // The Gateway API's kinds affect output only through what they
+            // translate to.
+            let own = kinds
+                .iter()
+                .filter(|k| !gateway_api_inputs.contains(k))
+                .fold(TypeSet::EMPTY, |set, k| set.union(affected_types(*k)));
+            if gateway_api_moved { own.union(affected_types(ConfigKind::Gateway)) } else { own }
         };
 
         // Endpoints: rebuild the dirty hosts only (a service change can move
@@ -401,6 +446,7 @@ impl PushContext {
             virtual_services,
             destination_rules,
             gateways,
+            gateway_api,
             sidecars,
             secrets,
             peer_authentications,
@@ -532,6 +578,12 @@ fn affected_hosts(
         | ConfigObject::Sidecar(_)
         | ConfigObject::WorkloadGroup(_)
         | ConfigObject::Secret(_)
+        // What they translate to is compared as a whole (`next`).
+        | ConfigObject::Namespace(_)
+        | ConfigObject::GatewayClass(_)
+        | ConfigObject::KubernetesGateway(_)
+        | ConfigObject::HttpRoute(_)
+        | ConfigObject::ReferenceGrant(_)
         // A change regenerates everything (`next`).
         | ConfigObject::PeerAuthentication(_)
         | ConfigObject::AuthorizationPolicy(_)

@@ -299,7 +299,7 @@ pub fn scope_key(ctx: &PushContext, proxy: &Proxy) -> ScopeKey {
             namespace: proxy.namespace.clone(),
             interception: proxy.interception,
             sidecar: None,
-            gateways: ctx.gateways.matching(&proxy.labels).iter().map(|g| g.key.clone()).collect(),
+            gateways: ctx.gateways.matching(&proxy.namespace, &proxy.labels).iter().map(|g| g.key.clone()).collect(),
             source_labels,
             mesh_certificates: proxy.mesh_certificates,
             authorization: ctx.authorization.for_workload(&proxy.namespace, &proxy.labels),

@@ -157,6 +157,7 @@ pub fn entry_for(snapshot: &crate::model::StoreSnapshot, proxy: &Proxy) -> Optio
             namespace: proxy.namespace.to_string(),
             labels: labels.clone(),
             annotations,
+            creation_timestamp: None,
         },
         spec: WorkloadEntrySpec { address: proxy.ip.to_string(), labels, locality, ..template.clone() },
     };

@@ -109,6 +109,36 @@ kind: RequestAuthentication
 metadata: {name: jwt, namespace: bookinfo}
 spec:
   jwtRules: [{issuer: https://issuer.example, jwksUri: https://issuer.example/keys}]
+---
+apiVersion: v1
+kind: Namespace
+metadata: {name: bookinfo, labels: {team: books}}
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: GatewayClass
+metadata: {name: istio}
+spec: {controllerName: istio.io/gateway-controller}
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: Gateway
+metadata: {name: edge, namespace: bookinfo}
+spec:
+  gatewayClassName: istio
+  listeners: [{name: http, port: 80, protocol: HTTP}]
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: HTTPRoute
+metadata: {name: reviews, namespace: bookinfo}
+spec:
+  parentRefs: [{name: edge}]
+  rules: [{backendRefs: [{name: reviews, port: 9080}]}]
+---
+apiVersion: gateway.networking.k8s.io/v1beta1
+kind: ReferenceGrant
+metadata: {name: from-apps, namespace: bookinfo}
+spec:
+  from: [{group: gateway.networking.k8s.io, kind: HTTPRoute, namespace: apps}]
+  to: [{group: "", kind: Service}]
 "#;
 
 fn kinds(parsed: &ParsedFile) -> Vec<ConfigKind> {

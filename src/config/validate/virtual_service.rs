@@ -440,7 +440,7 @@ fn header_operations(check: &mut Checker, path: &str, headers: &Headers) {
 }
 
 /// An HTTP header name: an RFC 9110 token.
-fn is_header_name(name: &str) -> bool {
+pub(super) fn is_header_name(name: &str) -> bool {
     !name.is_empty() && name.bytes().all(|b| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b))
 }
 
@@ -550,7 +550,7 @@ fn string_match_or_presence(check: &mut Checker, path: &str, m: &StringMatch) {
     }
 }
 
-fn compiles(check: &mut Checker, path: &str, pattern: &str) {
+pub(super) fn compiles(check: &mut Checker, path: &str, pattern: &str) {
     if let Err(err) = regex::Regex::new(pattern) {
         check.error(path, format!("{pattern:?} does not compile: {}", one_line(&err.to_string())));
     }

@@ -22,11 +22,16 @@ pub fn prefix_match(prefix: &str) -> RouteMatch {
     RouteMatch { path_specifier: Some(PathSpecifier::Prefix(prefix.to_string())), ..Default::default() }
 }
 
-/// The Envoy match of one condition (`None`: match everything).
-pub fn route_match(m: Option<&HttpMatchRequest>) -> RouteMatch {
+/// The Envoy match of one condition (`None`: match everything). With the
+/// Gateway API's semantics a path prefix matches whole segments (`/foo`
+/// matches `/foo` and `/foo/bar`, not `/foobar`), as Istio matches it.
+pub fn route_match(m: Option<&HttpMatchRequest>, gateway_semantics: bool) -> RouteMatch {
     let Some(m) = m else { return prefix_match("/") };
     let path = match &m.uri {
         Some(StringMatch { exact: Some(p), .. }) => PathSpecifier::Path(p.clone()),
+        Some(StringMatch { prefix: Some(p), .. }) if gateway_semantics && p != "/" => {
+            PathSpecifier::PathSeparatedPrefix(p.trim_end_matches('/').to_string())
+        }
         Some(StringMatch { prefix: Some(p), .. }) => PathSpecifier::Prefix(p.clone()),
         Some(StringMatch { regex: Some(r), .. }) => PathSpecifier::SafeRegex(regex(r)),
         _ => PathSpecifier::Prefix("/".to_string()),
@@ -119,7 +124,7 @@ mod tests {
             ignore_uri_case: Some(true),
             ..Default::default()
         };
-        let out = route_match(Some(&m));
+        let out = route_match(Some(&m), false);
         assert_eq!(out.path_specifier, Some(PathSpecifier::Prefix("/api".into())));
         assert_eq!(out.case_sensitive.map(|b| b.value), Some(false));
         let names: Vec<&str> = out.headers.iter().map(|h| h.name.as_str()).collect();
@@ -136,6 +141,6 @@ mod tests {
             out.query_parameters[1].query_parameter_match_specifier,
             Some(QueryParameterMatchSpecifier::PresentMatch(true))
         );
-        assert!(route_match(None).case_sensitive.is_none());
+        assert!(route_match(None, false).case_sensitive.is_none());
     }
 }

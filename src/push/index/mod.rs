@@ -7,6 +7,7 @@
 pub mod authorization;
 mod delegation;
 mod endpoints;
+pub mod gateway_api;
 pub mod peer_authentication;
 pub mod request_authentication;
 mod rules;
@@ -16,11 +17,12 @@ mod workloads;
 
 pub use authorization::{AppliedPolicy, AuthorizationIndex};
 pub use endpoints::EndpointIndex;
+pub use gateway_api::GatewayApiIndex;
 pub use peer_authentication::{PeerAuthenticationIndex, WorkloadMtls};
 pub use request_authentication::{RequestAuthenticationIndex, ResolvedJwtRule};
 pub use rules::{
-    DestinationRuleIndex, GatewayIndex, GatewayServer, ResolvedGateway, ResolvedVirtualService, SidecarIndex,
-    VirtualServiceIndex, resolve_gateway_ref,
+    DestinationRuleIndex, GatewayIndex, GatewaySelector, GatewayServer, ResolvedGateway, ResolvedVirtualService,
+    SidecarIndex, VirtualServiceIndex, resolve_gateway_ref,
 };
 pub use secrets::SecretIndex;
 pub use services::ServiceIndex;

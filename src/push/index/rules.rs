@@ -5,6 +5,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
 use super::delegation::{self, Delegates};
+use super::gateway_api::{self, GatewayApiIndex};
 use crate::config::{ConfigKey, ConfigKind, ConfigObject, istio};
 use crate::model::service::ExportTo;
 use crate::model::{Hostname, StoreSnapshot, StoredObject, host};
@@ -27,6 +28,9 @@ pub struct ResolvedVirtualService {
     merged_http: Option<Vec<istio::HttpRoute>>,
     /// The delegate VirtualServices its routes hand over to.
     pub delegates: Vec<ConfigKey>,
+    /// Whether its routes keep the Gateway API's semantics (it was
+    /// translated from an HTTPRoute: Istio's `route-semantics: gateway`).
+    pub gateway_semantics: bool,
 }
 
 impl ResolvedVirtualService {
@@ -86,11 +90,15 @@ pub struct VirtualServiceIndex {
 pub type Labels = BTreeMap<String, String>;
 
 impl VirtualServiceIndex {
-    /// Builds the index.
-    pub fn build(snapshot: &StoreSnapshot) -> VirtualServiceIndex {
+    /// Builds the index: the store's VirtualServices, then those translated
+    /// from the Gateway API.
+    pub fn build(snapshot: &StoreSnapshot, gateway_api: &GatewayApiIndex) -> VirtualServiceIndex {
+        let derived: Vec<(ConfigKey, &Arc<StoredObject>)> =
+            gateway_api.virtual_services.iter().map(|s| (s.object.key(), s)).collect();
         let rules: Vec<(&ConfigKey, &Arc<StoredObject>, &istio::VirtualService)> = snapshot
             .kind(ConfigKind::VirtualService)
             .iter()
+            .chain(derived.iter().map(|(k, s)| (k, *s)))
             .filter_map(|(key, stored)| match &stored.object {
                 ConfigObject::VirtualService(vs) => Some((key, stored, vs)),
                 _ => None,
@@ -195,6 +203,8 @@ fn resolve_virtual_service(stored: &Arc<StoredObject>, vs: &istio::VirtualServic
         object: stored.clone(),
         merged_http: None,
         delegates: Vec::new(),
+        gateway_semantics: vs.metadata.annotations.get(gateway_api::ROUTE_SEMANTICS_ANNOTATION).map(String::as_str)
+            == Some(gateway_api::GATEWAY_SEMANTICS),
     }
 }
 
@@ -366,15 +376,53 @@ impl GatewayServer {
     }
 }
 
+/// Which routers serve a Gateway.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum GatewaySelector {
+    /// Istio's: routers of any namespace whose labels include these (an
+    /// empty selector selects none: Istio requires one).
+    Labels(BTreeMap<String, String>),
+    /// A Gateway API Gateway's: the routers of its namespace labelled with
+    /// its name (`gateway.networking.k8s.io/gateway-name` or
+    /// `istio.io/gateway-name`), as Istio's automated deployment labels them.
+    Deployment {
+        /// The Gateway's namespace.
+        namespace: Arc<str>,
+        /// The Gateway's name.
+        name: Arc<str>,
+    },
+}
+
+impl GatewaySelector {
+    /// Whether a router of `namespace` with `labels` serves the Gateway.
+    pub fn selects(&self, namespace: &str, labels: &BTreeMap<String, String>) -> bool {
+        match self {
+            GatewaySelector::Labels(selector) => {
+                !selector.is_empty() && selector.iter().all(|(k, v)| labels.get(k) == Some(v))
+            }
+            GatewaySelector::Deployment { namespace: ns, name } => {
+                **ns == *namespace
+                    && [
+                        crate::config::gateway_api::GATEWAY_NAME_LABEL,
+                        crate::config::gateway_api::ISTIO_GATEWAY_NAME_LABEL,
+                    ]
+                    .iter()
+                    .any(|label| labels.get(*label).is_some_and(|v| **v == **name))
+            }
+        }
+    }
+}
+
 /// A Gateway, resolved.
 #[derive(Debug)]
 pub struct ResolvedGateway {
-    /// The object.
+    /// The object (for one translated from a Gateway API listener, the key
+    /// of the Istio Gateway it became).
     pub key: ConfigKey,
     /// `namespace/name`, as VirtualServices refer to it.
     pub name: Arc<str>,
-    /// Router labels it applies to.
-    pub selector: BTreeMap<String, String>,
+    /// The routers it applies to.
+    pub selector: GatewaySelector,
     /// Servers.
     pub servers: Vec<GatewayServer>,
 }
@@ -386,64 +434,23 @@ pub struct GatewayIndex {
 }
 
 impl GatewayIndex {
-    /// Builds the index.
-    pub fn build(snapshot: &StoreSnapshot) -> GatewayIndex {
-        let all = snapshot
-            .kind(ConfigKind::Gateway)
-            .values()
-            .filter_map(|stored| match &stored.object {
-                ConfigObject::Gateway(gw) => {
-                    let ns = gw.metadata.namespace();
-                    Some(Arc::new(ResolvedGateway {
-                        key: ConfigKey::new(ConfigKind::Gateway, ns, &gw.metadata.name),
-                        name: format!("{ns}/{}", gw.metadata.name).into(),
-                        selector: gw.spec.selector.clone(),
-                        servers: gw
-                            .spec
-                            .servers
-                            .iter()
-                            .enumerate()
-                            .filter(|(_, s)| s.unservable().is_none())
-                            .filter_map(|(index, s)| {
-                                Some(GatewayServer {
-                                    index,
-                                    port: s.port.number,
-                                    bind_port: s.port.target_port.filter(|p| *p != 0).unwrap_or(s.port.number),
-                                    protocol: s.protocol().into(),
-                                    port_name: s.port.name.as_str().into(),
-                                    name: s.name.as_deref().filter(|n| !n.is_empty()).map(Arc::from),
-                                    bind: s.bind.as_deref().filter(|b| !b.is_empty()).map(Arc::from),
-                                    hosts: s
-                                        .hosts
-                                        .iter()
-                                        .map(|h| match h.split_once('/') {
-                                            Some((n, hst)) => {
-                                                (Arc::from(if n == "." { ns } else { n }), Arc::from(hst))
-                                            }
-                                            None => (Arc::from("*"), Arc::from(h.as_str())),
-                                        })
-                                        .collect(),
-                                    mode: s.tls_mode()?,
-                                    spec: Arc::new(s.clone()),
-                                })
-                            })
-                            .collect(),
-                    }))
-                }
-                _ => None,
-            })
-            .collect();
-        GatewayIndex { all }
+    /// Builds the index: the store's Gateways, then those translated from
+    /// the Gateway API.
+    pub fn build(snapshot: &StoreSnapshot, gateway_api: &GatewayApiIndex) -> GatewayIndex {
+        let own = snapshot.kind(ConfigKind::Gateway).values().filter_map(|stored| match &stored.object {
+            ConfigObject::Gateway(gw) => Some(resolve_gateway(gw, GatewaySelector::Labels(gw.spec.selector.clone()))),
+            _ => None,
+        });
+        let derived = gateway_api.gateways.iter().map(|d| {
+            let selector = GatewaySelector::Deployment { namespace: d.namespace.clone(), name: d.deployment.clone() };
+            resolve_gateway(&d.gateway, selector)
+        });
+        GatewayIndex { all: own.chain(derived).collect() }
     }
 
-    /// Gateways whose selector matches a router's labels. An empty selector
-    /// matches no proxy (Istio requires one).
-    pub fn matching(&self, labels: &BTreeMap<String, String>) -> Vec<Arc<ResolvedGateway>> {
-        self.all
-            .iter()
-            .filter(|g| !g.selector.is_empty() && g.selector.iter().all(|(k, v)| labels.get(k) == Some(v)))
-            .cloned()
-            .collect()
+    /// Gateways a router of `namespace` with `labels` serves.
+    pub fn matching(&self, namespace: &str, labels: &BTreeMap<String, String>) -> Vec<Arc<ResolvedGateway>> {
+        self.all.iter().filter(|g| g.selector.selects(namespace, labels)).cloned().collect()
     }
 
     /// A gateway by `namespace/name`.
@@ -455,6 +462,44 @@ impl GatewayIndex {
     pub fn all(&self) -> &[Arc<ResolvedGateway>] {
         &self.all
     }
+}
+
+/// One Gateway, resolved; its servers that cannot be served are left out.
+fn resolve_gateway(gw: &istio::Gateway, selector: GatewaySelector) -> Arc<ResolvedGateway> {
+    let ns = gw.metadata.namespace();
+    Arc::new(ResolvedGateway {
+        key: ConfigKey::new(ConfigKind::Gateway, ns, &gw.metadata.name),
+        name: format!("{ns}/{}", gw.metadata.name).into(),
+        selector,
+        servers: gw
+            .spec
+            .servers
+            .iter()
+            .enumerate()
+            .filter(|(_, s)| s.unservable().is_none())
+            .filter_map(|(index, s)| {
+                Some(GatewayServer {
+                    index,
+                    port: s.port.number,
+                    bind_port: s.port.target_port.filter(|p| *p != 0).unwrap_or(s.port.number),
+                    protocol: s.protocol().into(),
+                    port_name: s.port.name.as_str().into(),
+                    name: s.name.as_deref().filter(|n| !n.is_empty()).map(Arc::from),
+                    bind: s.bind.as_deref().filter(|b| !b.is_empty()).map(Arc::from),
+                    hosts: s
+                        .hosts
+                        .iter()
+                        .map(|h| match h.split_once('/') {
+                            Some((n, hst)) => (Arc::from(if n == "." { ns } else { n }), Arc::from(hst)),
+                            None => (Arc::from("*"), Arc::from(h.as_str())),
+                        })
+                        .collect(),
+                    mode: s.tls_mode()?,
+                    spec: Arc::new(s.clone()),
+                })
+            })
+            .collect(),
+    })
 }
 
 /// Sidecars by namespace, in key order.
