@@ -314,9 +314,19 @@ pub async fn configz(State(state): State<AdminState>) -> Json<Value> {
                 "revision": stored.revision,
                 "errors": errors,
                 "object": stored.object,
+                "status": ctx.gateway_api.status.get(&key),
             })
         })
         .collect();
+    // What the Gateway API became: Istio Gateways and VirtualServices.
+    let gateway_api = json!({
+        "gateways": ctx.gateway_api.gateways.iter().map(|g| json!({
+            "gateway": g.gateway,
+            "servedBy": format!("{}/{}", g.namespace, g.deployment),
+            "addresses": g.addresses,
+        })).collect::<Vec<Value>>(),
+        "virtualServices": ctx.gateway_api.virtual_services.iter().map(|s| &s.object).collect::<Vec<_>>(),
+    });
     let problems: Vec<Value> = problems
         .iter()
         .map(|p| {
@@ -331,7 +341,12 @@ pub async fn configz(State(state): State<AdminState>) -> Json<Value> {
             })
         })
         .collect();
-    Json(json!({ "revision": ctx.store.revision(), "objects": objects, "problems": problems }))
+    Json(json!({
+        "revision": ctx.store.revision(),
+        "objects": objects,
+        "gatewayApi": gateway_api,
+        "problems": problems,
+    }))
 }
 
 /// The sync state of a stream's type, for the status page.

@@ -52,18 +52,19 @@ pub fn terminates_https(server: &GatewayServer) -> bool {
 
 /// The route config name of a server: `http.PORT` for a plain HTTP one, a
 /// name of its own for an HTTPS one that terminates TLS, `None` for the rest.
-pub fn route_name(gw: &ResolvedGateway, server: &GatewayServer) -> Option<String> {
+pub fn route_name(scope: &Scope, gw: &ResolvedGateway, server: &GatewayServer) -> Option<String> {
     if terminates_https(server) {
         let (namespace, name) = (&*gw.key.namespace, &*gw.key.name);
-        return Some(naming::https_gateway_route(
-            server.port,
-            &server.port_name,
-            name,
-            namespace,
-            server.bind.as_deref(),
-        ));
+        return Some(naming::https_gateway_route(server.port, &server.port_name, name, namespace, bind(scope, server)));
     }
     (kind_of(server) == PortKind::Http).then(|| naming::gateway_route(server.bind_port))
+}
+
+/// The address a server's listener binds, when not `0.0.0.0`: its `bind`,
+/// or (for a Gateway API listener) the Gateway's requested address when the
+/// router holds it.
+pub fn bind<'a>(scope: &'a Scope, server: &'a GatewayServer) -> Option<&'a str> {
+    server.bind.as_deref().or_else(|| server.addresses.iter().find(|a| scope.key.addresses.contains(a)).map(|a| &**a))
 }
 
 /// Every port of a router scope, sorted by port. Which servers share a
@@ -80,7 +81,7 @@ pub fn gateway_ports<'a>(scope: &'a Scope) -> Vec<GatewayPort<'a>> {
         if port == 0 || left_out.contains(&i) {
             continue;
         }
-        let bind = server.bind.as_deref().unwrap_or(naming::WILDCARD_ADDRESS);
+        let bind = bind(scope, server).unwrap_or(naming::WILDCARD_ADDRESS);
         let kind = kind_of(server);
         ports
             .entry(port)

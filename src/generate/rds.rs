@@ -176,7 +176,7 @@ fn gateway_configs(ctx: &PushContext, scope: &Scope) -> Vec<RouteConfiguration> 
             PortKind::Http => out.push(gateway_config(ctx, scope, naming::gateway_route(p.port), &p.servers)),
             PortKind::Tls => {
                 for (gw, server) in p.servers.iter().filter(|(_, s)| gateway::terminates_https(s)) {
-                    let name = gateway::route_name(gw, server).expect("an HTTPS server has a route config");
+                    let name = gateway::route_name(scope, gw, server).expect("an HTTPS server has a route config");
                     out.push(gateway_config(ctx, scope, name, &[(gw, server)]));
                 }
             }

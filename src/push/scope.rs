@@ -99,6 +99,9 @@ pub struct ScopeKey {
     pub sidecar: Option<ConfigKey>,
     /// For routers: the Gateways whose selector matches it.
     pub gateways: Vec<ConfigKey>,
+    /// For routers: the addresses Gateway API Gateways it serves ask for
+    /// that are its own (its listeners for them bind there).
+    pub addresses: Vec<Arc<str>>,
     /// The `sourceLabels` selectors of VirtualService matches that the
     /// proxy's labels satisfy, sorted (empty in a mesh without any, so
     /// proxies differing only in labels still share a scope).
@@ -294,23 +297,28 @@ pub fn scope_key(ctx: &PushContext, proxy: &Proxy) -> ScopeKey {
         .cloned()
         .collect();
     match proxy.kind {
-        ProxyKind::Router => ScopeKey {
-            kind: ProxyKind::Router,
-            namespace: proxy.namespace.clone(),
-            interception: proxy.interception,
-            sidecar: None,
-            gateways: ctx.gateways.matching(&proxy.namespace, &proxy.labels).iter().map(|g| g.key.clone()).collect(),
-            source_labels,
-            mesh_certificates: proxy.mesh_certificates,
-            authorization: ctx.authorization.for_workload(&proxy.namespace, &proxy.labels),
-            jwt_rules: ctx.request_authentication.for_workload(&proxy.namespace, &proxy.labels),
-        },
+        ProxyKind::Router => {
+            let gateways = ctx.gateways.matching(&proxy.namespace, &proxy.labels);
+            ScopeKey {
+                kind: ProxyKind::Router,
+                namespace: proxy.namespace.clone(),
+                interception: proxy.interception,
+                sidecar: None,
+                addresses: crate::push::index::GatewayIndex::held_addresses(&gateways, &proxy.ip),
+                gateways: gateways.iter().map(|g| g.key.clone()).collect(),
+                source_labels,
+                mesh_certificates: proxy.mesh_certificates,
+                authorization: ctx.authorization.for_workload(&proxy.namespace, &proxy.labels),
+                jwt_rules: ctx.request_authentication.for_workload(&proxy.namespace, &proxy.labels),
+            }
+        }
         ProxyKind::Sidecar => ScopeKey {
             kind: ProxyKind::Sidecar,
             namespace: proxy.namespace.clone(),
             interception: proxy.interception,
             sidecar: ctx.sidecars.for_workload(&proxy.namespace, &proxy.labels).map(|(k, _)| k.clone()),
             gateways: Vec::new(),
+            addresses: Vec::new(),
             source_labels,
             mesh_certificates: proxy.mesh_certificates,
             authorization: Vec::new(),

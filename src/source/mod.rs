@@ -61,10 +61,22 @@ pub fn validate_dir(dir: &Path, max_file_bytes: u64) -> Vec<Problem> {
             }];
         }
     };
-    problems.extend(check_references(&store.snapshot()));
+    let snapshot = store.snapshot();
+    problems.extend(check_references(&snapshot));
+    problems.extend(gateway_api_problems(&snapshot));
     problems
         .sort_by(|a, b| (&a.source.file, a.source.doc, a.severity).cmp(&(&b.source.file, b.source.doc, b.severity)));
     problems
+}
+
+/// The Gateway API conditions of `store` that do not hold, as problems
+/// (none without Gateway API objects).
+pub fn gateway_api_problems(store: &crate::model::StoreSnapshot) -> Vec<Problem> {
+    use crate::push::index::GatewayApiIndex;
+    if !GatewayApiIndex::has_objects(store) {
+        return Vec::new();
+    }
+    GatewayApiIndex::build(store).problems(store)
 }
 
 /// Prints each problem on one line (`error: reviews.yaml doc 2: …`) and a

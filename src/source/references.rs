@@ -4,7 +4,9 @@
 //! `meshpush validate` checks references on the store it loads
 //! ([`super::validate_dir`]); the server checks the same on every store
 //! revision it serves, so both report the same problems for the same files:
-//! a destination host that matches no Service, an unknown subset or gateway.
+//! a destination host that matches no Service, an unknown subset or gateway,
+//! and the Gateway API conditions that do not hold (a route no listener
+//! admits, a backend that does not resolve).
 //! A problem is logged once, at WARN, when it first appears (and at INFO
 //! when it is gone); `/debug/configz` and the status page read the current
 //! set.
@@ -53,7 +55,8 @@ impl ReferenceReport {
         if self.state.lock().checked.as_ref().is_some_and(|last| same_rules(last, store)) {
             return;
         }
-        let problems = check_references(store);
+        let mut problems = check_references(store);
+        problems.extend(super::gateway_api_problems(store));
         let mut state = self.state.lock();
         if log {
             let before: BTreeSet<String> = state.problems.iter().map(ToString::to_string).collect();

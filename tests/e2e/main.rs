@@ -15,6 +15,7 @@ mod endpoints;
 mod envoy_install;
 mod failure;
 mod gateway;
+mod gateway_api;
 mod generated;
 mod istio_manifests;
 mod jwt;

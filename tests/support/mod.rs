@@ -19,6 +19,7 @@
 //! * [`agent`]: [`agent::Agent`], `meshpush agent` beside a real Envoy, and SDS streams to it.
 //! * [`secure`]: a client of the secure port (TLS channels, CSRs to the CA).
 //! * [`tls`]: test CAs and certificates, Secrets holding them, a backend that terminates TLS.
+//! * [`conformance`]: the Gateway API conformance suite's HTTP tests, against meshpush and real Envoys.
 //! * [`scene`]: one scenario's mesh directory, processes and failure report.
 //! * [`manifests`]: the YAML of Services, Pods, Istio rules for scenario meshes.
 
@@ -29,6 +30,7 @@ pub mod ads_server;
 pub mod agent;
 pub mod backend;
 pub mod browser;
+pub mod conformance;
 pub mod envoy;
 pub mod http;
 pub mod kube_api;

@@ -160,6 +160,12 @@ impl Scene {
         self.envoys.push(Envoy::start_named(name, opts));
     }
 
+    /// Stops Envoy `name` and forgets it.
+    pub fn remove_envoy(&mut self, name: &str) {
+        let i = self.envoys.iter().position(|e| e.name() == name).unwrap_or_else(|| panic!("no Envoy {name}"));
+        self.envoys.remove(i);
+    }
+
     /// Keeps an Envoy started elsewhere (an isolated one, say) in the scene.
     pub fn keep_envoy(&mut self, envoy: Envoy) {
         self.envoys.push(envoy);

@@ -157,7 +157,7 @@ fn tls_chains(ctx: &PushContext, scope: &Scope, p: &GatewayPort<'_>) -> Vec<Filt
                     }
                 };
                 let filters = if gateway::terminates_https(server) {
-                    let route = gateway::route_name(gw, server).expect("an HTTPS server has a route config");
+                    let route = gateway::route_name(scope, gw, server).expect("an HTTPS server has a route config");
                     let stat_prefix = server.name.as_deref().map_or_else(|| route.clone(), str::to_string);
                     vec![guarded_http_connection_manager(stat_prefix, rds(route), authz, jwt_rules)]
                 } else {

@@ -41,7 +41,7 @@ use crate::config::gateway_api::{
     Listener, ParentReference,
 };
 use crate::config::istio::{self, Destination, HttpRouteDestination, PortSelector, StringMatch};
-use crate::config::{ConfigKey, ConfigKind, ConfigObject, Duration, ObjectMeta, SourceRef};
+use crate::config::{ConfigKey, ConfigKind, ConfigObject, Duration, ObjectMeta, Problem, Severity, SourceRef};
 use crate::model::{StoreSnapshot, StoredObject, host};
 
 /// The annotation that gives a VirtualService the Gateway API's semantics
@@ -175,6 +175,9 @@ pub struct DerivedGateway {
     pub namespace: Arc<str>,
     /// Its name: routers labelled with it serve the listener.
     pub deployment: Arc<str>,
+    /// The IP addresses it asks for (`spec.addresses`): a router holding one
+    /// binds the listener there instead of `0.0.0.0`.
+    pub addresses: Vec<Arc<str>>,
 }
 
 /// The Gateway API objects of a snapshot, translated.
@@ -272,6 +275,27 @@ impl GatewayApiIndex {
                     .all(|(a, b)| a.gateway == b.gateway && a.namespace == b.namespace && a.deployment == b.deployment)
                 && self.virtual_services.len() == other.virtual_services.len()
                 && self.virtual_services.iter().zip(&other.virtual_services).all(|(a, b)| a.object == b.object))
+    }
+
+    /// The conditions that do not hold, as warnings about their objects
+    /// (`meshpush validate`, the server's problem list): the path is where
+    /// the condition is in the object's `status`.
+    pub fn problems(&self, store: &StoreSnapshot) -> Vec<Problem> {
+        let mut out = Vec::new();
+        for (key, status) in &self.status {
+            let Some(stored) = store.get(key) else { continue };
+            for (at, c) in status.failures() {
+                let path = if at.is_empty() { "status".to_string() } else { format!("status.{at}") };
+                out.push(Problem {
+                    severity: Severity::Warning,
+                    source: stored.source.clone(),
+                    object: Some(key.clone()),
+                    path,
+                    message: format!("{} is {} ({}): {}", c.kind, c.status, c.reason, c.message),
+                });
+            }
+        }
+        out
     }
 
     /// Translates the Gateway API objects of `store`.
@@ -406,6 +430,13 @@ impl GatewayApiIndex {
                         gateway: istio_gateway(l),
                         namespace: namespace.into(),
                         deployment: gw.metadata.name.as_str().into(),
+                        addresses: gw
+                            .spec
+                            .addresses
+                            .iter()
+                            .filter(|a| a.kind.as_deref().unwrap_or("IPAddress") == "IPAddress")
+                            .map(|a| Arc::from(a.value.as_str()))
+                            .collect(),
                     });
                 }
                 statuses.push(listener_status(l));

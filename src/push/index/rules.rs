@@ -347,6 +347,9 @@ pub struct GatewayServer {
     pub bind: Option<Arc<str>>,
     /// What the server does with TLS.
     pub mode: istio::TlsMode,
+    /// For a Gateway API listener: the addresses its Gateway asks for
+    /// (`spec.addresses` of type IPAddress); a router holding one binds it.
+    pub addresses: Vec<Arc<str>>,
     /// The server as written (validated).
     pub spec: Arc<istio::Server>,
 }
@@ -438,14 +441,30 @@ impl GatewayIndex {
     /// the Gateway API.
     pub fn build(snapshot: &StoreSnapshot, gateway_api: &GatewayApiIndex) -> GatewayIndex {
         let own = snapshot.kind(ConfigKind::Gateway).values().filter_map(|stored| match &stored.object {
-            ConfigObject::Gateway(gw) => Some(resolve_gateway(gw, GatewaySelector::Labels(gw.spec.selector.clone()))),
+            ConfigObject::Gateway(gw) => {
+                Some(resolve_gateway(gw, GatewaySelector::Labels(gw.spec.selector.clone()), &[]))
+            }
             _ => None,
         });
         let derived = gateway_api.gateways.iter().map(|d| {
             let selector = GatewaySelector::Deployment { namespace: d.namespace.clone(), name: d.deployment.clone() };
-            resolve_gateway(&d.gateway, selector)
+            resolve_gateway(&d.gateway, selector, &d.addresses)
         });
         GatewayIndex { all: own.chain(derived).collect() }
+    }
+
+    /// The addresses of the Gateway API Gateways this router serves that are
+    /// its own `ip` (its listeners bind there).
+    pub fn held_addresses(gateways: &[Arc<ResolvedGateway>], ip: &str) -> Vec<Arc<str>> {
+        let mut out: Vec<Arc<str>> = gateways
+            .iter()
+            .flat_map(|g| g.servers.iter().flat_map(|s| s.addresses.iter()))
+            .filter(|a| ***a == *ip)
+            .cloned()
+            .collect();
+        out.sort();
+        out.dedup();
+        out
     }
 
     /// Gateways a router of `namespace` with `labels` serves.
@@ -465,7 +484,7 @@ impl GatewayIndex {
 }
 
 /// One Gateway, resolved; its servers that cannot be served are left out.
-fn resolve_gateway(gw: &istio::Gateway, selector: GatewaySelector) -> Arc<ResolvedGateway> {
+fn resolve_gateway(gw: &istio::Gateway, selector: GatewaySelector, addresses: &[Arc<str>]) -> Arc<ResolvedGateway> {
     let ns = gw.metadata.namespace();
     Arc::new(ResolvedGateway {
         key: ConfigKey::new(ConfigKind::Gateway, ns, &gw.metadata.name),
@@ -495,6 +514,7 @@ fn resolve_gateway(gw: &istio::Gateway, selector: GatewaySelector) -> Arc<Resolv
                         })
                         .collect(),
                     mode: s.tls_mode()?,
+                    addresses: addresses.to_vec(),
                     spec: Arc::new(s.clone()),
                 })
             })

@@ -1,0 +1,485 @@
+//! The Gateway API conformance suite's HTTP tests, run against meshpush and
+//! real Envoys instead of a cluster.
+//!
+//! The suite (kubernetes-sigs/gateway-api, `conformance/`) applies its base
+//! manifests once, then for each test applies the test's manifests, waits
+//! for the status it expects, sends requests to the Gateway's address and
+//! checks what the echo backend saw and what the client got, and deletes
+//! the test's manifests. [`Suite`] does the same, with these stand-ins for
+//! what a cluster provides:
+//!
+//! * **Gateway addresses.** A cluster gives each Gateway its own address.
+//!   Here each Gateway is given a loopback address (`spec.addresses`, type
+//!   `IPAddress`), and a real Envoy is started as its router (`meshpush
+//!   bootstrap --gateway NS/NAME`, node IP that address), so its listeners
+//!   bind that address on the ports the manifests say.
+//! * **Pods.** Each Deployment of the echo server becomes its Pods (at
+//!   loopback addresses, labelled from the template) and one test
+//!   [`Backend`] per Pod, answering on the container's port. A backend says
+//!   `NAMESPACE/POD` in `x-backend` and echoes the request's headers, which
+//!   is what the suite's echo server reports.
+//! * **Status.** Conditions are read from meshpush's `/debug/configz`.
+//!
+//! The manifests are the suite's own files (`tests/data/gateway-api/conformance`,
+//! Apache-2.0), with `{GATEWAY_CLASS_NAME}` replaced by `istio` as the
+//! suite's applier replaces it.
+
+use std::collections::BTreeMap;
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::path::PathBuf;
+use std::time::Duration;
+
+use serde_yaml_ng::{Mapping, Value};
+
+use super::envoy::{Envoy, Section};
+use super::http;
+use super::manifests::router_node;
+use super::scene::Scene;
+
+/// The suite's namespace of shared infrastructure.
+pub const INFRA: &str = "gateway-conformance-infra";
+/// The suite's application namespace.
+pub const APP: &str = "gateway-conformance-app-backend";
+/// The suite's web namespace.
+pub const WEB: &str = "gateway-conformance-web-backend";
+
+/// How many answers in a row must match (the suite's default).
+const CONSECUTIVE: usize = 3;
+/// How long an expectation may take to hold (the suite's default for
+/// eventually consistent responses is longer; a loopback mesh converges in
+/// well under this).
+const CONVERGE: Duration = Duration::from_secs(30);
+
+fn data_dir() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/data/gateway-api/conformance")
+}
+
+/// One expected exchange: the suite's `ExpectedResponse`.
+#[derive(Debug, Clone)]
+pub struct Expect {
+    host: String,
+    method: String,
+    path: String,
+    headers: Vec<(String, String)>,
+    status: u16,
+    backend: Option<String>,
+    namespace: String,
+    seen_path: Option<String>,
+    seen_headers: Vec<(String, String)>,
+    absent_seen_headers: Vec<String>,
+    redirect: Option<Redirect>,
+}
+
+/// Where a redirect should point (`Location`); `port` empty means the
+/// scheme's default, as the suite checks it.
+#[derive(Debug, Clone, Default)]
+pub struct Redirect {
+    /// Scheme (default `http`).
+    pub scheme: String,
+    /// Host (default: the request's).
+    pub host: String,
+    /// Port (empty: the scheme's default or none).
+    pub port: String,
+    /// Path (default: the request's).
+    pub path: String,
+}
+
+impl Expect {
+    /// `GET path`, expected to reach a backend of the infra namespace.
+    pub fn get(path: &str) -> Expect {
+        Expect {
+            host: String::new(),
+            method: "GET".into(),
+            path: path.into(),
+            headers: Vec::new(),
+            status: 200,
+            backend: None,
+            namespace: INFRA.into(),
+            seen_path: None,
+            seen_headers: Vec::new(),
+            absent_seen_headers: Vec::new(),
+            redirect: None,
+        }
+    }
+
+    /// With `Host: host`.
+    pub fn host(mut self, host: &str) -> Expect {
+        self.host = host.into();
+        self
+    }
+
+    /// With method `method`.
+    pub fn method(mut self, method: &str) -> Expect {
+        self.method = method.into();
+        self
+    }
+
+    /// With request header `name: value`.
+    pub fn header(mut self, name: &str, value: &str) -> Expect {
+        self.headers.push((name.into(), value.into()));
+        self
+    }
+
+    /// Answered by a Pod whose name starts with `backend`.
+    pub fn backend(mut self, backend: &str) -> Expect {
+        self.backend = Some(backend.into());
+        self
+    }
+
+    /// ...of namespace `namespace`.
+    pub fn namespace(mut self, namespace: &str) -> Expect {
+        self.namespace = namespace.into();
+        self
+    }
+
+    /// Answered with `status` (no backend check unless one is named).
+    pub fn status(mut self, status: u16) -> Expect {
+        self.status = status;
+        self
+    }
+
+    /// The backend sees `path` (default: the request's).
+    pub fn seen_path(mut self, path: &str) -> Expect {
+        self.seen_path = Some(path.into());
+        self
+    }
+
+    /// The backend sees header `name: value`.
+    pub fn seen_header(mut self, name: &str, value: &str) -> Expect {
+        self.seen_headers.push((name.into(), value.into()));
+        self
+    }
+
+    /// The backend does not see header `name`.
+    pub fn seen_without(mut self, name: &str) -> Expect {
+        self.absent_seen_headers.push(name.into());
+        self
+    }
+
+    /// Answered with a redirect (status `status`) to `redirect`.
+    pub fn redirect(mut self, status: u16, redirect: Redirect) -> Expect {
+        self.status = status;
+        self.redirect = Some(redirect);
+        self
+    }
+
+    fn describe(&self) -> String {
+        let headers: Vec<String> = self.headers.iter().map(|(n, v)| format!("{n}: {v}")).collect();
+        format!("{} {}{} {headers:?}", self.method, self.host, self.path)
+    }
+
+    /// Whether `response` is what is expected; why not, when not.
+    fn check(&self, response: &http::Response) -> Result<(), String> {
+        if response.status != self.status {
+            return Err(format!("status {} (expected {}), body {:?}", response.status, self.status, response.body));
+        }
+        if let Some(r) = &self.redirect {
+            let location = response.header("location").ok_or("no location header")?;
+            let (scheme, rest) = location.split_once("://").ok_or_else(|| format!("location {location:?}"))?;
+            let (authority, path) = rest.find('/').map_or((rest, "/"), |i| (&rest[..i], &rest[i..]));
+            let (host, port) = authority.rsplit_once(':').unwrap_or((authority, ""));
+            let want_scheme = if r.scheme.is_empty() { "http" } else { &r.scheme };
+            let want_host = if r.host.is_empty() { &self.host } else { &r.host };
+            let want_path = if r.path.is_empty() { &self.path } else { &r.path };
+            let default_port = match scheme {
+                "http" => "80",
+                "https" => "443",
+                _ => "",
+            };
+            let port_ok = if r.port.is_empty() { port.is_empty() || port == default_port } else { port == r.port };
+            if scheme != want_scheme || host != want_host || path != want_path || !port_ok {
+                return Err(format!(
+                    "location {location:?}, expected {want_scheme}://{want_host}:{}{want_path}",
+                    r.port
+                ));
+            }
+            return Ok(());
+        }
+        if response.status != 200 {
+            return Ok(());
+        }
+        let seen = response.header("x-backend").ok_or("no x-backend: not answered by a backend")?;
+        let (namespace, pod) = seen.split_once('/').ok_or_else(|| format!("x-backend {seen:?}"))?;
+        if let Some(backend) = &self.backend {
+            if !pod.starts_with(backend.as_str()) || namespace != self.namespace {
+                return Err(format!("answered by {seen}, expected {}/{backend}…", self.namespace));
+            }
+        }
+        let seen_path = response.header("x-request-path").unwrap_or_default();
+        let want_path = self.seen_path.as_deref().unwrap_or(&self.path);
+        if seen_path != want_path {
+            return Err(format!("the backend saw path {seen_path:?}, expected {want_path:?}"));
+        }
+        for (name, value) in &self.seen_headers {
+            let name = format!("x-echo-{}", name.to_ascii_lowercase());
+            let values: Vec<&str> =
+                response.headers.iter().filter(|(n, _)| *n == name).map(|(_, v)| v.as_str()).collect();
+            if values.join(",") != *value {
+                return Err(format!("the backend saw {name} {values:?}, expected {value:?}"));
+            }
+        }
+        for name in &self.absent_seen_headers {
+            if let Some(v) = response.header(&format!("x-echo-{}", name.to_ascii_lowercase())) {
+                return Err(format!("the backend saw {name}: {v}, expected none"));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// A Gateway of the suite and the Envoy serving it.
+struct GatewayProxy {
+    address: Ipv4Addr,
+    file: Option<String>,
+}
+
+/// The suite's infrastructure: meshpush serving the base manifests, one
+/// Envoy per Gateway, one backend per echo Pod.
+pub struct Suite {
+    scene: Scene,
+    gateways: BTreeMap<String, GatewayProxy>,
+    next_gateway: u8,
+}
+
+/// What the stand-ins make of a manifest file: the documents to serve, the
+/// Gateways in it, and the Pods of its Deployments.
+struct Prepared {
+    yaml: String,
+    gateways: Vec<(String, Ipv4Addr)>,
+    pods: Vec<(String, String, Ipv4Addr, u16)>,
+}
+
+impl Suite {
+    /// Starts meshpush on the base manifests, an Envoy per Gateway and a
+    /// backend per echo Pod; returns once every Gateway's Envoy is connected.
+    pub fn start() -> Suite {
+        let base = std::fs::read_to_string(data_dir().join("base.yaml")).expect("the base manifests");
+        let mut next_gateway = 1;
+        let prepared = prepare(&base, &mut next_gateway, &mut 1);
+        let backends: Vec<(String, String)> =
+            prepared.pods.iter().map(|(ns, pod, ip, port)| (format!("{ns}/{pod}"), format!("{ip}:{port}"))).collect();
+        let backend_refs: Vec<(&str, &str)> = backends.iter().map(|(n, a)| (n.as_str(), a.as_str())).collect();
+        let scene = Scene::start(&[("base.yaml", &prepared.yaml)], &backend_refs);
+        let mut suite = Suite { scene, gateways: BTreeMap::new(), next_gateway };
+        for (gateway, address) in prepared.gateways {
+            suite.start_gateway(&gateway, address, None);
+        }
+        suite
+    }
+
+    fn start_gateway(&mut self, gateway: &str, address: Ipv4Addr, file: Option<&str>) {
+        let (namespace, name) = gateway.split_once('/').expect("NS/NAME");
+        let node = router_node(&address.to_string(), &format!("{name}-istio-0"), namespace);
+        let mut opts = self.scene.sidecar(&node, &[]);
+        opts.interception = "REDIRECT".into();
+        opts.gateway = Some(gateway.to_string());
+        self.scene.add_envoy(&gateway.replace('/', "."), &opts);
+        self.gateways.insert(gateway.to_string(), GatewayProxy { address, file: file.map(String::from) });
+    }
+
+    /// The scene (meshpush, the Envoys, the backends).
+    pub fn scene(&self) -> &Scene {
+        &self.scene
+    }
+
+    /// Applies the test manifests `file` (starting an Envoy for each
+    /// Gateway they add); [`Suite::cleanup`] deletes them.
+    pub fn apply(&mut self, file: &str) {
+        let text = std::fs::read_to_string(data_dir().join(file)).unwrap_or_else(|e| panic!("{file}: {e}"));
+        let mut next_gateway = self.next_gateway;
+        let prepared = prepare(&text, &mut next_gateway, &mut 200);
+        assert!(prepared.pods.is_empty(), "{file}: test manifests with Deployments are not supported");
+        self.next_gateway = next_gateway;
+        self.scene.dir().write(file, &prepared.yaml);
+        for (gateway, address) in prepared.gateways {
+            self.start_gateway(&gateway, address, Some(file));
+        }
+    }
+
+    /// Deletes the manifests `file` applied, and stops the Envoys of its Gateways.
+    pub fn cleanup(&mut self, file: &str) {
+        self.scene.dir().remove(file);
+        let gone: Vec<String> =
+            self.gateways.iter().filter(|(_, g)| g.file.as_deref() == Some(file)).map(|(k, _)| k.clone()).collect();
+        for gateway in gone {
+            self.gateways.remove(&gateway);
+            self.scene.remove_envoy(&gateway.replace('/', "."));
+        }
+    }
+
+    /// The Envoy of Gateway `NS/NAME`.
+    pub fn envoy(&self, gateway: &str) -> &Envoy {
+        self.scene.envoy(&gateway.replace('/', "."))
+    }
+
+    /// Where Gateway `NS/NAME` listens on `port`.
+    pub fn address(&self, gateway: &str, port: u16) -> SocketAddr {
+        let g = self.gateways.get(gateway).unwrap_or_else(|| panic!("no Gateway {gateway}"));
+        SocketAddr::new(IpAddr::V4(g.address), port)
+    }
+
+    /// Waits until every expectation holds through Gateway `gateway` on
+    /// port 80, each for several answers in a row.
+    pub fn expect_all(&self, gateway: &str, cases: &[Expect]) {
+        self.expect_all_on(gateway, 80, cases);
+    }
+
+    /// [`Suite::expect_all`] on `port`.
+    pub fn expect_all_on(&self, gateway: &str, port: u16, cases: &[Expect]) {
+        let target = self.address(gateway, port);
+        for case in cases {
+            let mut streak = 0;
+            let what = format!("{} through {gateway}", case.describe());
+            self.scene.wait(CONVERGE, &what, Section::Routes, || {
+                let mut headers: Vec<(&str, &str)> =
+                    case.headers.iter().map(|(n, v)| (n.as_str(), v.as_str())).collect();
+                if !case.host.is_empty() {
+                    headers.push(("host", &case.host));
+                }
+                let verdict = http::request(target, &case.method, &case.path, &headers)
+                    .map_err(|e| e.to_string())
+                    .and_then(|r| case.check(&r));
+                streak = if verdict.is_ok() { streak + 1 } else { 0 };
+                if streak >= CONSECUTIVE {
+                    Ok(())
+                } else {
+                    verdict.and(Err("not yet enough answers in a row".to_string()))
+                }
+            });
+        }
+    }
+
+    /// The conditions of object `kind NS/NAME` at `at` (`parents[0]`,
+    /// `listeners[http]` or the object's own), from meshpush's configz.
+    pub fn conditions(
+        &self,
+        kind: &str,
+        namespace: &str,
+        name: &str,
+        at: &str,
+    ) -> Option<Vec<(String, String, String)>> {
+        let configz: serde_json::Value =
+            serde_json::from_str(&self.scene.mesh().admin("/debug/configz").body).expect("configz is JSON");
+        let object = configz["objects"]
+            .as_array()?
+            .iter()
+            .find(|o| o["kind"] == kind && o["namespace"] == namespace && o["name"] == name)?;
+        let status = &object["status"];
+        let conditions = if let Some(i) = at.strip_prefix("parents[").and_then(|r| r.strip_suffix(']')) {
+            &status["parents"][i.parse::<usize>().ok()?]["conditions"]
+        } else if let Some(l) = at.strip_prefix("listeners[").and_then(|r| r.strip_suffix(']')) {
+            &status["listeners"].as_array()?.iter().find(|x| x["name"] == l)?["conditions"]
+        } else {
+            &status["conditions"]
+        };
+        Some(
+            conditions
+                .as_array()?
+                .iter()
+                .map(|c| {
+                    let s = |f: &str| c[f].as_str().unwrap_or_default().to_string();
+                    (s("type"), s("status"), s("reason"))
+                })
+                .collect(),
+        )
+    }
+
+    /// Waits until condition `kind` of the object at `at` has `status` and,
+    /// when given, `reason`.
+    pub fn expect_condition(
+        &self,
+        object: (&str, &str, &str),
+        at: &str,
+        condition: &str,
+        status: &str,
+        reason: Option<&str>,
+    ) {
+        let (kind, namespace, name) = object;
+        let what = format!("{kind} {namespace}/{name} {at} {condition}={status} {reason:?}");
+        self.scene.wait(CONVERGE, &what, Section::Routes, || {
+            let found = self.conditions(kind, namespace, name, at).ok_or("no such status yet")?;
+            let c =
+                found.iter().find(|(t, _, _)| t == condition).ok_or_else(|| format!("no {condition} in {found:?}"))?;
+            if c.1 == status && reason.is_none_or(|r| r == c.2) { Ok(()) } else { Err(format!("{c:?}")) }
+        });
+    }
+
+    /// Waits until route `NS/NAME` is accepted by and resolves all its
+    /// references for every parent (the suite's
+    /// `GatewayAndHTTPRoutesMustBeAccepted` and
+    /// `HTTPRouteMustHaveResolvedRefsConditionsTrue`).
+    pub fn route_accepted(&self, namespace: &str, name: &str, parents: usize) {
+        for i in 0..parents {
+            let at = format!("parents[{i}]");
+            self.expect_condition(("HTTPRoute", namespace, name), &at, "Accepted", "True", Some("Accepted"));
+            self.expect_condition(("HTTPRoute", namespace, name), &at, "ResolvedRefs", "True", Some("ResolvedRefs"));
+        }
+    }
+}
+
+/// Prepares a manifest file: the class placeholder replaced, each Gateway
+/// given an address (from `next_gateway`), each echo Deployment replaced by
+/// its Pods (addresses from `next_pod`).
+fn prepare(text: &str, next_gateway: &mut u8, next_pod: &mut u8) -> Prepared {
+    let text = text.replace("{GATEWAY_CLASS_NAME}", "istio");
+    let mut out = Prepared { yaml: String::new(), gateways: Vec::new(), pods: Vec::new() };
+    let mut docs = Vec::new();
+    for doc in serde_yaml_ng::Deserializer::from_str(&text) {
+        let mut value: Value = serde::Deserialize::deserialize(doc).expect("the suite's manifests are YAML");
+        let kind = value["kind"].as_str().unwrap_or_default().to_string();
+        let api = value["apiVersion"].as_str().unwrap_or_default().to_string();
+        let namespace = value["metadata"]["namespace"].as_str().unwrap_or("default").to_string();
+        let name = value["metadata"]["name"].as_str().unwrap_or_default().to_string();
+        match (kind.as_str(), api.starts_with("gateway.networking.k8s.io")) {
+            ("Gateway", true) => {
+                let address = Ipv4Addr::new(127, 0, 170, *next_gateway);
+                *next_gateway += 1;
+                let mut entry = Mapping::new();
+                entry.insert("type".into(), "IPAddress".into());
+                entry.insert("value".into(), address.to_string().into());
+                value["spec"]
+                    .as_mapping_mut()
+                    .expect("a Gateway has a spec")
+                    .insert("addresses".into(), Value::Sequence(vec![Value::Mapping(entry)]));
+                out.gateways.push((format!("{namespace}/{name}"), address));
+                docs.push(value);
+            }
+            ("Deployment", _) => {
+                let spec = &value["spec"];
+                let container = &spec["template"]["spec"]["containers"][0];
+                // Only the plain HTTP echo servers: the TLS ones are not needed here.
+                let Some(port) = echo_port(container) else { continue };
+                let labels: Vec<(String, String)> = spec["template"]["metadata"]["labels"]
+                    .as_mapping()
+                    .into_iter()
+                    .flatten()
+                    .map(|(k, v)| (k.as_str().unwrap_or_default().into(), v.as_str().unwrap_or_default().into()))
+                    .collect();
+                let replicas = spec["replicas"].as_u64().unwrap_or(1);
+                for i in 0..replicas {
+                    let pod = format!("{name}-{i}");
+                    let ip = Ipv4Addr::new(127, 0, 171, *next_pod);
+                    *next_pod += 1;
+                    let labels: Vec<(&str, &str)> = labels.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+                    let manifest = super::manifests::pod(&namespace, &pod, &ip.to_string(), &labels, port);
+                    docs.push(serde_yaml_ng::from_str(&manifest).expect("a Pod manifest"));
+                    out.pods.push((namespace.clone(), pod, ip, port));
+                }
+            }
+            // What only a cluster runs (the echo server's ConfigMaps).
+            ("ConfigMap", _) => {}
+            _ => docs.push(value),
+        }
+    }
+    out.yaml = docs.iter().map(|d| serde_yaml_ng::to_string(d).expect("YAML")).collect::<Vec<_>>().join("---\n");
+    out
+}
+
+/// The HTTP port of an echo server container (`echo-basic` listens on 3000);
+/// `None` for the TLS echo servers.
+fn echo_port(container: &Value) -> Option<u16> {
+    let image = container["image"].as_str().unwrap_or_default();
+    let env = container["env"].as_sequence().into_iter().flatten();
+    let plain = env.clone().all(|e| e["name"] != "TLS_SERVER_CERT" && e["name"] != "GRPC_ECHO_SERVER");
+    (image.contains("echo-basic") && plain).then_some(3000)
+}
