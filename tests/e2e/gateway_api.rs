@@ -37,6 +37,39 @@ const CASES: &[Case] = &[
     ("HTTPRoutePathMatchOrder", "httproute-path-match-order.yaml", path_match_order),
     ("HTTPRouteMatchingAcrossRoutes", "httproute-matching-across-routes.yaml", matching_across_routes),
     ("HTTPRouteCrossNamespace", "httproute-cross-namespace.yaml", cross_namespace),
+    ("HTTPRouteHostnameIntersection", "httproute-hostname-intersection.yaml", hostname_intersection),
+    ("HTTPRouteListenerHostnameMatching", "httproute-listener-hostname-matching.yaml", listener_hostname_matching),
+    ("HTTPRouteMultipleGateways", "httproute-multiple-gateways.yaml", multiple_gateways),
+    ("HTTPRouteWeight", "httproute-weight.yaml", weight),
+    ("HTTPRouteOmittedBackendRefs", "httproute-omitted-backendrefs.yaml", omitted_backend_refs),
+    ("HTTPRouteInvalidNonExistentBackendRef", "httproute-invalid-nonexistent-backendref.yaml", nonexistent_backend),
+    ("HTTPRouteInvalidBackendRefUnknownKind", "httproute-invalid-backendref-unknown-kind.yaml", unknown_kind_backend),
+    (
+        "HTTPRouteInvalidCrossNamespaceBackendRef",
+        "httproute-invalid-cross-namespace-backend-ref.yaml",
+        cross_namespace_backend_without_grant,
+    ),
+    (
+        "HTTPRouteInvalidCrossNamespaceParentRef",
+        "httproute-invalid-cross-namespace-parent-ref.yaml",
+        parent_not_allowed,
+    ),
+    (
+        "HTTPRouteInvalidParentRefNotMatchingSectionName",
+        "httproute-invalid-parentref-not-matching-section-name.yaml",
+        section_name_not_matching,
+    ),
+    ("HTTPRouteReferenceGrant", "httproute-reference-grant.yaml", reference_grant),
+    ("HTTPRouteInvalidReferenceGrant", "httproute-invalid-reference-grant.yaml", invalid_reference_grant),
+    (
+        "HTTPRoutePartiallyInvalidViaInvalidReferenceGrant",
+        "httproute-partially-invalid-via-invalid-reference-grant.yaml",
+        partially_invalid_reference_grant,
+    ),
+    ("HTTPRouteRedirectHostAndStatus", "httproute-redirect-host-and-status.yaml", redirect_host_and_status),
+    ("HTTPRoute303Redirect", "httproute-303-redirect.yaml", redirect_303),
+    ("HTTPRoute307Redirect", "httproute-307-redirect.yaml", redirect_307),
+    ("HTTPRoute308Redirect", "httproute-308-redirect.yaml", redirect_308),
 ];
 
 #[test]
@@ -153,7 +186,213 @@ fn cross_namespace(suite: &Suite) {
     suite.expect_all(BACKEND_NS, &[Expect::get("/").backend("web-backend").namespace(WEB)]);
 }
 
-#[allow(dead_code)]
-fn unused(_: &Suite) {
-    let _ = (ALL, APP, Redirect::default());
+fn hostname_intersection(suite: &Suite) {
+    const GW: &str = "gateway-conformance-infra/httproute-hostname-intersection";
+    for route in [
+        "specific-host-matches-listener-specific-host",
+        "specific-host-matches-listener-wildcard-host",
+        "wildcard-host-matches-listener-specific-host",
+        "wildcard-host-matches-listener-wildcard-host",
+    ] {
+        suite.route_accepted(INFRA, route, 1);
+    }
+    let at = |host: &str, path: &str| Expect::get(path).host(host);
+    suite.expect_all(
+        GW,
+        &[
+            at("very.specific.com", "/s1").backend(V1),
+            at("very.specific.com:1234", "/s1").backend(V1),
+            at("non.matching.com", "/s1").status(404),
+            at("foo.nonmatchingwildcard.io", "/s1").status(404),
+            at("foo.wildcard.io", "/s1").status(404),
+            at("very.specific.com", "/non-matching-prefix").status(404),
+            at("foo.wildcard.io", "/s2").backend(V2),
+            at("bar.wildcard.io", "/s2").backend(V2),
+            at("foo.bar.wildcard.io", "/s2").backend(V2),
+            at("non.matching.com", "/s2").status(404),
+            at("wildcard.io", "/s2").status(404),
+            at("very.specific.com", "/s2").status(404),
+            at("foo.wildcard.io", "/non-matching-prefix").status(404),
+            at("very.specific.com", "/s3").backend(V3),
+            at("non.matching.com", "/s3").status(404),
+            at("foo.specific.com", "/s3").status(404),
+            at("foo.wildcard.io", "/s3").status(404),
+            at("very.specific.com", "/non-matching-prefix").status(404),
+            at("foo.anotherwildcard.io", "/s4").backend(V1),
+            at("bar.anotherwildcard.io", "/s4").backend(V1),
+            at("foo.bar.anotherwildcard.io", "/s4").backend(V1),
+            at("anotherwildcard.io", "/s4").status(404),
+            at("foo.wildcard.io", "/s4").status(404),
+        ],
+    );
+    // The route whose hostnames intersect no listener's is not accepted.
+    suite.expect_condition(
+        ("HTTPRoute", INFRA, "no-intersecting-hosts"),
+        "parents[0]",
+        "Accepted",
+        "False",
+        Some("NoMatchingListenerHostname"),
+    );
+}
+
+fn listener_hostname_matching(suite: &Suite) {
+    const GW: &str = "gateway-conformance-infra/httproute-listener-hostname-matching";
+    for route in ["backend-v1", "backend-v2", "backend-v3"] {
+        suite.route_accepted(INFRA, route, 1);
+    }
+    let at = |host: &str| Expect::get("/").host(host);
+    suite.expect_all(
+        GW,
+        &[
+            at("bar.com").backend(V1),
+            at("foo.bar.com").backend(V2),
+            at("baz.bar.com").backend(V3),
+            at("boo.bar.com").backend(V3),
+            at("multiple.prefixes.bar.com").backend(V3),
+            at("multiple.prefixes.foo.com").backend(V3),
+            at("foo.com").status(404),
+            at("no.matching.host").status(404),
+        ],
+    );
+}
+
+fn multiple_gateways(suite: &Suite) {
+    suite.route_accepted(INFRA, "multiple-gateways-shared-route", 2);
+    suite.route_accepted(INFRA, "same-namespace-dedicated-route", 1);
+    suite.route_accepted(INFRA, "all-namespaces-dedicated-route", 1);
+    suite.expect_all(SAME, &[Expect::get("/shared").backend(V1), Expect::get("/").backend(V2)]);
+    suite.expect_all(ALL, &[Expect::get("/shared").backend(V1), Expect::get("/").backend(V3)]);
+}
+
+fn weight(suite: &Suite) {
+    suite.route_accepted(INFRA, "weighted-backends", 1);
+    suite.expect_all(SAME, &[Expect::get("/")]);
+    // The suite's check: 500 requests, each backend's share within 5 points
+    // of its weight's, retried up to 10 times.
+    let want = [0.7, 0.3, 0.0];
+    let mut last = Vec::new();
+    for _ in 0..10 {
+        let counts = suite.distribution(SAME, "/", 500, &[V1, V2, V3]);
+        let shares: Vec<f64> = counts.iter().map(|c| *c as f64 / 500.0).collect();
+        if shares.iter().zip(want).all(|(got, want)| (got - want).abs() <= 0.05) {
+            return;
+        }
+        last = shares;
+    }
+    panic!("the shares of {V1}, {V2}, {V3} were {last:?}, expected {want:?}");
+}
+
+fn omitted_backend_refs(suite: &Suite) {
+    suite.route_accepted(INFRA, "omitted-backendrefs", 1);
+    suite.expect_all(
+        SAME,
+        &[
+            Expect::get("/forward").backend(V1),
+            Expect::get("/omitted-no-forward").status(500),
+            Expect::get("/empty-no-forward").status(500),
+        ],
+    );
+}
+
+/// The suite's `GatewayAndHTTPRoutesMustBeAccepted` alone (the route's
+/// references are expected not to resolve).
+fn accepted(suite: &Suite, namespace: &str, route: &str) {
+    suite.expect_condition(("HTTPRoute", namespace, route), "parents[0]", "Accepted", "True", Some("Accepted"));
+}
+
+fn refs_not_resolved(suite: &Suite, namespace: &str, route: &str, reason: &str) {
+    suite.expect_condition(("HTTPRoute", namespace, route), "parents[0]", "ResolvedRefs", "False", Some(reason));
+}
+
+fn nonexistent_backend(suite: &Suite) {
+    accepted(suite, INFRA, "invalid-nonexistent-backend-ref");
+    refs_not_resolved(suite, INFRA, "invalid-nonexistent-backend-ref", "BackendNotFound");
+    suite.expect_all(SAME, &[Expect::get("/").status(500)]);
+}
+
+fn unknown_kind_backend(suite: &Suite) {
+    accepted(suite, INFRA, "invalid-backend-ref-unknown-kind");
+    refs_not_resolved(suite, INFRA, "invalid-backend-ref-unknown-kind", "InvalidKind");
+    suite.expect_all(SAME, &[Expect::get("/v2").status(500)]);
+}
+
+fn cross_namespace_backend_without_grant(suite: &Suite) {
+    accepted(suite, INFRA, "invalid-cross-namespace-backend-ref");
+    refs_not_resolved(suite, INFRA, "invalid-cross-namespace-backend-ref", "RefNotPermitted");
+    suite.expect_all(SAME, &[Expect::get("/").status(500)]);
+}
+
+fn no_routes_attached(suite: &Suite, gateway: &str) {
+    let what = format!("{gateway} to have no routes attached");
+    suite.scene().wait(std::time::Duration::from_secs(30), &what, support::envoy::Section::Routes, || {
+        match suite.attached_routes(gateway, "http") {
+            Some(0) => Ok(()),
+            other => Err(format!("attachedRoutes {other:?}")),
+        }
+    });
+}
+
+fn parent_not_allowed(suite: &Suite) {
+    let route = ("HTTPRoute", WEB, "invalid-cross-namespace-parent-ref");
+    suite.expect_condition(route, "parents[0]", "ResolvedRefs", "True", Some("ResolvedRefs"));
+    suite.expect_condition(route, "parents[0]", "Accepted", "False", Some("NotAllowedByListeners"));
+    no_routes_attached(suite, SAME);
+}
+
+fn section_name_not_matching(suite: &Suite) {
+    let route = ("HTTPRoute", INFRA, "httproute-listener-not-matching-section-name");
+    suite.expect_condition(route, "parents[0]", "Accepted", "False", Some("NoMatchingParent"));
+    no_routes_attached(suite, SAME);
+}
+
+fn reference_grant(suite: &Suite) {
+    suite.route_accepted(INFRA, "reference-grant", 1);
+    suite.expect_all(SAME, &[Expect::get("/").backend("web-backend").namespace(WEB)]);
+    suite.delete("httproute-reference-grant.yaml", "ReferenceGrant", WEB, "reference-grant");
+    suite.expect_all(SAME, &[Expect::get("/").status(500)]);
+}
+
+fn invalid_reference_grant(suite: &Suite) {
+    accepted(suite, INFRA, "reference-grant");
+    refs_not_resolved(suite, INFRA, "reference-grant", "RefNotPermitted");
+    suite.expect_all(SAME, &[Expect::get("/").status(500)]);
+}
+
+fn partially_invalid_reference_grant(suite: &Suite) {
+    accepted(suite, INFRA, "invalid-reference-grant");
+    refs_not_resolved(suite, INFRA, "invalid-reference-grant", "RefNotPermitted");
+    suite
+        .expect_all(SAME, &[Expect::get("/v2").status(500), Expect::get("/").backend("app-backend-v1").namespace(APP)]);
+}
+
+fn redirect_host_and_status(suite: &Suite) {
+    suite.route_accepted(INFRA, "redirect-host-and-status", 1);
+    let to = |host: &str| Redirect { host: host.into(), ..Default::default() };
+    suite.expect_all(
+        SAME,
+        &[
+            Expect::get("/hostname-redirect").redirect(302, to("example.org")),
+            Expect::get("/host-and-status").redirect(301, to("example.org")),
+        ],
+    );
+}
+
+/// A redirect to the same host, path and scheme.
+fn same_place(suite: &Suite) -> Redirect {
+    Redirect { host: suite.address(SAME, 80).ip().to_string(), ..Default::default() }
+}
+
+fn redirect_303(suite: &Suite) {
+    suite.route_accepted(INFRA, "303-redirect", 1);
+    suite.expect_all(SAME, &[Expect::get("/see-other").method("POST").redirect(303, same_place(suite))]);
+}
+
+fn redirect_307(suite: &Suite) {
+    suite.route_accepted(INFRA, "307-redirect", 1);
+    suite.expect_all(SAME, &[Expect::get("/temporary").redirect(307, same_place(suite))]);
+}
+
+fn redirect_308(suite: &Suite) {
+    suite.route_accepted(INFRA, "308-redirect", 1);
+    suite.expect_all(SAME, &[Expect::get("/permanent").redirect(308, same_place(suite))]);
 }

@@ -296,6 +296,55 @@ impl Suite {
         }
     }
 
+    /// Deletes object `kind NAMESPACE/NAME` that `file` applied (the suite
+    /// deletes a ReferenceGrant mid-test, say).
+    pub fn delete(&self, file: &str, kind: &str, namespace: &str, name: &str) {
+        let path = self.scene.dir().path().join(file);
+        let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{file}: {e}"));
+        let mut kept = Vec::new();
+        let mut found = false;
+        for doc in serde_yaml_ng::Deserializer::from_str(&text) {
+            let value: Value = serde::Deserialize::deserialize(doc).expect("YAML the suite wrote");
+            let this = value["kind"] == kind
+                && value["metadata"]["namespace"] == namespace
+                && value["metadata"]["name"] == name;
+            found |= this;
+            if !this {
+                kept.push(serde_yaml_ng::to_string(&value).expect("YAML"));
+            }
+        }
+        assert!(found, "{file} has no {kind} {namespace}/{name}");
+        self.scene.dir().write(file, &kept.join("---\n"));
+    }
+
+    /// How many routes are attached to listener `listener` of Gateway `NS/NAME`.
+    pub fn attached_routes(&self, gateway: &str, listener: &str) -> Option<u64> {
+        let (namespace, name) = gateway.split_once('/')?;
+        let configz: serde_json::Value =
+            serde_json::from_str(&self.scene.mesh().admin("/debug/configz").body).expect("configz is JSON");
+        let object = configz["objects"]
+            .as_array()?
+            .iter()
+            .find(|o| o["kind"] == "KubernetesGateway" && o["namespace"] == namespace && o["name"] == name)?;
+        object["status"]["listeners"].as_array()?.iter().find(|l| l["name"] == listener)?["attachedRoutes"].as_u64()
+    }
+
+    /// Sends `count` requests for `path` through `gateway` and returns how
+    /// many each backend (by Pod name prefix) answered; a request answered
+    /// otherwise than by a backend fails the test.
+    pub fn distribution(&self, gateway: &str, path: &str, count: usize, backends: &[&str]) -> Vec<usize> {
+        let target = self.address(gateway, 80);
+        let mut counts = vec![0; backends.len()];
+        for _ in 0..count {
+            let r = http::get(target, path, &[]).unwrap_or_else(|e| panic!("{path} through {gateway}: {e}"));
+            let seen = r.header("x-backend").unwrap_or_else(|| panic!("{path}: status {} {:?}", r.status, r.body));
+            let pod = seen.split_once('/').map_or(seen, |(_, p)| p);
+            let i = backends.iter().position(|b| pod.starts_with(b)).unwrap_or_else(|| panic!("answered by {seen}"));
+            counts[i] += 1;
+        }
+        counts
+    }
+
     /// Deletes the manifests `file` applied, and stops the Envoys of its Gateways.
     pub fn cleanup(&mut self, file: &str) {
         self.scene.dir().remove(file);
