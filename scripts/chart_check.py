@@ -6,7 +6,8 @@ errors). Run by scripts/chart-check.sh, which installs both.
 Checks, for the default values and for a second set that turns every
 option the other way: `helm lint --strict` finds nothing; every manifest
 is valid; the objects a release needs are there; the ClusterRole grants
-get/list/watch on exactly the kinds meshpush reads; the Deployment runs
+get/list/watch on exactly the kinds meshpush reads, and writes only the
+status of the Gateway API kinds it reports on; the Deployment runs
 `serve --in-cluster` with the values' flags. A deliberately broken value
 must be reported invalid, so the validation itself is known to work.
 Exits 1 on any failure, saying what and where.
@@ -27,6 +28,10 @@ READ = ["get", "list", "watch"]
 ISTIO_KINDS = ["serviceentries", "workloadentries", "virtualservices", "destinationrules",
                "gateways", "sidecars", "workloadgroups"]
 SECURITY_KINDS = ["peerauthentications", "authorizationpolicies", "requestauthentications"]
+GATEWAY_API_KINDS = ["gatewayclasses", "gateways", "httproutes", "referencegrants"]
+# The status meshpush writes: the Gateway API's conditions, nothing else.
+STATUS_WRITES = ["get", "patch", "update"]
+GATEWAY_API_STATUS = ["gatewayclasses/status", "gateways/status", "httproutes/status"]
 
 VARIANTS = {
     "default values": {},
@@ -104,17 +109,27 @@ def check_objects(variant, values, objects):
 
     role = kinds.get("ClusterRole", [{}])[0]
     grants = {}
+    writes = {}
     for rule in role.get("rules", []):
+        resources = rule.get("resources", [])
+        if all(r.endswith("/status") for r in resources):
+            if sorted(rule.get("verbs", [])) != sorted(STATUS_WRITES):
+                fail(f"{variant}: ClusterRole grants {rule.get('verbs')} on {resources} (status: {STATUS_WRITES})")
+            for group in rule.get("apiGroups", []):
+                writes.setdefault(group, set()).update(resources)
+            continue
         if sorted(rule.get("verbs", [])) != sorted(READ):
             fail(f"{variant}: ClusterRole grants {rule.get('verbs')} (read only: {READ})")
         for group in rule.get("apiGroups", []):
-            grants.setdefault(group, set()).update(rule.get("resources", []))
+            grants.setdefault(group, set()).update(resources)
     # Secrets: the certificates Gateways and DestinationRules name.
-    core = {"services", "pods", "nodes", "secrets"} | ({"namespaces"} if values.get("discoverySelectors") else set())
+    core = {"services", "pods", "nodes", "secrets", "namespaces"}
     expected = {"": core, "discovery.k8s.io": {"endpointslices"}, "networking.istio.io": set(ISTIO_KINDS),
-                "security.istio.io": set(SECURITY_KINDS)}
+                "security.istio.io": set(SECURITY_KINDS), "gateway.networking.k8s.io": set(GATEWAY_API_KINDS)}
     if grants != expected:
         fail(f"{variant}: ClusterRole grants {grants}, expected exactly {expected}")
+    if writes != {"gateway.networking.k8s.io": set(GATEWAY_API_STATUS)}:
+        fail(f"{variant}: ClusterRole writes {writes}, expected only the Gateway API status {GATEWAY_API_STATUS}")
 
     deployment = kinds.get("Deployment", [{}])[0]
     pod = deployment.get("spec", {}).get("template", {}).get("spec", {})

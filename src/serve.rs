@@ -332,6 +332,8 @@ pub async fn run(options: ServeOptions) -> anyhow::Result<()> {
         Some(client) => {
             let resources =
                 crate::source::kube::resources(&client).await.context("discovering the Kubernetes API's kinds")?;
+            let status_writer =
+                crate::source::gateway_status::GatewayStatusWriter::new(engine.clone(), client.clone(), &resources);
             let (status, watchers) = crate::source::kube::start(
                 client,
                 resources,
@@ -340,6 +342,8 @@ pub async fn run(options: ServeOptions) -> anyhow::Result<()> {
                 changes_tx.clone(),
             );
             admin_state.set_kube(status.clone());
+            let mut watchers = watchers;
+            watchers.push(tokio::spawn(status_writer.run()));
             (Some(status), watchers)
         }
         None => (None, Vec::new()),

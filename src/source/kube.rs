@@ -15,6 +15,8 @@
 //! | EndpointSlice | `discovery.k8s.io` | `v1` |
 //! | ServiceEntry, WorkloadEntry, VirtualService, DestinationRule, Gateway, Sidecar, WorkloadGroup | `networking.istio.io` | the first the server serves of `v1`, `v1beta1`, `v1alpha3` |
 //! | PeerAuthentication, AuthorizationPolicy, RequestAuthentication | `security.istio.io` | the first the server serves of `v1`, `v1beta1` |
+//! | Namespace (its labels: a Gateway listener's `allowedRoutes` may select by them) | core | `v1` |
+//! | GatewayClass, Gateway, HTTPRoute, ReferenceGrant | `gateway.networking.k8s.io` | the first the server serves of `v1`, `v1beta1` |
 //!
 //! Rules:
 //! * A (re)list is applied whole when it is complete (`InitDone`): the
@@ -55,7 +57,7 @@ use kube::runtime::watcher::{self, Event};
 use tokio::sync::{mpsc, watch};
 
 use crate::config::parse::{ISTIO_VERSIONS, SECURITY_VERSIONS, parse_json};
-use crate::config::{ConfigKey, ConfigKind, Problem, Severity, SourceRef};
+use crate::config::{ConfigKey, ConfigKind, Problem, Severity, SourceRef, gateway_api};
 use crate::model::store::Write;
 use crate::model::{ChangeSet, ConfigStore};
 use crate::text::Shown;
@@ -116,10 +118,13 @@ pub async fn client(access: &KubeAccess) -> Result<kube::Client, KubeError> {
     Ok(kube::Client::try_from(config)?)
 }
 
-/// Istio's API groups, and the versions meshpush reads of each, most
-/// preferred first.
-const ISTIO_GROUPS: [(&str, &[&str]); 2] =
-    [("networking.istio.io", &ISTIO_VERSIONS), ("security.istio.io", &SECURITY_VERSIONS)];
+/// Istio's API groups and the Gateway API's, and the versions meshpush
+/// reads of each, most preferred first.
+const ISTIO_GROUPS: [(&str, &[&str]); 3] = [
+    ("networking.istio.io", &ISTIO_VERSIONS),
+    ("security.istio.io", &SECURITY_VERSIONS),
+    (gateway_api::GROUP, &gateway_api::VERSIONS),
+];
 
 /// The resources to watch: the core and discovery kinds always, and each
 /// Istio kind at the first version the server serves (none when Istio's
@@ -131,6 +136,7 @@ pub async fn resources(client: &kube::Client) -> Result<Vec<(ConfigKind, ApiReso
         (ConfigKind::Node, core("Node", "nodes")),
         (ConfigKind::EndpointSlice, resource("discovery.k8s.io", "v1", "EndpointSlice", "endpointslices")),
         (ConfigKind::Secret, core("Secret", "secrets")),
+        (ConfigKind::Namespace, core("Namespace", "namespaces")),
     ];
     for (name, versions) in ISTIO_GROUPS {
         let group = match kube::discovery::group(client, name).await {
@@ -147,7 +153,7 @@ pub async fn resources(client: &kube::Client) -> Result<Vec<(ConfigKind, ApiReso
                     group
                         .versioned_resources(version)
                         .into_iter()
-                        .find(|(r, _)| r.kind == kind.as_str())
+                        .find(|(r, _)| r.kind == kind.kind_name())
                         .map(|(r, _)| r)
                 })
             });

@@ -30,6 +30,7 @@ use crate::model::check_references;
 
 pub mod autoregistration;
 pub mod file;
+pub mod gateway_status;
 pub mod jwks;
 pub mod kube;
 pub mod references;

@@ -86,6 +86,7 @@ fn core_httproute_conformance_tests_pass_through_real_envoys() {
         suite.cleanup(manifests);
     }
     assert!(failed.is_empty(), "conformance tests failed: {failed:?}");
+    suite.scene().assert_nothing_rejected();
 }
 
 fn simple_same_namespace(suite: &Suite) {

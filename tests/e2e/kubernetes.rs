@@ -190,3 +190,74 @@ fn envoy_follows_the_kubernetes_api_through_slices_edits_an_outage_and_a_bad_obj
     assert_eq!(tally.failed, 0, "requests failed: {:?}", tally.failures);
     scene.assert_nothing_rejected();
 }
+
+/// The Gateway API objects of the status test: a Gateway of class `istio`,
+/// a route it admits, and a route naming a listener it does not have.
+const GATEWAY_API_OBJECTS: &[&str] = &[
+    "apiVersion: gateway.networking.k8s.io/v1\nkind: Gateway\nmetadata: {name: edge, namespace: shop, generation: 1}\n\
+     spec:\n  gatewayClassName: istio\n  listeners: [{name: http, port: 80, protocol: HTTP}]\n",
+    "apiVersion: v1\nkind: Service\nmetadata: {name: ledger, namespace: shop}\nspec: {ports: [{name: http, port: 18144}]}\n",
+    "apiVersion: gateway.networking.k8s.io/v1\nkind: HTTPRoute\nmetadata: {name: books, namespace: shop}\n\
+     spec:\n  parentRefs: [{name: edge}]\n  rules: [{backendRefs: [{name: ledger, port: 18144}]}]\n\
+     status:\n  parents:\n  - parentRef: {name: elsewhere}\n    controllerName: example.com/other\n    conditions: []\n",
+    "apiVersion: gateway.networking.k8s.io/v1\nkind: HTTPRoute\nmetadata: {name: lost, namespace: shop}\n\
+     spec:\n  parentRefs: [{name: edge, sectionName: https}]\n  rules: [{backendRefs: [{name: ledger, port: 18144}]}]\n",
+];
+
+/// The `(type, status, reason)` of each condition in `conditions`.
+fn condition_list(conditions: &serde_json::Value) -> Vec<(String, String, String)> {
+    conditions
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|c| {
+            let s = |f: &str| c[f].as_str().unwrap_or_default().to_string();
+            (s("type"), s("status"), s("reason"))
+        })
+        .collect()
+}
+
+#[test]
+fn gateway_api_status_is_written_to_the_objects() {
+    let api = KubeApi::start();
+    for object in GATEWAY_API_OBJECTS {
+        api.put(object);
+    }
+    let kubeconfig = tempfile::NamedTempFile::new().unwrap();
+    std::fs::write(kubeconfig.path(), api.kubeconfig()).unwrap();
+    let scene = Scene::start_with(&[], &[], |_| support::meshpush::Meshpush::start_kube(kubeconfig.path(), &[]));
+    let gateway = || api.get("gateway.networking.k8s.io/Gateway", "shop", "edge").expect("the Gateway");
+    let route = |name: &str| api.get("HTTPRoute", "shop", name).expect("the route");
+    let t = |a: &str, b: &str, c: &str| (a.to_string(), b.to_string(), c.to_string());
+
+    scene.wait(Duration::from_secs(20), "the Gateway's status", Section::Listeners, || {
+        let status = &gateway()["status"];
+        let listener = &status["listeners"][0];
+        let got = (condition_list(&status["conditions"]), listener["attachedRoutes"].as_u64());
+        let want = (vec![t("Accepted", "True", "Accepted"), t("Programmed", "True", "Programmed")], Some(1));
+        if got == want { Ok(()) } else { Err(format!("{got:?}")) }
+    });
+    let listener = &gateway()["status"]["listeners"][0];
+    assert_eq!(listener["name"], "http");
+    assert!(condition_list(&listener["conditions"]).contains(&t("ResolvedRefs", "True", "ResolvedRefs")));
+    assert_eq!(gateway()["status"]["conditions"][0]["observedGeneration"], 1);
+
+    scene.wait(Duration::from_secs(20), "the routes' status", Section::Listeners, || {
+        let books = route("books")["status"]["parents"].clone();
+        let lost = route("lost")["status"]["parents"].clone();
+        let ours =
+            books.as_array().and_then(|p| p.iter().find(|p| p["controllerName"] == "istio.io/gateway-controller"));
+        let got = (
+            ours.map(|p| condition_list(&p["conditions"])),
+            lost.as_array().and_then(|p| p.first()).map(|p| condition_list(&p["conditions"])),
+        );
+        let want = (
+            Some(vec![t("Accepted", "True", "Accepted"), t("ResolvedRefs", "True", "ResolvedRefs")]),
+            Some(vec![t("Accepted", "False", "NoMatchingParent"), t("ResolvedRefs", "True", "ResolvedRefs")]),
+        );
+        if got == want { Ok(()) } else { Err(format!("{got:?}")) }
+    });
+    // Another controller's entry is kept.
+    let parents = route("books")["status"]["parents"].clone();
+    assert!(parents.as_array().unwrap().iter().any(|p| p["controllerName"] == "example.com/other"), "{parents}");
+}

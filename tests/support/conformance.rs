@@ -200,10 +200,10 @@ impl Expect {
         }
         let seen = response.header("x-backend").ok_or("no x-backend: not answered by a backend")?;
         let (namespace, pod) = seen.split_once('/').ok_or_else(|| format!("x-backend {seen:?}"))?;
-        if let Some(backend) = &self.backend {
-            if !pod.starts_with(backend.as_str()) || namespace != self.namespace {
-                return Err(format!("answered by {seen}, expected {}/{backend}…", self.namespace));
-            }
+        if let Some(backend) = &self.backend
+            && (!pod.starts_with(backend.as_str()) || namespace != self.namespace)
+        {
+            return Err(format!("answered by {seen}, expected {}/{backend}…", self.namespace));
         }
         let seen_path = response.header("x-request-path").unwrap_or_default();
         let want_path = self.seen_path.as_deref().unwrap_or(&self.path);

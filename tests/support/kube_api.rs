@@ -42,7 +42,7 @@ use axum::body::Body;
 use axum::extract::{Path, Query, State};
 use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use axum::routing::get;
+use axum::routing::{get, patch};
 use serde_json::{Value, json};
 use tokio::sync::broadcast;
 
@@ -56,6 +56,8 @@ struct Resource {
 }
 
 const ISTIO_VERSIONS: &[&str] = &["v1", "v1beta1", "v1alpha3"];
+
+const GATEWAY_API_VERSIONS: &[&str] = &["v1", "v1beta1"];
 
 const RESOURCES: &[Resource] = &[
     Resource { group: "", versions: &["v1"], kind: "Service", plural: "services", namespaced: true },
@@ -140,14 +142,46 @@ const RESOURCES: &[Resource] = &[
         plural: "requestauthentications",
         namespaced: true,
     },
+    Resource {
+        group: "gateway.networking.k8s.io",
+        versions: GATEWAY_API_VERSIONS,
+        kind: "GatewayClass",
+        plural: "gatewayclasses",
+        namespaced: false,
+    },
+    Resource {
+        group: "gateway.networking.k8s.io",
+        versions: GATEWAY_API_VERSIONS,
+        kind: "Gateway",
+        plural: "gateways",
+        namespaced: true,
+    },
+    Resource {
+        group: "gateway.networking.k8s.io",
+        versions: GATEWAY_API_VERSIONS,
+        kind: "HTTPRoute",
+        plural: "httproutes",
+        namespaced: true,
+    },
+    Resource {
+        group: "gateway.networking.k8s.io",
+        versions: GATEWAY_API_VERSIONS,
+        kind: "ReferenceGrant",
+        plural: "referencegrants",
+        namespaced: true,
+    },
 ];
 
 fn resource_by_plural(group: &str, plural: &str) -> Option<&'static Resource> {
     RESOURCES.iter().find(|r| r.group == group && r.plural == plural)
 }
 
+/// The resource of `kind`, or of `GROUP/KIND` (a plain `Gateway` is Istio's).
 fn resource_by_kind(kind: &str) -> Option<&'static Resource> {
-    RESOURCES.iter().find(|r| r.kind == kind)
+    match kind.rsplit_once('/') {
+        Some((group, kind)) => RESOURCES.iter().find(|r| r.group == group && r.kind == kind),
+        None => RESOURCES.iter().find(|r| r.kind == kind),
+    }
 }
 
 /// One change, as a watch reports it.
@@ -258,6 +292,9 @@ impl KubeApi {
             .route("/apis/{group}/{version}/{plural}", get(group_collection).post(create_review))
             .route("/apis/{group}/{version}/namespaces/{namespace}/{plural}", get(group_namespaced_collection))
             .route("/apis/{group}/{version}/namespaces/{namespace}/{plural}/{name}", get(group_one))
+            .route("/apis/{group}/{version}/{plural}/{name}", get(group_cluster_one))
+            .route("/apis/{group}/{version}/namespaces/{namespace}/{plural}/{name}/status", patch(group_status))
+            .route("/apis/{group}/{version}/{plural}/{name}/status", patch(group_cluster_status))
             .layer(axum::middleware::from_fn_with_state(state.clone(), authenticate))
             .with_state(state.clone());
         let (server, ca_pem) = match tls {
@@ -316,7 +353,9 @@ impl KubeApi {
     /// Creates or replaces `object`; its new resource version.
     pub fn put_value(&self, mut object: Value) -> u64 {
         let kind = object["kind"].as_str().expect("the object has a kind").to_string();
-        let resource = resource_by_kind(&kind).unwrap_or_else(|| panic!("the stand-in does not serve {kind}"));
+        let group = object["apiVersion"].as_str().and_then(|v| v.rsplit_once('/')).map_or("", |(g, _)| g);
+        let resource = resource_by_kind(&format!("{group}/{kind}"))
+            .unwrap_or_else(|| panic!("the stand-in does not serve {group}/{kind}"));
         let name = object["metadata"]["name"].as_str().expect("the object has a name").to_string();
         let namespace = if resource.namespaced {
             object["metadata"]["namespace"].as_str().unwrap_or("default").to_string()
@@ -347,7 +386,16 @@ impl KubeApi {
         revision
     }
 
-    /// Deletes an object; its deletion's resource version (`None`: there was none).
+    /// The object of `kind` (or `GROUP/KIND`) as stored, status included.
+    pub fn get(&self, kind: &str, namespace: &str, name: &str) -> Option<Value> {
+        let resource = resource_by_kind(kind).unwrap_or_else(|| panic!("the stand-in does not serve {kind}"));
+        let namespace = if resource.namespaced { namespace.to_string() } else { String::new() };
+        let objects = self.state.objects.lock().unwrap();
+        objects.objects.get(&(resource.group, resource.plural, namespace, name.to_string())).cloned()
+    }
+
+    /// Deletes an object of `kind` (or `GROUP/KIND`); its deletion's
+    /// resource version (`None`: there was none).
     pub fn delete(&self, kind: &str, namespace: &str, name: &str) -> Option<u64> {
         let resource = resource_by_kind(kind).unwrap_or_else(|| panic!("the stand-in does not serve {kind}"));
         let namespace = if resource.namespaced { namespace.to_string() } else { String::new() };
@@ -671,6 +719,81 @@ async fn group_one(
     Path((group, version, namespace, plural, name)): Path<(String, String, String, String, String)>,
 ) -> Response {
     one(state, &group, version, namespace, plural, name)
+}
+
+async fn group_cluster_one(
+    State(state): State<Arc<Shared>>,
+    Path((group, version, plural, name)): Path<(String, String, String, String)>,
+) -> Response {
+    one(state, &group, version, String::new(), plural, name)
+}
+
+async fn group_status(
+    State(state): State<Arc<Shared>>,
+    Path((group, version, namespace, plural, name)): Path<(String, String, String, String, String)>,
+    body: axum::body::Bytes,
+) -> Response {
+    patch_status(&state, &group, &version, namespace, &plural, name, &body)
+}
+
+async fn group_cluster_status(
+    State(state): State<Arc<Shared>>,
+    Path((group, version, plural, name)): Path<(String, String, String, String)>,
+    body: axum::body::Bytes,
+) -> Response {
+    patch_status(&state, &group, &version, String::new(), &plural, name, &body)
+}
+
+/// A JSON merge patch of an object's status subresource, as the API server
+/// applies it: only `status` changes; a `metadata.resourceVersion` in the
+/// patch must be the object's (else 409 Conflict); the write is a MODIFIED
+/// event.
+fn patch_status(
+    state: &Shared,
+    group: &str,
+    version: &str,
+    namespace: String,
+    plural: &str,
+    name: String,
+    body: &[u8],
+) -> Response {
+    let Some(r) = resource_by_plural(group, plural).filter(|r| r.versions.contains(&version)) else {
+        return not_found(&format!("{group}/{version} {plural}"));
+    };
+    let Ok(patch) = serde_json::from_slice::<Value>(body) else {
+        return status(StatusCode::BAD_REQUEST, "BadRequest", "the patch is not JSON");
+    };
+    let mut objects = state.objects.lock().unwrap();
+    let key = (r.group, r.plural, namespace.clone(), name.clone());
+    let Some(mut object) = objects.objects.get(&key).cloned() else {
+        return not_found(&format!("{plural} {name:?}"));
+    };
+    let expected = &patch["metadata"]["resourceVersion"];
+    if !expected.is_null() && *expected != object["metadata"]["resourceVersion"] {
+        return status(
+            StatusCode::CONFLICT,
+            "Conflict",
+            "the object has been modified; please apply your changes to the latest version",
+        );
+    }
+    let mut current = object.get("status").cloned().unwrap_or(Value::Null);
+    json_patch::merge(&mut current, &patch["status"]);
+    object["status"] = current;
+    objects.revision += 1;
+    let revision = objects.revision;
+    object["metadata"]["resourceVersion"] = json!(revision.to_string());
+    objects.objects.insert(key, object.clone());
+    let change = Change {
+        revision,
+        plural: r.plural,
+        group: r.group,
+        kind: r.kind,
+        namespace,
+        object: json!({ "type": "MODIFIED", "object": object }),
+    };
+    objects.history.push(change.clone());
+    let _ = state.events.send(Some(change));
+    axum::Json(at_version(object, r, version)).into_response()
 }
 
 /// `object` as served at `version` of its group.

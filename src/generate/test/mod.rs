@@ -48,6 +48,7 @@ mod clusters;
 mod coverage;
 mod endpoints;
 mod features;
+mod gateway_api;
 mod invariants;
 mod jwt;
 mod listeners;
