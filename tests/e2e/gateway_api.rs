@@ -273,7 +273,7 @@ fn weight(suite: &Suite) {
     let want = [0.7, 0.3, 0.0];
     let mut last = Vec::new();
     for _ in 0..10 {
-        let counts = suite.distribution(SAME, "/", 500, &[V1, V2, V3]);
+        let counts = suite.distribution(SAME, "/", 500, &[V1, V2, V3]).unwrap_or_else(|e| panic!("{e}"));
         let shares: Vec<f64> = counts.iter().map(|c| *c as f64 / 500.0).collect();
         if shares.iter().zip(want).all(|(got, want)| (got - want).abs() <= 0.05) {
             return;
@@ -396,4 +396,64 @@ fn redirect_307(suite: &Suite) {
 fn redirect_308(suite: &Suite) {
     suite.route_accepted(INFRA, "308-redirect", 1);
     suite.expect_all(SAME, &[Expect::get("/permanent").redirect(308, same_place(suite))]);
+}
+
+/// Istio's sample manifests (`tests/data/istio/samples`, Apache-2.0).
+fn istio_sample(path: &str) -> String {
+    let file = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/istio/samples").join(path);
+    std::fs::read_to_string(&file).unwrap_or_else(|e| panic!("{}: {e}", file.display()))
+}
+
+/// The share of `count` requests for `path` through `gateway` each of
+/// `backends` answered.
+fn shares(suite: &Suite, gateway: &str, path: &str, count: usize, backends: &[&str]) -> Result<Vec<f64>, String> {
+    Ok(suite.distribution(gateway, path, count, backends)?.iter().map(|n| *n as f64 / count as f64).collect())
+}
+
+#[test]
+fn istio_gateway_api_samples_route_as_their_readmes_describe() {
+    use support::conformance::{Layout, container_port};
+    const LAYOUT: Layout = Layout { gateways: 172, pods: 173, port: container_port };
+    let mut suite = Suite::start_on(
+        &[
+            ("httpbin.yaml", &istio_sample("httpbin/httpbin.yaml")),
+            ("helloworld.yaml", &istio_sample("helloworld/helloworld.yaml")),
+        ],
+        LAYOUT,
+    );
+
+    // httpbin: the Gateway takes every route; the route sends everything to httpbin.
+    suite.apply_text("httpbin-gateway.yaml", &istio_sample("httpbin/gateway-api/httpbin-gateway.yaml"));
+    suite.route_accepted("default", "httpbin", 1);
+    suite.expect_all(
+        "default/httpbin-gateway",
+        &[
+            Expect::get("/get").host("httpbin.example.com").backend("httpbin").namespace("default"),
+            Expect::get("/headers").backend("httpbin").namespace("default"),
+        ],
+    );
+
+    // helloworld: without version routing both versions answer /hello, about half each.
+    const HELLO: &str = "default/helloworld-gateway";
+    let gateway = istio_sample("helloworld/gateway-api/helloworld-gateway.yaml");
+    suite.apply_text("helloworld-gateway.yaml", &gateway);
+    suite.route_accepted("default", "helloworld", 1);
+    suite.expect_all(HELLO, &[Expect::get("/hello").backend("helloworld-v").namespace("default")]);
+    let even =
+        shares(&suite, HELLO, "/hello", 200, &["helloworld-v1", "helloworld-v2"]).unwrap_or_else(|e| panic!("{e}"));
+    assert!(even.iter().all(|s| (0.3..=0.7).contains(s)), "shares of v1, v2: {even:?}");
+
+    // With the versions' Services and the weighted route (applied over the
+    // first route, as `kubectl apply` replaces it): about 9 in 10 to v1.
+    suite.apply_text("helloworld-versions.yaml", &istio_sample("helloworld/gateway-api/helloworld-versions.yaml"));
+    let gateway_only = gateway.split("\n---\n").next().expect("the Gateway document");
+    let route = istio_sample("helloworld/gateway-api/helloworld-route.yaml");
+    suite.apply_text("helloworld-gateway.yaml", &format!("{gateway_only}\n---\n{route}"));
+    suite.route_accepted("default", "helloworld", 1);
+    let what = "9 in 10 requests to helloworld-v1";
+    suite.scene().wait(std::time::Duration::from_secs(30), what, support::envoy::Section::Routes, || {
+        let weighted = shares(&suite, HELLO, "/hello", 200, &["helloworld-v1", "helloworld-v2"])?;
+        if (0.8..=0.97).contains(&weighted[0]) { Ok(()) } else { Err(format!("shares of v1, v2: {weighted:?}")) }
+    });
+    suite.scene().assert_nothing_rejected();
 }

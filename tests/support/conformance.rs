@@ -239,7 +239,24 @@ pub struct Suite {
     scene: Scene,
     gateways: BTreeMap<String, GatewayProxy>,
     next_gateway: u8,
+    next_pod: u8,
+    layout: Layout,
 }
+
+/// Where a suite's Gateways and Pods live (`127.0.N.x`), and which port a
+/// Deployment's Pods answer on (`None`: it gets no Pods).
+#[derive(Clone, Copy)]
+pub struct Layout {
+    /// The third octet of Gateway addresses.
+    pub gateways: u8,
+    /// The third octet of Pod addresses.
+    pub pods: u8,
+    /// The port a Deployment's container answers on.
+    pub port: fn(&Value) -> Option<u16>,
+}
+
+/// The conformance suite's layout: the plain HTTP echo servers.
+pub const CONFORMANCE: Layout = Layout { gateways: 170, pods: 171, port: echo_port };
 
 /// What the stand-ins make of a manifest file: the documents to serve, the
 /// Gateways in it, and the Pods of its Deployments.
@@ -254,13 +271,31 @@ impl Suite {
     /// backend per echo Pod; returns once every Gateway's Envoy is connected.
     pub fn start() -> Suite {
         let base = std::fs::read_to_string(data_dir().join("base.yaml")).expect("the base manifests");
-        let mut next_gateway = 1;
-        let prepared = prepare(&base, &mut next_gateway, &mut 1);
+        Suite::start_on(&[("base.yaml", &base)], CONFORMANCE)
+    }
+
+    /// Starts meshpush on `files` (name, YAML) laid out as `layout` says,
+    /// with an Envoy per Gateway and a backend per Pod of their Deployments.
+    pub fn start_on(files: &[(&str, &str)], layout: Layout) -> Suite {
+        let (mut next_gateway, mut next_pod) = (1, 1);
+        let mut prepared = Prepared { yaml: String::new(), gateways: Vec::new(), pods: Vec::new() };
+        let mut written = Vec::new();
+        let mut allocate = |_: &str| {
+            next_gateway += 1;
+            Ipv4Addr::new(127, 0, layout.gateways, next_gateway - 1)
+        };
+        for (name, text) in files {
+            let one = prepare(text, layout, &mut allocate, &mut next_pod);
+            written.push((name.to_string(), one.yaml));
+            prepared.gateways.extend(one.gateways);
+            prepared.pods.extend(one.pods);
+        }
         let backends: Vec<(String, String)> =
             prepared.pods.iter().map(|(ns, pod, ip, port)| (format!("{ns}/{pod}"), format!("{ip}:{port}"))).collect();
         let backend_refs: Vec<(&str, &str)> = backends.iter().map(|(n, a)| (n.as_str(), a.as_str())).collect();
-        let scene = Scene::start(&[("base.yaml", &prepared.yaml)], &backend_refs);
-        let mut suite = Suite { scene, gateways: BTreeMap::new(), next_gateway };
+        let files: Vec<(&str, &str)> = written.iter().map(|(n, t)| (n.as_str(), t.as_str())).collect();
+        let scene = Scene::start(&files, &backend_refs);
+        let mut suite = Suite { scene, gateways: BTreeMap::new(), next_gateway, next_pod, layout };
         for (gateway, address) in prepared.gateways {
             suite.start_gateway(&gateway, address, None);
         }
@@ -286,13 +321,31 @@ impl Suite {
     /// Gateway they add); [`Suite::cleanup`] deletes them.
     pub fn apply(&mut self, file: &str) {
         let text = std::fs::read_to_string(data_dir().join(file)).unwrap_or_else(|e| panic!("{file}: {e}"));
-        let mut next_gateway = self.next_gateway;
-        let prepared = prepare(&text, &mut next_gateway, &mut 200);
-        assert!(prepared.pods.is_empty(), "{file}: test manifests with Deployments are not supported");
-        self.next_gateway = next_gateway;
+        self.apply_text(file, &text);
+    }
+
+    /// Applies the manifests `text` as file `file` (its Deployments' Pods
+    /// get backends; its Gateways, Envoys).
+    pub fn apply_text(&mut self, file: &str, text: &str) {
+        let (gateways, layout) = (&self.gateways, self.layout);
+        let next_gateway = &mut self.next_gateway;
+        // A Gateway applied again keeps its address and its Envoy.
+        let mut address_of = |gateway: &str| match gateways.get(gateway) {
+            Some(g) => g.address,
+            None => {
+                *next_gateway += 1;
+                Ipv4Addr::new(127, 0, layout.gateways, *next_gateway - 1)
+            }
+        };
+        let prepared = prepare(text, layout, &mut address_of, &mut self.next_pod);
+        for (ns, pod, ip, port) in &prepared.pods {
+            self.scene.add_backend(&format!("{ns}/{pod}"), &format!("{ip}:{port}"));
+        }
         self.scene.dir().write(file, &prepared.yaml);
         for (gateway, address) in prepared.gateways {
-            self.start_gateway(&gateway, address, Some(file));
+            if !self.gateways.contains_key(&gateway) {
+                self.start_gateway(&gateway, address, Some(file));
+            }
         }
     }
 
@@ -331,18 +384,24 @@ impl Suite {
 
     /// Sends `count` requests for `path` through `gateway` and returns how
     /// many each backend (by Pod name prefix) answered; a request answered
-    /// otherwise than by a backend fails the test.
-    pub fn distribution(&self, gateway: &str, path: &str, count: usize, backends: &[&str]) -> Vec<usize> {
+    /// otherwise than by one of them is an error.
+    pub fn distribution(
+        &self,
+        gateway: &str,
+        path: &str,
+        count: usize,
+        backends: &[&str],
+    ) -> Result<Vec<usize>, String> {
         let target = self.address(gateway, 80);
         let mut counts = vec![0; backends.len()];
         for _ in 0..count {
-            let r = http::get(target, path, &[]).unwrap_or_else(|e| panic!("{path} through {gateway}: {e}"));
-            let seen = r.header("x-backend").unwrap_or_else(|| panic!("{path}: status {} {:?}", r.status, r.body));
+            let r = http::get(target, path, &[]).map_err(|e| format!("{path} through {gateway}: {e}"))?;
+            let seen = r.header("x-backend").ok_or_else(|| format!("{path}: status {} {:?}", r.status, r.body))?;
             let pod = seen.split_once('/').map_or(seen, |(_, p)| p);
-            let i = backends.iter().position(|b| pod.starts_with(b)).unwrap_or_else(|| panic!("answered by {seen}"));
+            let i = backends.iter().position(|b| pod.starts_with(b)).ok_or_else(|| format!("answered by {seen}"))?;
             counts[i] += 1;
         }
-        counts
+        Ok(counts)
     }
 
     /// Deletes the manifests `file` applied, and stops the Envoys of its Gateways.
@@ -467,9 +526,9 @@ impl Suite {
 }
 
 /// Prepares a manifest file: the class placeholder replaced, each Gateway
-/// given an address (from `next_gateway`), each echo Deployment replaced by
+/// given an address (`address_of` it), each echo Deployment replaced by
 /// its Pods (addresses from `next_pod`).
-fn prepare(text: &str, next_gateway: &mut u8, next_pod: &mut u8) -> Prepared {
+fn prepare(text: &str, layout: Layout, address_of: &mut dyn FnMut(&str) -> Ipv4Addr, next_pod: &mut u8) -> Prepared {
     let text = text.replace("{GATEWAY_CLASS_NAME}", "istio");
     let mut out = Prepared { yaml: String::new(), gateways: Vec::new(), pods: Vec::new() };
     let mut docs = Vec::new();
@@ -481,8 +540,7 @@ fn prepare(text: &str, next_gateway: &mut u8, next_pod: &mut u8) -> Prepared {
         let name = value["metadata"]["name"].as_str().unwrap_or_default().to_string();
         match (kind.as_str(), api.starts_with("gateway.networking.k8s.io")) {
             ("Gateway", true) => {
-                let address = Ipv4Addr::new(127, 0, 170, *next_gateway);
-                *next_gateway += 1;
+                let address = address_of(&format!("{namespace}/{name}"));
                 let mut entry = Mapping::new();
                 entry.insert("type".into(), "IPAddress".into());
                 entry.insert("value".into(), address.to_string().into());
@@ -497,7 +555,7 @@ fn prepare(text: &str, next_gateway: &mut u8, next_pod: &mut u8) -> Prepared {
                 let spec = &value["spec"];
                 let container = &spec["template"]["spec"]["containers"][0];
                 // Only the plain HTTP echo servers: the TLS ones are not needed here.
-                let Some(port) = echo_port(container) else { continue };
+                let Some(port) = (layout.port)(container) else { continue };
                 let labels: Vec<(String, String)> = spec["template"]["metadata"]["labels"]
                     .as_mapping()
                     .into_iter()
@@ -507,7 +565,7 @@ fn prepare(text: &str, next_gateway: &mut u8, next_pod: &mut u8) -> Prepared {
                 let replicas = spec["replicas"].as_u64().unwrap_or(1);
                 for i in 0..replicas {
                     let pod = format!("{name}-{i}");
-                    let ip = Ipv4Addr::new(127, 0, 171, *next_pod);
+                    let ip = Ipv4Addr::new(127, 0, layout.pods, *next_pod);
                     *next_pod += 1;
                     let labels: Vec<(&str, &str)> = labels.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
                     let manifest = super::manifests::pod(&namespace, &pod, &ip.to_string(), &labels, port);
@@ -515,13 +573,18 @@ fn prepare(text: &str, next_gateway: &mut u8, next_pod: &mut u8) -> Prepared {
                     out.pods.push((namespace.clone(), pod, ip, port));
                 }
             }
-            // What only a cluster runs (the echo server's ConfigMaps).
-            ("ConfigMap", _) => {}
+            // What only a cluster runs (the echo server's ConfigMaps, accounts).
+            ("ConfigMap", _) | ("ServiceAccount", _) => {}
             _ => docs.push(value),
         }
     }
     out.yaml = docs.iter().map(|d| serde_yaml_ng::to_string(d).expect("YAML")).collect::<Vec<_>>().join("---\n");
     out
+}
+
+/// The first port a container declares (the Istio samples' applications).
+pub fn container_port(container: &Value) -> Option<u16> {
+    container["ports"][0]["containerPort"].as_u64().and_then(|p| u16::try_from(p).ok())
 }
 
 /// The HTTP port of an echo server container (`echo-basic` listens on 3000);
