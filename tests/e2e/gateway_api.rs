@@ -70,6 +70,8 @@ const CASES: &[Case] = &[
     ("HTTPRoute303Redirect", "httproute-303-redirect.yaml", redirect_303),
     ("HTTPRoute307Redirect", "httproute-307-redirect.yaml", redirect_307),
     ("HTTPRoute308Redirect", "httproute-308-redirect.yaml", redirect_308),
+    ("HTTPRouteHTTPSListener", "httproute-https-listener.yaml", https_listener),
+    ("HTTPRouteServiceTypes", "httproute-service-types.yaml", service_types),
 ];
 
 #[test]
@@ -396,6 +398,42 @@ fn redirect_307(suite: &Suite) {
 fn redirect_308(suite: &Suite) {
     suite.route_accepted(INFRA, "308-redirect", 1);
     suite.expect_all(SAME, &[Expect::get("/permanent").redirect(308, same_place(suite))]);
+}
+
+fn https_listener(suite: &Suite) {
+    const GW: &str = "gateway-conformance-infra/same-namespace-with-https-listener";
+    suite.route_accepted(INFRA, "httproute-https-test", 1);
+    suite.route_accepted(INFRA, "httproute-https-test-no-hostname", 1);
+    for (host, status, backend) in
+        [("example.org", 200, V1), ("unknown-example.org", 404, ""), ("second-example.org", 200, V2)]
+    {
+        let what = format!("https://{host}/ through {GW}");
+        let mut streak = 0;
+        suite.scene().wait(std::time::Duration::from_secs(30), &what, support::envoy::Section::Listeners, || {
+            let (got, seen) = suite.https_get(GW, 443, host, "/")?;
+            let ok = got == status && (backend.is_empty() || seen.starts_with(&format!("{INFRA}/{backend}")));
+            streak = if ok { streak + 1 } else { 0 };
+            match (ok, streak >= 3) {
+                (true, true) => Ok(()),
+                (true, false) => Err("not yet enough answers in a row".to_string()),
+                (false, _) => Err(format!("status {got} from {seen:?}")),
+            }
+        });
+    }
+}
+
+fn service_types(suite: &Suite) {
+    suite.route_accepted(INFRA, "service-types", 1);
+    let slices = ["manual-endpointslices-ip4", "headless-manual-endpointslices-ip4"];
+    suite.fill_endpoint_slices("httproute-service-types.yaml", &slices, V1);
+    suite.expect_all(
+        SAME,
+        &[
+            Expect::get("/manual-endpointslices").backend(V1),
+            Expect::get("/headless-manual-endpointslices").backend(V1),
+            Expect::get("/headless").backend(V1),
+        ],
+    );
 }
 
 /// Istio's sample manifests (`tests/data/istio/samples`, Apache-2.0).

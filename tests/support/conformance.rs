@@ -241,6 +241,10 @@ pub struct Suite {
     next_gateway: u8,
     next_pod: u8,
     layout: Layout,
+    /// The CA of the suite's TLS certificate (`tls-validity-checks-certificate`).
+    ca: super::tls::TestCa,
+    /// Every Pod: (namespace, name, address, port).
+    pods: Vec<(String, String, Ipv4Addr, u16)>,
 }
 
 /// Where a suite's Gateways and Pods live (`127.0.N.x`), and which port a
@@ -274,6 +278,38 @@ impl Suite {
         Suite::start_on(&[("base.yaml", &base)], CONFORMANCE)
     }
 
+    /// The suite's TLS certificate's CA (PEM), which clients of its HTTPS
+    /// listeners trust.
+    pub fn ca_pem(&self) -> &str {
+        &self.ca.pem
+    }
+
+    /// `GET https://host/path` through Gateway `gateway` on `port`, TLS
+    /// verified against the suite's CA with `host` as SNI (curl, as the
+    /// suite's TLS round tripper): `(status, x-backend)`.
+    pub fn https_get(&self, gateway: &str, port: u16, host: &str, path: &str) -> Result<(u16, String), String> {
+        let target = self.address(gateway, port);
+        let dir = tempfile::tempdir().map_err(|e| e.to_string())?;
+        let ca = dir.path().join("ca.pem");
+        std::fs::write(&ca, &self.ca.pem).map_err(|e| e.to_string())?;
+        let out = std::process::Command::new("curl")
+            .args(["-sS", "--max-time", "5", "-o", "/dev/null", "-D", "-", "--cacert"])
+            .arg(&ca)
+            .arg("--resolve")
+            .arg(format!("{host}:{port}:{}", target.ip()))
+            .arg(format!("https://{host}:{port}{path}"))
+            .output()
+            .map_err(|e| format!("run curl: {e}"))?;
+        let head = String::from_utf8_lossy(&out.stdout).to_ascii_lowercase();
+        if !out.status.success() {
+            return Err(format!("curl: {}", String::from_utf8_lossy(&out.stderr).trim()));
+        }
+        let status = head.split_whitespace().nth(1).and_then(|s| s.parse().ok()).ok_or("no status line")?;
+        let backend =
+            head.lines().find_map(|l| l.strip_prefix("x-backend:")).map(|v| v.trim().to_string()).unwrap_or_default();
+        Ok((status, backend))
+    }
+
     /// Starts meshpush on `files` (name, YAML) laid out as `layout` says,
     /// with an Envoy per Gateway and a backend per Pod of their Deployments.
     pub fn start_on(files: &[(&str, &str)], layout: Layout) -> Suite {
@@ -293,9 +329,18 @@ impl Suite {
         let backends: Vec<(String, String)> =
             prepared.pods.iter().map(|(ns, pod, ip, port)| (format!("{ns}/{pod}"), format!("{ip}:{port}"))).collect();
         let backend_refs: Vec<(&str, &str)> = backends.iter().map(|(n, a)| (n.as_str(), a.as_str())).collect();
+        // The certificate the suite creates for its HTTPS listeners (`*`,
+        // `*.org`, `*.wildcard.org`), with the names its tests ask for
+        // spelled out too: curl, unlike Go's client, takes no `*.org`.
+        let ca = super::tls::TestCa::new("gateway-conformance");
+        let names = ["*", "*.org", "*.wildcard.org", "example.org", "unknown-example.org", "second-example.org"];
+        let leaf = ca.leaf("tls-validity-checks", &names);
+        let certificate = super::tls::secret(INFRA, "tls-validity-checks-certificate", &leaf, None);
+        written.push(("certificate.yaml".to_string(), certificate));
         let files: Vec<(&str, &str)> = written.iter().map(|(n, t)| (n.as_str(), t.as_str())).collect();
         let scene = Scene::start(&files, &backend_refs);
-        let mut suite = Suite { scene, gateways: BTreeMap::new(), next_gateway, next_pod, layout };
+        let pods = prepared.pods.clone();
+        let mut suite = Suite { scene, gateways: BTreeMap::new(), next_gateway, next_pod, layout, ca, pods };
         for (gateway, address) in prepared.gateways {
             suite.start_gateway(&gateway, address, None);
         }
@@ -341,6 +386,7 @@ impl Suite {
         for (ns, pod, ip, port) in &prepared.pods {
             self.scene.add_backend(&format!("{ns}/{pod}"), &format!("{ip}:{port}"));
         }
+        self.pods.extend(prepared.pods.iter().cloned());
         self.scene.dir().write(file, &prepared.yaml);
         for (gateway, address) in prepared.gateways {
             if !self.gateways.contains_key(&gateway) {
@@ -368,6 +414,38 @@ impl Suite {
         }
         assert!(found, "{file} has no {kind} {namespace}/{name}");
         self.scene.dir().write(file, &kept.join("---\n"));
+    }
+
+    /// Fills the IPv4 EndpointSlices `slices` of `file` with the Pods whose
+    /// names start with `pods` (the suite does this for its manual
+    /// EndpointSlices, from the Pods of a Deployment).
+    pub fn fill_endpoint_slices(&self, file: &str, slices: &[&str], pods: &str) {
+        let path = self.scene.dir().path().join(file);
+        let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{file}: {e}"));
+        let addresses: Vec<Value> = self
+            .pods
+            .iter()
+            .filter(|(_, name, _, _)| name.starts_with(pods))
+            .map(|(ns, name, ip, _)| {
+                serde_yaml_ng::from_str(&format!(
+                    "{{addresses: [{ip}], conditions: {{ready: true}}, targetRef: {{kind: Pod, name: {name}, namespace: {ns}}}}}"
+                ))
+                .expect("an endpoint")
+            })
+            .collect();
+        let mut docs = Vec::new();
+        for doc in serde_yaml_ng::Deserializer::from_str(&text) {
+            let mut value: Value = serde::Deserialize::deserialize(doc).expect("YAML the suite wrote");
+            let name = value["metadata"]["name"].as_str().unwrap_or_default().to_string();
+            if value["kind"] == "EndpointSlice"
+                && value["addressType"] == "IPv4"
+                && slices.iter().any(|s| name.starts_with(s))
+            {
+                value["endpoints"] = Value::Sequence(addresses.clone());
+            }
+            docs.push(serde_yaml_ng::to_string(&value).expect("YAML"));
+        }
+        self.scene.dir().write(file, &docs.join("---\n"));
     }
 
     /// How many routes are attached to listener `listener` of Gateway `NS/NAME`.
