@@ -125,7 +125,8 @@ def check_objects(variant, values, objects):
     # Secrets: the certificates Gateways and DestinationRules name.
     core = {"services", "pods", "nodes", "secrets", "namespaces"}
     expected = {"": core, "discovery.k8s.io": {"endpointslices"}, "networking.istio.io": set(ISTIO_KINDS),
-                "security.istio.io": set(SECURITY_KINDS), "gateway.networking.k8s.io": set(GATEWAY_API_KINDS)}
+                "security.istio.io": set(SECURITY_KINDS), "gateway.networking.k8s.io": set(GATEWAY_API_KINDS),
+                "networking.k8s.io": {"ingresses", "ingressclasses"}}
     if grants != expected:
         fail(f"{variant}: ClusterRole grants {grants}, expected exactly {expected}")
     if writes != {"gateway.networking.k8s.io": set(GATEWAY_API_STATUS)}:

@@ -15,6 +15,7 @@
 
 pub mod duration;
 pub mod gateway_api;
+pub mod ingress;
 pub mod istio;
 pub mod k8s;
 pub mod mesh;
@@ -80,11 +81,15 @@ pub enum ConfigKind {
     HttpRoute,
     /// `gateway.networking.k8s.io ReferenceGrant`.
     ReferenceGrant,
+    /// `networking.k8s.io Ingress`.
+    Ingress,
+    /// `networking.k8s.io IngressClass` (cluster-scoped).
+    IngressClass,
 }
 
 impl ConfigKind {
     /// Every kind, in a fixed order.
-    pub const ALL: [ConfigKind; 21] = [
+    pub const ALL: [ConfigKind; 23] = [
         ConfigKind::Service,
         ConfigKind::Pod,
         ConfigKind::EndpointSlice,
@@ -106,6 +111,8 @@ impl ConfigKind {
         ConfigKind::KubernetesGateway,
         ConfigKind::HttpRoute,
         ConfigKind::ReferenceGrant,
+        ConfigKind::Ingress,
+        ConfigKind::IngressClass,
     ];
 
     /// The kind's name as meshpush shows it: the Kubernetes `kind`, except
@@ -134,6 +141,8 @@ impl ConfigKind {
             ConfigKind::KubernetesGateway => "KubernetesGateway",
             ConfigKind::HttpRoute => "HTTPRoute",
             ConfigKind::ReferenceGrant => "ReferenceGrant",
+            ConfigKind::Ingress => "Ingress",
+            ConfigKind::IngressClass => "IngressClass",
         }
     }
 
@@ -160,6 +169,7 @@ impl ConfigKind {
             | ConfigKind::KubernetesGateway
             | ConfigKind::HttpRoute
             | ConfigKind::ReferenceGrant => gateway_api::GROUP,
+            ConfigKind::Ingress | ConfigKind::IngressClass => ingress::GROUP,
             _ => "networking.istio.io",
         }
     }
@@ -173,7 +183,14 @@ impl ConfigKind {
     /// Kinds whose objects belong to no namespace (their keys' namespace is
     /// empty).
     pub fn is_cluster_scoped(self) -> bool {
-        matches!(self, ConfigKind::Node | ConfigKind::FetchedJwks | ConfigKind::Namespace | ConfigKind::GatewayClass)
+        matches!(
+            self,
+            ConfigKind::Node
+                | ConfigKind::FetchedJwks
+                | ConfigKind::Namespace
+                | ConfigKind::GatewayClass
+                | ConfigKind::IngressClass
+        )
     }
 
     /// Kinds that only move endpoints: a change to one of these can take the
@@ -308,6 +325,10 @@ pub enum ConfigObject {
     HttpRoute(Box<gateway_api::HttpRoute>),
     /// Gateway API ReferenceGrant (boxed, as the kinds above).
     ReferenceGrant(Box<gateway_api::ReferenceGrant>),
+    /// `networking.k8s.io/v1 Ingress` (boxed, as the kinds above).
+    Ingress(Box<ingress::Ingress>),
+    /// `networking.k8s.io/v1 IngressClass`.
+    IngressClass(Box<ingress::IngressClass>),
 }
 
 impl ConfigObject {
@@ -335,6 +356,8 @@ impl ConfigObject {
             ConfigObject::KubernetesGateway(_) => ConfigKind::KubernetesGateway,
             ConfigObject::HttpRoute(_) => ConfigKind::HttpRoute,
             ConfigObject::ReferenceGrant(_) => ConfigKind::ReferenceGrant,
+            ConfigObject::Ingress(_) => ConfigKind::Ingress,
+            ConfigObject::IngressClass(_) => ConfigKind::IngressClass,
         }
     }
 
@@ -362,6 +385,8 @@ impl ConfigObject {
             ConfigObject::KubernetesGateway(o) => &o.metadata,
             ConfigObject::HttpRoute(o) => &o.metadata,
             ConfigObject::ReferenceGrant(o) => &o.metadata,
+            ConfigObject::Ingress(o) => &o.metadata,
+            ConfigObject::IngressClass(o) => &o.metadata,
         }
     }
 

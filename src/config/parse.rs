@@ -20,7 +20,7 @@ use serde_yaml_ng::{Mapping, Value};
 use super::istio::api::{self, ApiField};
 use super::problem::{Problem, Severity, not_supported};
 use super::validate::validate;
-use super::{ConfigKey, ConfigKind, ConfigObject, SourceRef, gateway_api, istio, k8s, secret};
+use super::{ConfigKey, ConfigKind, ConfigObject, SourceRef, gateway_api, ingress, istio, k8s, secret};
 
 #[cfg(test)]
 mod test;
@@ -230,6 +230,12 @@ impl FileReader {
                 }
                 ConfigKind::ReferenceGrant => typed::<gateway_api::ReferenceGrant>(value, &mut ignored)
                     .map(|o| ConfigObject::ReferenceGrant(Box::new(o))),
+                ConfigKind::Ingress => {
+                    typed::<ingress::Ingress>(value, &mut ignored).map(|o| ConfigObject::Ingress(Box::new(o)))
+                }
+                ConfigKind::IngressClass => {
+                    typed::<ingress::IngressClass>(value, &mut ignored).map(|o| ConfigObject::IngressClass(Box::new(o)))
+                }
             };
         for path in &ignored {
             self.ignored_field(doc, config_kind, key.as_ref(), &field(prefix, path), path);
@@ -291,15 +297,14 @@ impl FileReader {
     /// the Kubernetes kinds that meshpush does not read (a Pod's containers)
     /// and bookkeeping such as `metadata.resourceVersion` stay quiet.
     fn ignored_field(&mut self, doc: usize, kind: ConfigKind, key: Option<&ConfigKey>, at: &str, path: &str) {
-        if kind.api_group() == gateway_api::GROUP && path.starts_with("spec.") {
+        if matches!(kind.api_group(), gateway_api::GROUP | ingress::GROUP) && path.starts_with("spec.") {
             // The types model every field of the API meshpush applies, so
             // one they do not model is either one it does not apply or none
             // of the API's: both are said, never dropped.
             let message = format!(
-                "is not a field meshpush applies of the Gateway API's {} ({}/v1): ignored; \
-                 check its spelling and indentation",
+                "is not a field meshpush applies of {} ({}/v1): ignored; check its spelling and indentation",
                 kind.kind_name(),
-                gateway_api::GROUP
+                kind.api_group()
             );
             self.problem(Severity::Warning, doc, key.cloned(), at, message);
             return;
@@ -390,6 +395,7 @@ fn expected_api_versions(kind: ConfigKind) -> &'static str {
         | ConfigKind::KubernetesGateway
         | ConfigKind::HttpRoute
         | ConfigKind::ReferenceGrant => "gateway.networking.k8s.io/v1 or v1beta1",
+        ConfigKind::Ingress | ConfigKind::IngressClass => "networking.k8s.io/v1",
         ConfigKind::EndpointSlice => "discovery.k8s.io/v1",
         ConfigKind::PeerAuthentication | ConfigKind::AuthorizationPolicy | ConfigKind::RequestAuthentication => {
             "security.istio.io/v1 or v1beta1"

@@ -21,6 +21,7 @@ use super::problem::{Severity, not_supported};
 use super::{ConfigKind, ConfigObject, ObjectMeta};
 
 mod gateway_api;
+mod ingress;
 mod istio;
 mod k8s;
 mod security;
@@ -68,6 +69,8 @@ pub fn validate(object: &ConfigObject) -> Vec<FieldError> {
         ConfigObject::KubernetesGateway(o) => gateway_api::gateway(&mut check, o),
         ConfigObject::HttpRoute(o) => gateway_api::http_route(&mut check, o),
         ConfigObject::ReferenceGrant(o) => gateway_api::reference_grant(&mut check, o),
+        ConfigObject::Ingress(o) => ingress::ingress(&mut check, o),
+        ConfigObject::IngressClass(o) => ingress::ingress_class(&mut check, o),
     }
     check.found
 }

@@ -48,7 +48,7 @@ use crate::config::istio::{
     Destination, HttpMatchRequest, HttpRedirect, HttpRoute, L4MatchAttributes, Percent, TlsMatchAttributes,
 };
 use crate::model::host;
-use crate::push::index::{ResolvedVirtualService, resolve_gateway_ref};
+use crate::push::index::{ResolvedVirtualService, RouteSemantics, resolve_gateway_ref};
 use crate::push::{PushContext, Scope};
 
 /// Where routes are generated for: the proxy's namespace (which
@@ -216,7 +216,7 @@ impl<'a> RouteTarget<'a> {
         };
         let mut out = Route {
             name,
-            r#match: Some(matching::route_match(m, vs.gateway_semantics)),
+            r#match: Some(matching::route_match(m, vs.semantics.segment_prefixes())),
             stat_prefix: m.and_then(|m| m.stat_prefix.clone()).unwrap_or_default(),
             ..Default::default()
         };
@@ -270,7 +270,8 @@ impl<'a> RouteTarget<'a> {
             timeout: Some(route.timeout.map(|t| t.to_proto()).unwrap_or_else(|| proto::seconds(0))),
             ..Default::default()
         };
-        if vs.gateway_semantics {
+        let gateway_api = vs.semantics == RouteSemantics::Gateway;
+        if gateway_api {
             // The Gateway API answers 500 for a backend that does not resolve.
             action.cluster_not_found_response_code = ClusterNotFoundResponseCode::InternalServerError as i32;
         }
@@ -284,9 +285,7 @@ impl<'a> RouteTarget<'a> {
                     pattern: Some(matching::regex(&regex.pattern)),
                     substitution: regex.rewrite.clone(),
                 });
-            } else if let (true, Some("/"), Some(prefix)) =
-                (vs.gateway_semantics, rewrite.uri.as_deref(), separated_prefix)
-            {
+            } else if let (true, Some("/"), Some(prefix)) = (gateway_api, rewrite.uri.as_deref(), separated_prefix) {
                 // Replacing a segment prefix by `/` removes it, keeping one
                 // `/` when the whole path was the prefix (as Istio does).
                 action.regex_rewrite = Some(RegexMatchAndSubstitute {

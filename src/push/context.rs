@@ -16,8 +16,9 @@ use serde::Serialize;
 
 use super::PushRequest;
 use super::index::{
-    AuthorizationIndex, DestinationRuleIndex, EndpointIndex, GatewayApiIndex, GatewayIndex, PeerAuthenticationIndex,
-    RequestAuthenticationIndex, SecretIndex, ServiceIndex, SidecarIndex, VirtualServiceIndex, Workload, WorkloadIndex,
+    AuthorizationIndex, DestinationRuleIndex, EndpointIndex, GatewayApiIndex, GatewayIndex, IngressIndex,
+    PeerAuthenticationIndex, RequestAuthenticationIndex, SecretIndex, ServiceIndex, SidecarIndex, VirtualServiceIndex,
+    Workload, WorkloadIndex,
 };
 use super::scope::{self, InboundId, InboundKey, Scope, ScopeId, ScopeInterner, ScopeKey};
 use crate::config::mesh::MeshConfig;
@@ -97,7 +98,9 @@ pub fn affected_types(kind: ConfigKind) -> TypeSet {
         | ConfigKind::KubernetesGateway
         | ConfigKind::HttpRoute
         | ConfigKind::ReferenceGrant
-        | ConfigKind::Namespace => TypeSet::of(&[Cluster, Listener, Route, TypeUrl::Secret]),
+        | ConfigKind::Namespace
+        | ConfigKind::Ingress
+        | ConfigKind::IngressClass => TypeSet::of(&[Cluster, Listener, Route, TypeUrl::Secret]),
     }
 }
 
@@ -142,6 +145,8 @@ pub struct PushContext {
     pub gateways: Arc<GatewayIndex>,
     /// The Gateway API, translated, with its objects' status.
     pub gateway_api: Arc<GatewayApiIndex>,
+    /// Ingresses, translated.
+    pub ingress: Arc<IngressIndex>,
     /// Sidecars.
     pub sidecars: Arc<SidecarIndex>,
     /// Secrets' TLS material.
@@ -184,17 +189,23 @@ impl PushContext {
         mesh: Arc<MeshConfig>,
     ) -> PushContext {
         let gateway_api = GatewayApiIndex::build(&store);
+        let ingress = IngressIndex::build(&store);
         let ((services, workloads), ((vs, dr), (gw, sc))) = rayon::join(
             || rayon::join(|| ServiceIndex::build(&store), || WorkloadIndex::build(&store)),
             || {
                 rayon::join(
                     || {
                         rayon::join(
-                            || VirtualServiceIndex::build(&store, &gateway_api),
+                            || VirtualServiceIndex::build(&store, &gateway_api, &ingress),
                             || DestinationRuleIndex::build(&store),
                         )
                     },
-                    || rayon::join(|| GatewayIndex::build(&store, &gateway_api), || SidecarIndex::build(&store)),
+                    || {
+                        rayon::join(
+                            || GatewayIndex::build(&store, &gateway_api, &ingress),
+                            || SidecarIndex::build(&store),
+                        )
+                    },
                 )
             },
         );
@@ -214,6 +225,7 @@ impl PushContext {
             destination_rules: Arc::new(dr),
             gateways: Arc::new(gw),
             gateway_api: Arc::new(gateway_api),
+            ingress: Arc::new(ingress),
             sidecars: Arc::new(sc),
             secrets: Arc::new(secrets),
             peer_authentications: Arc::new(peer_authentications),
@@ -265,9 +277,18 @@ impl PushContext {
         } else {
             prev.gateway_api.clone()
         };
-        let gateway_api_moved = !gateway_api.same_output(&prev.gateway_api);
+        let ingress_inputs = [ConfigKind::Ingress, ConfigKind::IngressClass];
+        let ingress = if ingress_inputs.into_iter().any(changed)
+            || (IngressIndex::has_objects(&prev.store) && services_changed)
+        {
+            Arc::new(IngressIndex::build(&store))
+        } else {
+            prev.ingress.clone()
+        };
+        // Whether what the Kubernetes routing APIs translate to changed.
+        let gateway_api_moved = !gateway_api.same_output(&prev.gateway_api) || !ingress.same_output(&prev.ingress);
         let virtual_services = if rebuild(ConfigKind::VirtualService) || gateway_api_moved {
-            Arc::new(VirtualServiceIndex::build(&store, &gateway_api))
+            Arc::new(VirtualServiceIndex::build(&store, &gateway_api, &ingress))
         } else {
             prev.virtual_services.clone()
         };
@@ -277,7 +298,7 @@ impl PushContext {
             prev.destination_rules.clone()
         };
         let gateways = if rebuild(ConfigKind::Gateway) || gateway_api_moved {
-            Arc::new(GatewayIndex::build(&store, &gateway_api))
+            Arc::new(GatewayIndex::build(&store, &gateway_api, &ingress))
         } else {
             prev.gateways.clone()
         };
@@ -402,7 +423,7 @@ impl PushContext {
             // translate to.
             let own = kinds
                 .iter()
-                .filter(|k| !gateway_api_inputs.contains(k))
+                .filter(|k| !gateway_api_inputs.contains(k) && !ingress_inputs.contains(k))
                 .fold(TypeSet::EMPTY, |set, k| set.union(affected_types(*k)));
             if gateway_api_moved { own.union(affected_types(ConfigKind::Gateway)) } else { own }
         };
@@ -447,6 +468,7 @@ impl PushContext {
             destination_rules,
             gateways,
             gateway_api,
+            ingress,
             sidecars,
             secrets,
             peer_authentications,
@@ -584,6 +606,8 @@ fn affected_hosts(
         | ConfigObject::KubernetesGateway(_)
         | ConfigObject::HttpRoute(_)
         | ConfigObject::ReferenceGrant(_)
+        | ConfigObject::Ingress(_)
+        | ConfigObject::IngressClass(_)
         // A change regenerates everything (`next`).
         | ConfigObject::PeerAuthentication(_)
         | ConfigObject::AuthorizationPolicy(_)

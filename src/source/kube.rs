@@ -17,6 +17,7 @@
 //! | PeerAuthentication, AuthorizationPolicy, RequestAuthentication | `security.istio.io` | the first the server serves of `v1`, `v1beta1` |
 //! | Namespace (its labels: a Gateway listener's `allowedRoutes` may select by them) | core | `v1` |
 //! | GatewayClass, Gateway, HTTPRoute, ReferenceGrant | `gateway.networking.k8s.io` | the first the server serves of `v1`, `v1beta1` |
+//! | Ingress, IngressClass | `networking.k8s.io` | `v1` |
 //!
 //! Rules:
 //! * A (re)list is applied whole when it is complete (`InitDone`): the
@@ -118,12 +119,14 @@ pub async fn client(access: &KubeAccess) -> Result<kube::Client, KubeError> {
     Ok(kube::Client::try_from(config)?)
 }
 
-/// Istio's API groups and the Gateway API's, and the versions meshpush
-/// reads of each, most preferred first.
-const ISTIO_GROUPS: [(&str, &[&str]); 3] = [
+/// The API groups whose kinds are found by discovery (Istio's and the
+/// Gateway API's come with CRDs that may not be installed), and the
+/// versions meshpush reads of each, most preferred first.
+const DISCOVERED_GROUPS: [(&str, &[&str]); 4] = [
     ("networking.istio.io", &ISTIO_VERSIONS),
     ("security.istio.io", &SECURITY_VERSIONS),
     (gateway_api::GROUP, &gateway_api::VERSIONS),
+    (crate::config::ingress::GROUP, &["v1"]),
 ];
 
 /// The resources to watch: the core and discovery kinds always, and each
@@ -138,7 +141,7 @@ pub async fn resources(client: &kube::Client) -> Result<Vec<(ConfigKind, ApiReso
         (ConfigKind::Secret, core("Secret", "secrets")),
         (ConfigKind::Namespace, core("Namespace", "namespaces")),
     ];
-    for (name, versions) in ISTIO_GROUPS {
+    for (name, versions) in DISCOVERED_GROUPS {
         let group = match kube::discovery::group(client, name).await {
             Ok(group) => Some(group),
             Err(kube::Error::Discovery(e)) => {

@@ -70,14 +70,18 @@ pub fn validate_dir(dir: &Path, max_file_bytes: u64) -> Vec<Problem> {
     problems
 }
 
-/// The Gateway API conditions of `store` that do not hold, as problems
-/// (none without Gateway API objects).
+/// The Gateway API conditions of `store` that do not hold, and the Ingress
+/// paths that route nothing, as problems.
 pub fn gateway_api_problems(store: &crate::model::StoreSnapshot) -> Vec<Problem> {
-    use crate::push::index::GatewayApiIndex;
-    if !GatewayApiIndex::has_objects(store) {
-        return Vec::new();
+    use crate::push::index::{GatewayApiIndex, IngressIndex};
+    let mut out = Vec::new();
+    if GatewayApiIndex::has_objects(store) {
+        out.extend(GatewayApiIndex::build(store).problems(store));
     }
-    GatewayApiIndex::build(store).problems(store)
+    if IngressIndex::has_objects(store) {
+        out.extend(IngressIndex::build(store).problems(store));
+    }
+    out
 }
 
 /// Prints each problem on one line (`error: reviews.yaml doc 2: …`) and a

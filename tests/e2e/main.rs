@@ -17,6 +17,7 @@ mod failure;
 mod gateway;
 mod gateway_api;
 mod generated;
+mod ingress;
 mod istio_manifests;
 mod jwt;
 mod kubernetes;

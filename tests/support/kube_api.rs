@@ -170,6 +170,14 @@ const RESOURCES: &[Resource] = &[
         plural: "referencegrants",
         namespaced: true,
     },
+    Resource { group: "networking.k8s.io", versions: &["v1"], kind: "Ingress", plural: "ingresses", namespaced: true },
+    Resource {
+        group: "networking.k8s.io",
+        versions: &["v1"],
+        kind: "IngressClass",
+        plural: "ingressclasses",
+        namespaced: false,
+    },
 ];
 
 fn resource_by_plural(group: &str, plural: &str) -> Option<&'static Resource> {

@@ -13,6 +13,7 @@
 //! * [`meshpush`]: [`meshpush::Meshpush`], the real binary serving a config dir.
 //! * [`backend`]: [`backend::Backend`], tiny HTTP servers that say who they are.
 //! * [`browser`]: headless Chromium, installed on first use, for page tests.
+//! * [`isolated`]: a backend and a client inside an isolated Envoy's network namespace.
 //! * [`http`]: the minimal HTTP/1.1 client and parser the others share.
 //! * [`kube_api`]: a stand-in Kubernetes API server (lists, watches, 410 Gone).
 //! * [`traffic`]: requests through Envoy, single or as steady background traffic.
@@ -33,6 +34,7 @@ pub mod browser;
 pub mod conformance;
 pub mod envoy;
 pub mod http;
+pub mod isolated;
 pub mod kube_api;
 pub mod manifests;
 pub mod meshpush;

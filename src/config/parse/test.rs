@@ -139,6 +139,18 @@ metadata: {name: from-apps, namespace: bookinfo}
 spec:
   from: [{group: gateway.networking.k8s.io, kind: HTTPRoute, namespace: apps}]
   to: [{group: "", kind: Service}]
+---
+apiVersion: networking.k8s.io/v1
+kind: Ingress
+metadata: {name: reviews, namespace: bookinfo}
+spec:
+  ingressClassName: istio
+  rules: [{host: reviews.example.com, http: {paths: [{path: /, pathType: Prefix, backend: {service: {name: reviews, port: {number: 9080}}}}]}}]
+---
+apiVersion: networking.k8s.io/v1
+kind: IngressClass
+metadata: {name: istio}
+spec: {controller: istio.io/ingress-controller}
 "#;
 
 fn kinds(parsed: &ParsedFile) -> Vec<ConfigKind> {

@@ -22,14 +22,15 @@ pub fn prefix_match(prefix: &str) -> RouteMatch {
     RouteMatch { path_specifier: Some(PathSpecifier::Prefix(prefix.to_string())), ..Default::default() }
 }
 
-/// The Envoy match of one condition (`None`: match everything). With the
-/// Gateway API's semantics a path prefix matches whole segments (`/foo`
-/// matches `/foo` and `/foo/bar`, not `/foobar`), as Istio matches it.
-pub fn route_match(m: Option<&HttpMatchRequest>, gateway_semantics: bool) -> RouteMatch {
+/// The Envoy match of one condition (`None`: match everything). With
+/// `segment_prefixes` (the Gateway API's and Ingress's semantics) a path
+/// prefix matches whole segments (`/foo` matches `/foo` and `/foo/bar`, not
+/// `/foobar`), as Istio matches it.
+pub fn route_match(m: Option<&HttpMatchRequest>, segment_prefixes: bool) -> RouteMatch {
     let Some(m) = m else { return prefix_match("/") };
     let path = match &m.uri {
         Some(StringMatch { exact: Some(p), .. }) => PathSpecifier::Path(p.clone()),
-        Some(StringMatch { prefix: Some(p), .. }) if gateway_semantics && p != "/" => {
+        Some(StringMatch { prefix: Some(p), .. }) if segment_prefixes && p != "/" => {
             PathSpecifier::PathSeparatedPrefix(p.trim_end_matches('/').to_string())
         }
         Some(StringMatch { prefix: Some(p), .. }) => PathSpecifier::Prefix(p.clone()),

@@ -8,6 +8,7 @@ pub mod authorization;
 mod delegation;
 mod endpoints;
 pub mod gateway_api;
+pub mod ingress;
 pub mod peer_authentication;
 pub mod request_authentication;
 mod rules;
@@ -18,11 +19,12 @@ mod workloads;
 pub use authorization::{AppliedPolicy, AuthorizationIndex};
 pub use endpoints::EndpointIndex;
 pub use gateway_api::GatewayApiIndex;
+pub use ingress::IngressIndex;
 pub use peer_authentication::{PeerAuthenticationIndex, WorkloadMtls};
 pub use request_authentication::{RequestAuthenticationIndex, ResolvedJwtRule};
 pub use rules::{
     DestinationRuleIndex, GatewayIndex, GatewaySelector, GatewayServer, ResolvedGateway, ResolvedVirtualService,
-    SidecarIndex, VirtualServiceIndex, resolve_gateway_ref,
+    RouteSemantics, SidecarIndex, VirtualServiceIndex, resolve_gateway_ref,
 };
 pub use secrets::SecretIndex;
 pub use services::ServiceIndex;

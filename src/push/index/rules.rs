@@ -6,6 +6,7 @@ use std::sync::Arc;
 
 use super::delegation::{self, Delegates};
 use super::gateway_api::{self, GatewayApiIndex};
+use super::ingress::{self as ingress_index, IngressIndex};
 use crate::config::{ConfigKey, ConfigKind, ConfigObject, istio};
 use crate::model::service::ExportTo;
 use crate::model::{Hostname, StoreSnapshot, StoredObject, host};
@@ -28,9 +29,28 @@ pub struct ResolvedVirtualService {
     merged_http: Option<Vec<istio::HttpRoute>>,
     /// The delegate VirtualServices its routes hand over to.
     pub delegates: Vec<ConfigKey>,
-    /// Whether its routes keep the Gateway API's semantics (it was
-    /// translated from an HTTPRoute: Istio's `route-semantics: gateway`).
-    pub gateway_semantics: bool,
+    /// Whose semantics its routes keep (Istio's `route-semantics`
+    /// annotation, which the translations of HTTPRoutes and Ingresses set).
+    pub semantics: RouteSemantics,
+}
+
+/// Whose rules a VirtualService's routes follow.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RouteSemantics {
+    /// Istio's VirtualService.
+    Istio,
+    /// The Gateway API's: path prefixes match whole segments, a backend
+    /// that does not resolve answers 500, a prefix replaced by `/` is removed.
+    Gateway,
+    /// Ingress's: path prefixes match whole segments.
+    Ingress,
+}
+
+impl RouteSemantics {
+    /// Whether a path prefix (other than `/`) matches whole segments only.
+    pub fn segment_prefixes(self) -> bool {
+        self != RouteSemantics::Istio
+    }
 }
 
 impl ResolvedVirtualService {
@@ -92,9 +112,13 @@ pub type Labels = BTreeMap<String, String>;
 impl VirtualServiceIndex {
     /// Builds the index: the store's VirtualServices, then those translated
     /// from the Gateway API.
-    pub fn build(snapshot: &StoreSnapshot, gateway_api: &GatewayApiIndex) -> VirtualServiceIndex {
+    pub fn build(
+        snapshot: &StoreSnapshot,
+        gateway_api: &GatewayApiIndex,
+        ingress: &IngressIndex,
+    ) -> VirtualServiceIndex {
         let derived: Vec<(ConfigKey, &Arc<StoredObject>)> =
-            gateway_api.virtual_services.iter().map(|s| (s.object.key(), s)).collect();
+            gateway_api.virtual_services.iter().chain(&ingress.virtual_services).map(|s| (s.object.key(), s)).collect();
         let rules: Vec<(&ConfigKey, &Arc<StoredObject>, &istio::VirtualService)> = snapshot
             .kind(ConfigKind::VirtualService)
             .iter()
@@ -203,8 +227,11 @@ fn resolve_virtual_service(stored: &Arc<StoredObject>, vs: &istio::VirtualServic
         object: stored.clone(),
         merged_http: None,
         delegates: Vec::new(),
-        gateway_semantics: vs.metadata.annotations.get(gateway_api::ROUTE_SEMANTICS_ANNOTATION).map(String::as_str)
-            == Some(gateway_api::GATEWAY_SEMANTICS),
+        semantics: match vs.metadata.annotations.get(gateway_api::ROUTE_SEMANTICS_ANNOTATION).map(String::as_str) {
+            Some(gateway_api::GATEWAY_SEMANTICS) => RouteSemantics::Gateway,
+            Some(ingress_index::INGRESS_SEMANTICS) => RouteSemantics::Ingress,
+            _ => RouteSemantics::Istio,
+        },
     }
 }
 
@@ -438,8 +465,8 @@ pub struct GatewayIndex {
 
 impl GatewayIndex {
     /// Builds the index: the store's Gateways, then those translated from
-    /// the Gateway API.
-    pub fn build(snapshot: &StoreSnapshot, gateway_api: &GatewayApiIndex) -> GatewayIndex {
+    /// the Gateway API and from Ingresses.
+    pub fn build(snapshot: &StoreSnapshot, gateway_api: &GatewayApiIndex, ingress: &IngressIndex) -> GatewayIndex {
         let own = snapshot.kind(ConfigKind::Gateway).values().filter_map(|stored| match &stored.object {
             ConfigObject::Gateway(gw) => {
                 Some(resolve_gateway(gw, GatewaySelector::Labels(gw.spec.selector.clone()), &[]))
@@ -450,7 +477,11 @@ impl GatewayIndex {
             let selector = GatewaySelector::Deployment { namespace: d.namespace.clone(), name: d.deployment.clone() };
             resolve_gateway(&d.gateway, selector, &d.addresses)
         });
-        GatewayIndex { all: own.chain(derived).collect() }
+        let ingresses = ingress
+            .gateways
+            .iter()
+            .map(|gw| resolve_gateway(gw, GatewaySelector::Labels(gw.spec.selector.clone()), &[]));
+        GatewayIndex { all: own.chain(derived).chain(ingresses).collect() }
     }
 
     /// The addresses of the Gateway API Gateways this router serves that are
