@@ -103,7 +103,18 @@ pub(super) fn gateway(check: &mut Checker, gw: &Gateway) {
         let kind = a.kind.as_deref().unwrap_or("IPAddress");
         if kind == "IPAddress" && a.value.parse::<std::net::IpAddr>().is_err() {
             check.error(format!("spec.addresses[{i}].value"), format!("{:?} is not an IP address", a.value));
+        } else if kind != "IPAddress" {
+            check.unsupported(
+                format!("spec.addresses[{i}].type"),
+                Some("it is reported in the status; a router binds only an IPAddress it holds"),
+            );
         }
+    }
+    if gw.spec.infrastructure.is_some() {
+        check.unsupported(
+            "spec.infrastructure",
+            Some("meshpush deploys no gateway: label the routers you run yourself (meshpush bootstrap --gateway)"),
+        );
     }
 }
 
@@ -212,7 +223,7 @@ fn http_rule(check: &mut Checker, path: &str, rule: &HttpRouteRule) {
             if !matches!(f.kind.as_str(), "RequestHeaderModifier" | "ResponseHeaderModifier") {
                 check.unsupported(
                     format!("{fpath}.type"),
-                    Some("only header modifiers are applied per backend; the rule's requests get 500"),
+                    Some("only header modifiers are applied per backend: the route is not served (InvalidFilter)"),
                 );
             }
             filter(check, &fpath, f, prefix_only);
@@ -250,10 +261,11 @@ fn filter(check: &mut Checker, path: &str, f: &HttpRouteFilter, prefix_only: boo
         "RequestRedirect" => f.request_redirect.is_some(),
         "URLRewrite" => f.url_rewrite.is_some(),
         "CORS" | "ExtensionRef" => {
-            // Their settings are reported by the parser as not applied; the
-            // type itself makes the rule answer 500, as Istio does with a
-            // filter it cannot apply.
-            check.unsupported(format!("{path}.type"), Some("the rule answers every request with 500"));
+            // Their settings are reported by the parser as not applied.
+            check.unsupported(
+                format!("{path}.type"),
+                Some("the route is not served (ResolvedRefs False, InvalidFilter), as Istio does with a filter it cannot apply"),
+            );
             true
         }
         other => {
