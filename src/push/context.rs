@@ -322,10 +322,25 @@ impl PushContext {
             prev.request_authentication.clone()
         };
 
+        // Mesh routes (GAMMA, translated from HTTPRoutes whose parent is a
+        // Service) route the sidecars calling their hosts: those hosts are dirty.
+        let mut mesh_route_hosts: HashSet<Hostname> = HashSet::new();
+        if gateway_api_moved {
+            for index in [&prev.gateway_api, &gateway_api] {
+                for stored in &index.virtual_services {
+                    if let ConfigObject::VirtualService(vs) = &stored.object
+                        && vs.spec.gateways.iter().any(|g| g == crate::config::istio::MESH_GATEWAY)
+                    {
+                        mesh_route_hosts.extend(vs.spec.hosts.iter().map(|h| Hostname::from(h.as_str())));
+                    }
+                }
+            }
+        }
         let mut changes = PushChanges {
             kinds: kinds.clone(),
             endpoint_only: request.is_endpoint_only(),
             gateways: changed(ConfigKind::Gateway) || gateway_api_moved,
+            dirty_hosts: mesh_route_hosts,
             ..Default::default()
         };
         for key in &request.keys {

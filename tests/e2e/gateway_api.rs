@@ -495,3 +495,68 @@ fn istio_gateway_api_samples_route_as_their_readmes_describe() {
     });
     suite.scene().assert_nothing_rejected();
 }
+
+/// The HTTPRoute of the mesh routing test: `ledger`'s callers go to
+/// `ledger-v2` when they send `x-version: v2` (only when `by_header`), else
+/// to `ledger-v1`.
+fn ledger_route(port: u16, by_header: bool) -> String {
+    let v2 = if by_header {
+        format!(
+            "  - matches: [{{headers: [{{name: x-version, value: v2}}]}}]\n    backendRefs: [{{name: ledger-v2, port: {port}}}]\n"
+        )
+    } else {
+        String::new()
+    };
+    format!(
+        "apiVersion: gateway.networking.k8s.io/v1\nkind: HTTPRoute\nmetadata: {{name: ledger, namespace: shop}}\nspec:\n  \
+         parentRefs: [{{group: \"\", kind: Service, name: ledger, port: {port}}}]\n  rules:\n{v2}  \
+         - backendRefs: [{{name: ledger-v1, port: {port}}}]\n"
+    )
+}
+
+#[test]
+fn a_route_whose_parent_is_a_service_routes_the_sidecars_that_call_it() {
+    use support::manifests::{docs, pod, sidecar_node};
+    let port = support::process::free_port();
+    let service = |name: &str, selector: &str| {
+        format!(
+            "apiVersion: v1\nkind: Service\nmetadata: {{name: {name}, namespace: shop}}\n\
+             spec:\n  selector: {{{selector}}}\n  ports: [{{name: http, port: {port}}}]\n"
+        )
+    };
+    let mesh = docs(&[
+        service("ledger", "app: ledger"),
+        service("ledger-v1", "app: ledger, version: v1"),
+        service("ledger-v2", "app: ledger, version: v2"),
+        pod("shop", "ledger-v1-0", "127.0.174.2", &[("app", "ledger"), ("version", "v1")], port),
+        pod("shop", "ledger-v2-0", "127.0.174.3", &[("app", "ledger"), ("version", "v2")], port),
+    ]);
+    let backends = [format!("127.0.174.2:{port}"), format!("127.0.174.3:{port}")];
+    let mut scene = support::scene::Scene::start(
+        &[("mesh.yaml", &mesh), ("route.yaml", &ledger_route(port, true))],
+        &[("ledger-v1-0", &backends[0]), ("ledger-v2-0", &backends[1])],
+    );
+    let opts = scene.sidecar(&sidecar_node("127.0.174.9", "client", "shop"), &[("app", "client")]);
+    scene.add_envoy("client", &opts);
+    let outbound = std::net::SocketAddr::from(([127, 0, 0, 1], port));
+    let host = "ledger.shop.svc.cluster.local";
+    let lands = |headers: &[(&str, &str)], want: &str| {
+        let mut all = headers.to_vec();
+        all.push(("host", host));
+        let r = support::http::get(outbound, "/", &all).map_err(|e| e.to_string())?;
+        match r.header("x-backend") {
+            Some(b) if b == want => Ok(()),
+            other => Err(format!("status {} from {other:?}, expected {want}", r.status)),
+        }
+    };
+    let converge = std::time::Duration::from_secs(30);
+    let section = support::envoy::Section::Routes;
+    scene.wait(converge, "x-version: v2 to reach ledger-v2", section, || lands(&[("x-version", "v2")], "ledger-v2-0"));
+    scene.wait(converge, "the rest to reach ledger-v1", section, || lands(&[], "ledger-v1-0"));
+    // An edit of the route reaches the sidecar: everything to v1.
+    scene.dir().write("route.yaml", &ledger_route(port, false));
+    scene.wait(converge, "x-version: v2 to reach ledger-v1 after the edit", section, || {
+        lands(&[("x-version", "v2")], "ledger-v1-0")
+    });
+    scene.assert_nothing_rejected();
+}

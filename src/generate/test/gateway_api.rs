@@ -101,3 +101,59 @@ fn istio_rules_keep_istio_semantics() {
         }
     }
 }
+
+/// Mesh routing (GAMMA): reviews' owner sends everything to v1; the
+/// `other` namespace's own route sends its clients to v3.
+const MESH_ROUTES: &str = r#"
+apiVersion: v1
+kind: Service
+metadata: {name: reviews-v1, namespace: default}
+spec: {selector: {app: reviews, version: v1}, ports: [{name: http, port: 9080}]}
+---
+apiVersion: v1
+kind: Service
+metadata: {name: reviews-v3, namespace: default}
+spec: {selector: {app: reviews, version: v3}, ports: [{name: http, port: 9080}]}
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: HTTPRoute
+metadata: {name: reviews, namespace: default}
+spec:
+  parentRefs: [{group: "", kind: Service, name: reviews, port: 9080}]
+  rules: [{backendRefs: [{name: reviews-v1, port: 9080}]}]
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: HTTPRoute
+metadata: {name: reviews-for-other, namespace: other}
+spec:
+  parentRefs: [{group: "", kind: Service, name: reviews, namespace: default}]
+  rules: [{backendRefs: [{name: reviews-v3, namespace: default, port: 9080}]}]
+---
+apiVersion: gateway.networking.k8s.io/v1beta1
+kind: ReferenceGrant
+metadata: {name: other-to-default, namespace: default}
+spec:
+  from: [{group: gateway.networking.k8s.io, kind: HTTPRoute, namespace: other}]
+  to: [{group: "", kind: Service}]
+"#;
+
+/// The cluster the sidecar of `scope` sends `reviews` requests to.
+fn reviews_cluster(ctx: &PushContext, scope: &Scope) -> String {
+    let configs = rds::route_configs(ctx, scope);
+    let rc = config(&configs, "9080");
+    let host = rc
+        .virtual_hosts
+        .iter()
+        .find(|v| v.domains.iter().any(|d| d == REVIEWS))
+        .unwrap_or_else(|| panic!("no virtual host for {REVIEWS}"));
+    single_cluster(&host.routes[0]).to_string()
+}
+
+#[test]
+fn a_mesh_route_routes_the_callers_of_its_service_and_a_consumer_route_its_own_namespace() {
+    let ctx = context(mesh_with(MESH_ROUTES));
+    let productpage = productpage(&ctx, "NONE");
+    assert_eq!(reviews_cluster(&ctx, &productpage), "outbound|9080||reviews-v1.default.svc.cluster.local");
+    let other = ctx.scope_for(&proxy("sidecar~10.0.7.1~client.other~other.svc.cluster.local", "NONE", &[]));
+    assert_eq!(reviews_cluster(&ctx, &other), "outbound|9080||reviews-v3.default.svc.cluster.local");
+}

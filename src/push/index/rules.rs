@@ -195,12 +195,20 @@ impl VirtualServiceIndex {
     }
 
     /// The rule that routes `hostname` for proxies of `namespace` bound to
-    /// `gateway`: the first visible rule, in key order, naming the host.
-    /// Exact host matches win over wildcard ones.
+    /// `gateway`: the first visible rule, in key order, naming the host
+    /// (a Gateway API route of `namespace` before the others). Exact host
+    /// matches win over wildcard ones.
     pub fn for_host(&self, gateway: &str, namespace: &str, hostname: &str) -> Option<&Arc<ResolvedVirtualService>> {
         let visible = |vs: &&Arc<ResolvedVirtualService>| vs.binds(gateway) && vs.export_to.visible_to(namespace);
         let exact = self.by_host.get(hostname).map(Vec::as_slice).unwrap_or(&[]);
-        exact.iter().map(|i| &self.all[*i]).find(|vs| visible(vs)).or_else(|| {
+        // A Gateway API route of the proxy's own namespace comes first (a
+        // consumer's mesh route overrides the Service owner's), as in Istio.
+        let own = |vs: &&Arc<ResolvedVirtualService>| {
+            vs.semantics == RouteSemantics::Gateway && *vs.key.namespace == *namespace
+        };
+        let mut candidates = exact.iter().map(|i| &self.all[*i]).filter(visible);
+        let first = candidates.clone().find(own).or_else(|| candidates.next());
+        first.or_else(|| {
             self.wildcard.iter().map(|i| &self.all[*i]).filter(visible).find(|vs| vs.matches_host(hostname))
         })
     }
