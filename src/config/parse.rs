@@ -248,12 +248,17 @@ impl FileReader {
         };
         // Nothing meshpush does reads the annotations of the kinds a large
         // mesh has most of: they are not kept.
-        match &mut object {
-            ConfigObject::Pod(o) => o.metadata.annotations.clear(),
-            ConfigObject::EndpointSlice(o) => o.metadata.annotations.clear(),
-            ConfigObject::Node(o) => o.metadata.annotations.clear(),
-            ConfigObject::Namespace(o) => o.metadata.annotations.clear(),
-            _ => {}
+        // Nor their creation times (only routes are ordered by them).
+        let unread = match &mut object {
+            ConfigObject::Pod(o) => Some(&mut o.metadata),
+            ConfigObject::EndpointSlice(o) => Some(&mut o.metadata),
+            ConfigObject::Node(o) => Some(&mut o.metadata),
+            ConfigObject::Namespace(o) => Some(&mut o.metadata),
+            _ => None,
+        };
+        if let Some(meta) = unread {
+            meta.annotations.clear();
+            meta.creation_timestamp = None;
         }
         if object.meta().name.is_empty() {
             let message = format!("is missing: every {config_kind} needs a name");

@@ -307,22 +307,28 @@ fn refs_not_resolved(suite: &Suite, namespace: &str, route: &str, reason: &str) 
     suite.expect_condition(("HTTPRoute", namespace, route), "parents[0]", "ResolvedRefs", "False", Some(reason));
 }
 
+/// Route `route` of the infra namespace is accepted, its backend does not
+/// resolve for `reason`, and `path` answers 500.
+fn unresolved_backend(suite: &Suite, route: &str, reason: &str, path: &str) {
+    accepted(suite, INFRA, route);
+    refs_not_resolved(suite, INFRA, route, reason);
+    suite.expect_all(SAME, &[Expect::get(path).status(500)]);
+}
+
 fn nonexistent_backend(suite: &Suite) {
-    accepted(suite, INFRA, "invalid-nonexistent-backend-ref");
-    refs_not_resolved(suite, INFRA, "invalid-nonexistent-backend-ref", "BackendNotFound");
-    suite.expect_all(SAME, &[Expect::get("/").status(500)]);
+    unresolved_backend(suite, "invalid-nonexistent-backend-ref", "BackendNotFound", "/");
 }
 
 fn unknown_kind_backend(suite: &Suite) {
-    accepted(suite, INFRA, "invalid-backend-ref-unknown-kind");
-    refs_not_resolved(suite, INFRA, "invalid-backend-ref-unknown-kind", "InvalidKind");
-    suite.expect_all(SAME, &[Expect::get("/v2").status(500)]);
+    unresolved_backend(suite, "invalid-backend-ref-unknown-kind", "InvalidKind", "/v2");
 }
 
 fn cross_namespace_backend_without_grant(suite: &Suite) {
-    accepted(suite, INFRA, "invalid-cross-namespace-backend-ref");
-    refs_not_resolved(suite, INFRA, "invalid-cross-namespace-backend-ref", "RefNotPermitted");
-    suite.expect_all(SAME, &[Expect::get("/").status(500)]);
+    unresolved_backend(suite, "invalid-cross-namespace-backend-ref", "RefNotPermitted", "/");
+}
+
+fn invalid_reference_grant(suite: &Suite) {
+    unresolved_backend(suite, "reference-grant", "RefNotPermitted", "/");
 }
 
 fn no_routes_attached(suite: &Suite, gateway: &str) {
@@ -352,12 +358,6 @@ fn reference_grant(suite: &Suite) {
     suite.route_accepted(INFRA, "reference-grant", 1);
     suite.expect_all(SAME, &[Expect::get("/").backend("web-backend").namespace(WEB)]);
     suite.delete("httproute-reference-grant.yaml", "ReferenceGrant", WEB, "reference-grant");
-    suite.expect_all(SAME, &[Expect::get("/").status(500)]);
-}
-
-fn invalid_reference_grant(suite: &Suite) {
-    accepted(suite, INFRA, "reference-grant");
-    refs_not_resolved(suite, INFRA, "reference-grant", "RefNotPermitted");
     suite.expect_all(SAME, &[Expect::get("/").status(500)]);
 }
 

@@ -381,16 +381,7 @@ impl KubeApi {
         metadata.entry("uid").or_insert_with(|| json!(format!("uid-{kind}-{namespace}-{name}")));
         let key = (resource.group, resource.plural, namespace.clone(), name);
         let existed = objects.objects.insert(key, object.clone()).is_some();
-        let change = Change {
-            revision,
-            plural: resource.plural,
-            group: resource.group,
-            kind: resource.kind,
-            namespace,
-            object: json!({ "type": if existed { "MODIFIED" } else { "ADDED" }, "object": object }),
-        };
-        objects.history.push(change.clone());
-        let _ = self.state.events.send(Some(change));
+        announce(&self.state, &mut objects, resource, namespace, if existed { "MODIFIED" } else { "ADDED" }, object);
         revision
     }
 
@@ -413,16 +404,7 @@ impl KubeApi {
         objects.revision += 1;
         let revision = objects.revision;
         object["metadata"]["resourceVersion"] = json!(revision.to_string());
-        let change = Change {
-            revision,
-            plural: resource.plural,
-            group: resource.group,
-            kind: resource.kind,
-            namespace,
-            object: json!({ "type": "DELETED", "object": object }),
-        };
-        objects.history.push(change.clone());
-        let _ = self.state.events.send(Some(change));
+        announce(&self.state, &mut objects, resource, namespace, "DELETED", object);
         Some(revision)
     }
 
@@ -791,17 +773,30 @@ fn patch_status(
     let revision = objects.revision;
     object["metadata"]["resourceVersion"] = json!(revision.to_string());
     objects.objects.insert(key, object.clone());
+    announce(state, &mut objects, r, namespace, "MODIFIED", object.clone());
+    axum::Json(at_version(object, r, version)).into_response()
+}
+
+/// Records the watch event `event` (`ADDED`, `MODIFIED`, `DELETED`) of
+/// `object`, at the current revision, and sends it to the open watches.
+fn announce(
+    state: &Shared,
+    objects: &mut Objects,
+    r: &'static Resource,
+    namespace: String,
+    event: &str,
+    object: Value,
+) {
     let change = Change {
-        revision,
+        revision: objects.revision,
         plural: r.plural,
         group: r.group,
         kind: r.kind,
         namespace,
-        object: json!({ "type": "MODIFIED", "object": object }),
+        object: json!({ "type": event, "object": object }),
     };
     objects.history.push(change.clone());
     let _ = state.events.send(Some(change));
-    axum::Json(at_version(object, r, version)).into_response()
 }
 
 /// `object` as served at `version` of its group.

@@ -158,7 +158,8 @@ impl ObjectStatus {
             ObjectStatus::Gateway { conditions, listeners, .. } => {
                 out.extend(conditions.iter().filter(|c| !c.is_true()).map(|c| (String::new(), c)));
                 for l in listeners {
-                    let bad = l.conditions.iter().filter(|c| !c.is_true() ^ (c.kind == "Conflicted"));
+                    // `Conflicted` is the one condition that is bad when it holds.
+                    let bad = l.conditions.iter().filter(|c| c.is_true() == (c.kind == "Conflicted"));
                     out.extend(bad.map(|c| (format!("listeners[{}]", l.name), c)));
                 }
             }
@@ -1302,6 +1303,14 @@ spec: {ports: [{name: http, port: 8080}]}
         }
     }
 
+    /// The conditions and listener statuses of Gateway `ns/name`.
+    fn gateway_status<'a>(index: &'a GatewayApiIndex, ns: &str, name: &str) -> (&'a [Condition], &'a [ListenerStatus]) {
+        match index.status.get(&ConfigKey::new(ConfigKind::KubernetesGateway, ns, name)) {
+            Some(ObjectStatus::Gateway { conditions, listeners, .. }) => (conditions, listeners),
+            other => panic!("Gateway {ns}/{name} has status {other:?}"),
+        }
+    }
+
     fn condition<'a>(conditions: &'a [Condition], kind: &str) -> &'a Condition {
         conditions.iter().find(|c| c.kind == kind).unwrap_or_else(|| panic!("no {kind} in {conditions:?}"))
     }
@@ -1322,15 +1331,11 @@ spec: {ports: [{name: http, port: 8080}]}
         assert_eq!((&*any.namespace, &*any.deployment), ("infra", "edge"));
         assert_eq!(any.gateway.spec.servers[0].hosts, ["*/*.example.com"]);
         assert_eq!(any.gateway.spec.servers[0].port.number, 8080);
-        match index.status.get(&ConfigKey::new(ConfigKind::KubernetesGateway, "infra", "edge")) {
-            Some(ObjectStatus::Gateway { conditions, listeners, .. }) => {
-                assert!(condition(conditions, "Accepted").is_true());
-                assert!(condition(conditions, "Programmed").is_true());
-                assert_eq!(listeners.len(), 3);
-                assert!(listeners.iter().all(|l| condition(&l.conditions, "Programmed").is_true()));
-            }
-            other => panic!("{other:?}"),
-        }
+        let (conditions, listeners) = gateway_status(&index, "infra", "edge");
+        assert!(condition(conditions, "Accepted").is_true());
+        assert!(condition(conditions, "Programmed").is_true());
+        assert_eq!(listeners.len(), 3);
+        assert!(listeners.iter().all(|l| condition(&l.conditions, "Programmed").is_true()));
     }
 
     #[test]
@@ -1449,14 +1454,9 @@ spec:
         assert_eq!((lonely.status, lonely.reason), ("False", "NotAllowedByListeners"));
         let nohost = condition(&route_status(&index, "apps", "nohost")[0].conditions, "Accepted");
         assert_eq!((nohost.status, nohost.reason), ("False", "NoMatchingListenerHostname"));
-        match index.status.get(&ConfigKey::new(ConfigKind::KubernetesGateway, "infra", "edge")) {
-            Some(ObjectStatus::Gateway { listeners, .. }) => {
-                let attached: Vec<(&str, u32)> =
-                    listeners.iter().map(|l| (l.name.as_str(), l.attached_routes)).collect();
-                assert_eq!(attached, [("same", 0), ("any", 1), ("web", 1)]);
-            }
-            other => panic!("{other:?}"),
-        }
+        let (_, listeners) = gateway_status(&index, "infra", "edge");
+        let attached: Vec<(&str, u32)> = listeners.iter().map(|l| (l.name.as_str(), l.attached_routes)).collect();
+        assert_eq!(attached, [("same", 0), ("any", 1), ("web", 1)]);
     }
 
     #[test]
@@ -1615,14 +1615,10 @@ spec:
 "#,
         );
         assert!(index.gateways.iter().all(|g| &*g.deployment != "tls"));
-        match index.status.get(&ConfigKey::new(ConfigKind::KubernetesGateway, "infra", "tls")) {
-            Some(ObjectStatus::Gateway { listeners, conditions, .. }) => {
-                let resolved = condition(&listeners[0].conditions, "ResolvedRefs");
-                assert_eq!((resolved.status, resolved.reason), ("False", "InvalidCertificateRef"));
-                assert!(!condition(conditions, "Programmed").is_true());
-            }
-            other => panic!("{other:?}"),
-        }
+        let (conditions, listeners) = gateway_status(&index, "infra", "tls");
+        let resolved = condition(&listeners[0].conditions, "ResolvedRefs");
+        assert_eq!((resolved.status, resolved.reason), ("False", "InvalidCertificateRef"));
+        assert!(!condition(conditions, "Programmed").is_true());
     }
 
     #[test]
