@@ -206,8 +206,13 @@ impl VirtualServiceIndex {
         let own = |vs: &&Arc<ResolvedVirtualService>| {
             vs.semantics == RouteSemantics::Gateway && *vs.key.namespace == *namespace
         };
-        let mut candidates = exact.iter().map(|i| &self.all[*i]).filter(visible);
-        let first = candidates.clone().find(own).or_else(|| candidates.next());
+        let mut first = None;
+        for vs in exact.iter().map(|i| &self.all[*i]).filter(visible) {
+            if own(&vs) {
+                return Some(vs);
+            }
+            first.get_or_insert(vs);
+        }
         first.or_else(|| {
             self.wildcard.iter().map(|i| &self.all[*i]).filter(visible).find(|vs| vs.matches_host(hostname))
         })
