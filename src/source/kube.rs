@@ -37,8 +37,8 @@
 //!   read. When the set changes (a namespace relabelled, created, deleted)
 //!   every kind's watcher lists again, so a namespace that joins brings
 //!   its objects and one that leaves takes them away; nothing of an
-//!   unselected namespace is kept. Nodes belong to no namespace: all are
-//!   read.
+//!   unselected namespace is kept (its Namespace object neither). Nodes
+//!   belong to no namespace: all are read.
 //! * [`KubeStatus::wait_synced`] resolves once every watcher's first list is
 //!   applied, with the store revision that holds them all: `serve` is not
 //!   ready before that is published, as istiod waits for its informers.
@@ -411,9 +411,15 @@ impl KindWatch {
     ) {
         let mut events = std::pin::pin!(events);
         let cluster_scoped = self.kind.is_cluster_scoped();
+        let is_namespace = self.kind == ConfigKind::Namespace;
+        // A Namespace belongs to itself: only the selected ones are read.
         let wanted = |object: &DynamicObject| {
-            cluster_scoped
-                || selected.is_none_or(|set| object.metadata.namespace.as_ref().is_some_and(|ns| set.contains(ns)))
+            let in_selected = |ns: Option<&String>| selected.is_none_or(|set| ns.is_some_and(|ns| set.contains(ns)));
+            if is_namespace {
+                in_selected(object.metadata.name.as_ref())
+            } else {
+                cluster_scoped || in_selected(object.metadata.namespace.as_ref())
+            }
         };
         // The objects of a list in progress, applied together at its end.
         let mut listing: Option<Vec<Parsed>> = None;

@@ -318,6 +318,8 @@ fn discovery_selectors_read_only_the_namespaces_they_pick_as_labels_change() {
     let objects = served(&mesh);
     assert!(objects.contains_key("Service/shop/ledger") && objects.contains_key("VirtualService/shop/ledger"));
     assert!(!objects.contains_key("Service/lab/scratch"), "an unselected namespace is not read: {objects:?}");
+    // Nor its Namespace object; the selected one's labels are read.
+    assert!(objects.contains_key("Namespace//shop") && !objects.contains_key("Namespace//lab"), "{objects:?}");
     // A Node is in no namespace: the selectors do not filter it out.
     assert_eq!(
         objects.get("Node//worker-1").map(String::as_str),
@@ -331,7 +333,7 @@ fn discovery_selectors_read_only_the_namespaces_they_pick_as_labels_change() {
     support::process::wait_until(Instant::now() + WAIT, "lab's objects in, shop's out", &[mesh.process()], || {
         let objects = served(&mesh);
         let keys: Vec<&String> = objects.keys().filter(|k| !k.starts_with("Node/")).collect();
-        if keys == ["Service/lab/scratch"] { Ok(()) } else { Err(format!("served {keys:?}")) }
+        if keys == ["Namespace//lab", "Service/lab/scratch"] { Ok(()) } else { Err(format!("served {keys:?}")) }
     });
     // A change in an unselected namespace stays out.
     api.put(&service_in("shop", "audit"));
