@@ -28,10 +28,12 @@ READ = ["get", "list", "watch"]
 ISTIO_KINDS = ["serviceentries", "workloadentries", "virtualservices", "destinationrules",
                "gateways", "sidecars", "workloadgroups"]
 SECURITY_KINDS = ["peerauthentications", "authorizationpolicies", "requestauthentications"]
-GATEWAY_API_KINDS = ["gatewayclasses", "gateways", "httproutes", "referencegrants"]
+GATEWAY_API_KINDS = ["gatewayclasses", "gateways", "httproutes", "grpcroutes", "tcproutes", "tlsroutes",
+                     "referencegrants"]
 # The status meshpush writes: the Gateway API's conditions, nothing else.
 STATUS_WRITES = ["get", "patch", "update"]
-GATEWAY_API_STATUS = ["gatewayclasses/status", "gateways/status", "httproutes/status"]
+GATEWAY_API_STATUS = ["gatewayclasses/status", "gateways/status", "httproutes/status", "grpcroutes/status",
+                      "tcproutes/status", "tlsroutes/status"]
 
 VARIANTS = {
     "default values": {},

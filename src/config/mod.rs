@@ -79,6 +79,12 @@ pub enum ConfigKind {
     KubernetesGateway,
     /// `gateway.networking.k8s.io HTTPRoute`.
     HttpRoute,
+    /// `gateway.networking.k8s.io GRPCRoute`.
+    GrpcRoute,
+    /// `gateway.networking.k8s.io TCPRoute`.
+    TcpRoute,
+    /// `gateway.networking.k8s.io TLSRoute`.
+    TlsRoute,
     /// `gateway.networking.k8s.io ReferenceGrant`.
     ReferenceGrant,
     /// `networking.k8s.io Ingress`.
@@ -89,7 +95,7 @@ pub enum ConfigKind {
 
 impl ConfigKind {
     /// Every kind, in a fixed order.
-    pub const ALL: [ConfigKind; 23] = [
+    pub const ALL: [ConfigKind; 26] = [
         ConfigKind::Service,
         ConfigKind::Pod,
         ConfigKind::EndpointSlice,
@@ -110,6 +116,9 @@ impl ConfigKind {
         ConfigKind::GatewayClass,
         ConfigKind::KubernetesGateway,
         ConfigKind::HttpRoute,
+        ConfigKind::GrpcRoute,
+        ConfigKind::TcpRoute,
+        ConfigKind::TlsRoute,
         ConfigKind::ReferenceGrant,
         ConfigKind::Ingress,
         ConfigKind::IngressClass,
@@ -140,6 +149,9 @@ impl ConfigKind {
             ConfigKind::GatewayClass => "GatewayClass",
             ConfigKind::KubernetesGateway => "KubernetesGateway",
             ConfigKind::HttpRoute => "HTTPRoute",
+            ConfigKind::GrpcRoute => "GRPCRoute",
+            ConfigKind::TcpRoute => "TCPRoute",
+            ConfigKind::TlsRoute => "TLSRoute",
             ConfigKind::ReferenceGrant => "ReferenceGrant",
             ConfigKind::Ingress => "Ingress",
             ConfigKind::IngressClass => "IngressClass",
@@ -168,10 +180,18 @@ impl ConfigKind {
             ConfigKind::GatewayClass
             | ConfigKind::KubernetesGateway
             | ConfigKind::HttpRoute
+            | ConfigKind::GrpcRoute
+            | ConfigKind::TcpRoute
+            | ConfigKind::TlsRoute
             | ConfigKind::ReferenceGrant => gateway_api::GROUP,
             ConfigKind::Ingress | ConfigKind::IngressClass => ingress::GROUP,
             _ => "networking.istio.io",
         }
+    }
+
+    /// The Gateway API's route kinds.
+    pub fn is_gateway_api_route(self) -> bool {
+        matches!(self, ConfigKind::HttpRoute | ConfigKind::GrpcRoute | ConfigKind::TcpRoute | ConfigKind::TlsRoute)
     }
 
     /// Kinds meshpush writes itself: never read from a file, the registry
@@ -323,6 +343,12 @@ pub enum ConfigObject {
     KubernetesGateway(Box<gateway_api::Gateway>),
     /// Gateway API HTTPRoute (boxed, as the kinds above).
     HttpRoute(Box<gateway_api::HttpRoute>),
+    /// Gateway API GRPCRoute (boxed, as the kinds above).
+    GrpcRoute(Box<gateway_api::GrpcRoute>),
+    /// Gateway API TCPRoute (boxed, as the kinds above).
+    TcpRoute(Box<gateway_api::TcpRoute>),
+    /// Gateway API TLSRoute (boxed, as the kinds above).
+    TlsRoute(Box<gateway_api::TlsRoute>),
     /// Gateway API ReferenceGrant (boxed, as the kinds above).
     ReferenceGrant(Box<gateway_api::ReferenceGrant>),
     /// `networking.k8s.io/v1 Ingress` (boxed, as the kinds above).
@@ -355,6 +381,9 @@ impl ConfigObject {
             ConfigObject::GatewayClass(_) => ConfigKind::GatewayClass,
             ConfigObject::KubernetesGateway(_) => ConfigKind::KubernetesGateway,
             ConfigObject::HttpRoute(_) => ConfigKind::HttpRoute,
+            ConfigObject::GrpcRoute(_) => ConfigKind::GrpcRoute,
+            ConfigObject::TcpRoute(_) => ConfigKind::TcpRoute,
+            ConfigObject::TlsRoute(_) => ConfigKind::TlsRoute,
             ConfigObject::ReferenceGrant(_) => ConfigKind::ReferenceGrant,
             ConfigObject::Ingress(_) => ConfigKind::Ingress,
             ConfigObject::IngressClass(_) => ConfigKind::IngressClass,
@@ -384,6 +413,9 @@ impl ConfigObject {
             ConfigObject::GatewayClass(o) => &o.metadata,
             ConfigObject::KubernetesGateway(o) => &o.metadata,
             ConfigObject::HttpRoute(o) => &o.metadata,
+            ConfigObject::GrpcRoute(o) => &o.metadata,
+            ConfigObject::TcpRoute(o) => &o.metadata,
+            ConfigObject::TlsRoute(o) => &o.metadata,
             ConfigObject::ReferenceGrant(o) => &o.metadata,
             ConfigObject::Ingress(o) => &o.metadata,
             ConfigObject::IngressClass(o) => &o.metadata,

@@ -228,6 +228,15 @@ impl FileReader {
                 ConfigKind::HttpRoute => {
                     typed::<gateway_api::HttpRoute>(value, &mut ignored).map(|o| ConfigObject::HttpRoute(Box::new(o)))
                 }
+                ConfigKind::GrpcRoute => {
+                    typed::<gateway_api::GrpcRoute>(value, &mut ignored).map(|o| ConfigObject::GrpcRoute(Box::new(o)))
+                }
+                ConfigKind::TcpRoute => {
+                    typed::<gateway_api::TcpRoute>(value, &mut ignored).map(|o| ConfigObject::TcpRoute(Box::new(o)))
+                }
+                ConfigKind::TlsRoute => {
+                    typed::<gateway_api::TlsRoute>(value, &mut ignored).map(|o| ConfigObject::TlsRoute(Box::new(o)))
+                }
                 ConfigKind::ReferenceGrant => typed::<gateway_api::ReferenceGrant>(value, &mut ignored)
                     .map(|o| ConfigObject::ReferenceGrant(Box::new(o))),
                 ConfigKind::Ingress => {
@@ -387,7 +396,7 @@ fn config_kind(api_version: &str, kind: &str) -> Option<ConfigKind> {
     let known = match group {
         "networking.istio.io" => ISTIO_VERSIONS.contains(&version),
         "security.istio.io" => SECURITY_VERSIONS.contains(&version),
-        gateway_api::GROUP => gateway_api::VERSIONS.contains(&version),
+        gateway_api::GROUP => gateway_api::versions(kind).contains(&version),
         _ => version == "v1",
     };
     known.then_some(config_kind)
@@ -400,6 +409,8 @@ fn expected_api_versions(kind: ConfigKind) -> &'static str {
         | ConfigKind::KubernetesGateway
         | ConfigKind::HttpRoute
         | ConfigKind::ReferenceGrant => "gateway.networking.k8s.io/v1 or v1beta1",
+        ConfigKind::GrpcRoute | ConfigKind::TcpRoute => "gateway.networking.k8s.io/v1 or v1alpha2",
+        ConfigKind::TlsRoute => "gateway.networking.k8s.io/v1, v1alpha3 or v1alpha2",
         ConfigKind::Ingress | ConfigKind::IngressClass => "networking.k8s.io/v1",
         ConfigKind::EndpointSlice => "discovery.k8s.io/v1",
         ConfigKind::PeerAuthentication | ConfigKind::AuthorizationPolicy | ConfigKind::RequestAuthentication => {

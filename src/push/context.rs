@@ -97,6 +97,9 @@ pub fn affected_types(kind: ConfigKind) -> TypeSet {
         ConfigKind::GatewayClass
         | ConfigKind::KubernetesGateway
         | ConfigKind::HttpRoute
+        | ConfigKind::GrpcRoute
+        | ConfigKind::TcpRoute
+        | ConfigKind::TlsRoute
         | ConfigKind::ReferenceGrant
         | ConfigKind::Namespace
         | ConfigKind::Ingress
@@ -267,6 +270,9 @@ impl PushContext {
             ConfigKind::GatewayClass,
             ConfigKind::KubernetesGateway,
             ConfigKind::HttpRoute,
+            ConfigKind::GrpcRoute,
+            ConfigKind::TcpRoute,
+            ConfigKind::TlsRoute,
             ConfigKind::ReferenceGrant,
             ConfigKind::Namespace,
         ];
@@ -620,6 +626,9 @@ fn affected_hosts(
         | ConfigObject::GatewayClass(_)
         | ConfigObject::KubernetesGateway(_)
         | ConfigObject::HttpRoute(_)
+        | ConfigObject::GrpcRoute(_)
+        | ConfigObject::TcpRoute(_)
+        | ConfigObject::TlsRoute(_)
         | ConfigObject::ReferenceGrant(_)
         | ConfigObject::Ingress(_)
         | ConfigObject::IngressClass(_)

@@ -3,7 +3,7 @@
 //! controller does.
 //!
 //! Role in the data flow: it follows the engine's published snapshots (as
-//! the JWKS fetcher does) and, for each GatewayClass, Gateway and HTTPRoute
+//! the JWKS fetcher does) and, for each GatewayClass, Gateway and route
 //! whose computed status differs from what is on the object, patches the
 //! object's `status` subresource. It only runs when meshpush reads a
 //! Kubernetes cluster.
@@ -55,7 +55,7 @@ impl GatewayStatusWriter {
         let resources = resources
             .iter()
             .filter(|(k, _)| {
-                matches!(k, ConfigKind::GatewayClass | ConfigKind::KubernetesGateway | ConfigKind::HttpRoute)
+                matches!(k, ConfigKind::GatewayClass | ConfigKind::KubernetesGateway) || k.is_gateway_api_route()
             })
             .cloned()
             .collect();
@@ -86,7 +86,7 @@ impl GatewayStatusWriter {
         let gone: Vec<ConfigKey> = self
             .written
             .keys()
-            .filter(|k| k.kind == ConfigKind::HttpRoute && !wanted.contains_key(*k))
+            .filter(|k| k.kind.is_gateway_api_route() && !wanted.contains_key(*k))
             .filter(|k| ctx.store.get(k).is_some())
             .cloned()
             .collect();

@@ -165,6 +165,29 @@ const RESOURCES: &[Resource] = &[
     },
     Resource {
         group: "gateway.networking.k8s.io",
+        versions: &["v1"],
+        kind: "GRPCRoute",
+        plural: "grpcroutes",
+        namespaced: true,
+    },
+    // An API server of an older Gateway API release: TCPRoute and TLSRoute
+    // only at their alpha versions (discovery finds them there).
+    Resource {
+        group: "gateway.networking.k8s.io",
+        versions: &["v1alpha2"],
+        kind: "TCPRoute",
+        plural: "tcproutes",
+        namespaced: true,
+    },
+    Resource {
+        group: "gateway.networking.k8s.io",
+        versions: &["v1alpha3", "v1alpha2"],
+        kind: "TLSRoute",
+        plural: "tlsroutes",
+        namespaced: true,
+    },
+    Resource {
+        group: "gateway.networking.k8s.io",
         versions: GATEWAY_API_VERSIONS,
         kind: "ReferenceGrant",
         plural: "referencegrants",
@@ -565,13 +588,22 @@ async fn core_versions() -> Response {
 }
 
 async fn groups() -> Response {
-    let mut groups: BTreeMap<&str, &[&str]> = BTreeMap::new();
+    // Each group serves the union of its kinds' versions, most preferred
+    // first as the API server orders them (GA, then beta, then alpha).
+    let mut groups: BTreeMap<&str, Vec<&str>> = BTreeMap::new();
     for r in RESOURCES.iter().filter(|r| !r.group.is_empty()) {
-        groups.insert(r.group, r.versions);
+        let versions = groups.entry(r.group).or_default();
+        for v in r.versions {
+            if !versions.contains(v) {
+                versions.push(v);
+            }
+        }
     }
+    let preference = |v: &str| (v.contains("alpha"), v.contains("beta"), std::cmp::Reverse(v.to_string()));
     let groups: Vec<Value> = groups
         .into_iter()
-        .map(|(group, versions)| {
+        .map(|(group, mut versions)| {
+            versions.sort_by_key(|v| preference(v));
             let versions: Vec<Value> =
                 versions.iter().map(|v| json!({ "groupVersion": format!("{group}/{v}"), "version": v })).collect();
             json!({ "name": group, "versions": versions, "preferredVersion": versions[0] })

@@ -1,6 +1,7 @@
 //! The Kubernetes Gateway API (`gateway.networking.k8s.io`): GatewayClass,
-//! Gateway, HTTPRoute and ReferenceGrant, as their `v1` (and `v1beta1`,
-//! the same shape) manifests write them.
+//! Gateway, HTTPRoute, GRPCRoute, TCPRoute, TLSRoute and ReferenceGrant, as
+//! their `v1` manifests write them (and the older versions of the same
+//! shape: `v1beta1`, and `v1alpha2`/`v1alpha3` of TCPRoute and TLSRoute).
 //!
 //! Field names follow the API's YAML exactly, so existing manifests parse
 //! unchanged. These types only carry what was written; what a Gateway or a
@@ -11,20 +12,34 @@
 //! is the controller's report, never input: it is not read.
 
 mod gateway;
+mod grpc_route;
 mod http_route;
 mod reference_grant;
+mod stream_route;
 
 use serde::{Deserialize, Serialize};
 
 pub use gateway::*;
+pub use grpc_route::*;
 pub use http_route::*;
 pub use reference_grant::*;
+pub use stream_route::*;
 
 /// The API group.
 pub const GROUP: &str = "gateway.networking.k8s.io";
-/// The versions meshpush reads, most preferred first (`v1beta1` has the
-/// same shape as `v1` for every kind read here).
-pub const VERSIONS: [&str; 2] = ["v1", "v1beta1"];
+/// The versions meshpush reads of some kind, most preferred first (the
+/// kube source asks discovery for each kind at the first of these served).
+pub const VERSIONS: [&str; 4] = ["v1", "v1beta1", "v1alpha3", "v1alpha2"];
+
+/// The versions of one kind (`kind` as manifests write it) meshpush reads:
+/// each has the same shape as `v1` for what is read here.
+pub fn versions(kind: &str) -> &'static [&'static str] {
+    match kind {
+        "GRPCRoute" | "TCPRoute" => &["v1", "v1alpha2"],
+        "TLSRoute" => &["v1", "v1alpha3", "v1alpha2"],
+        _ => &["v1", "v1beta1"],
+    }
+}
 /// The controller name of Istio's GatewayClasses (`istio`,
 /// `istio-remote`): the classes whose Gateways meshpush serves.
 pub const ISTIO_CONTROLLER: &str = "istio.io/gateway-controller";

@@ -133,6 +133,28 @@ spec:
   parentRefs: [{name: edge}]
   rules: [{backendRefs: [{name: reviews, port: 9080}]}]
 ---
+apiVersion: gateway.networking.k8s.io/v1
+kind: GRPCRoute
+metadata: {name: ratings, namespace: bookinfo}
+spec:
+  parentRefs: [{name: edge}]
+  rules: [{matches: [{method: {service: ratings.Ratings}}], backendRefs: [{name: ratings, port: 9080}]}]
+---
+apiVersion: gateway.networking.k8s.io/v1alpha2
+kind: TCPRoute
+metadata: {name: mysql, namespace: bookinfo}
+spec:
+  parentRefs: [{name: edge}]
+  rules: [{backendRefs: [{name: mysqldb, port: 3306}]}]
+---
+apiVersion: gateway.networking.k8s.io/v1alpha3
+kind: TLSRoute
+metadata: {name: details, namespace: bookinfo}
+spec:
+  parentRefs: [{name: edge}]
+  hostnames: [details.example.com]
+  rules: [{backendRefs: [{name: details, port: 9443}]}]
+---
 apiVersion: gateway.networking.k8s.io/v1beta1
 kind: ReferenceGrant
 metadata: {name: from-apps, namespace: bookinfo}
@@ -265,6 +287,25 @@ fn a_known_kind_under_an_unknown_api_version_is_a_warning_that_says_which_versio
     let problem = only_problem(&parsed);
     assert_eq!(problem.severity, Severity::Warning);
     assert!(problem.message.contains("networking.istio.io/v1, v1beta1 or v1alpha3"), "{}", problem.message);
+}
+
+#[test]
+fn each_gateway_api_kind_is_read_at_the_versions_it_was_served_at() {
+    let doc = |version: &str, kind: &str| {
+        format!(
+            "apiVersion: gateway.networking.k8s.io/{version}\nkind: {kind}\nmetadata: {{name: r}}\n\
+             spec: {{rules: [{{backendRefs: [{{name: b, port: 80}}]}}]}}\n"
+        )
+    };
+    for (version, kind) in
+        [("v1alpha2", "TCPRoute"), ("v1alpha3", "TLSRoute"), ("v1alpha2", "GRPCRoute"), ("v1beta1", "HTTPRoute")]
+    {
+        let parsed = parse_documents("a.yaml", &doc(version, kind));
+        assert_eq!(parsed.objects.len(), 1, "{kind} {version}: {:?}", parsed.problems);
+    }
+    let parsed = parse_documents("a.yaml", &doc("v1alpha3", "HTTPRoute"));
+    assert!(parsed.objects.is_empty());
+    assert!(only_problem(&parsed).message.contains("gateway.networking.k8s.io/v1 or v1beta1"), "{:?}", parsed.problems);
 }
 
 #[test]

@@ -10,8 +10,9 @@ use std::collections::BTreeSet;
 use super::virtual_service::{compiles, is_header_name};
 use super::{Checker, is_dns1123_label, is_dns1123_subdomain};
 use crate::config::gateway_api::{
-    self, Gateway, GatewayClass, HttpPathModifier, HttpRoute, HttpRouteFilter, HttpRouteRule, ParentReference,
-    ReferenceGrant,
+    self, BackendObjectReference, Gateway, GatewayClass, GrpcMethodMatch, GrpcRoute, GrpcRouteFilter, HttpHeaderFilter,
+    HttpPathModifier, HttpRequestMirrorFilter, HttpRoute, HttpRouteFilter, HttpRouteRule, ParentReference,
+    ReferenceGrant, StreamRouteRule, TcpRoute, TlsRoute,
 };
 
 pub(super) fn gateway_class(check: &mut Checker, class: &GatewayClass) {
@@ -120,15 +121,7 @@ pub(super) fn gateway(check: &mut Checker, gw: &Gateway) {
 
 pub(super) fn http_route(check: &mut Checker, route: &HttpRoute) {
     let spec = &route.spec;
-    if spec.parent_refs.len() > 32 {
-        check.error("spec.parentRefs", "has more than 32 entries");
-    }
-    for (i, p) in spec.parent_refs.iter().enumerate() {
-        parent_ref(check, &format!("spec.parentRefs[{i}]"), p);
-    }
-    for (i, h) in spec.hostnames.iter().enumerate() {
-        hostname(check, format!("spec.hostnames[{i}]"), h);
-    }
+    parents_and_hostnames(check, &spec.parent_refs, &spec.hostnames);
     if spec.rules.len() > 16 {
         check.error("spec.rules", format!("has {} rules: at most 16", spec.rules.len()));
     }
@@ -212,12 +205,7 @@ fn http_rule(check: &mut Checker, path: &str, rule: &HttpRouteRule) {
     }
     for (j, b) in rule.backend_refs.iter().enumerate() {
         let at = format!("{path}.backendRefs[{j}]");
-        if b.weight.is_some_and(|w| w > 1_000_000) {
-            check.error(format!("{at}.weight"), "is more than 1000000");
-        }
-        if let Some(port) = b.backend.port {
-            check.port(format!("{at}.port"), port);
-        }
+        backend(check, &at, &b.backend, b.weight);
         for (k, f) in b.filters.iter().enumerate() {
             let fpath = format!("{at}.filters[{k}]");
             if !matches!(f.kind.as_str(), "RequestHeaderModifier" | "ResponseHeaderModifier") {
@@ -285,27 +273,7 @@ fn filter(check: &mut Checker, path: &str, f: &HttpRouteFilter, prefix_only: boo
         };
         check.error(format!("{path}.{field}"), format!("is required with type {}", f.kind));
     }
-    for (name, headers) in
-        [("requestHeaderModifier", &f.request_header_modifier), ("responseHeaderModifier", &f.response_header_modifier)]
-    {
-        let Some(h) = headers else { continue };
-        let mut seen = BTreeSet::new();
-        for (op, list) in [("set", &h.set), ("add", &h.add)] {
-            for (k, header) in list.iter().enumerate() {
-                let at = format!("{path}.{name}.{op}[{k}].name");
-                if !is_header_name(&header.name) {
-                    check.error(at, format!("{:?} is not a header name", header.name));
-                } else if !seen.insert((op, header.name.as_str())) {
-                    check.error(at, format!("{:?} is named twice", header.name));
-                }
-            }
-        }
-        for (k, header) in h.remove.iter().enumerate() {
-            if !is_header_name(header) {
-                check.error(format!("{path}.{name}.remove[{k}]"), format!("{header:?} is not a header name"));
-            }
-        }
-    }
+    header_filters(check, path, &f.request_header_modifier, &f.response_header_modifier);
     if let Some(r) = &f.request_redirect {
         let at = format!("{path}.requestRedirect");
         if let Some(s) = &r.scheme {
@@ -336,22 +304,221 @@ fn filter(check: &mut Checker, path: &str, f: &HttpRouteFilter, prefix_only: boo
         }
     }
     if let Some(m) = &f.request_mirror {
-        let at = format!("{path}.requestMirror");
-        if m.percent.is_some() && m.fraction.is_some() {
-            check.error(at.clone(), "sets both percent and fraction");
-        }
-        if m.percent.is_some_and(|p| p > 100) {
-            check.error(format!("{at}.percent"), "is more than 100");
-        }
-        if let Some(fr) = m.fraction {
-            let denominator = fr.denominator.unwrap_or(100);
-            if denominator == 0 || fr.numerator > denominator {
-                check.error(format!("{at}.fraction"), "must have a denominator above 0 and not below the numerator");
+        mirror(check, &format!("{path}.requestMirror"), m);
+    }
+}
+
+/// The header modifiers of a filter (HTTPRoute's and GRPCRoute's).
+fn header_filters(
+    check: &mut Checker,
+    path: &str,
+    request: &Option<HttpHeaderFilter>,
+    response: &Option<HttpHeaderFilter>,
+) {
+    for (name, headers) in [("requestHeaderModifier", request), ("responseHeaderModifier", response)] {
+        let Some(h) = headers else { continue };
+        let mut seen = BTreeSet::new();
+        for (op, list) in [("set", &h.set), ("add", &h.add)] {
+            for (k, header) in list.iter().enumerate() {
+                let at = format!("{path}.{name}.{op}[{k}].name");
+                if !is_header_name(&header.name) {
+                    check.error(at, format!("{:?} is not a header name", header.name));
+                } else if !seen.insert((op, header.name.as_str())) {
+                    check.error(at, format!("{:?} is named twice", header.name));
+                }
             }
         }
-        if let Some(port) = m.backend_ref.port {
-            check.port(format!("{at}.backendRef.port"), port);
+        for (k, header) in h.remove.iter().enumerate() {
+            if !is_header_name(header) {
+                check.error(format!("{path}.{name}.remove[{k}]"), format!("{header:?} is not a header name"));
+            }
         }
+    }
+}
+
+/// A mirror filter (HTTPRoute's and GRPCRoute's); `at` is its path.
+fn mirror(check: &mut Checker, at: &str, m: &HttpRequestMirrorFilter) {
+    if m.percent.is_some() && m.fraction.is_some() {
+        check.error(at, "sets both percent and fraction");
+    }
+    if m.percent.is_some_and(|p| p > 100) {
+        check.error(format!("{at}.percent"), "is more than 100");
+    }
+    if let Some(fr) = m.fraction {
+        let denominator = fr.denominator.unwrap_or(100);
+        if denominator == 0 || fr.numerator > denominator {
+            check.error(format!("{at}.fraction"), "must have a denominator above 0 and not below the numerator");
+        }
+    }
+    if let Some(port) = m.backend_ref.port {
+        check.port(format!("{at}.backendRef.port"), port);
+    }
+}
+
+pub(super) fn grpc_route(check: &mut Checker, route: &GrpcRoute) {
+    let spec = &route.spec;
+    parents_and_hostnames(check, &spec.parent_refs, &spec.hostnames);
+    if spec.rules.len() > 16 {
+        check.error("spec.rules", format!("has {} rules: at most 16", spec.rules.len()));
+    }
+    for (i, rule) in spec.rules.iter().enumerate() {
+        let path = format!("spec.rules[{i}]");
+        if rule.matches.len() > 64 {
+            check.error(format!("{path}.matches"), "has more than 64 entries");
+        }
+        for (j, m) in rule.matches.iter().enumerate() {
+            let mpath = format!("{path}.matches[{j}]");
+            if let Some(method) = &m.method {
+                grpc_method(check, &format!("{mpath}.method"), method);
+            }
+            for (k, h) in m.headers.iter().enumerate() {
+                let at = format!("{mpath}.headers[{k}]");
+                if !is_header_name(&h.name) {
+                    check.error(format!("{at}.name"), format!("{:?} is not a header name", h.name));
+                }
+                match h.kind.as_deref().unwrap_or("Exact") {
+                    "Exact" => {}
+                    "RegularExpression" => compiles(check, &format!("{at}.value"), &h.value),
+                    other => {
+                        check.error(format!("{at}.type"), format!("{other:?} is not one of Exact, RegularExpression"))
+                    }
+                }
+            }
+            let names: BTreeSet<String> = m.headers.iter().map(|h| h.name.to_ascii_lowercase()).collect();
+            if names.len() != m.headers.len() {
+                check.error(format!("{mpath}.headers"), "names a header twice (names are case-insensitive)");
+            }
+        }
+        for unique in ["RequestHeaderModifier", "ResponseHeaderModifier"] {
+            if rule.filters.iter().filter(|f| f.kind == unique).count() > 1 {
+                check.error(format!("{path}.filters"), format!("has more than one {unique} filter"));
+            }
+        }
+        for (j, f) in rule.filters.iter().enumerate() {
+            grpc_filter(check, &format!("{path}.filters[{j}]"), f);
+        }
+        for (j, b) in rule.backend_refs.iter().enumerate() {
+            let at = format!("{path}.backendRefs[{j}]");
+            backend(check, &at, &b.backend, b.weight);
+            for (k, f) in b.filters.iter().enumerate() {
+                let fpath = format!("{at}.filters[{k}]");
+                if !matches!(f.kind.as_str(), "RequestHeaderModifier" | "ResponseHeaderModifier") {
+                    check.unsupported(
+                        format!("{fpath}.type"),
+                        Some("only header modifiers are applied per backend: the route is not served (InvalidFilter)"),
+                    );
+                }
+                grpc_filter(check, &fpath, f);
+            }
+        }
+    }
+}
+
+/// A gRPC method match: a service, a method or both; with `Exact`, the
+/// service a dotted name and the method an identifier, as the API's CEL
+/// rules say.
+fn grpc_method(check: &mut Checker, path: &str, m: &GrpcMethodMatch) {
+    check.one_of(format!("{path}.type"), m.kind(), &["Exact", "RegularExpression"]);
+    if m.service.is_none() && m.method.is_none() {
+        check.error(path, "needs a service, a method or both");
+    }
+    for (field, value) in [("service", &m.service), ("method", &m.method)] {
+        let Some(v) = value else { continue };
+        if m.kind() == "RegularExpression" {
+            compiles(check, &format!("{path}.{field}"), v);
+            continue;
+        }
+        let word = |w: &str| {
+            w.chars().next().is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
+                && w.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
+        };
+        let ok = if field == "service" { v.split('.').all(word) } else { word(v) };
+        if !ok {
+            let what = if field == "service" { "a gRPC service name (a.b.Service)" } else { "a gRPC method name" };
+            check.error(format!("{path}.{field}"), format!("{v:?} is not {what}"));
+        }
+    }
+}
+
+fn grpc_filter(check: &mut Checker, path: &str, f: &GrpcRouteFilter) {
+    let present = match f.kind.as_str() {
+        "RequestHeaderModifier" => f.request_header_modifier.is_some(),
+        "ResponseHeaderModifier" => f.response_header_modifier.is_some(),
+        "RequestMirror" => f.request_mirror.is_some(),
+        "ExtensionRef" => {
+            check.unsupported(
+                format!("{path}.type"),
+                Some("the route is not served (ResolvedRefs False, InvalidFilter), as Istio does with a filter it cannot apply"),
+            );
+            true
+        }
+        other => {
+            return check.error(
+                format!("{path}.type"),
+                format!(
+                    "{other:?} is not a GRPCRoute filter type: RequestHeaderModifier, ResponseHeaderModifier, \
+                     RequestMirror or ExtensionRef"
+                ),
+            );
+        }
+    };
+    if !present {
+        let field = f.kind[..1].to_ascii_lowercase() + &f.kind[1..];
+        check.error(format!("{path}.{field}"), format!("is required with type {}", f.kind));
+    }
+    header_filters(check, path, &f.request_header_modifier, &f.response_header_modifier);
+    if let Some(m) = &f.request_mirror {
+        mirror(check, &format!("{path}.requestMirror"), m);
+    }
+}
+
+pub(super) fn tcp_route(check: &mut Checker, route: &TcpRoute) {
+    parents_and_hostnames(check, &route.spec.parent_refs, &[]);
+    stream_rules(check, &route.spec.rules);
+}
+
+pub(super) fn tls_route(check: &mut Checker, route: &TlsRoute) {
+    parents_and_hostnames(check, &route.spec.parent_refs, &route.spec.hostnames);
+    stream_rules(check, &route.spec.rules);
+}
+
+/// The rules of a TCPRoute or TLSRoute: 1 to 16 (the API's bounds), each
+/// with 1 to 16 backends.
+fn stream_rules(check: &mut Checker, rules: &[StreamRouteRule]) {
+    if rules.is_empty() || rules.len() > 16 {
+        check.error("spec.rules", format!("has {} rules: 1 to 16", rules.len()));
+    }
+    for (i, rule) in rules.iter().enumerate() {
+        let path = format!("spec.rules[{i}]");
+        if rule.backend_refs.is_empty() || rule.backend_refs.len() > 16 {
+            check.error(format!("{path}.backendRefs"), format!("has {} entries: 1 to 16", rule.backend_refs.len()));
+        }
+        for (j, b) in rule.backend_refs.iter().enumerate() {
+            backend(check, &format!("{path}.backendRefs[{j}]"), &b.backend, b.weight);
+        }
+    }
+}
+
+/// A backend reference's weight and port.
+fn backend(check: &mut Checker, at: &str, b: &BackendObjectReference, weight: Option<u32>) {
+    if weight.is_some_and(|w| w > 1_000_000) {
+        check.error(format!("{at}.weight"), "is more than 1000000");
+    }
+    if let Some(port) = b.port {
+        check.port(format!("{at}.port"), port);
+    }
+}
+
+/// A route's `parentRefs` (at most 32) and `hostnames`.
+fn parents_and_hostnames(check: &mut Checker, parents: &[ParentReference], hostnames: &[String]) {
+    if parents.len() > 32 {
+        check.error("spec.parentRefs", "has more than 32 entries");
+    }
+    for (i, p) in parents.iter().enumerate() {
+        parent_ref(check, &format!("spec.parentRefs[{i}]"), p);
+    }
+    for (i, h) in hostnames.iter().enumerate() {
+        hostname(check, format!("spec.hostnames[{i}]"), h);
     }
 }
 

@@ -426,3 +426,52 @@ fn peer_authentication_rules() {
         "a field Istio's API does not have is named with the kind's group"
     );
 }
+
+fn gateway_api(kind: &str, spec: &str) -> String {
+    format!("apiVersion: gateway.networking.k8s.io/v1\nkind: {kind}\nmetadata: {{name: r}}\nspec:\n{spec}")
+}
+
+#[test]
+fn gateway_api_route_rules() {
+    let grpc = gateway_api(
+        "GRPCRoute",
+        r#"  parentRefs: [{name: edge}]
+  rules:
+  - matches:
+    - method: {service: echo.v1.Echo, method: Say}
+    - method: {type: RegularExpression, service: "echo\\..*"}
+    filters: [{type: RequestHeaderModifier, requestHeaderModifier: {set: [{name: x-a, value: b}]}}]
+    backendRefs: [{name: echo, port: 9000}]
+"#,
+    );
+    assert!(findings(&grpc).is_empty(), "{:#?}", findings(&grpc));
+    let bad_grpc = gateway_api(
+        "GRPCRoute",
+        r#"  parentRefs: [{name: edge}]
+  rules:
+  - matches:
+    - method: {}
+    - method: {service: "echo/Echo"}
+    - method: {method: "Say.Hi"}
+    filters: [{type: URLRewrite}, {type: RequestMirror}]
+"#,
+    );
+    assert_eq!(
+        error_paths(&bad_grpc),
+        [
+            "spec.rules[0].matches[0].method",
+            "spec.rules[0].matches[1].method.service",
+            "spec.rules[0].matches[2].method.method",
+            "spec.rules[0].filters[0].type",
+            "spec.rules[0].filters[1].requestMirror",
+        ]
+    );
+    let tcp =
+        gateway_api("TCPRoute", "  parentRefs: [{name: edge}]\n  rules: [{backendRefs: [{name: db, port: 5432}]}]\n");
+    assert!(findings(&tcp).is_empty(), "{:#?}", findings(&tcp));
+    let bad_tcp = gateway_api("TCPRoute", "  parentRefs: [{name: edge}]\n  rules: [{backendRefs: []}]\n");
+    assert_eq!(error_paths(&bad_tcp), ["spec.rules[0].backendRefs"]);
+    let no_rules =
+        gateway_api("TLSRoute", "  parentRefs: [{name: edge}]\n  hostnames: [\"*.example.com\", 10.0.0.1]\n");
+    assert_eq!(error_paths(&no_rules), ["spec.hostnames[1]", "spec.rules"]);
+}

@@ -44,8 +44,9 @@ use std::sync::Arc;
 use serde::Serialize;
 
 use crate::config::gateway_api::{
-    self as api, BackendObjectReference, HttpBackendRef, HttpHeaderFilter, HttpRoute, HttpRouteMatch, HttpRouteRule,
-    Listener, ParentReference,
+    self as api, BackendObjectReference, GrpcRoute, GrpcRouteFilter, GrpcRouteMatch, HttpBackendRef, HttpHeaderFilter,
+    HttpRoute, HttpRouteFilter, HttpRouteMatch, HttpRouteRule, Listener, ParentReference, StreamRouteRule, TcpRoute,
+    TlsRoute,
 };
 use crate::config::istio::{self, Destination, HttpRouteDestination, PortSelector, StringMatch};
 use crate::config::{ConfigKey, ConfigKind, ConfigObject, Duration, ObjectMeta, Problem, Severity, SourceRef};
@@ -216,39 +217,47 @@ fn is_service(parent: &ParentReference) -> bool {
 }
 
 /// Attaches `route` to the sidecars calling the Service `parent` names: its
-/// rules go to the Service's host, limited to `parent.port` when given.
-/// Returns the `Accepted` condition.
+/// rules go to the Service's host, limited to the port `parent` names (by
+/// `port`, or by port name in `sectionName`) when it names one. Returns
+/// the `Accepted` condition.
 fn mesh_parent(
     store: &StoreSnapshot,
-    route: &HttpRoute,
+    route: Route<'_>,
     parent: &ParentReference,
     converted: &Converted,
     per_host: &mut BTreeMap<(Binding, String), Vec<RouteRules>>,
 ) -> Condition {
-    let route_ns = route.metadata.namespace();
+    let route_ns = route.metadata().namespace();
     let ns = parent.namespace(route_ns);
+    let no_parent = |m: String| Condition::new("Accepted", false, "NoMatchingParent", m);
     let Some(ConfigObject::Service(svc)) =
         store.get(&ConfigKey::new(ConfigKind::Service, ns, &parent.name)).map(|s| &s.object)
     else {
-        return Condition::new(
-            "Accepted",
-            false,
-            "NoMatchingParent",
-            format!("Service {ns}/{} does not exist", parent.name),
-        );
+        return no_parent(format!("Service {ns}/{} does not exist", parent.name));
     };
-    if let Some(port) = parent.port
+    let mut port = parent.port;
+    if let Some(section) = &parent.section_name {
+        // A Service's sections are its named ports.
+        match svc.spec.ports.iter().find(|p| p.name.as_deref() == Some(section.as_str())) {
+            Some(p) if port.is_none_or(|n| n == p.port) => port = Some(p.port),
+            Some(p) => {
+                return no_parent(format!(
+                    "Service {ns}/{}: port {section} is {}, not {}",
+                    parent.name,
+                    p.port,
+                    port.unwrap_or_default()
+                ));
+            }
+            None => return no_parent(format!("Service {ns}/{} has no port named {section}", parent.name)),
+        }
+    }
+    if let Some(port) = port
         && !svc.spec.ports.iter().any(|p| p.port == port)
     {
-        return Condition::new(
-            "Accepted",
-            false,
-            "NoMatchingParent",
-            format!("Service {ns}/{} has no port {port}", parent.name),
-        );
+        return no_parent(format!("Service {ns}/{} has no port {port}", parent.name));
     }
     if let Ok((rules, _)) = converted {
-        let binding = Binding::Mesh { namespace: route_ns.to_string(), port: parent.port, producer: ns == route_ns };
+        let binding = Binding::Mesh { namespace: route_ns.to_string(), port, producer: ns == route_ns };
         let host = host::service_fqdn(&parent.name, ns).to_string();
         per_host.entry((binding, host)).or_default().push(rules.clone());
     }
@@ -291,6 +300,69 @@ impl<'a> Grants<'a> {
 /// The controller name in route parent statuses.
 const CONTROLLER: &str = api::ISTIO_CONTROLLER;
 
+/// The route kinds, in the order they are translated.
+const ROUTE_KINDS: [ConfigKind; 4] =
+    [ConfigKind::HttpRoute, ConfigKind::GrpcRoute, ConfigKind::TcpRoute, ConfigKind::TlsRoute];
+
+/// A route of any of the API's kinds, as attachment and status read it.
+#[derive(Debug, Clone, Copy)]
+enum Route<'a> {
+    Http(&'a HttpRoute),
+    Grpc(&'a GrpcRoute),
+    Tcp(&'a TcpRoute),
+    Tls(&'a TlsRoute),
+}
+
+impl<'a> Route<'a> {
+    fn of(object: &'a ConfigObject) -> Option<Route<'a>> {
+        match object {
+            ConfigObject::HttpRoute(r) => Some(Route::Http(r)),
+            ConfigObject::GrpcRoute(r) => Some(Route::Grpc(r)),
+            ConfigObject::TcpRoute(r) => Some(Route::Tcp(r)),
+            ConfigObject::TlsRoute(r) => Some(Route::Tls(r)),
+            _ => None,
+        }
+    }
+
+    /// The kind as manifests and `allowedRoutes` write it.
+    fn kind(self) -> &'static str {
+        match self {
+            Route::Http(_) => "HTTPRoute",
+            Route::Grpc(_) => "GRPCRoute",
+            Route::Tcp(_) => "TCPRoute",
+            Route::Tls(_) => "TLSRoute",
+        }
+    }
+
+    fn metadata(self) -> &'a ObjectMeta {
+        match self {
+            Route::Http(r) => &r.metadata,
+            Route::Grpc(r) => &r.metadata,
+            Route::Tcp(r) => &r.metadata,
+            Route::Tls(r) => &r.metadata,
+        }
+    }
+
+    fn parent_refs(self) -> &'a [ParentReference] {
+        match self {
+            Route::Http(r) => &r.spec.parent_refs,
+            Route::Grpc(r) => &r.spec.parent_refs,
+            Route::Tcp(r) => &r.spec.parent_refs,
+            Route::Tls(r) => &r.spec.parent_refs,
+        }
+    }
+
+    /// The hostnames it routes (a TCPRoute has none: it takes any).
+    fn hostnames(self) -> &'a [String] {
+        match self {
+            Route::Http(r) => &r.spec.hostnames,
+            Route::Grpc(r) => &r.spec.hostnames,
+            Route::Tcp(_) => &[],
+            Route::Tls(r) => &r.spec.hostnames,
+        }
+    }
+}
+
 /// One listener of a served Gateway, while translating.
 struct ListenerState<'a> {
     gateway: &'a api::Gateway,
@@ -324,7 +396,8 @@ impl GatewayApiIndex {
     /// Whether `store` holds any Gateway or route of the Gateway API (when it
     /// holds none, a Service or Secret change cannot change the translation).
     pub fn has_objects(store: &StoreSnapshot) -> bool {
-        !store.kind(ConfigKind::KubernetesGateway).is_empty() || !store.kind(ConfigKind::HttpRoute).is_empty()
+        !store.kind(ConfigKind::KubernetesGateway).is_empty()
+            || ROUTE_KINDS.into_iter().any(|k| !store.kind(k).is_empty())
     }
 
     /// Whether two translations give the same Istio objects (statuses aside).
@@ -396,12 +469,13 @@ impl GatewayApiIndex {
         // Rules by (what they bind, host): a Gateway listener's Istio
         // Gateway, or (mesh routing) the route's namespace and port.
         let mut per_host: BTreeMap<(Binding, String), Vec<RouteRules>> = BTreeMap::new();
-        for stored in store.kind(ConfigKind::HttpRoute).values() {
-            let ConfigObject::HttpRoute(route) = &stored.object else { continue };
-            let route_ns = route.metadata.namespace();
-            let converted = convert_route(store, (route, stored.revision), &grants);
+        let routes = ROUTE_KINDS.into_iter().flat_map(|k| store.kind(k).values());
+        for stored in routes {
+            let Some(route) = Route::of(&stored.object) else { continue };
+            let route_ns = route.metadata().namespace();
+            let converted = convert_route(store, route, stored.revision, &grants);
             let mut parents = Vec::new();
-            for parent in &route.spec.parent_refs {
+            for parent in route.parent_refs() {
                 if is_service(parent) {
                     let accepted = mesh_parent(store, route, parent, &converted, &mut per_host);
                     parents.push(RouteParentStatus {
@@ -462,7 +536,7 @@ impl GatewayApiIndex {
                                 continue;
                             }
                             if let Ok((rules, _)) = &converted {
-                                for h in route_hosts(&route.spec.hostnames, l.listener.hostname.as_deref()) {
+                                for h in route_hosts(route.hostnames(), l.listener.hostname.as_deref()) {
                                     let binding = Binding::Gateway(l.istio_name.clone());
                                     per_host.entry((binding, h)).or_default().push(rules.clone());
                                 }
@@ -566,12 +640,33 @@ impl GatewayApiIndex {
                 }
             };
             let revision = routes.iter().map(|r| r.revision).max().unwrap_or(0);
-            let parents: Vec<String> = routes.iter().map(|r| format!("HTTPRoute/{}.{}", r.name, r.namespace)).collect();
-            let mut http: Vec<istio::HttpRoute> = routes.into_iter().flat_map(|r| r.routes).collect();
-            if let Binding::Mesh { port: Some(port), .. } = binding {
+            let parents: Vec<String> =
+                routes.iter().map(|r| format!("{}/{}.{}", r.kind, r.name, r.namespace)).collect();
+            let (mut http, mut tcp, mut tls) = (Vec::new(), Vec::new(), Vec::new());
+            for r in routes {
+                match r.rules {
+                    Rules::Http(routes) => http.extend(routes),
+                    Rules::Tcp(routes) => tcp.extend(routes),
+                    Rules::Tls(routes) => tls.extend(routes),
+                }
+            }
+            let port = match &binding {
+                Binding::Mesh { port, .. } => *port,
+                Binding::Gateway(_) => None,
+            };
+            if let Some(port) = port {
                 for m in http.iter_mut().flat_map(|r| r.matches.iter_mut()) {
                     m.port = Some(port);
                 }
+                for r in &mut tcp {
+                    r.matches = vec![istio::L4MatchAttributes { port: Some(port), ..Default::default() }];
+                }
+            }
+            // A TLS route takes the names of its host here: on a listener,
+            // the route's hostname narrowed to the listener's; for a Service,
+            // the Service's host.
+            for r in &mut tls {
+                r.matches = vec![istio::TlsMatchAttributes { sni_hosts: vec![h.clone()], port, ..Default::default() }];
             }
             sort_by_precedence(&mut http);
             let vs = istio::VirtualService {
@@ -588,8 +683,9 @@ impl GatewayApiIndex {
                     hosts: vec![h],
                     gateways: vec![gateway],
                     http,
+                    tcp,
+                    tls,
                     export_to,
-                    ..Default::default()
                 },
             };
             out.virtual_services.push(Arc::new(StoredObject {
@@ -626,12 +722,22 @@ fn served_classes<'a>(store: &'a StoreSnapshot, status: &mut BTreeMap<ConfigKey,
     classes
 }
 
-/// The route kinds a listener protocol takes.
+/// The route kinds a listener protocol takes, as Istio serves them: HTTP
+/// and gRPC routes on HTTP and HTTPS, TCP routes on TCP, TLS routes on TLS
+/// (and TCP routes too when the listener terminates TLS).
 fn kinds_for(protocol: &str, tls_mode: &str) -> &'static [&'static str] {
     match (protocol, tls_mode) {
-        ("HTTP", _) | ("HTTPS", _) => &["HTTPRoute"],
+        ("HTTP" | "HTTPS", _) => &["HTTPRoute", "GRPCRoute"],
+        ("TCP", _) => &["TCPRoute"],
+        ("TLS", "Terminate") => &["TLSRoute", "TCPRoute"],
+        ("TLS", _) => &["TLSRoute"],
         _ => &[],
     }
+}
+
+/// Whether a listener's certificates are served (it terminates TLS).
+fn terminates_tls(l: &Listener) -> bool {
+    l.protocol == "HTTPS" || (l.protocol == "TLS" && l.tls_mode() == "Terminate")
 }
 
 fn listener_state<'a>(
@@ -644,10 +750,8 @@ fn listener_state<'a>(
     let supported = kinds_for(&l.protocol, l.tls_mode());
     let mut accepted = Ok(());
     if supported.is_empty() {
-        let message = format!(
-            "protocol {} is not served by meshpush yet: HTTP and HTTPS listeners are (TLS and TCP routes are not read)",
-            l.protocol
-        );
+        let message =
+            format!("protocol {} is not served by meshpush (nor Istio): HTTP, HTTPS, TLS and TCP are", l.protocol);
         accepted = Err(("UnsupportedProtocol", message));
     }
     let mut kinds = Vec::new();
@@ -668,7 +772,7 @@ fn listener_state<'a>(
     if invalid_kinds {
         resolved = Err(("InvalidRouteKinds", "allowedRoutes.kinds names a kind this listener cannot take".to_string()));
     }
-    if l.protocol == "HTTPS"
+    if terminates_tls(l)
         && let Some(tls) = &l.tls
     {
         for r in &tls.certificate_refs {
@@ -719,9 +823,14 @@ fn listener_state<'a>(
     }
 }
 
-/// Listeners of one port must agree on the protocol (HTTP and HTTPS are
-/// different), and two of one port and protocol must differ in hostname.
+/// Listeners of one port must agree on how connections are read (plain
+/// HTTP, TLS by SNI — HTTPS and TLS listeners share a port —, or plain
+/// TCP), and two of one port must differ in hostname.
 fn mark_conflicts(listeners: &mut [ListenerState<'_>]) {
+    let family = |protocol: &str| match protocol {
+        "HTTPS" | "TLS" => "TLS".to_string(),
+        other => other.to_string(),
+    };
     let n = listeners.len();
     for i in 0..n {
         for j in 0..n {
@@ -729,7 +838,7 @@ fn mark_conflicts(listeners: &mut [ListenerState<'_>]) {
                 continue;
             }
             let (a, b) = (listeners[i].listener, listeners[j].listener);
-            if a.protocol != b.protocol {
+            if family(&a.protocol) != family(&b.protocol) {
                 let m = format!("listener {} uses port {} with protocol {}", b.name, b.port, b.protocol);
                 listeners[i].conflicted = Some(("ProtocolConflict", m));
             } else if a.hostname == b.hostname && i > j {
@@ -769,17 +878,22 @@ fn listener_status(l: &ListenerState<'_>) -> ListenerStatus {
 /// The Istio Gateway of a served listener.
 fn istio_gateway(l: &ListenerState<'_>) -> istio::Gateway {
     let host = l.listener.hostname.clone().unwrap_or_else(|| "*".to_string());
-    let tls = (l.listener.protocol == "HTTPS").then(|| {
-        let refs = &l.listener.tls.as_ref().expect("validated: an HTTPS listener has tls").certificate_refs;
+    let tls = if terminates_tls(l.listener) {
+        let refs =
+            &l.listener.tls.as_ref().expect("validated: a listener that terminates TLS has tls").certificate_refs;
         let mut names: Vec<String> = refs.iter().map(|r| r.name.clone()).collect();
         let first = names.remove(0);
-        istio::ServerTls {
+        Some(istio::ServerTls {
             mode: Some("SIMPLE".to_string()),
             credential_name: Some(first),
             credential_names: names,
             ..Default::default()
-        }
-    });
+        })
+    } else if l.listener.protocol == "TLS" {
+        Some(istio::ServerTls { mode: Some("PASSTHROUGH".to_string()), ..Default::default() })
+    } else {
+        None
+    };
     let (_, name) = l.istio_name.split_once('/').expect("namespace/name");
     istio::Gateway {
         metadata: ObjectMeta { name: name.to_string(), namespace: l.namespace.to_string(), ..Default::default() },
@@ -804,12 +918,12 @@ fn istio_gateway(l: &ListenerState<'_>) -> istio::Gateway {
 
 /// Which listeners of a Gateway a route's parent reference attaches to.
 fn attach(
-    route: &HttpRoute,
+    route: Route<'_>,
     parent: &ParentReference,
     listeners: &[ListenerState<'_>],
     namespace_labels: &dyn Fn(&str) -> BTreeMap<String, String>,
 ) -> Result<Vec<usize>, Denied> {
-    let route_ns = route.metadata.namespace();
+    let route_ns = route.metadata().namespace();
     let named: Vec<usize> = (0..listeners.len())
         .filter(|&i| {
             let l = listeners[i].listener;
@@ -841,17 +955,18 @@ fn attach(
                     .is_some_and(|s| s.matches(&namespace_labels(route_ns))),
                 _ => route_ns == l.namespace,
             };
-            namespace_ok && l.kinds.contains(&"HTTPRoute")
+            namespace_ok && l.kinds.contains(&route.kind())
         })
         .collect();
     if allowed.is_empty() {
         return Err(Denied::NotAllowedByListeners(format!(
-            "no listener the reference names admits an HTTPRoute of namespace {route_ns}"
+            "no listener the reference names admits a {} of namespace {route_ns}",
+            route.kind()
         )));
     }
     let matching: Vec<usize> = allowed
         .into_iter()
-        .filter(|&i| !route_hosts(&route.spec.hostnames, listeners[i].listener.hostname.as_deref()).is_empty())
+        .filter(|&i| !route_hosts(route.hostnames(), listeners[i].listener.hostname.as_deref()).is_empty())
         .collect();
     if matching.is_empty() {
         return Err(Denied::NoMatchingListenerHostname(
@@ -892,10 +1007,22 @@ pub fn route_hosts(route: &[String], listener: Option<&str>) -> Vec<String> {
 struct RouteRules {
     /// (creation time, namespace, name): older routes go first.
     order: (String, String, String),
+    /// The route's kind, namespace and name.
+    kind: &'static str,
     namespace: String,
     name: String,
     revision: u64,
-    routes: Vec<istio::HttpRoute>,
+    rules: Rules,
+}
+
+/// A route's rules as Istio's: HTTP routes (of an HTTPRoute or GRPCRoute),
+/// TCP routes, or TLS routes (whose SNI match is set per host when the
+/// VirtualService is assembled).
+#[derive(Debug, Clone)]
+enum Rules {
+    Http(Vec<istio::HttpRoute>),
+    Tcp(Vec<istio::TcpRoute>),
+    Tls(Vec<istio::TlsRoute>),
 }
 
 /// Why a route's references do not all resolve (`ResolvedRefs` False), and
@@ -917,33 +1044,181 @@ fn resolved_condition(converted: &Converted) -> Condition {
     }
 }
 
-fn convert_route(store: &StoreSnapshot, stored_route: (&HttpRoute, u64), grants: &Grants<'_>) -> Converted {
-    let (route, revision) = stored_route;
-    let namespace = route.metadata.namespace();
+fn convert_route(store: &StoreSnapshot, route: Route<'_>, revision: u64, grants: &Grants<'_>) -> Converted {
+    let meta = route.metadata();
+    let from = (route.kind(), meta.namespace());
     let mut problem: Option<RefProblem> = None;
-    let mut routes = Vec::new();
-    let rules: Vec<HttpRouteRule> =
-        if route.spec.rules.is_empty() { vec![HttpRouteRule::default()] } else { route.spec.rules.clone() };
-    for (n, rule) in rules.iter().enumerate() {
-        // The API's default (which the API server writes): one match, path prefix `/`.
-        let default_match = [HttpRouteMatch::default()];
-        let matches = if rule.matches.is_empty() { &default_match[..] } else { &rule.matches[..] };
-        for m in matches {
-            routes.push(convert_rule(store, route, n, rule, m, grants, &mut problem)?);
+    let rules = match route {
+        Route::Http(r) => {
+            let mut routes = Vec::new();
+            let rules: Vec<HttpRouteRule> =
+                if r.spec.rules.is_empty() { vec![HttpRouteRule::default()] } else { r.spec.rules.clone() };
+            for (n, rule) in rules.iter().enumerate() {
+                // The API's default (which the API server writes): one match, path prefix `/`.
+                let default_match = [HttpRouteMatch::default()];
+                let matches = if rule.matches.is_empty() { &default_match[..] } else { &rule.matches[..] };
+                for m in matches {
+                    let m = Some(convert_match(m));
+                    routes.push(convert_rule(
+                        store,
+                        from,
+                        rule_name(meta, rule.name.as_deref(), n),
+                        rule,
+                        m,
+                        grants,
+                        &mut problem,
+                    )?);
+                }
+            }
+            Rules::Http(routes)
         }
-    }
-    let rules = RouteRules {
-        order: (
-            route.metadata.creation_timestamp.clone().unwrap_or_default(),
-            namespace.to_string(),
-            route.metadata.name.clone(),
+        Route::Grpc(r) => {
+            let mut routes = Vec::new();
+            for (n, rule) in r.spec.rules.iter().enumerate() {
+                let name = rule_name(meta, rule.name.as_deref(), n);
+                let http_rule = HttpRouteRule {
+                    name: rule.name.clone(),
+                    filters: rule.filters.iter().map(grpc_filter).collect(),
+                    backend_refs: rule
+                        .backend_refs
+                        .iter()
+                        .map(|b| HttpBackendRef {
+                            backend: b.backend.clone(),
+                            weight: b.weight,
+                            filters: b.filters.iter().map(grpc_filter).collect(),
+                        })
+                        .collect(),
+                    ..Default::default()
+                };
+                if rule.matches.is_empty() {
+                    // No match: every call.
+                    routes.push(convert_rule(store, from, name.clone(), &http_rule, None, grants, &mut problem)?);
+                }
+                for m in &rule.matches {
+                    let m = Some(convert_grpc_match(m));
+                    routes.push(convert_rule(store, from, name.clone(), &http_rule, m, grants, &mut problem)?);
+                }
+            }
+            if routes.is_empty() {
+                // A route without rules: every call to a 500, as the API says.
+                let empty = HttpRouteRule::default();
+                routes.push(convert_rule(store, from, rule_name(meta, None, 0), &empty, None, grants, &mut problem)?);
+            }
+            Rules::Http(routes)
+        }
+        Route::Tcp(r) => Rules::Tcp(
+            r.spec
+                .rules
+                .iter()
+                .map(|rule| istio::TcpRoute {
+                    route: stream_destinations(store, from, rule, grants, &mut problem),
+                    ..Default::default()
+                })
+                .collect(),
         ),
-        namespace: namespace.to_string(),
-        name: route.metadata.name.clone(),
+        Route::Tls(r) => Rules::Tls(
+            r.spec
+                .rules
+                .iter()
+                .map(|rule| istio::TlsRoute {
+                    route: stream_destinations(store, from, rule, grants, &mut problem),
+                    ..Default::default()
+                })
+                .collect(),
+        ),
+    };
+    let rules = RouteRules {
+        order: (meta.creation_timestamp.clone().unwrap_or_default(), from.1.to_string(), meta.name.clone()),
+        kind: route.kind(),
+        namespace: from.1.to_string(),
+        name: meta.name.clone(),
         revision,
-        routes,
+        rules,
     };
     Ok((rules, problem))
+}
+
+/// A rule's Envoy route name: its own, else `NAMESPACE.ROUTE.INDEX`.
+fn rule_name(meta: &ObjectMeta, name: Option<&str>, n: usize) -> String {
+    name.map_or_else(|| format!("{}.{}.{n}", meta.namespace(), meta.name), str::to_string)
+}
+
+/// A GRPCRoute filter as the HTTPRoute filter of the same type (the kinds
+/// share header modifiers and mirrors; `ExtensionRef` stays unapplied).
+fn grpc_filter(f: &GrpcRouteFilter) -> HttpRouteFilter {
+    HttpRouteFilter {
+        kind: f.kind.clone(),
+        request_header_modifier: f.request_header_modifier.clone(),
+        response_header_modifier: f.response_header_modifier.clone(),
+        request_mirror: f.request_mirror.clone(),
+        ..Default::default()
+    }
+}
+
+/// A gRPC match as Istio's: the method becomes a match on the path
+/// `/SERVICE/METHOD` (exact with both, a prefix with only the service, a
+/// regex otherwise), headers as HTTPRoute's.
+fn convert_grpc_match(m: &GrpcRouteMatch) -> istio::HttpMatchRequest {
+    let regex = |v: String| StringMatch { regex: Some(v), ..Default::default() };
+    let uri = m.method.as_ref().map(|method| {
+        let (service, name) = (method.service.as_deref(), method.method.as_deref());
+        match (method.kind(), service, name) {
+            ("Exact", Some(s), Some(n)) => StringMatch { exact: Some(format!("/{s}/{n}")), ..Default::default() },
+            ("Exact", Some(s), None) => StringMatch { prefix: Some(format!("/{s}/")), ..Default::default() },
+            (_, None, Some(n)) => regex(format!("/[^/]+/{n}")),
+            (_, Some(s), None) => regex(format!("/{s}/.+")),
+            (_, Some(s), Some(n)) => regex(format!("/{s}/{n}")),
+            // Validation refuses a method match with neither.
+            (_, None, None) => regex("/.+/.+".to_string()),
+        }
+    });
+    let headers = m
+        .headers
+        .iter()
+        .map(|h| {
+            let value = match h.kind.as_deref().unwrap_or("Exact") {
+                "RegularExpression" => regex(h.value.clone()),
+                _ => StringMatch { exact: Some(h.value.clone()), ..Default::default() },
+            };
+            (h.name.to_ascii_lowercase(), value)
+        })
+        .collect();
+    istio::HttpMatchRequest { uri, headers, ..Default::default() }
+}
+
+/// Where a TCPRoute or TLSRoute rule sends connections. With no backend of
+/// positive weight the API asks for connections to be refused: they go to
+/// a destination no cluster serves, as Istio does.
+fn stream_destinations(
+    store: &StoreSnapshot,
+    from: (&'static str, &str),
+    rule: &StreamRouteRule,
+    grants: &Grants<'_>,
+    problem: &mut Option<RefProblem>,
+) -> Vec<istio::RouteDestination> {
+    let weighted: Vec<_> = rule.backend_refs.iter().filter(|b| b.weight.unwrap_or(1) > 0).collect();
+    if weighted.is_empty() {
+        let nowhere = Destination {
+            host: "internal.cluster.local".to_string(),
+            subset: Some("zero-weight".to_string()),
+            port: Some(PortSelector { number: 65535 }),
+        };
+        return vec![istio::RouteDestination { destination: nowhere, weight: None }];
+    }
+    let lone = weighted.len() == 1;
+    weighted
+        .into_iter()
+        .map(|b| {
+            let destination = destination(store, from, &b.backend, grants).unwrap_or_else(|(d, p)| {
+                *problem = Some(p);
+                d
+            });
+            istio::RouteDestination {
+                destination,
+                weight: if lone { None } else { Some(i64::from(b.weight.unwrap_or(1))) },
+            }
+        })
+        .collect()
 }
 
 /// One rule and one of its matches as an Istio HTTP route. A backend that
@@ -952,19 +1227,14 @@ fn convert_route(store: &StoreSnapshot, stored_route: (&HttpRoute, u64), grants:
 /// apply stops the whole route.
 fn convert_rule(
     store: &StoreSnapshot,
-    route: &HttpRoute,
-    n: usize,
+    from: (&'static str, &str),
+    name: String,
     rule: &HttpRouteRule,
-    m: &HttpRouteMatch,
+    m: Option<istio::HttpMatchRequest>,
     grants: &Grants<'_>,
     problem: &mut Option<RefProblem>,
 ) -> Result<istio::HttpRoute, RefProblem> {
-    let namespace = route.metadata.namespace();
-    let mut out = istio::HttpRoute {
-        name: Some(rule.name.clone().unwrap_or_else(|| format!("{namespace}.{}.{n}", route.metadata.name))),
-        ..Default::default()
-    };
-    out.matches.push(convert_match(m));
+    let mut out = istio::HttpRoute { name: Some(name), matches: m.into_iter().collect(), ..Default::default() };
     for f in &rule.filters {
         match f.kind.as_str() {
             "RequestHeaderModifier" => {
@@ -1019,7 +1289,7 @@ fn convert_rule(
             }
             "RequestMirror" => {
                 let mirror = f.request_mirror.as_ref().expect("validated: the filter has its settings");
-                match destination(store, route, &mirror.backend_ref, grants) {
+                match destination(store, from, &mirror.backend_ref, grants) {
                     Ok(d) => {
                         let percentage = match (mirror.fraction, mirror.percent) {
                             (Some(f), _) => {
@@ -1081,7 +1351,7 @@ fn convert_rule(
     }
     let lone = weighted.len() == 1;
     for b in weighted {
-        let d = match destination(store, route, &b.backend, grants) {
+        let d = match destination(store, from, &b.backend, grants) {
             Ok(d) => d,
             Err((d, p)) => {
                 *problem = Some(p);
@@ -1166,15 +1436,16 @@ fn header_operations(f: &HttpHeaderFilter) -> istio::HeaderOperations {
     istio::HeaderOperations { set: map(&f.set), add: map(&f.add), remove: f.remove.clone() }
 }
 
-/// Where a backend reference points; when it does not resolve, the
-/// destination it leaves in the route (no cluster serves it) and why.
+/// Where a backend reference of a route (`from`: its kind and namespace)
+/// points; when it does not resolve, the destination it leaves in the
+/// route (no cluster serves it) and why.
 fn destination(
     store: &StoreSnapshot,
-    route: &HttpRoute,
+    from: (&'static str, &str),
     b: &BackendObjectReference,
     grants: &Grants<'_>,
 ) -> Result<Destination, (Destination, RefProblem)> {
-    let route_ns = route.metadata.namespace();
+    let (kind, route_ns) = from;
     let ns = b.namespace(route_ns);
     let unresolved = |reason: &'static str, message: String| {
         Err((Destination { host: String::new(), ..Default::default() }, RefProblem { reason, message }))
@@ -1185,7 +1456,7 @@ fn destination(
             format!("backendRef {} {} {}: only Services are backends", b.group(), b.kind(), b.name),
         );
     }
-    if ns != route_ns && !grants.allow("HTTPRoute", route_ns, ("", "Service", ns, &b.name)) {
+    if ns != route_ns && !grants.allow(kind, route_ns, ("", "Service", ns, &b.name)) {
         return unresolved(
             "RefNotPermitted",
             format!("backendRef {ns}/{} is in another namespace and no ReferenceGrant allows it", b.name),
@@ -1297,7 +1568,11 @@ spec: {ports: [{name: http, port: 8080}]}
     }
 
     fn route_status<'a>(index: &'a GatewayApiIndex, ns: &str, name: &str) -> &'a [RouteParentStatus] {
-        match index.status.get(&ConfigKey::new(ConfigKind::HttpRoute, ns, name)) {
+        kind_status(index, ConfigKind::HttpRoute, ns, name)
+    }
+
+    fn kind_status<'a>(index: &'a GatewayApiIndex, kind: ConfigKind, ns: &str, name: &str) -> &'a [RouteParentStatus] {
+        match index.status.get(&ConfigKey::new(kind, ns, name)) {
             Some(ObjectStatus::Route { parents }) => parents,
             other => panic!("route {ns}/{name} has status {other:?}"),
         }
@@ -1658,6 +1933,215 @@ spec:
         assert!(condition(&route_status(&index, "infra", "producer")[0].conditions, "Accepted").is_true());
         let nowhere = condition(&route_status(&index, "apps", "nowhere")[0].conditions, "Accepted");
         assert_eq!((nowhere.status, nowhere.reason), ("False", "NoMatchingParent"));
+    }
+
+    #[test]
+    fn grpc_methods_become_path_matches_beside_http_routes_of_the_host() {
+        let index = build(
+            r#"
+apiVersion: gateway.networking.k8s.io/v1
+kind: GRPCRoute
+metadata: {name: grpc, namespace: infra, creationTimestamp: "2026-01-01T00:00:00Z"}
+spec:
+  parentRefs: [{name: edge, sectionName: same}]
+  rules:
+  - matches:
+    - method: {service: echo.Echo, method: Say}
+    - method: {service: echo.Echo}
+      headers: [{name: X-Version, value: two}]
+    - method: {method: Say}
+    - method: {type: RegularExpression, service: "echo\\..*"}
+    backendRefs: [{name: v1, port: 8080}]
+  - backendRefs: [{name: v2, port: 8080}]
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: HTTPRoute
+metadata: {name: web, namespace: infra, creationTimestamp: "2026-01-02T00:00:00Z"}
+spec:
+  parentRefs: [{name: edge, sectionName: same}]
+  rules: [{matches: [{path: {type: PathPrefix, value: /web}}], backendRefs: [{name: v2, port: 8080}]}]
+"#,
+        );
+        let merged = vs(&index, "infra~edge~istio-autogenerated-k8s-gateway~same~*");
+        let uris: Vec<Option<&StringMatch>> =
+            merged.spec.http.iter().map(|r| r.matches.first().and_then(|m| m.uri.as_ref())).collect();
+        let exact = |v: &str| StringMatch { exact: Some(v.to_string()), ..Default::default() };
+        let prefix = |v: &str| StringMatch { prefix: Some(v.to_string()), ..Default::default() };
+        let regex = |v: &str| StringMatch { regex: Some(v.to_string()), ..Default::default() };
+        assert_eq!(
+            uris,
+            [
+                Some(&exact("/echo.Echo/Say")),
+                Some(&prefix("/echo.Echo/")),
+                Some(&prefix("/web")),
+                Some(&regex("/echo\\..*/.+")),
+                Some(&regex("/[^/]+/Say")),
+                None,
+            ],
+            "the gRPC and HTTP routes of the host sorted together as Istio sorts them (exact, prefix, regex; \
+             longer first); the rule without matches last"
+        );
+        assert_eq!(merged.spec.http[1].matches[0].headers["x-version"], exact("two"));
+        assert_eq!(merged.spec.http[5].route[0].destination.host, "v2.infra.svc.cluster.local");
+        assert_eq!(
+            merged.metadata.annotations["internal.istio.io/parents"],
+            "GRPCRoute/grpc.infra,HTTPRoute/web.infra"
+        );
+        assert!(
+            condition(&kind_status(&index, ConfigKind::GrpcRoute, "infra", "grpc")[0].conditions, "Accepted").is_true()
+        );
+    }
+
+    /// A Gateway with a TCP listener, a TLS listener passing connections
+    /// through, and one terminating TLS with a Secret.
+    fn stream_gateway(routes: &str) -> GatewayApiIndex {
+        let (_, issuer) = crate::testing::certs::ca("test CA");
+        let (cert, key) = crate::testing::certs::leaf(&issuer, &["db.example.com"]);
+        let secret = crate::testing::certs::tls_secret("infra", "db-cert", &cert, &key, None);
+        build(&format!(
+            r#"
+apiVersion: gateway.networking.k8s.io/v1
+kind: Gateway
+metadata: {{name: streams, namespace: infra}}
+spec:
+  gatewayClassName: istio
+  listeners:
+  - {{name: tcp, port: 9000, protocol: TCP}}
+  - name: pass
+    port: 8443
+    protocol: TLS
+    hostname: "*.example.com"
+    tls: {{mode: Passthrough}}
+  - name: term
+    port: 9443
+    protocol: TLS
+    hostname: db.example.com
+    tls: {{mode: Terminate, certificateRefs: [{{name: db-cert}}]}}
+---
+{secret}
+---
+{routes}"#
+        ))
+    }
+
+    #[test]
+    fn tcp_and_tls_listeners_take_their_route_kinds() {
+        let index = stream_gateway(
+            r#"
+apiVersion: gateway.networking.k8s.io/v1alpha2
+kind: TCPRoute
+metadata: {name: raw, namespace: infra}
+spec:
+  parentRefs: [{name: streams, sectionName: tcp}, {name: streams, sectionName: term}]
+  rules: [{backendRefs: [{name: v1, port: 8080, weight: 3}, {name: v2, port: 8080, weight: 1}]}]
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: TLSRoute
+metadata: {name: sni, namespace: infra}
+spec:
+  parentRefs: [{name: streams, sectionName: pass}]
+  hostnames: [a.example.com, other.org]
+  rules: [{backendRefs: [{name: v1, port: 8080}]}]
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: HTTPRoute
+metadata: {name: web, namespace: infra}
+spec:
+  parentRefs: [{name: streams, sectionName: tcp}]
+  rules: [{backendRefs: [{name: v1, port: 8080}]}]
+"#,
+        );
+        let server = |listener: &str| {
+            let name = derived_gateway_name("streams", listener);
+            let g = index.gateways.iter().find(|g| g.gateway.metadata.name == name).expect("listener served");
+            g.gateway.spec.servers[0].clone()
+        };
+        assert_eq!(server("tcp").port.protocol, "TCP");
+        assert!(server("tcp").tls.is_none());
+        let pass = server("pass").tls.expect("a TLS listener has TLS settings");
+        assert_eq!(pass.mode.as_deref(), Some("PASSTHROUGH"));
+        let term = server("term").tls.expect("a TLS listener has TLS settings");
+        assert_eq!((term.mode.as_deref(), term.credential_name.as_deref()), (Some("SIMPLE"), Some("db-cert")));
+
+        let tcp = vs(&index, "infra~streams~istio-autogenerated-k8s-gateway~tcp~*");
+        let weights: Vec<(&str, Option<i64>)> =
+            tcp.spec.tcp[0].route.iter().map(|d| (d.destination.host.as_str(), d.weight)).collect();
+        assert_eq!(weights, [("v1.infra.svc.cluster.local", Some(3)), ("v2.infra.svc.cluster.local", Some(1))]);
+        assert!(tcp.spec.http.is_empty(), "the HTTPRoute does not attach to a TCP listener");
+        let term = vs(&index, "infra~streams~istio-autogenerated-k8s-gateway~term~db.example.com");
+        assert_eq!(term.spec.tcp.len(), 1, "a listener that terminates TLS takes TCPRoutes");
+
+        let tls = vs(&index, "infra~streams~istio-autogenerated-k8s-gateway~pass~a.example.com");
+        assert_eq!(tls.spec.tls[0].matches[0].sni_hosts, ["a.example.com"]);
+        assert!(
+            index.virtual_services.iter().all(|v| !v.object.key().name.contains("other.org")),
+            "a hostname outside the listener's is not routed"
+        );
+
+        let web = condition(&route_status(&index, "infra", "web")[0].conditions, "Accepted");
+        assert_eq!((web.status, web.reason), ("False", "NotAllowedByListeners"));
+        let (_, listeners) = gateway_status(&index, "infra", "streams");
+        let kinds = |i: usize| listeners[i].supported_kinds.iter().map(|k| k.kind.clone()).collect::<Vec<_>>();
+        assert_eq!(
+            (kinds(0), kinds(1), kinds(2)),
+            (
+                vec!["TCPRoute".to_string()],
+                vec!["TLSRoute".to_string()],
+                vec!["TLSRoute".to_string(), "TCPRoute".to_string()]
+            )
+        );
+        assert_eq!(listeners.iter().map(|l| l.attached_routes).collect::<Vec<_>>(), [1, 1, 1]);
+    }
+
+    #[test]
+    fn a_stream_route_without_weight_refuses_connections() {
+        let index = stream_gateway(
+            r#"
+apiVersion: gateway.networking.k8s.io/v1
+kind: TCPRoute
+metadata: {name: closed, namespace: infra}
+spec:
+  parentRefs: [{name: streams, sectionName: tcp}]
+  rules: [{backendRefs: [{name: v1, port: 8080, weight: 0}]}]
+"#,
+        );
+        let tcp = vs(&index, "infra~streams~istio-autogenerated-k8s-gateway~tcp~*");
+        let d = &tcp.spec.tcp[0].route[0].destination;
+        assert_eq!((d.host.as_str(), d.subset.as_deref()), ("internal.cluster.local", Some("zero-weight")));
+    }
+
+    #[test]
+    fn a_service_parent_names_its_port_by_section() {
+        let index = build(
+            r#"
+apiVersion: gateway.networking.k8s.io/v1
+kind: HTTPRoute
+metadata: {name: named, namespace: infra}
+spec:
+  parentRefs: [{group: "", kind: Service, name: v1, sectionName: http}]
+  rules: [{backendRefs: [{name: v2, port: 8080}]}]
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: HTTPRoute
+metadata: {name: unnamed, namespace: infra}
+spec:
+  parentRefs: [{group: "", kind: Service, name: v1, sectionName: grpc}]
+  rules: [{backendRefs: [{name: v2, port: 8080}]}]
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: TCPRoute
+metadata: {name: raw, namespace: infra}
+spec:
+  parentRefs: [{group: "", kind: Service, name: v2, port: 8080}]
+  rules: [{backendRefs: [{name: v1, port: 8080}]}]
+"#,
+        );
+        let named = vs(&index, "mesh~infra~8080~v1.infra.svc.cluster.local");
+        assert_eq!(named.spec.http[0].matches[0].port, Some(8080), "section http is port 8080");
+        let unnamed = condition(&route_status(&index, "infra", "unnamed")[0].conditions, "Accepted");
+        assert_eq!((unnamed.status, unnamed.reason), ("False", "NoMatchingParent"));
+        let raw = vs(&index, "mesh~infra~8080~v2.infra.svc.cluster.local");
+        assert_eq!(raw.spec.tcp[0].matches[0].port, Some(8080));
     }
 
     #[test]
