@@ -560,3 +560,171 @@ fn a_route_whose_parent_is_a_service_routes_the_sidecars_that_call_it() {
     });
     scene.assert_nothing_rejected();
 }
+
+/// The manifests of the stream and gRPC routing test: a Gateway with a TCP
+/// listener, a TLS listener passing connections through by SNI, one
+/// terminating TLS, and an HTTP one for gRPC; a web Deployment (HTTP
+/// backends), a Pod behind `secure` that terminates TLS itself, and two gRPC
+/// Pods behind `echo-v1` and `echo-v2`.
+fn streams_manifests() -> String {
+    use support::manifests::pod;
+    let ns = INFRA;
+    format!(
+        r#"apiVersion: gateway.networking.k8s.io/v1
+kind: Gateway
+metadata: {{name: streams, namespace: {ns}}}
+spec:
+  gatewayClassName: istio
+  listeners:
+  - {{name: tcp, port: 9000, protocol: TCP}}
+  - name: pass
+    port: 443
+    protocol: TLS
+    hostname: "*.example.com"
+    tls: {{mode: Passthrough}}
+  - name: term
+    port: 8443
+    protocol: TLS
+    hostname: example.org
+    tls: {{mode: Terminate, certificateRefs: [{{name: tls-validity-checks-certificate}}]}}
+  - {{name: grpc, port: 80, protocol: HTTP}}
+---
+apiVersion: apps/v1
+kind: Deployment
+metadata: {{name: web, namespace: {ns}}}
+spec:
+  replicas: 1
+  selector: {{matchLabels: {{app: web}}}}
+  template:
+    metadata: {{labels: {{app: web}}}}
+    spec: {{containers: [{{name: web, image: echo, ports: [{{containerPort: 3000}}]}}]}}
+---
+apiVersion: v1
+kind: Service
+metadata: {{name: web, namespace: {ns}}}
+spec: {{selector: {{app: web}}, ports: [{{name: http, port: 8080, targetPort: 3000}}]}}
+---
+{secure_pod}---
+apiVersion: v1
+kind: Service
+metadata: {{name: secure, namespace: {ns}}}
+spec: {{selector: {{app: secure}}, ports: [{{name: tls, port: 8443, targetPort: 3443}}]}}
+---
+{echo_v1}---
+{echo_v2}---
+apiVersion: v1
+kind: Service
+metadata: {{name: echo-v1, namespace: {ns}}}
+spec: {{selector: {{app: echo, version: v1}}, ports: [{{name: grpc, port: 9090, targetPort: 3090}}]}}
+---
+apiVersion: v1
+kind: Service
+metadata: {{name: echo-v2, namespace: {ns}}}
+spec: {{selector: {{app: echo, version: v2}}, ports: [{{name: grpc, port: 9090, targetPort: 3090}}]}}
+---
+apiVersion: gateway.networking.k8s.io/v1alpha2
+kind: TCPRoute
+metadata: {{name: raw, namespace: {ns}}}
+spec:
+  parentRefs: [{{name: streams, sectionName: tcp}}, {{name: streams, sectionName: term}}]
+  rules: [{{backendRefs: [{{name: web, port: 8080}}]}}]
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: TLSRoute
+metadata: {{name: sni, namespace: {ns}}}
+spec:
+  parentRefs: [{{name: streams, sectionName: pass}}]
+  hostnames: [secure.example.com]
+  rules: [{{backendRefs: [{{name: secure, port: 8443}}]}}]
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: GRPCRoute
+metadata: {{name: echo, namespace: {ns}}}
+spec:
+  parentRefs: [{{name: streams, sectionName: grpc}}]
+  hostnames: [grpc.example.com]
+  rules:
+  - matches: [{{method: {{service: echo.Echo, method: Say}}}}]
+    backendRefs: [{{name: echo-v1, port: 9090}}]
+  - matches: [{{headers: [{{name: x-version, value: two}}]}}]
+    backendRefs: [{{name: echo-v2, port: 9090}}]
+  - matches: [{{method: {{service: echo.Echo}}}}]
+    filters: [{{type: ResponseHeaderModifier, responseHeaderModifier: {{set: [{{name: x-route, value: service}}]}}}}]
+    backendRefs: [{{name: echo-v2, port: 9090}}]
+"#,
+        secure_pod = pod(ns, "secure-0", "127.0.176.10", &[("app", "secure")], 3443),
+        echo_v1 = pod(ns, "echo-v1-0", "127.0.176.11", &[("app", "echo"), ("version", "v1")], 3090),
+        echo_v2 = pod(ns, "echo-v2-0", "127.0.176.12", &[("app", "echo"), ("version", "v2")], 3090),
+    )
+}
+
+#[test]
+fn grpc_tcp_and_tls_routes_carry_calls_and_connections_through_a_real_envoy() {
+    use support::conformance::{Layout, container_port};
+    use support::grpc::{GrpcBackend, call};
+    const LAYOUT: Layout = Layout { gateways: 175, pods: 176, port: container_port };
+    const GW: &str = "gateway-conformance-infra/streams";
+    // The suite names a Deployment's Pod's backend NAMESPACE/POD.
+    const WEB_0: &str = "gateway-conformance-infra/web-0";
+    // The backends that are not plain HTTP: one terminating TLS with its
+    // own certificate (the Gateway must pass its connections through), two
+    // speaking gRPC.
+    let backend_ca = support::tls::TestCa::new("secure-backend");
+    let secure_leaf = backend_ca.leaf("secure", &["secure.example.com"]);
+    let secure = support::tls::TlsBackend::start("secure-0", "127.0.176.10:3443".parse().unwrap(), &secure_leaf);
+    let _echo_v1 = GrpcBackend::start("echo-v1-0", "127.0.176.11:3090".parse().unwrap());
+    let _echo_v2 = GrpcBackend::start("echo-v2-0", "127.0.176.12:3090".parse().unwrap());
+    let suite = Suite::start_on(&[("streams.yaml", &streams_manifests())], LAYOUT);
+    for (kind, name, parents) in [("TCPRoute", "raw", 2), ("TLSRoute", "sni", 1), ("GRPCRoute", "echo", 1)] {
+        suite.route_of_kind_accepted(kind, INFRA, name, parents);
+    }
+    let converge = std::time::Duration::from_secs(30);
+    let section = support::envoy::Section::Listeners;
+    let lands = |got: Result<String, String>, want: &str| match got {
+        Ok(b) if b == want => Ok(()),
+        Ok(b) => Err(format!("answered by {b:?}, expected {want}")),
+        Err(e) => Err(e),
+    };
+
+    // TCP: an HTTP exchange over the TCP listener reaches `web` untouched.
+    let tcp = suite.address(GW, 9000);
+    suite.scene().wait(converge, "a connection to the TCP listener to reach web", section, || {
+        let r = support::http::get(tcp, "/over-tcp", &[("host", "anything")]).map_err(|e| e.to_string());
+        lands(r.map(|r| r.header("x-backend").unwrap_or_default().to_string()), WEB_0)
+    });
+
+    // TLS passthrough: the backend's own certificate answers, by SNI.
+    suite.scene().wait(converge, "secure.example.com to pass through to secure", section, || {
+        let r = suite.https1_get_trusting(&backend_ca.pem, GW, 443, "secure.example.com", "/");
+        lands(r.map(|(_, b)| b), "secure-0")
+    });
+    assert!(
+        secure.sni_seen().contains(&Some("secure.example.com".to_string())),
+        "the client's SNI reached the backend"
+    );
+    let other = suite.https1_get_trusting(&backend_ca.pem, GW, 443, "other.example.com", "/");
+    assert!(other.is_err(), "a name no TLSRoute takes is not passed through: {other:?}");
+
+    // TLS terminated by the Gateway's certificate, then TCP to web.
+    suite.scene().wait(converge, "example.org to be terminated and reach web", section, || {
+        let r = suite.https1_get_trusting(suite.ca_pem(), GW, 8443, "example.org", "/");
+        lands(r.map(|(_, b)| b), WEB_0)
+    });
+
+    // gRPC: by method, by metadata, by service.
+    let grpc = suite.address(GW, 80);
+    let authority = "grpc.example.com";
+    suite.scene().wait(converge, "echo.Echo/Say to reach echo-v1", section, || {
+        lands(call(grpc, authority, "/echo.Echo/Say", &[]), "echo-v1-0")
+    });
+    lands(call(grpc, authority, "/echo.Echo/Say", &[("x-version", "two")]), "echo-v1-0")
+        .expect("the method match comes first");
+    lands(call(grpc, authority, "/other.Service/Do", &[("x-version", "two")]), "echo-v2-0")
+        .expect("the metadata match");
+    lands(call(grpc, authority, "/echo.Echo/Shout", &[]), "echo-v2-0").expect("the service match");
+    let unmatched = call(grpc, authority, "/other.Service/Do", &[]);
+    assert!(unmatched.is_err(), "a call no rule matches is answered with an error: {unmatched:?}");
+    let wrong_host = call(grpc, "elsewhere.example.com", "/echo.Echo/Say", &[]);
+    assert!(wrong_host.is_err(), "a host the route does not take is not routed: {wrong_host:?}");
+    suite.scene().assert_nothing_rejected();
+}

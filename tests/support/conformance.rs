@@ -288,11 +288,39 @@ impl Suite {
     /// verified against the suite's CA with `host` as SNI (curl, as the
     /// suite's TLS round tripper): `(status, x-backend)`.
     pub fn https_get(&self, gateway: &str, port: u16, host: &str, path: &str) -> Result<(u16, String), String> {
+        self.curl_https(&self.ca.pem, gateway, port, host, path, &[])
+    }
+
+    /// [`Suite::https_get`] over HTTP/1.1 (what a TCP route's HTTP backend,
+    /// or a backend TLS passes through to, speaks: the Gateway offers `h2`
+    /// too when it terminates TLS, as Istio's does), trusting the CA
+    /// `ca_pem` (a backend's, when the Gateway passes TLS through).
+    pub fn https1_get_trusting(
+        &self,
+        ca_pem: &str,
+        gateway: &str,
+        port: u16,
+        host: &str,
+        path: &str,
+    ) -> Result<(u16, String), String> {
+        self.curl_https(ca_pem, gateway, port, host, path, &["--http1.1"])
+    }
+
+    fn curl_https(
+        &self,
+        ca_pem: &str,
+        gateway: &str,
+        port: u16,
+        host: &str,
+        path: &str,
+        extra: &[&str],
+    ) -> Result<(u16, String), String> {
         let target = self.address(gateway, port);
         let dir = tempfile::tempdir().map_err(|e| e.to_string())?;
         let ca = dir.path().join("ca.pem");
-        std::fs::write(&ca, &self.ca.pem).map_err(|e| e.to_string())?;
+        std::fs::write(&ca, ca_pem).map_err(|e| e.to_string())?;
         let out = std::process::Command::new("curl")
+            .args(extra)
             .args(["-sS", "--max-time", "5", "-o", "/dev/null", "-D", "-", "--cacert"])
             .arg(&ca)
             .arg("--resolve")
@@ -595,10 +623,15 @@ impl Suite {
     /// `GatewayAndHTTPRoutesMustBeAccepted` and
     /// `HTTPRouteMustHaveResolvedRefsConditionsTrue`).
     pub fn route_accepted(&self, namespace: &str, name: &str, parents: usize) {
+        self.route_of_kind_accepted("HTTPRoute", namespace, name, parents);
+    }
+
+    /// [`Suite::route_accepted`] for a route of any kind (`GRPCRoute`, `TCPRoute`…).
+    pub fn route_of_kind_accepted(&self, kind: &str, namespace: &str, name: &str, parents: usize) {
         for i in 0..parents {
             let at = format!("parents[{i}]");
-            self.expect_condition(("HTTPRoute", namespace, name), &at, "Accepted", "True", Some("Accepted"));
-            self.expect_condition(("HTTPRoute", namespace, name), &at, "ResolvedRefs", "True", Some("ResolvedRefs"));
+            self.expect_condition((kind, namespace, name), &at, "Accepted", "True", Some("Accepted"));
+            self.expect_condition((kind, namespace, name), &at, "ResolvedRefs", "True", Some("ResolvedRefs"));
         }
     }
 }

@@ -15,6 +15,7 @@
 //! * [`browser`]: headless Chromium, installed on first use, for page tests.
 //! * [`isolated`]: a backend and a client inside an isolated Envoy's network namespace.
 //! * [`http`]: the minimal HTTP/1.1 client and parser the others share.
+//! * [`grpc`]: a gRPC backend that says who it is, and calls through tonic.
 //! * [`kube_api`]: a stand-in Kubernetes API server (lists, watches, 410 Gone).
 //! * [`traffic`]: requests through Envoy, single or as steady background traffic.
 //! * [`agent`]: [`agent::Agent`], `meshpush agent` beside a real Envoy, and SDS streams to it.
@@ -33,6 +34,7 @@ pub mod backend;
 pub mod browser;
 pub mod conformance;
 pub mod envoy;
+pub mod grpc;
 pub mod http;
 pub mod isolated;
 pub mod kube_api;

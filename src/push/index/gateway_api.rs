@@ -679,14 +679,7 @@ impl GatewayApiIndex {
                     ]),
                     ..Default::default()
                 },
-                spec: istio::VirtualServiceSpec {
-                    hosts: vec![h],
-                    gateways: vec![gateway],
-                    http,
-                    tcp,
-                    tls,
-                    export_to,
-                },
+                spec: istio::VirtualServiceSpec { hosts: vec![h], gateways: vec![gateway], http, tcp, tls, export_to },
             };
             out.virtual_services.push(Arc::new(StoredObject {
                 object: ConfigObject::VirtualService(vs),
