@@ -143,7 +143,8 @@ fn resolves(index: &SecretIndex, namespace: &str, name: &str) -> Result<(), Stri
             "{name}: no Secret with a certificate and key (tls.crt/tls.key or cert/key) in namespace {namespace}"
         )),
         Err(Unresolved::OtherNamespace) => Err(format!(
-            "{name}: names another namespace than the gateway's ({namespace}), whose Secrets it may not read"
+            "{name}: names another namespace than the gateway's ({namespace}), whose Secrets it may not read \
+             (no ReferenceGrant there lets its Gateways refer to this one)"
         )),
         Err(Unresolved::Scheme | Unresolved::KeyDenied) => Err(format!("{name}: not a Kubernetes Secret name")),
     }

@@ -310,8 +310,11 @@ impl PushContext {
         };
         let sidecars =
             if rebuild(ConfigKind::Sidecar) { Arc::new(SidecarIndex::build(&store)) } else { prev.sidecars.clone() };
-        let secrets =
-            if rebuild(ConfigKind::Secret) { Arc::new(SecretIndex::build(&store)) } else { prev.secrets.clone() };
+        let secrets = if rebuild(ConfigKind::Secret) || rebuild(ConfigKind::ReferenceGrant) {
+            Arc::new(SecretIndex::build(&store))
+        } else {
+            prev.secrets.clone()
+        };
         let peer_authentications = if rebuild(ConfigKind::PeerAuthentication) {
             Arc::new(PeerAuthenticationIndex::build(&store, &prev.mesh))
         } else {

@@ -561,14 +561,18 @@ fn a_route_whose_parent_is_a_service_routes_the_sidecars_that_call_it() {
     scene.assert_nothing_rejected();
 }
 
+/// The namespace of the stream and gRPC routing test.
+const STREAMS: &str = "gateway-streams";
+
 /// The manifests of the stream and gRPC routing test: a Gateway with a TCP
 /// listener, a TLS listener passing connections through by SNI, one
-/// terminating TLS, and an HTTP one for gRPC; a web Deployment (HTTP
+/// terminating TLS with the suite's certificate (in the infra namespace,
+/// which grants it), and an HTTP one for gRPC; a web Deployment (HTTP
 /// backends), a Pod behind `secure` that terminates TLS itself, and two gRPC
 /// Pods behind `echo-v1` and `echo-v2`.
 fn streams_manifests() -> String {
     use support::manifests::pod;
-    let ns = INFRA;
+    let ns = STREAMS;
     format!(
         r#"apiVersion: gateway.networking.k8s.io/v1
 kind: Gateway
@@ -586,8 +590,17 @@ spec:
     port: 8443
     protocol: TLS
     hostname: example.org
-    tls: {{mode: Terminate, certificateRefs: [{{name: tls-validity-checks-certificate}}]}}
+    tls:
+      mode: Terminate
+      certificateRefs: [{{name: tls-validity-checks-certificate, namespace: {INFRA}}}]
   - {{name: grpc, port: 80, protocol: HTTP}}
+---
+apiVersion: gateway.networking.k8s.io/v1beta1
+kind: ReferenceGrant
+metadata: {{name: streams-certificate, namespace: {INFRA}}}
+spec:
+  from: [{{group: gateway.networking.k8s.io, kind: Gateway, namespace: {ns}}}]
+  to: [{{group: "", kind: Secret, name: tls-validity-checks-certificate}}]
 ---
 apiVersion: apps/v1
 kind: Deployment
@@ -663,9 +676,9 @@ fn grpc_tcp_and_tls_routes_carry_calls_and_connections_through_a_real_envoy() {
     use support::conformance::{Layout, container_port};
     use support::grpc::{GrpcBackend, call};
     const LAYOUT: Layout = Layout { gateways: 175, pods: 176, port: container_port };
-    const GW: &str = "gateway-conformance-infra/streams";
+    const GW: &str = "gateway-streams/streams";
     // The suite names a Deployment's Pod's backend NAMESPACE/POD.
-    const WEB_0: &str = "gateway-conformance-infra/web-0";
+    const WEB_0: &str = "gateway-streams/web-0";
     // The backends that are not plain HTTP: one terminating TLS with its
     // own certificate (the Gateway must pass its connections through), two
     // speaking gRPC.
@@ -676,7 +689,7 @@ fn grpc_tcp_and_tls_routes_carry_calls_and_connections_through_a_real_envoy() {
     let _echo_v2 = GrpcBackend::start("echo-v2-0", "127.0.176.12:3090".parse().unwrap());
     let suite = Suite::start_on(&[("streams.yaml", &streams_manifests())], LAYOUT);
     for (kind, name, parents) in [("TCPRoute", "raw", 2), ("TLSRoute", "sni", 1), ("GRPCRoute", "echo", 1)] {
-        suite.route_of_kind_accepted(kind, INFRA, name, parents);
+        suite.route_of_kind_accepted(kind, STREAMS, name, parents);
     }
     let converge = std::time::Duration::from_secs(30);
     let section = support::envoy::Section::Listeners;
@@ -705,7 +718,7 @@ fn grpc_tcp_and_tls_routes_carry_calls_and_connections_through_a_real_envoy() {
     let other = suite.https1_get_trusting(&backend_ca.pem, GW, 443, "other.example.com", "/");
     assert!(other.is_err(), "a name no TLSRoute takes is not passed through: {other:?}");
 
-    // TLS terminated by the Gateway's certificate, then TCP to web.
+    // TLS terminated with the certificate another namespace grants, then TCP to web.
     suite.scene().wait(converge, "example.org to be terminated and reach web", section, || {
         let r = suite.https1_get_trusting(suite.ca_pem(), GW, 8443, "example.org", "/");
         lands(r.map(|(_, b)| b), WEB_0)

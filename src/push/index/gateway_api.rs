@@ -51,6 +51,7 @@ use crate::config::gateway_api::{
 use crate::config::istio::{self, Destination, HttpRouteDestination, PortSelector, StringMatch};
 use crate::config::{ConfigKey, ConfigKind, ConfigObject, Duration, ObjectMeta, Problem, Severity, SourceRef};
 use crate::model::{StoreSnapshot, StoredObject, host};
+use crate::push::index::secrets;
 
 /// The annotation that gives a VirtualService the Gateway API's semantics
 /// (Istio's `internal.istio.io/route-semantics`).
@@ -772,21 +773,10 @@ fn listener_state<'a>(
             let ns = r.namespace(namespace);
             let problem = if r.group() != "" || r.kind() != "Secret" {
                 Some(("InvalidCertificateRef", format!("certificateRef {} {} is not a Secret", r.group(), r.kind())))
-            } else if ns != namespace {
-                if grants.allow("Gateway", namespace, ("", "Secret", ns, &r.name)) {
-                    Some((
-                        "RefNotPermitted",
-                        format!(
-                            "certificateRef {ns}/{}: meshpush serves only Secrets of the Gateway's own namespace",
-                            r.name
-                        ),
-                    ))
-                } else {
-                    Some((
-                        "RefNotPermitted",
-                        format!("certificateRef {ns}/{} is not granted by a ReferenceGrant", r.name),
-                    ))
-                }
+            } else if ns != namespace && !grants.allow("Gateway", namespace, ("", "Secret", ns, &r.name)) {
+                // Checked before the Secret is looked up, so that the status
+                // does not tell whether another namespace's Secret exists.
+                Some(("RefNotPermitted", format!("certificateRef {ns}/{} is not granted by a ReferenceGrant", r.name)))
             } else {
                 match store.get(&ConfigKey::new(ConfigKind::Secret, ns, &r.name)).map(|s| &s.object) {
                     Some(ConfigObject::Secret(s)) if s.material().identity.is_some() => None,
@@ -874,7 +864,13 @@ fn istio_gateway(l: &ListenerState<'_>) -> istio::Gateway {
     let tls = if terminates_tls(l.listener) {
         let refs =
             &l.listener.tls.as_ref().expect("validated: a listener that terminates TLS has tls").certificate_refs;
-        let mut names: Vec<String> = refs.iter().map(|r| r.name.clone()).collect();
+        // Another namespace's Secret (granted: the listener is served) by
+        // the scheme whose reads the SDS server checks against the grants.
+        let name = |r: &api::SecretObjectReference| match r.namespace(l.namespace) {
+            ns if ns == l.namespace => r.name.clone(),
+            ns => format!("{}{ns}/{}", secrets::KUBERNETES_GATEWAY_SCHEME, r.name),
+        };
+        let mut names: Vec<String> = refs.iter().map(name).collect();
         let first = names.remove(0);
         Some(istio::ServerTls {
             mode: Some("SIMPLE".to_string()),

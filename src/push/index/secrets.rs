@@ -11,7 +11,11 @@
 //!   exists, else the CA (`cacert`, or `ca.crt`) of Secret `NAME`;
 //! * any other name is the certificate and key of Secret `NAME`;
 //! * a sidecar reads CAs only (Istio's default: a workload's service
-//!   account may not read Secrets, and a CA is not one).
+//!   account may not read Secrets, and a CA is not one);
+//! * `kubernetes-gateway://NS/NAME` is what a Gateway API listener's
+//!   `certificateRefs` become: a Secret of the gateway's own namespace, or
+//!   of `NS` when a ReferenceGrant in `NS` lets the Gateways of the
+//!   proxy's namespace refer to it (Istio's rule for that scheme).
 //!
 //! Invariant: the index holds each Secret's material once, shared by
 //! every snapshot until a Secret changes.
@@ -19,12 +23,16 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
+use crate::config::gateway_api;
 use crate::config::secret::TlsMaterial;
 use crate::config::{ConfigKind, ConfigObject};
 use crate::model::StoreSnapshot;
 
 /// The scheme of the SDS names Istio gives Kubernetes Secrets.
 pub const KUBERNETES_SCHEME: &str = "kubernetes://";
+/// The scheme of a Gateway API listener's certificate (`NS/NAME`), which
+/// may name another namespace's Secret when a ReferenceGrant allows it.
+pub const KUBERNETES_GATEWAY_SCHEME: &str = "kubernetes-gateway://";
 
 /// The suffix of the SDS name of a credential's CA.
 pub const CA_SUFFIX: &str = "-cacert";
@@ -32,7 +40,7 @@ pub const CA_SUFFIX: &str = "-cacert";
 /// The SDS resource name of a `credentialName` (`kubernetes://NAME`; a
 /// name that already has the scheme is kept).
 pub fn resource_name(credential: &str) -> String {
-    if credential.starts_with(KUBERNETES_SCHEME) {
+    if credential.starts_with(KUBERNETES_SCHEME) || credential.starts_with(KUBERNETES_GATEWAY_SCHEME) {
         credential.to_string()
     } else {
         format!("{KUBERNETES_SCHEME}{credential}")
@@ -85,10 +93,14 @@ pub enum Reader {
     Sidecar,
 }
 
-/// Secrets' TLS material by `(namespace, name)`.
+/// Secrets' TLS material by `(namespace, name)`, and which Secrets of other
+/// namespaces ReferenceGrants open to Gateways.
 #[derive(Debug, Default)]
 pub struct SecretIndex {
     by_key: HashMap<(Arc<str>, Arc<str>), TlsMaterial>,
+    /// `(Gateways' namespace, Secret's namespace, Secret's name or every
+    /// Secret)` of each ReferenceGrant entry letting Gateways refer to Secrets.
+    granted: Vec<(String, String, Option<String>)>,
 }
 
 impl SecretIndex {
@@ -105,7 +117,23 @@ impl SecretIndex {
                 _ => None,
             })
             .collect();
-        SecretIndex { by_key }
+        let mut granted = Vec::new();
+        for stored in snapshot.kind(ConfigKind::ReferenceGrant).values() {
+            let ConfigObject::ReferenceGrant(grant) = &stored.object else { continue };
+            let from = grant.spec.from.iter().filter(|f| f.group == gateway_api::GROUP && f.kind == "Gateway");
+            for f in from {
+                for t in grant.spec.to.iter().filter(|t| t.group.is_empty() && t.kind == "Secret") {
+                    let name = t.name.clone().filter(|n| !n.is_empty());
+                    granted.push((f.namespace.clone(), grant.metadata.namespace().to_string(), name));
+                }
+            }
+        }
+        SecretIndex { by_key, granted }
+    }
+
+    /// Whether a ReferenceGrant lets the Gateways of `from` use Secret `namespace/name`.
+    fn grants(&self, from: &str, namespace: &str, name: &str) -> bool {
+        self.granted.iter().any(|(f, ns, n)| f == from && ns == namespace && n.as_deref().is_none_or(|n| n == name))
     }
 
     fn get(&self, namespace: &str, name: &str) -> Option<&TlsMaterial> {
@@ -114,12 +142,22 @@ impl SecretIndex {
 
     /// What SDS name `name` gives a `reader` of namespace `namespace`.
     pub fn resolve(&self, namespace: &str, reader: Reader, name: &str) -> Result<Resolved, Unresolved> {
-        let rest = name.strip_prefix(KUBERNETES_SCHEME).ok_or(Unresolved::Scheme)?;
-        let secret = match rest.split_once('/') {
-            Some((ns, secret)) if ns == namespace => secret,
-            Some(_) => return Err(Unresolved::OtherNamespace),
-            None => rest,
+        let (owner, secret) = if let Some(rest) = name.strip_prefix(KUBERNETES_GATEWAY_SCHEME) {
+            let (ns, secret) = rest.split_once('/').ok_or(Unresolved::Scheme)?;
+            let base = secret.strip_suffix(CA_SUFFIX).unwrap_or(secret);
+            if ns != namespace && (reader != Reader::Router || !self.grants(namespace, ns, base)) {
+                return Err(Unresolved::OtherNamespace);
+            }
+            (ns, secret)
+        } else {
+            let rest = name.strip_prefix(KUBERNETES_SCHEME).ok_or(Unresolved::Scheme)?;
+            match rest.split_once('/') {
+                Some((ns, secret)) if ns == namespace => (namespace, secret),
+                Some(_) => return Err(Unresolved::OtherNamespace),
+                None => (namespace, rest),
+            }
         };
+        let namespace = owner;
         if let Some(base) = secret.strip_suffix(CA_SUFFIX) {
             let ca = |material: &TlsMaterial| {
                 let trusted_ca = material.ca.clone()?;
@@ -204,6 +242,45 @@ mod tests {
         assert_eq!(idx.resolve(ns, Reader::Sidecar, "kubernetes://shop-cacert"), ca(&shop_ca));
         assert_eq!(idx.resolve(ns, Reader::Router, "file-cert:/etc/x"), Err(Unresolved::Scheme));
         assert_eq!(resource_name("shop"), "kubernetes://shop");
+        assert_eq!(resource_name("kubernetes-gateway://a/shop"), "kubernetes-gateway://a/shop");
         assert_eq!(ca_resource_name("kubernetes://shop"), "kubernetes://shop-cacert");
+    }
+
+    #[test]
+    fn a_gateway_reads_another_namespace_s_secret_only_when_granted() {
+        let (yaml, [cert, key, ..]) = secrets();
+        let grant = |to: &str| {
+            format!(
+                "---\napiVersion: gateway.networking.k8s.io/v1beta1\nkind: ReferenceGrant\nmetadata: {{name: g, namespace: istio-system}}\n\
+                 spec:\n  from: [{{group: gateway.networking.k8s.io, kind: Gateway, namespace: edge}}]\n  to: [{to}]\n"
+            )
+        };
+        let name = "kubernetes-gateway://istio-system/shop";
+        let identity = Ok(Resolved::Identity { certificate_chain: cert.into(), private_key: key.into() });
+        let ungranted = index(&yaml);
+        assert_eq!(ungranted.resolve("edge", Reader::Router, name), Err(Unresolved::OtherNamespace));
+        assert_eq!(
+            ungranted.resolve("istio-system", Reader::Router, name),
+            identity,
+            "its own namespace needs no grant"
+        );
+        let granted = index(&format!("{yaml}{}", grant("{group: \"\", kind: Secret, name: shop}")));
+        assert_eq!(granted.resolve("edge", Reader::Router, name), identity);
+        assert_eq!(granted.resolve("other", Reader::Router, name), Err(Unresolved::OtherNamespace), "only to edge");
+        assert_eq!(
+            granted.resolve("edge", Reader::Router, "kubernetes-gateway://istio-system/bank"),
+            Err(Unresolved::OtherNamespace),
+            "only shop"
+        );
+        assert_eq!(
+            granted.resolve("edge", Reader::Sidecar, name),
+            Err(Unresolved::OtherNamespace),
+            "a sidecar reads none"
+        );
+        assert_eq!(
+            granted.resolve("edge", Reader::Router, "kubernetes://istio-system/shop"),
+            Err(Unresolved::OtherNamespace),
+            "Istio's own scheme stays in the namespace"
+        );
     }
 }
