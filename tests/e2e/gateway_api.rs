@@ -456,6 +456,7 @@ fn istio_gateway_api_samples_route_as_their_readmes_describe() {
         &[
             ("httpbin.yaml", &istio_sample("httpbin/httpbin.yaml")),
             ("helloworld.yaml", &istio_sample("helloworld/helloworld.yaml")),
+            ("tcp-echo.yaml", &istio_sample("tcp-echo/tcp-echo-services.yaml")),
         ],
         LAYOUT,
     );
@@ -492,6 +493,32 @@ fn istio_gateway_api_samples_route_as_their_readmes_describe() {
     suite.scene().wait(std::time::Duration::from_secs(30), what, support::envoy::Section::Routes, || {
         let weighted = shares(&suite, HELLO, "/hello", 200, &["helloworld-v1", "helloworld-v2"])?;
         if (0.8..=0.97).contains(&weighted[0]) { Ok(()) } else { Err(format!("shares of v1, v2: {weighted:?}")) }
+    });
+
+    // tcp-echo: the TCPRoute sends every connection to v1, then 8 in 10
+    // (each exchange below is a connection of its own: the backends speak
+    // HTTP over it, which the TCP listener carries untouched).
+    const ECHO: &str = "default/tcp-echo-gateway";
+    let versions = ["tcp-echo-v1", "tcp-echo-v2"];
+    let tcp_shares = |suite: &Suite| -> Result<Vec<f64>, String> {
+        let counts = suite.distribution_on(ECHO, 31400, "/", 200, &versions)?;
+        Ok(counts.iter().map(|n| *n as f64 / 200.0).collect())
+    };
+    let all_v1 = istio_sample("tcp-echo/gateway-api/tcp-echo-all-v1.yaml");
+    suite.apply_text("tcp-echo-gateway.yaml", &all_v1);
+    suite.route_of_kind_accepted("TCPRoute", "default", "tcp-echo", 1);
+    let section = support::envoy::Section::Listeners;
+    suite.scene().wait(std::time::Duration::from_secs(30), "every connection to tcp-echo-v1", section, || {
+        let s = tcp_shares(&suite)?;
+        if s[0] == 1.0 { Ok(()) } else { Err(format!("shares of v1, v2: {s:?}")) }
+    });
+    let without_route: Vec<&str> =
+        all_v1.split("\n---\n").filter(|d| !d.lines().any(|l| l == "kind: TCPRoute")).collect();
+    let route = istio_sample("tcp-echo/gateway-api/tcp-echo-20-v2.yaml");
+    suite.apply_text("tcp-echo-gateway.yaml", &format!("{}\n---\n{route}", without_route.join("\n---\n")));
+    suite.scene().wait(std::time::Duration::from_secs(30), "8 in 10 connections to tcp-echo-v1", section, || {
+        let s = tcp_shares(&suite)?;
+        if (0.7..=0.9).contains(&s[0]) { Ok(()) } else { Err(format!("shares of v1, v2: {s:?}")) }
     });
     suite.scene().assert_nothing_rejected();
 }

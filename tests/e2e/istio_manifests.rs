@@ -19,13 +19,7 @@ use std::path::{Path, PathBuf};
 
 /// Parts of Istio not served yet, as `(what the problem line contains, why)`.
 /// Each entry names the issue that brings it.
-const NOT_YET: &[(&str, &str)] = &[
-    ("gateway.networking.k8s.io/v1alpha2", "TCPRoute and TLSRoute (Gateway API issue, not yet)"),
-    ("(UnsupportedProtocol)", "TCP and TLS listeners of Gateway API Gateways (Gateway API issue, not yet)"),
-    ("(InvalidRouteKinds)", "TCP and TLS listeners of Gateway API Gateways (Gateway API issue, not yet)"),
-    ("(ListenersNotValid)", "TCP and TLS listeners of Gateway API Gateways (Gateway API issue, not yet)"),
-    ("Programmed is False (Invalid)", "TCP and TLS listeners of Gateway API Gateways (Gateway API issue, not yet)"),
-];
+const NOT_YET: &[(&str, &str)] = &[];
 
 /// Problems that lose nothing: kinds without traffic config, removed
 /// fields Istio ignores too, and dangling references Istio accepts too.

@@ -498,7 +498,20 @@ impl Suite {
         count: usize,
         backends: &[&str],
     ) -> Result<Vec<usize>, String> {
-        let target = self.address(gateway, 80);
+        self.distribution_on(gateway, 80, path, count, backends)
+    }
+
+    /// [`Suite::distribution`] through the Gateway's `port` (a TCP
+    /// listener's, say: each request is a connection of its own).
+    pub fn distribution_on(
+        &self,
+        gateway: &str,
+        port: u16,
+        path: &str,
+        count: usize,
+        backends: &[&str],
+    ) -> Result<Vec<usize>, String> {
+        let target = self.address(gateway, port);
         let mut counts = vec![0; backends.len()];
         for _ in 0..count {
             let r = http::get(target, path, &[]).map_err(|e| format!("{path} through {gateway}: {e}"))?;
