@@ -125,6 +125,29 @@ impl fmt::Debug for TlsMaterial {
     }
 }
 
+impl TlsMaterial {
+    /// Whether the certificate and key can serve: a PEM chain and a PEM key
+    /// that parse, the key the first certificate's (what Istio checks of a
+    /// Gateway API listener's Secret before serving it). `Err` says what is
+    /// wrong, never the material.
+    pub fn check_identity(&self) -> Result<(), String> {
+        use rustls::pki_types::pem::PemObject as _;
+        use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+        let (chain, key) = self.identity.as_ref().ok_or("no certificate and key")?;
+        let chain: Vec<CertificateDer<'static>> = CertificateDer::pem_slice_iter(chain)
+            .collect::<Result<_, _>>()
+            .map_err(|_| "the certificate is not PEM".to_string())?;
+        if chain.is_empty() {
+            return Err("the certificate holds no PEM certificate".to_string());
+        }
+        let key = PrivateKeyDer::from_pem_slice(key).map_err(|_| "the key is not a PEM private key".to_string())?;
+        let provider = rustls::crypto::ring::default_provider();
+        rustls::sign::CertifiedKey::from_der(chain, key, &provider)
+            .map(drop)
+            .map_err(|e| format!("the certificate and key do not make a pair ({e})"))
+    }
+}
+
 impl Secret {
     /// Folds `stringData` into `data` (a `stringData` key wins, as in Kubernetes).
     pub fn normalize(&mut self) {

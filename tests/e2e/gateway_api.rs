@@ -1,5 +1,6 @@
-//! End to end: the Gateway API conformance suite's core HTTPRoute tests,
-//! ported (see `support::conformance` for how a cluster is stood in for).
+//! End to end: the Gateway API conformance suite's core HTTPRoute and
+//! Gateway tests, ported (see `support::conformance` for how a cluster is
+//! stood in for).
 //!
 //! One meshpush serves the suite's base manifests; each Gateway has a real
 //! Envoy as its router. The tests run one after another, as the suite runs
@@ -72,6 +73,35 @@ const CASES: &[Case] = &[
     ("HTTPRoute308Redirect", "httproute-308-redirect.yaml", redirect_308),
     ("HTTPRouteHTTPSListener", "httproute-https-listener.yaml", https_listener),
     ("HTTPRouteServiceTypes", "httproute-service-types.yaml", service_types),
+    ("HTTPRouteDisallowedKind", "httproute-disallowed-kind.yaml", disallowed_kind),
+    ("GatewayInvalidRouteKind", "gateway-invalid-route-kind.yaml", invalid_route_kind),
+    ("GatewayInvalidTLSConfiguration", "gateway-invalid-tls-configuration.yaml", invalid_tls_configuration),
+    (
+        "GatewaySecretInvalidReferenceGrant",
+        "gateway-secret-invalid-reference-grant.yaml",
+        secret_invalid_reference_grant,
+    ),
+    (
+        "GatewaySecretMissingReferenceGrant",
+        "gateway-secret-missing-reference-grant.yaml",
+        secret_missing_reference_grant,
+    ),
+    (
+        "GatewaySecretReferenceGrantAllInNamespace",
+        "gateway-secret-reference-grant-all-in-namespace.yaml",
+        secret_reference_grant_all_in_namespace,
+    ),
+    (
+        "GatewaySecretReferenceGrantSpecific",
+        "gateway-secret-reference-grant-specific.yaml",
+        secret_reference_grant_specific,
+    ),
+    ("GatewayWithAttachedRoutes", "gateway-with-attached-routes.yaml", with_attached_routes),
+    (
+        "GatewayWithAttachedRoutesWithPort8080",
+        "gateway-with-attached-routes-with-port-8080.yaml",
+        with_attached_routes_on_8080,
+    ),
 ];
 
 #[test]
@@ -437,6 +467,86 @@ fn service_types(suite: &Suite) {
 }
 
 /// Istio's sample manifests (`tests/data/istio/samples`, Apache-2.0).
+/// A condition the suite expects: type, status, reason (any when `None`).
+type Wanted = (&'static str, &'static str, Option<&'static str>);
+
+const RESOLVED: Wanted = ("ResolvedRefs", "True", None);
+const ACCEPTED: Wanted = ("Accepted", "True", None);
+
+fn disallowed_kind(suite: &Suite) {
+    let (gw, route) = ("tlsroutes-only", "disallowed-kind");
+    let at = "parents[0]";
+    suite.expect_condition(("HTTPRoute", INFRA, route), at, "ResolvedRefs", "True", None);
+    suite.expect_condition(("HTTPRoute", INFRA, route), at, "Accepted", "False", Some("NotAllowedByListeners"));
+    suite.expect_listener(&format!("{INFRA}/{gw}"), "tls", &["TLSRoute"], 0, &[]);
+}
+
+fn invalid_route_kind(suite: &Suite) {
+    let invalid: Wanted = ("ResolvedRefs", "False", Some("InvalidRouteKinds"));
+    suite.expect_listener(&format!("{INFRA}/gateway-only-invalid-route-kind"), "http", &[], 0, &[invalid]);
+    let gw = format!("{INFRA}/gateway-supported-and-invalid-route-kind");
+    suite.expect_listener(&gw, "http", &["HTTPRoute"], 0, &[invalid]);
+}
+
+fn invalid_tls_configuration(suite: &Suite) {
+    let invalid: Wanted = ("ResolvedRefs", "False", Some("InvalidCertificateRef"));
+    for gw in [
+        "gateway-certificate-nonexistent-secret",
+        "gateway-certificate-unsupported-group",
+        "gateway-certificate-unsupported-kind",
+        "gateway-certificate-malformed-secret",
+    ] {
+        suite.expect_listener(&format!("{INFRA}/{gw}"), "https", &["HTTPRoute"], 0, &[invalid]);
+    }
+}
+
+fn ref_not_permitted(suite: &Suite, gateway: &str) {
+    let denied: Wanted = ("ResolvedRefs", "False", Some("RefNotPermitted"));
+    suite.expect_listener(&format!("{INFRA}/{gateway}"), "https", &["HTTPRoute"], 0, &[denied]);
+}
+
+fn secret_invalid_reference_grant(suite: &Suite) {
+    ref_not_permitted(suite, "gateway-secret-invalid-reference-grant");
+}
+
+fn secret_missing_reference_grant(suite: &Suite) {
+    ref_not_permitted(suite, "gateway-secret-missing-reference-grant");
+}
+
+fn granted_certificate(suite: &Suite, gateway: &str) {
+    let programmed: Wanted = ("Programmed", "True", Some("Programmed"));
+    suite.expect_listener(&format!("{INFRA}/{gateway}"), "https", &["HTTPRoute"], 0, &[programmed, RESOLVED]);
+}
+
+fn secret_reference_grant_all_in_namespace(suite: &Suite) {
+    granted_certificate(suite, "gateway-secret-reference-grant-all-in-namespace");
+}
+
+fn secret_reference_grant_specific(suite: &Suite) {
+    granted_certificate(suite, "gateway-secret-reference-grant-specific");
+}
+
+fn with_attached_routes(suite: &Suite) {
+    let one = format!("{INFRA}/gateway-with-one-attached-route");
+    suite.expect_listener(&one, "http", &["HTTPRoute"], 1, &[ACCEPTED, RESOLVED]);
+    let two = format!("{INFRA}/gateway-with-two-attached-routes");
+    suite.expect_listener(&two, "http", &["HTTPRoute"], 2, &[ACCEPTED, RESOLVED]);
+    let not_accepted = ("HTTPRoute", INFRA, "http-route-not-accepted");
+    suite.expect_condition(not_accepted, "parents[0]", "Accepted", "False", Some("NoMatchingListenerHostname"));
+    // A listener that is not programmed still counts its routes.
+    let unresolved = format!("{INFRA}/unresolved-gateway-with-one-attached-unresolved-route");
+    let not_programmed: Wanted = ("Programmed", "False", None);
+    let refs_unresolved: Wanted = ("ResolvedRefs", "False", None);
+    suite.expect_listener(&unresolved, "tls", &["HTTPRoute"], 1, &[not_programmed, refs_unresolved]);
+    suite.expect_condition(("HTTPRoute", INFRA, "http-route-4"), "parents[0]", "ResolvedRefs", "False", None);
+}
+
+fn with_attached_routes_on_8080(suite: &Suite) {
+    let gw = format!("{INFRA}/gateway-with-two-listeners-and-one-attached-route");
+    suite.expect_listener(&gw, "http-unattached", &["HTTPRoute"], 0, &[ACCEPTED, RESOLVED]);
+    suite.expect_listener(&gw, "http", &["HTTPRoute"], 1, &[ACCEPTED, RESOLVED]);
+}
+
 fn istio_sample(path: &str) -> String {
     let file = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/istio/samples").join(path);
     std::fs::read_to_string(&file).unwrap_or_else(|e| panic!("{}: {e}", file.display()))

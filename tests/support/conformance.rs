@@ -364,7 +364,11 @@ impl Suite {
         let names = ["*", "*.org", "*.wildcard.org", "example.org", "unknown-example.org", "second-example.org"];
         let leaf = ca.leaf("tls-validity-checks", &names);
         let certificate = super::tls::secret(INFRA, "tls-validity-checks-certificate", &leaf, None);
-        written.push(("certificate.yaml".to_string(), certificate));
+        // And the one of the web namespace, which Gateways of the infra
+        // namespace may use when a ReferenceGrant lets them.
+        let web_leaf = ca.leaf("certificate", &["*"]);
+        let web_certificate = super::tls::secret(WEB, "certificate", &web_leaf, None);
+        written.push(("certificate.yaml".to_string(), format!("{certificate}\n---\n{web_certificate}")));
         let files: Vec<(&str, &str)> = written.iter().map(|(n, t)| (n.as_str(), t.as_str())).collect();
         let scene = Scene::start(&files, &backend_refs);
         let pods = prepared.pods.clone();
@@ -628,6 +632,57 @@ impl Suite {
             let c =
                 found.iter().find(|(t, _, _)| t == condition).ok_or_else(|| format!("no {condition} in {found:?}"))?;
             if c.1 == status && reason.is_none_or(|r| r == c.2) { Ok(()) } else { Err(format!("{c:?}")) }
+        });
+    }
+
+    /// Waits until listener `listener` of Gateway `gateway` (`NS/NAME`)
+    /// has what the suite's `GatewayStatusMustHaveListeners` checks: among
+    /// its supported kinds `kinds` (none at all when `kinds` is empty),
+    /// `attached` routes, and each of `conditions` (type, status, reason or
+    /// any).
+    pub fn expect_listener(
+        &self,
+        gateway: &str,
+        listener: &str,
+        kinds: &[&str],
+        attached: u64,
+        conditions: &[(&str, &str, Option<&str>)],
+    ) {
+        let (namespace, name) = gateway.split_once('/').expect("NS/NAME");
+        let what = format!("listener {listener} of {gateway}: kinds {kinds:?}, {attached} routes, {conditions:?}");
+        self.scene.wait(CONVERGE, &what, Section::Listeners, || {
+            let configz: serde_json::Value =
+                serde_json::from_str(&self.scene.mesh().admin("/debug/configz").body).map_err(|e| e.to_string())?;
+            let object = configz["objects"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .find(|o| o["kind"] == "KubernetesGateway" && o["namespace"] == namespace && o["name"] == name)
+                .ok_or("no such Gateway")?;
+            let l = object["status"]["listeners"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .find(|l| l["name"] == listener)
+                .ok_or("no such listener in the status")?;
+            let supported: Vec<&str> =
+                l["supportedKinds"].as_array().into_iter().flatten().filter_map(|k| k["kind"].as_str()).collect();
+            if kinds.is_empty() && !supported.is_empty() || kinds.iter().any(|k| !supported.contains(k)) {
+                return Err(format!("supported kinds {supported:?}"));
+            }
+            if l["attachedRoutes"].as_u64() != Some(attached) {
+                return Err(format!("attachedRoutes {}", l["attachedRoutes"]));
+            }
+            for (kind, status, reason) in conditions {
+                let found =
+                    l["conditions"].as_array().into_iter().flatten().any(|c| {
+                        c["type"] == *kind && c["status"] == *status && reason.is_none_or(|r| c["reason"] == r)
+                    });
+                if !found {
+                    return Err(format!("no {kind}={status} {reason:?} in {}", l["conditions"]));
+                }
+            }
+            Ok(())
         });
     }
 

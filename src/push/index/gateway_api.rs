@@ -779,12 +779,13 @@ fn listener_state<'a>(
                 Some(("RefNotPermitted", format!("certificateRef {ns}/{} is not granted by a ReferenceGrant", r.name)))
             } else {
                 match store.get(&ConfigKey::new(ConfigKind::Secret, ns, &r.name)).map(|s| &s.object) {
-                    Some(ConfigObject::Secret(s)) if s.material().identity.is_some() => None,
-                    Some(_) => Some((
-                        "InvalidCertificateRef",
-                        format!("Secret {ns}/{} holds no certificate and key (tls.crt, tls.key)", r.name),
-                    )),
-                    None => Some(("InvalidCertificateRef", format!("Secret {ns}/{} does not exist", r.name))),
+                    Some(ConfigObject::Secret(s)) => s.material().check_identity().err().map(|e| {
+                        (
+                            "InvalidCertificateRef",
+                            format!("Secret {ns}/{} cannot serve (tls.crt, tls.key): {e}", r.name),
+                        )
+                    }),
+                    _ => Some(("InvalidCertificateRef", format!("Secret {ns}/{} does not exist", r.name))),
                 }
             };
             if let Some(p) = problem {
