@@ -97,6 +97,7 @@ const CASES: &[Case] = &[
         secret_reference_grant_specific,
     ),
     ("GatewayWithAttachedRoutes", "gateway-with-attached-routes.yaml", with_attached_routes),
+    ("GatewayModifyListeners", "gateway-modify-listeners.yaml", modify_listeners),
     (
         "GatewayWithAttachedRoutesWithPort8080",
         "gateway-with-attached-routes-with-port-8080.yaml",
@@ -545,6 +546,39 @@ fn with_attached_routes_on_8080(suite: &Suite) {
     let gw = format!("{INFRA}/gateway-with-two-listeners-and-one-attached-route");
     suite.expect_listener(&gw, "http-unattached", &["HTTPRoute"], 0, &[ACCEPTED, RESOLVED]);
     suite.expect_listener(&gw, "http", &["HTTPRoute"], 1, &[ACCEPTED, RESOLVED]);
+}
+
+fn modify_listeners(suite: &Suite) {
+    const FILE: &str = "gateway-modify-listeners.yaml";
+    // A listener added becomes available for routing.
+    let add = format!("{INFRA}/gateway-add-listener");
+    suite.expect_listener_among(&add, Some(&["https"]), "https", &["HTTPRoute"], 1, &[ACCEPTED, RESOLVED]);
+    suite.edit(FILE, "Gateway", INFRA, "gateway-add-listener", |gw| {
+        let http = serde_yaml_ng::from_str(
+            "{name: http, port: 80, protocol: HTTP, hostname: data.test.com, allowedRoutes: {namespaces: {from: All}}}",
+        )
+        .expect("a listener");
+        gw["spec"]["listeners"].as_sequence_mut().expect("listeners").push(http);
+    });
+    for listener in ["https", "http"] {
+        suite.expect_listener_among(&add, Some(&["https", "http"]), listener, &["HTTPRoute"], 1, &[ACCEPTED, RESOLVED]);
+    }
+    suite.expect_all(&add, &[Expect::get("/").host("data.test.com").backend(V1).namespace(INFRA)]);
+    // A listener removed stops routing.
+    let remove = format!("{INFRA}/gateway-remove-listener");
+    suite.expect_listener_among(&remove, Some(&["https", "http"]), "http", &["HTTPRoute"], 1, &[ACCEPTED, RESOLVED]);
+    suite.edit(FILE, "Gateway", INFRA, "gateway-remove-listener", |gw| {
+        gw["spec"]["listeners"].as_sequence_mut().expect("listeners").retain(|l| l["name"] == "http");
+    });
+    suite.expect_listener_among(&remove, Some(&["http"]), "http", &["HTTPRoute"], 1, &[ACCEPTED, RESOLVED]);
+    let gone = suite.https_get(&remove, 443, "secure.test.com", "/");
+    let what = "the removed HTTPS listener to stop answering";
+    suite.scene().wait(std::time::Duration::from_secs(30), what, support::envoy::Section::Listeners, || {
+        match suite.https_get(&remove, 443, "secure.test.com", "/") {
+            Err(_) => Ok(()),
+            Ok(answer) => Err(format!("still answered: {answer:?} (first: {gone:?})")),
+        }
+    });
 }
 
 fn istio_sample(path: &str) -> String {

@@ -448,6 +448,26 @@ impl Suite {
         self.scene.dir().write(file, &kept.join("---\n"));
     }
 
+    /// Edits object `kind NAMESPACE/NAME` that `file` applied (the suite
+    /// patches a Gateway's listeners mid-test, say).
+    pub fn edit(&self, file: &str, kind: &str, namespace: &str, name: &str, change: impl Fn(&mut Value)) {
+        let path = self.scene.dir().path().join(file);
+        let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{file}: {e}"));
+        let mut docs = Vec::new();
+        let mut found = false;
+        for doc in serde_yaml_ng::Deserializer::from_str(&text) {
+            let mut value: Value = serde::Deserialize::deserialize(doc).expect("YAML the suite wrote");
+            if value["kind"] == kind && value["metadata"]["namespace"] == namespace && value["metadata"]["name"] == name
+            {
+                change(&mut value);
+                found = true;
+            }
+            docs.push(serde_yaml_ng::to_string(&value).expect("YAML"));
+        }
+        assert!(found, "{file} has no {kind} {namespace}/{name}");
+        self.scene.dir().write(file, &docs.join("---\n"));
+    }
+
     /// Fills the IPv4 EndpointSlices `slices` of `file` with the Pods whose
     /// names start with `pods` (the suite does this for its manual
     /// EndpointSlices, from the Pods of a Deployment).
@@ -648,6 +668,20 @@ impl Suite {
         attached: u64,
         conditions: &[(&str, &str, Option<&str>)],
     ) {
+        self.expect_listener_among(gateway, None, listener, kinds, attached, conditions);
+    }
+
+    /// [`Suite::expect_listener`], with the Gateway's status listing
+    /// exactly `listeners` (by name) when given.
+    pub fn expect_listener_among(
+        &self,
+        gateway: &str,
+        listeners: Option<&[&str]>,
+        listener: &str,
+        kinds: &[&str],
+        attached: u64,
+        conditions: &[(&str, &str, Option<&str>)],
+    ) {
         let (namespace, name) = gateway.split_once('/').expect("NS/NAME");
         let what = format!("listener {listener} of {gateway}: kinds {kinds:?}, {attached} routes, {conditions:?}");
         self.scene.wait(CONVERGE, &what, Section::Listeners, || {
@@ -659,12 +693,14 @@ impl Suite {
                 .flatten()
                 .find(|o| o["kind"] == "KubernetesGateway" && o["namespace"] == namespace && o["name"] == name)
                 .ok_or("no such Gateway")?;
-            let l = object["status"]["listeners"]
-                .as_array()
-                .into_iter()
-                .flatten()
-                .find(|l| l["name"] == listener)
-                .ok_or("no such listener in the status")?;
+            let all = object["status"]["listeners"].as_array().cloned().unwrap_or_default();
+            if let Some(names) = listeners {
+                let have: Vec<&str> = all.iter().filter_map(|l| l["name"].as_str()).collect();
+                if have != names {
+                    return Err(format!("listeners {have:?}"));
+                }
+            }
+            let l = all.iter().find(|l| l["name"] == listener).ok_or("no such listener in the status")?;
             let supported: Vec<&str> =
                 l["supportedKinds"].as_array().into_iter().flatten().filter_map(|k| k["kind"].as_str()).collect();
             if kinds.is_empty() && !supported.is_empty() || kinds.iter().any(|k| !supported.contains(k)) {
