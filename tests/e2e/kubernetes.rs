@@ -192,10 +192,14 @@ fn envoy_follows_the_kubernetes_api_through_slices_edits_an_outage_and_a_bad_obj
 }
 
 /// The Gateway API objects of the status test: a Gateway of class `istio`,
-/// a route it admits, and a route naming a listener it does not have.
+/// a route it admits, a route naming a listener it does not have, and a
+/// TCPRoute (which the stand-in serves only at `v1alpha2`, as an API server
+/// with an older Gateway API release does).
 const GATEWAY_API_OBJECTS: &[&str] = &[
     "apiVersion: gateway.networking.k8s.io/v1\nkind: Gateway\nmetadata: {name: edge, namespace: shop, generation: 1}\n\
-     spec:\n  gatewayClassName: istio\n  listeners: [{name: http, port: 80, protocol: HTTP}]\n",
+     spec:\n  gatewayClassName: istio\n  listeners: [{name: http, port: 80, protocol: HTTP}, {name: db, port: 5432, protocol: TCP}]\n",
+    "apiVersion: gateway.networking.k8s.io/v1alpha2\nkind: TCPRoute\nmetadata: {name: db, namespace: shop}\n\
+     spec:\n  parentRefs: [{name: edge, sectionName: db}]\n  rules: [{backendRefs: [{name: ledger, port: 18144}]}]\n",
     "apiVersion: v1\nkind: Service\nmetadata: {name: ledger, namespace: shop}\nspec: {ports: [{name: http, port: 18144}]}\n",
     "apiVersion: gateway.networking.k8s.io/v1\nkind: HTTPRoute\nmetadata: {name: books, namespace: shop}\n\
      spec:\n  parentRefs: [{name: edge}]\n  rules: [{backendRefs: [{name: ledger, port: 18144}]}]\n\
@@ -232,9 +236,9 @@ fn gateway_api_status_is_written_to_the_objects() {
 
     scene.wait(Duration::from_secs(20), "the Gateway's status", Section::Listeners, || {
         let status = &gateway()["status"];
-        let listener = &status["listeners"][0];
-        let got = (condition_list(&status["conditions"]), listener["attachedRoutes"].as_u64());
-        let want = (vec![t("Accepted", "True", "Accepted"), t("Programmed", "True", "Programmed")], Some(1));
+        let attached = |i: usize| status["listeners"][i]["attachedRoutes"].as_u64();
+        let got = (condition_list(&status["conditions"]), attached(0), attached(1));
+        let want = (vec![t("Accepted", "True", "Accepted"), t("Programmed", "True", "Programmed")], Some(1), Some(1));
         if got == want { Ok(()) } else { Err(format!("{got:?}")) }
     });
     let listener = &gateway()["status"]["listeners"][0];
@@ -255,6 +259,12 @@ fn gateway_api_status_is_written_to_the_objects() {
             Some(vec![t("Accepted", "True", "Accepted"), t("ResolvedRefs", "True", "ResolvedRefs")]),
             Some(vec![t("Accepted", "False", "NoMatchingParent"), t("ResolvedRefs", "True", "ResolvedRefs")]),
         );
+        if got == want { Ok(()) } else { Err(format!("{got:?}")) }
+    });
+    scene.wait(Duration::from_secs(20), "the TCPRoute's status", Section::Listeners, || {
+        let db = api.get("TCPRoute", "shop", "db").expect("the route");
+        let got = db["status"]["parents"].as_array().and_then(|p| p.first()).map(|p| condition_list(&p["conditions"]));
+        let want = Some(vec![t("Accepted", "True", "Accepted"), t("ResolvedRefs", "True", "ResolvedRefs")]);
         if got == want { Ok(()) } else { Err(format!("{got:?}")) }
     });
     // Another controller's entry is kept.

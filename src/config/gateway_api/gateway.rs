@@ -25,7 +25,8 @@ pub struct GatewayClass {
 pub struct GatewayClassSpec {
     /// The controller that serves the class's Gateways.
     pub controller_name: String,
-    /// Free text.
+    /// Free text for people. It configures nothing (in Istio neither), so
+    /// it is kept without a report.
     pub description: Option<String>,
 }
 

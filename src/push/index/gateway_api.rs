@@ -2084,6 +2084,25 @@ spec:
     }
 
     #[test]
+    fn a_udp_listener_is_reported_not_served() {
+        let index = build(
+            r#"
+apiVersion: gateway.networking.k8s.io/v1
+kind: Gateway
+metadata: {name: dns, namespace: infra}
+spec:
+  gatewayClassName: istio
+  listeners: [{name: dns, port: 53, protocol: UDP}]
+"#,
+        );
+        assert!(index.gateways.iter().all(|g| &*g.deployment != "dns"));
+        let (conditions, listeners) = gateway_status(&index, "infra", "dns");
+        let accepted = condition(&listeners[0].conditions, "Accepted");
+        assert_eq!((accepted.status, accepted.reason), ("False", "UnsupportedProtocol"));
+        assert_eq!(condition(conditions, "Accepted").reason, "ListenersNotValid");
+    }
+
+    #[test]
     fn a_stream_route_without_weight_refuses_connections() {
         let index = stream_gateway(
             r#"
