@@ -120,6 +120,13 @@ pub(super) fn gateway(check: &mut Checker, gw: &Gateway) {
     }
 }
 
+/// What happens to a route with a filter meshpush cannot apply.
+const UNAPPLIED_FILTER: &str =
+    "the route is not served (ResolvedRefs False, InvalidFilter), as Istio does with a filter it cannot apply";
+/// What happens to a route with a backend filter other than a header modifier.
+const UNAPPLIED_BACKEND_FILTER: &str =
+    "only header modifiers are applied per backend: the route is not served (InvalidFilter)";
+
 pub(super) fn http_route(check: &mut Checker, route: &HttpRoute) {
     let spec = &route.spec;
     parents_and_hostnames(check, &spec.parent_refs, &spec.hostnames);
@@ -210,10 +217,7 @@ fn http_rule(check: &mut Checker, path: &str, rule: &HttpRouteRule) {
         for (k, f) in b.filters.iter().enumerate() {
             let fpath = format!("{at}.filters[{k}]");
             if !matches!(f.kind.as_str(), "RequestHeaderModifier" | "ResponseHeaderModifier") {
-                check.unsupported(
-                    format!("{fpath}.type"),
-                    Some("only header modifiers are applied per backend: the route is not served (InvalidFilter)"),
-                );
+                check.unsupported(format!("{fpath}.type"), Some(UNAPPLIED_BACKEND_FILTER));
             }
             filter(check, &fpath, f, prefix_only);
         }
@@ -251,10 +255,7 @@ fn filter(check: &mut Checker, path: &str, f: &HttpRouteFilter, prefix_only: boo
         "URLRewrite" => f.url_rewrite.is_some(),
         "CORS" | "ExtensionRef" => {
             // Their settings are reported by the parser as not applied.
-            check.unsupported(
-                format!("{path}.type"),
-                Some("the route is not served (ResolvedRefs False, InvalidFilter), as Istio does with a filter it cannot apply"),
-            );
+            check.unsupported(format!("{path}.type"), Some(UNAPPLIED_FILTER));
             true
         }
         other => {
@@ -404,10 +405,7 @@ pub(super) fn grpc_route(check: &mut Checker, route: &GrpcRoute) {
             for (k, f) in b.filters.iter().enumerate() {
                 let fpath = format!("{at}.filters[{k}]");
                 if !matches!(f.kind.as_str(), "RequestHeaderModifier" | "ResponseHeaderModifier") {
-                    check.unsupported(
-                        format!("{fpath}.type"),
-                        Some("only header modifiers are applied per backend: the route is not served (InvalidFilter)"),
-                    );
+                    check.unsupported(format!("{fpath}.type"), Some(UNAPPLIED_BACKEND_FILTER));
                 }
                 grpc_filter(check, &fpath, f);
             }
@@ -447,10 +445,7 @@ fn grpc_filter(check: &mut Checker, path: &str, f: &GrpcRouteFilter) {
         "ResponseHeaderModifier" => f.response_header_modifier.is_some(),
         "RequestMirror" => f.request_mirror.is_some(),
         "ExtensionRef" => {
-            check.unsupported(
-                format!("{path}.type"),
-                Some("the route is not served (ResolvedRefs False, InvalidFilter), as Istio does with a filter it cannot apply"),
-            );
+            check.unsupported(format!("{path}.type"), Some(UNAPPLIED_FILTER));
             true
         }
         other => {
