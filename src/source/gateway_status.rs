@@ -45,8 +45,11 @@ pub struct GatewayStatusWriter {
     engine: Arc<PushEngine>,
     client: kube::Client,
     resources: BTreeMap<ConfigKind, ApiResource>,
-    /// What was last written (or found already written), by object.
-    written: BTreeMap<ConfigKey, ObjectStatus>,
+    /// What was last written (or found already written), by object, with
+    /// the store revision of the object it was written for: an object read
+    /// again (a spec edit moves its generation) is checked again even when
+    /// its status did not change, so `observedGeneration` follows.
+    written: BTreeMap<ConfigKey, (ObjectStatus, u64)>,
 }
 
 impl GatewayStatusWriter {
@@ -104,12 +107,14 @@ impl GatewayStatusWriter {
         }
         self.written.retain(|k, _| wanted.contains_key(k));
         for (key, status) in wanted {
-            if self.written.get(key) == Some(status) || !self.resources.contains_key(&key.kind) {
+            let revision = ctx.store.get(key).map_or(0, |s| s.revision);
+            let done = self.written.get(key).is_some_and(|(s, r)| s == status && *r == revision);
+            if done || !self.resources.contains_key(&key.kind) {
                 continue;
             }
             match self.write(key, status).await {
                 Ok(()) => {
-                    self.written.insert(key.clone(), status.clone());
+                    self.written.insert(key.clone(), (status.clone(), revision));
                 }
                 Err(e) => {
                     complete = false;

@@ -196,6 +196,8 @@ fn envoy_follows_the_kubernetes_api_through_slices_edits_an_outage_and_a_bad_obj
 /// TCPRoute (which the stand-in serves only at `v1alpha2`, as an API server
 /// with an older Gateway API release does).
 const GATEWAY_API_OBJECTS: &[&str] = &[
+    "apiVersion: gateway.networking.k8s.io/v1\nkind: GatewayClass\nmetadata: {name: istio}\n\
+     spec: {controllerName: istio.io/gateway-controller}\n",
     "apiVersion: gateway.networking.k8s.io/v1\nkind: Gateway\nmetadata: {name: edge, namespace: shop, generation: 1}\n\
      spec:\n  gatewayClassName: istio\n  listeners: [{name: http, port: 80, protocol: HTTP}, {name: db, port: 5432, protocol: TCP}]\n",
     "apiVersion: gateway.networking.k8s.io/v1alpha2\nkind: TCPRoute\nmetadata: {name: db, namespace: shop}\n\
@@ -270,4 +272,56 @@ fn gateway_api_status_is_written_to_the_objects() {
     // Another controller's entry is kept.
     let parents = route("books")["status"]["parents"].clone();
     assert!(parents.as_array().unwrap().iter().any(|p| p["controllerName"] == "example.com/other"), "{parents}");
+
+    // The suite's ObservedGenerationBump tests: an edit of the spec moves
+    // the generation, and the conditions follow it even when they do not
+    // otherwise change.
+    let observed = |conditions: &serde_json::Value| -> Vec<i64> {
+        conditions.as_array().into_iter().flatten().filter_map(|c| c["observedGeneration"].as_i64()).collect()
+    };
+    let bumped = |what: &str,
+                  get: &dyn Fn() -> serde_json::Value,
+                  conditions: &dyn Fn(&serde_json::Value) -> serde_json::Value| {
+        let generation = get()["metadata"]["generation"].as_i64().expect("a generation");
+        assert!(generation > 1, "{what}: the edit moved the generation");
+        scene.wait(
+            Duration::from_secs(20),
+            &format!("{what}'s conditions at generation {generation}"),
+            Section::Listeners,
+            || {
+                let seen = observed(&conditions(&get()));
+                if !seen.is_empty() && seen.iter().all(|g| *g == generation) {
+                    Ok(())
+                } else {
+                    Err(format!("{seen:?}"))
+                }
+            },
+        );
+    };
+    // HTTPRouteObservedGenerationBump: the route gets a hostname.
+    let mut books = route("books");
+    books["spec"]["hostnames"] = serde_json::json!(["books.example.com"]);
+    api.put_value(books);
+    let ours = |r: &serde_json::Value| {
+        r["status"]["parents"]
+            .as_array()
+            .and_then(|p| p.iter().find(|p| p["controllerName"] == "istio.io/gateway-controller"))
+            .map(|p| p["conditions"].clone())
+            .unwrap_or_default()
+    };
+    bumped("the HTTPRoute", &|| route("books"), &ours);
+    // GatewayObservedGenerationBump: the Gateway gets a listener.
+    let mut edge = gateway();
+    edge["spec"]["listeners"]
+        .as_array_mut()
+        .unwrap()
+        .push(serde_json::json!({"name": "alt", "port": 8080, "protocol": "HTTP"}));
+    api.put_value(edge);
+    bumped("the Gateway", &gateway, &|g| g["status"]["conditions"].clone());
+    // GatewayClassObservedGenerationBump: the class's description changes.
+    let class = || api.get("GatewayClass", "", "istio").expect("the GatewayClass");
+    let mut istio = class();
+    istio["spec"]["description"] = serde_json::json!("edited");
+    api.put_value(istio);
+    bumped("the GatewayClass", &class, &|c| c["status"]["conditions"].clone());
 }

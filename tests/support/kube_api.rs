@@ -27,7 +27,9 @@
 //!   authenticating the tokens [`KubeApi::accept_token`] names.
 //!
 //! The test drives it: [`KubeApi::put`] and [`KubeApi::delete`] change
-//! objects (each a new resource version), [`KubeApi::compact`] forgets the
+//! objects (each a new resource version; as the API server does for a
+//! kind with a status subresource, a put keeps the object's `status` and
+//! moves `metadata.generation` when the `spec` changes), [`KubeApi::compact`] forgets the
 //! event history, [`KubeApi::break_watches`] ends every open watch, and
 //! [`KubeApi::go_down`] … [`KubeApi::come_back`] is an outage (503s) after
 //! which the clients' watches are answered `410 Gone`.
@@ -403,6 +405,20 @@ impl KubeApi {
         }
         metadata.entry("uid").or_insert_with(|| json!(format!("uid-{kind}-{namespace}-{name}")));
         let key = (resource.group, resource.plural, namespace.clone(), name);
+        let previous = objects.objects.get(&key).cloned();
+        let generation = match &previous {
+            Some(old) => {
+                let old_generation = old["metadata"]["generation"].as_i64().unwrap_or(1);
+                if old["spec"] == object["spec"] { old_generation } else { old_generation + 1 }
+            }
+            None => object["metadata"]["generation"].as_i64().unwrap_or(1),
+        };
+        object["metadata"]["generation"] = json!(generation);
+        if let Some(status) =
+            previous.as_ref().and_then(|old| old.get("status")).filter(|_| object.get("status").is_none())
+        {
+            object["status"] = status.clone();
+        }
         let existed = objects.objects.insert(key, object.clone()).is_some();
         announce(&self.state, &mut objects, resource, namespace, if existed { "MODIFIED" } else { "ADDED" }, object);
         revision
