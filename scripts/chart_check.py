@@ -30,7 +30,8 @@ ISTIO_KINDS = ["serviceentries", "workloadentries", "virtualservices", "destinat
 SECURITY_KINDS = ["peerauthentications", "authorizationpolicies", "requestauthentications"]
 GATEWAY_API_KINDS = ["gatewayclasses", "gateways", "httproutes", "grpcroutes", "tcproutes", "tlsroutes",
                      "referencegrants"]
-# The status meshpush writes: the Gateway API's conditions, nothing else.
+# The status meshpush writes: the Gateway API's conditions and the Ingresses'
+# addresses, nothing else.
 STATUS_WRITES = ["get", "patch", "update"]
 GATEWAY_API_STATUS = ["gatewayclasses/status", "gateways/status", "httproutes/status", "grpcroutes/status",
                       "tcproutes/status", "tlsroutes/status"]
@@ -131,8 +132,9 @@ def check_objects(variant, values, objects):
                 "networking.k8s.io": {"ingresses", "ingressclasses"}}
     if grants != expected:
         fail(f"{variant}: ClusterRole grants {grants}, expected exactly {expected}")
-    if writes != {"gateway.networking.k8s.io": set(GATEWAY_API_STATUS)}:
-        fail(f"{variant}: ClusterRole writes {writes}, expected only the Gateway API status {GATEWAY_API_STATUS}")
+    status = {"gateway.networking.k8s.io": set(GATEWAY_API_STATUS), "networking.k8s.io": {"ingresses/status"}}
+    if writes != status:
+        fail(f"{variant}: ClusterRole writes {writes}, expected only the routing APIs' status {status}")
 
     deployment = kinds.get("Deployment", [{}])[0]
     pod = deployment.get("spec", {}).get("template", {}).get("spec", {})

@@ -19,6 +19,38 @@ pub struct Service {
     pub metadata: ObjectMeta,
     /// Spec.
     pub spec: ServiceSpec,
+    /// Status: its load balancer's addresses, which the Ingresses Istio
+    /// serves report as theirs.
+    pub status: ServiceStatus,
+}
+
+/// `Service.status`, as far as meshpush reads it.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct ServiceStatus {
+    /// The load balancer a `LoadBalancer` Service was given.
+    pub load_balancer: LoadBalancerStatus,
+}
+
+/// A load balancer's status (`Service.status.loadBalancer`, and the same
+/// shape in `Ingress.status.loadBalancer`).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct LoadBalancerStatus {
+    /// Its addresses.
+    pub ingress: Vec<LoadBalancerIngress>,
+}
+
+/// One address of a load balancer: an IP or a host name.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct LoadBalancerIngress {
+    /// The IP address.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ip: Option<String>,
+    /// The host name (load balancers known by name).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub hostname: Option<String>,
 }
 
 /// `Service.spec`.
@@ -37,6 +69,9 @@ pub struct ServiceSpec {
     pub service_type: Option<String>,
     /// For `type: ExternalName`: the host this Service is another name of.
     pub external_name: Option<String>,
+    /// Addresses outside the cluster that route to the Service.
+    #[serde(rename = "externalIPs")]
+    pub external_ips: Vec<String>,
 }
 
 /// One port of a Service.

@@ -1,12 +1,13 @@
-//! `GatewayStatusWriter`: writes the Gateway API conditions meshpush
-//! computes into the objects' `status` in Kubernetes, as istiod's status
-//! controller does.
+//! `GatewayStatusWriter`: writes the status meshpush computes for the
+//! Kubernetes routing APIs into the objects' `status` in Kubernetes, as
+//! istiod's status controllers do: the Gateway API's conditions, and the
+//! addresses of each Ingress it serves (`status.loadBalancer`).
 //!
 //! Role in the data flow: it follows the engine's published snapshots (as
-//! the JWKS fetcher does) and, for each GatewayClass, Gateway and route
-//! whose computed status differs from what is on the object, patches the
-//! object's `status` subresource. It only runs when meshpush reads a
-//! Kubernetes cluster.
+//! the JWKS fetcher does) and, for each GatewayClass, Gateway, route and
+//! Ingress whose computed status differs from what is on the object,
+//! patches the object's `status` subresource. It only runs when meshpush
+//! reads a Kubernetes cluster.
 //!
 //! Rules:
 //! * A GatewayClass's and a Gateway's status is meshpush's alone (it serves
@@ -32,6 +33,7 @@ use std::time::Duration;
 use kube::api::{Api, ApiResource, DynamicObject, Patch, PatchParams};
 use serde_json::{Value, json};
 
+use crate::config::k8s::LoadBalancerIngress;
 use crate::config::{ConfigKey, ConfigKind, gateway_api};
 use crate::engine::PushEngine;
 use crate::push::index::gateway_api::ObjectStatus;
@@ -50,6 +52,8 @@ pub struct GatewayStatusWriter {
     /// again (a spec edit moves its generation) is checked again even when
     /// its status did not change, so `observedGeneration` follows.
     written: BTreeMap<ConfigKey, (ObjectStatus, u64)>,
+    /// The same for Ingresses: the addresses last written.
+    written_ingress: BTreeMap<ConfigKey, Vec<LoadBalancerIngress>>,
 }
 
 impl GatewayStatusWriter {
@@ -58,11 +62,12 @@ impl GatewayStatusWriter {
         let resources = resources
             .iter()
             .filter(|(k, _)| {
-                matches!(k, ConfigKind::GatewayClass | ConfigKind::KubernetesGateway) || k.is_gateway_api_route()
+                matches!(k, ConfigKind::GatewayClass | ConfigKind::KubernetesGateway | ConfigKind::Ingress)
+                    || k.is_gateway_api_route()
             })
             .cloned()
             .collect();
-        GatewayStatusWriter { engine, client, resources, written: BTreeMap::new() }
+        GatewayStatusWriter { engine, client, resources, written: BTreeMap::new(), written_ingress: BTreeMap::new() }
     }
 
     /// Writes what each snapshot computes, until the engine goes away.
@@ -122,11 +127,35 @@ impl GatewayStatusWriter {
                 }
             }
         }
+        self.written_ingress.retain(|k, _| ctx.ingress.status.contains_key(k));
+        if self.resources.contains_key(&ConfigKind::Ingress) {
+            for (key, addresses) in &ctx.ingress.status {
+                if self.written_ingress.get(key) == Some(addresses) {
+                    continue;
+                }
+                match self.patch(key, |current, _, _| ingress_status(addresses, current)).await {
+                    Ok(()) => {
+                        self.written_ingress.insert(key.clone(), addresses.clone());
+                    }
+                    Err(e) => {
+                        complete = false;
+                        tracing::warn!(object = %key, "writing the Ingress status: {}", Shown(&e));
+                    }
+                }
+            }
+        }
         complete
     }
 
     /// Reads the object and patches its status to say `status`, unless it does.
     async fn write(&self, key: &ConfigKey, status: &ObjectStatus) -> Result<(), String> {
+        self.patch(key, |current, generation, now| render(status, current, generation, now)).await
+    }
+
+    /// Reads the object and patches its status to what `desired` makes of
+    /// the current status (and the object's generation, and the time now),
+    /// unless it says that already.
+    async fn patch(&self, key: &ConfigKey, desired: impl Fn(&Value, i64, &str) -> Value) -> Result<(), String> {
         let resource = self.resources.get(&key.kind).ok_or("the API server does not serve the kind")?;
         let api: Api<DynamicObject> = if key.namespace.is_empty() {
             Api::all_with(self.client.clone(), resource)
@@ -140,7 +169,7 @@ impl GatewayStatusWriter {
         let current = object.data.get("status").cloned().unwrap_or(Value::Null);
         let generation = object.metadata.generation.unwrap_or(0);
         let now = now_rfc3339();
-        let desired = render(status, &current, generation, &now);
+        let desired = desired(&current, generation, &now);
         if without_times(&desired) == without_times(&current) {
             return Ok(());
         }
@@ -149,9 +178,17 @@ impl GatewayStatusWriter {
             "status": desired,
         });
         api.patch_status(&key.name, &PatchParams::default(), &Patch::Merge(&patch)).await.map_err(|e| e.to_string())?;
-        tracing::debug!(object = %key, "wrote the Gateway API status");
+        tracing::debug!(object = %key, "wrote the status");
         Ok(())
     }
+}
+
+/// An Ingress's `status` saying `addresses` as its load balancer's (the
+/// rest of `current` kept).
+fn ingress_status(addresses: &[LoadBalancerIngress], current: &Value) -> Value {
+    let mut out = if current.is_object() { current.clone() } else { json!({}) };
+    out["loadBalancer"] = if addresses.is_empty() { json!({}) } else { json!({ "ingress": addresses }) };
+    out
 }
 
 /// The `status` to write: `status` rendered as the API writes it, each

@@ -105,6 +105,7 @@ impl MeshSpec {
                 selector: [("app".to_string(), name)].into(),
                 ..Default::default()
             },
+            status: Default::default(),
         })
     }
 

@@ -325,3 +325,42 @@ fn gateway_api_status_is_written_to_the_objects() {
     api.put_value(istio);
     bumped("the GatewayClass", &class, &|c| c["status"]["conditions"].clone());
 }
+
+#[test]
+fn an_ingress_reports_the_addresses_of_the_ingress_service() {
+    let api = KubeApi::start();
+    let service = |ip: &str| {
+        format!(
+            "apiVersion: v1\nkind: Service\nmetadata: {{name: istio-ingressgateway, namespace: istio-system}}\n\
+             spec: {{type: LoadBalancer, ports: [{{name: http, port: 80}}]}}\n\
+             status: {{loadBalancer: {{ingress: [{{ip: {ip}}}, {{hostname: lb.example.net}}]}}}}\n"
+        )
+    };
+    api.put(&service("203.0.113.7"));
+    api.put(
+        "apiVersion: v1\nkind: Service\nmetadata: {name: shop, namespace: web}\nspec: {ports: [{name: http, port: 8080}]}\n",
+    );
+    for (name, class) in [("shop", "istio"), ("theirs", "nginx")] {
+        api.put(&format!(
+            "apiVersion: networking.k8s.io/v1\nkind: Ingress\nmetadata: {{name: {name}, namespace: web}}\n\
+             spec:\n  ingressClassName: {class}\n  rules: [{{host: {name}.example.com, http: {{paths: [{{path: /, \
+             pathType: Prefix, backend: {{service: {{name: shop, port: {{number: 8080}}}}}}}}]}}}}]\n"
+        ));
+    }
+    let kubeconfig = tempfile::NamedTempFile::new().unwrap();
+    std::fs::write(kubeconfig.path(), api.kubeconfig()).unwrap();
+    let scene = Scene::start_with(&[], &[], |_| support::meshpush::Meshpush::start_kube(kubeconfig.path(), &[]));
+    let addresses =
+        |name: &str| api.get("Ingress", "web", name).expect("the Ingress")["status"]["loadBalancer"].clone();
+    let wait_for = |want: serde_json::Value| {
+        scene.wait(Duration::from_secs(20), &format!("the Ingress status {want}"), Section::Listeners, || {
+            let got = addresses("shop");
+            if got == want { Ok(()) } else { Err(format!("{got}")) }
+        });
+    };
+    wait_for(serde_json::json!({"ingress": [{"ip": "203.0.113.7"}, {"hostname": "lb.example.net"}]}));
+    // The load balancer moves: the Ingress follows.
+    api.put(&service("203.0.113.8"));
+    wait_for(serde_json::json!({"ingress": [{"ip": "203.0.113.8"}, {"hostname": "lb.example.net"}]}));
+    assert!(addresses("theirs").is_null(), "another controller's Ingress is not written");
+}
