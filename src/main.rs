@@ -211,6 +211,24 @@ struct ServeArgs {
     /// PeerAuthentication without a selector there applies to the whole mesh.
     #[arg(long, default_value = meshpush::config::mesh::DEFAULT_ROOT_NAMESPACE)]
     root_namespace: String,
+    /// The Ingress class meshpush serves (MeshConfig's ingressClass): the
+    /// `kubernetes.io/ingress.class` annotation value, and the
+    /// `ingressClassName` that counts as Istio's without an IngressClass.
+    #[arg(long, default_value = meshpush::config::mesh::DEFAULT_INGRESS_CLASS, value_parser = non_empty)]
+    ingress_class: String,
+    /// Which Ingresses are served (MeshConfig's ingressControllerMode):
+    /// OFF (none), STRICT (only of the ingress class) or DEFAULT (those of
+    /// the class, and those that name no class).
+    #[arg(long, default_value = "STRICT")]
+    ingress_controller_mode: meshpush::config::mesh::IngressControllerMode,
+    /// The `istio` label value of the routers that serve Ingresses
+    /// (MeshConfig's ingressSelector).
+    #[arg(long, default_value = meshpush::config::mesh::DEFAULT_INGRESS_SELECTOR)]
+    ingress_selector: String,
+    /// The Service of istio-system whose addresses the served Ingresses
+    /// report in their status (MeshConfig's ingressService).
+    #[arg(long, default_value = meshpush::config::mesh::DEFAULT_INGRESS_SERVICE, value_parser = non_empty)]
+    ingress_service: String,
     /// Also authenticate certificate requests by JWTs signed by a key of
     /// this JSON Web Key Set (audience istio-ca, subject
     /// system:serviceaccount:NS:SA); re-read when it changes.
@@ -548,6 +566,12 @@ fn main() -> ExitCode {
                 mesh: meshpush::config::mesh::MeshConfig {
                     trust_domain: args.trust_domain.as_str().into(),
                     root_namespace: args.root_namespace.as_str().into(),
+                    ingress: meshpush::config::mesh::IngressSettings {
+                        class: args.ingress_class.as_str().into(),
+                        mode: args.ingress_controller_mode,
+                        selector: args.ingress_selector.as_str().into(),
+                        service: args.ingress_service.as_str().into(),
+                    },
                 },
                 xds_addr: args.xds_addr,
                 admin_addr: args.admin_addr,
@@ -610,4 +634,9 @@ fn bootstrap(args: BootstrapArgs) -> Result<String, meshpush::bootstrap::Bootstr
         gateway: args.gateway,
     };
     meshpush::bootstrap::render(&opts)
+}
+
+/// A flag value that must not be empty.
+fn non_empty(value: &str) -> Result<String, String> {
+    if value.is_empty() { Err("must not be empty".to_string()) } else { Ok(value.to_string()) }
 }

@@ -325,9 +325,11 @@ pub async fn run(options: ServeOptions) -> anyhow::Result<()> {
     let version = engine.push(PushRequest::new(changes)).await;
     // The reference checks `meshpush validate` makes, on what is served.
     let references = admin_state.references().clone();
-    let snapshot = engine.snapshot().store.clone();
+    let snapshot = engine.snapshot();
     let initial = references.clone();
-    tokio::task::spawn_blocking(move || initial.refresh(&snapshot, true)).await.context("checking references")?;
+    tokio::task::spawn_blocking(move || initial.refresh(&snapshot.store, &snapshot.mesh, true))
+        .await
+        .context("checking references")?;
     let (kube, kube_watchers) = match kube_client {
         Some(client) => {
             let resources =
@@ -465,9 +467,9 @@ fn announce_ready(engine: &PushEngine, version: u64) {
 async fn check_references_of_each_version(engine: Arc<PushEngine>, report: crate::source::ReferenceReport) {
     let mut versions = engine.versions();
     while versions.changed().await.is_ok() {
-        let store = engine.snapshot().store.clone();
+        let snapshot = engine.snapshot();
         let report = report.clone();
-        if tokio::task::spawn_blocking(move || report.refresh(&store, true)).await.is_err() {
+        if tokio::task::spawn_blocking(move || report.refresh(&snapshot.store, &snapshot.mesh, true)).await.is_err() {
             return;
         }
     }

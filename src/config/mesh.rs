@@ -4,8 +4,8 @@
 //! Role: `serve` builds one from its flags; every `PushContext` of the
 //! server carries it unchanged, so it is part of what a snapshot means
 //! (a PeerAuthentication in `root_namespace` is mesh-wide; a workload's
-//! SPIFFE identity is in `trust_domain`). It never changes while a server
-//! runs.
+//! SPIFFE identity is in `trust_domain`; which Ingresses are served, by
+//! which routers, is `ingress`). It never changes while a server runs.
 
 use std::sync::Arc;
 
@@ -16,6 +16,15 @@ pub const DEFAULT_ROOT_NAMESPACE: &str = "istio-system";
 /// Istio's default trust domain (`meshConfig.trustDomain`).
 pub const DEFAULT_TRUST_DOMAIN: &str = "cluster.local";
 
+/// Istio's default ingress class (`meshConfig.ingressClass`).
+pub const DEFAULT_INGRESS_CLASS: &str = "istio";
+/// Istio's default ingress router label value (`meshConfig.ingressSelector`:
+/// routers labelled `istio: ingressgateway`).
+pub const DEFAULT_INGRESS_SELECTOR: &str = "ingressgateway";
+/// Istio's default ingress Service (`meshConfig.ingressService`), in
+/// `istio-system`: its addresses are the served Ingresses'.
+pub const DEFAULT_INGRESS_SERVICE: &str = "istio-ingressgateway";
+
 /// The mesh-wide settings.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct MeshConfig {
@@ -23,11 +32,83 @@ pub struct MeshConfig {
     pub trust_domain: Arc<str>,
     /// The namespace whose selector-less policies apply to the whole mesh.
     pub root_namespace: Arc<str>,
+    /// How Kubernetes Ingresses are served.
+    pub ingress: IngressSettings,
 }
 
 impl Default for MeshConfig {
     fn default() -> Self {
-        MeshConfig { trust_domain: DEFAULT_TRUST_DOMAIN.into(), root_namespace: DEFAULT_ROOT_NAMESPACE.into() }
+        MeshConfig {
+            trust_domain: DEFAULT_TRUST_DOMAIN.into(),
+            root_namespace: DEFAULT_ROOT_NAMESPACE.into(),
+            ingress: IngressSettings::default(),
+        }
+    }
+}
+
+/// MeshConfig's ingress settings (`ingressClass`, `ingressControllerMode`,
+/// `ingressSelector`, `ingressService`), with Istio's defaults.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct IngressSettings {
+    /// The `kubernetes.io/ingress.class` annotation value that is served
+    /// (and the IngressClass name that counts as Istio's without an object).
+    pub class: Arc<str>,
+    /// Which Ingresses without a class are served.
+    pub mode: IngressControllerMode,
+    /// The `istio` label value of the routers that serve Ingresses.
+    pub selector: Arc<str>,
+    /// The Service of `istio-system` whose addresses served Ingresses report.
+    pub service: Arc<str>,
+}
+
+impl Default for IngressSettings {
+    fn default() -> Self {
+        IngressSettings {
+            class: DEFAULT_INGRESS_CLASS.into(),
+            mode: IngressControllerMode::Strict,
+            selector: DEFAULT_INGRESS_SELECTOR.into(),
+            service: DEFAULT_INGRESS_SERVICE.into(),
+        }
+    }
+}
+
+impl IngressSettings {
+    /// The `istio` label value of the routers that serve Ingresses: the
+    /// selector, else a Service other than the default's name, else
+    /// `ingressgateway` (Istio's rule).
+    pub fn router_label(&self) -> &str {
+        if !self.selector.is_empty() {
+            &self.selector
+        } else if !self.service.is_empty() && *self.service != *DEFAULT_INGRESS_SERVICE {
+            &self.service
+        } else {
+            DEFAULT_INGRESS_SELECTOR
+        }
+    }
+}
+
+/// `meshConfig.ingressControllerMode`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "UPPERCASE")]
+pub enum IngressControllerMode {
+    /// No Ingress is served.
+    Off,
+    /// Ingresses of Istio's class, and those that name no class at all.
+    Default,
+    /// Only Ingresses of Istio's class (Istio's default).
+    Strict,
+}
+
+impl std::str::FromStr for IngressControllerMode {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s.to_ascii_uppercase().as_str() {
+            "OFF" => Ok(IngressControllerMode::Off),
+            "DEFAULT" => Ok(IngressControllerMode::Default),
+            "STRICT" => Ok(IngressControllerMode::Strict),
+            _ => Err(format!("{s:?} is not an ingress controller mode: OFF, DEFAULT or STRICT")),
+        }
     }
 }
 

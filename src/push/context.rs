@@ -192,7 +192,7 @@ impl PushContext {
         mesh: Arc<MeshConfig>,
     ) -> PushContext {
         let gateway_api = GatewayApiIndex::build(&store);
-        let ingress = IngressIndex::build(&store);
+        let ingress = IngressIndex::build(&store, &mesh.ingress);
         let ((services, workloads), ((vs, dr), (gw, sc))) = rayon::join(
             || rayon::join(|| ServiceIndex::build(&store), || WorkloadIndex::build(&store)),
             || {
@@ -287,7 +287,7 @@ impl PushContext {
         let ingress = if ingress_inputs.into_iter().any(changed)
             || (IngressIndex::has_objects(&prev.store) && services_changed)
         {
-            Arc::new(IngressIndex::build(&store))
+            Arc::new(IngressIndex::build(&store, &prev.mesh.ingress))
         } else {
             prev.ingress.clone()
         };

@@ -64,22 +64,26 @@ pub fn validate_dir(dir: &Path, max_file_bytes: u64) -> Vec<Problem> {
     };
     let snapshot = store.snapshot();
     problems.extend(check_references(&snapshot));
-    problems.extend(gateway_api_problems(&snapshot));
+    // `validate` checks against Istio's default mesh settings.
+    problems.extend(gateway_api_problems(&snapshot, &crate::config::mesh::MeshConfig::default()));
     problems
         .sort_by(|a, b| (&a.source.file, a.source.doc, a.severity).cmp(&(&b.source.file, b.source.doc, b.severity)));
     problems
 }
 
 /// The Gateway API conditions of `store` that do not hold, and the Ingress
-/// paths that route nothing, as problems.
-pub fn gateway_api_problems(store: &crate::model::StoreSnapshot) -> Vec<Problem> {
+/// paths that route nothing (of the Ingresses `mesh` serves), as problems.
+pub fn gateway_api_problems(
+    store: &crate::model::StoreSnapshot,
+    mesh: &crate::config::mesh::MeshConfig,
+) -> Vec<Problem> {
     use crate::push::index::{GatewayApiIndex, IngressIndex};
     let mut out = Vec::new();
     if GatewayApiIndex::has_objects(store) {
         out.extend(GatewayApiIndex::build(store).problems(store));
     }
     if IngressIndex::has_objects(store) {
-        out.extend(IngressIndex::build(store).problems(store));
+        out.extend(IngressIndex::build(store, &mesh.ingress).problems(store));
     }
     out
 }

@@ -21,6 +21,7 @@ use std::sync::Arc;
 
 use parking_lot::Mutex;
 
+use crate::config::mesh::MeshConfig;
 use crate::config::{ConfigKind, Problem};
 use crate::model::{StoreSnapshot, check_references};
 
@@ -51,12 +52,12 @@ impl ReferenceReport {
 
     /// Checks `store` unless the objects the checks read are those checked
     /// last; logs what appeared and what went away when `log`.
-    pub fn refresh(&self, store: &StoreSnapshot, log: bool) {
+    pub fn refresh(&self, store: &StoreSnapshot, mesh: &MeshConfig, log: bool) {
         if self.state.lock().checked.as_ref().is_some_and(|last| same_rules(last, store)) {
             return;
         }
         let mut problems = check_references(store);
-        problems.extend(super::gateway_api_problems(store));
+        problems.extend(super::gateway_api_problems(store, mesh));
         let mut state = self.state.lock();
         if log {
             let before: BTreeSet<String> = state.problems.iter().map(ToString::to_string).collect();
@@ -89,13 +90,13 @@ mod tests {
         let store = ConfigStore::new();
         store.apply(bookinfo::writes());
         let report = ReferenceReport::new();
-        report.refresh(&store.snapshot(), false);
+        report.refresh(&store.snapshot(), &MeshConfig::default(), false);
         assert!(report.problems().is_empty(), "{:?}", report.problems());
         store.apply(bookinfo::puts(
             "apiVersion: networking.istio.io/v1\nkind: VirtualService\nmetadata: {name: typo}\n\
              spec: {hosts: [reviews], http: [{route: [{destination: {host: reveiws}}]}]}\n",
         ));
-        report.refresh(&store.snapshot(), false);
+        report.refresh(&store.snapshot(), &MeshConfig::default(), false);
         let problems = report.problems();
         assert_eq!(problems.len(), 1, "{problems:?}");
         assert_eq!(problems[0].path, "spec.http[0].route[0].destination.host");

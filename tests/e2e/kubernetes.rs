@@ -363,4 +363,18 @@ fn an_ingress_reports_the_addresses_of_the_ingress_service() {
     api.put(&service("203.0.113.8"));
     wait_for(serde_json::json!({"ingress": [{"ip": "203.0.113.8"}, {"hostname": "lb.example.net"}]}));
     assert!(addresses("theirs").is_null(), "another controller's Ingress is not written");
+    drop(scene);
+
+    // Another ingress Service and class, by MeshConfig's settings as flags.
+    api.put(
+        "apiVersion: v1\nkind: Service\nmetadata: {name: edge, namespace: istio-system}\n\
+         spec: {type: ClusterIP, externalIPs: [198.51.100.4], ports: [{name: http, port: 80}]}\n",
+    );
+    let flags = ["--ingress-service", "edge", "--ingress-class", "nginx"];
+    let scene = Scene::start_with(&[], &[], |_| support::meshpush::Meshpush::start_kube(kubeconfig.path(), &flags));
+    scene.wait(Duration::from_secs(20), "the nginx-class Ingress to report edge's address", Section::Listeners, || {
+        let got = addresses("theirs");
+        let want = serde_json::json!({"ingress": [{"ip": "198.51.100.4"}]});
+        if got == want { Ok(()) } else { Err(format!("{got}")) }
+    });
 }
