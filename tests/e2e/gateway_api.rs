@@ -835,6 +835,18 @@ spec:
   - matches: [{{method: {{service: echo.Echo}}}}]
     filters: [{{type: ResponseHeaderModifier, responseHeaderModifier: {{set: [{{name: x-route, value: service}}]}}}}]
     backendRefs: [{{name: echo-v2, port: 9090}}]
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: HTTPRoute
+metadata: {{name: web, namespace: {ns}}}
+spec:
+  parentRefs: [{{name: streams, sectionName: grpc}}]
+  hostnames: [web.example.com]
+  rules:
+  - filters:
+    - type: CORS
+      cors: {{allowOrigins: ["https://*.example.com"], allowMethods: [GET, PUT], maxAge: 60}}
+    backendRefs: [{{name: web, port: 8080}}]
 "#,
         secure_pod = pod(ns, "secure-0", "127.0.176.10", &[("app", "secure")], 3443),
         echo_v1 = pod(ns, "echo-v1-0", "127.0.176.11", &[("app", "echo"), ("version", "v1")], 3090),
@@ -910,5 +922,21 @@ fn grpc_tcp_and_tls_routes_carry_calls_and_connections_through_a_real_envoy() {
     assert!(unmatched.is_err(), "a call no rule matches is answered with an error: {unmatched:?}");
     let wrong_host = call(grpc, "elsewhere.example.com", "/echo.Echo/Say", &[]);
     assert!(wrong_host.is_err(), "a host the route does not take is not routed: {wrong_host:?}");
+
+    // An HTTPRoute beside the GRPCRoute on the listener, with a CORS
+    // filter: Envoy answers a preflight from an allowed origin itself.
+    let preflight = |origin: &str| {
+        let headers = [("host", "web.example.com"), ("origin", origin), ("access-control-request-method", "PUT")];
+        support::http::request(grpc, "OPTIONS", "/", &headers).map_err(|e| e.to_string())
+    };
+    suite.scene().wait(converge, "a preflight from an allowed origin to be answered", section, || {
+        let r = preflight("https://shop.example.com")?;
+        match (r.status, r.header("access-control-allow-origin"), r.header("access-control-max-age")) {
+            (200, Some("https://shop.example.com"), Some("60")) => Ok(()),
+            other => Err(format!("{other:?} {:?}", r.header("access-control-allow-methods"))),
+        }
+    });
+    let other = preflight("https://elsewhere.org").expect("an answer");
+    assert!(other.header("access-control-allow-origin").is_none(), "an origin not allowed gets no CORS headers");
     suite.scene().assert_nothing_rejected();
 }

@@ -128,6 +128,26 @@ pub struct HttpRouteFilter {
     /// With `URLRewrite`.
     #[serde(rename = "urlRewrite")]
     pub url_rewrite: Option<HttpUrlRewriteFilter>,
+    /// With `CORS`.
+    pub cors: Option<HttpCorsFilter>,
+}
+
+/// A CORS policy.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct HttpCorsFilter {
+    /// Origins allowed: exact, `*`, or with `*` wildcards.
+    pub allow_origins: Vec<String>,
+    /// Whether credentials are allowed.
+    pub allow_credentials: Option<bool>,
+    /// Methods allowed (`*`: any).
+    pub allow_methods: Vec<String>,
+    /// Request headers allowed (`*`: any).
+    pub allow_headers: Vec<String>,
+    /// Response headers the client may read.
+    pub expose_headers: Vec<String>,
+    /// Seconds a preflight answer may be cached (the API's default: 5).
+    pub max_age: Option<u32>,
 }
 
 /// A header modifier.

@@ -253,7 +253,8 @@ fn filter(check: &mut Checker, path: &str, f: &HttpRouteFilter, prefix_only: boo
         "RequestMirror" => f.request_mirror.is_some(),
         "RequestRedirect" => f.request_redirect.is_some(),
         "URLRewrite" => f.url_rewrite.is_some(),
-        "CORS" | "ExtensionRef" => {
+        "CORS" => f.cors.is_some(),
+        "ExtensionRef" => {
             // Their settings are reported by the parser as not applied.
             check.unsupported(format!("{path}.type"), Some(UNAPPLIED_FILTER));
             true
@@ -271,6 +272,7 @@ fn filter(check: &mut Checker, path: &str, f: &HttpRouteFilter, prefix_only: boo
     if !present {
         let field = match f.kind.as_str() {
             "URLRewrite" => "urlRewrite".to_string(),
+            "CORS" => "cors".to_string(),
             kind => kind[..1].to_ascii_lowercase() + &kind[1..],
         };
         check.error(format!("{path}.{field}"), format!("is required with type {}", f.kind));
@@ -294,6 +296,32 @@ fn filter(check: &mut Checker, path: &str, f: &HttpRouteFilter, prefix_only: boo
         }
         if let Some(p) = &r.path {
             path_modifier(check, &format!("{at}.path"), p, prefix_only);
+        }
+    }
+    if let Some(c) = &f.cors {
+        let at = format!("{path}.cors");
+        for (field, list, max) in [
+            ("allowOrigins", &c.allow_origins, 64),
+            ("allowMethods", &c.allow_methods, 9),
+            ("allowHeaders", &c.allow_headers, 64),
+            ("exposeHeaders", &c.expose_headers, 64),
+        ] {
+            if list.len() > max {
+                check.error(format!("{at}.{field}"), format!("has more than {max} entries"));
+            }
+            if field != "exposeHeaders" && list.len() > 1 && list.iter().any(|v| v == "*") {
+                check.error(format!("{at}.{field}"), "cannot hold * beside other values");
+            }
+        }
+        for (k, origin) in c.allow_origins.iter().enumerate() {
+            let scheme_ok =
+                origin == "*" || origin.split_once("://").is_some_and(|(s, h)| !s.is_empty() && !h.is_empty());
+            if !scheme_ok {
+                check.error(
+                    format!("{at}.allowOrigins[{k}]"),
+                    format!("{origin:?} is not an origin (SCHEME://HOST[:PORT], or *)"),
+                );
+            }
         }
     }
     if let Some(r) = &f.url_rewrite {
