@@ -55,7 +55,9 @@ pub struct TlsRouteSpec {
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", default)]
 pub struct StreamRouteRule {
-    /// A name for the rule.
+    /// A name for the rule, for policies and status to refer to. It routes
+    /// nothing: Istio's TCP and TLS routes have no name to carry it, so it
+    /// is kept without a report, as Istio keeps it.
     pub name: Option<String>,
     /// Where connections go, by weight.
     pub backend_refs: Vec<BackendRef>,

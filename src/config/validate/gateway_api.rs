@@ -81,6 +81,12 @@ pub(super) fn gateway(check: &mut Checker, gw: &Gateway) {
                 if mode == "Terminate" && tls.certificate_refs.is_empty() {
                     check.error(format!("{path}.tls.certificateRefs"), "is required when the listener terminates TLS");
                 }
+                if mode == "Passthrough" && !tls.certificate_refs.is_empty() {
+                    check.warning(
+                        format!("{path}.tls.certificateRefs"),
+                        "is not used: a Passthrough listener leaves TLS to the backend (Istio ignores it too)",
+                    );
+                }
                 if !tls.options.is_empty() {
                     check.unsupported(format!("{path}.tls.options"), Some("the listener's TLS uses Istio's defaults"));
                 }

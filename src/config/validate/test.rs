@@ -474,4 +474,10 @@ fn gateway_api_route_rules() {
     let no_rules =
         gateway_api("TLSRoute", "  parentRefs: [{name: edge}]\n  hostnames: [\"*.example.com\", 10.0.0.1]\n");
     assert_eq!(error_paths(&no_rules), ["spec.hostnames[1]", "spec.rules"]);
+    let passthrough = "apiVersion: gateway.networking.k8s.io/v1\nkind: Gateway\nmetadata: {name: g}\nspec:\n  \
+                       gatewayClassName: istio\n  listeners:\n  - {name: tls, port: 443, protocol: TLS, \
+                       tls: {mode: Passthrough, certificateRefs: [{name: unused}]}}\n";
+    let found = findings(passthrough);
+    assert_eq!(found.len(), 1, "{found:#?}");
+    assert_eq!((found[0].0, found[0].1.as_str()), (Severity::Warning, "spec.listeners[0].tls.certificateRefs"));
 }
