@@ -47,6 +47,7 @@ use super::stream::body::EndStatus;
 use super::stream::body::{Framed, ResponseStreamBody};
 use super::stream::budget::{BUDGET_WAIT, DEFAULT_BUDGET_BYTES, PARTIAL_TIMEOUT, RequestBudget};
 use super::stream::buffers;
+use super::stream::connection::ConnectionCore;
 use super::stream::drain::Drain;
 use super::stream::messages::{self, RequestMessages};
 use super::stream::peer::{ConnectionContext, Transport};
@@ -54,10 +55,9 @@ use super::stream::published::Published;
 use super::stream::recorder::StreamRecorder;
 use super::stream::request::{RequestError, StreamNode};
 use super::stream::status::{StatusBoard, StreamStatus};
-use super::watch::StreamState;
 use crate::engine::PushEngine;
 use crate::model::{Identity, Proxy};
-use crate::push::{ConnectionHandle, InboundId, PendingPush, Scope};
+use crate::push::{ConnectionHandle, PendingPush};
 use crate::text::Shown;
 
 /// gRPC service name.
@@ -175,7 +175,7 @@ impl NamedService for AdsService {
 
 /// One stream's protocol state machine, SotW or delta: what the stream
 /// task drives with requests and pushes.
-pub trait Protocol: StreamState + Send + Sized + 'static {
+pub trait Protocol: Send + Sized + 'static {
     /// A request, as the stream reads it.
     type Request: Send + 'static;
     /// A response on its way to the stream.
@@ -195,10 +195,8 @@ pub trait Protocol: StreamState + Send + Sized + 'static {
     fn on_request(&mut self, view: &Published<'_>, req: &Self::Request) -> Vec<Self::Response>;
     /// Handles a push from the engine; returns the responses, in order.
     fn on_push(&mut self, view: &Published<'_>, push: &PendingPush) -> Vec<Self::Response>;
-    /// The scope last generated for.
-    fn scope(&self) -> Option<&Arc<Scope>>;
-    /// The workload shape last generated for.
-    fn inbound(&self) -> Option<InboundId>;
+    /// What the stream keeps whichever its protocol.
+    fn core(&self) -> &ConnectionCore;
 }
 
 impl Protocol for Connection {
@@ -223,11 +221,8 @@ impl Protocol for Connection {
     fn on_push(&mut self, view: &Published<'_>, push: &PendingPush) -> Vec<OutgoingResponse> {
         Connection::on_push(self, view, push)
     }
-    fn scope(&self) -> Option<&Arc<Scope>> {
-        Connection::scope(self)
-    }
-    fn inbound(&self) -> Option<InboundId> {
-        Connection::inbound(self)
+    fn core(&self) -> &ConnectionCore {
+        &self.core
     }
 }
 
@@ -253,11 +248,8 @@ impl Protocol for DeltaConnection {
     fn on_push(&mut self, view: &Published<'_>, push: &PendingPush) -> Vec<DeltaResponse> {
         DeltaConnection::on_push(self, view, push)
     }
-    fn scope(&self) -> Option<&Arc<Scope>> {
-        DeltaConnection::scope(self)
-    }
-    fn inbound(&self) -> Option<InboundId> {
-        DeltaConnection::inbound(self)
+    fn core(&self) -> &ConnectionCore {
+        &self.core
     }
 }
 
@@ -439,7 +431,7 @@ async fn serve_stream<P: Protocol>(
     let mut last_sent = tokio::time::Instant::now();
     loop {
         let responses = if let Some(req) = pending.take() {
-            recorder.serving_type(&conn, P::type_url(&req));
+            recorder.serving_type(conn.core(), P::type_url(&req));
             let ctx = engine.snapshot();
             let responses =
                 conn.on_request(&Published { ctx: &ctx, cache: engine.cache(), bodies: &shared.bodies }, &req);
@@ -447,7 +439,7 @@ async fn serve_stream<P: Protocol>(
             responses
         } else {
             let answer_deadline = last_sent + ANSWER_WAIT;
-            let may_push = conn.answered() || tokio::time::Instant::now() >= answer_deadline;
+            let may_push = conn.core().answered() || tokio::time::Instant::now() >= answer_deadline;
             tokio::select! {
                 biased;
                 msg = futures::StreamExt::next(&mut requests) => match msg {
@@ -460,17 +452,17 @@ async fn serve_stream<P: Protocol>(
                 }
                 _ = tokio::time::sleep_until(answer_deadline), if !may_push => continue,
                 push = handle.mailbox.take(), if may_push => {
-                    if !conn.answered() {
+                    if !conn.core().answered() {
                         engine.metrics().unanswered_pushes.inc();
                         tracing::warn!(wait = ?ANSWER_WAIT, "the client has not answered the last response; pushing anyway");
                     }
-                    recorder.serving_push(&conn, &push);
+                    recorder.serving_push(conn.core(), &push);
                     let ctx = engine.snapshot();
                     conn.on_push(&Published { ctx: &ctx, cache: engine.cache(), bodies: &shared.bodies }, &push)
                 }
             }
         };
-        if let (Some(scope), Some(inbound)) = (conn.scope(), conn.inbound()) {
+        if let (Some(scope), Some(inbound)) = (conn.core().scope(), conn.core().inbound()) {
             engine.queue().set_scope(handle, scope.id, inbound);
         }
         let sent_bytes: usize = responses.iter().map(Framed::wire_len).sum();
@@ -484,8 +476,8 @@ async fn serve_stream<P: Protocol>(
             // The answer wait starts once the client could read them.
             last_sent = tokio::time::Instant::now();
         }
-        recorder.finish(&conn, sent_bytes);
-        status.lock().update(&conn);
+        recorder.finish(conn.core(), sent_bytes);
+        status.lock().update(conn.core());
     }
 }
 

@@ -138,7 +138,7 @@ impl SotwClient {
             for req in requests {
                 // A subscription change repeats the type's last nonce, as Envoy's does.
                 let req = if req.response_nonce.is_empty() {
-                    let w = &self.conn.watches[TypeUrl::parse(&req.type_url).expect("served").index()];
+                    let w = &self.conn.core.watches[TypeUrl::parse(&req.type_url).expect("served").index()];
                     SotwRequest {
                         response_nonce: w.nonce_sent.clone().unwrap_or_default(),
                         version_info: w.version_acked.clone().unwrap_or_default(),
@@ -265,10 +265,10 @@ impl Pair {
     /// Files each stream under the scope it was generated for, as the stream task does.
     fn place(&self) {
         let queue = self.engine.queue();
-        if let (Some(scope), Some(inbound)) = (self.sotw.conn.scope(), self.sotw.conn.inbound()) {
+        if let (Some(scope), Some(inbound)) = (self.sotw.conn.core.scope(), self.sotw.conn.core.inbound()) {
             queue.set_scope(&self.sotw.handle, scope.id, inbound);
         }
-        if let (Some(scope), Some(inbound)) = (self.delta.conn.scope(), self.delta.conn.inbound()) {
+        if let (Some(scope), Some(inbound)) = (self.delta.conn.core.scope(), self.delta.conn.core.inbound()) {
             queue.set_scope(&self.delta.handle, scope.id, inbound);
         }
     }

@@ -26,21 +26,16 @@
 
 use std::collections::{BTreeSet, HashSet};
 use std::sync::Arc;
-use std::time::SystemTime;
 
 use super::codec::{self, DeltaResponse};
 use super::held::Held;
 use super::request::DeltaRequest;
 use crate::model::{Hostname, Proxy};
-use crate::push::{InboundId, PendingPush, PushContext, Scope};
-use crate::resource::EncodedResource;
-use crate::resource::TypeUrl;
-use crate::text::Shown;
-use crate::xds::stream::body::nonce_text;
-use crate::xds::stream::placement::Placement;
+use crate::push::{PendingPush, Scope};
+use crate::resource::{EncodedResource, TypeUrl};
+use crate::xds::stream::connection::ConnectionCore;
 use crate::xds::stream::published::Published;
-use crate::xds::watch::push_plan::{self, Step};
-use crate::xds::watch::{NackRecord, RequestCounts, StreamState, Watch};
+use crate::xds::watch::push_plan::Step;
 
 /// Why a response is being built.
 #[derive(Debug, Clone, Copy)]
@@ -60,48 +55,21 @@ fn in_reach(name: &str, hosts: Option<&HashSet<Hostname>>) -> bool {
     hosts.is_none_or(|hosts| crate::generate::eds::host_of(name).is_some_and(|h| hosts.contains(h)))
 }
 
-/// One delta ADS stream's protocol state.
+/// One delta ADS stream's protocol state: the core both protocols keep
+/// (its watches are the same records SotW keeps, so status and metrics
+/// read both alike; `version_sent` is the `system_version_info` of the
+/// last response), and what the client holds of each type.
 #[derive(Debug)]
 pub struct DeltaConnection {
-    /// Connection id.
-    pub id: u64,
-    /// The proxy, parsed once from the first request's node.
-    pub proxy: Arc<Proxy>,
-    /// Per-type subscription and nonce state, indexed by `TypeUrl::index`
-    /// (the same record SotW keeps, so status and metrics read both alike;
-    /// `version_sent` is the `system_version_info` of the last response).
-    pub watches: [Watch; TypeUrl::COUNT],
-    /// Request counters.
-    pub counts: RequestCounts,
+    /// Identity, watches, counters, placement and nonces.
+    pub core: ConnectionCore,
     held: [Held; TypeUrl::COUNT],
-    placement: Placement,
-    nonce: u32,
-    cluster_cleanup: bool,
 }
 
 impl DeltaConnection {
     /// A new stream for `proxy`.
     pub fn new(id: u64, proxy: Arc<Proxy>) -> DeltaConnection {
-        DeltaConnection {
-            id,
-            proxy,
-            watches: Default::default(),
-            counts: RequestCounts::default(),
-            held: Default::default(),
-            placement: Default::default(),
-            nonce: 0,
-            cluster_cleanup: false,
-        }
-    }
-
-    /// The scope last generated for.
-    pub fn scope(&self) -> Option<&Arc<Scope>> {
-        self.placement.scope()
-    }
-
-    /// The workload shape last generated for.
-    pub fn inbound(&self) -> Option<InboundId> {
-        self.placement.inbound().map(|(id, _)| *id)
+        DeltaConnection { core: ConnectionCore::new(id, proxy), held: Default::default() }
     }
 
     /// Names and versions the client holds of type `t`, as this stream believes.
@@ -109,46 +77,31 @@ impl DeltaConnection {
         self.held[t.index()].iter().map(|(n, h)| (&**n, h))
     }
 
-    /// Refreshes the scope for `ctx` (see `Connection::refresh_scope`).
-    fn refresh_scope(&mut self, ctx: &PushContext, rekey: bool) -> Arc<Scope> {
-        self.placement.refresh(ctx, &self.proxy, rekey)
-    }
-
     /// Handles one request; returns the responses to send, in order.
     pub fn on_request(&mut self, view: &Published<'_>, req: &DeltaRequest) -> Vec<DeltaResponse> {
         let Some(t) = TypeUrl::parse(&req.type_url) else {
-            tracing::debug!(conn_id = self.id, type_url = %req.type_url, "delta request for a type meshpush does not serve");
+            tracing::debug!(conn_id = self.core.id, type_url = %req.type_url, "delta request for a type meshpush does not serve");
             return Vec::new();
         };
-        let (id, proxy_id) = (self.id, self.proxy.id.clone());
-        let w = &mut self.watches[t.index()];
-        let first = !w.subscribed;
+        let first = !self.core.watches[t.index()].subscribed;
         let mut acked = false;
         if !req.response_nonce.is_empty() {
-            if w.nonce_sent.as_deref() != Some(req.response_nonce.as_str()) {
+            if !self.core.is_latest_nonce(t, &req.response_nonce) {
                 // Stale: the (N)ACK is for an older response; the
                 // subscription changes below still apply.
-                self.counts.stale += 1;
+                self.core.record_stale();
             } else if let Some(err) = &req.error_detail {
-                tracing::warn!(conn_id = id, node_id = %Shown(&proxy_id), type_url = %t, nonce = %Shown(&req.response_nonce),
-                    "NACK: {}", Shown(&err.message));
-                w.last_nack = Some(NackRecord {
-                    nonce: crate::text::shown(&req.response_nonce).into_owned(),
-                    version: w.version_acked.clone().unwrap_or_default(),
-                    message: crate::text::shown(&err.message).into_owned(),
-                    at: SystemTime::now(),
-                });
-                self.counts.nacks += 1;
+                let kept = self.core.watches[t.index()].version_acked.clone().unwrap_or_default();
+                self.core.record_nack(t, &req.response_nonce, &kept, &err.message);
             } else {
-                w.nonce_acked = Some(req.response_nonce.clone());
-                w.version_acked = w.version_sent.as_deref().map(str::to_string);
-                self.counts.acks += 1;
+                let version = self.core.watches[t.index()].version_sent.as_deref().map(str::to_string);
+                self.core.record_ack(t, &req.response_nonce, version);
                 acked = true;
             }
         }
 
         // Subscription changes.
-        let held = &mut self.held[t.index()];
+        let (w, held) = (&mut self.core.watches[t.index()], &mut self.held[t.index()]);
         let mut announce: Vec<Arc<str>> = Vec::new();
         let mut wildcard_added = false;
         if first {
@@ -206,10 +159,7 @@ impl DeltaConnection {
 
     /// Follow-ups once a response was ACKed: the delayed cluster removal.
     fn after_ack(&mut self, view: &Published<'_>) -> Vec<DeltaResponse> {
-        if self.cluster_cleanup
-            && [TypeUrl::Cluster, TypeUrl::Listener, TypeUrl::Route].iter().all(|t| self.watches[t.index()].settled())
-        {
-            self.cluster_cleanup = false;
+        if self.core.take_cluster_cleanup() {
             return self.respond(view, TypeUrl::Cluster, Reason::ClusterCleanup, &[]).into_iter().collect();
         }
         Vec::new()
@@ -217,9 +167,8 @@ impl DeltaConnection {
 
     /// Handles a push from the engine; returns the responses, in push order.
     pub fn on_push(&mut self, view: &Published<'_>, push: &PendingPush) -> Vec<DeltaResponse> {
-        let moved = self.placement.refresh_for_push(view.ctx, &self.proxy, push);
         let mut out = Vec::new();
-        for (t, step) in push_plan::plan(push, moved, |t| self.watches[t.index()].subscribed) {
+        for (t, step) in self.core.push_plan(view.ctx, push) {
             let hosts = match step {
                 Step::All => None,
                 Step::Hosts(hosts) => Some(hosts),
@@ -240,11 +189,11 @@ impl DeltaConnection {
         t: TypeUrl,
         hosts: Option<&HashSet<Hostname>>,
     ) -> Vec<Arc<EncodedResource>> {
-        let w = &self.watches[t.index()];
+        let w = &self.core.watches[t.index()];
         let wanted = |name: &str| w.wildcard || w.names.contains(name);
         let mut resources: Vec<Arc<EncodedResource>> = match t {
             TypeUrl::Cluster | TypeUrl::Listener => {
-                let inbound = self.placement.inbound().expect("set with the scope");
+                let inbound = self.core.placement().inbound().expect("set with the scope");
                 let set = view.proxy_set(scope, inbound, t);
                 set.resources.iter().filter(|r| wanted(&r.name)).cloned().collect()
             }
@@ -267,7 +216,7 @@ impl DeltaConnection {
                     clusters = view.scoped(scope, TypeUrl::Cluster);
                     names.extend(clusters.resources.iter().map(|r| &*r.name).filter(|n| in_reach(n, hosts)));
                 }
-                let eds_view = self.placement.view().map(|v| &**v);
+                let eds_view = self.core.placement().view().map(|v| &**v);
                 names.into_iter().filter_map(|n| view.endpoint(n, eds_view)).collect()
             }
         };
@@ -286,7 +235,7 @@ impl DeltaConnection {
         reason: Reason<'_>,
         announce: &[Arc<str>],
     ) -> Option<DeltaResponse> {
-        let scope = self.refresh_scope(view.ctx, false);
+        let scope = self.core.refresh_scope(view.ctx);
         let hosts = match reason {
             Reason::Push { hosts } if t == TypeUrl::Endpoint => hosts,
             _ => None,
@@ -295,7 +244,7 @@ impl DeltaConnection {
         let exists = |n: &str| current.binary_search_by(|r| (*r.name).cmp(n)).is_ok();
         let held = &self.held[t.index()];
         let changed = held.differing(&current);
-        let w = &self.watches[t.index()];
+        let w = &self.core.watches[t.index()];
         let mut removed: Vec<Arc<str>> = match hosts {
             // An endpoint push: only the changed hosts' assignments can be gone.
             Some(hosts) if !w.wildcard => {
@@ -311,7 +260,7 @@ impl DeltaConnection {
         }
         if t == TypeUrl::Cluster && matches!(reason, Reason::Push { .. }) && !removed.is_empty() {
             // Make before break: remove once listeners and routes settled.
-            self.cluster_cleanup = true;
+            self.core.hold_removed_clusters();
             removed.clear();
         }
         removed.extend(announce.iter().filter(|n| !exists(n) && !held.contains(n)).cloned());
@@ -333,8 +282,6 @@ impl DeltaConnection {
             }
         }
 
-        self.nonce = self.nonce.wrapping_add(1);
-        let nonce = self.nonce;
         let system_version: Arc<str> = Arc::from(format!("{:x}", view.ctx.version));
         let which = {
             let mut h = xxhash_rust::xxh3::Xxh3::new();
@@ -353,21 +300,9 @@ impl DeltaConnection {
         let body = view.body((t, Arc::from(format!("delta:{system_version}")), which), || {
             codec::assemble(t, &system_version, &changed, tail_len)
         });
+        let nonce = self.core.record_sent(t, system_version);
         let tail = codec::tail(nonce, &removed);
-        let w = &mut self.watches[t.index()];
-        w.nonce_sent = Some(nonce_text(nonce));
-        w.version_sent = Some(system_version);
-        w.responses += 1;
         Some(DeltaResponse { body, tail })
-    }
-}
-
-impl StreamState for DeltaConnection {
-    fn watches(&self) -> &[Watch; TypeUrl::COUNT] {
-        &self.watches
-    }
-    fn counts(&self) -> RequestCounts {
-        self.counts
     }
 }
 

@@ -21,20 +21,16 @@
 
 use std::collections::HashSet;
 use std::sync::Arc;
-use std::time::SystemTime;
 
 use super::codec::OutgoingResponse;
 use super::request::SotwRequest;
 use crate::model::Proxy;
-use crate::push::{InboundId, PendingPush, PushContext, Scope};
+use crate::push::{PendingPush, Scope};
 use crate::resource::{EncodedResource, ResourceSet, TypeUrl};
-use crate::text::Shown;
-use crate::xds::stream::body::nonce_text;
-use crate::xds::stream::placement::Placement;
+use crate::xds::stream::connection::ConnectionCore;
 use crate::xds::stream::published::Published;
 use crate::xds::watch::name_list::{self, NameList, Resolved};
-use crate::xds::watch::push_plan::{self, Step};
-use crate::xds::watch::{NackRecord, RequestCounts, StreamState, Watch};
+use crate::xds::watch::push_plan::Step;
 
 /// What a SotW stream remembers of one type beyond the shared [`Watch`]:
 /// what it sent, so that it sends only what changed and can tell an ACK
@@ -109,21 +105,13 @@ impl Sent {
     }
 }
 
-/// One ADS stream's protocol state.
+/// One SotW ADS stream's protocol state: the core both protocols keep,
+/// and what this stream sent of each type.
 #[derive(Debug)]
 pub struct Connection {
-    /// Connection id.
-    pub id: u64,
-    /// The proxy, parsed once from the first request's node.
-    pub proxy: Arc<Proxy>,
-    /// Per-type state, indexed by `TypeUrl::index`.
-    pub watches: [Watch; TypeUrl::COUNT],
-    /// Request counters.
-    pub counts: RequestCounts,
+    /// Identity, watches, counters, placement and nonces.
+    pub core: ConnectionCore,
     sent: [Sent; TypeUrl::COUNT],
-    placement: Placement,
-    nonce: u32,
-    cluster_cleanup: bool,
     eds_resend: HashSet<Arc<str>>,
 }
 
@@ -175,94 +163,45 @@ fn sum_version(sum: u64) -> Arc<str> {
 impl Connection {
     /// A new stream for `proxy`.
     pub fn new(id: u64, proxy: Arc<Proxy>) -> Connection {
-        Connection {
-            id,
-            proxy,
-            watches: Default::default(),
-            counts: RequestCounts::default(),
-            sent: Default::default(),
-            placement: Default::default(),
-            nonce: 0,
-            cluster_cleanup: false,
-            eds_resend: HashSet::new(),
-        }
-    }
-
-    /// The scope last generated for.
-    pub fn scope(&self) -> Option<&Arc<Scope>> {
-        self.placement.scope()
-    }
-
-    /// The workload shape last generated for.
-    pub fn inbound(&self) -> Option<InboundId> {
-        self.placement.inbound().map(|(id, _)| *id)
-    }
-
-    fn watch(&mut self, t: TypeUrl) -> &mut Watch {
-        &mut self.watches[t.index()]
+        Connection { core: ConnectionCore::new(id, proxy), sent: Default::default(), eds_resend: HashSet::new() }
     }
 
     /// Whether `req` is an ACK of the last response of `t`: its nonce, and
     /// the names the stream already watches.
     fn is_ack(&self, t: TypeUrl, req: &SotwRequest) -> bool {
-        let w = &self.watches[t.index()];
-        w.subscribed
-            && w.nonce_sent.as_deref() == Some(req.response_nonce.as_str())
+        self.core.watches[t.index()].subscribed
+            && self.core.is_latest_nonce(t, &req.response_nonce)
             && req.resource_names.hash() == self.sent[t.index()].names_hash
-    }
-
-    /// Refreshes the scope for `ctx`. The key is recomputed only when the
-    /// snapshot moved on; the scope itself comes from the snapshot's memo.
-    fn refresh_scope(&mut self, ctx: &PushContext, rekey: bool) -> Arc<Scope> {
-        self.placement.refresh(ctx, &self.proxy, rekey)
     }
 
     /// Handles one request; returns the responses to send, in order.
     pub fn on_request(&mut self, view: &Published<'_>, req: &SotwRequest) -> Vec<OutgoingResponse> {
         let Some(t) = TypeUrl::parse(&req.type_url) else {
-            tracing::debug!(conn_id = self.id, type_url = %req.type_url, "request for a type meshpush does not serve");
+            tracing::debug!(conn_id = self.core.id, type_url = %req.type_url, "request for a type meshpush does not serve");
             return Vec::new();
         };
-        let id = self.id;
-        let proxy_id = self.proxy.id.clone();
-        let w = self.watch(t);
-        let is_latest_nonce = w.nonce_sent.as_deref() == Some(req.response_nonce.as_str());
+        let is_latest_nonce = self.core.is_latest_nonce(t, &req.response_nonce);
+        let stale = !req.response_nonce.is_empty() && !is_latest_nonce;
 
         if let Some(err) = &req.error_detail {
-            if !req.response_nonce.is_empty() && !is_latest_nonce {
-                self.counts.stale += 1;
+            if stale {
+                self.core.record_stale();
                 return Vec::new();
             }
-            tracing::warn!(conn_id = id, node_id = %Shown(&proxy_id), type_url = %t, nonce = %Shown(&req.response_nonce),
-                version = %Shown(&req.version_info), "NACK: {}", Shown(&err.message));
-            w.last_nack = Some(NackRecord {
-                nonce: crate::text::shown(&req.response_nonce).into_owned(),
-                version: crate::text::shown(&req.version_info).into_owned(),
-                message: crate::text::shown(&err.message).into_owned(),
-                at: SystemTime::now(),
-            });
-            self.counts.nacks += 1;
+            self.core.record_nack(t, &req.response_nonce, &req.version_info, &err.message);
             // The subscription may still have changed.
             return self.apply_names(view, t, req, false);
         }
-
-        if !req.response_nonce.is_empty() && !is_latest_nonce {
-            self.counts.stale += 1;
+        if stale {
+            self.core.record_stale();
             return Vec::new();
         }
-
         if self.is_ack(t, req) {
-            let w = self.watch(t);
-            w.version_acked = Some(req.version_info.clone());
-            w.nonce_acked = Some(req.response_nonce.clone());
-            self.counts.acks += 1;
+            self.core.record_ack(t, &req.response_nonce, Some(req.version_info.clone()));
             return self.after_ack(view, t);
         }
         if is_latest_nonce {
-            let w = self.watch(t);
-            w.version_acked = Some(req.version_info.clone());
-            w.nonce_acked = Some(req.response_nonce.clone());
-            self.counts.acks += 1;
+            self.core.record_ack(t, &req.response_nonce, Some(req.version_info.clone()));
         }
         let reconnect = req.response_nonce.is_empty() && !req.version_info.is_empty();
         let mut out = self.apply_names(view, t, req, reconnect);
@@ -279,7 +218,7 @@ impl Connection {
         reconnect: bool,
     ) -> Vec<OutgoingResponse> {
         let hash = req.resource_names.hash();
-        let (w, sent) = (&mut self.watches[t.index()], &mut self.sent[t.index()]);
+        let (w, sent) = (&mut self.core.watches[t.index()], &mut self.sent[t.index()]);
         let first = !w.subscribed;
         if !first && hash == sent.names_hash {
             return Vec::new();
@@ -299,9 +238,9 @@ impl Connection {
         if reconnect {
             // The client has this version: skip the response only when it is
             // provably the same content.
-            let scope = self.refresh_scope(view.ctx, false);
+            let scope = self.core.refresh_scope(view.ctx);
             let current = self.current(view, &scope, t);
-            let (w, sent) = (&mut self.watches[t.index()], &mut self.sent[t.index()]);
+            let (w, sent) = (&mut self.core.watches[t.index()], &mut self.sent[t.index()]);
             if current.version().as_ref() == req.version_info {
                 w.version_sent = Some(current.version().clone());
                 w.version_acked = Some(req.version_info.clone());
@@ -324,16 +263,13 @@ impl Connection {
     fn after_ack(&mut self, view: &Published<'_>, t: TypeUrl) -> Vec<OutgoingResponse> {
         let mut out = Vec::new();
         if t == TypeUrl::Endpoint && !self.eds_resend.is_empty() {
-            let watched = &self.watches[TypeUrl::Endpoint.index()].names;
+            let watched = &self.core.watches[TypeUrl::Endpoint.index()].names;
             self.eds_resend.retain(|n| watched.contains(n));
         }
         if t == TypeUrl::Endpoint && !self.eds_resend.is_empty() {
             out.extend(self.respond(view, TypeUrl::Endpoint, false, false));
         }
-        if self.cluster_cleanup
-            && [TypeUrl::Cluster, TypeUrl::Listener, TypeUrl::Route].iter().all(|t| self.watches[t.index()].settled())
-        {
-            self.cluster_cleanup = false;
+        if self.core.take_cluster_cleanup() {
             out.extend(self.respond(view, TypeUrl::Cluster, true, false));
         }
         out
@@ -341,14 +277,13 @@ impl Connection {
 
     /// Handles a push from the engine; returns the responses, in push order.
     pub fn on_push(&mut self, view: &Published<'_>, push: &PendingPush) -> Vec<OutgoingResponse> {
-        let moved = self.placement.refresh_for_push(view.ctx, &self.proxy, push);
         let mut out = Vec::new();
-        for (t, step) in push_plan::plan(push, moved, |t| self.watches[t.index()].subscribed) {
+        for (t, step) in self.core.push_plan(view.ctx, push) {
             match step {
                 Step::All => out.extend(self.respond(view, t, false, false)),
                 Step::Hosts(hosts) => {
                     // Only the assignments of the changed hosts can differ.
-                    let w = &self.watches[t.index()];
+                    let w = &self.core.watches[t.index()];
                     let positions: Vec<u32> = w.names.of_hosts(hosts.iter()).map(|(i, _)| i as u32).collect();
                     if !positions.is_empty() {
                         out.extend(self.respond_endpoints(view, &positions));
@@ -361,10 +296,11 @@ impl Connection {
 
     /// What the client should have of type `t` now, with its version.
     fn current(&mut self, view: &Published<'_>, scope: &Scope, t: TypeUrl) -> Current {
-        let w = &self.watches[t.index()];
+        let w = &self.core.watches[t.index()];
+        let placement = self.core.placement();
         match t {
             TypeUrl::Cluster | TypeUrl::Listener => {
-                let inbound = self.placement.inbound().expect("set with the scope");
+                let inbound = placement.inbound().expect("set with the scope");
                 let set = view.proxy_set(scope, inbound, t);
                 if w.wildcard {
                     return Current::Set(set);
@@ -375,7 +311,7 @@ impl Connection {
             TypeUrl::Endpoint => {
                 // Streams watching the same list share one resolution (and
                 // its version) per snapshot.
-                let eds_view = self.placement.view();
+                let eds_view = placement.view();
                 let key = eds_view.map_or("", |v| &*v.key);
                 Current::Watched(
                     w.names.endpoints(view.ctx.id, key, |names| {
@@ -390,11 +326,6 @@ impl Connection {
         }
     }
 
-    fn next_nonce(&mut self) -> u32 {
-        self.nonce = self.nonce.wrapping_add(1);
-        self.nonce
-    }
-
     /// An endpoint push: looks up only the watched assignments at
     /// `positions` (those of the changed hosts), sends those that differ
     /// from what the client has, and moves the version by their difference —
@@ -402,10 +333,11 @@ impl Connection {
     fn respond_endpoints(&mut self, view: &Published<'_>, positions: &[u32]) -> Option<OutgoingResponse> {
         let t = TypeUrl::Endpoint;
         let mut changed: Vec<Arc<EncodedResource>> = Vec::new();
-        let (w, sent) = (&self.watches[t.index()], &mut self.sent[t.index()]);
+        let (w, sent) = (&self.core.watches[t.index()], &mut self.sent[t.index()]);
+        let eds_view = self.core.placement().view().map(|v| &**v);
         for &i in positions {
             let i = i as usize;
-            match view.endpoint(&w.names.names()[i], self.placement.view().map(|v| &**v)) {
+            match view.endpoint(&w.names.names()[i], eds_view) {
                 Some(r) => {
                     if sent.hashes[i] != Some(r.hash) || self.eds_resend.contains(&r.name) {
                         sent.record(&w.names, i, Some(r.hash));
@@ -424,12 +356,8 @@ impl Connection {
             }
         }
         let version = sum_version(sent.sum);
-        let nonce = self.next_nonce();
         let body = super::codec::body(view, t, &version, &changed, true);
-        let w = &mut self.watches[t.index()];
-        w.nonce_sent = Some(nonce_text(nonce));
-        w.version_sent = Some(version);
-        w.responses += 1;
+        let nonce = self.core.record_sent(t, version);
         Some(OutgoingResponse { body, nonce })
     }
 
@@ -442,13 +370,11 @@ impl Connection {
         final_cleanup: bool,
         first: bool,
     ) -> Option<OutgoingResponse> {
-        let scope = self.refresh_scope(view.ctx, false);
+        let scope = self.core.refresh_scope(view.ctx);
         let current = self.current(view, &scope, t);
-        let nonce;
-        let body;
-        match current {
+        let (body, version) = match current {
             Current::Set(mut set) => {
-                let (w, sent) = (&self.watches[t.index()], &self.sent[t.index()]);
+                let (w, sent) = (&self.core.watches[t.index()], &self.sent[t.index()]);
                 if !first
                     && !final_cleanup
                     && w.version_sent.as_ref() == Some(&set.version)
@@ -465,7 +391,7 @@ impl Connection {
                         let mut resources = set.resources.clone();
                         resources.extend(kept.into_iter().cloned());
                         set = Arc::new(ResourceSet::new(resources));
-                        self.cluster_cleanup = true;
+                        self.core.hold_removed_clusters();
                     }
                 }
                 if t == TypeUrl::Cluster {
@@ -473,7 +399,7 @@ impl Connection {
                     // unchanged one the client holds (one it lacks is sent anyway).
                     let clusters = &self.sent[t.index()];
                     let (watched, endpoints) =
-                        (&self.watches[TypeUrl::Endpoint.index()].names, &self.sent[TypeUrl::Endpoint.index()]);
+                        (&self.core.watches[TypeUrl::Endpoint.index()].names, &self.sent[TypeUrl::Endpoint.index()]);
                     if endpoints.hashes.iter().any(Option::is_some) {
                         for r in &set.resources {
                             if clusters.resource_hash(&r.name) != Some(r.hash)
@@ -484,10 +410,10 @@ impl Connection {
                         }
                     }
                 }
-                nonce = self.next_nonce();
-                body = super::codec::body(view, t, &set.version, &set.resources, false);
-                self.watches[t.index()].version_sent = Some(set.version.clone());
+                let body = super::codec::body(view, t, &set.version, &set.resources, false);
+                let version = set.version.clone();
                 self.sent[t.index()].resources = set;
+                (body, version)
             }
             Current::Watched(resolved) => {
                 let sent = &self.sent[t.index()];
@@ -516,28 +442,16 @@ impl Connection {
                         self.eds_resend.remove(&r.name);
                     }
                 }
-                nonce = self.next_nonce();
-                body = super::codec::body(view, t, &resolved.version, out, partial);
-                let (w, sent) = (&mut self.watches[t.index()], &mut self.sent[t.index()]);
+                let body = super::codec::body(view, t, &resolved.version, out, partial);
+                let (w, sent) = (&self.core.watches[t.index()], &mut self.sent[t.index()]);
                 for &k in &changed {
                     sent.record(&w.names, resolved.positions[k] as usize, Some(resolved.resources[k].hash));
                 }
-                w.version_sent = Some(resolved.version.clone());
+                (body, resolved.version.clone())
             }
-        }
-        let w = &mut self.watches[t.index()];
-        w.nonce_sent = Some(nonce_text(nonce));
-        w.responses += 1;
+        };
+        let nonce = self.core.record_sent(t, version);
         Some(OutgoingResponse { body, nonce })
-    }
-}
-
-impl StreamState for Connection {
-    fn watches(&self) -> &[Watch; TypeUrl::COUNT] {
-        &self.watches
-    }
-    fn counts(&self) -> RequestCounts {
-        self.counts
     }
 }
 

@@ -9,7 +9,9 @@
 //!   node and request errors.
 //! * [`body`]: the response stream's HTTP/2 body and gRPC framing;
 //!   [`bodies`]: response bodies assembled once, shared by the streams.
-//! * [`published`]: the snapshot, resource cache and body cache a stream
+//! * [`connection`]: what every stream keeps whichever its protocol
+//!   (identity, watches, counters, nonces) and the rules both keep alike;
+//!   [`published`]: the snapshot, resource cache and body cache a stream
 //!   reads; [`placement`]: its scope and workload shape.
 //! * [`status`]: each stream's state for the admin endpoints;
 //!   [`recorder`]: its metric bookkeeping.
@@ -29,6 +31,7 @@ pub mod bodies;
 pub mod body;
 pub mod budget;
 pub mod buffers;
+pub mod connection;
 pub mod drain;
 mod field_filter;
 pub mod messages;

@@ -13,7 +13,7 @@ use std::time::Instant;
 use crate::metrics::{Metrics, SHORT_ORDER};
 use crate::push::PendingPush;
 use crate::resource::TypeUrl;
-use crate::xds::watch::StreamState;
+use crate::xds::stream::connection::ConnectionCore;
 
 /// Per-type counters of a connection at one moment.
 #[derive(Debug, Default, Clone, Copy)]
@@ -25,10 +25,10 @@ struct Mark {
 }
 
 impl Mark {
-    fn of(conn: &impl StreamState) -> Mark {
-        let counts = conn.counts();
+    fn of(conn: &ConnectionCore) -> Mark {
+        let counts = conn.counts;
         Mark {
-            responses: std::array::from_fn(|i| conn.watches()[i].responses),
+            responses: std::array::from_fn(|i| conn.watches[i].responses),
             acks: counts.acks,
             nacks: counts.nacks,
             stale: counts.stale,
@@ -52,7 +52,7 @@ struct Converging {
 }
 
 /// One stream's metric bookkeeping, owned by its task. It reads the
-/// connection ([`StreamState`]) around each request or push:
+/// connection ([`ConnectionCore`]) around each request or push:
 ///
 /// ```text
 /// recorder.serving_type(&conn, type_url);  // or serving_push(&conn, &push)
@@ -74,19 +74,19 @@ impl StreamRecorder {
     }
 
     /// A request for `type_url` (SotW or delta) is about to be handled.
-    pub fn serving_type(&mut self, conn: &impl StreamState, type_url: &str) {
+    pub fn serving_type(&mut self, conn: &ConnectionCore, type_url: &str) {
         self.mark = Mark::of(conn);
         self.serving = Some(Serving::Request { t: TypeUrl::parse(type_url), started: Instant::now() });
     }
 
     /// A push from the engine is about to be handled.
-    pub fn serving_push(&mut self, conn: &impl StreamState, push: &PendingPush) {
+    pub fn serving_push(&mut self, conn: &ConnectionCore, push: &PendingPush) {
         self.mark = Mark::of(conn);
         self.serving = Some(Serving::Push { first_change: push.first_change, started: Instant::now() });
     }
 
     /// The responses were written (`sent_bytes` of them): count what changed.
-    pub fn finish(&mut self, conn: &impl StreamState, sent_bytes: usize) {
+    pub fn finish(&mut self, conn: &ConnectionCore, sent_bytes: usize) {
         let Some(serving) = self.serving.take() else { return };
         let m = &self.metrics;
         let after = Mark::of(conn);
@@ -101,7 +101,7 @@ impl StreamRecorder {
                 for _ in 0..sent {
                     m.xds_push_time.get(t).observe(elapsed);
                 }
-                let w = &conn.watches()[t.index()];
+                let w = &conn.watches[t.index()];
                 tracing::debug!(type_url = %t, responses = sent, nonce = ?w.nonce_sent, version = ?w.version_sent,
                     elapsed_ms = elapsed.as_secs_f64() * 1e3, "sent");
             }
@@ -121,7 +121,7 @@ impl StreamRecorder {
     /// A push went out: the change it carries converges when every type it
     /// was sent in is ACKed. A push merged with one still in flight keeps
     /// the earlier change time (the new responses carry both).
-    fn carry(&mut self, conn: &impl StreamState, first_change: Instant, after: &Mark) {
+    fn carry(&mut self, conn: &ConnectionCore, first_change: Instant, after: &Mark) {
         let sent: Vec<TypeUrl> =
             SHORT_ORDER.into_iter().filter(|t| after.responses[t.index()] > self.mark.responses[t.index()]).collect();
         if sent.is_empty() {
@@ -130,17 +130,17 @@ impl StreamRecorder {
         let c = self.converging.get_or_insert_with(|| Converging { first_change, awaiting: Default::default() });
         c.first_change = c.first_change.min(first_change);
         for t in sent {
-            c.awaiting[t.index()] = conn.watches()[t.index()].nonce_sent.clone();
+            c.awaiting[t.index()] = conn.watches[t.index()].nonce_sent.clone();
         }
     }
 
     /// Moves awaited nonces to newer responses, settles ACKed types, drops
     /// the measurement on a NACK, and observes once everything is ACKed.
-    fn follow(&mut self, conn: &impl StreamState, after: &Mark) {
+    fn follow(&mut self, conn: &ConnectionCore, after: &Mark) {
         let Some(c) = self.converging.as_mut() else { return };
         let nacked = after.nacks > self.mark.nacks;
         for t in SHORT_ORDER {
-            let w = &conn.watches()[t.index()];
+            let w = &conn.watches[t.index()];
             let Some(nonce) = c.awaiting[t.index()].clone() else { continue };
             if nacked && w.last_nack.as_ref().is_some_and(|n| n.nonce == nonce) {
                 // Rejected: this change did not converge on this proxy.

@@ -19,7 +19,8 @@ use serde::Serialize;
 
 use crate::push::ConnId;
 use crate::resource::TypeUrl;
-use crate::xds::watch::{NackRecord, StreamState, Watch};
+use crate::xds::stream::connection::ConnectionCore;
+use crate::xds::watch::{NackRecord, Watch};
 
 /// Istio's sync states, as `istioctl proxy-status` prints them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -146,11 +147,11 @@ pub struct StreamStatus {
 
 impl StreamStatus {
     /// Brings this copy up to date with `conn` in place.
-    pub fn update(&mut self, conn: &impl StreamState) {
-        for (status, w) in self.types.iter_mut().zip(conn.watches()) {
+    pub fn update(&mut self, conn: &ConnectionCore) {
+        for (status, w) in self.types.iter_mut().zip(&conn.watches) {
             status.update(w);
         }
-        let counts = conn.counts();
+        let counts = conn.counts;
         (self.acks, self.nacks, self.stale) = (counts.acks, counts.nacks, counts.stale);
         self.updated = Some(SystemTime::now());
     }

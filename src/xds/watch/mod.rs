@@ -4,8 +4,8 @@
 //! ([`name_list`]) and the one decision of what a push sends
 //! ([`push_plan`]).
 //!
-//! Status and metrics read a stream through [`StreamState`], so a SotW and
-//! a delta stream look alike to them.
+//! A stream keeps them in its `ConnectionCore` (`xds::stream::connection`),
+//! so a SotW and a delta stream look alike to status and metrics.
 
 pub mod name_list;
 pub mod push_plan;
@@ -74,20 +74,6 @@ pub struct RequestCounts {
     pub nacks: u64,
     /// Requests ignored for a stale nonce.
     pub stale: u64,
-}
-
-/// What status and metrics read of a stream's protocol state, SotW or
-/// delta alike.
-pub trait StreamState {
-    /// Per-type state, indexed by `TypeUrl::index`.
-    fn watches(&self) -> &[Watch; crate::resource::TypeUrl::COUNT];
-    /// Request counters.
-    fn counts(&self) -> RequestCounts;
-    /// The client has answered (ACKed or NACKed) the last response of
-    /// every type: nothing sent to it is in flight.
-    fn answered(&self) -> bool {
-        self.watches().iter().all(Watch::settled)
-    }
 }
 
 #[cfg(test)]

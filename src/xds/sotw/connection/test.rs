@@ -39,14 +39,14 @@ async fn an_ack_is_recorded_and_not_answered_and_a_stale_nonce_is_ignored() {
     let mut conn = connection(1);
     let sent = conn.on_request(&view, &request(TypeUrl::Cluster, "", ""));
     let sent = decoded(&sent[0]);
-    assert!(!conn.answered(), "a response is out");
+    assert!(!conn.core.answered(), "a response is out");
     assert!(conn.on_request(&view, &request(TypeUrl::Cluster, "", "00000099")).is_empty());
-    assert_eq!(conn.counts.stale, 1, "a nonce that was never sent is stale");
+    assert_eq!(conn.core.counts.stale, 1, "a nonce that was never sent is stale");
     assert!(conn.on_request(&view, &request(TypeUrl::Cluster, &sent.version_info, &sent.nonce)).is_empty());
-    let w = &conn.watches[TypeUrl::Cluster.index()];
+    let w = &conn.core.watches[TypeUrl::Cluster.index()];
     assert_eq!((w.nonce_acked.as_deref(), w.version_acked.as_deref()), (Some(&*sent.nonce), Some(&*sent.version_info)));
-    assert_eq!(conn.counts.acks, 1);
-    assert!(conn.answered());
+    assert_eq!(conn.core.counts.acks, 1);
+    assert!(conn.core.answered());
 }
 
 #[tokio::test]
@@ -59,9 +59,9 @@ async fn a_nack_is_recorded_and_the_rejected_content_is_not_sent_again() {
     let mut nack = request(TypeUrl::Cluster, "", &sent.nonce);
     nack.error_detail = Some(envoy_types::pb::google::rpc::Status { code: 13, message: "no".into(), details: vec![] });
     assert!(conn.on_request(&view, &nack).is_empty(), "a NACK is not answered with the same content");
-    let w = &conn.watches[TypeUrl::Cluster.index()];
+    let w = &conn.core.watches[TypeUrl::Cluster.index()];
     assert_eq!(w.last_nack.as_ref().map(|n| n.nonce.as_str()), Some(sent.nonce.as_str()));
-    assert!(conn.answered(), "a NACK answers the response");
+    assert!(conn.core.answered(), "a NACK answers the response");
     let push = PendingPush {
         full: true,
         hosts: Default::default(),
@@ -83,7 +83,7 @@ async fn a_huge_nack_message_is_kept_bounded() {
     let message = format!("bad\n{}", "y".repeat(1 << 20));
     nack.error_detail = Some(envoy_types::pb::google::rpc::Status { code: 13, message, details: vec![] });
     conn.on_request(&view, &nack);
-    let recorded = &conn.watches[TypeUrl::Cluster.index()].last_nack.as_ref().unwrap().message;
+    let recorded = &conn.core.watches[TypeUrl::Cluster.index()].last_nack.as_ref().unwrap().message;
     assert!(recorded.len() < crate::text::MAX_SHOWN + 32, "{} bytes kept", recorded.len());
     assert!(recorded.starts_with("bad\\ny"), "{recorded}");
 }
@@ -96,7 +96,7 @@ async fn a_stream_that_reconnects_holding_the_current_version_is_sent_nothing() 
     let version = decoded(&connection(1).on_request(&view, &request(TypeUrl::Cluster, "", ""))[0]).version_info;
     let mut again = connection(2);
     assert!(again.on_request(&view, &request(TypeUrl::Cluster, &version, "")).is_empty());
-    let w = &again.watches[TypeUrl::Cluster.index()];
+    let w = &again.core.watches[TypeUrl::Cluster.index()];
     assert_eq!(w.version_sent.as_deref(), Some(version.as_str()), "it counts as sent and ACKed");
     let mut old = connection(3);
     assert_eq!(old.on_request(&view, &request(TypeUrl::Cluster, "0000000000000000", "")).len(), 1);
