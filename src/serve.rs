@@ -359,7 +359,7 @@ pub async fn run(options: ServeOptions) -> anyhow::Result<()> {
             // Serving a mesh with a file's objects missing would push every
             // proxy a config without them: wait until every file was read once.
             tracing::error!(
-                files = %unread.iter().map(|f| f.to_string()).collect::<Vec<_>>().join(", "),
+                files = %unread.iter().map(|f| f.name.to_string()).collect::<Vec<_>>().join(", "),
                 "not ready: these config files cannot be read (see /debug/configz); ready once each was read"
             );
         }

@@ -8,7 +8,7 @@
 //!
 //! | path | what |
 //! |---|---|
-//! | `/ready` | 200 once the first snapshot is published |
+//! | `/ready` | 200 once the first snapshot is published; until then 503, naming what it waits for |
 //! | `/metrics` | Prometheus text ([`crate::metrics`]) |
 //! | `/debug/syncz` | per stream and type: sent/ACKed nonce and version, sync state, last NACK |
 //! | `/debug/config_dump?proxyID=` | what a proxy is sent, as Envoy's config_dump |
@@ -92,6 +92,34 @@ impl AdminState {
         let _ = self.kube.set(kube);
     }
 
+    /// What the server waits for before it is ready, or `None` once it is:
+    /// the files not yet read whole and why, the Kubernetes kinds not yet
+    /// listed, or else the first snapshot of the sources.
+    pub fn waiting_for(&self) -> Option<String> {
+        if self.engine.is_ready() {
+            return None;
+        }
+        let mut waits = Vec::new();
+        if let Some(unread) = self.source.get().map(SourceStatus::unread_files).filter(|u| !u.is_empty()) {
+            waits.push(unread_files_text(&unread));
+        }
+        if let Some(kube) = self.kube.get() {
+            let pending = kube.pending();
+            waits.push(match pending.len() {
+                0 => "the snapshot that holds the Kubernetes watchers' first lists to be published".to_string(),
+                n => format!(
+                    "the first list of {n} Kubernetes kind{}: {}",
+                    if n == 1 { "" } else { "s" },
+                    pending.iter().map(|k| k.as_str()).collect::<Vec<_>>().join(", ")
+                ),
+            });
+        }
+        if waits.is_empty() {
+            waits.push("the first snapshot of the sources to be published".to_string());
+        }
+        Some(waits.join("; and for "))
+    }
+
     /// The reference report the server keeps current (see `serve`).
     pub fn references(&self) -> &ReferenceReport {
         &self.references
@@ -108,6 +136,22 @@ impl AdminState {
         });
         problems
     }
+}
+
+/// How many unread files `/ready` names; the rest are counted
+/// (`/debug/configz` lists them all).
+const UNREAD_FILES_NAMED: usize = 5;
+
+/// "the first read of 2 files: a.yaml: …, b.yaml: …".
+fn unread_files_text(unread: &[crate::source::UnreadFile]) -> String {
+    let n = unread.len();
+    let mut text = format!("the first read of {n} file{}: ", if n == 1 { "" } else { "s" });
+    let named: Vec<String> = unread.iter().take(UNREAD_FILES_NAMED).map(|f| f.to_string()).collect();
+    text.push_str(&named.join(", "));
+    if n > UNREAD_FILES_NAMED {
+        text.push_str(&format!(", and {} more (see /debug/configz)", n - UNREAD_FILES_NAMED));
+    }
+    text
 }
 
 /// Builds the admin router over the streams of `ads`, without a config source.
@@ -203,9 +247,13 @@ const REFUSAL_WAIT_AT_ONCE: std::time::Duration = std::time::Duration::from_mill
 /// Client addresses whose rate is tracked before stale ones are forgotten.
 const MAX_TRACKED_CLIENTS: usize = 4096;
 
-/// `GET /ready`: 200 once the first snapshot from the sources is published.
-async fn ready(State(state): State<AdminState>) -> (StatusCode, &'static str) {
-    if state.engine.is_ready() { (StatusCode::OK, "ready\n") } else { (StatusCode::SERVICE_UNAVAILABLE, "not ready\n") }
+/// `GET /ready`: 200 once the first snapshot from the sources is published;
+/// until then 503 with what the server waits for.
+async fn ready(State(state): State<AdminState>) -> (StatusCode, String) {
+    match state.waiting_for() {
+        None => (StatusCode::OK, "ready\n".to_string()),
+        Some(what) => (StatusCode::SERVICE_UNAVAILABLE, format!("not ready: waiting for {what}\n")),
+    }
 }
 
 /// `GET /metrics`: Prometheus text format.
@@ -213,3 +261,6 @@ async fn metrics(State(state): State<AdminState>) -> impl IntoResponse {
     let body = state.engine.metrics().render(state.engine.readings());
     ([(header::CONTENT_TYPE, crate::metrics::CONTENT_TYPE)], body)
 }
+
+#[cfg(test)]
+mod test;

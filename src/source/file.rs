@@ -61,6 +61,7 @@ mod index;
 mod test;
 
 use index::FileIndex;
+pub use index::UnreadFile;
 
 /// How long a batch waits for files still being written to close.
 const DEBOUNCE: Duration = Duration::from_millis(50);
@@ -140,10 +141,10 @@ impl SourceStatus {
         }
     }
 
-    /// Files that exist but were never read whole (unreadable, too large):
-    /// the server is not ready while there are any, as istiod waits for its
-    /// informers to sync before serving.
-    pub fn unread_files(&self) -> Vec<Arc<str>> {
+    /// Files that exist but were never read whole (unreadable, too large),
+    /// sorted by name: the server is not ready while there are any, as
+    /// istiod waits for its informers to sync before serving.
+    pub fn unread_files(&self) -> Vec<UnreadFile> {
         self.tree.index.lock().unread_files()
     }
 }

@@ -214,7 +214,8 @@ struct StatusInner {
 }
 
 impl KubeStatus {
-    fn new(kinds: impl IntoIterator<Item = ConfigKind>) -> KubeStatus {
+    /// A status whose watchers of `kinds` have not listed yet.
+    pub(crate) fn new(kinds: impl IntoIterator<Item = ConfigKind>) -> KubeStatus {
         let pending: BTreeSet<ConfigKind> = kinds.into_iter().collect();
         let synced = watch::Sender::new(pending.is_empty().then_some(0));
         KubeStatus { inner: Arc::new(parking_lot::Mutex::new(StatusInner { pending, ..Default::default() })), synced }

@@ -36,7 +36,7 @@ pub mod kube;
 pub mod references;
 pub mod registry;
 
-pub use file::{FileSource, LoadReport, SourceError, SourceStatus};
+pub use file::{FileSource, LoadReport, SourceError, SourceStatus, UnreadFile};
 pub use references::ReferenceReport;
 pub use registry::RegistryService;
 

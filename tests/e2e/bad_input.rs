@@ -245,6 +245,12 @@ fn a_file_that_cannot_be_read_at_startup_keeps_the_server_unready_until_it_can()
     });
     let ready = support::http::get(admin, "/ready", &[]).unwrap();
     assert_eq!(ready.status, 503, "not ready while a file cannot be read");
+    assert!(
+        ready.body.starts_with("not ready: waiting for the first read of 1 file: big.yaml: is ")
+            && ready.body.contains("more than the 16777216 bytes"),
+        "/ready says what it waits for: {}",
+        ready.body
+    );
     assert!(server.log_tail(20).contains("not ready: these config files cannot be read"), "{}", server.log_tail(20));
 
     dir.write("big.yaml", &docs(&[service("shop", "api", 18110)]));

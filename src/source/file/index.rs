@@ -16,12 +16,28 @@
 //! from this source.
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::fmt;
 use std::sync::Arc;
 
 use crate::config::parse::ParsedFile;
 use crate::config::{ConfigKey, ConfigObject, SourceRef};
 use crate::config::{Problem, Severity};
 use crate::model::store::Write;
+
+/// A config file that exists but was never read whole, and why.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UnreadFile {
+    /// Its path, relative to the directory.
+    pub name: Arc<str>,
+    /// What kept it from being read (the file's problem).
+    pub reason: String,
+}
+
+impl fmt::Display for UnreadFile {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}: {}", self.name, self.reason)
+    }
+}
 
 /// Every file's contribution.
 #[derive(Debug, Default)]
@@ -174,9 +190,21 @@ impl FileIndex {
         problems
     }
 
-    /// Files that exist but were never read whole.
-    pub(super) fn unread_files(&self) -> Vec<Arc<str>> {
-        self.files.iter().filter(|(_, f)| !f.read_once).map(|(name, _)| name.clone()).collect()
+    /// Files that exist but were never read whole, each with the problem
+    /// that kept it from being read.
+    pub(super) fn unread_files(&self) -> Vec<UnreadFile> {
+        self.files
+            .iter()
+            .filter(|(_, f)| !f.read_once)
+            .map(|(name, f)| UnreadFile {
+                name: name.clone(),
+                reason: f
+                    .problems
+                    .iter()
+                    .find(|p| p.is_error() && p.object.is_none())
+                    .map_or_else(|| "not read yet".to_string(), |p| p.message.clone()),
+            })
+            .collect()
     }
 
     /// The files currently known (read at least once and not gone).

@@ -294,7 +294,9 @@ async fn a_file_too_large_to_read_is_unread_until_it_shrinks() {
     let big = format!("# padding\n{}", "#".repeat((DEFAULT_MAX_FILE_BYTES + 1) as usize));
     write(&dir, "big.yaml", &big);
     let (store, status, _changes, task) = watched(&dir);
-    assert_eq!(status.unread_files(), vec![Arc::<str>::from("big.yaml")]);
+    let unread = status.unread_files();
+    assert_eq!(unread.iter().map(|f| &*f.name).collect::<Vec<_>>(), vec!["big.yaml"]);
+    assert!(unread[0].reason.contains("more than the 16777216 bytes"), "{}", unread[0]);
     let problem = status.problems().into_iter().find(|p| &*p.source.file == "big.yaml").expect("a problem");
     assert!(problem.is_error() && problem.message.contains("more than the 16777216 bytes"), "{problem}");
     assert!(dr_host(&store.snapshot(), "x").is_some(), "the other files are read");
