@@ -1,0 +1,160 @@
+//! `PushContext` built and moved on: scopes, incremental indexes, and
+//! what `next` reports as changed.
+
+use super::*;
+use crate::testing::bookinfo;
+use crate::testing::bookinfo::productpage;
+
+#[test]
+fn a_scope_is_computed_once_per_snapshot() {
+    let ctx = PushContext::build(bookinfo::store().snapshot(), 1, Arc::new(ScopeInterner::default()));
+    let a = ctx.scope_for(&productpage());
+    let b = ctx.scope_for(&productpage());
+    assert!(Arc::ptr_eq(&a, &b), "the memo hands out the one scope");
+    assert_eq!(ctx.scopes().len(), 1);
+}
+
+#[test]
+fn a_delegate_edit_dirties_the_hosts_of_its_roots() {
+    let store = crate::model::ConfigStore::new();
+    store.apply(bookinfo::with_cases());
+    let prev = PushContext::build(store.snapshot(), 1, Arc::new(ScopeInterner::default()));
+    let changes = store.apply(bookinfo::puts(
+        "apiVersion: networking.istio.io/v1\nkind: VirtualService\nmetadata: {name: cart-routes, namespace: other}\n\
+         spec:\n  http:\n  - route: [{destination: {host: billing, port: {number: 9080}}, weight: 100}]\n",
+    ));
+    let (_, pushed) = PushContext::next(&prev, changes.snapshot.clone(), &PushRequest::new(changes));
+    assert!(
+        pushed.dirty_hosts.contains("storefront.default.svc.cluster.local"),
+        "the root's host: {:?}",
+        pushed.dirty_hosts
+    );
+}
+
+#[test]
+fn a_routing_change_shares_every_other_index_and_keeps_every_scope_object() {
+    let store = bookinfo::store();
+    let prev = PushContext::build(store.snapshot(), 1, Arc::new(ScopeInterner::default()));
+    let scope = prev.scope_for(&productpage());
+    let changes = store.apply(bookinfo::puts(
+        "apiVersion: networking.istio.io/v1\nkind: VirtualService\nmetadata: {name: reviews, namespace: default}\nspec:\n  hosts: [reviews]\n  http:\n  - route: [{destination: {host: reviews, subset: v1}}]\n",
+    ));
+    let (next, pushed) = PushContext::next(&prev, changes.snapshot.clone(), &PushRequest::new(changes));
+    assert_eq!(next.version, prev.version + 1);
+    assert!(!Arc::ptr_eq(&prev.virtual_services, &next.virtual_services), "the changed index is rebuilt");
+    assert!(Arc::ptr_eq(&prev.services, &next.services), "the rest is shared");
+    assert!(Arc::ptr_eq(&prev.endpoints, &next.endpoints));
+    assert!(Arc::ptr_eq(&prev.destination_rules, &next.destination_rules));
+    assert_eq!(pushed.types, TypeSet::of(&[TypeUrl::Listener, TypeUrl::Route]), "routes change, clusters do not");
+    assert!(pushed.touched.contains(&scope.id), "the scope that sees reviews regenerates its routes");
+    assert!(!pushed.rescope && !pushed.full);
+    let carried = next.scope(scope.id).expect("the scope object is carried over");
+    assert!(Arc::ptr_eq(&scope, &carried), "what a scope sees did not change: the same object");
+    assert!(Arc::ptr_eq(&prev.interner, &next.interner), "scope ids keep their meaning");
+}
+
+#[test]
+fn a_workload_of_a_new_service_account_regenerates_clusters_and_one_of_a_known_account_only_endpoints() {
+    let store = bookinfo::store();
+    let prev = PushContext::build(store.snapshot(), 1, Arc::new(ScopeInterner::default()));
+    let pod = |name: &str, ip: &str, account: &str| {
+        format!(
+            "apiVersion: v1\nkind: Pod\nmetadata: {{name: {name}, namespace: default, labels: {{app: ratings, version: v1}}}}\nspec: {{serviceAccountName: {account}}}\nstatus: {{podIP: {ip}, phase: Running}}\n"
+        )
+    };
+    let changes = store.apply(bookinfo::puts(&pod("ratings-v1-b", "10.0.9.1", "bookinfo-ratings")));
+    let (next, pushed) = PushContext::next(&prev, changes.snapshot.clone(), &PushRequest::new(changes));
+    assert!(pushed.endpoint_only, "the same account: endpoints only");
+    assert_eq!(pushed.types, TypeSet::of(&[TypeUrl::Endpoint]));
+
+    let changes = store.apply(bookinfo::puts(&pod("ratings-v1-c", "10.0.9.2", "intruder")));
+    let (_, pushed) = PushContext::next(&next, changes.snapshot.clone(), &PushRequest::new(changes));
+    assert!(!pushed.endpoint_only, "mTLS clients must learn the new identity");
+    assert!(pushed.types.contains(TypeUrl::Cluster), "{:?}", pushed.types);
+}
+
+#[test]
+fn a_peer_authentication_regenerates_and_rescopes_everything() {
+    let store = bookinfo::store();
+    let prev = PushContext::build(store.snapshot(), 1, Arc::new(ScopeInterner::default()));
+    let changes = store.apply(bookinfo::puts(
+        "apiVersion: security.istio.io/v1\nkind: PeerAuthentication\nmetadata: {name: default, namespace: istio-system}\nspec: {mtls: {mode: STRICT}}\n",
+    ));
+    let (next, pushed) = PushContext::next(&prev, changes.snapshot.clone(), &PushRequest::new(changes));
+    assert!(pushed.full && pushed.rescope);
+    let key = next.inbound_for(&bookinfo::productpage_in("REDIRECT")).1;
+    assert!(!key.ports.is_empty());
+    assert!(key.ports.iter().all(|p| p.mtls == crate::config::istio::MtlsMode::Strict), "{key:?}");
+}
+
+#[test]
+fn a_new_service_regenerates_every_scope_and_rescopes() {
+    let store = bookinfo::store();
+    let prev = PushContext::build(store.snapshot(), 1, Arc::new(ScopeInterner::default()));
+    let scope = prev.scope_for(&productpage());
+    let changes = store.apply(bookinfo::puts(
+        "apiVersion: v1\nkind: Service\nmetadata: {name: payments, namespace: default}\nspec:\n  selector: {app: payments}\n  ports: [{name: http, port: 9080}]\n",
+    ));
+    let (next, pushed) = PushContext::next(&prev, changes.snapshot.clone(), &PushRequest::new(changes));
+    assert!(pushed.full && pushed.rescope && pushed.types == TypeSet::ALL);
+    assert!(next.scope(scope.id).is_none(), "what scopes see changed: none is carried over");
+    assert_eq!(next.scope_for(&productpage()).id, scope.id, "the same key keeps its id");
+}
+
+#[test]
+fn a_node_relabelled_moves_the_locality_of_exactly_its_pods() {
+    let store = crate::model::ConfigStore::new();
+    store.apply(bookinfo::puts(
+        "apiVersion: v1\nkind: Service\nmetadata: {name: ledger, namespace: shop}\n\
+         spec: {selector: {app: ledger}, ports: [{name: http, port: 9080}]}\n---\n\
+         apiVersion: v1\nkind: Node\nmetadata: {name: worker-1, labels: {topology.kubernetes.io/region: us-east, \
+         topology.kubernetes.io/zone: us-east-1a}}\n---\n\
+         apiVersion: v1\nkind: Node\nmetadata: {name: worker-2, labels: {failure-domain.beta.kubernetes.io/region: eu, \
+         failure-domain.beta.kubernetes.io/zone: eu-1, topology.istio.io/subzone: rack-9}}\n---\n\
+         apiVersion: v1\nkind: Pod\nmetadata: {name: a, namespace: shop, labels: {app: ledger}}\n\
+         spec: {nodeName: worker-1}\nstatus: {podIP: 10.0.0.1}\n---\n\
+         apiVersion: v1\nkind: Pod\nmetadata: {name: b, namespace: shop, labels: {app: ledger}}\n\
+         spec: {nodeName: worker-2}\nstatus: {podIP: 10.0.0.2}\n---\n\
+         apiVersion: v1\nkind: Pod\nmetadata: {name: c, namespace: shop, labels: {app: ledger, istio-locality: ap.ap-1}}\n\
+         spec: {nodeName: worker-1}\nstatus: {podIP: 10.0.0.3}\n---\n\
+         apiVersion: v1\nkind: Pod\nmetadata: {name: d, namespace: shop, labels: {app: ledger}}\n\
+         spec: {nodeName: gone}\nstatus: {podIP: 10.0.0.4}\n",
+    ));
+    let localities = |ctx: &PushContext| -> Vec<(String, String)> {
+        let endpoints = ctx.endpoints.get("ledger.shop.svc.cluster.local").expect("ledger has endpoints");
+        endpoints.endpoints.iter().map(|e| (e.address.to_string(), e.locality.to_string())).collect()
+    };
+    let prev = PushContext::build(store.snapshot(), 1, Arc::new(ScopeInterner::default()));
+    let pairs = |list: &[(&str, &str)]| list.iter().map(|(a, l)| (a.to_string(), l.to_string())).collect::<Vec<_>>();
+    assert_eq!(
+        localities(&prev),
+        pairs(&[
+            ("10.0.0.1", "us-east/us-east-1a/"),
+            ("10.0.0.2", "eu/eu-1/rack-9"),
+            ("10.0.0.3", "ap/ap-1"),
+            ("10.0.0.4", ""),
+        ]),
+        "the Node's labels (current, then beta), the Pod's own label first, nothing for an unknown Node"
+    );
+
+    let changes = store.apply(bookinfo::puts(
+        "apiVersion: v1\nkind: Node\nmetadata: {name: worker-1, labels: {topology.kubernetes.io/region: us-west, \
+         topology.kubernetes.io/zone: us-west-2b}}\n",
+    ));
+    let request = PushRequest::new(changes);
+    assert!(request.is_endpoint_only(), "a Node change takes the endpoint lane");
+    let (next, pushed) = PushContext::next(&prev, store.snapshot(), &request);
+    assert_eq!(
+        localities(&next),
+        pairs(&[
+            ("10.0.0.1", "us-west/us-west-2b/"),
+            ("10.0.0.2", "eu/eu-1/rack-9"),
+            ("10.0.0.3", "ap/ap-1"),
+            ("10.0.0.4", ""),
+        ])
+    );
+    assert!(pushed.endpoint_hosts.contains("ledger.shop.svc.cluster.local"));
+    assert_eq!(pushed.types, TypeSet::of(&[TypeUrl::Endpoint]));
+    let rebuilt = PushContext::build(store.snapshot(), 1, Arc::new(ScopeInterner::default()));
+    assert_eq!(localities(&next), localities(&rebuilt), "the incremental index agrees with a fresh build");
+}
