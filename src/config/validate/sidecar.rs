@@ -6,7 +6,7 @@
 use std::collections::BTreeMap;
 
 use super::{Checker, check_namespaced_host, is_ip, is_wildcard_host};
-use crate::config::istio::Sidecar;
+use crate::config::istio::{ConnectionPoolSettings, Sidecar};
 use crate::config::protocol::Protocol;
 
 /// A Sidecar ingress `defaultEndpoint`: loopback or "the instance IP" with a port, or a Unix socket.
@@ -57,17 +57,7 @@ pub(super) fn sidecar(check: &mut Checker, sidecar: &Sidecar) {
                  meshpush serves the port as plain TCP",
             );
         }
-        if listener
-            .connection_pool
-            .as_ref()
-            .and_then(|p| p.http.as_ref())
-            .is_some_and(|h| h.h2_upgrade_policy.is_some())
-        {
-            check.warning(
-                format!("{path}.connectionPool.http.h2UpgradePolicy"),
-                "is not used: Istio does not upgrade inbound connections to HTTP/2",
-            );
-        }
+        inbound_h2_upgrade(check, &format!("{path}.connectionPool"), listener.connection_pool.as_ref());
         if let Some(endpoint) = listener.default_endpoint.as_deref().filter(|e| !e.is_empty())
             && !is_default_endpoint(endpoint)
         {
@@ -79,17 +69,7 @@ pub(super) fn sidecar(check: &mut Checker, sidecar: &Sidecar) {
             );
         }
     }
-    if spec
-        .inbound_connection_pool
-        .as_ref()
-        .and_then(|p| p.http.as_ref())
-        .is_some_and(|h| h.h2_upgrade_policy.is_some())
-    {
-        check.warning(
-            "spec.inboundConnectionPool.http.h2UpgradePolicy",
-            "is not used: Istio does not upgrade inbound connections to HTTP/2",
-        );
-    }
+    inbound_h2_upgrade(check, "spec.inboundConnectionPool", spec.inbound_connection_pool.as_ref());
     if let Some(proxy) = spec.outbound_traffic_policy.as_ref().and_then(|p| p.egress_proxy.as_ref()) {
         let path = "spec.outboundTrafficPolicy.egressProxy";
         if proxy.host.is_empty() || proxy.host.contains('*') || !is_wildcard_host(&proxy.host) {
@@ -161,6 +141,17 @@ pub(super) fn sidecar(check: &mut Checker, sidecar: &Sidecar) {
         check.error(
             "spec.workloadSelector.labels",
             "is empty: leave workloadSelector out to apply to the whole namespace",
+        );
+    }
+}
+
+/// An inbound connection pool (a listener's or the Sidecar's) at `path`:
+/// its `http.h2UpgradePolicy` has no effect there.
+fn inbound_h2_upgrade(check: &mut Checker, path: &str, pool: Option<&ConnectionPoolSettings>) {
+    if pool.and_then(|p| p.http.as_ref()).is_some_and(|h| h.h2_upgrade_policy.is_some()) {
+        check.warning(
+            format!("{path}.http.h2UpgradePolicy"),
+            "is not used: Istio does not upgrade inbound connections to HTTP/2",
         );
     }
 }
