@@ -17,7 +17,7 @@ use super::principals::{
     authenticated, id, namespace_matcher, payload_matcher, service_account_regex, spiffe_matcher, trust_domain_matcher,
 };
 use super::wildcard::{header_matcher, regex, string_matcher, string_value};
-use super::{RuleBuilder, Unchecked};
+use super::{RuleBuilder, Unchecked, one_of_none_of};
 use crate::config::istio::Condition;
 use crate::generate::proto;
 
@@ -27,35 +27,39 @@ impl RuleBuilder<'_> {
         let (mut permissions, mut principals) = (Vec::new(), Vec::new());
         let (values, not) = (&c.values, &c.not_values);
         match c.key.as_str() {
-            "destination.ip" => self.rules(&mut permissions, values, not, |v| {
+            "destination.ip" => one_of_none_of(&mut permissions, values, not, |v| {
                 proto::cidr_range(v).map(|r| rule(permission::Rule::DestinationIp(r)))
             }),
-            "destination.port" => self.rules(&mut permissions, values, not, |v| {
+            "destination.port" => one_of_none_of(&mut permissions, values, not, |v| {
                 v.parse().ok().map(|p| rule(permission::Rule::DestinationPort(p)))
             }),
-            "connection.sni" => self.rules(&mut permissions, values, not, |v| {
+            "connection.sni" => one_of_none_of(&mut permissions, values, not, |v| {
                 Some(rule(permission::Rule::RequestedServerName(string_matcher(v, ""))))
             }),
-            "source.ip" => self.ids(&mut principals, values, not, |v| {
+            "source.ip" => one_of_none_of(&mut principals, values, not, |v| {
                 proto::cidr_range(v).map(|c| id(principal::Identifier::DirectRemoteIp(c)))
             }),
-            "remote.ip" => self.ids(&mut principals, values, not, |v| {
+            "remote.ip" => one_of_none_of(&mut principals, values, not, |v| {
                 proto::cidr_range(v).map(|c| id(principal::Identifier::RemoteIp(c)))
             }),
-            "source.namespace" => self.ids(&mut principals, values, not, |v| Some(authenticated(namespace_matcher(v)))),
-            "source.trustDomain" => {
-                self.ids(&mut principals, values, not, |v| Some(authenticated(trust_domain_matcher(v))))
+            "source.namespace" => {
+                one_of_none_of(&mut principals, values, not, |v| Some(authenticated(namespace_matcher(v))))
             }
-            "source.serviceAccount" => self.ids(&mut principals, values, not, |v| {
+            "source.trustDomain" => {
+                one_of_none_of(&mut principals, values, not, |v| Some(authenticated(trust_domain_matcher(v))))
+            }
+            "source.serviceAccount" => one_of_none_of(&mut principals, values, not, |v| {
                 Some(authenticated(regex(&service_account_regex(self.namespace, v))))
             }),
-            "source.principal" => self.ids(&mut principals, values, not, |v| Some(authenticated(spiffe_matcher(v)))),
+            "source.principal" => {
+                one_of_none_of(&mut principals, values, not, |v| Some(authenticated(spiffe_matcher(v))))
+            }
             "request.auth.principal" => self.request_principals(&mut principals, values, not)?,
             "request.auth.audiences" => self.claims(&mut principals, &["aud"], values, not)?,
             "request.auth.presenter" => self.claims(&mut principals, &["azp"], values, not)?,
             key => match key.strip_prefix("request.headers[").and_then(|k| k.strip_suffix(']')) {
                 Some(_) if self.tcp => return Err(Unchecked),
-                Some(header) => self.ids(&mut principals, values, not, |v| {
+                Some(header) => one_of_none_of(&mut principals, values, not, |v| {
                     Some(id(principal::Identifier::Header(header_matcher(header, v, false))))
                 }),
                 None => match key.strip_prefix("request.auth.claims").and_then(claim_path) {

@@ -205,6 +205,29 @@ struct RuleBuilder<'a> {
 /// A part of a rule Envoy cannot check here.
 struct Unchecked;
 
+/// What a rule's parts are built of: RBAC principals (who sends the
+/// request) and permissions (what it asks for), which combine alike.
+trait RbacMatcher: Sized {
+    /// Matches when any of `matchers` does.
+    fn any_of(matchers: Vec<Self>) -> Self;
+    /// Matches when `self` does not.
+    fn negated(self) -> Self;
+}
+
+/// Appends "any of `values`" and "none of `not`", each value as `f` makes
+/// it (a value `f` cannot make is left out): one field of a `from`, a `to`
+/// or a `when`, the same way on either side.
+fn one_of_none_of<M: RbacMatcher>(and: &mut Vec<M>, values: &[String], not: &[String], f: impl Fn(&str) -> Option<M>) {
+    let any: Vec<M> = values.iter().filter_map(|v| f(v)).collect();
+    if !any.is_empty() {
+        and.push(M::any_of(any));
+    }
+    let none: Vec<M> = not.iter().filter_map(|v| f(v)).collect();
+    if !none.is_empty() {
+        and.push(M::any_of(none).negated());
+    }
+}
+
 impl RuleBuilder<'_> {
     /// The RBAC policy of `rule`; `None` when it is an ALLOW rule with a part Envoy cannot check here.
     fn rule(&self, rule: &AuthorizationRule) -> Option<Policy> {

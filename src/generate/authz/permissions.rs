@@ -12,7 +12,7 @@ use envoy_types::pb::envoy::extensions::path::r#match::uri_template::v3::UriTemp
 use envoy_types::pb::envoy::r#type::matcher::v3::{PathMatcher, path_matcher};
 
 use super::wildcard::{header_matcher, string_matcher};
-use super::{RuleBuilder, Unchecked};
+use super::{RbacMatcher, RuleBuilder, Unchecked, one_of_none_of};
 use crate::config::istio::{ANY_SEGMENTS, ONE_SEGMENT, Operation};
 use crate::generate::proto;
 
@@ -29,37 +29,18 @@ impl RuleBuilder<'_> {
                 return Err(Unchecked);
             }
         } else {
-            self.rules(&mut and, &o.hosts, &o.not_hosts, |v| {
+            one_of_none_of(&mut and, &o.hosts, &o.not_hosts, |v| {
                 Some(rule(permission::Rule::Header(header_matcher(":authority", v, true))))
             });
-            self.rules(&mut and, &o.methods, &o.not_methods, |v| {
+            one_of_none_of(&mut and, &o.methods, &o.not_methods, |v| {
                 Some(rule(permission::Rule::Header(header_matcher(":method", v, false))))
             });
-            self.rules(&mut and, &o.paths, &o.not_paths, |v| Some(path_permission(v)));
+            one_of_none_of(&mut and, &o.paths, &o.not_paths, |v| Some(path_permission(v)));
         }
-        self.rules(&mut and, &o.ports, &o.not_ports, |v| {
+        one_of_none_of(&mut and, &o.ports, &o.not_ports, |v| {
             v.parse().ok().map(|p| rule(permission::Rule::DestinationPort(p)))
         });
         Ok(and)
-    }
-
-    /// Appends "any of `values`" and "none of `not`" as permissions.
-    pub(super) fn rules(
-        &self,
-        and: &mut Vec<Permission>,
-        values: &[String],
-        not: &[String],
-        f: impl Fn(&str) -> Option<Permission>,
-    ) {
-        let any: Vec<Permission> = values.iter().filter_map(|v| f(v)).collect();
-        if !any.is_empty() {
-            and.push(rule(permission::Rule::OrRules(permission::Set { rules: any })));
-        }
-        let none: Vec<Permission> = not.iter().filter_map(|v| f(v)).collect();
-        if !none.is_empty() {
-            let or = rule(permission::Rule::OrRules(permission::Set { rules: none }));
-            and.push(rule(permission::Rule::NotRule(Box::new(or))));
-        }
     }
 }
 
@@ -89,4 +70,14 @@ pub(super) fn permission_and(rules: Vec<Permission>) -> Permission {
         return rule(permission::Rule::Any(true));
     }
     rule(permission::Rule::AndRules(permission::Set { rules }))
+}
+
+impl RbacMatcher for Permission {
+    fn any_of(rules: Vec<Self>) -> Self {
+        rule(permission::Rule::OrRules(permission::Set { rules }))
+    }
+
+    fn negated(self) -> Self {
+        rule(permission::Rule::NotRule(Box::new(self)))
+    }
 }

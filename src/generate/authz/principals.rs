@@ -12,7 +12,7 @@ use envoy_types::pb::envoy::r#type::matcher::v3::{
 };
 
 use super::wildcard::{regex, regex_quote, string_matcher, string_value};
-use super::{RuleBuilder, Unchecked};
+use super::{RbacMatcher, RuleBuilder, Unchecked, one_of_none_of};
 use crate::config::istio::Source;
 use crate::generate::jwt::{JWT_AUTHN, PAYLOAD_METADATA};
 use crate::generate::proto;
@@ -21,17 +21,19 @@ impl RuleBuilder<'_> {
     /// The principal conditions of a source, in Istio's order.
     pub(super) fn source(&self, s: &Source) -> Result<Vec<Principal>, Unchecked> {
         let mut and = Vec::new();
-        self.ids(&mut and, &s.principals, &s.not_principals, |v| Some(authenticated(spiffe_matcher(v))));
+        one_of_none_of(&mut and, &s.principals, &s.not_principals, |v| Some(authenticated(spiffe_matcher(v))));
         self.request_principals(&mut and, &s.request_principals, &s.not_request_principals)?;
-        self.ids(&mut and, &s.service_accounts, &s.not_service_accounts, |v| {
+        one_of_none_of(&mut and, &s.service_accounts, &s.not_service_accounts, |v| {
             Some(authenticated(regex(&service_account_regex(self.namespace, v))))
         });
-        self.ids(&mut and, &s.trust_domains, &s.not_trust_domains, |v| Some(authenticated(trust_domain_matcher(v))));
-        self.ids(&mut and, &s.namespaces, &s.not_namespaces, |v| Some(authenticated(namespace_matcher(v))));
-        self.ids(&mut and, &s.remote_ip_blocks, &s.not_remote_ip_blocks, |v| {
+        one_of_none_of(&mut and, &s.trust_domains, &s.not_trust_domains, |v| {
+            Some(authenticated(trust_domain_matcher(v)))
+        });
+        one_of_none_of(&mut and, &s.namespaces, &s.not_namespaces, |v| Some(authenticated(namespace_matcher(v))));
+        one_of_none_of(&mut and, &s.remote_ip_blocks, &s.not_remote_ip_blocks, |v| {
             proto::cidr_range(v).map(|c| id(principal::Identifier::RemoteIp(c)))
         });
-        self.ids(&mut and, &s.ip_blocks, &s.not_ip_blocks, |v| {
+        one_of_none_of(&mut and, &s.ip_blocks, &s.not_ip_blocks, |v| {
             proto::cidr_range(v).map(|c| id(principal::Identifier::DirectRemoteIp(c)))
         });
         Ok(and)
@@ -51,27 +53,8 @@ impl RuleBuilder<'_> {
         if self.tcp {
             return if self.strict { Err(Unchecked) } else { Ok(()) };
         }
-        self.ids(and, values, not, |v| Some(request_principal(v)));
+        one_of_none_of(and, values, not, |v| Some(request_principal(v)));
         Ok(())
-    }
-
-    /// Appends "any of `values`" and "none of `not`" as principals.
-    pub(super) fn ids(
-        &self,
-        and: &mut Vec<Principal>,
-        values: &[String],
-        not: &[String],
-        f: impl Fn(&str) -> Option<Principal>,
-    ) {
-        let any: Vec<Principal> = values.iter().filter_map(|v| f(v)).collect();
-        if !any.is_empty() {
-            and.push(id(principal::Identifier::OrIds(principal::Set { ids: any })));
-        }
-        let none: Vec<Principal> = not.iter().filter_map(|v| f(v)).collect();
-        if !none.is_empty() {
-            let or = id(principal::Identifier::OrIds(principal::Set { ids: none }));
-            and.push(id(principal::Identifier::NotId(Box::new(or))));
-        }
     }
 }
 
@@ -166,4 +149,14 @@ pub(super) fn trust_domain_matcher(value: &str) -> StringMatcher {
 pub(super) fn service_account_regex(namespace: &str, value: &str) -> String {
     let (ns, sa) = value.split_once('/').unwrap_or((namespace, value));
     format!("spiffe://.+/ns/{}/(.+/|)sa/{}(/.+)?", regex_quote(ns), regex_quote(sa))
+}
+
+impl RbacMatcher for Principal {
+    fn any_of(ids: Vec<Self>) -> Self {
+        id(principal::Identifier::OrIds(principal::Set { ids }))
+    }
+
+    fn negated(self) -> Self {
+        id(principal::Identifier::NotId(Box::new(self)))
+    }
 }
