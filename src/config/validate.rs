@@ -8,10 +8,12 @@
 //! (`model::references`): like Istio, meshpush accepts such objects and the
 //! route fails at run time.
 //!
-//! This module owns the rules; the per-kind checks live in `k8s` and `istio`
-//! beside it. Invariant: [`validate`] looks at one object only and is a pure
-//! function of it, so the same object always gets the same verdict whichever
-//! file or order it came in.
+//! This module owns the rules; the per-kind checks live beside it, one file
+//! per kind or API group: `k8s`, `virtual_service`, `destination_rule` (with
+//! `traffic_policy`), `gateway`, `service_entry`, `workload_entry`,
+//! `sidecar`, `security`, `gateway_api`, `ingress`. Invariant: [`validate`]
+//! looks at one object only and is a pure function of it, so the same object
+//! always gets the same verdict whichever file or order it came in.
 
 use std::net::IpAddr;
 
@@ -20,14 +22,19 @@ use serde::Serialize;
 use super::problem::{Severity, not_supported};
 use super::{ConfigKind, ConfigObject, ObjectMeta};
 
+mod destination_rule;
+mod gateway;
 mod gateway_api;
 mod ingress;
-mod istio;
 mod k8s;
 mod security;
+mod service_entry;
+mod sidecar;
 #[cfg(test)]
 mod test;
+mod traffic_policy;
 mod virtual_service;
+mod workload_entry;
 
 /// One finding about a field of an object.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -50,13 +57,13 @@ pub fn validate(object: &ConfigObject) -> Vec<FieldError> {
         ConfigObject::EndpointSlice(o) => k8s::endpoint_slice(&mut check, o),
         // Labels are all a Node has that meshpush reads; any value is valid.
         ConfigObject::Node(_) => {}
-        ConfigObject::ServiceEntry(o) => istio::service_entry(&mut check, o),
-        ConfigObject::WorkloadEntry(o) => istio::workload_entry(&mut check, o),
+        ConfigObject::ServiceEntry(o) => service_entry::service_entry(&mut check, o),
+        ConfigObject::WorkloadEntry(o) => workload_entry::workload_entry(&mut check, o),
         ConfigObject::VirtualService(o) => virtual_service::virtual_service(&mut check, o),
-        ConfigObject::DestinationRule(o) => istio::destination_rule(&mut check, o),
-        ConfigObject::Gateway(o) => istio::gateway(&mut check, o),
-        ConfigObject::Sidecar(o) => istio::sidecar(&mut check, o),
-        ConfigObject::WorkloadGroup(o) => istio::workload_group(&mut check, o),
+        ConfigObject::DestinationRule(o) => destination_rule::destination_rule(&mut check, o),
+        ConfigObject::Gateway(o) => gateway::gateway(&mut check, o),
+        ConfigObject::Sidecar(o) => sidecar::sidecar(&mut check, o),
+        ConfigObject::WorkloadGroup(o) => workload_entry::workload_group(&mut check, o),
         ConfigObject::Secret(o) => k8s::secret(&mut check, o),
         ConfigObject::PeerAuthentication(o) => security::peer_authentication(&mut check, o),
         ConfigObject::AuthorizationPolicy(o) => security::authorization_policy(&mut check, o),
