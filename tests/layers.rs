@@ -1,6 +1,8 @@
 //! The layer rules of ARCHITECTURE.md, checked over the source tree: no
 //! module imports a module of a layer above its own, or a peer of its own
-//! layer, and only test code uses `meshpush::testing`.
+//! layer, and only test code uses `meshpush::testing`. Beside them, the
+//! size rule: no source file outside tests passes [`MAX_LINES`] lines
+//! unless its module doc says why ([`LONG_FILE_REASON`]).
 //!
 //! The check reads `crate::` paths in code (comments and documentation are
 //! skipped, and so is test code: `test.rs` files and `#[cfg(test)] mod`
@@ -47,6 +49,12 @@ const LOADTEST: &[&[&str]] = &[
 /// The layers inside `xds`, bottom first (ARCHITECTURE.md: watch ← stream
 /// ← sotw, delta ← server).
 const XDS: &[&[&str]] = &[&["watch"], &["stream"], &["sotw", "delta"], &["server"]];
+
+/// The most lines a source file (test code aside) may have without a reason.
+const MAX_LINES: usize = 700;
+
+/// What opens the reason a file is longer, in its leading `//!` lines.
+const LONG_FILE_REASON: &str = "Why this file is long:";
 
 /// Modules outside the layers that only test code may use.
 const TEST_ONLY: &[&str] = &["testing", "test"];
@@ -290,6 +298,43 @@ fn check_crate(layers: &[&[&str]], src: &Path, inner: Option<&str>) -> Vec<Viola
     out
 }
 
+/// Whether `file` is test code: a `test.rs`, a file under a `test/` folder,
+/// or the integration tests under `tests/`.
+fn is_test_path(file: &str) -> bool {
+    file.ends_with("/test.rs") || file.contains("/test/") || file.contains("/tests/")
+}
+
+/// Whether the leading `//!` lines of `text` give a reason for its length.
+fn says_why_it_is_long(text: &str) -> bool {
+    text.lines()
+        .take_while(|l| l.trim_start().starts_with("//!"))
+        .any(|l| l.trim_start().trim_start_matches("//!").trim_start().starts_with(LONG_FILE_REASON))
+}
+
+/// The source files below `dirs` (test code aside) over [`MAX_LINES`]
+/// lines without a reason: each with its length.
+fn long_files(dirs: &[PathBuf]) -> Vec<(String, usize)> {
+    let mut long = Vec::new();
+    for dir in dirs.iter().filter(|d| d.is_dir()) {
+        let mut files = Vec::new();
+        rust_files(dir, &mut files);
+        files.sort();
+        for path in files {
+            // Judged below the scanned folder, wherever the checkout lives.
+            let relative = format!("/{}", path.strip_prefix(dir).expect("under dir").display());
+            if is_test_path(&relative) {
+                continue;
+            }
+            let text = std::fs::read_to_string(&path).expect("readable source");
+            let lines = text.lines().count();
+            if lines > MAX_LINES && !says_why_it_is_long(&text) {
+                long.push((path.display().to_string(), lines));
+            }
+        }
+    }
+    long
+}
+
 fn report(violations: &[Violation]) -> String {
     violations.iter().map(|v| format!("{}:{}: {} uses {}: {}\n", v.file, v.line, v.from, v.to, v.why)).collect()
 }
@@ -306,6 +351,39 @@ fn no_loadtest_module_imports_up_a_layer() {
     let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("loadtest/src");
     let violations = check_crate(LOADTEST, &src, None);
     assert!(violations.is_empty(), "loadtest layer rules broken:\n{}", report(&violations));
+}
+
+#[test]
+fn no_source_file_passes_the_line_limit_without_a_reason() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let dirs: Vec<PathBuf> =
+        ["src", "loadtest/src", "benches", "examples", "fuzz/fuzz_targets"].iter().map(|d| root.join(d)).collect();
+    let long = long_files(&dirs);
+    let listed: String = long.iter().map(|(f, n)| format!("{f}: {n} lines\n")).collect();
+    assert!(
+        long.is_empty(),
+        "source files over {MAX_LINES} lines without a reason (split them by concern, or open a line \
+         \"{LONG_FILE_REASON} …\" in the module doc):\n{listed}"
+    );
+}
+
+#[test]
+fn the_size_rule_finds_a_long_file_and_accepts_a_reason_and_tests() {
+    let dir = tempfile::TempDir::new().unwrap();
+    let body = "fn f() {}\n".repeat(MAX_LINES);
+    std::fs::write(dir.path().join("long.rs"), format!("//! A part.\n{body}")).unwrap();
+    std::fs::write(dir.path().join("fits.rs"), "//! A part.\n".to_string() + &"fn f() {}\n".repeat(MAX_LINES - 1))
+        .unwrap();
+    std::fs::write(dir.path().join("said.rs"), format!("//! A part.\n//!\n//! {LONG_FILE_REASON} one table.\n{body}"))
+        .unwrap();
+    std::fs::write(dir.path().join("late.rs"), format!("//! A part.\n{body}// {LONG_FILE_REASON} too late\n")).unwrap();
+    std::fs::create_dir(dir.path().join("x")).unwrap();
+    std::fs::write(dir.path().join("x/test.rs"), &body).unwrap();
+    let found: Vec<String> = long_files(&[dir.path().to_path_buf()])
+        .into_iter()
+        .map(|(f, n)| format!("{}:{n}", Path::new(&f).file_name().unwrap().to_string_lossy()))
+        .collect();
+    assert_eq!(found, vec![format!("late.rs:{}", MAX_LINES + 2), format!("long.rs:{}", MAX_LINES + 1)]);
 }
 
 #[test]
