@@ -4,7 +4,8 @@
 //! with `--kubeconfig` serves what the API holds — each object with its
 //! `k8s:KIND/NS/NAME@RV` source, changes and deletions as they happen,
 //! a relist after `410 Gone` that deletes what went while the watch was
-//! down, and an invalid object refused with its last good version kept.
+//! down, an invalid object refused with its last good version kept, and
+//! `/ready` naming the kind whose first list has not come.
 //! `--in-cluster` is run as in a Pod, against the stand-in serving TLS.
 
 use crate::support;
@@ -209,6 +210,56 @@ fn which(program: &str) -> Result<std::path::PathBuf, ()> {
     std::env::var_os("PATH")
         .and_then(|paths| std::env::split_paths(&paths).map(|dir| dir.join(program)).find(|p| p.is_file()))
         .ok_or(())
+}
+
+#[test]
+fn ready_names_the_kinds_whose_first_list_has_not_come() {
+    let api = KubeApi::start();
+    let kubeconfig = write_kubeconfig(&api);
+    api.put(&pod("ledger-v1", "ledger", "127.0.0.2"));
+    api.refuse("pods");
+    let admin = support::process::free_addr();
+    let args: Vec<String> = [
+        "serve",
+        "--kubeconfig",
+        &kubeconfig.path().display().to_string(),
+        "--xds-addr",
+        &support::process::free_addr().to_string(),
+        "--admin-addr",
+        &admin.to_string(),
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    let name = "meshpush-pods-refused";
+    let server = support::process::ChildGuard::spawn(
+        name,
+        support::process::scratch_dir(name),
+        env!("CARGO_BIN_EXE_meshpush").as_ref(),
+        args,
+    );
+    let ready = || support::http::get(admin, "/ready", &[]);
+    support::process::wait_until(
+        Instant::now() + WAIT,
+        "/ready to name the unlisted Pods",
+        &[&server],
+        || match ready() {
+            Ok(r)
+                if r.status == 503 && r.body == "not ready: waiting for the first list of 1 Kubernetes kind: Pod\n" =>
+            {
+                Ok(())
+            }
+            Ok(r) => Err(format!("{} {:?}", r.status, r.body)),
+            Err(e) => Err(e.to_string()),
+        },
+    );
+    api.accept("pods");
+    support::process::wait_until(Instant::now() + WAIT, "ready once the Pods are listed", &[&server], || {
+        ready().map_err(|e| e.to_string()).and_then(|r| match r.status {
+            200 => Ok(()),
+            _ => Err(format!("{} {:?}", r.status, r.body)),
+        })
+    });
 }
 
 #[test]

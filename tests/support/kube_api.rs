@@ -32,9 +32,10 @@
 //! moves `metadata.generation` when the `spec` changes), [`KubeApi::compact`] forgets the
 //! event history, [`KubeApi::break_watches`] ends every open watch, and
 //! [`KubeApi::go_down`] … [`KubeApi::come_back`] is an outage (503s) after
-//! which the clients' watches are answered `410 Gone`.
+//! which the clients' watches are answered `410 Gone`, and
+//! [`KubeApi::refuse`] … [`KubeApi::accept`] fails one resource alone.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -259,6 +260,8 @@ struct Shared {
     authorized: std::sync::atomic::AtomicUsize,
     /// While set, every list and watch is answered 503 (an outage).
     down: std::sync::atomic::AtomicBool,
+    /// Plurals whose lists and watches are answered 503 (one resource failing).
+    refused: Mutex<BTreeSet<String>>,
     /// Watch streams open now.
     watching: std::sync::atomic::AtomicUsize,
     /// Every change (and every `break_watches`, as `None`), to the open watches.
@@ -306,6 +309,7 @@ impl KubeApi {
             token,
             authorized: Default::default(),
             down: Default::default(),
+            refused: Default::default(),
             watching: Default::default(),
             events,
             tokens: Default::default(),
@@ -473,6 +477,17 @@ impl KubeApi {
     pub fn come_back(&self) {
         self.compact();
         self.state.down.store(false, std::sync::atomic::Ordering::SeqCst);
+    }
+
+    /// Answers every list and watch of resource `plural` (`pods`) 503
+    /// until [`KubeApi::accept`]: one kind whose first list does not come.
+    pub fn refuse(&self, plural: &str) {
+        self.state.refused.lock().unwrap().insert(plural.to_string());
+    }
+
+    /// Serves `plural`'s lists and watches again.
+    pub fn accept(&self, plural: &str) {
+        self.state.refused.lock().unwrap().remove(plural);
     }
 
     /// Watch streams open now.
@@ -885,6 +900,9 @@ async fn collection(
     };
     if state.down.load(std::sync::atomic::Ordering::SeqCst) {
         return status(StatusCode::SERVICE_UNAVAILABLE, "ServiceUnavailable", "the stand-in API server is down");
+    }
+    if state.refused.lock().unwrap().contains(&plural) {
+        return status(StatusCode::SERVICE_UNAVAILABLE, "ServiceUnavailable", "the stand-in refuses this resource");
     }
     let in_scope = |ns: &str| namespace.as_deref().is_none_or(|want| want == ns);
     if matches!(query.watch.as_deref(), Some("true" | "1")) {
