@@ -1,11 +1,14 @@
 #!/usr/bin/env python3
-"""Lists every field path of Istio's networking and security kinds, from istio/api's protos.
+"""Lists every field path of Istio's networking and security kinds, and of its mesh config, from istio/api's protos.
 
 Usage: scripts/istio-api-fields.py ISTIO_API_CHECKOUT > src/config/istio/api_fields.txt
 
 The output is one line per field: `Kind path`, where the path is written as
 the YAML spells it (camelCase), `[]` marks a list and `*` a map key:
-`VirtualService spec.http[].match[].headers.*.exact`. meshpush reads it to
+`VirtualService spec.http[].match[].headers.*.exact`. The mesh config
+(`mesh/v1alpha1`'s MeshConfig, the `mesh` key of Istio's ConfigMap) is
+listed as kind `MeshConfig`, its paths from the top (`defaultConfig.tracing`).
+meshpush reads it to
 tell a field of Istio's API that it does not apply ("not supported") from
 one that is not in the API at all (a typo, or a newer field); the coverage
 test reads it to know which fields a complete document must set.
@@ -43,6 +46,9 @@ def parse(path, package, messages, enums):
                 messages[qualified] = []
             else:
                 enums.add(qualified)
+            # `message Empty {}` opens and closes on one line.
+            if re.search(r"\}\s*$", line):
+                stack.pop()
             continue
         if re.match(r"^\s*\}", line) and stack:
             stack.pop()
@@ -95,5 +101,11 @@ def main():
         walk(f"istio.{package}.{kind}", "spec.", messages, enums, out, {kind})
         for path in out:
             print(kind, path)
+    for proto in sorted((root / "mesh/v1alpha1").glob("*.proto")):
+        parse(proto, "istio.mesh.v1alpha1", messages, enums)
+    out = []
+    walk("istio.mesh.v1alpha1.MeshConfig", "", messages, enums, out, {"istio.mesh.v1alpha1.MeshConfig"})
+    for path in out:
+        print("MeshConfig", path)
 
 main()

@@ -139,6 +139,12 @@ struct ServeArgs {
     /// (a namespace matching any is read).
     #[arg(long = "discovery-selector", value_parser = meshpush::source::kube::parse_discovery_selector)]
     discovery_selectors: Vec<kube::core::Selector>,
+    /// Istio's mesh config (the YAML of the `istio` ConfigMap's `mesh`
+    /// key), read at startup: trustDomain, rootNamespace, the ingress
+    /// settings and discoverySelectors apply; every other field it sets is
+    /// reported. A flag below overrides the file's value.
+    #[arg(long)]
+    mesh_config: Option<PathBuf>,
     /// ADS gRPC address: `IP:PORT`, or `unix:PATH` for a Unix domain socket.
     #[arg(long, default_value = "127.0.0.1:15010")]
     xds_addr: meshpush::serve::ListenAddr,
@@ -205,30 +211,36 @@ struct ServeArgs {
     /// The mesh's trust domain: of the identities the CA issues, and of the
     /// SPIFFE names sidecars check each other's certificates for
     /// (spiffe://TRUST_DOMAIN/ns/NS/sa/SA).
-    #[arg(long, default_value = meshpush::config::mesh::DEFAULT_TRUST_DOMAIN)]
-    trust_domain: String,
+    /// Default: the mesh config's, else cluster.local.
+    #[arg(long, value_parser = trust_domain)]
+    trust_domain: Option<String>,
     /// The mesh's root namespace (MeshConfig's rootNamespace): a
     /// PeerAuthentication without a selector there applies to the whole mesh.
-    #[arg(long, default_value = meshpush::config::mesh::DEFAULT_ROOT_NAMESPACE)]
-    root_namespace: String,
+    /// Default: the mesh config's, else istio-system.
+    #[arg(long)]
+    root_namespace: Option<String>,
     /// The Ingress class meshpush serves (MeshConfig's ingressClass): the
     /// `kubernetes.io/ingress.class` annotation value, and the
     /// `ingressClassName` that counts as Istio's without an IngressClass.
-    #[arg(long, default_value = meshpush::config::mesh::DEFAULT_INGRESS_CLASS, value_parser = non_empty)]
-    ingress_class: String,
+    /// Default: the mesh config's, else istio.
+    #[arg(long, value_parser = non_empty)]
+    ingress_class: Option<String>,
     /// Which Ingresses are served (MeshConfig's ingressControllerMode):
     /// OFF (none), STRICT (only of the ingress class) or DEFAULT (those of
     /// the class, and those that name no class).
-    #[arg(long, default_value = "STRICT")]
-    ingress_controller_mode: meshpush::config::mesh::IngressControllerMode,
+    /// Default: the mesh config's, else STRICT.
+    #[arg(long)]
+    ingress_controller_mode: Option<meshpush::config::mesh::IngressControllerMode>,
     /// The `istio` label value of the routers that serve Ingresses
     /// (MeshConfig's ingressSelector).
-    #[arg(long, default_value = meshpush::config::mesh::DEFAULT_INGRESS_SELECTOR)]
-    ingress_selector: String,
+    /// Default: the mesh config's, else ingressgateway.
+    #[arg(long)]
+    ingress_selector: Option<String>,
     /// The Service of istio-system whose addresses the served Ingresses
     /// report in their status (MeshConfig's ingressService).
-    #[arg(long, default_value = meshpush::config::mesh::DEFAULT_INGRESS_SERVICE, value_parser = non_empty)]
-    ingress_service: String,
+    /// Default: the mesh config's, else istio-ingressgateway.
+    #[arg(long, value_parser = non_empty)]
+    ingress_service: Option<String>,
     /// Also authenticate certificate requests by JWTs signed by a key of
     /// this JSON Web Key Set (audience istio-ca, subject
     /// system:serviceaccount:NS:SA); re-read when it changes.
@@ -251,12 +263,31 @@ struct ServeArgs {
 }
 
 impl ServeArgs {
-    fn security(&self) -> Option<meshpush::serve::SecureXds> {
+    /// The mesh settings: the mesh config file's, with the flags over them.
+    fn mesh_settings(&self) -> Result<meshpush::config::mesh::MeshSettings, String> {
+        let file = match &self.mesh_config {
+            Some(path) => meshpush::config::mesh::MeshSettings::read(path)?,
+            None => Default::default(),
+        };
+        let flags = meshpush::config::mesh::MeshSettings {
+            trust_domain: self.trust_domain.clone(),
+            root_namespace: self.root_namespace.clone(),
+            ingress_class: self.ingress_class.clone(),
+            ingress_controller_mode: self.ingress_controller_mode,
+            ingress_selector: self.ingress_selector.clone(),
+            ingress_service: self.ingress_service.clone(),
+            discovery_selectors: (!self.discovery_selectors.is_empty()).then(|| self.discovery_selectors.clone()),
+            problems: Vec::new(),
+        };
+        Ok(file.over(flags))
+    }
+
+    fn security(&self, mesh: &meshpush::config::mesh::MeshConfig) -> Option<meshpush::serve::SecureXds> {
         let ca_dir = self.ca_dir.clone()?;
         Some(meshpush::serve::SecureXds {
             addr: self.secure_xds_addr.clone(),
             ca_dir,
-            trust_domain: self.trust_domain.clone(),
+            trust_domain: mesh.trust_domain.to_string(),
             jwks: self.jwks.clone(),
             server_names: if self.server_sans.is_empty() {
                 meshpush::ca::tls::DEFAULT_SERVER_NAMES.iter().map(ToString::to_string).collect()
@@ -542,6 +573,18 @@ fn main() -> ExitCode {
                 );
                 return ExitCode::from(2);
             }
+            let settings = match args.mesh_settings() {
+                Ok(settings) if args.kube_access().is_none() => {
+                    let file = args.mesh_config.as_ref().map(|p| p.display().to_string()).unwrap_or_default();
+                    settings.without_kubernetes(&file)
+                }
+                Ok(settings) => settings,
+                Err(e) => {
+                    eprintln!("meshpush serve: --mesh-config {e}");
+                    return ExitCode::from(2);
+                }
+            };
+            let mesh = settings.mesh_config();
             init_tracing(&cli.log_level, cli.log_format);
             meshpush::serve::opt_out_of_huge_pages();
             let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().expect("tokio runtime");
@@ -556,23 +599,15 @@ fn main() -> ExitCode {
                 },
                 max_file_bytes: args.max_config_file_bytes,
                 kube: args.kube_access(),
-                discovery_selectors: args.discovery_selectors.clone(),
+                discovery_selectors: settings.discovery_selectors.clone().unwrap_or_default(),
                 config_dir: match (args.config.clone(), args.kube_access()) {
                     (Some(dir), _) => Some(dir),
                     (None, None) => Some(PathBuf::from("examples/bookinfo")),
                     (None, Some(_)) => None,
                 },
-                secure: args.security(),
-                mesh: meshpush::config::mesh::MeshConfig {
-                    trust_domain: args.trust_domain.as_str().into(),
-                    root_namespace: args.root_namespace.as_str().into(),
-                    ingress: meshpush::config::mesh::IngressSettings {
-                        class: args.ingress_class.as_str().into(),
-                        mode: args.ingress_controller_mode,
-                        selector: args.ingress_selector.as_str().into(),
-                        service: args.ingress_service.as_str().into(),
-                    },
-                },
+                secure: args.security(&mesh),
+                mesh,
+                mesh_problems: settings.problems,
                 xds_addr: args.xds_addr,
                 admin_addr: args.admin_addr,
                 debounce: meshpush::push::DebounceConfig { after: args.debounce_after, max: args.debounce_max },
@@ -637,6 +672,11 @@ fn bootstrap(args: BootstrapArgs) -> Result<String, meshpush::bootstrap::Bootstr
 }
 
 /// A flag value that must not be empty.
+/// A trust domain as Istio's mesh config validation takes one.
+fn trust_domain(value: &str) -> Result<String, String> {
+    meshpush::config::mesh::file::check_trust_domain(value).map(|()| value.to_string())
+}
+
 fn non_empty(value: &str) -> Result<String, String> {
     if value.is_empty() { Err("must not be empty".to_string()) } else { Ok(value.to_string()) }
 }

@@ -64,6 +64,9 @@ pub struct ServeOptions {
     pub secure: Option<SecureXds>,
     /// The mesh-wide settings (trust domain, root namespace).
     pub mesh: crate::config::mesh::MeshConfig,
+    /// What the mesh config file set that meshpush does not apply, each
+    /// with its path: logged at startup and listed on `/debug/configz`.
+    pub mesh_problems: Vec<crate::config::Problem>,
     /// How often fetched JWKS are fetched again.
     pub jwks_refresh: Duration,
 }
@@ -286,6 +289,10 @@ pub async fn run(options: ServeOptions) -> anyhow::Result<()> {
         ))
     });
     let admin_state = crate::admin::AdminState::new(ads_service);
+    for problem in &options.mesh_problems {
+        tracing::warn!("mesh config {problem}");
+    }
+    admin_state.set_mesh_problems(options.mesh_problems.clone());
     let admin = admin_runtime.spawn({
         let router = crate::admin::router_with_limits(admin_state.clone(), options.admin_limits);
         let shutdown = shutdown();

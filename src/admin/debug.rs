@@ -343,6 +343,7 @@ pub async fn configz(State(state): State<AdminState>) -> Json<Value> {
         .collect();
     Json(json!({
         "revision": ctx.store.revision(),
+        "mesh": ctx.mesh,
         "objects": objects,
         "gatewayApi": gateway_api,
         "problems": problems,

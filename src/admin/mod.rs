@@ -15,7 +15,7 @@
 //! | `/debug/connections` | connected streams |
 //! | `/debug/push_status` | the last push, per-type totals |
 //! | `/debug/scopes` | scopes, their members and visible services |
-//! | `/debug/configz` | objects with their source file, validation problems |
+//! | `/debug/configz` | the mesh config served, objects with their source file, validation problems |
 //! | `/` | the status page |
 //!
 //! The admin server runs on a runtime of its own (see `serve`), and what
@@ -63,6 +63,8 @@ pub struct AdminState {
     kube: Arc<OnceLock<KubeStatus>>,
     /// Reference problems of the served store.
     references: ReferenceReport,
+    /// What the mesh config file set that meshpush does not apply.
+    mesh: Arc<OnceLock<Vec<Problem>>>,
 }
 
 impl AdminState {
@@ -74,6 +76,7 @@ impl AdminState {
             source: Arc::new(OnceLock::new()),
             kube: Arc::new(OnceLock::new()),
             references: ReferenceReport::new(),
+            mesh: Arc::new(OnceLock::new()),
         }
     }
 
@@ -120,6 +123,11 @@ impl AdminState {
         Some(waits.join("; and for "))
     }
 
+    /// Attaches the mesh config file's problems (once; later calls are ignored).
+    pub fn set_mesh_problems(&self, problems: Vec<Problem>) {
+        let _ = self.mesh.set(problems);
+    }
+
     /// The reference report the server keeps current (see `serve`).
     pub fn references(&self) -> &ReferenceReport {
         &self.references
@@ -128,7 +136,8 @@ impl AdminState {
     /// The sources' current problems and the served store's reference
     /// problems, sorted by file and document as `meshpush validate` prints them.
     pub fn problems(&self) -> Vec<Problem> {
-        let mut problems = self.source.get().map(SourceStatus::problems).unwrap_or_default();
+        let mut problems = self.mesh.get().cloned().unwrap_or_default();
+        problems.extend(self.source.get().map(SourceStatus::problems).unwrap_or_default());
         problems.extend(self.kube.get().map(KubeStatus::problems).unwrap_or_default());
         problems.extend(self.references.problems());
         problems.sort_by(|a, b| {

@@ -1,15 +1,20 @@
 //! `MeshConfig`: the settings of the whole mesh that Istio keeps in its
 //! mesh config rather than in any object, as far as meshpush reads them.
 //!
-//! Role: `serve` builds one from its flags; every `PushContext` of the
-//! server carries it unchanged, so it is part of what a snapshot means
+//! Role: `serve` builds one from Istio's mesh config file (`--mesh-config`,
+//! read by [`file`]) with its flags laid over it; every `PushContext` of
+//! the server carries it unchanged, so it is part of what a snapshot means
 //! (a PeerAuthentication in `root_namespace` is mesh-wide; a workload's
 //! SPIFFE identity is in `trust_domain`; which Ingresses are served, by
 //! which routers, is `ingress`). It never changes while a server runs.
 
+pub mod file;
+
 use std::sync::Arc;
 
 use serde::Serialize;
+
+pub use file::MeshSettings;
 
 /// Istio's default root namespace (`meshConfig.rootNamespace`).
 pub const DEFAULT_ROOT_NAMESPACE: &str = "istio-system";
@@ -27,6 +32,7 @@ pub const DEFAULT_INGRESS_SERVICE: &str = "istio-ingressgateway";
 
 /// The mesh-wide settings.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
 pub struct MeshConfig {
     /// The trust domain of workload identities (`spiffe://TRUST_DOMAIN/ns/NS/sa/SA`).
     pub trust_domain: Arc<str>,
@@ -49,6 +55,7 @@ impl Default for MeshConfig {
 /// MeshConfig's ingress settings (`ingressClass`, `ingressControllerMode`,
 /// `ingressSelector`, `ingressService`), with Istio's defaults.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
 pub struct IngressSettings {
     /// The `kubernetes.io/ingress.class` annotation value that is served
     /// (and the IngressClass name that counts as Istio's without an object).

@@ -22,6 +22,7 @@ mod istio_manifests;
 mod jwt;
 mod kubernetes;
 mod many;
+mod mesh_config;
 mod mtls;
 mod operate;
 mod redirect;

@@ -1,0 +1,226 @@
+//! Istio's mesh config as its file spells it: the YAML of the `mesh` key of
+//! the `istio` ConfigMap, which istiod reads through `--meshConfig`.
+//!
+//! Role: `serve --mesh-config FILE` reads one at startup; [`MeshSettings`]
+//! holds the fields meshpush applies (`trustDomain`, `rootNamespace`, the
+//! ingress settings, `discoverySelectors`), and the command line's flags
+//! are laid over them ([`MeshSettings::over`]) before they become the
+//! server's [`MeshConfig`]. Every other field the file sets is reported
+//! with its path, by istio/api's table (`config::istio::api`): a field
+//! meshpush does not apply yet, one Istio removed, or no field of
+//! MeshConfig at all. Keys are read in camelCase or in the protos'
+//! snake_case, as istiod reads them.
+//!
+//! Invariant: a field the file sets is either in [`MeshSettings`] or in its
+//! problems, never dropped unsaid.
+
+use std::path::Path;
+use std::sync::Arc;
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
+use serde::Deserialize;
+
+use super::{IngressControllerMode, IngressSettings, MeshConfig};
+use crate::config::istio::api::{self, ApiField};
+use crate::config::{Problem, Severity, SourceRef};
+
+/// The mesh config fields meshpush applies, as a file or the command line
+/// sets them (`None`: not set, Istio's default), and what else the file set.
+#[derive(Debug, Clone, Default)]
+pub struct MeshSettings {
+    /// `trustDomain`.
+    pub trust_domain: Option<String>,
+    /// `rootNamespace`.
+    pub root_namespace: Option<String>,
+    /// `ingressClass`.
+    pub ingress_class: Option<String>,
+    /// `ingressControllerMode`.
+    pub ingress_controller_mode: Option<IngressControllerMode>,
+    /// `ingressSelector`.
+    pub ingress_selector: Option<String>,
+    /// `ingressService`.
+    pub ingress_service: Option<String>,
+    /// `discoverySelectors`: the namespaces read from Kubernetes.
+    pub discovery_selectors: Option<Vec<kube::core::Selector>>,
+    /// The fields set that meshpush does not apply, each with its path.
+    pub problems: Vec<Problem>,
+}
+
+/// The document, with the keys Istio accepts for each applied field.
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct Document {
+    #[serde(alias = "trust_domain")]
+    trust_domain: Option<String>,
+    #[serde(alias = "root_namespace")]
+    root_namespace: Option<String>,
+    #[serde(alias = "ingress_class")]
+    ingress_class: Option<String>,
+    #[serde(alias = "ingress_controller_mode")]
+    ingress_controller_mode: Option<String>,
+    #[serde(alias = "ingress_selector")]
+    ingress_selector: Option<String>,
+    #[serde(alias = "ingress_service")]
+    ingress_service: Option<String>,
+    #[serde(alias = "discovery_selectors")]
+    discovery_selectors: Option<Vec<LabelSelector>>,
+}
+
+impl MeshSettings {
+    /// Reads the mesh config file at `path`.
+    pub fn read(path: &Path) -> Result<MeshSettings, String> {
+        let text = std::fs::read_to_string(path).map_err(|e| format!("{}: cannot read: {e}", path.display()))?;
+        MeshSettings::parse(&path.display().to_string(), &text)
+    }
+
+    /// Parses a mesh config document read from `file`. An error says where
+    /// (the line of a syntax error, the path of a bad value) and refuses
+    /// the whole document, as istiod refuses an invalid mesh config.
+    pub fn parse(file: &str, text: &str) -> Result<MeshSettings, String> {
+        let value: serde_yaml_ng::Value = serde_yaml_ng::from_str(text).map_err(|e| format!("{file}: {e}"))?;
+        let value = match value {
+            serde_yaml_ng::Value::Null => serde_yaml_ng::Value::Mapping(Default::default()),
+            mapping @ serde_yaml_ng::Value::Mapping(_) => mapping,
+            _ => return Err(format!("{file}: a mesh config is a mapping of MeshConfig's fields")),
+        };
+        let mut ignored = Vec::new();
+        let doc: Document = crate::config::parse::typed(value, &mut ignored)
+            .map_err(|e| format!("{file}: {}: {}", if e.path.is_empty() { "." } else { &e.path }, e.message))?;
+        let problems = ignored.iter().map(|path| reported(file, path)).collect();
+        let mode = doc
+            .ingress_controller_mode
+            .map(|m| m.parse::<IngressControllerMode>().map_err(|e| format!("{file}: ingressControllerMode: {e}")))
+            .transpose()?;
+        if let Some(domain) = &doc.trust_domain {
+            check_trust_domain(domain).map_err(|e| format!("{file}: trustDomain: {e}"))?;
+        }
+        let selectors = doc
+            .discovery_selectors
+            .map(|all| {
+                all.into_iter()
+                    .enumerate()
+                    .map(|(i, s)| {
+                        kube::core::Selector::try_from(s).map_err(|e| format!("{file}: discoverySelectors[{i}]: {e}"))
+                    })
+                    .collect::<Result<Vec<_>, _>>()
+            })
+            .transpose()?;
+        Ok(MeshSettings {
+            trust_domain: doc.trust_domain,
+            root_namespace: doc.root_namespace,
+            ingress_class: doc.ingress_class,
+            ingress_controller_mode: mode,
+            ingress_selector: doc.ingress_selector,
+            ingress_service: doc.ingress_service,
+            discovery_selectors: selectors,
+            problems,
+        })
+    }
+
+    /// These settings with each one `over` sets in its place (the command
+    /// line over the file).
+    pub fn over(self, over: MeshSettings) -> MeshSettings {
+        MeshSettings {
+            trust_domain: over.trust_domain.or(self.trust_domain),
+            root_namespace: over.root_namespace.or(self.root_namespace),
+            ingress_class: over.ingress_class.or(self.ingress_class),
+            ingress_controller_mode: over.ingress_controller_mode.or(self.ingress_controller_mode),
+            ingress_selector: over.ingress_selector.or(self.ingress_selector),
+            ingress_service: over.ingress_service.or(self.ingress_service),
+            discovery_selectors: over.discovery_selectors.or(self.discovery_selectors),
+            problems: self.problems.into_iter().chain(over.problems).collect(),
+        }
+    }
+
+    /// These settings for a server that reads nothing from Kubernetes: the
+    /// discovery selectors the mesh config `file` set have nothing to
+    /// select, and are reported so.
+    pub fn without_kubernetes(mut self, file: &str) -> MeshSettings {
+        if self.discovery_selectors.take().is_some() {
+            self.problems.push(Problem {
+                severity: Severity::Warning,
+                source: SourceRef { file: file.into(), doc: 0 },
+                object: None,
+                path: "discoverySelectors".into(),
+                message: "selects the namespaces read from Kubernetes: no effect without --kubeconfig or --in-cluster"
+                    .into(),
+            });
+        }
+        self
+    }
+
+    /// The mesh config these settings give, Istio's defaults where unset.
+    pub fn mesh_config(&self) -> MeshConfig {
+        let default = MeshConfig::default();
+        let text = |set: &Option<String>, default: Arc<str>| set.as_deref().map_or(default, Arc::from);
+        MeshConfig {
+            trust_domain: text(&self.trust_domain, default.trust_domain),
+            root_namespace: text(&self.root_namespace, default.root_namespace),
+            ingress: IngressSettings {
+                class: text(&self.ingress_class, default.ingress.class),
+                mode: self.ingress_controller_mode.unwrap_or(default.ingress.mode),
+                selector: text(&self.ingress_selector, default.ingress.selector),
+                service: text(&self.ingress_service, default.ingress.service),
+            },
+        }
+    }
+}
+
+/// A trust domain as Istio's mesh config validation takes it: non-empty,
+/// dot-separated DNS labels (lowercase letters, digits, `-`, at most 63 each).
+pub fn check_trust_domain(domain: &str) -> Result<(), String> {
+    if domain.is_empty() {
+        return Err("is empty: a mesh needs a trust domain".into());
+    }
+    let label_ok = |l: &str| {
+        !l.is_empty()
+            && l.len() <= 63
+            && l.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+            && !l.starts_with('-')
+            && !l.ends_with('-')
+    };
+    if domain.split('.').all(label_ok) {
+        Ok(())
+    } else {
+        Err(format!("{domain:?} is not a trust domain: dot-separated DNS labels (lowercase letters, digits, '-')"))
+    }
+}
+
+/// The report of a field the file sets that [`Document`] does not model.
+fn reported(file: &str, path: &str) -> Problem {
+    let message = match api::classify_mesh_config(&camel_path(path)) {
+        ApiField::Unsupported | ApiField::Inert => {
+            "not applied by meshpush yet: served as if it were unset (Istio's default)".to_string()
+        }
+        ApiField::Removed(instead) => format!("Istio removed this field and ignores it ({instead})"),
+        ApiField::Unknown => "not a field of Istio's MeshConfig: ignored".to_string(),
+    };
+    Problem {
+        severity: Severity::Warning,
+        source: SourceRef { file: file.into(), doc: 0 },
+        object: None,
+        path: path.to_string(),
+        message,
+    }
+}
+
+/// A path with each snake_case key written as the table writes it
+/// (`default_config.proxy_metadata` → `defaultConfig.proxyMetadata`).
+fn camel_path(path: &str) -> String {
+    let mut out = String::with_capacity(path.len());
+    let mut upper = false;
+    for c in path.chars() {
+        match c {
+            '_' => upper = true,
+            c if upper => {
+                out.extend(c.to_uppercase());
+                upper = false;
+            }
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod test;

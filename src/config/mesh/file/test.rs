@@ -1,0 +1,105 @@
+//! Reading Istio's mesh config file: what is applied, what is reported
+//! with its path, what refuses the file, and the flags over it.
+
+use kube::core::SelectorExt as _;
+
+use super::*;
+
+fn problem_paths(settings: &MeshSettings) -> Vec<(&str, &str)> {
+    settings.problems.iter().map(|p| (p.path.as_str(), p.message.as_str())).collect()
+}
+
+#[test]
+fn the_applied_fields_become_the_mesh_config_and_the_rest_keeps_istio_defaults() {
+    let text = "trustDomain: example.org\nroot_namespace: mesh-root\ningressClass: edge\n\
+                ingressControllerMode: DEFAULT\ningressSelector: edge-gw\ningressService: edge-svc\n";
+    let settings = MeshSettings::parse("mesh.yaml", text).unwrap();
+    assert!(settings.problems.is_empty(), "{:?}", settings.problems);
+    let mesh = settings.mesh_config();
+    assert_eq!((&*mesh.trust_domain, &*mesh.root_namespace), ("example.org", "mesh-root"), "snake_case keys too");
+    assert_eq!(mesh.ingress.mode, IngressControllerMode::Default);
+    assert_eq!(
+        (&*mesh.ingress.class, &*mesh.ingress.selector, &*mesh.ingress.service),
+        ("edge", "edge-gw", "edge-svc")
+    );
+    assert_eq!(MeshSettings::parse("mesh.yaml", "").unwrap().mesh_config(), MeshConfig::default(), "empty: defaults");
+}
+
+#[test]
+fn every_other_field_is_reported_with_its_path_and_what_it_is() {
+    let text = "accessLogFile: /dev/stdout\ndefaultConfig:\n  proxyMetadata: {ISTIO_META_DNS_CAPTURE: \"true\"}\n\
+                extensionProviders:\n- name: otel\n  opentelemetry: {service: otel.observability.svc, port: 4317}\n\
+                mixerCheckServer: old:9091\ntrustDomian: typo.org\ndefault_config: {drain_duration: 45s}\n";
+    let settings = MeshSettings::parse("mesh.yaml", text).unwrap();
+    let not_applied = "not applied by meshpush yet: served as if it were unset (Istio's default)";
+    assert_eq!(
+        problem_paths(&settings),
+        vec![
+            ("accessLogFile", not_applied),
+            ("defaultConfig", not_applied),
+            ("extensionProviders", not_applied),
+            ("mixerCheckServer", "Istio removed this field and ignores it (Mixer is gone)"),
+            ("trustDomian", "not a field of Istio's MeshConfig: ignored"),
+            ("default_config", not_applied),
+        ]
+    );
+    assert!(settings.problems.iter().all(|p| !p.is_error() && &*p.source.file == "mesh.yaml"));
+    assert_eq!(&*settings.mesh_config().trust_domain, "cluster.local", "the typo applies nothing");
+}
+
+#[test]
+fn a_broken_file_is_refused_saying_where() {
+    let syntax = MeshSettings::parse("mesh.yaml", "trustDomain: a\n  rootNamespace: [\n").unwrap_err();
+    assert!(syntax.starts_with("mesh.yaml: ") && syntax.contains("line 2"), "{syntax}");
+    let typed = MeshSettings::parse("mesh.yaml", "rootNamespace: [a, b]\n").unwrap_err();
+    assert!(typed.starts_with("mesh.yaml: rootNamespace: "), "{typed}");
+    let mode = MeshSettings::parse("mesh.yaml", "ingressControllerMode: SOMETIMES\n").unwrap_err();
+    assert!(mode.contains("ingressControllerMode") && mode.contains("OFF, DEFAULT or STRICT"), "{mode}");
+    let domain = MeshSettings::parse("mesh.yaml", "trustDomain: Not_A.Domain\n").unwrap_err();
+    assert!(domain.starts_with("mesh.yaml: trustDomain: \"Not_A.Domain\" is not a trust domain"), "{domain}");
+    let selector = MeshSettings::parse(
+        "mesh.yaml",
+        "discoverySelectors:\n- matchExpressions: [{key: env, operator: Sometimes, values: [a]}]\n",
+    )
+    .unwrap_err();
+    assert!(selector.starts_with("mesh.yaml: discoverySelectors[0]: "), "{selector}");
+    assert!(MeshSettings::parse("mesh.yaml", "- a list\n").is_err());
+}
+
+#[test]
+fn discovery_selectors_are_label_selectors() {
+    let text = "discoverySelectors:\n- matchLabels: {istio-discovery: enabled}\n\
+                - matchExpressions: [{key: env, operator: In, values: [prod, staging]}]\n";
+    let selectors = MeshSettings::parse("mesh.yaml", text).unwrap().discovery_selectors.expect("set");
+    let labels = |pairs: &[(&str, &str)]| -> std::collections::BTreeMap<String, String> {
+        pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
+    };
+    assert!(selectors[0].matches(&labels(&[("istio-discovery", "enabled")])));
+    assert!(!selectors[0].matches(&labels(&[("env", "prod")])));
+    assert!(selectors[1].matches(&labels(&[("env", "staging")])));
+}
+
+#[test]
+fn flags_are_laid_over_the_file() {
+    let file = MeshSettings::parse("mesh.yaml", "trustDomain: file.org\nrootNamespace: file-root\nfoo: 1\n").unwrap();
+    let flags = MeshSettings { trust_domain: Some("flag.org".into()), ..Default::default() };
+    let merged = file.over(flags);
+    let mesh = merged.mesh_config();
+    assert_eq!((&*mesh.trust_domain, &*mesh.root_namespace), ("flag.org", "file-root"));
+    assert_eq!(merged.problems.len(), 1, "the file's problems are kept");
+}
+
+#[test]
+fn a_snake_case_path_is_read_as_the_table_writes_it() {
+    assert_eq!(camel_path("default_config.proxy_metadata.ISTIO_META_X"), "defaultConfig.proxyMetadata.ISTIOMETAX");
+    assert_eq!(camel_path("extensionProviders[0].envoy_file_access_log"), "extensionProviders[0].envoyFileAccessLog");
+}
+
+#[test]
+fn discovery_selectors_without_kubernetes_are_reported_not_applied() {
+    let text = "discoverySelectors:\n- matchLabels: {istio-discovery: enabled}\n";
+    let settings = MeshSettings::parse("mesh.yaml", text).unwrap().without_kubernetes("mesh.yaml");
+    assert!(settings.discovery_selectors.is_none());
+    assert_eq!(problem_paths(&settings)[0].0, "discoverySelectors");
+    assert!(problem_paths(&settings)[0].1.contains("no effect without --kubeconfig"));
+}
