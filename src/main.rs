@@ -140,9 +140,10 @@ struct ServeArgs {
     #[arg(long = "discovery-selector", value_parser = meshpush::source::kube::parse_discovery_selector)]
     discovery_selectors: Vec<kube::core::Selector>,
     /// Istio's mesh config (the YAML of the `istio` ConfigMap's `mesh`
-    /// key), read at startup: trustDomain, rootNamespace, the ingress
-    /// settings and discoverySelectors apply; every other field it sets is
-    /// reported. A flag below overrides the file's value.
+    /// key), followed while serving (an edit is pushed): trustDomain,
+    /// rootNamespace, the ingress settings and discoverySelectors apply
+    /// (trustDomain and discoverySelectors from startup); every other field
+    /// it sets is reported. A flag below overrides the file's value.
     #[arg(long)]
     mesh_config: Option<PathBuf>,
     /// ADS gRPC address: `IP:PORT`, or `unix:PATH` for a Unix domain socket.
@@ -269,7 +270,12 @@ impl ServeArgs {
             Some(path) => meshpush::config::mesh::MeshSettings::read(path)?,
             None => Default::default(),
         };
-        let flags = meshpush::config::mesh::MeshSettings {
+        Ok(file.over(self.mesh_flags()))
+    }
+
+    /// The mesh settings the flags set.
+    fn mesh_flags(&self) -> meshpush::config::mesh::MeshSettings {
+        meshpush::config::mesh::MeshSettings {
             trust_domain: self.trust_domain.clone(),
             root_namespace: self.root_namespace.clone(),
             ingress_class: self.ingress_class.clone(),
@@ -278,8 +284,7 @@ impl ServeArgs {
             ingress_service: self.ingress_service.clone(),
             discovery_selectors: (!self.discovery_selectors.is_empty()).then(|| self.discovery_selectors.clone()),
             problems: Vec::new(),
-        };
-        Ok(file.over(flags))
+        }
     }
 
     fn security(&self, mesh: &meshpush::config::mesh::MeshConfig) -> Option<meshpush::serve::SecureXds> {
@@ -608,6 +613,10 @@ fn main() -> ExitCode {
                 secure: args.security(&mesh),
                 mesh,
                 mesh_problems: settings.problems,
+                mesh_file: args
+                    .mesh_config
+                    .clone()
+                    .map(|path| meshpush::serve::MeshFile { path, flags: args.mesh_flags() }),
                 xds_addr: args.xds_addr,
                 admin_addr: args.admin_addr,
                 debounce: meshpush::push::DebounceConfig { after: args.debounce_after, max: args.debounce_max },

@@ -32,6 +32,7 @@ use crate::source::RegistryService;
 use crate::source::autoregistration::{self, AutoRegistration};
 use crate::source::file::FileSource;
 use crate::source::jwks::JwksFetcher;
+use crate::source::mesh_config::{MeshConfigSource, MeshConfigStatus};
 use crate::xds::AdsService;
 use crate::xds::server::StreamLimits;
 use connections::{ConnectionPolicy, XdsListener};
@@ -67,8 +68,20 @@ pub struct ServeOptions {
     /// What the mesh config file set that meshpush does not apply, each
     /// with its path: logged at startup and listed on `/debug/configz`.
     pub mesh_problems: Vec<crate::config::Problem>,
+    /// The mesh config file to follow while serving, with the flags that
+    /// stay over it.
+    pub mesh_file: Option<MeshFile>,
     /// How often fetched JWKS are fetched again.
     pub jwks_refresh: Duration,
+}
+
+/// Istio's mesh config file (`--mesh-config`), followed while serving.
+#[derive(Debug, Clone)]
+pub struct MeshFile {
+    /// Its path.
+    pub path: PathBuf,
+    /// The settings the command line lays over it.
+    pub flags: crate::config::mesh::MeshSettings,
 }
 
 /// The mesh's CA and the port that serves ADS, the CA and the registry
@@ -292,7 +305,8 @@ pub async fn run(options: ServeOptions) -> anyhow::Result<()> {
     for problem in &options.mesh_problems {
         tracing::warn!("mesh config {problem}");
     }
-    admin_state.set_mesh_problems(options.mesh_problems.clone());
+    let mesh_status = MeshConfigStatus::new(options.mesh_problems.clone());
+    admin_state.set_mesh(mesh_status.clone());
     let admin = admin_runtime.spawn({
         let router = crate::admin::router_with_limits(admin_state.clone(), options.admin_limits);
         let shutdown = shutdown();
@@ -398,6 +412,14 @@ pub async fn run(options: ServeOptions) -> anyhow::Result<()> {
         Some(source) => Some(source.watch(store.clone(), changes_tx.clone()).context("watching the config directory")?),
         None => None,
     };
+    let mesh_watcher = match options.mesh_file.clone() {
+        Some(file) => {
+            let kube_read = options.kube.is_some();
+            let source = MeshConfigSource::new(file.path, file.flags, options.mesh.clone(), kube_read, mesh_status);
+            Some(source.watch(store.clone(), changes_tx.clone()).context("watching the mesh config file")?)
+        }
+        None => None,
+    };
     let debouncer = tokio::spawn(Debouncer::new(options.debounce, slot.clone()).run(changes_rx));
     let pusher = tokio::spawn(engine.clone().run(slot));
     let checker = tokio::spawn(check_references_of_each_version(engine.clone(), references));
@@ -412,6 +434,9 @@ pub async fn run(options: ServeOptions) -> anyhow::Result<()> {
     tracing::info!("shutting down");
     let _ = shutdown_tx.send(true);
     if let Some(watcher) = watcher {
+        watcher.abort();
+    }
+    if let Some(watcher) = mesh_watcher {
         watcher.abort();
     }
     for watcher in kube_watchers {

@@ -37,6 +37,7 @@ use axum::routing::get;
 use crate::config::Problem;
 use crate::engine::PushEngine;
 use crate::source::kube::KubeStatus;
+use crate::source::mesh_config::MeshConfigStatus;
 use crate::source::{ReferenceReport, SourceStatus};
 use crate::xds::AdsService;
 use crate::xds::stream::status::StreamStatus;
@@ -63,8 +64,8 @@ pub struct AdminState {
     kube: Arc<OnceLock<KubeStatus>>,
     /// Reference problems of the served store.
     references: ReferenceReport,
-    /// What the mesh config file set that meshpush does not apply.
-    mesh: Arc<OnceLock<Vec<Problem>>>,
+    /// What the mesh config file sets that meshpush does not apply.
+    mesh: Arc<OnceLock<MeshConfigStatus>>,
 }
 
 impl AdminState {
@@ -123,9 +124,9 @@ impl AdminState {
         Some(waits.join("; and for "))
     }
 
-    /// Attaches the mesh config file's problems (once; later calls are ignored).
-    pub fn set_mesh_problems(&self, problems: Vec<Problem>) {
-        let _ = self.mesh.set(problems);
+    /// Attaches the mesh config file's status (once; later calls are ignored).
+    pub fn set_mesh(&self, status: MeshConfigStatus) {
+        let _ = self.mesh.set(status);
     }
 
     /// The reference report the server keeps current (see `serve`).
@@ -136,7 +137,7 @@ impl AdminState {
     /// The sources' current problems and the served store's reference
     /// problems, sorted by file and document as `meshpush validate` prints them.
     pub fn problems(&self) -> Vec<Problem> {
-        let mut problems = self.mesh.get().cloned().unwrap_or_default();
+        let mut problems = self.mesh.get().map(MeshConfigStatus::problems).unwrap_or_default();
         problems.extend(self.source.get().map(SourceStatus::problems).unwrap_or_default());
         problems.extend(self.kube.get().map(KubeStatus::problems).unwrap_or_default());
         problems.extend(self.references.problems());

@@ -2,11 +2,13 @@
 //! mesh config rather than in any object, as far as meshpush reads them.
 //!
 //! Role: `serve` builds one from Istio's mesh config file (`--mesh-config`,
-//! read by [`file`]) with its flags laid over it; every `PushContext` of
-//! the server carries it unchanged, so it is part of what a snapshot means
-//! (a PeerAuthentication in `root_namespace` is mesh-wide; a workload's
-//! SPIFFE identity is in `trust_domain`; which Ingresses are served, by
-//! which routers, is `ingress`). It never changes while a server runs.
+//! read by [`file`]) with its flags laid over it; every `PushContext`
+//! carries one, so it is part of what a snapshot means (a
+//! PeerAuthentication in `root_namespace` is mesh-wide; a workload's SPIFFE
+//! identity is in `trust_domain`; which Ingresses are served, by which
+//! routers, is `ingress`). An edit of the file reaches the store as the
+//! one [`MeshConfigObject`] (`source::mesh_config`), and the snapshot built
+//! on it serves it: a snapshot stays a function of its store.
 
 pub mod file;
 
@@ -115,6 +117,31 @@ impl std::str::FromStr for IngressControllerMode {
             "DEFAULT" => Ok(IngressControllerMode::Default),
             "STRICT" => Ok(IngressControllerMode::Strict),
             _ => Err(format!("{s:?} is not an ingress controller mode: OFF, DEFAULT or STRICT")),
+        }
+    }
+}
+
+/// The name of the one [`MeshConfigObject`] of a store.
+pub const MESH_CONFIG_NAME: &str = "mesh";
+
+/// The mesh config as a store object (kind `MeshConfig`, cluster-scoped,
+/// named [`MESH_CONFIG_NAME`]): `source::mesh_config` writes it when the
+/// mesh config file changes, so a snapshot stays a function of its store
+/// and an edit is pushed as any change is.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct MeshConfigObject {
+    /// Its name.
+    pub metadata: crate::config::ObjectMeta,
+    /// The settings.
+    pub mesh: Arc<MeshConfig>,
+}
+
+impl MeshConfigObject {
+    /// The object of `mesh`.
+    pub fn new(mesh: MeshConfig) -> MeshConfigObject {
+        MeshConfigObject {
+            metadata: crate::config::ObjectMeta { name: MESH_CONFIG_NAME.into(), ..Default::default() },
+            mesh: Arc::new(mesh),
         }
     }
 }

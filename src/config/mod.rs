@@ -70,6 +70,9 @@ pub enum ConfigKind {
     /// A JWKS meshpush fetched for a RequestAuthentication (internal: written
     /// by `source::jwks` only, never read from a file or an API).
     FetchedJwks,
+    /// The mesh config served (internal: written by `source::mesh_config`
+    /// from Istio's mesh config file, with the command line over it).
+    MeshConfig,
     /// `v1 Namespace` (cluster-scoped): its labels, which a Gateway
     /// listener's `allowedRoutes` may select on.
     Namespace,
@@ -95,7 +98,7 @@ pub enum ConfigKind {
 
 impl ConfigKind {
     /// Every kind, in a fixed order.
-    pub const ALL: [ConfigKind; 26] = [
+    pub const ALL: [ConfigKind; 27] = [
         ConfigKind::Service,
         ConfigKind::Pod,
         ConfigKind::EndpointSlice,
@@ -112,6 +115,7 @@ impl ConfigKind {
         ConfigKind::AuthorizationPolicy,
         ConfigKind::RequestAuthentication,
         ConfigKind::FetchedJwks,
+        ConfigKind::MeshConfig,
         ConfigKind::Namespace,
         ConfigKind::GatewayClass,
         ConfigKind::KubernetesGateway,
@@ -145,6 +149,7 @@ impl ConfigKind {
             ConfigKind::AuthorizationPolicy => "AuthorizationPolicy",
             ConfigKind::RequestAuthentication => "RequestAuthentication",
             ConfigKind::FetchedJwks => "FetchedJwks",
+            ConfigKind::MeshConfig => "MeshConfig",
             ConfigKind::Namespace => "Namespace",
             ConfigKind::GatewayClass => "GatewayClass",
             ConfigKind::KubernetesGateway => "KubernetesGateway",
@@ -176,7 +181,7 @@ impl ConfigKind {
             ConfigKind::PeerAuthentication | ConfigKind::AuthorizationPolicy | ConfigKind::RequestAuthentication => {
                 "security.istio.io"
             }
-            ConfigKind::FetchedJwks => "meshpush.io",
+            ConfigKind::FetchedJwks | ConfigKind::MeshConfig => "meshpush.io",
             ConfigKind::GatewayClass
             | ConfigKind::KubernetesGateway
             | ConfigKind::HttpRoute
@@ -197,7 +202,7 @@ impl ConfigKind {
     /// Kinds meshpush writes itself: never read from a file, the registry
     /// API or Kubernetes.
     pub fn is_internal(self) -> bool {
-        self == ConfigKind::FetchedJwks
+        matches!(self, ConfigKind::FetchedJwks | ConfigKind::MeshConfig)
     }
 
     /// Kinds whose objects belong to no namespace (their keys' namespace is
@@ -207,6 +212,7 @@ impl ConfigKind {
             self,
             ConfigKind::Node
                 | ConfigKind::FetchedJwks
+                | ConfigKind::MeshConfig
                 | ConfigKind::Namespace
                 | ConfigKind::GatewayClass
                 | ConfigKind::IngressClass
@@ -335,6 +341,8 @@ pub enum ConfigObject {
     RequestAuthentication(Box<istio::RequestAuthentication>),
     /// A fetched JWKS (boxed, as the kinds above).
     FetchedJwks(Box<istio::FetchedJwks>),
+    /// The mesh config served (boxed, as the kinds above).
+    MeshConfig(Box<mesh::MeshConfigObject>),
     /// `v1 Namespace`.
     Namespace(k8s::Namespace),
     /// Gateway API GatewayClass.
@@ -377,6 +385,7 @@ impl ConfigObject {
             ConfigObject::AuthorizationPolicy(_) => ConfigKind::AuthorizationPolicy,
             ConfigObject::RequestAuthentication(_) => ConfigKind::RequestAuthentication,
             ConfigObject::FetchedJwks(_) => ConfigKind::FetchedJwks,
+            ConfigObject::MeshConfig(_) => ConfigKind::MeshConfig,
             ConfigObject::Namespace(_) => ConfigKind::Namespace,
             ConfigObject::GatewayClass(_) => ConfigKind::GatewayClass,
             ConfigObject::KubernetesGateway(_) => ConfigKind::KubernetesGateway,
@@ -409,6 +418,7 @@ impl ConfigObject {
             ConfigObject::AuthorizationPolicy(o) => &o.metadata,
             ConfigObject::RequestAuthentication(o) => &o.metadata,
             ConfigObject::FetchedJwks(o) => &o.metadata,
+            ConfigObject::MeshConfig(o) => &o.metadata,
             ConfigObject::Namespace(o) => &o.metadata,
             ConfigObject::GatewayClass(o) => &o.metadata,
             ConfigObject::KubernetesGateway(o) => &o.metadata,

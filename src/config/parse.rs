@@ -219,7 +219,9 @@ impl FileReader {
                     .map(|o| ConfigObject::AuthorizationPolicy(Box::new(o))),
                 ConfigKind::RequestAuthentication => typed::<istio::RequestAuthentication>(value, &mut ignored)
                     .map(|o| ConfigObject::RequestAuthentication(Box::new(o))),
-                ConfigKind::FetchedJwks => unreachable!("config_kind never names an internal kind"),
+                ConfigKind::FetchedJwks | ConfigKind::MeshConfig => {
+                    unreachable!("config_kind never names an internal kind")
+                }
                 ConfigKind::Namespace => typed::<k8s::Namespace>(value, &mut ignored).map(ConfigObject::Namespace),
                 ConfigKind::GatewayClass => typed::<gateway_api::GatewayClass>(value, &mut ignored)
                     .map(|o| ConfigObject::GatewayClass(Box::new(o))),
@@ -417,6 +419,7 @@ fn expected_api_versions(kind: ConfigKind) -> &'static str {
             "security.istio.io/v1 or v1beta1"
         }
         ConfigKind::FetchedJwks => "no file (meshpush writes it itself)",
+        ConfigKind::MeshConfig => "no file (the mesh config is --mesh-config's)",
         _ => "networking.istio.io/v1, v1beta1 or v1alpha3",
     }
 }

@@ -69,7 +69,7 @@ pub fn validate(object: &ConfigObject) -> Vec<FieldError> {
         ConfigObject::AuthorizationPolicy(o) => security::authorization_policy(&mut check, o),
         ConfigObject::RequestAuthentication(o) => security::request_authentication(&mut check, o),
         // Written by meshpush from what it fetched; the fetch checked it.
-        ConfigObject::FetchedJwks(_) => {}
+        ConfigObject::FetchedJwks(_) | ConfigObject::MeshConfig(_) => {}
         // Labels are all a Namespace has that meshpush reads.
         ConfigObject::Namespace(_) => {}
         ConfigObject::GatewayClass(o) => gateway_api::gateway_class(&mut check, o),

@@ -63,8 +63,9 @@ pub struct PushChanges {
 pub fn affected_types(kind: ConfigKind) -> TypeSet {
     use TypeUrl::{Cluster, Endpoint, Listener, Route};
     match kind {
-        // Services and Sidecars change what a scope sees: everything.
-        ConfigKind::Service | ConfigKind::ServiceEntry | ConfigKind::Sidecar => TypeSet::ALL,
+        // Services and Sidecars change what a scope sees: everything; the
+        // mesh config may change anything.
+        ConfigKind::Service | ConfigKind::ServiceEntry | ConfigKind::Sidecar | ConfigKind::MeshConfig => TypeSet::ALL,
         // A Node's labels are its Pods' locality.
         ConfigKind::Pod | ConfigKind::EndpointSlice | ConfigKind::WorkloadEntry | ConfigKind::Node => {
             TypeSet::of(&[Endpoint])
@@ -161,7 +162,8 @@ pub struct PushContext {
     /// RequestAuthentications' JWT rules with their key sets, by the
     /// workloads they apply to.
     pub request_authentication: Arc<RequestAuthenticationIndex>,
-    /// The mesh-wide settings (the same for every snapshot of a server).
+    /// The mesh-wide settings: the store's `MeshConfig` object, else the
+    /// server's startup settings.
     pub mesh: Arc<MeshConfig>,
     interner: Arc<ScopeInterner>,
     scopes: RwLock<HashMap<ScopeId, Arc<Scope>>>,
@@ -185,12 +187,15 @@ impl PushContext {
     }
 
     /// Builds a snapshot from scratch; independent indexes build in parallel.
+    /// The store's mesh config object, when it holds one, is the mesh
+    /// config; else `mesh`.
     pub fn build_with(
         store: StoreSnapshot,
         version: u64,
         interner: Arc<ScopeInterner>,
         mesh: Arc<MeshConfig>,
     ) -> PushContext {
+        let mesh = stored_mesh(&store).unwrap_or(mesh);
         let gateway_api = GatewayApiIndex::build(&store);
         let ingress = IngressIndex::build(&store, &mesh.ingress);
         let ((services, workloads), ((vs, dr), (gw, sc))) = rayon::join(
@@ -252,6 +257,13 @@ impl PushContext {
             return (next, changes);
         }
         let kinds: BTreeSet<ConfigKind> = request.keys.iter().map(|k| k.kind).collect();
+        if kinds.contains(&ConfigKind::MeshConfig) {
+            // Every index may read the mesh config (istiod pushes everything
+            // on a mesh config change too): build afresh, regenerate all.
+            let next = PushContext::build_with(store, prev.version + 1, prev.interner.clone(), prev.mesh.clone());
+            let changes = PushChanges { kinds, full: true, types: TypeSet::ALL, rescope: true, ..Default::default() };
+            return (next, changes);
+        }
         let changed = |k: ConfigKind| kinds.contains(&k);
         let services_changed = changed(ConfigKind::Service) || changed(ConfigKind::ServiceEntry);
         let workloads_changed =
@@ -639,7 +651,17 @@ fn affected_hosts(
         | ConfigObject::PeerAuthentication(_)
         | ConfigObject::AuthorizationPolicy(_)
         | ConfigObject::RequestAuthentication(_)
-        | ConfigObject::FetchedJwks(_) => {}
+        | ConfigObject::FetchedJwks(_)
+        | ConfigObject::MeshConfig(_) => {}
+    }
+}
+
+/// The mesh config object of `store`, when it holds one.
+fn stored_mesh(store: &StoreSnapshot) -> Option<Arc<MeshConfig>> {
+    let key = ConfigKey::new(ConfigKind::MeshConfig, "", crate::config::mesh::MESH_CONFIG_NAME);
+    match &store.get(&key)?.object {
+        crate::config::ConfigObject::MeshConfig(o) => Some(o.mesh.clone()),
+        _ => None,
     }
 }
 

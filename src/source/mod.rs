@@ -33,6 +33,7 @@ pub mod file;
 pub mod gateway_status;
 pub mod jwks;
 pub mod kube;
+pub mod mesh_config;
 pub mod references;
 pub mod registry;
 

@@ -1,10 +1,13 @@
 //! `serve --mesh-config FILE`: Istio's mesh config read at startup, the
 //! fields meshpush applies applied (a flag over the file's value), every
 //! other field reported with its path on `/debug/configz` and in the log,
-//! and a broken file refused with its line.
+//! and a broken file refused with its line; then followed while serving:
+//! an edit is served, a broken edit keeps the last good mesh config and
+//! says why until mended.
 
 use std::path::Path;
 use std::process::Command;
+use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
@@ -70,4 +73,56 @@ fn a_broken_mesh_config_stops_the_server_naming_the_line() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(2), "{stderr}");
     assert!(stderr.contains("--mesh-config") && stderr.contains("line 2"), "{stderr}");
+}
+
+/// `/debug/configz` as JSON.
+fn configz(mesh: &Meshpush) -> Value {
+    serde_json::from_str(&mesh.admin("/debug/configz").body).expect("JSON")
+}
+
+#[test]
+fn an_edit_of_the_mesh_config_is_served_and_a_broken_one_keeps_the_last_good() {
+    let dir = tempfile::TempDir::new().unwrap();
+    let file = dir.path().join("mesh");
+    std::fs::write(&file, "rootNamespace: first\n").unwrap();
+    let file_arg = file.display().to_string();
+    let mesh = Meshpush::start_with_flags(bookinfo(), &["--mesh-config", &file_arg]);
+    assert_eq!(configz(&mesh)["mesh"]["rootNamespace"], "first");
+    let deadline = || Instant::now() + Duration::from_secs(10);
+
+    // An editor's save: written to a new file, renamed over the old one.
+    let edit = |text: &str| {
+        let tmp = dir.path().join(".mesh.tmp");
+        std::fs::write(&tmp, text).unwrap();
+        std::fs::rename(&tmp, &file).unwrap();
+    };
+    edit("rootNamespace: second\ningressControllerMode: \"OFF\"\n");
+    support::process::wait_until(deadline(), "the edited mesh config to be served", &[mesh.process()], || {
+        let served = configz(&mesh)["mesh"].clone();
+        if served["rootNamespace"] == "second" && served["ingress"]["mode"] == "OFF" {
+            Ok(())
+        } else {
+            Err(served.to_string())
+        }
+    });
+    assert!(mesh.log().contains("mesh config changed: a full push follows"), "{}", mesh.log_tail(20));
+
+    edit("rootNamespace: [\n");
+    support::process::wait_until(deadline(), "the broken edit to be reported", &[mesh.process()], || {
+        let configz = configz(&mesh);
+        let reported = configz["problems"].as_array().unwrap().iter().any(|p| {
+            p["file"] == file_arg.as_str()
+                && p["severity"] == "error"
+                && p["message"].as_str().unwrap().contains("the last good mesh config stays served")
+        });
+        if reported { Ok(()) } else { Err(configz["problems"].to_string()) }
+    });
+    assert_eq!(configz(&mesh)["mesh"]["rootNamespace"], "second", "the last good mesh config stays");
+
+    edit("rootNamespace: third\n");
+    support::process::wait_until(deadline(), "the mended mesh config to be served", &[mesh.process()], || {
+        let configz = configz(&mesh);
+        let clean = configz["problems"].as_array().unwrap().iter().all(|p| p["file"] != file_arg.as_str());
+        if configz["mesh"]["rootNamespace"] == "third" && clean { Ok(()) } else { Err(configz["mesh"].to_string()) }
+    });
 }

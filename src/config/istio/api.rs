@@ -118,7 +118,7 @@ pub fn fields(kind: &str) -> Vec<String> {
 
 /// Whether `kind` is one whose fields the table lists.
 pub fn is_istio_kind(kind: ConfigKind) -> bool {
-    FIELDS.contains_key(kind.as_str())
+    !kind.is_internal() && FIELDS.contains_key(kind.as_str())
 }
 
 /// Every kind the table lists (including those meshpush does not read yet).

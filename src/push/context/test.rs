@@ -158,3 +158,24 @@ fn a_node_relabelled_moves_the_locality_of_exactly_its_pods() {
     let rebuilt = PushContext::build(store.snapshot(), 1, Arc::new(ScopeInterner::default()));
     assert_eq!(localities(&next), localities(&rebuilt), "the incremental index agrees with a fresh build");
 }
+
+#[test]
+fn a_mesh_config_change_rebuilds_on_the_stored_mesh_config_and_regenerates_everything() {
+    let store = bookinfo::store();
+    let prev = PushContext::build(store.snapshot(), 1, Arc::new(ScopeInterner::default()));
+    prev.scope_for(&productpage());
+    let mesh = MeshConfig { root_namespace: "mesh-root".into(), ..MeshConfig::default() };
+    let object = crate::config::ConfigObject::MeshConfig(Box::new(crate::config::mesh::MeshConfigObject::new(mesh)));
+    let changes = store
+        .apply([crate::model::store::Write::Put(object, crate::config::SourceRef { file: "mesh".into(), doc: 0 })]);
+    let (next, pushed) = PushContext::next(&prev, changes.snapshot.clone(), &PushRequest::new(changes));
+    assert_eq!(&*next.mesh.root_namespace, "mesh-root", "the snapshot serves the stored mesh config");
+    assert!(pushed.full && pushed.rescope && pushed.types == TypeSet::ALL, "{pushed:?}");
+    assert_eq!(next.version, prev.version + 1);
+    // A later change keeps it.
+    let changes = store.apply(bookinfo::puts(
+        "apiVersion: networking.istio.io/v1\nkind: VirtualService\nmetadata: {name: reviews, namespace: default}\nspec:\n  hosts: [reviews]\n  http:\n  - route: [{destination: {host: reviews, subset: v1}}]\n",
+    ));
+    let (after, _) = PushContext::next(&next, changes.snapshot.clone(), &PushRequest::new(changes));
+    assert_eq!(&*after.mesh.root_namespace, "mesh-root");
+}

@@ -1,0 +1,76 @@
+//! Following the mesh config file: an edit is written to the store, a
+//! broken edit keeps what is served, the trust domain stays until restart.
+
+use super::*;
+
+fn source(dir: &tempfile::TempDir, text: &str, flags: MeshSettings) -> MeshConfigSource {
+    let path = dir.path().join("mesh");
+    std::fs::write(&path, text).unwrap();
+    let served = MeshSettings::parse("mesh", text).unwrap().over(flags.clone()).mesh_config();
+    MeshConfigSource::new(path, flags, served, true, MeshConfigStatus::default())
+}
+
+fn served(write: Option<Write>) -> Arc<MeshConfig> {
+    match write {
+        Some(Write::Put(ConfigObject::MeshConfig(o), _)) => o.mesh.clone(),
+        other => panic!("expected the mesh config written, got {other:?}"),
+    }
+}
+
+#[test]
+fn an_edit_is_written_as_the_mesh_config_object_and_an_unchanged_read_writes_nothing() {
+    let dir = tempfile::TempDir::new().unwrap();
+    let mut source = source(&dir, "rootNamespace: first\n", MeshSettings::default());
+    assert!(source.reread().is_none(), "the startup text again: nothing to write");
+    assert!(source.reread().is_none(), "and again");
+    std::fs::write(dir.path().join("mesh"), "rootNamespace: second\naccessLogFile: /dev/stdout\n").unwrap();
+    assert_eq!(&*served(source.reread()).root_namespace, "second");
+    let problems = source.status.problems();
+    assert_eq!(problems.iter().map(|p| p.path.as_str()).collect::<Vec<_>>(), vec!["accessLogFile"]);
+    assert!(source.reread().is_none(), "read again, unchanged");
+}
+
+#[test]
+fn a_broken_edit_keeps_the_served_mesh_config_and_says_why_until_mended() {
+    let dir = tempfile::TempDir::new().unwrap();
+    let mut source = source(&dir, "rootNamespace: first\n", MeshSettings::default());
+    std::fs::write(dir.path().join("mesh"), "rootNamespace: [\n").unwrap();
+    assert!(source.reread().is_none(), "nothing is written");
+    let problems = source.status.problems();
+    assert_eq!(problems.len(), 1);
+    assert!(problems[0].is_error() && problems[0].message.contains("the last good mesh config stays served"));
+    assert_eq!(&*source.served.root_namespace, "first");
+    std::fs::write(dir.path().join("mesh"), "rootNamespace: mended\n").unwrap();
+    assert_eq!(&*served(source.reread()).root_namespace, "mended");
+    assert!(source.status.problems().is_empty(), "the mended file has nothing to report");
+}
+
+#[test]
+fn the_trust_domain_stays_until_restart_and_flags_stay_over_the_file() {
+    let dir = tempfile::TempDir::new().unwrap();
+    let flags = MeshSettings { root_namespace: Some("flag-root".into()), ..Default::default() };
+    let mut source = source(&dir, "trustDomain: one.org\n", flags);
+    std::fs::write(dir.path().join("mesh"), "trustDomain: two.org\nrootNamespace: file-root\ningressClass: edge\n")
+        .unwrap();
+    let mesh = served(source.reread());
+    assert_eq!(&*mesh.trust_domain, "one.org", "the CA's trust domain stays");
+    assert_eq!(&*mesh.root_namespace, "flag-root", "the flag stays over the file");
+    assert_eq!(&*mesh.ingress.class, "edge");
+    let problems = source.status.problems();
+    assert_eq!(problems.iter().map(|p| p.path.as_str()).collect::<Vec<_>>(), vec!["trustDomain"]);
+    assert!(problems[0].message.contains("applies at the next start"), "{}", problems[0].message);
+}
+
+#[test]
+fn moved_discovery_selectors_are_reported_for_the_next_start() {
+    let dir = tempfile::TempDir::new().unwrap();
+    let text = "discoverySelectors: [{matchLabels: {mesh: a}}]\n";
+    let mut source = source(&dir, text, MeshSettings::default());
+    std::fs::write(dir.path().join("mesh"), format!("{text}rootNamespace: other\n")).unwrap();
+    served(source.reread());
+    assert!(source.status.problems().is_empty(), "the same selectors: nothing to say");
+    std::fs::write(dir.path().join("mesh"), "discoverySelectors: [{matchLabels: {mesh: b}}]\n").unwrap();
+    served(source.reread());
+    let problems = source.status.problems();
+    assert_eq!(problems.iter().map(|p| p.path.as_str()).collect::<Vec<_>>(), vec!["discoverySelectors"]);
+}
