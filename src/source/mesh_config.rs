@@ -147,7 +147,8 @@ impl MeshConfigSource {
             }
         };
         let (mesh, problems) = self.apply(&file, settings);
-        for problem in problems.iter().filter(|p| !self.status.problems().contains(p)) {
+        let known = self.status.problems();
+        for problem in problems.iter().filter(|p| !known.contains(p)) {
             tracing::warn!("mesh config {problem}");
         }
         self.status.set(problems);
