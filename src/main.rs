@@ -283,7 +283,7 @@ impl ServeArgs {
             ingress_selector: self.ingress_selector.clone(),
             ingress_service: self.ingress_service.clone(),
             discovery_selectors: (!self.discovery_selectors.is_empty()).then(|| self.discovery_selectors.clone()),
-            problems: Vec::new(),
+            ..Default::default()
         }
     }
 

@@ -42,6 +42,10 @@ pub struct MeshConfig {
     pub root_namespace: Arc<str>,
     /// How Kubernetes Ingresses are served.
     pub ingress: IngressSettings,
+    /// The mesh-wide access log (`accessLogFile`, `accessLogFormat`,
+    /// `accessLogEncoding`, `disableEnvoyListenerLog`), used where no
+    /// Telemetry object configures logging.
+    pub access_log: AccessLogSettings,
 }
 
 impl Default for MeshConfig {
@@ -50,6 +54,52 @@ impl Default for MeshConfig {
             trust_domain: DEFAULT_TRUST_DOMAIN.into(),
             root_namespace: DEFAULT_ROOT_NAMESPACE.into(),
             ingress: IngressSettings::default(),
+            access_log: AccessLogSettings::default(),
+        }
+    }
+}
+
+/// MeshConfig's access log settings, with Istio's defaults (no log).
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct AccessLogSettings {
+    /// `accessLogFile`: where every proxy logs each request and
+    /// connection; empty: no mesh-wide log.
+    pub file: Arc<str>,
+    /// `accessLogFormat`: the format (text, or a JSON object of labels
+    /// under JSON encoding); empty: Istio's default format.
+    pub format: Arc<str>,
+    /// `accessLogEncoding`.
+    pub encoding: AccessLogEncoding,
+    /// Whether listeners log the connections no filter chain takes (Envoy's
+    /// `NR` flag); `disableEnvoyListenerLog` turns it off.
+    pub listener_log: bool,
+}
+
+impl Default for AccessLogSettings {
+    fn default() -> Self {
+        AccessLogSettings { file: "".into(), format: "".into(), encoding: AccessLogEncoding::Text, listener_log: true }
+    }
+}
+
+/// `meshConfig.accessLogEncoding`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+#[serde(rename_all = "UPPERCASE")]
+pub enum AccessLogEncoding {
+    /// One line of text per entry (Istio's default).
+    Text,
+    /// One JSON object per line.
+    Json,
+}
+
+impl std::str::FromStr for AccessLogEncoding {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "TEXT" => Ok(AccessLogEncoding::Text),
+            "JSON" => Ok(AccessLogEncoding::Json),
+            _ => Err(format!("{s:?} is not an access log encoding: TEXT or JSON")),
         }
     }
 }

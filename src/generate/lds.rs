@@ -57,10 +57,10 @@ use envoy_types::pb::google::protobuf::Any;
 use super::jwt::{self, JwtPlacement};
 use super::outbound::{self, OutboundPort};
 use super::route::{self, Backends, RouteTarget};
-use super::{authz, mtls, naming, proto};
+use super::{access_log, authz, mtls, naming, proto};
 use crate::config::istio::MESH_GATEWAY;
 use crate::model::{InterceptionMode, ProxyKind, Service};
-use crate::push::index::{AppliedPolicy, ResolvedJwtRule};
+use crate::push::index::{AppliedPolicy, AppliedTelemetry, ResolvedJwtRule};
 use crate::push::scope::InboundPort;
 use crate::push::{InboundKey, PushContext, Scope};
 
@@ -113,6 +113,7 @@ pub fn inbound_listeners(key: &InboundKey) -> Vec<Listener> {
                 listener_filters: tls_inspector_for(&chains),
                 filter_chains: chains,
                 traffic_direction: TrafficDirection::Inbound as i32,
+                access_log: access_log::listener_logs(&key.telemetry),
                 ..Default::default()
             })
         })
@@ -138,11 +139,11 @@ fn inbound_chains(p: &InboundPort, key: &InboundKey) -> Vec<FilterChain> {
         .map(|chain| {
             let filter = if chain.refuse {
                 let blackhole = naming::BLACKHOLE_CLUSTER.to_string();
-                tcp_proxy(&blackhole, Backends::Single(blackhole.clone()))
+                tcp_proxy(&blackhole, Backends::Single(blackhole.clone()), &key.telemetry)
             } else if p.protocol.is_http() {
-                inbound_http_connection_manager(p.port, authorization, &key.jwt_rules)
+                inbound_http_connection_manager(p.port, authorization, &key.jwt_rules, &key.telemetry)
             } else {
-                tcp_proxy(&cluster, Backends::Single(cluster.clone()))
+                tcp_proxy(&cluster, Backends::Single(cluster.clone()), &key.telemetry)
             };
             let mut filters =
                 if p.protocol.is_http() || chain.refuse { Vec::new() } else { authz::network_filters(authorization) };
@@ -188,7 +189,7 @@ fn bound_listener(ctx: &PushContext, scope: &Scope, port: &OutboundPort<'_>) -> 
         };
     }
     let filter = if port.is_http() {
-        http_connection_manager(format!("outbound_{name}"), rds(naming::sidecar_route(port.port)))
+        http_connection_manager(format!("outbound_{name}"), rds(naming::sidecar_route(port.port)), &scope.key.telemetry)
     } else {
         // With a bound address there is no original destination IP to tell
         // TCP services apart: the first one by host takes the port.
@@ -247,7 +248,7 @@ fn redirected_listener(ctx: &PushContext, scope: &Scope, port: &OutboundPort<'_>
         });
     }
     let default = if port.is_http() {
-        http_connection_manager(format!("outbound_{name}"), rds(naming::sidecar_route(port.port)))
+        http_connection_manager(format!("outbound_{name}"), rds(naming::sidecar_route(port.port)), &scope.key.telemetry)
     } else {
         chains.extend(subnet_chains(ctx, scope, port.tcp[0], port.port, &mut claimed));
         tcp_service_proxy(ctx, scope, port.tcp[0], port.port, &[])
@@ -325,7 +326,7 @@ fn tls_port_chains(ctx: &PushContext, scope: &Scope, port: &OutboundPort<'_>, by
                     format!("{cluster}-tls-{}", sni.join(",")),
                     sni,
                     ranges,
-                    tcp_proxy(&cluster, backends),
+                    tcp_proxy(&cluster, backends, &scope.key.telemetry),
                 );
             }
         }
@@ -333,12 +334,13 @@ fn tls_port_chains(ctx: &PushContext, scope: &Scope, port: &OutboundPort<'_>, by
             continue;
         }
         let sni = if vip.is_empty() { vec![svc.hostname.to_string()] } else { Vec::new() };
-        push(&mut chains, cluster.clone(), sni, vip, tcp_proxy(&cluster, Backends::Single(cluster.clone())));
+        let filter = tcp_proxy(&cluster, Backends::Single(cluster.clone()), &scope.key.telemetry);
+        push(&mut chains, cluster.clone(), sni, vip, filter);
     }
     let fallthrough = naming::unknown_destination_cluster(&scope.outbound_policy);
     chains.push(FilterChain {
         name: "default".to_string(),
-        filters: vec![tcp_proxy(&fallthrough, Backends::Single(fallthrough.clone()))],
+        filters: vec![tcp_proxy(&fallthrough, Backends::Single(fallthrough.clone()), &scope.key.telemetry)],
         ..Default::default()
     });
     chains
@@ -371,10 +373,11 @@ fn virtual_outbound(scope: &Scope) -> Listener {
         use_original_dst: Some(proto::bool_value(true)),
         filter_chains: vec![FilterChain {
             name: "virtualOutbound-catchall-tcp".to_string(),
-            filters: vec![tcp_proxy(cluster, Backends::Single(cluster.to_string()))],
+            filters: vec![tcp_proxy(cluster, Backends::Single(cluster.to_string()), &scope.key.telemetry)],
             ..Default::default()
         }],
         traffic_direction: TrafficDirection::Outbound as i32,
+        access_log: access_log::listener_logs(&scope.key.telemetry),
         ..Default::default()
     }
 }
@@ -399,7 +402,7 @@ fn virtual_inbound(key: &InboundKey, ports: &[&InboundPort]) -> Listener {
         } else {
             (naming::PASSTHROUGH_CLUSTER, authz::network_filters(authorization))
         };
-        filters.push(tcp_proxy(cluster, Backends::Single(cluster.to_string())));
+        filters.push(tcp_proxy(cluster, Backends::Single(cluster.to_string()), &key.telemetry));
         let mut filter_match = FilterChainMatch::default();
         chain.apply(&mut filter_match);
         chains.push(FilterChain {
@@ -423,6 +426,7 @@ fn virtual_inbound(key: &InboundKey, ports: &[&InboundPort]) -> Listener {
         listener_filters,
         filter_chains: chains,
         traffic_direction: TrafficDirection::Inbound as i32,
+        access_log: access_log::listener_logs(&key.telemetry),
         ..Default::default()
     }
 }
@@ -464,7 +468,7 @@ fn tcp_service_proxy(ctx: &PushContext, scope: &Scope, svc: &Service, port: u32,
         .for_host(MESH_GATEWAY, &scope.key.namespace, &svc.hostname)
         .and_then(|vs| target.tcp_backends(vs, destination))
         .unwrap_or_else(|| Backends::Single(cluster.clone()));
-    tcp_proxy(&cluster, backends)
+    tcp_proxy(&cluster, backends, &scope.key.telemetry)
 }
 
 /// The ranges no earlier chain of the listener claimed, now claimed: a
@@ -506,14 +510,15 @@ fn subnet_chains(
             (!ranges.is_empty()).then(|| FilterChain {
                 name: format!("{cluster}-subnets-{i}"),
                 filter_chain_match: Some(FilterChainMatch { prefix_ranges: ranges, ..Default::default() }),
-                filters: vec![tcp_proxy(&cluster, backends)],
+                filters: vec![tcp_proxy(&cluster, backends, &scope.key.telemetry)],
                 ..Default::default()
             })
         })
         .collect()
 }
 
-fn tcp_proxy(stat_prefix: &str, backends: Backends) -> Filter {
+/// tcp_proxy to `backends`, logging as `telemetry` says.
+fn tcp_proxy(stat_prefix: &str, backends: Backends, telemetry: &AppliedTelemetry) -> Filter {
     let specifier = match backends {
         Backends::Single(cluster) => TcpClusterSpecifier::Cluster(cluster),
         Backends::Weighted(clusters) => TcpClusterSpecifier::WeightedClusters(tcp_proxy::WeightedCluster {
@@ -523,8 +528,12 @@ fn tcp_proxy(stat_prefix: &str, backends: Backends) -> Filter {
                 .collect(),
         }),
     };
-    let config =
-        TcpProxy { stat_prefix: stat_prefix.to_string(), cluster_specifier: Some(specifier), ..Default::default() };
+    let config = TcpProxy {
+        stat_prefix: stat_prefix.to_string(),
+        cluster_specifier: Some(specifier),
+        access_log: access_log::connection_logs(telemetry),
+        ..Default::default()
+    };
     Filter {
         name: proto::TCP_PROXY.to_string(),
         config_type: Some(filter::ConfigType::TypedConfig(proto::any(&config))),
@@ -544,10 +553,12 @@ fn inbound_http_connection_manager(
     port: u32,
     authorization: &[Arc<AppliedPolicy>],
     jwt_rules: &[Arc<ResolvedJwtRule>],
+    telemetry: &AppliedTelemetry,
 ) -> Filter {
     let mut hcm = connection_manager(
         format!("inbound_{}", naming::listener(naming::WILDCARD_ADDRESS, port)),
         RouteSpecifier::RouteConfig(inbound_route_config(port)),
+        telemetry,
     );
     let mut filters = guard_filters(authorization, jwt_rules, JwtPlacement::Inbound);
     filters.append(&mut hcm.http_filters);
@@ -565,8 +576,8 @@ fn inbound_http_connection_manager(
 /// An HTTP connection manager as Istio builds one: the fault and CORS
 /// filters (which routes configure through `typed_per_filter_config`), then
 /// the router; websocket upgrades allowed.
-fn http_connection_manager(stat_prefix: String, routes: RouteSpecifier) -> Filter {
-    guarded_http_connection_manager(stat_prefix, routes, &[], &[])
+fn http_connection_manager(stat_prefix: String, routes: RouteSpecifier, telemetry: &AppliedTelemetry) -> Filter {
+    guarded_http_connection_manager(stat_prefix, routes, &[], &[], telemetry)
 }
 
 /// [`http_connection_manager`] of a gateway, with the JWT filter of
@@ -576,8 +587,9 @@ fn guarded_http_connection_manager(
     routes: RouteSpecifier,
     authorization: &[Arc<AppliedPolicy>],
     jwt_rules: &[Arc<ResolvedJwtRule>],
+    telemetry: &AppliedTelemetry,
 ) -> Filter {
-    let mut hcm = connection_manager(stat_prefix, routes);
+    let mut hcm = connection_manager(stat_prefix, routes, telemetry);
     let mut filters = guard_filters(authorization, jwt_rules, JwtPlacement::Gateway);
     filters.append(&mut hcm.http_filters);
     hcm.http_filters = filters;
@@ -599,9 +611,14 @@ fn guard_filters(
 }
 
 /// tcp_proxy to `backends`, after the RBAC filters of `authorization`.
-fn guarded_tcp_proxy(stat_prefix: &str, backends: Backends, authorization: &[Arc<AppliedPolicy>]) -> Vec<Filter> {
+fn guarded_tcp_proxy(
+    stat_prefix: &str,
+    backends: Backends,
+    authorization: &[Arc<AppliedPolicy>],
+    telemetry: &AppliedTelemetry,
+) -> Vec<Filter> {
     let mut filters = authz::network_filters(authorization);
-    filters.push(tcp_proxy(stat_prefix, backends));
+    filters.push(tcp_proxy(stat_prefix, backends, telemetry));
     filters
 }
 
@@ -612,7 +629,11 @@ fn connection_manager_filter(hcm: &HttpConnectionManager) -> Filter {
     }
 }
 
-fn connection_manager(stat_prefix: String, routes: RouteSpecifier) -> HttpConnectionManager {
+fn connection_manager(
+    stat_prefix: String,
+    routes: RouteSpecifier,
+    telemetry: &AppliedTelemetry,
+) -> HttpConnectionManager {
     let filter = |name: &str, config: Any| HttpFilter {
         name: name.to_string(),
         config_type: Some(http_filter::ConfigType::TypedConfig(config)),
@@ -629,6 +650,7 @@ fn connection_manager(stat_prefix: String, routes: RouteSpecifier) -> HttpConnec
         ],
         upgrade_configs: vec![UpgradeConfig { upgrade_type: WEBSOCKET.to_string(), ..Default::default() }],
         use_remote_address: Some(proto::bool_value(false)),
+        access_log: access_log::connection_logs(telemetry),
         ..Default::default()
     }
 }

@@ -25,6 +25,7 @@
 //! in these messages, `Cluster.typed_extension_protocol_options`, never holds
 //! more than one entry.)
 
+pub mod access_log;
 pub mod authz;
 pub mod cache;
 pub mod cds;

@@ -17,8 +17,8 @@ use serde::Serialize;
 use super::PushRequest;
 use super::index::{
     AuthorizationIndex, DestinationRuleIndex, EndpointIndex, GatewayApiIndex, GatewayIndex, IngressIndex,
-    PeerAuthenticationIndex, RequestAuthenticationIndex, SecretIndex, ServiceIndex, SidecarIndex, VirtualServiceIndex,
-    Workload, WorkloadIndex,
+    PeerAuthenticationIndex, RequestAuthenticationIndex, SecretIndex, ServiceIndex, SidecarIndex, TelemetryIndex,
+    VirtualServiceIndex, Workload, WorkloadIndex,
 };
 use super::scope::{self, InboundId, InboundKey, Scope, ScopeId, ScopeInterner, ScopeKey};
 use crate::config::mesh::MeshConfig;
@@ -162,6 +162,8 @@ pub struct PushContext {
     /// RequestAuthentications' JWT rules with their key sets, by the
     /// workloads they apply to.
     pub request_authentication: Arc<RequestAuthenticationIndex>,
+    /// What proxies log.
+    pub telemetry: Arc<TelemetryIndex>,
     /// The mesh-wide settings: the store's `MeshConfig` object, else the
     /// server's startup settings.
     pub mesh: Arc<MeshConfig>,
@@ -222,6 +224,7 @@ impl PushContext {
         let peer_authentications = PeerAuthenticationIndex::build(&store, &mesh);
         let authorization = AuthorizationIndex::build(&store, &mesh);
         let request_authentication = RequestAuthenticationIndex::build(&store, &mesh);
+        let telemetry = TelemetryIndex::build(&mesh);
         PushContext {
             version,
             id: next_id(),
@@ -239,6 +242,7 @@ impl PushContext {
             peer_authentications: Arc::new(peer_authentications),
             authorization: Arc::new(authorization),
             request_authentication: Arc::new(request_authentication),
+            telemetry: Arc::new(telemetry),
             mesh,
             interner,
             scopes: RwLock::new(HashMap::new()),
@@ -510,6 +514,7 @@ impl PushContext {
             peer_authentications,
             authorization,
             request_authentication,
+            telemetry: prev.telemetry.clone(),
             mesh: prev.mesh.clone(),
             interner: prev.interner.clone(),
             scopes: RwLock::new(HashMap::new()),

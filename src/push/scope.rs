@@ -25,7 +25,7 @@ use parking_lot::Mutex;
 use serde::Serialize;
 
 use super::PushContext;
-use super::index::{AppliedPolicy, ResolvedGateway, ResolvedJwtRule};
+use super::index::{AppliedPolicy, AppliedTelemetry, ResolvedGateway, ResolvedJwtRule};
 use crate::config::istio::{self, ConnectionPoolSettings, MtlsMode};
 use crate::config::{ConfigKey, ConfigKind};
 use crate::model::{Hostname, InterceptionMode, Locality, Protocol, Proxy, ProxyKind, Service, host};
@@ -116,6 +116,8 @@ pub struct ScopeKey {
     /// JWT filter of its HTTP listeners). Sidecars keep theirs in the
     /// inbound key.
     pub jwt_rules: Vec<Arc<ResolvedJwtRule>>,
+    /// What its client side logs (outbound listeners; a router's listeners).
+    pub telemetry: Arc<AppliedTelemetry>,
 }
 
 /// Interned [`InboundKey`].
@@ -142,6 +144,8 @@ pub struct InboundKey {
     pub jwt_rules: Vec<Arc<ResolvedJwtRule>>,
     /// The workload's own mTLS mode: what a port it does not declare takes.
     pub mtls: MtlsMode,
+    /// What its server side logs (sidecars; routers have no inbound side).
+    pub telemetry: Arc<AppliedTelemetry>,
 }
 
 /// What of a proxy decides its endpoint assignments, when a DestinationRule
@@ -310,6 +314,7 @@ pub fn scope_key(ctx: &PushContext, proxy: &Proxy) -> ScopeKey {
                 mesh_certificates: proxy.mesh_certificates,
                 authorization: ctx.authorization.for_workload(&proxy.namespace, &proxy.labels),
                 jwt_rules: ctx.request_authentication.for_workload(&proxy.namespace, &proxy.labels),
+                telemetry: ctx.telemetry.client(),
             }
         }
         ProxyKind::Sidecar => ScopeKey {
@@ -323,6 +328,7 @@ pub fn scope_key(ctx: &PushContext, proxy: &Proxy) -> ScopeKey {
             mesh_certificates: proxy.mesh_certificates,
             authorization: Vec::new(),
             jwt_rules: Vec::new(),
+            telemetry: ctx.telemetry.client(),
         },
     }
 }
@@ -370,13 +376,14 @@ pub fn inbound_key(ctx: &PushContext, proxy: &Proxy) -> InboundKey {
     // Routers have no inbound configuration: they share one key.
     let sidecar = proxy.kind == ProxyKind::Sidecar;
     let mesh_certificates = proxy.mesh_certificates && sidecar;
-    let (authorization, jwt_rules) = if sidecar {
+    let (authorization, jwt_rules, telemetry) = if sidecar {
         (
             ctx.authorization.for_workload(&proxy.namespace, &proxy.labels),
             ctx.request_authentication.for_workload(&proxy.namespace, &proxy.labels),
+            ctx.telemetry.server(),
         )
     } else {
-        (Vec::new(), Vec::new())
+        (Vec::new(), Vec::new(), Arc::default())
     };
     InboundKey {
         kind: proxy.kind,
@@ -386,6 +393,7 @@ pub fn inbound_key(ctx: &PushContext, proxy: &Proxy) -> InboundKey {
         authorization,
         jwt_rules,
         mtls,
+        telemetry,
     }
 }
 

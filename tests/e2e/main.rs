@@ -7,6 +7,7 @@
 #[path = "../support/mod.rs"]
 mod support;
 
+mod access_log;
 mod agent;
 mod bad_input;
 mod bookinfo;

@@ -22,10 +22,10 @@ fn bookinfo() -> &'static Path {
 fn the_mesh_config_applies_with_flags_over_it_and_reports_the_rest() {
     let dir = tempfile::TempDir::new().unwrap();
     let file = dir.path().join("mesh");
-    // The demo profile's access log, a removed Mixer field, and the fields meshpush applies.
+    // A field applied at injection, a removed Mixer field, and the fields meshpush applies.
     std::fs::write(
         &file,
-        "accessLogFile: /dev/stdout\nmixerCheckServer: istio-policy:15004\ntrustDomain: example.org\n\
+        "enablePrometheusMerge: false\nmixerCheckServer: istio-policy:15004\ntrustDomain: example.org\n\
          rootNamespace: mesh-root\ningressControllerMode: \"OFF\"\n",
     )
     .unwrap();
@@ -47,13 +47,13 @@ fn the_mesh_config_applies_with_flags_over_it_and_reports_the_rest() {
         problems,
         vec![
             (
-                "accessLogFile".to_string(),
+                "enablePrometheusMerge".to_string(),
                 "not applied by meshpush yet: served as if it were unset (Istio's default)".to_string()
             ),
             ("mixerCheckServer".to_string(), "Istio removed this field and ignores it (Mixer is gone)".to_string()),
         ]
     );
-    assert!(mesh.log().contains("accessLogFile: not applied by meshpush yet"), "{}", mesh.log_tail(20));
+    assert!(mesh.log().contains("enablePrometheusMerge: not applied by meshpush yet"), "{}", mesh.log_tail(20));
 }
 
 #[test]

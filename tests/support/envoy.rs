@@ -353,9 +353,21 @@ impl Envoy {
 fn envoy_args(bootstrap: &Path, base_id: u16) -> Vec<OsString> {
     let mut args: Vec<OsString> =
         vec!["-c".into(), bootstrap.as_os_str().to_owned(), "--base-id".into(), base_id.to_string().into()];
-    // One worker keeps the footprint small; a short drain makes shutdown quick.
+    // One worker keeps the footprint small; a short drain makes shutdown
+    // quick; access logs are flushed each second, as pilot-agent starts Envoy.
     args.extend(
-        ["--concurrency", "1", "-l", "info", "--disable-hot-restart", "--drain-time-s", "1"].map(OsString::from),
+        [
+            "--concurrency",
+            "1",
+            "-l",
+            "info",
+            "--disable-hot-restart",
+            "--drain-time-s",
+            "1",
+            "--file-flush-interval-msec",
+            "1000",
+        ]
+        .map(OsString::from),
     );
     args
 }

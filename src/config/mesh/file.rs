@@ -3,7 +3,7 @@
 //!
 //! Role: `serve --mesh-config FILE` reads one at startup; [`MeshSettings`]
 //! holds the fields meshpush applies (`trustDomain`, `rootNamespace`, the
-//! ingress settings, `discoverySelectors`), and the command line's flags
+//! ingress settings, `discoverySelectors`, the access log settings), and the command line's flags
 //! are laid over them ([`MeshSettings::over`]) before they become the
 //! server's [`MeshConfig`]. Every other field the file sets is reported
 //! with its path, by istio/api's table (`config::istio::api`): a field
@@ -20,7 +20,7 @@ use std::sync::Arc;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use serde::Deserialize;
 
-use super::{IngressControllerMode, IngressSettings, MeshConfig};
+use super::{AccessLogEncoding, AccessLogSettings, IngressControllerMode, IngressSettings, MeshConfig};
 use crate::config::istio::api::{self, ApiField};
 use crate::config::{Problem, Severity, SourceRef};
 
@@ -42,6 +42,14 @@ pub struct MeshSettings {
     pub ingress_service: Option<String>,
     /// `discoverySelectors`: the namespaces read from Kubernetes.
     pub discovery_selectors: Option<Vec<kube::core::Selector>>,
+    /// `accessLogFile`.
+    pub access_log_file: Option<String>,
+    /// `accessLogFormat`.
+    pub access_log_format: Option<String>,
+    /// `accessLogEncoding`.
+    pub access_log_encoding: Option<AccessLogEncoding>,
+    /// `disableEnvoyListenerLog`.
+    pub disable_envoy_listener_log: Option<bool>,
     /// The fields set that meshpush does not apply, each with its path.
     pub problems: Vec<Problem>,
 }
@@ -64,6 +72,14 @@ struct Document {
     ingress_service: Option<String>,
     #[serde(alias = "discovery_selectors")]
     discovery_selectors: Option<Vec<LabelSelector>>,
+    #[serde(alias = "access_log_file")]
+    access_log_file: Option<String>,
+    #[serde(alias = "access_log_format")]
+    access_log_format: Option<String>,
+    #[serde(alias = "access_log_encoding")]
+    access_log_encoding: Option<String>,
+    #[serde(alias = "disable_envoy_listener_log")]
+    disable_envoy_listener_log: Option<bool>,
 }
 
 impl MeshSettings {
@@ -86,7 +102,7 @@ impl MeshSettings {
         let mut ignored = Vec::new();
         let doc: Document = crate::config::parse::typed(value, &mut ignored)
             .map_err(|e| format!("{file}: {}: {}", if e.path.is_empty() { "." } else { &e.path }, e.message))?;
-        let problems = ignored.iter().map(|path| reported(file, path)).collect();
+        let mut problems: Vec<Problem> = ignored.iter().map(|path| reported(file, path)).collect();
         let mode = doc
             .ingress_controller_mode
             .map(|m| m.parse::<IngressControllerMode>().map_err(|e| format!("{file}: ingressControllerMode: {e}")))
@@ -105,6 +121,23 @@ impl MeshSettings {
                     .collect::<Result<Vec<_>, _>>()
             })
             .transpose()?;
+        let encoding = doc
+            .access_log_encoding
+            .map(|e| e.parse::<AccessLogEncoding>().map_err(|e| format!("{file}: accessLogEncoding: {e}")))
+            .transpose()?;
+        if let (Some(AccessLogEncoding::Json), Some(format)) =
+            (encoding, doc.access_log_format.as_deref().filter(|f| !f.is_empty()))
+            && let Err(e) = json_labels(format)
+        {
+            // istiod logs this and serves its default labels; so does meshpush, and says so.
+            problems.push(Problem {
+                severity: Severity::Warning,
+                source: SourceRef { file: file.into(), doc: 0 },
+                object: None,
+                path: "accessLogFormat".into(),
+                message: format!("{e}: Istio's default JSON labels are logged instead"),
+            });
+        }
         Ok(MeshSettings {
             trust_domain: doc.trust_domain,
             root_namespace: doc.root_namespace,
@@ -113,6 +146,10 @@ impl MeshSettings {
             ingress_selector: doc.ingress_selector,
             ingress_service: doc.ingress_service,
             discovery_selectors: selectors,
+            access_log_file: doc.access_log_file,
+            access_log_format: doc.access_log_format,
+            access_log_encoding: encoding,
+            disable_envoy_listener_log: doc.disable_envoy_listener_log,
             problems,
         })
     }
@@ -128,6 +165,10 @@ impl MeshSettings {
             ingress_selector: over.ingress_selector.or(self.ingress_selector),
             ingress_service: over.ingress_service.or(self.ingress_service),
             discovery_selectors: over.discovery_selectors.or(self.discovery_selectors),
+            access_log_file: over.access_log_file.or(self.access_log_file),
+            access_log_format: over.access_log_format.or(self.access_log_format),
+            access_log_encoding: over.access_log_encoding.or(self.access_log_encoding),
+            disable_envoy_listener_log: over.disable_envoy_listener_log.or(self.disable_envoy_listener_log),
             problems: self.problems.into_iter().chain(over.problems).collect(),
         }
     }
@@ -162,6 +203,12 @@ impl MeshSettings {
                 selector: text(&self.ingress_selector, default.ingress.selector),
                 service: text(&self.ingress_service, default.ingress.service),
             },
+            access_log: AccessLogSettings {
+                file: text(&self.access_log_file, default.access_log.file),
+                format: text(&self.access_log_format, default.access_log.format),
+                encoding: self.access_log_encoding.unwrap_or(default.access_log.encoding),
+                listener_log: !self.disable_envoy_listener_log.unwrap_or(!default.access_log.listener_log),
+            },
         }
     }
 }
@@ -183,6 +230,16 @@ pub fn check_trust_domain(domain: &str) -> Result<(), String> {
         Ok(())
     } else {
         Err(format!("{domain:?} is not a trust domain: dot-separated DNS labels (lowercase letters, digits, '-')"))
+    }
+}
+
+/// The labels of a JSON access log format: a JSON object, as Istio reads
+/// `accessLogFormat` under JSON encoding.
+pub fn json_labels(format: &str) -> Result<serde_json::Map<String, serde_json::Value>, String> {
+    match serde_json::from_str::<serde_json::Value>(format) {
+        Ok(serde_json::Value::Object(labels)) => Ok(labels),
+        Ok(_) => Err("not a JSON object of labels".into()),
+        Err(e) => Err(format!("not a JSON object of labels: {e}")),
     }
 }
 

@@ -38,7 +38,7 @@ use super::{guarded_http_connection_manager, guarded_tcp_proxy, rds};
 use crate::config::istio::TlsMode;
 use crate::generate::gateway::{self, GatewayPort, PortKind};
 use crate::generate::route::{Backends, RouteTarget};
-use crate::generate::{mtls, naming, proto, tls};
+use crate::generate::{access_log, mtls, naming, proto, tls};
 use crate::push::index::{GatewayServer, ResolvedGateway};
 use crate::push::{PushContext, Scope};
 
@@ -66,6 +66,7 @@ fn listener(ctx: &PushContext, scope: &Scope, p: &GatewayPort<'_>) -> Option<Lis
                 rds(naming::gateway_route(p.port)),
                 authz,
                 jwt_rules,
+                &scope.key.telemetry,
             )],
             ..Default::default()
         }],
@@ -73,7 +74,7 @@ fn listener(ctx: &PushContext, scope: &Scope, p: &GatewayPort<'_>) -> Option<Lis
             let backends = p.servers.iter().find_map(|(gw, server)| tcp_backends(ctx, scope, gw, server));
             let backends = backends.unwrap_or_else(|| Backends::Single(naming::BLACKHOLE_CLUSTER.to_string()));
             vec![FilterChain {
-                filters: guarded_tcp_proxy(&format!("outbound_{name}"), backends, authz),
+                filters: guarded_tcp_proxy(&format!("outbound_{name}"), backends, authz, &scope.key.telemetry),
                 ..Default::default()
             }]
         }
@@ -89,6 +90,7 @@ fn listener(ctx: &PushContext, scope: &Scope, p: &GatewayPort<'_>) -> Option<Lis
         listener_filters: if inspects { vec![tls_inspector()] } else { Vec::new() },
         filter_chains: chains,
         traffic_direction: TrafficDirection::Outbound as i32,
+        access_log: access_log::listener_logs(&scope.key.telemetry),
         ..Default::default()
     })
 }
@@ -159,13 +161,24 @@ fn tls_chains(ctx: &PushContext, scope: &Scope, p: &GatewayPort<'_>) -> Vec<Filt
                 let filters = if gateway::terminates_https(server) {
                     let route = gateway::route_name(scope, gw, server).expect("an HTTPS server has a route config");
                     let stat_prefix = server.name.as_deref().map_or_else(|| route.clone(), str::to_string);
-                    vec![guarded_http_connection_manager(stat_prefix, rds(route), authz, jwt_rules)]
+                    vec![guarded_http_connection_manager(
+                        stat_prefix,
+                        rds(route),
+                        authz,
+                        jwt_rules,
+                        &scope.key.telemetry,
+                    )]
                 } else {
                     let Some(backends) = tcp_backends(ctx, scope, gw, server) else {
                         tracing::warn!(server = %at, "gateway server not served: no TCP route of a VirtualService bound to it");
                         continue;
                     };
-                    guarded_tcp_proxy(&format!("outbound_{}", naming::listener(p.bind, p.port)), backends, authz)
+                    guarded_tcp_proxy(
+                        &format!("outbound_{}", naming::listener(p.bind, p.port)),
+                        backends,
+                        authz,
+                        &scope.key.telemetry,
+                    )
                 };
                 let names = server.sni_hosts();
                 if !claim(&names) {
@@ -205,7 +218,7 @@ fn tls_chains(ctx: &PushContext, scope: &Scope, p: &GatewayPort<'_>) -> Vec<Filt
                         chains.push(FilterChain {
                             name: format!("{}.{}.{cluster}", gw.name, server.port_name),
                             filter_chain_match: sni_match(names, &[]),
-                            filters: guarded_tcp_proxy(&cluster, backends, authz),
+                            filters: guarded_tcp_proxy(&cluster, backends, authz, &scope.key.telemetry),
                             ..Default::default()
                         });
                     }
@@ -220,7 +233,12 @@ fn tls_chains(ctx: &PushContext, scope: &Scope, p: &GatewayPort<'_>) -> Vec<Filt
                     chains.push(FilterChain {
                         name: target.cluster.clone(),
                         filter_chain_match: sni_match(names, &ISTIO_MTLS_ALPNS),
-                        filters: guarded_tcp_proxy(&target.cluster, Backends::Single(target.cluster.clone()), authz),
+                        filters: guarded_tcp_proxy(
+                            &target.cluster,
+                            Backends::Single(target.cluster.clone()),
+                            authz,
+                            &scope.key.telemetry,
+                        ),
                         ..Default::default()
                     });
                 }

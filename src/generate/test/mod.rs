@@ -43,6 +43,7 @@ use crate::model::store::Write;
 use crate::model::{ConfigStore, Proxy};
 use crate::push::{PushContext, Scope, ScopeInterner};
 
+mod access_log;
 mod authz;
 mod clusters;
 mod coverage;

@@ -14,6 +14,7 @@ pub mod request_authentication;
 mod rules;
 pub mod secrets;
 mod services;
+pub mod telemetry;
 mod workloads;
 
 pub use authorization::{AppliedPolicy, AuthorizationIndex};
@@ -28,4 +29,5 @@ pub use rules::{
 };
 pub use secrets::SecretIndex;
 pub use services::ServiceIndex;
+pub use telemetry::{AccessLogger, AppliedTelemetry, LogFormat, TelemetryIndex};
 pub use workloads::{Workload, WorkloadIndex};

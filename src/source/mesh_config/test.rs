@@ -23,10 +23,10 @@ fn an_edit_is_written_as_the_mesh_config_object_and_an_unchanged_read_writes_not
     let mut source = source(&dir, "rootNamespace: first\n", MeshSettings::default());
     assert!(source.reread().is_none(), "the startup text again: nothing to write");
     assert!(source.reread().is_none(), "and again");
-    std::fs::write(dir.path().join("mesh"), "rootNamespace: second\naccessLogFile: /dev/stdout\n").unwrap();
+    std::fs::write(dir.path().join("mesh"), "rootNamespace: second\nenablePrometheusMerge: false\n").unwrap();
     assert_eq!(&*served(source.reread()).root_namespace, "second");
     let problems = source.status.problems();
-    assert_eq!(problems.iter().map(|p| p.path.as_str()).collect::<Vec<_>>(), vec!["accessLogFile"]);
+    assert_eq!(problems.iter().map(|p| p.path.as_str()).collect::<Vec<_>>(), vec!["enablePrometheusMerge"]);
     assert!(source.reread().is_none(), "read again, unchanged");
 }
 

@@ -27,7 +27,7 @@ fn the_applied_fields_become_the_mesh_config_and_the_rest_keeps_istio_defaults()
 
 #[test]
 fn every_other_field_is_reported_with_its_path_and_what_it_is() {
-    let text = "accessLogFile: /dev/stdout\ndefaultConfig:\n  proxyMetadata: {ISTIO_META_DNS_CAPTURE: \"true\"}\n\
+    let text = "enablePrometheusMerge: false\ndefaultConfig:\n  proxyMetadata: {ISTIO_META_DNS_CAPTURE: \"true\"}\n\
                 extensionProviders:\n- name: otel\n  opentelemetry: {service: otel.observability.svc, port: 4317}\n\
                 mixerCheckServer: old:9091\ntrustDomian: typo.org\ndefault_config: {drain_duration: 45s}\n";
     let settings = MeshSettings::parse("mesh.yaml", text).unwrap();
@@ -35,7 +35,7 @@ fn every_other_field_is_reported_with_its_path_and_what_it_is() {
     assert_eq!(
         problem_paths(&settings),
         vec![
-            ("accessLogFile", not_applied),
+            ("enablePrometheusMerge", not_applied),
             ("defaultConfig", not_applied),
             ("extensionProviders", not_applied),
             ("mixerCheckServer", "Istio removed this field and ignores it (Mixer is gone)"),
