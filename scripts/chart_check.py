@@ -125,8 +125,9 @@ def check_objects(variant, values, objects):
             fail(f"{variant}: ClusterRole grants {rule.get('verbs')} (read only: {READ})")
         for group in rule.get("apiGroups", []):
             grants.setdefault(group, set()).update(resources)
-    # Secrets: the certificates Gateways and DestinationRules name.
-    core = {"services", "pods", "nodes", "secrets", "namespaces"}
+    # Secrets: the certificates Gateways and DestinationRules name;
+    # ConfigMaps: Istio's mesh config (the `istio` ConfigMap).
+    core = {"services", "pods", "nodes", "secrets", "namespaces", "configmaps"}
     expected = {"": core, "discovery.k8s.io": {"endpointslices"}, "networking.istio.io": set(ISTIO_KINDS),
                 "security.istio.io": set(SECURITY_KINDS), "gateway.networking.k8s.io": set(GATEWAY_API_KINDS),
                 "networking.k8s.io": {"ingresses", "ingressclasses"}}

@@ -32,7 +32,7 @@ use crate::source::RegistryService;
 use crate::source::autoregistration::{self, AutoRegistration};
 use crate::source::file::FileSource;
 use crate::source::jwks::JwksFetcher;
-use crate::source::mesh_config::{MeshConfigSource, MeshConfigStatus};
+use crate::source::mesh_config::{MeshConfigSource, MeshConfigStatus, MeshOrigin};
 use crate::xds::AdsService;
 use crate::xds::server::StreamLimits;
 use connections::{ConnectionPolicy, XdsListener};
@@ -47,6 +47,9 @@ pub struct ServeOptions {
     /// The namespaces read from it: those matching any (none: all), as
     /// MeshConfig's `discoverySelectors`.
     pub discovery_selectors: Vec<kube::core::Selector>,
+    /// The Istio revision served (`istio.io/rev`): objects read from
+    /// Kubernetes that are labelled for another revision are not.
+    pub revision: Option<String>,
     /// ADS address.
     pub xds_addr: ListenAddr,
     /// Admin address.
@@ -68,20 +71,23 @@ pub struct ServeOptions {
     /// What the mesh config file set that meshpush does not apply, each
     /// with its path: logged at startup and listed on `/debug/configz`.
     pub mesh_problems: Vec<crate::config::Problem>,
-    /// The mesh config file to follow while serving, with the flags that
-    /// stay over it.
-    pub mesh_file: Option<MeshFile>,
+    /// The mesh config to follow while serving (a file, or Istio's
+    /// ConfigMap), with the flags that stay over it.
+    pub mesh_source: Option<MeshSource>,
     /// How often fetched JWKS are fetched again.
     pub jwks_refresh: Duration,
 }
 
-/// Istio's mesh config file (`--mesh-config`), followed while serving.
+/// Istio's mesh config (`--mesh-config FILE`, or the `istio` ConfigMap),
+/// followed while serving.
 #[derive(Debug, Clone)]
-pub struct MeshFile {
-    /// Its path.
-    pub path: PathBuf,
+pub struct MeshSource {
+    /// Where it is read.
+    pub origin: MeshOrigin,
     /// The settings the command line lays over it.
     pub flags: crate::config::mesh::MeshSettings,
+    /// What it gave at startup, with the flags over it.
+    pub startup: crate::config::mesh::MeshSettings,
 }
 
 /// The mesh's CA and the port that serves ADS, the CA and the registry
@@ -361,6 +367,7 @@ pub async fn run(options: ServeOptions) -> anyhow::Result<()> {
                 client,
                 resources,
                 options.discovery_selectors.clone(),
+                options.revision.as_deref(),
                 store.clone(),
                 changes_tx.clone(),
             );
@@ -412,11 +419,19 @@ pub async fn run(options: ServeOptions) -> anyhow::Result<()> {
         Some(source) => Some(source.watch(store.clone(), changes_tx.clone()).context("watching the config directory")?),
         None => None,
     };
-    let mesh_watcher = match options.mesh_file.clone() {
-        Some(file) => {
+    let mesh_watcher = match options.mesh_source.clone() {
+        Some(mesh) => {
             let kube_read = options.kube.is_some();
-            let source = MeshConfigSource::new(file.path, file.flags, options.mesh.clone(), kube_read, mesh_status);
-            Some(source.watch(store.clone(), changes_tx.clone()).context("watching the mesh config file")?)
+            let origin = mesh.origin.name();
+            let source = MeshConfigSource::new(
+                mesh.origin,
+                mesh.flags,
+                &mesh.startup,
+                options.mesh.clone(),
+                kube_read,
+                mesh_status,
+            );
+            Some(source.watch(store.clone(), changes_tx.clone()).with_context(|| format!("watching {origin}"))?)
         }
         None => None,
     };

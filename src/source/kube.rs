@@ -39,6 +39,9 @@
 //!   its objects and one that leaves takes them away; nothing of an
 //!   unselected namespace is kept (its Namespace object neither). Nodes
 //!   belong to no namespace: all are read.
+//! * Revisions, as istiod's: a server started with `--revision REV` reads
+//!   the Istio and Gateway API objects labelled `istio.io/rev: REV` or not
+//!   labelled at all; one relabelled for another revision leaves the store.
 //! * [`KubeStatus::wait_synced`] resolves once every watcher's first list is
 //!   applied, with the store revision that holds them all: `serve` is not
 //!   ready before that is published, as istiod waits for its informers.
@@ -267,11 +270,13 @@ impl KubeStatus {
 
 /// Starts one watcher per resource, writing into `store` and sending each
 /// change set on `changes`, reading only the namespaces `selectors` pick
-/// (any of them; none: every namespace). The watchers run until aborted.
+/// (any of them; none: every namespace) and, for a server of `revision`,
+/// only the Istio objects for it. The watchers run until aborted.
 pub fn start(
     client: kube::Client,
     resources: Vec<(ConfigKind, ApiResource)>,
     selectors: Vec<kube::core::Selector>,
+    revision: Option<&str>,
     store: Arc<ConfigStore>,
     changes: mpsc::Sender<ChangeSet>,
 ) -> (KubeStatus, Vec<tokio::task::JoinHandle<()>>) {
@@ -292,6 +297,7 @@ pub fn start(
             changes: changes.clone(),
             status: status.clone(),
             held: HashMap::new(),
+            revision: revision.map(Arc::from),
         };
         tasks.push(tokio::spawn(watch.run(client.clone(), namespaces.clone())));
     }
@@ -370,7 +376,26 @@ struct KindWatch {
     /// Keys this watcher put in the store, with the resource version that
     /// was last seen of each (valid or not).
     held: HashMap<ConfigKey, Arc<str>>,
+    /// The Istio revision of this server (`--revision`).
+    revision: Option<Arc<str>>,
 }
+
+/// The API groups whose objects istiod reads only for its revision.
+const REVISIONED_GROUPS: [&str; 4] =
+    ["networking.istio.io", "security.istio.io", "telemetry.istio.io", gateway_api::GROUP];
+
+/// Whether an object with `labels` is for `revision`, as istiod decides
+/// (`istio.io/rev`): an object without the label is for every revision, one
+/// with it for that revision alone; a server without a revision reads all.
+pub fn in_revision(revision: Option<&str>, labels: Option<&BTreeMap<String, String>>) -> bool {
+    match (revision, labels.and_then(|l| l.get(REVISION_LABEL))) {
+        (Some(revision), Some(label)) => label == revision,
+        _ => true,
+    }
+}
+
+/// The label naming the Istio revision an object is for.
+pub const REVISION_LABEL: &str = "istio.io/rev";
 
 /// One object of an event, parsed.
 struct Parsed {
@@ -413,8 +438,15 @@ impl KindWatch {
         let mut events = std::pin::pin!(events);
         let cluster_scoped = self.kind.is_cluster_scoped();
         let is_namespace = self.kind == ConfigKind::Namespace;
+        // Istio's and the Gateway API's objects labelled for another
+        // revision are another istiod's, as istiod leaves them.
+        let revisioned = self.revision.is_some() && REVISIONED_GROUPS.contains(&self.kind.api_group());
+        let revision = self.revision.clone();
         // A Namespace belongs to itself: only the selected ones are read.
         let wanted = |object: &DynamicObject| {
+            if revisioned && !in_revision(revision.as_deref(), object.metadata.labels.as_ref()) {
+                return false;
+            }
             let in_selected = |ns: Option<&String>| selected.is_none_or(|set| ns.is_some_and(|ns| set.contains(ns)));
             if is_namespace {
                 in_selected(object.metadata.name.as_ref())
@@ -426,7 +458,10 @@ impl KindWatch {
         let mut listing: Option<Vec<Parsed>> = None;
         while let Some(event) = events.next().await {
             let event = match event {
-                Ok(Event::InitApply(object) | Event::Apply(object)) if !wanted(&object) => continue,
+                Ok(Event::InitApply(object)) if !wanted(&object) => continue,
+                // An object that left what is read (relabelled for another
+                // revision) leaves the store; a list drops it by itself.
+                Ok(Event::Apply(object)) if !wanted(&object) => Ok(Event::Delete(object)),
                 other => other,
             };
             match event {
@@ -589,5 +624,15 @@ mod tests {
         status.listed(ConfigKind::Pod, 5);
         assert_eq!(waiting.await.unwrap(), 7);
         assert!(status.pending().is_empty());
+    }
+
+    #[test]
+    fn an_object_is_for_its_revision_or_for_all_when_unlabelled() {
+        let labels = |rev: &str| BTreeMap::from([(REVISION_LABEL.to_string(), rev.to_string())]);
+        assert!(in_revision(Some("canary"), None), "no labels: every revision's");
+        assert!(in_revision(Some("canary"), Some(&BTreeMap::new())));
+        assert!(in_revision(Some("canary"), Some(&labels("canary"))));
+        assert!(!in_revision(Some("canary"), Some(&labels("stable"))));
+        assert!(in_revision(None, Some(&labels("stable"))), "a server without a revision reads all");
     }
 }

@@ -1,9 +1,14 @@
-//! The mesh config file, followed while serving: `serve --mesh-config FILE`
-//! re-reads the file whenever its directory changes (an editor's save, or a
-//! ConfigMap volume swapping its `..data` link) and writes what it gives,
+//! The mesh config, followed while serving, from where istiod reads it
+//! ([`MeshOrigin`]): the file `serve --mesh-config FILE` names, re-read
+//! whenever its directory changes (an editor's save, or a ConfigMap volume
+//! swapping its `..data` link); or, with Kubernetes and no file, the `mesh`
+//! key of the `istio` ConfigMap (`istio-REV` for a revision) in
+//! `istio-system`, watched through the API server. Each new text is written,
 //! with the command line's flags over it, into the store as the one
 //! `MeshConfig` object. The engine then builds a fresh snapshot on it and
-//! pushes everything, as istiod does on a mesh config change.
+//! pushes everything, as istiod does on a mesh config change. A ConfigMap
+//! that is missing (or loses its `mesh` key) serves Istio's defaults, as
+//! istiod does, and says so.
 //!
 //! What cannot change while serving is kept and reported: the trust domain
 //! (the CA issues in the one it started with) and the discovery selectors
@@ -19,6 +24,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
+use k8s_openapi::api::core::v1::ConfigMap;
 use notify::{RecursiveMode, Watcher};
 use tokio::sync::mpsc;
 
@@ -26,6 +32,86 @@ use crate::config::mesh::{MeshConfig, MeshConfigObject, MeshSettings};
 use crate::config::{ConfigObject, Problem, Severity, SourceRef};
 use crate::model::store::Write;
 use crate::model::{ChangeSet, ConfigStore};
+use crate::source::kube::KubeAccess;
+use crate::text::Shown;
+
+/// The key of Istio's ConfigMap that holds the mesh config.
+pub const MESH_KEY: &str = "mesh";
+
+/// Where the mesh config is read.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum MeshOrigin {
+    /// A file (`--mesh-config`).
+    File(PathBuf),
+    /// The `mesh` key of a ConfigMap, through the Kubernetes API.
+    ConfigMap {
+        /// How to reach the API server.
+        access: KubeAccess,
+        /// The ConfigMap's namespace.
+        namespace: String,
+        /// Its name.
+        name: String,
+    },
+}
+
+impl MeshOrigin {
+    /// The ConfigMap Istio reads for `revision` in `namespace`: `istio`, or
+    /// `istio-REV` for a revision other than `default`.
+    pub fn istio_configmap(access: KubeAccess, namespace: &str, revision: Option<&str>) -> MeshOrigin {
+        let name = match revision.filter(|r| !r.is_empty() && *r != "default") {
+            Some(revision) => format!("istio-{revision}"),
+            None => "istio".to_string(),
+        };
+        MeshOrigin::ConfigMap { access, namespace: namespace.to_string(), name }
+    }
+
+    /// How problems and the log name it: the file's path, or
+    /// `k8s:ConfigMap/NS/NAME` as the Kubernetes source names its objects.
+    pub fn name(&self) -> String {
+        match self {
+            MeshOrigin::File(path) => path.display().to_string(),
+            MeshOrigin::ConfigMap { namespace, name, .. } => format!("k8s:ConfigMap/{namespace}/{name}"),
+        }
+    }
+
+    /// Reads the mesh config once (at startup): the settings it gives, or
+    /// an error that says where it is broken. A missing ConfigMap gives
+    /// Istio's defaults.
+    pub async fn read(&self) -> Result<MeshSettings, String> {
+        let origin = self.name();
+        match self {
+            MeshOrigin::File(path) => MeshSettings::read(path),
+            MeshOrigin::ConfigMap { access, namespace, name } => {
+                let client = crate::source::kube::client(access).await.map_err(|e| format!("{origin}: {e}"))?;
+                let api: kube::Api<ConfigMap> = kube::Api::namespaced(client, namespace);
+                let found = api.get_opt(name).await.map_err(|e| format!("{origin}: {e}"))?;
+                let (text, problem) = configmap_text(&origin, found.as_ref());
+                let mut settings = MeshSettings::parse(&origin, &text)?;
+                settings.problems.extend(problem);
+                Ok(settings)
+            }
+        }
+    }
+}
+
+/// The mesh config text of a ConfigMap (empty: Istio's defaults), and why
+/// it is empty when the ConfigMap or its key is missing.
+fn configmap_text(origin: &str, configmap: Option<&ConfigMap>) -> (String, Option<Problem>) {
+    let defaults = |why: &str| Problem {
+        severity: Severity::Warning,
+        source: SourceRef { file: origin.into(), doc: 0 },
+        object: None,
+        path: String::new(),
+        message: format!("{why}: Istio's default mesh config is served"),
+    };
+    match configmap {
+        None => (String::new(), Some(defaults("no such ConfigMap"))),
+        Some(cm) => match cm.data.as_ref().and_then(|d| d.get(MESH_KEY)) {
+            Some(text) => (text.clone(), None),
+            None => (String::new(), Some(defaults("the ConfigMap has no `mesh` key"))),
+        },
+    }
+}
 
 /// How long the file's directory must be quiet before the file is read
 /// again: a writer's several events become one read of the finished file.
@@ -54,15 +140,17 @@ impl MeshConfigStatus {
     }
 }
 
-/// The mesh config file, the flags laid over it, and what is served.
+/// The mesh config's origin, the flags laid over it, and what is served.
 #[derive(Debug)]
 pub struct MeshConfigSource {
-    path: PathBuf,
+    origin: MeshOrigin,
     flags: MeshSettings,
     /// The mesh config served (the startup one, then each applied edit).
     served: MeshConfig,
-    /// The file's text last read.
+    /// The text last read.
     text: Option<String>,
+    /// Why the text last read is empty, when its ConfigMap or key is missing.
+    missing: Option<Problem>,
     /// The discovery selectors the file gave at startup, as text.
     startup_selectors: Option<String>,
     /// Whether the server reads Kubernetes (else selectors select nothing).
@@ -76,28 +164,41 @@ fn selectors_text(settings: &MeshSettings) -> Option<String> {
 }
 
 impl MeshConfigSource {
-    /// A source for `path`, whose startup reading gave `served`, with
-    /// `flags` over the file, for a server that reads Kubernetes when
-    /// `kube`; `status` holds the startup problems.
+    /// A source for `origin`, whose startup reading gave `startup` (with
+    /// `flags` over it) and `served`, for a server that reads Kubernetes
+    /// when `kube`; `status` holds the startup problems.
     pub fn new(
-        path: PathBuf,
+        origin: MeshOrigin,
         flags: MeshSettings,
+        startup: &MeshSettings,
         served: MeshConfig,
         kube: bool,
         status: MeshConfigStatus,
     ) -> MeshConfigSource {
-        let file = path.display().to_string();
-        let startup = std::fs::read_to_string(&path).ok().and_then(|t| MeshSettings::parse(&file, &t).ok());
-        let startup_selectors = startup.as_ref().and_then(selectors_text);
-        // No text yet: the first read compares the file with what is served,
+        let startup_selectors = selectors_text(startup);
+        // No text yet: the first read compares the text with what is served,
         // so an edit made since startup is not missed.
-        MeshConfigSource { path, flags, served, text: None, startup_selectors, kube, status }
+        MeshConfigSource { origin, flags, served, text: None, missing: None, startup_selectors, kube, status }
     }
 
-    /// Follows the file until the task is aborted, writing each change into
-    /// `store` and sending it down `changes`.
+    /// Follows the origin until the task is aborted, writing each change
+    /// into `store` and sending it down `changes`.
     pub fn watch(
+        self,
+        store: Arc<ConfigStore>,
+        changes: mpsc::Sender<ChangeSet>,
+    ) -> std::io::Result<tokio::task::JoinHandle<()>> {
+        match self.origin.clone() {
+            MeshOrigin::File(path) => self.watch_file(path, store, changes),
+            MeshOrigin::ConfigMap { access, namespace, name } => {
+                Ok(tokio::spawn(self.watch_configmap(access, namespace, name, store, changes)))
+            }
+        }
+    }
+
+    fn watch_file(
         mut self,
+        path: PathBuf,
         store: Arc<ConfigStore>,
         changes: mpsc::Sender<ChangeSet>,
     ) -> std::io::Result<tokio::task::JoinHandle<()>> {
@@ -106,7 +207,7 @@ impl MeshConfigSource {
             let _ = notices.try_send(());
         })
         .map_err(std::io::Error::other)?;
-        let dir = self.path.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new(".")).to_path_buf();
+        let dir = path.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new(".")).to_path_buf();
         watcher.watch(&dir, RecursiveMode::NonRecursive).map_err(std::io::Error::other)?;
         Ok(tokio::spawn(async move {
             let _watcher = watcher;
@@ -115,38 +216,97 @@ impl MeshConfigSource {
                 first = false;
                 // Let the writer finish: read once the directory is quiet.
                 while tokio::time::timeout(SETTLE, queue.recv()).await.is_ok_and(|n| n.is_some()) {}
-                let Some(write) = self.reread() else { continue };
-                let Ok(permit) = changes.clone().reserve_owned().await else { return };
-                store.apply_then([write], move |changes| {
-                    permit.send(changes);
-                });
+                let Some(write) = self.reread(&path) else { continue };
+                if !write_through(&store, &changes, write).await {
+                    return;
+                }
             }
         }))
     }
 
-    /// Reads the file again; the store write that serves what changed, if anything did.
-    fn reread(&mut self) -> Option<Write> {
-        let file = self.path.display().to_string();
-        let text = match std::fs::read_to_string(&self.path) {
+    /// Follows the ConfigMap `namespace/name` until the task is aborted.
+    async fn watch_configmap(
+        mut self,
+        access: KubeAccess,
+        namespace: String,
+        name: String,
+        store: Arc<ConfigStore>,
+        changes: mpsc::Sender<ChangeSet>,
+    ) {
+        use futures::StreamExt as _;
+        use kube::runtime::WatchStreamExt as _;
+        use kube::runtime::watcher::{self, Event};
+        let origin = self.origin.name();
+        let client = match crate::source::kube::client(&access).await {
+            Ok(client) => client,
+            Err(e) => {
+                self.refuse(&origin, format!("cannot reach the API server: {e}"));
+                return;
+            }
+        };
+        let api: kube::Api<ConfigMap> = kube::Api::namespaced(client, &namespace);
+        let config = watcher::Config::default().fields(&format!("metadata.name={name}"));
+        let mut events = std::pin::pin!(watcher::watcher(api, config).default_backoff());
+        let mut listed: Option<ConfigMap> = None;
+        while let Some(event) = events.next().await {
+            let current = match event {
+                Ok(Event::Init) => {
+                    listed = None;
+                    continue;
+                }
+                Ok(Event::InitApply(cm)) => {
+                    listed = Some(cm);
+                    continue;
+                }
+                Ok(Event::InitDone) => listed.take(),
+                Ok(Event::Apply(cm)) => Some(cm),
+                Ok(Event::Delete(_)) => None,
+                Err(e) => {
+                    let text = e.to_string();
+                    tracing::warn!("watching the mesh config {origin}: {}; retrying", Shown(&text));
+                    continue;
+                }
+            };
+            let (text, missing) = configmap_text(&origin, current.as_ref());
+            self.missing = missing;
+            let Some(write) = self.take(&origin, text) else { continue };
+            if !write_through(&store, &changes, write).await {
+                return;
+            }
+        }
+    }
+
+    /// Reads the file at `path` again; the store write that serves what
+    /// changed, if anything did.
+    fn reread(&mut self, path: &Path) -> Option<Write> {
+        let file = path.display().to_string();
+        let text = match std::fs::read_to_string(path) {
             Ok(text) => text,
             Err(e) => {
                 self.refuse(&file, format!("cannot read the file: {e}"));
                 return None;
             }
         };
+        self.take(&file, text)
+    }
+
+    /// Takes the text read from the origin (named `file` in problems); the
+    /// store write that serves what changed, if anything did.
+    fn take(&mut self, file: &str, text: String) -> Option<Write> {
         if self.text.as_deref() == Some(&text) {
             return None;
         }
         self.text = Some(text.clone());
-        let settings = match MeshSettings::parse(&file, &text) {
+        let settings = match MeshSettings::parse(file, &text) {
             Ok(settings) => settings,
             Err(e) => {
                 let message = e.strip_prefix(&format!("{file}: ")).unwrap_or(&e).to_string();
-                self.refuse(&file, message);
+                self.refuse(file, message);
                 return None;
             }
         };
-        let (mesh, problems) = self.apply(&file, settings);
+        let (mesh, mut problems) = self.apply(file, settings);
+        problems.extend(self.missing.clone());
         let known = self.status.problems();
         for problem in problems.iter().filter(|p| !known.contains(p)) {
             tracing::warn!("mesh config {problem}");
@@ -208,6 +368,16 @@ impl MeshConfigSource {
             message: format!("{message}; the last good mesh config stays served"),
         }]);
     }
+}
+
+/// Writes `write` into `store` and sends its change set down `changes`;
+/// false when the engine is gone.
+async fn write_through(store: &ConfigStore, changes: &mpsc::Sender<ChangeSet>, write: Write) -> bool {
+    let Ok(permit) = changes.clone().reserve_owned().await else { return false };
+    store.apply_then([write], move |changes| {
+        permit.send(changes);
+    });
+    true
 }
 
 #[cfg(test)]

@@ -126,3 +126,84 @@ fn an_edit_of_the_mesh_config_is_served_and_a_broken_one_keeps_the_last_good() {
         if configz["mesh"]["rootNamespace"] == "third" && clean { Ok(()) } else { Err(configz["mesh"].to_string()) }
     });
 }
+
+/// Istio's `istio` ConfigMap (`istio-REV` for a revision) in `istio-system`, holding `mesh`.
+fn configmap(name: &str, mesh: &str) -> String {
+    let mesh: String = mesh.lines().map(|l| format!("    {l}\n")).collect();
+    format!(
+        "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: {name}\n  namespace: istio-system\ndata:\n  mesh: |\n{mesh}"
+    )
+}
+
+/// Whether the snapshot `mesh` serves holds a VirtualService `shop/NAME`.
+fn serves_virtual_service(mesh: &Meshpush, name: &str) -> bool {
+    configz(mesh)["objects"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|o| o["kind"] == "VirtualService" && o["namespace"] == "shop" && o["name"] == name)
+}
+
+/// With Kubernetes and no file, the mesh config is the `mesh` key of
+/// Istio's ConfigMap, read through the API server (the stand-in) and
+/// followed; a revision's server reads `istio-REV` and leaves the objects
+/// labelled for another revision; a deleted ConfigMap serves Istio's
+/// defaults and says so.
+#[test]
+fn the_istio_configmap_is_read_and_followed_and_a_revision_reads_its_own() {
+    use support::kube_api::KubeApi;
+    let api = KubeApi::start();
+    api.put(&configmap("istio", "rootNamespace: first\naccessLogFile: /dev/stdout\n"));
+    api.put(&configmap("istio-canary", "rootNamespace: canary-root\n"));
+    let route = |name: &str, revision: Option<&str>| {
+        let labels = revision.map(|r| format!("\n  labels:\n    istio.io/rev: {r}")).unwrap_or_default();
+        format!(
+            "apiVersion: networking.istio.io/v1\nkind: VirtualService\nmetadata:\n  name: {name}\n  namespace: shop{labels}\n\
+             spec:\n  hosts: [web]\n  http:\n  - route:\n    - destination:\n        host: web\n"
+        )
+    };
+    api.put(&route("everyones", None));
+    api.put(&route("canarys", Some("canary")));
+    api.put(&route("stables", Some("stable")));
+    let kubeconfig = tempfile::NamedTempFile::new().unwrap();
+    std::fs::write(kubeconfig.path(), api.kubeconfig()).unwrap();
+
+    let default = Meshpush::start_kube(kubeconfig.path(), &[]);
+    let canary = Meshpush::start_kube(kubeconfig.path(), &["--revision", "canary"]);
+    let deadline = || Instant::now() + Duration::from_secs(10);
+    let wait_root = |mesh: &Meshpush, root: &str| {
+        support::process::wait_until(deadline(), &format!("rootNamespace {root}"), &[mesh.process()], || {
+            let served = configz(mesh)["mesh"].clone();
+            if served["rootNamespace"] == root { Ok(()) } else { Err(served.to_string()) }
+        });
+    };
+    // Read at startup: served from the first snapshot on.
+    assert_eq!(configz(&default)["mesh"]["rootNamespace"], "first");
+    assert_eq!(configz(&default)["mesh"]["accessLog"]["file"], "/dev/stdout");
+    assert_eq!(configz(&canary)["mesh"]["rootNamespace"], "canary-root", "a revision reads istio-canary");
+    for name in ["everyones", "canarys", "stables"] {
+        assert!(serves_virtual_service(&default, name), "a server without a revision reads every object: {name}");
+    }
+    assert!(serves_virtual_service(&canary, "everyones") && serves_virtual_service(&canary, "canarys"));
+    assert!(!serves_virtual_service(&canary, "stables"), "another revision's object is not served");
+
+    // Followed: an edit is served, a relabelled object leaves the canary.
+    api.put(&configmap("istio", "rootNamespace: second\n"));
+    wait_root(&default, "second");
+    api.put(&route("canarys", Some("stable")));
+    support::process::wait_until(deadline(), "the relabelled object to leave", &[canary.process()], || {
+        if serves_virtual_service(&canary, "canarys") { Err("still served".to_string()) } else { Ok(()) }
+    });
+
+    // Gone: Istio's defaults, and a word on /debug/configz.
+    api.delete("ConfigMap", "istio-system", "istio");
+    wait_root(&default, "istio-system");
+    let problems = configz(&default)["problems"].to_string();
+    assert!(
+        problems.contains("k8s:ConfigMap/istio-system/istio") && problems.contains("no such ConfigMap"),
+        "{problems}"
+    );
+    api.put(&configmap("istio", "rootNamespace: back\n"));
+    wait_root(&default, "back");
+    assert!(!configz(&default)["problems"].to_string().contains("no such ConfigMap"));
+}

@@ -142,6 +142,12 @@ fn kubectl_lists_gets_and_watches_through_the_stand_in() {
         .unwrap();
     assert!(out.status.success(), "kubectl get secrets: {}", String::from_utf8_lossy(&out.stderr));
     assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "secret/shop-cert");
+    // Istio's ConfigMap by name, as meshpush reads the mesh config from it.
+    api.put("apiVersion: v1\nkind: ConfigMap\nmetadata: {name: istio, namespace: istio-system}\ndata:\n  mesh: 'rootNamespace: x'\n");
+    let out =
+        base(&["get", "configmap", "istio", "-n", "istio-system", "-o", "jsonpath={.data.mesh}"]).output().unwrap();
+    assert!(out.status.success(), "kubectl get configmap: {}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "rootNamespace: x");
     // A TokenReview, as the CA creates one: kubectl posts it raw.
     api.accept_token("good-token", "shop", "ledger");
     let review = cache.path().join("review.json");

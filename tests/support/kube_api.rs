@@ -9,7 +9,7 @@
 //! client) is run against it too (`tests/protocol/kube_api.rs`):
 //!
 //! * discovery: `/version`, `/api`, `/apis`, `/api/v1`, `/apis/GROUP/VERSION`
-//!   (core Services, Pods, Namespaces, Nodes; `discovery.k8s.io/v1`
+//!   (core Services, Pods, Namespaces, Nodes, Secrets, ConfigMaps; `discovery.k8s.io/v1`
 //!   EndpointSlices; `networking.istio.io` kinds at `v1`, `v1beta1` and
 //!   `v1alpha3`, all versions serving the same objects, as a CRD with
 //!   several served versions does);
@@ -68,6 +68,7 @@ const RESOURCES: &[Resource] = &[
     Resource { group: "", versions: &["v1"], kind: "Namespace", plural: "namespaces", namespaced: false },
     Resource { group: "", versions: &["v1"], kind: "Node", plural: "nodes", namespaced: false },
     Resource { group: "", versions: &["v1"], kind: "Secret", plural: "secrets", namespaced: true },
+    Resource { group: "", versions: &["v1"], kind: "ConfigMap", plural: "configmaps", namespaced: true },
     Resource {
         group: "discovery.k8s.io",
         versions: &["v1"],

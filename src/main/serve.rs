@@ -1,0 +1,344 @@
+//! `meshpush serve`: its flags, and how they become the server's options
+//! (the mesh config read first, from its file or Istio's ConfigMap, with
+//! the flags over it).
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use meshpush::source::mesh_config::MeshOrigin;
+
+use crate::{LogFormat, init_tracing, non_empty, parse_bytes, parse_duration, trust_domain};
+
+/// The namespace of Istio's ConfigMap when --mesh-configmap names none
+/// (istiod reads its own namespace's; Istio installs into this one).
+const ISTIO_NAMESPACE: &str = "istio-system";
+
+/// `NAMESPACE/NAME`.
+fn parse_configmap(value: &str) -> Result<(String, String), String> {
+    match value.split_once('/') {
+        Some((ns, name)) if !ns.is_empty() && !name.is_empty() && !name.contains('/') => {
+            Ok((ns.to_string(), name.to_string()))
+        }
+        _ => Err(format!("{value:?} is not NAMESPACE/NAME")),
+    }
+}
+
+#[derive(Debug, clap::Args)]
+pub(crate) struct ServeArgs {
+    /// Directory of Kubernetes-style YAML (read recursively, watched).
+    /// Default: `examples/bookinfo`, unless the mesh comes from Kubernetes.
+    #[arg(long)]
+    config: Option<PathBuf>,
+    /// Read the mesh from the Kubernetes API server of this kubeconfig's
+    /// current context (alone, or together with --config).
+    #[arg(long, conflicts_with = "in_cluster")]
+    kubeconfig: Option<PathBuf>,
+    /// Read the mesh from the Kubernetes API server of the Pod meshpush runs
+    /// in (its service account; KUBERNETES_SERVICE_HOST).
+    #[arg(long)]
+    in_cluster: bool,
+    /// With Kubernetes: read only the namespaces whose labels match this
+    /// LabelSelector (YAML or JSON: `{matchLabels: {istio-discovery: enabled}}`,
+    /// or `matchExpressions`), as MeshConfig's discoverySelectors; repeatable
+    /// (a namespace matching any is read).
+    #[arg(long = "discovery-selector", value_parser = meshpush::source::kube::parse_discovery_selector)]
+    discovery_selectors: Vec<kube::core::Selector>,
+    /// Istio's mesh config (the YAML of the `istio` ConfigMap's `mesh`
+    /// key), followed while serving (an edit is pushed; trustDomain and
+    /// discoverySelectors apply from startup); every field it sets that is
+    /// not applied is reported. A flag below overrides the file's value.
+    /// Without it, a server reading Kubernetes follows Istio's ConfigMap.
+    #[arg(long)]
+    mesh_config: Option<PathBuf>,
+    /// The ConfigMap (`NAMESPACE/NAME`) whose `mesh` key is the mesh config,
+    /// read and followed through the Kubernetes API when no --mesh-config
+    /// is given. Default: `istio-system/istio`, or `istio-system/istio-REV`
+    /// with --revision, as Istio names it.
+    #[arg(long, value_parser = parse_configmap, conflicts_with = "mesh_config")]
+    mesh_configmap: Option<(String, String)>,
+    /// The Istio revision this server is (`istio.io/rev`): its mesh config
+    /// is the ConfigMap `istio-REV`, and Istio objects read from
+    /// Kubernetes that are labelled for another revision are not served.
+    #[arg(long)]
+    revision: Option<String>,
+    /// ADS gRPC address: `IP:PORT`, or `unix:PATH` for a Unix domain socket.
+    #[arg(long, default_value = "127.0.0.1:15010")]
+    xds_addr: meshpush::serve::ListenAddr,
+    /// Admin HTTP address (`/ready`).
+    #[arg(long, default_value = "127.0.0.1:15014")]
+    admin_addr: SocketAddr,
+    /// Quiet time that ends a burst of config changes.
+    #[arg(long, default_value = "100ms", value_parser = parse_duration)]
+    debounce_after: Duration,
+    /// Longest a burst of config changes is held back.
+    #[arg(long, default_value = "10s", value_parser = parse_duration)]
+    debounce_max: Duration,
+    /// Config files larger than this are not read (an error that keeps what
+    /// the file defined before; `16MiB`, `64MB`, bytes).
+    #[arg(long, default_value = "16MiB", value_parser = parse_bytes)]
+    max_config_file_bytes: u64,
+    /// Largest ADS request accepted; a larger one ends its stream with RESOURCE_EXHAUSTED.
+    #[arg(long, default_value = "4MiB", value_parser = parse_bytes)]
+    max_request_bytes: u64,
+    /// Request bytes all ADS streams together may be receiving or handling;
+    /// a request waits for room, and is refused after 10 s.
+    #[arg(long, default_value = "64MiB", value_parser = parse_bytes)]
+    request_budget_bytes: u64,
+    /// New ADS streams started per second, in arrival order (0: no pacing).
+    /// Default: 1,000 per core.
+    #[arg(long)]
+    max_new_streams_per_second: Option<u32>,
+    /// New streams that may start at once after a quiet spell (default: a second's worth).
+    #[arg(long)]
+    new_stream_burst: Option<u32>,
+    /// Age at which an xDS connection is drained (GOAWAY; its streams end
+    /// UNAVAILABLE and Envoy reconnects), jittered ±10 %; `0s`: never.
+    #[arg(long, default_value = "30m", value_parser = parse_duration)]
+    max_connection_age: Duration,
+    /// How long a drained connection's streams have to end before it is closed.
+    #[arg(long, default_value = "10s", value_parser = parse_duration)]
+    max_connection_age_grace: Duration,
+    /// How often the key sets RequestAuthentications name by `jwksUri` (or
+    /// by issuer) are fetched again (Istio's PILOT_JWT_PUB_KEY_REFRESH_INTERVAL).
+    #[arg(long, default_value = "20m", value_parser = parse_duration)]
+    jwks_refresh: Duration,
+    /// Concurrent streams one xDS connection may open (HTTP/2 SETTINGS_MAX_CONCURRENT_STREAMS).
+    #[arg(long, default_value_t = 100)]
+    max_streams_per_connection: u32,
+    /// Time the admin port's expensive views (`/`, syncz, config_dump,
+    /// connections, scopes, configz) may take per second, all clients
+    /// together; beyond it they are answered 503 with Retry-After (`0s`: no limit).
+    #[arg(long, default_value = "100ms", value_parser = parse_duration)]
+    admin_render_budget: Duration,
+    /// Expensive admin views one client address may ask for per second
+    /// (twice that at once after a quiet spell; then 429); 0: no limit.
+    #[arg(long, default_value_t = 20)]
+    admin_views_per_client: u32,
+    /// Be the mesh's certificate authority, with the key material of this
+    /// directory: Istio's plug-in CA files (ca-cert.pem, ca-key.pem,
+    /// root-cert.pem, cert-chain.pem), or, when it has none, a self-signed
+    /// root created there. Turns the secure xDS port on.
+    #[arg(long)]
+    ca_dir: Option<PathBuf>,
+    /// The secure xDS port (needs --ca-dir): ADS, the CA and the registry
+    /// API over mutual TLS, as istiod's 15012; `IP:PORT` or `unix:PATH`.
+    #[arg(long, default_value = "0.0.0.0:15012", requires = "ca_dir")]
+    secure_xds_addr: meshpush::serve::ListenAddr,
+    /// The mesh's trust domain: of the identities the CA issues, and of the
+    /// SPIFFE names sidecars check each other's certificates for
+    /// (spiffe://TRUST_DOMAIN/ns/NS/sa/SA).
+    /// Default: the mesh config's, else cluster.local.
+    #[arg(long, value_parser = trust_domain)]
+    trust_domain: Option<String>,
+    /// The mesh's root namespace (MeshConfig's rootNamespace): a
+    /// PeerAuthentication without a selector there applies to the whole mesh.
+    /// Default: the mesh config's, else istio-system.
+    #[arg(long)]
+    root_namespace: Option<String>,
+    /// The Ingress class meshpush serves (MeshConfig's ingressClass): the
+    /// `kubernetes.io/ingress.class` annotation value, and the
+    /// `ingressClassName` that counts as Istio's without an IngressClass.
+    /// Default: the mesh config's, else istio.
+    #[arg(long, value_parser = non_empty)]
+    ingress_class: Option<String>,
+    /// Which Ingresses are served (MeshConfig's ingressControllerMode):
+    /// OFF (none), STRICT (only of the ingress class) or DEFAULT (those of
+    /// the class, and those that name no class).
+    /// Default: the mesh config's, else STRICT.
+    #[arg(long)]
+    ingress_controller_mode: Option<meshpush::config::mesh::IngressControllerMode>,
+    /// The `istio` label value of the routers that serve Ingresses
+    /// (MeshConfig's ingressSelector).
+    /// Default: the mesh config's, else ingressgateway.
+    #[arg(long)]
+    ingress_selector: Option<String>,
+    /// The Service of istio-system whose addresses the served Ingresses
+    /// report in their status (MeshConfig's ingressService).
+    /// Default: the mesh config's, else istio-ingressgateway.
+    #[arg(long, value_parser = non_empty)]
+    ingress_service: Option<String>,
+    /// Also authenticate certificate requests by JWTs signed by a key of
+    /// this JSON Web Key Set (audience istio-ca, subject
+    /// system:serviceaccount:NS:SA); re-read when it changes.
+    #[arg(long, requires = "ca_dir")]
+    jwks: Option<PathBuf>,
+    /// A name the secure port's certificate carries (DNS name or IP);
+    /// repeatable. Default: istiod.istio-system.svc, localhost, 127.0.0.1, ::1.
+    #[arg(long = "server-san", requires = "ca_dir")]
+    server_sans: Vec<String>,
+    /// An identity that may use the registry API on the secure port
+    /// (`spiffe://cluster.local/ns/NS/sa/SA`); repeatable.
+    #[arg(long = "registry-writer", requires = "ca_dir")]
+    registry_writers: Vec<meshpush::model::Identity>,
+    /// Lifetime of a workload certificate when its request asks for none.
+    #[arg(long, default_value = "24h", value_parser = parse_duration)]
+    workload_cert_ttl: Duration,
+    /// The longest lifetime a workload certificate request may ask for.
+    #[arg(long, default_value = "2160h", value_parser = parse_duration)]
+    max_workload_cert_ttl: Duration,
+}
+
+impl ServeArgs {
+    /// Where the mesh config is read: the file, else (reading Kubernetes)
+    /// the ConfigMap.
+    fn mesh_origin(&self) -> Option<MeshOrigin> {
+        if let Some(path) = &self.mesh_config {
+            return Some(MeshOrigin::File(path.clone()));
+        }
+        let access = self.kube_access()?;
+        Some(match &self.mesh_configmap {
+            Some((namespace, name)) => {
+                MeshOrigin::ConfigMap { access, namespace: namespace.clone(), name: name.clone() }
+            }
+            None => MeshOrigin::istio_configmap(access, ISTIO_NAMESPACE, self.revision.as_deref()),
+        })
+    }
+
+    /// The mesh settings the flags set.
+    fn mesh_flags(&self) -> meshpush::config::mesh::MeshSettings {
+        meshpush::config::mesh::MeshSettings {
+            trust_domain: self.trust_domain.clone(),
+            root_namespace: self.root_namespace.clone(),
+            ingress_class: self.ingress_class.clone(),
+            ingress_controller_mode: self.ingress_controller_mode,
+            ingress_selector: self.ingress_selector.clone(),
+            ingress_service: self.ingress_service.clone(),
+            discovery_selectors: (!self.discovery_selectors.is_empty()).then(|| self.discovery_selectors.clone()),
+            ..Default::default()
+        }
+    }
+
+    fn security(&self, mesh: &meshpush::config::mesh::MeshConfig) -> Option<meshpush::serve::SecureXds> {
+        let ca_dir = self.ca_dir.clone()?;
+        Some(meshpush::serve::SecureXds {
+            addr: self.secure_xds_addr.clone(),
+            ca_dir,
+            trust_domain: mesh.trust_domain.to_string(),
+            jwks: self.jwks.clone(),
+            server_names: if self.server_sans.is_empty() {
+                meshpush::ca::tls::DEFAULT_SERVER_NAMES.iter().map(ToString::to_string).collect()
+            } else {
+                self.server_sans.clone()
+            },
+            registry_writers: self.registry_writers.clone(),
+            lifetimes: meshpush::ca::Lifetimes {
+                default_ttl: self.workload_cert_ttl,
+                max_ttl: self.max_workload_cert_ttl,
+            },
+        })
+    }
+
+    fn kube_access(&self) -> Option<meshpush::source::kube::KubeAccess> {
+        use meshpush::source::kube::KubeAccess;
+        match (&self.kubeconfig, self.in_cluster) {
+            (Some(path), _) => Some(KubeAccess::Kubeconfig(path.clone())),
+            (None, true) => Some(KubeAccess::InCluster),
+            (None, false) => None,
+        }
+    }
+
+    fn connections(&self) -> meshpush::serve::connections::ConnectionPolicy {
+        meshpush::serve::connections::ConnectionPolicy {
+            max_age: Some(self.max_connection_age).filter(|age| !age.is_zero()),
+            grace: self.max_connection_age_grace,
+            max_streams: self.max_streams_per_connection.max(1),
+            ..Default::default()
+        }
+    }
+
+    fn limits(&self) -> meshpush::xds::server::StreamLimits {
+        use meshpush::xds::stream::admission::AdmissionRate;
+        let default = AdmissionRate::default_for_this_machine();
+        let admission = match self.max_new_streams_per_second {
+            Some(0) => AdmissionRate::UNLIMITED,
+            Some(rate) => {
+                AdmissionRate { per_second: Some(f64::from(rate)), burst: self.new_stream_burst.unwrap_or(rate) }
+            }
+            None => AdmissionRate { burst: self.new_stream_burst.unwrap_or(default.burst), ..default },
+        };
+        meshpush::xds::server::StreamLimits {
+            admission,
+            max_request_bytes: usize::try_from(self.max_request_bytes).unwrap_or(usize::MAX),
+            request_budget_bytes: usize::try_from(self.request_budget_bytes).unwrap_or(usize::MAX),
+            ..Default::default()
+        }
+    }
+}
+
+/// Runs `meshpush serve`.
+pub(crate) fn run(args: ServeArgs, log_level: &str, log_format: LogFormat) -> ExitCode {
+    let kube = args.kube_access();
+    if !args.discovery_selectors.is_empty() && kube.is_none() {
+        eprintln!(
+            "meshpush serve: --discovery-selector selects Kubernetes namespaces: it needs --kubeconfig or --in-cluster"
+        );
+        return ExitCode::from(2);
+    }
+    if (args.mesh_configmap.is_some() || args.revision.is_some()) && kube.is_none() {
+        eprintln!(
+            "meshpush serve: --mesh-configmap and --revision read Kubernetes: they need --kubeconfig or --in-cluster"
+        );
+        return ExitCode::from(2);
+    }
+    init_tracing(log_level, log_format);
+    meshpush::serve::opt_out_of_huge_pages();
+    let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().expect("tokio runtime");
+    let origin = args.mesh_origin();
+    let read = match &origin {
+        Some(origin) => runtime.block_on(origin.read()),
+        None => Ok(Default::default()),
+    };
+    let settings = match read {
+        Ok(read) => read.over(args.mesh_flags()),
+        Err(e) => {
+            let flag = if args.mesh_config.is_some() { "--mesh-config " } else { "the mesh config " };
+            eprintln!("meshpush serve: {flag}{e}");
+            return ExitCode::from(2);
+        }
+    };
+    let settings = match (&kube, &origin) {
+        (None, Some(origin)) => settings.without_kubernetes(&origin.name()),
+        _ => settings,
+    };
+    let mesh = settings.mesh_config();
+    let options = meshpush::serve::ServeOptions {
+        connections: args.connections(),
+        limits: args.limits(),
+        admin_limits: meshpush::admin::AdminLimits {
+            render_time_per_second: args.admin_render_budget,
+            per_client_per_second: args.admin_views_per_client,
+            per_client_burst: args.admin_views_per_client.saturating_mul(2),
+            ..Default::default()
+        },
+        max_file_bytes: args.max_config_file_bytes,
+        kube: kube.clone(),
+        revision: args.revision.clone(),
+        discovery_selectors: settings.discovery_selectors.clone().unwrap_or_default(),
+        config_dir: match (args.config.clone(), args.kube_access()) {
+            (Some(dir), _) => Some(dir),
+            (None, None) => Some(PathBuf::from("examples/bookinfo")),
+            (None, Some(_)) => None,
+        },
+        secure: args.security(&mesh),
+        mesh,
+        mesh_problems: settings.problems.clone(),
+        mesh_source: origin.map(|origin| meshpush::serve::MeshSource {
+            origin,
+            flags: args.mesh_flags(),
+            startup: settings.clone(),
+        }),
+        xds_addr: args.xds_addr,
+        admin_addr: args.admin_addr,
+        debounce: meshpush::push::DebounceConfig { after: args.debounce_after, max: args.debounce_max },
+        jwks_refresh: args.jwks_refresh,
+    };
+    match runtime.block_on(meshpush::serve::run(options)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            tracing::error!("{e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
