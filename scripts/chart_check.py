@@ -129,7 +129,7 @@ def check_objects(variant, values, objects):
     # ConfigMaps: Istio's mesh config (the `istio` ConfigMap).
     core = {"services", "pods", "nodes", "secrets", "namespaces", "configmaps"}
     expected = {"": core, "discovery.k8s.io": {"endpointslices"}, "networking.istio.io": set(ISTIO_KINDS),
-                "security.istio.io": set(SECURITY_KINDS), "gateway.networking.k8s.io": set(GATEWAY_API_KINDS),
+                "security.istio.io": set(SECURITY_KINDS), "telemetry.istio.io": {"telemetries"}, "gateway.networking.k8s.io": set(GATEWAY_API_KINDS),
                 "networking.k8s.io": {"ingresses", "ingressclasses"}}
     if grants != expected:
         fail(f"{variant}: ClusterRole grants {grants}, expected exactly {expected}")

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Lists every field path of Istio's networking and security kinds, and of its mesh config, from istio/api's protos.
+"""Lists every field path of Istio's networking, security and telemetry kinds, and of its mesh config, from istio/api's protos.
 
 Usage: scripts/istio-api-fields.py ISTIO_API_CHECKOUT > src/config/istio/api_fields.txt
 
@@ -92,10 +92,14 @@ def main():
         parse(proto, "istio.networking.v1alpha3", messages, enums)
     for proto in sorted((root / "security/v1beta1").glob("*.proto")):
         parse(proto, "istio.security.v1beta1", messages, enums)
+    for proto in sorted((root / "telemetry/v1alpha1").glob("*.proto")):
+        parse(proto, "istio.telemetry.v1alpha1", messages, enums)
     kinds = [
         ("networking.v1alpha3", k)
         for k in ["VirtualService", "DestinationRule", "Gateway", "ServiceEntry", "WorkloadEntry", "WorkloadGroup", "Sidecar"]
-    ] + [("security.v1beta1", k) for k in ["PeerAuthentication", "RequestAuthentication", "AuthorizationPolicy"]]
+    ] + [("security.v1beta1", k) for k in ["PeerAuthentication", "RequestAuthentication", "AuthorizationPolicy"]] + [
+        ("telemetry.v1alpha1", "Telemetry")
+    ]
     for package, kind in kinds:
         out = []
         walk(f"istio.{package}.{kind}", "spec.", messages, enums, out, {kind})

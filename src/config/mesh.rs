@@ -11,6 +11,7 @@
 //! on it serves it: a snapshot stays a function of its store.
 
 pub mod file;
+pub mod providers;
 
 use std::sync::Arc;
 
@@ -46,6 +47,11 @@ pub struct MeshConfig {
     /// `accessLogEncoding`, `disableEnvoyListenerLog`), used where no
     /// Telemetry object configures logging.
     pub access_log: AccessLogSettings,
+    /// `extensionProviders`: Istio's built-ins with the mesh's own merged
+    /// in by name.
+    pub extension_providers: Arc<[providers::ExtensionProvider]>,
+    /// `defaultProviders`.
+    pub default_providers: providers::DefaultProviders,
 }
 
 impl Default for MeshConfig {
@@ -55,6 +61,8 @@ impl Default for MeshConfig {
             root_namespace: DEFAULT_ROOT_NAMESPACE.into(),
             ingress: IngressSettings::default(),
             access_log: AccessLogSettings::default(),
+            extension_providers: providers::merge_with_builtins(&[]),
+            default_providers: providers::DefaultProviders::default(),
         }
     }
 }

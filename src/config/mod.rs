@@ -67,6 +67,8 @@ pub enum ConfigKind {
     AuthorizationPolicy,
     /// `security.istio.io RequestAuthentication`: which JWTs a workload accepts.
     RequestAuthentication,
+    /// `telemetry.istio.io Telemetry`: what proxies log, trace and count.
+    Telemetry,
     /// A JWKS meshpush fetched for a RequestAuthentication (internal: written
     /// by `source::jwks` only, never read from a file or an API).
     FetchedJwks,
@@ -98,7 +100,7 @@ pub enum ConfigKind {
 
 impl ConfigKind {
     /// Every kind, in a fixed order.
-    pub const ALL: [ConfigKind; 27] = [
+    pub const ALL: [ConfigKind; 28] = [
         ConfigKind::Service,
         ConfigKind::Pod,
         ConfigKind::EndpointSlice,
@@ -114,6 +116,7 @@ impl ConfigKind {
         ConfigKind::PeerAuthentication,
         ConfigKind::AuthorizationPolicy,
         ConfigKind::RequestAuthentication,
+        ConfigKind::Telemetry,
         ConfigKind::FetchedJwks,
         ConfigKind::MeshConfig,
         ConfigKind::Namespace,
@@ -148,6 +151,7 @@ impl ConfigKind {
             ConfigKind::PeerAuthentication => "PeerAuthentication",
             ConfigKind::AuthorizationPolicy => "AuthorizationPolicy",
             ConfigKind::RequestAuthentication => "RequestAuthentication",
+            ConfigKind::Telemetry => "Telemetry",
             ConfigKind::FetchedJwks => "FetchedJwks",
             ConfigKind::MeshConfig => "MeshConfig",
             ConfigKind::Namespace => "Namespace",
@@ -173,7 +177,7 @@ impl ConfigKind {
     }
 
     /// The kind's API group: `""` (core), `discovery.k8s.io`,
-    /// `networking.istio.io` or `security.istio.io`.
+    /// `networking.istio.io`, `security.istio.io`, `telemetry.istio.io`, …
     pub fn api_group(self) -> &'static str {
         match self {
             ConfigKind::Service | ConfigKind::Pod | ConfigKind::Node | ConfigKind::Secret | ConfigKind::Namespace => "",
@@ -181,6 +185,7 @@ impl ConfigKind {
             ConfigKind::PeerAuthentication | ConfigKind::AuthorizationPolicy | ConfigKind::RequestAuthentication => {
                 "security.istio.io"
             }
+            ConfigKind::Telemetry => "telemetry.istio.io",
             ConfigKind::FetchedJwks | ConfigKind::MeshConfig => "meshpush.io",
             ConfigKind::GatewayClass
             | ConfigKind::KubernetesGateway
@@ -339,6 +344,8 @@ pub enum ConfigObject {
     AuthorizationPolicy(Box<istio::AuthorizationPolicy>),
     /// Istio RequestAuthentication (boxed, as the kinds above).
     RequestAuthentication(Box<istio::RequestAuthentication>),
+    /// Istio Telemetry (boxed, as the kinds above).
+    Telemetry(Box<istio::Telemetry>),
     /// A fetched JWKS (boxed, as the kinds above).
     FetchedJwks(Box<istio::FetchedJwks>),
     /// The mesh config served (boxed, as the kinds above).
@@ -384,6 +391,7 @@ impl ConfigObject {
             ConfigObject::PeerAuthentication(_) => ConfigKind::PeerAuthentication,
             ConfigObject::AuthorizationPolicy(_) => ConfigKind::AuthorizationPolicy,
             ConfigObject::RequestAuthentication(_) => ConfigKind::RequestAuthentication,
+            ConfigObject::Telemetry(_) => ConfigKind::Telemetry,
             ConfigObject::FetchedJwks(_) => ConfigKind::FetchedJwks,
             ConfigObject::MeshConfig(_) => ConfigKind::MeshConfig,
             ConfigObject::Namespace(_) => ConfigKind::Namespace,
@@ -417,6 +425,7 @@ impl ConfigObject {
             ConfigObject::PeerAuthentication(o) => &o.metadata,
             ConfigObject::AuthorizationPolicy(o) => &o.metadata,
             ConfigObject::RequestAuthentication(o) => &o.metadata,
+            ConfigObject::Telemetry(o) => &o.metadata,
             ConfigObject::FetchedJwks(o) => &o.metadata,
             ConfigObject::MeshConfig(o) => &o.metadata,
             ConfigObject::Namespace(o) => &o.metadata,

@@ -219,6 +219,9 @@ impl FileReader {
                     .map(|o| ConfigObject::AuthorizationPolicy(Box::new(o))),
                 ConfigKind::RequestAuthentication => typed::<istio::RequestAuthentication>(value, &mut ignored)
                     .map(|o| ConfigObject::RequestAuthentication(Box::new(o))),
+                ConfigKind::Telemetry => {
+                    typed::<istio::Telemetry>(value, &mut ignored).map(|o| ConfigObject::Telemetry(Box::new(o)))
+                }
                 ConfigKind::FetchedJwks | ConfigKind::MeshConfig => {
                     unreachable!("config_kind never names an internal kind")
                 }
@@ -385,12 +388,15 @@ impl FileReader {
     }
 }
 
-/// The kind meshpush models for this `apiVersion` and `kind`, if any.
 /// The versions of Istio's API group meshpush reads, most preferred first.
 pub const ISTIO_VERSIONS: [&str; 3] = ["v1", "v1beta1", "v1alpha3"];
 /// The versions of Istio's security API group meshpush reads, most preferred first.
 pub const SECURITY_VERSIONS: [&str; 2] = ["v1", "v1beta1"];
+/// The versions of Istio's telemetry API group meshpush reads (one schema),
+/// most preferred first.
+pub const TELEMETRY_VERSIONS: [&str; 2] = ["v1", "v1alpha1"];
 
+/// The kind meshpush models for this `apiVersion` and `kind`, if any.
 fn config_kind(api_version: &str, kind: &str) -> Option<ConfigKind> {
     let (group, version) = api_version.rsplit_once('/').unwrap_or(("", api_version));
     let config_kind =
@@ -398,6 +404,7 @@ fn config_kind(api_version: &str, kind: &str) -> Option<ConfigKind> {
     let known = match group {
         "networking.istio.io" => ISTIO_VERSIONS.contains(&version),
         "security.istio.io" => SECURITY_VERSIONS.contains(&version),
+        "telemetry.istio.io" => TELEMETRY_VERSIONS.contains(&version),
         gateway_api::GROUP => gateway_api::versions(kind).contains(&version),
         _ => version == "v1",
     };
@@ -418,6 +425,7 @@ fn expected_api_versions(kind: ConfigKind) -> &'static str {
         ConfigKind::PeerAuthentication | ConfigKind::AuthorizationPolicy | ConfigKind::RequestAuthentication => {
             "security.istio.io/v1 or v1beta1"
         }
+        ConfigKind::Telemetry => "telemetry.istio.io/v1 or v1alpha1",
         ConfigKind::FetchedJwks => "no file (meshpush writes it itself)",
         ConfigKind::MeshConfig => "no file (the mesh config is --mesh-config's)",
         _ => "networking.istio.io/v1, v1beta1 or v1alpha3",

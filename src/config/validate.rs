@@ -11,7 +11,7 @@
 //! This module owns the rules; the per-kind checks live beside it, one file
 //! per kind or API group: `k8s`, `virtual_service`, `destination_rule` (with
 //! `traffic_policy`), `gateway`, `service_entry`, `workload_entry`,
-//! `sidecar`, `security`, `gateway_api`, `ingress`. Invariant: [`validate`]
+//! `sidecar`, `security`, `telemetry`, `gateway_api`, `ingress`. Invariant: [`validate`]
 //! looks at one object only and is a pure function of it, so the same object
 //! always gets the same verdict whichever file or order it came in.
 
@@ -30,6 +30,7 @@ mod k8s;
 mod security;
 mod service_entry;
 mod sidecar;
+mod telemetry;
 #[cfg(test)]
 mod test;
 mod traffic_policy;
@@ -68,6 +69,7 @@ pub fn validate(object: &ConfigObject) -> Vec<FieldError> {
         ConfigObject::PeerAuthentication(o) => security::peer_authentication(&mut check, o),
         ConfigObject::AuthorizationPolicy(o) => security::authorization_policy(&mut check, o),
         ConfigObject::RequestAuthentication(o) => security::request_authentication(&mut check, o),
+        ConfigObject::Telemetry(o) => telemetry::telemetry(&mut check, o),
         // Written by meshpush from what it fetched; the fetch checked it.
         ConfigObject::FetchedJwks(_) | ConfigObject::MeshConfig(_) => {}
         // Labels are all a Namespace has that meshpush reads.

@@ -57,7 +57,7 @@ use envoy_types::pb::google::protobuf::Any;
 use super::jwt::{self, JwtPlacement};
 use super::outbound::{self, OutboundPort};
 use super::route::{self, Backends, RouteTarget};
-use super::{access_log, authz, mtls, naming, proto};
+use super::{access_log, authz, mtls, naming, proto, trace};
 use crate::config::istio::MESH_GATEWAY;
 use crate::model::{InterceptionMode, ProxyKind, Service};
 use crate::push::index::{AppliedPolicy, AppliedTelemetry, ResolvedJwtRule};
@@ -651,6 +651,8 @@ fn connection_manager(
         upgrade_configs: vec![UpgradeConfig { upgrade_type: WEBSOCKET.to_string(), ..Default::default() }],
         use_remote_address: Some(proto::bool_value(false)),
         access_log: access_log::connection_logs(telemetry),
+        tracing: telemetry.tracing.as_deref().map(trace::hcm_tracing),
+        request_id_extension: telemetry.tracing.as_deref().and_then(trace::request_id_extension),
         ..Default::default()
     }
 }

@@ -43,6 +43,7 @@ mod policy;
 mod proto;
 mod route;
 mod tls;
+pub mod trace;
 
 pub use cds::clusters;
 pub use eds::{host_of, load_assignment};

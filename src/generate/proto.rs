@@ -118,7 +118,12 @@ pub fn bool_value(value: bool) -> BoolValue {
     BoolValue { value }
 }
 
-/// A duration of whole seconds.
+/// A protobuf duration of whole milliseconds.
+pub fn millis(millis: u64) -> Duration {
+    Duration { seconds: (millis / 1000) as i64, nanos: ((millis % 1000) * 1_000_000) as i32 }
+}
+
+/// A protobuf duration of whole seconds.
 pub fn seconds(seconds: i64) -> Duration {
     Duration { seconds, nanos: 0 }
 }

@@ -91,6 +91,8 @@ pub fn affected_types(kind: ConfigKind) -> TypeSet {
         // The JWT filters of inbound chains and gateway listeners, and the
         // keys inlined in them.
         ConfigKind::RequestAuthentication | ConfigKind::FetchedJwks => TypeSet::of(&[Listener]),
+        // The access loggers and tracers of connection managers and TCP proxies.
+        ConfigKind::Telemetry => TypeSet::of(&[Listener]),
         // The Gateway API becomes Istio Gateways and VirtualServices: what a
         // Gateway changes. A Namespace's labels can move routes between
         // listeners; when the translation does not change, nothing is pushed
@@ -224,7 +226,7 @@ impl PushContext {
         let peer_authentications = PeerAuthenticationIndex::build(&store, &mesh);
         let authorization = AuthorizationIndex::build(&store, &mesh);
         let request_authentication = RequestAuthenticationIndex::build(&store, &mesh);
-        let telemetry = TelemetryIndex::build(&mesh);
+        let telemetry = TelemetryIndex::build(&store, &mesh, &services);
         PushContext {
             version,
             id: next_id(),
@@ -347,6 +349,13 @@ impl PushContext {
             prev.request_authentication.clone()
         };
 
+        // Providers send to services: a service change may find (or lose) one's cluster.
+        let telemetry = if rebuild(ConfigKind::Telemetry) || services_changed {
+            Arc::new(TelemetryIndex::build(&store, &prev.mesh, &services))
+        } else {
+            prev.telemetry.clone()
+        };
+
         // Mesh routes (GAMMA, translated from HTTPRoutes whose parent is a
         // Service) route the sidecars calling their hosts: those hosts are dirty.
         let mut mesh_route_hosts: HashSet<Hostname> = HashSet::new();
@@ -438,13 +447,15 @@ impl PushContext {
         // namespace's services; an AuthorizationPolicy the inbound keys of
         // the workloads it selects, wherever they are; a RequestAuthentication
         // (or a key set fetched for one) the inbound keys of the workloads
-        // and the scopes of the gateways it selects. All are rare enough to
-        // push to every proxy (as Istio does).
+        // and the scopes of the gateways it selects; a Telemetry both keys
+        // of the workloads it selects. All are rare enough to push to every
+        // proxy (as Istio does).
         if [
             ConfigKind::PeerAuthentication,
             ConfigKind::AuthorizationPolicy,
             ConfigKind::RequestAuthentication,
             ConfigKind::FetchedJwks,
+            ConfigKind::Telemetry,
         ]
         .into_iter()
         .any(changed)
@@ -514,7 +525,7 @@ impl PushContext {
             peer_authentications,
             authorization,
             request_authentication,
-            telemetry: prev.telemetry.clone(),
+            telemetry,
             mesh: prev.mesh.clone(),
             interner: prev.interner.clone(),
             scopes: RwLock::new(HashMap::new()),
@@ -657,6 +668,7 @@ fn affected_hosts(
         | ConfigObject::AuthorizationPolicy(_)
         | ConfigObject::RequestAuthentication(_)
         | ConfigObject::FetchedJwks(_)
+        | ConfigObject::Telemetry(_)
         | ConfigObject::MeshConfig(_) => {}
     }
 }

@@ -314,7 +314,7 @@ pub fn scope_key(ctx: &PushContext, proxy: &Proxy) -> ScopeKey {
                 mesh_certificates: proxy.mesh_certificates,
                 authorization: ctx.authorization.for_workload(&proxy.namespace, &proxy.labels),
                 jwt_rules: ctx.request_authentication.for_workload(&proxy.namespace, &proxy.labels),
-                telemetry: ctx.telemetry.client(),
+                telemetry: ctx.telemetry.client(proxy),
             }
         }
         ProxyKind::Sidecar => ScopeKey {
@@ -328,7 +328,7 @@ pub fn scope_key(ctx: &PushContext, proxy: &Proxy) -> ScopeKey {
             mesh_certificates: proxy.mesh_certificates,
             authorization: Vec::new(),
             jwt_rules: Vec::new(),
-            telemetry: ctx.telemetry.client(),
+            telemetry: ctx.telemetry.client(proxy),
         },
     }
 }
@@ -380,7 +380,7 @@ pub fn inbound_key(ctx: &PushContext, proxy: &Proxy) -> InboundKey {
         (
             ctx.authorization.for_workload(&proxy.namespace, &proxy.labels),
             ctx.request_authentication.for_workload(&proxy.namespace, &proxy.labels),
-            ctx.telemetry.server(),
+            ctx.telemetry.server(proxy),
         )
     } else {
         (Vec::new(), Vec::new(), Arc::default())

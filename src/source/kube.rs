@@ -15,6 +15,7 @@
 //! | EndpointSlice | `discovery.k8s.io` | `v1` |
 //! | ServiceEntry, WorkloadEntry, VirtualService, DestinationRule, Gateway, Sidecar, WorkloadGroup | `networking.istio.io` | the first the server serves of `v1`, `v1beta1`, `v1alpha3` |
 //! | PeerAuthentication, AuthorizationPolicy, RequestAuthentication | `security.istio.io` | the first the server serves of `v1`, `v1beta1` |
+//! | Telemetry | `telemetry.istio.io` | the first the server serves of `v1`, `v1alpha1` |
 //! | Namespace (its labels: a Gateway listener's `allowedRoutes` may select by them) | core | `v1` |
 //! | GatewayClass, Gateway, HTTPRoute, GRPCRoute, TCPRoute, TLSRoute, ReferenceGrant | `gateway.networking.k8s.io` | the first the server serves of `v1`, `v1beta1`, `v1alpha3`, `v1alpha2` |
 //! | Ingress, IngressClass | `networking.k8s.io` | `v1` |
@@ -60,7 +61,7 @@ use kube::runtime::WatchStreamExt as _;
 use kube::runtime::watcher::{self, Event};
 use tokio::sync::{mpsc, watch};
 
-use crate::config::parse::{ISTIO_VERSIONS, SECURITY_VERSIONS, parse_json};
+use crate::config::parse::{ISTIO_VERSIONS, SECURITY_VERSIONS, TELEMETRY_VERSIONS, parse_json};
 use crate::config::{ConfigKey, ConfigKind, Problem, Severity, SourceRef, gateway_api};
 use crate::model::store::Write;
 use crate::model::{ChangeSet, ConfigStore};
@@ -125,9 +126,10 @@ pub async fn client(access: &KubeAccess) -> Result<kube::Client, KubeError> {
 /// The API groups whose kinds are found by discovery (Istio's and the
 /// Gateway API's come with CRDs that may not be installed), and the
 /// versions meshpush reads of each, most preferred first.
-const DISCOVERED_GROUPS: [(&str, &[&str]); 4] = [
+const DISCOVERED_GROUPS: [(&str, &[&str]); 5] = [
     ("networking.istio.io", &ISTIO_VERSIONS),
     ("security.istio.io", &SECURITY_VERSIONS),
+    ("telemetry.istio.io", &TELEMETRY_VERSIONS),
     (gateway_api::GROUP, &gateway_api::VERSIONS),
     (crate::config::ingress::GROUP, &["v1"]),
 ];

@@ -147,6 +147,13 @@ const RESOURCES: &[Resource] = &[
         namespaced: true,
     },
     Resource {
+        group: "telemetry.istio.io",
+        versions: &["v1", "v1alpha1"],
+        kind: "Telemetry",
+        plural: "telemetries",
+        namespaced: true,
+    },
+    Resource {
         group: "gateway.networking.k8s.io",
         versions: GATEWAY_API_VERSIONS,
         kind: "GatewayClass",

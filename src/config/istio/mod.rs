@@ -13,6 +13,7 @@ mod peer_authentication;
 mod request_authentication;
 mod service_entry;
 mod sidecar;
+mod telemetry;
 mod virtual_service;
 
 pub use authorization_policy::*;
@@ -22,6 +23,7 @@ pub use peer_authentication::*;
 pub use request_authentication::*;
 pub use service_entry::*;
 pub use sidecar::*;
+pub use telemetry::*;
 pub use virtual_service::*;
 
 /// The `exportTo` value meaning "every namespace".

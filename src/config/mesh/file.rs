@@ -3,7 +3,8 @@
 //!
 //! Role: `serve --mesh-config FILE` reads one at startup; [`MeshSettings`]
 //! holds the fields meshpush applies (`trustDomain`, `rootNamespace`, the
-//! ingress settings, `discoverySelectors`, the access log settings), and the command line's flags
+//! ingress settings, `discoverySelectors`, the access log settings, the
+//! extension and default providers), and the command line's flags
 //! are laid over them ([`MeshSettings::over`]) before they become the
 //! server's [`MeshConfig`]. Every other field the file sets is reported
 //! with its path, by istio/api's table (`config::istio::api`): a field
@@ -20,6 +21,7 @@ use std::sync::Arc;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use serde::Deserialize;
 
+use super::providers::{self, DefaultProvidersPatch, ExtensionProvider};
 use super::{AccessLogEncoding, AccessLogSettings, IngressControllerMode, IngressSettings, MeshConfig};
 use crate::config::istio::api::{self, ApiField};
 use crate::config::{Problem, Severity, SourceRef};
@@ -50,6 +52,10 @@ pub struct MeshSettings {
     pub access_log_encoding: Option<AccessLogEncoding>,
     /// `disableEnvoyListenerLog`.
     pub disable_envoy_listener_log: Option<bool>,
+    /// `extensionProviders` (merged into Istio's built-ins by name).
+    pub extension_providers: Option<Vec<ExtensionProvider>>,
+    /// `defaultProviders` (each list replaces Istio's when present).
+    pub default_providers: Option<DefaultProvidersPatch>,
     /// The fields set that meshpush does not apply, each with its path.
     pub problems: Vec<Problem>,
 }
@@ -80,6 +86,10 @@ struct Document {
     access_log_encoding: Option<String>,
     #[serde(alias = "disable_envoy_listener_log")]
     disable_envoy_listener_log: Option<bool>,
+    #[serde(alias = "extension_providers")]
+    extension_providers: Option<Vec<ExtensionProvider>>,
+    #[serde(alias = "default_providers")]
+    default_providers: Option<DefaultProvidersPatch>,
 }
 
 impl MeshSettings {
@@ -138,6 +148,9 @@ impl MeshSettings {
                 message: format!("{e}: Istio's default JSON labels are logged instead"),
             });
         }
+        if let Some(all) = &doc.extension_providers {
+            problems.extend(provider_problems(file, all));
+        }
         Ok(MeshSettings {
             trust_domain: doc.trust_domain,
             root_namespace: doc.root_namespace,
@@ -150,6 +163,8 @@ impl MeshSettings {
             access_log_format: doc.access_log_format,
             access_log_encoding: encoding,
             disable_envoy_listener_log: doc.disable_envoy_listener_log,
+            extension_providers: doc.extension_providers,
+            default_providers: doc.default_providers,
             problems,
         })
     }
@@ -169,6 +184,8 @@ impl MeshSettings {
             access_log_format: over.access_log_format.or(self.access_log_format),
             access_log_encoding: over.access_log_encoding.or(self.access_log_encoding),
             disable_envoy_listener_log: over.disable_envoy_listener_log.or(self.disable_envoy_listener_log),
+            extension_providers: over.extension_providers.or(self.extension_providers),
+            default_providers: over.default_providers.or(self.default_providers),
             problems: self.problems.into_iter().chain(over.problems).collect(),
         }
     }
@@ -209,6 +226,13 @@ impl MeshSettings {
                 encoding: self.access_log_encoding.unwrap_or(default.access_log.encoding),
                 listener_log: !self.disable_envoy_listener_log.unwrap_or(!default.access_log.listener_log),
             },
+            extension_providers: providers::merge_with_builtins(
+                self.extension_providers.as_deref().unwrap_or_default(),
+            ),
+            default_providers: match &self.default_providers {
+                Some(patch) => default.default_providers.over(patch),
+                None => default.default_providers,
+            },
         }
     }
 }
@@ -231,6 +255,38 @@ pub fn check_trust_domain(domain: &str) -> Result<(), String> {
     } else {
         Err(format!("{domain:?} is not a trust domain: dot-separated DNS labels (lowercase letters, digits, '-')"))
     }
+}
+
+/// What is wrong with extension providers, as istiod's validation warns
+/// (a provider it cannot use is ignored, and said to be): one without a
+/// name, a name given twice, no kind or two, a collector without a service
+/// or port.
+fn provider_problems(file: &str, all: &[ExtensionProvider]) -> Vec<Problem> {
+    let warn = |path: String, message: String| Problem {
+        severity: Severity::Warning,
+        source: SourceRef { file: file.into(), doc: 0 },
+        object: None,
+        path,
+        message,
+    };
+    let mut out = Vec::new();
+    for (i, p) in all.iter().enumerate() {
+        let path = format!("extensionProviders[{i}]");
+        if p.name.is_empty() {
+            out.push(warn(format!("{path}.name"), "is empty: no Telemetry can name this provider".into()));
+        } else if all[..i].iter().any(|q| q.name == p.name) {
+            out.push(warn(format!("{path}.name"), format!("{:?} is named twice: the later one is used", p.name)));
+        }
+        if let Some((service, port)) = p.collector() {
+            if service.is_empty() {
+                out.push(warn(path.clone(), "names no collector service: it is not used".into()));
+            }
+            if port == 0 || port > 65535 {
+                out.push(warn(path.clone(), format!("port {port} is not a port: it is not used")));
+            }
+        }
+    }
+    out
 }
 
 /// The labels of a JSON access log format: a JSON object, as Istio reads

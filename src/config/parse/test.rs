@@ -110,6 +110,12 @@ metadata: {name: jwt, namespace: bookinfo}
 spec:
   jwtRules: [{issuer: https://issuer.example, jwksUri: https://issuer.example/keys}]
 ---
+apiVersion: telemetry.istio.io/v1
+kind: Telemetry
+metadata: {name: mesh-default, namespace: bookinfo}
+spec:
+  accessLogging: [{providers: [{name: envoy}]}]
+---
 apiVersion: v1
 kind: Namespace
 metadata: {name: bookinfo, labels: {team: books}}

@@ -37,7 +37,6 @@ fn every_other_field_is_reported_with_its_path_and_what_it_is() {
         vec![
             ("enablePrometheusMerge", not_applied),
             ("defaultConfig", not_applied),
-            ("extensionProviders", not_applied),
             ("mixerCheckServer", "Istio removed this field and ignores it (Mixer is gone)"),
             ("trustDomian", "not a field of Istio's MeshConfig: ignored"),
             ("default_config", not_applied),

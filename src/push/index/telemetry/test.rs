@@ -1,64 +1,236 @@
-//! The mesh config's access log settings resolved into what each side logs.
+//! The Telemetry API and the mesh config resolved into what each side of a
+//! proxy logs and traces, as istiod resolves them.
 
 use super::*;
 use crate::config::mesh::MeshSettings;
+use crate::model::ConfigStore;
+use crate::testing::bookinfo;
 
+/// The mesh config of `text`, with a zipkin, an OTel log and a JSON file
+/// provider whose collectors are `zipkin` and `otel` of istio-system.
 fn mesh(text: &str) -> MeshConfig {
     MeshSettings::parse("mesh.yaml", text).unwrap().mesh_config()
 }
 
-fn file_logger(applied: &AppliedTelemetry) -> (&str, &LogFormat) {
-    match applied.access_logs.as_slice() {
-        [AccessLogger::File { path, format }] => (path, format),
-        other => panic!("one file logger, got {other:?}"),
-    }
+const PROVIDERS: &str = "extensionProviders:
+- name: zipkin
+  zipkin: {service: zipkin.istio-system.svc.cluster.local, port: 9411}
+- name: otel-logs
+  envoyOtelAls: {service: istio-system/otel.istio-system.svc.cluster.local, port: 4317}
+- name: json
+  envoyFileAccessLog: {path: /var/log/json.log, logFormat: {labels: {code: '%RESPONSE_CODE%'}}}
+- name: nowhere
+  zipkin: {service: nowhere.example.com, port: 9411}
+";
+
+const COLLECTORS: &str = "
+apiVersion: v1
+kind: Service
+metadata: {name: zipkin, namespace: istio-system}
+spec: {ports: [{name: http, port: 9411}]}
+---
+apiVersion: v1
+kind: Service
+metadata: {name: otel, namespace: istio-system}
+spec: {ports: [{name: grpc, port: 4317}]}
+";
+
+fn telemetry(namespace: &str, name: &str, created: &str, spec: &str) -> String {
+    format!(
+        "---\napiVersion: telemetry.istio.io/v1\nkind: Telemetry\nmetadata: {{name: {name}, namespace: {namespace}, \
+         creationTimestamp: '{created}'}}\nspec:\n{spec}\n"
+    )
+}
+
+/// The index of bookinfo with the collectors and `yaml`, in a mesh of `mesh_text`.
+fn index(mesh_text: &str, yaml: &str) -> TelemetryIndex {
+    let store = ConfigStore::new();
+    store.apply(bookinfo::writes());
+    store.apply(bookinfo::puts(&format!("{COLLECTORS}{yaml}")));
+    let snapshot = store.snapshot();
+    TelemetryIndex::build(&snapshot, &mesh(mesh_text), &ServiceIndex::build(&snapshot))
+}
+
+fn reviews() -> Proxy {
+    bookinfo::proxy(
+        "sidecar~10.0.0.5~reviews-v1.default~default.svc.cluster.local",
+        "REDIRECT",
+        &[("app", "reviews"), ("version", "v1"), ("service.istio.io/canonical-name", "reviews")],
+    )
+}
+
+fn productpage() -> Proxy {
+    bookinfo::productpage_in("REDIRECT")
+}
+
+/// The sinks of a side, by their kind and where they write.
+fn sinks(applied: &AppliedTelemetry) -> Vec<String> {
+    applied
+        .access_logs
+        .iter()
+        .map(|l| {
+            let sink = match &l.sink {
+                LogSink::File { path, .. } => format!("file {path}"),
+                LogSink::Otel { collector, .. } => format!("otel {}:{}", collector.host, collector.port),
+                LogSink::HttpGrpc(g) | LogSink::TcpGrpc(g) => format!("grpc {}", g.collector.host),
+            };
+            match &l.filter {
+                Some(f) => format!("{sink} if {f}"),
+                None => sink,
+            }
+        })
+        .collect()
 }
 
 #[test]
-fn without_an_access_log_file_nothing_is_logged_and_every_proxy_shares_one_value() {
-    let index = TelemetryIndex::build(&MeshConfig::default());
-    assert_eq!(*index.client(), AppliedTelemetry::default());
-    assert!(Arc::ptr_eq(&index.client(), &index.server()), "one shared value");
-    // A format without a file logs nothing either, as in Istio.
-    let index = TelemetryIndex::build(&mesh("accessLogFormat: \"%START_TIME%\"\naccessLogEncoding: JSON\n"));
-    assert!(index.client().access_logs.is_empty() && index.server().access_logs.is_empty());
-}
-
-#[test]
-fn the_demo_profile_logs_istios_default_text_on_both_sides() {
-    let index = TelemetryIndex::build(&mesh("accessLogFile: /dev/stdout\n"));
-    for side in [index.client(), index.server()] {
-        let (path, format) = file_logger(&side);
-        assert_eq!(path, "/dev/stdout");
-        let LogFormat::Text(text) = format else { panic!("text, got {format:?}") };
+fn without_telemetry_the_mesh_config_decides_and_every_proxy_shares_one_value() {
+    let none = index("", "");
+    assert_eq!(*none.client(&productpage()), AppliedTelemetry::default());
+    assert!(Arc::ptr_eq(&none.client(&productpage()), &none.server(&reviews())), "one shared value");
+    let demo = index("accessLogFile: /dev/stdout\n", "");
+    for side in [demo.client(&productpage()), demo.server(&reviews())] {
+        let [AccessLogger { sink: LogSink::File { path, format: LogFormat::Text(text), .. }, filter: None }] =
+            side.access_logs.as_slice()
+        else {
+            panic!("one text file logger: {side:?}")
+        };
+        assert_eq!(&**path, "/dev/stdout");
         assert!(text.starts_with("[%START_TIME%] \"%REQ(:METHOD)% ") && text.ends_with("%ROUTE_NAME%\n"), "{text}");
         assert!(side.listener_log, "listeners log unrouted connections by default");
     }
+    // A format without a file logs nothing either, as in Istio.
+    let format_only = index("accessLogFormat: \"%START_TIME%\"\naccessLogEncoding: JSON\n", "");
+    assert!(format_only.client(&productpage()).access_logs.is_empty());
 }
 
 #[test]
-fn a_text_format_gets_its_newline_and_the_listener_log_can_be_disabled() {
-    let index = TelemetryIndex::build(&mesh(
-        "accessLogFile: /tmp/a.log\naccessLogFormat: \"%RESPONSE_CODE% %REQ(:PATH)%\"\ndisableEnvoyListenerLog: true\n",
-    ));
-    let side = index.client();
-    assert_eq!(file_logger(&side).1, &LogFormat::Text("%RESPONSE_CODE% %REQ(:PATH)%\n".into()));
-    assert!(!side.listener_log);
-}
-
-#[test]
-fn json_encoding_logs_the_given_labels_or_istios_default_ones() {
-    let index = TelemetryIndex::build(&mesh(
-        "accessLogFile: /dev/stdout\naccessLogEncoding: JSON\naccessLogFormat: '{\"code\": \"%RESPONSE_CODE%\"}'\n",
-    ));
-    assert_eq!(file_logger(&index.client()).1, &LogFormat::Json("{\"code\":\"%RESPONSE_CODE%\"}".into()));
+fn mesh_formats_get_their_newline_or_istios_default_labels() {
+    let text = LogFormat::of_mesh(&mesh("accessLogFormat: \"%RESPONSE_CODE%\"\n").access_log);
+    assert_eq!(text, LogFormat::Text("%RESPONSE_CODE%\n".into()));
+    let labels = LogFormat::of_mesh(
+        &mesh("accessLogEncoding: JSON\naccessLogFormat: '{\"c\": \"%RESPONSE_CODE%\"}'\n").access_log,
+    );
+    assert_eq!(labels, LogFormat::Json("{\"c\":\"%RESPONSE_CODE%\"}".into()));
     for broken in ["'[1, 2]'", "'{not json'", "'{}'", "\"\""] {
-        let index = TelemetryIndex::build(&mesh(&format!(
-            "accessLogFile: /dev/stdout\naccessLogEncoding: JSON\naccessLogFormat: {broken}\n"
-        )));
-        let LogFormat::Json(labels) = file_logger(&index.client()).1.clone() else { panic!("JSON") };
-        let labels: serde_json::Value = serde_json::from_str(&labels).unwrap();
-        assert_eq!(labels["path"], "%REQ(X-ENVOY-ORIGINAL-PATH?:PATH)%", "{broken}: Istio's defaults");
-        assert_eq!(labels.as_object().unwrap().len(), DEFAULT_JSON_LABELS.len());
+        let format =
+            LogFormat::of_mesh(&mesh(&format!("accessLogEncoding: JSON\naccessLogFormat: {broken}\n")).access_log);
+        let LogFormat::Json(json) = format else { panic!("JSON") };
+        let json: serde_json::Value = serde_json::from_str(&json).unwrap();
+        assert_eq!(json["path"], "%REQ(X-ENVOY-ORIGINAL-PATH?:PATH)%", "{broken}: Istio's defaults");
+        assert_eq!(json.as_object().unwrap().len(), DEFAULT_JSON_LABELS.len());
     }
+}
+
+#[test]
+fn a_namespace_telemetry_overrides_the_root_one_and_a_workload_one_overrides_both() {
+    let yaml = [
+        telemetry("istio-system", "mesh", "2026-01-01T00:00:00Z", "  accessLogging: [{providers: [{name: envoy}]}]"),
+        telemetry("default", "ns", "2026-01-01T00:00:00Z", "  accessLogging: [{providers: [{name: json}]}]"),
+        telemetry(
+            "default",
+            "reviews",
+            "2026-01-01T00:00:00Z",
+            "  selector: {matchLabels: {app: reviews}}\n  accessLogging:\n  - providers: [{name: otel-logs}]\n    \
+             filter: {expression: 'response.code >= 500'}",
+        ),
+        // Younger than `ns`: only the oldest namespace-wide Telemetry counts.
+        telemetry("default", "ns-later", "2026-02-01T00:00:00Z", "  accessLogging: [{providers: [{name: envoy}]}]"),
+    ]
+    .concat();
+    let index = index(PROVIDERS, &yaml);
+    assert_eq!(sinks(&index.client(&productpage())), ["file /var/log/json.log"]);
+    assert_eq!(
+        sinks(&index.client(&reviews())),
+        ["otel otel.istio-system.svc.cluster.local:4317 if response.code >= 500"]
+    );
+    let elsewhere = bookinfo::proxy("sidecar~10.0.9.1~a.other~other.svc.cluster.local", "REDIRECT", &[("app", "a")]);
+    assert_eq!(sinks(&index.client(&elsewhere)), ["file /dev/stdout"], "the root namespace's applies mesh-wide");
+}
+
+#[test]
+fn a_mode_names_one_side_and_disabled_turns_a_logger_off() {
+    let yaml = telemetry(
+        "default",
+        "ns",
+        "2026-01-01T00:00:00Z",
+        "  accessLogging:\n  - providers: [{name: envoy}]\n    match: {mode: SERVER}\n  - providers: [{name: json}]\n    \
+         match: {mode: CLIENT}\n    disabled: true",
+    );
+    let index = index(&format!("{PROVIDERS}accessLogFile: /tmp/mesh.log\n"), &yaml);
+    assert_eq!(sinks(&index.server(&reviews())), ["file /dev/stdout"]);
+    let client = index.client(&reviews());
+    assert!(client.access_logs.is_empty(), "the client side's logger is disabled, not the mesh's fallback: {client:?}");
+}
+
+#[test]
+fn default_providers_log_where_no_telemetry_names_any_and_an_unknown_provider_falls_back() {
+    let index_with = |extra: &str, yaml: &str| index(&format!("{PROVIDERS}{extra}"), yaml);
+    let defaults = index_with("defaultProviders: {accessLogging: [json]}\n", "");
+    assert_eq!(sinks(&defaults.server(&reviews())), ["file /var/log/json.log"]);
+    let unknown = index_with(
+        "accessLogFile: /tmp/mesh.log\n",
+        &telemetry("default", "ns", "2026-01-01T00:00:00Z", "  accessLogging: [{providers: [{name: nosuch}]}]"),
+    );
+    assert_eq!(sinks(&unknown.client(&reviews())), ["file /tmp/mesh.log"], "nothing resolved: the mesh's log");
+}
+
+#[test]
+fn a_tracer_of_a_known_collector_traces_with_its_sampling_tags_and_istios_tags() {
+    let yaml = telemetry(
+        "istio-system",
+        "mesh",
+        "2026-01-01T00:00:00Z",
+        "  tracing:\n  - providers: [{name: zipkin}]\n    randomSamplingPercentage: 100\n    customTags:\n      \
+         team: {literal: {value: shop}}\n      user: {header: {name: x-user, defaultValue: none}}",
+    );
+    let index = index(PROVIDERS, &yaml);
+    let tracing = index.client(&reviews()).tracing.clone().expect("traced");
+    let Tracer::Zipkin { collector, path, timeout_ms, trace_id_128bit, .. } = &tracing.tracer else { panic!() };
+    assert_eq!((&*collector.host, collector.port), ("zipkin.istio-system.svc.cluster.local", 9411));
+    assert_eq!((&**path, *timeout_ms, *trace_id_128bit), ("/api/v2/spans", 5000, true), "Istio's defaults");
+    assert_eq!(tracing.random_sampling.value(), 100.0);
+    let tags: BTreeMap<&str, &TagValue> = tracing.custom_tags.iter().map(|(k, v)| (&**k, v)).collect();
+    assert_eq!(tags["team"], &TagValue::Literal("shop".into()));
+    assert_eq!(tags["user"], &TagValue::Header("x-user".into(), Some("none".into())));
+    assert_eq!(tags["istio.canonical_service"], &TagValue::Literal("reviews".into()));
+    assert_eq!(tags["istio.namespace"], &TagValue::Literal("default".into()));
+    assert_eq!(tags.len(), 2 + 5 + 4, "the user's, Istio's five literals and four dry-run results");
+    assert!(!tracing.spawn_upstream_span, "a sidecar");
+}
+
+#[test]
+fn tracing_is_off_without_a_provider_with_reporting_disabled_or_with_an_unknown_collector() {
+    let traced = |spec: &str, extra: &str| {
+        index(&format!("{PROVIDERS}{extra}"), &telemetry("default", "ns", "2026-01-01T00:00:00Z", spec))
+            .server(&reviews())
+            .tracing
+            .clone()
+    };
+    assert!(traced("  tracing: [{randomSamplingPercentage: 5}]", "").is_none(), "no provider");
+    assert!(traced("  tracing: [{disableSpanReporting: true}]", "defaultProviders: {tracing: [zipkin]}\n").is_none());
+    assert!(traced("  tracing: [{providers: [{name: nowhere}]}]", "").is_none(), "its collector is no service");
+    let defaults = traced("  tracing: [{randomSamplingPercentage: 5}]", "defaultProviders: {tracing: [zipkin]}\n");
+    assert_eq!(defaults.expect("the default tracer").random_sampling.value(), 5.0);
+    let client_only = index(
+        PROVIDERS,
+        &telemetry(
+            "default",
+            "ns",
+            "2026-01-01T00:00:00Z",
+            "  tracing: [{providers: [{name: zipkin}], match: {mode: CLIENT}}]",
+        ),
+    );
+    assert!(client_only.client(&reviews()).tracing.is_some() && client_only.server(&reviews()).tracing.is_none());
+    let problems = client_only.provider_problems();
+    assert!(problems.iter().any(|p| p.contains("nowhere.example.com")), "{problems:?}");
+}
+
+#[test]
+fn user_providers_merge_into_istios_builtins_by_name() {
+    let mesh = mesh(
+        "extensionProviders:\n- name: envoy\n  envoyFileAccessLog: {path: /tmp/envoy.log}\n- name: z\n  zipkin: {service: z, port: 1}\n",
+    );
+    let names: Vec<&str> = mesh.extension_providers.iter().map(|p| p.name.as_str()).collect();
+    assert_eq!(names, ["prometheus", "stackdriver", "envoy", "z"], "the built-in replaced in place, the new one after");
+    assert_eq!(mesh.extension_providers[2].envoy_file_access_log.as_ref().unwrap().path, "/tmp/envoy.log");
 }
