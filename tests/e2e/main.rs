@@ -30,6 +30,7 @@ mod redirect;
 mod routing;
 mod scoping;
 mod secure_xds;
+mod telemetry;
 mod tls_gateway;
 mod tls_sidecar;
 mod traffic_rules;

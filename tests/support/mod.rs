@@ -24,6 +24,7 @@
 //! * [`conformance`]: the Gateway API conformance suite's HTTP tests, against meshpush and real Envoys.
 //! * [`scene`]: one scenario's mesh directory, processes and failure report.
 //! * [`manifests`]: the YAML of Services, Pods, Istio rules for scenario meshes.
+//! * [`zipkin`]: a Zipkin collector (v2 JSON) that keeps the spans Envoy reports.
 
 // Each test binary uses a different part of the harness.
 #![allow(dead_code)]
@@ -45,3 +46,4 @@ pub mod scene;
 pub mod secure;
 pub mod tls;
 pub mod traffic;
+pub mod zipkin;
