@@ -46,6 +46,10 @@ enum Command {
         /// Config files larger than this are not read (as `serve --max-config-file-bytes`).
         #[arg(long, default_value = "16MiB", value_parser = parse_bytes)]
         max_config_file_bytes: u64,
+        /// Istio's mesh config to check against (the providers Telemetry
+        /// objects name, the ingress settings); default: Istio's defaults.
+        #[arg(long)]
+        mesh_config: Option<PathBuf>,
     },
     /// Print an Envoy bootstrap that connects to meshpush.
     Bootstrap(BootstrapArgs),
@@ -291,9 +295,17 @@ fn main() -> ExitCode {
         Command::Delete { kind, object, xds_addr } => {
             registry_outcome("delete", meshpush::cli::apply::delete(&xds_addr, &kind, &object))
         }
-        Command::Validate { dir, max_config_file_bytes } => {
+        Command::Validate { dir, max_config_file_bytes, mesh_config } => {
             init_tracing(&cli.log_level, cli.log_format);
-            let problems = meshpush::source::validate_dir(&dir, max_config_file_bytes);
+            let mesh = match mesh_config.as_deref().map(meshpush::config::mesh::MeshSettings::read).transpose() {
+                Ok(settings) => settings.unwrap_or_default(),
+                Err(e) => {
+                    eprintln!("meshpush validate: --mesh-config {e}");
+                    return ExitCode::from(2);
+                }
+            };
+            let mut problems = mesh.problems.clone();
+            problems.extend(meshpush::source::validate_dir(&dir, max_config_file_bytes, &mesh.mesh_config()));
             ExitCode::from(meshpush::source::print_report(&problems) as u8)
         }
         Command::Jwt(JwtCommand::Keygen { dir }) => match meshpush::cli::jwt::keygen(&dir) {

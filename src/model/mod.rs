@@ -26,6 +26,6 @@ pub use host::Hostname;
 pub use identity::Identity;
 pub use locality::Locality;
 pub use proxy::{InterceptionMode, NodeError, Proxy, ProxyKind};
-pub use references::check_references;
+pub use references::{check_references, check_telemetry};
 pub use service::{Alias, Protocol, Resolution, Service, ServicePort};
 pub use store::{ChangeSet, ConfigStore, StoreSnapshot, StoredObject};

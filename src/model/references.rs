@@ -6,6 +6,10 @@
 //! of the store; they are reported so that `meshpush validate` and the debug
 //! endpoint can point at them.
 
+mod telemetry;
+
+pub use telemetry::check_telemetry;
+
 use std::collections::btree_map::Entry;
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;

@@ -49,7 +49,7 @@ mod test;
 /// references between the accepted objects checked. Problems are sorted by
 /// file and document; an unreadable directory is itself one Error. No file
 /// larger than `max_file_bytes` is read (as `serve`, whose limit it is).
-pub fn validate_dir(dir: &Path, max_file_bytes: u64) -> Vec<Problem> {
+pub fn validate_dir(dir: &Path, max_file_bytes: u64, mesh: &crate::config::mesh::MeshConfig) -> Vec<Problem> {
     let store = ConfigStore::new();
     let mut problems = match file::read_quietly(dir, &store, max_file_bytes) {
         Ok(problems) => problems,
@@ -65,8 +65,8 @@ pub fn validate_dir(dir: &Path, max_file_bytes: u64) -> Vec<Problem> {
     };
     let snapshot = store.snapshot();
     problems.extend(check_references(&snapshot));
-    // `validate` checks against Istio's default mesh settings.
-    problems.extend(gateway_api_problems(&snapshot, &crate::config::mesh::MeshConfig::default()));
+    problems.extend(crate::model::check_telemetry(&snapshot, mesh));
+    problems.extend(gateway_api_problems(&snapshot, mesh));
     problems
         .sort_by(|a, b| (&a.source.file, a.source.doc, a.severity).cmp(&(&b.source.file, b.source.doc, b.severity)));
     problems

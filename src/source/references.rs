@@ -23,7 +23,7 @@ use parking_lot::Mutex;
 
 use crate::config::mesh::MeshConfig;
 use crate::config::{ConfigKind, Problem};
-use crate::model::{StoreSnapshot, check_references};
+use crate::model::{StoreSnapshot, check_references, check_telemetry};
 
 /// The reference problems of the last store revision seen. Cheap to clone.
 #[derive(Debug, Clone, Default)]
@@ -57,6 +57,7 @@ impl ReferenceReport {
             return;
         }
         let mut problems = check_references(store);
+        problems.extend(check_telemetry(store, mesh));
         problems.extend(super::gateway_api_problems(store, mesh));
         let mut state = self.state.lock();
         if log {

@@ -20,7 +20,7 @@ fn validate_dir_reports_file_problems_and_dangling_references() {
     )
     .unwrap();
 
-    let problems = validate_dir(dir.path(), DEFAULT_MAX_FILE_BYTES);
+    let problems = validate_dir(dir.path(), DEFAULT_MAX_FILE_BYTES, &Default::default());
     let lines: Vec<String> = problems.iter().map(|p| format!("{}: {p}", p.severity)).collect();
     assert_eq!(
         lines,
@@ -43,13 +43,13 @@ fn validate_dir_accepts_a_single_file() {
         "apiVersion: v1\nkind: Service\nmetadata: {name: s}\nspec: {ports: [{name: http-web, port: 80}]}\n",
     )
     .unwrap();
-    assert_eq!(validate_dir(&file, DEFAULT_MAX_FILE_BYTES), vec![]);
+    assert_eq!(validate_dir(&file, DEFAULT_MAX_FILE_BYTES, &Default::default()), vec![]);
 }
 
 #[test]
 fn validate_dir_on_a_missing_directory_is_one_error() {
     let dir = TempDir::new().unwrap();
-    let problems = validate_dir(&dir.path().join("missing"), DEFAULT_MAX_FILE_BYTES);
+    let problems = validate_dir(&dir.path().join("missing"), DEFAULT_MAX_FILE_BYTES, &Default::default());
     assert_eq!(problems.len(), 1);
     assert!(problems[0].is_error());
 }
@@ -58,10 +58,10 @@ fn validate_dir_on_a_missing_directory_is_one_error() {
 fn the_report_exit_code_is_1_only_with_errors() {
     let dir = TempDir::new().unwrap();
     fs::write(dir.path().join("app.yaml"), "apiVersion: apps/v1\nkind: Deployment\nmetadata: {name: web}\n").unwrap();
-    let warnings = validate_dir(dir.path(), DEFAULT_MAX_FILE_BYTES);
+    let warnings = validate_dir(dir.path(), DEFAULT_MAX_FILE_BYTES, &Default::default());
     assert_eq!(print_report(&warnings), 0);
     assert_eq!(print_report(&[]), 0);
     assert_eq!(report(&[]), "0 errors, 0 warnings\n");
     fs::write(dir.path().join("bad.yaml"), "kind: [\n").unwrap();
-    assert_eq!(print_report(&validate_dir(dir.path(), DEFAULT_MAX_FILE_BYTES)), 1);
+    assert_eq!(print_report(&validate_dir(dir.path(), DEFAULT_MAX_FILE_BYTES, &Default::default())), 1);
 }

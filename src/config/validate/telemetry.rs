@@ -73,7 +73,7 @@ pub(super) fn telemetry(check: &mut Checker, telemetry: &Telemetry) {
         mode(check, &format!("{path}.match.mode"), logging.match_.as_ref().and_then(|m| m.mode.as_deref()));
         providers(check, &path, logging.providers.iter().map(|p| p.name.as_str()));
         if let Some(filter) = &logging.filter {
-            if let Err(e) = cel_parser::Parser::new().parse(&filter.expression) {
+            if let Err(e) = cel_parser::parse(&filter.expression) {
                 let first = e.to_string();
                 let first = first.lines().next().unwrap_or_default().to_string();
                 check.error(format!("{path}.filter.expression"), format!("is not a CEL expression: {first}"));

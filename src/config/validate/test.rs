@@ -481,3 +481,43 @@ fn gateway_api_route_rules() {
     assert_eq!(found.len(), 1, "{found:#?}");
     assert_eq!((found[0].0, found[0].1.as_str()), (Severity::Warning, "spec.listeners[0].tls.certificateRefs"));
 }
+
+fn telemetry(spec: &str) -> String {
+    format!(
+        "apiVersion: telemetry.istio.io/v1alpha1\nkind: Telemetry\nmetadata: {{name: t, namespace: shop}}\nspec:\n{spec}"
+    )
+}
+
+#[test]
+fn a_telemetry_is_refused_where_istio_refuses_it_and_its_metrics_are_reported() {
+    let valid = telemetry(
+        "  selector: {matchLabels: {app: web}}\n  accessLogging:\n  - providers: [{name: envoy}]\n    \
+         filter: {expression: \"response.code >= 400 && request.path.startsWith('/api')\"}\n  tracing:\n  \
+         - providers: [{name: zipkin}]\n    randomSamplingPercentage: 10\n    customTags: {team: {literal: {value: shop}}}",
+    );
+    assert_eq!(findings(&valid), vec![]);
+    let broken = telemetry(
+        "  selector: {matchLabels: {app: web}}\n  targetRefs: [{kind: Gateway, group: gateway.networking.k8s.io, name: gw}]\n  \
+         accessLogging:\n  - providers: [{name: envoy}]\n    match: {mode: SOMETIMES}\n    filter: {expression: 'response.code >=='}\n  \
+         tracing:\n  - providers: [{name: ''}]\n    randomSamplingPercentage: 120\n    customTags: {team: {literal: {value: ''}}, \
+         two: {literal: {value: a}, header: {name: b}}}",
+    );
+    assert_eq!(
+        error_paths(&broken),
+        [
+            "spec.selector",
+            "spec.tracing[0].providers[0].name",
+            "spec.tracing[0].randomSamplingPercentage",
+            "spec.tracing[0].customTags.team",
+            "spec.tracing[0].customTags.two",
+            "spec.accessLogging[0].match.mode",
+            "spec.accessLogging[0].filter.expression",
+        ]
+    );
+    assert!(message_at(&broken, "spec.accessLogging[0].filter.expression").starts_with("is not a CEL expression"));
+    let metrics = telemetry("  metrics:\n  - providers: [{name: prometheus}]\n    overrides: [{disabled: true}]");
+    let message = message_at(&metrics, "spec.metrics[0]");
+    assert!(message.contains("upstream Envoy 1.40") && message.contains("/stats/prometheus"), "{message}");
+    let waypoint = telemetry("  targetRefs: [{kind: Service, group: '', name: web}]");
+    assert!(message_at(&waypoint, "spec.targetRefs[0]").contains("waypoints"));
+}

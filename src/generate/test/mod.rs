@@ -56,6 +56,7 @@ mod listeners;
 mod mtls;
 mod routes;
 mod service_shapes;
+mod telemetry;
 mod tls;
 
 // ---------------------------------------------------------------- fixture

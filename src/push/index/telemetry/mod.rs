@@ -456,7 +456,7 @@ impl TelemetryIndex {
         }
         custom_tags.sort_by(|a, b| a.0.cmp(&b.0));
         let service_name = match tracer {
-            Tracer::Datadog { .. } | Tracer::OpenTelemetry { .. } => proxy.cluster.clone(),
+            Tracer::Datadog { .. } | Tracer::OpenTelemetry { .. } => service_name(proxy),
             _ => Arc::from(""),
         };
         Some(AppliedTracing {
@@ -589,6 +589,17 @@ fn istio_tag_values(proxy: &Proxy) -> Vec<(Arc<str>, TagValue)> {
         ));
     }
     tags
+}
+
+/// The service name a proxy reports spans under: its xDS cluster, which
+/// Istio's agent sets to `APP.NAMESPACE` (its `app` label, else
+/// `istio-proxy`); the same when the node names none.
+fn service_name(proxy: &Proxy) -> Arc<str> {
+    if !proxy.cluster.is_empty() {
+        return proxy.cluster.clone();
+    }
+    let app = proxy.labels.get("app").map_or("istio-proxy", String::as_str);
+    format!("{app}.{}", proxy.namespace).into()
 }
 
 /// Whether the built-in `envoy` provider is as Istio ships it (no format of
