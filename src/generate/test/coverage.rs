@@ -5,7 +5,8 @@
 //! `tests/data/api-coverage/<kind>.yaml` holds variants of one kind that
 //! together set every field the API table (`config/istio/api_fields.txt`,
 //! from istio/api) lists for it. Each variant is applied alone on top of
-//! `base.yaml` (and `support.yaml` where its references need it), and the
+//! `base.yaml` (and `support.yaml` where its references need it), with the
+//! mesh config the kind needs (Telemetry: providers to name), and the
 //! configuration of four proxies is generated: sidecars `client-v1` and
 //! `client-v2` of namespace `cov` (in two localities), `client-other` of
 //! namespace `other`, and the router of Gateway `cov-gateway`. Then, for
@@ -66,6 +67,23 @@ fn secrets() -> &'static str {
         ]
         .join("---\n")
     })
+}
+
+/// The mesh config a kind's variants are served with: Telemetry's name
+/// providers (their collector is `web` of `cov`); the rest Istio's defaults.
+fn mesh_for(kind: &str) -> crate::config::mesh::MeshConfig {
+    match kind {
+        "Telemetry" => crate::config::mesh::MeshSettings::parse(
+            "coverage mesh",
+            "extensionProviders:\n\
+             - {name: zipkin, zipkin: {service: web.cov.svc.cluster.local, port: 8080}}\n\
+             - {name: als, envoyHttpAls: {service: web.cov.svc.cluster.local, port: 8080}}\n\
+             - {name: json, envoyFileAccessLog: {path: /tmp/json.log, logFormat: {labels: {code: '%RESPONSE_CODE%'}}}}\n",
+        )
+        .expect("the coverage mesh config parses")
+        .mesh_config(),
+        _ => Default::default(),
+    }
 }
 
 /// Which support files a kind's variants are applied with.
@@ -134,7 +152,7 @@ fn proxies(group: Option<&str>) -> Vec<crate::model::Proxy> {
 /// Everything generated for the proxies from `text`, encoded, followed by
 /// what validation said (a removed field that changes either was read);
 /// and the problems.
-fn generate(text: &str, group: Option<&str>) -> (Vec<u8>, Vec<Problem>) {
+fn generate(text: &str, group: Option<&str>, mesh: &crate::config::mesh::MeshConfig) -> (Vec<u8>, Vec<Problem>) {
     let text = format!("{text}\n---\n{}", secrets());
     let parsed = parse_documents("coverage.yaml", &text);
     let store = ConfigStore::new();
@@ -153,7 +171,8 @@ fn generate(text: &str, group: Option<&str>) -> (Vec<u8>, Vec<Problem>) {
     store.apply(registered);
     let mut problems = parsed.problems;
     problems.extend(check_references(&store.snapshot()));
-    let ctx = PushContext::build(store.snapshot(), 1, Arc::new(ScopeInterner::default()));
+    problems.extend(crate::model::check_telemetry(&store.snapshot(), mesh));
+    let ctx = PushContext::build_with(store.snapshot(), 1, Arc::new(ScopeInterner::default()), Arc::new(mesh.clone()));
     let mut out = Vec::new();
     for p in proxies(group) {
         let scope = ctx.scope_for(&p);
@@ -295,7 +314,9 @@ fn every_field_of_istio_s_api_is_applied_or_reported() {
         ("PeerAuthentication", "peer-authentication.yaml"),
         ("AuthorizationPolicy", "authorization-policy.yaml"),
         ("RequestAuthentication", "request-authentication.yaml"),
+        ("Telemetry", "telemetry.yaml"),
     ] {
+        let mesh = mesh_for(kind);
         let fields: BTreeSet<String> = api::fields(kind).into_iter().collect();
         let docs = documents(&std::fs::read_to_string(dir().join(file)).unwrap());
         let support: String = support_for(kind)
@@ -315,7 +336,7 @@ fn every_field_of_istio_s_api_is_applied_or_reported() {
                 format!("{base}\n---\n{support}\n---\n{}", yaml(&all))
             };
             let group = (kind == "WorkloadGroup").then_some(name.as_str());
-            let (baseline, problems) = generate(&text_with(variant), group);
+            let (baseline, problems) = generate(&text_with(variant), group, &mesh);
             let spec = variant.get("spec").cloned().unwrap_or(Value::Mapping(Mapping::new()));
             let mut found = Vec::new();
             let root = Leaf { concrete: "spec".into(), table: "spec".into(), steps: vec![Step::Key("spec".into())] };
@@ -336,7 +357,7 @@ fn every_field_of_istio_s_api_is_applied_or_reported() {
                 if NO_EFFECT.iter().any(|(k, p, _)| *k == kind && *p == leaf.table) {
                     continue;
                 }
-                let (changed, _) = generate(&text_with(&without(variant, &leaf.steps)), group);
+                let (changed, _) = generate(&text_with(&without(variant, &leaf.steps)), group, &mesh);
                 if changed == baseline {
                     failures.push(format!("{kind} {name}: {} is neither applied nor reported", leaf.concrete));
                 }
