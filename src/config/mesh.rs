@@ -6,17 +6,20 @@
 //! carries one, so it is part of what a snapshot means (a
 //! PeerAuthentication in `root_namespace` is mesh-wide; a workload's SPIFFE
 //! identity is in `trust_domain`; which Ingresses are served, by which
-//! routers, is `ingress`). An edit of the file reaches the store as the
+//! routers, is `ingress`; what clusters and listeners default to is
+//! `traffic`). An edit of the file reaches the store as the
 //! one [`MeshConfigObject`] (`source::mesh_config`), and the snapshot built
 //! on it serves it: a snapshot stays a function of its store.
 
 pub mod file;
+pub mod traffic;
 
 use std::sync::Arc;
 
 use serde::Serialize;
 
 pub use file::MeshSettings;
+pub use traffic::{ExportToDefaults, H2UpgradePolicy, InboundTrafficMode, OutboundTrafficMode, TrafficSettings};
 
 /// Istio's default root namespace (`meshConfig.rootNamespace`).
 pub const DEFAULT_ROOT_NAMESPACE: &str = "istio-system";
@@ -46,6 +49,13 @@ pub struct MeshConfig {
     /// `accessLogEncoding`, `disableEnvoyListenerLog`), used where no
     /// Telemetry object configures logging.
     pub access_log: AccessLogSettings,
+    /// The traffic defaults of clusters and listeners (`connectTimeout`,
+    /// `tcpKeepalive`, `h2UpgradePolicy`, `protocolDetectionTimeout`,
+    /// `dnsRefreshRate`, `inboundTrafficPolicy`, `outboundTrafficPolicy`,
+    /// `enableAutoMtls`).
+    pub traffic: TrafficSettings,
+    /// The `exportTo` of objects that name none.
+    pub export_to: ExportToDefaults,
 }
 
 impl Default for MeshConfig {
@@ -55,6 +65,8 @@ impl Default for MeshConfig {
             root_namespace: DEFAULT_ROOT_NAMESPACE.into(),
             ingress: IngressSettings::default(),
             access_log: AccessLogSettings::default(),
+            traffic: TrafficSettings::default(),
+            export_to: ExportToDefaults::default(),
         }
     }
 }

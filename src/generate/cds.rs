@@ -12,6 +12,11 @@
 //! get `inbound|port||` for each of their workload ports. `BlackHoleCluster`
 //! and `PassthroughCluster` are always there.
 //!
+//! What a rule (or, inbound, a Sidecar's connection pool) leaves unsaid
+//! comes from the mesh config's traffic defaults, as in Istio: every
+//! cluster's connect timeout, and the TCP keepalive of every cluster with a
+//! traffic policy (all but `BlackHoleCluster`, which never connects).
+//!
 //! Invariants: the output depends only on the context and the scope; it is
 //! sorted by name with each name once, so equal inputs encode to equal bytes.
 
@@ -42,15 +47,15 @@ use envoy_types::pb::envoy::r#type::v3::Percent;
 use super::mtls::{self, MeshTls};
 use super::policy::{self, DestinationPolicy};
 use super::{eds, gateway, naming, proto, tls};
+use crate::config::Duration;
 use crate::config::istio::{
-    ConnectionPoolSettings, DestinationRuleSpec, LoadBalancerSettings, TcpSettings, TrafficPolicy,
+    ConnectionPoolSettings, DestinationRuleSpec, LoadBalancerSettings, TcpKeepalive as IstioTcpKeepalive, TrafficPolicy,
 };
+use crate::config::mesh::TrafficSettings;
 use crate::model::{Protocol, ProxyKind, Resolution, Service, ServicePort};
-use crate::push::scope::{InboundEndpoint, InboundPort};
+use crate::push::scope::{InboundDefaults, InboundEndpoint, InboundPort};
 use crate::push::{InboundKey, PushContext, Scope};
 
-/// Istio's default connect timeout.
-const DEFAULT_CONNECT_TIMEOUT_SECONDS: i64 = 10;
 /// Istio's ring size when a consistent hash sets none.
 const DEFAULT_RING_SIZE: u64 = 1024;
 /// Envoy's upper bound for `RingHashLbConfig.minimum_ring_size`.
@@ -74,8 +79,8 @@ pub fn clusters(ctx: &PushContext, scope: &Scope) -> Vec<Cluster> {
     if router {
         out.extend(sni_dnat_clusters(ctx, scope));
     }
-    out.push(blackhole());
-    out.push(passthrough());
+    out.push(blackhole(&ctx.mesh.traffic));
+    out.push(passthrough(&ctx.mesh.traffic));
     out.sort_by(|a, b| a.name.cmp(&b.name));
     out.dedup_by(|a, b| a.name == b.name);
     out
@@ -142,7 +147,7 @@ pub fn inbound_clusters(key: &InboundKey) -> Vec<Cluster> {
     if key.kind != ProxyKind::Sidecar {
         return Vec::new();
     }
-    let mut out: Vec<Cluster> = key.ports.iter().map(inbound).collect();
+    let mut out: Vec<Cluster> = key.ports.iter().map(|p| inbound(p, &key.defaults)).collect();
     out.sort_by(|a, b| a.name.cmp(&b.name));
     out.dedup_by(|a, b| a.name == b.name);
     out
@@ -168,6 +173,7 @@ fn outbound(
     proxy: OutboundProxy,
 ) -> Cluster {
     let router = proxy.router;
+    let mesh = &ctx.mesh.traffic;
     let name = naming::outbound_cluster(port.port, subset, &svc.hostname);
     let DestinationPolicy { traffic, labels, .. } = policy::from_rule(rule, subset, Some(port.port));
     let lb = traffic.load_balancer.as_ref();
@@ -176,7 +182,7 @@ fn outbound(
 
     let mut cluster = Cluster {
         name: name.clone(),
-        connect_timeout: Some(connect_timeout(&traffic)),
+        connect_timeout: Some(connect_timeout(&traffic, mesh.connect_timeout)),
         circuit_breakers: Some(circuit_breakers(&traffic)),
         outlier_detection: traffic.outlier_detection.as_ref().map(outlier_detection),
         ..Default::default()
@@ -220,7 +226,7 @@ fn outbound(
             None => {}
         }
     }
-    set_tcp_keepalive(&mut cluster, traffic.connection_pool.as_ref().and_then(|p| p.tcp.as_ref()));
+    set_tcp_keepalive(&mut cluster, mesh.tcp_keepalive.as_ref(), traffic.connection_pool.as_ref());
     if let Some(od) = &traffic.outlier_detection {
         // Istio stops the panic mode below `minHealthPercent` (0 unless set):
         // ejected hosts stay ejected rather than taking traffic again.
@@ -236,8 +242,8 @@ fn outbound(
 
 /// `inbound|port||`: the local workload, where the port's endpoint says
 /// (127.0.0.1 at the same port unless a Sidecar ingress listener moves it),
-/// with the Sidecar's inbound connection pool.
-fn inbound(port: &InboundPort) -> Cluster {
+/// with the Sidecar's inbound connection pool over the mesh's defaults.
+fn inbound(port: &InboundPort, defaults: &InboundDefaults) -> Cluster {
     let name = naming::inbound_cluster(port.port);
     let address = match &port.endpoint {
         InboundEndpoint::Socket { ip, port } => proto::socket_address(ip, *port),
@@ -250,7 +256,7 @@ fn inbound(port: &InboundPort) -> Cluster {
     let traffic = TrafficPolicy { connection_pool: port.pool.clone(), ..Default::default() };
     let mut cluster = Cluster {
         name: name.clone(),
-        connect_timeout: Some(connect_timeout(&traffic)),
+        connect_timeout: Some(connect_timeout(&traffic, defaults.connect_timeout)),
         circuit_breakers: Some(circuit_breakers(&traffic)),
         load_assignment: Some(ClusterLoadAssignment {
             cluster_name: name,
@@ -269,31 +275,34 @@ fn inbound(port: &InboundPort) -> Cluster {
         p
     });
     set_http_options(&mut cluster, port.protocol, pool.as_ref(), (false, false));
-    set_tcp_keepalive(&mut cluster, port.pool.as_ref().and_then(|p| p.tcp.as_ref()));
+    set_tcp_keepalive(&mut cluster, defaults.tcp_keepalive.as_ref(), port.pool.as_ref());
     cluster
 }
 
-/// `BlackHoleCluster`: a static cluster with no hosts.
-fn blackhole() -> Cluster {
+/// `BlackHoleCluster`: a static cluster with no hosts. It never connects,
+/// so of the mesh's defaults it takes only the connect timeout, as in Istio.
+fn blackhole(mesh: &TrafficSettings) -> Cluster {
     let mut cluster = Cluster {
         name: naming::BLACKHOLE_CLUSTER.to_string(),
-        connect_timeout: Some(proto::seconds(DEFAULT_CONNECT_TIMEOUT_SECONDS)),
+        connect_timeout: Some(mesh.connect_timeout.to_proto()),
         ..Default::default()
     };
     set_type(&mut cluster, DiscoveryType::Static);
     cluster
 }
 
-/// `PassthroughCluster`: forwards to the connection's original destination.
-fn passthrough() -> Cluster {
+/// `PassthroughCluster`: forwards to the connection's original destination,
+/// with the mesh's connect timeout and TCP keepalive.
+fn passthrough(mesh: &TrafficSettings) -> Cluster {
     let mut cluster = Cluster {
         name: naming::PASSTHROUGH_CLUSTER.to_string(),
-        connect_timeout: Some(proto::seconds(DEFAULT_CONNECT_TIMEOUT_SECONDS)),
+        connect_timeout: Some(mesh.connect_timeout.to_proto()),
         lb_policy: LbPolicy::ClusterProvided as i32,
         circuit_breakers: Some(circuit_breakers(&TrafficPolicy::default())),
         ..Default::default()
     };
     set_type(&mut cluster, DiscoveryType::OriginalDst);
+    set_tcp_keepalive(&mut cluster, mesh.tcp_keepalive.as_ref(), None);
     cluster
 }
 
@@ -301,15 +310,16 @@ fn set_type(cluster: &mut Cluster, kind: DiscoveryType) {
     cluster.cluster_discovery_type = Some(ClusterDiscoveryType::Type(kind as i32));
 }
 
-fn connect_timeout(traffic: &TrafficPolicy) -> envoy_types::pb::google::protobuf::Duration {
+/// The connection pool's connect timeout, else the mesh's (`mesh`).
+fn connect_timeout(traffic: &TrafficPolicy, mesh: Duration) -> envoy_types::pb::google::protobuf::Duration {
     traffic
         .connection_pool
         .as_ref()
         .and_then(|p| p.tcp.as_ref())
         .and_then(|t| t.connect_timeout)
         .filter(|d| !d.0.is_zero()) // Envoy requires a positive timeout.
-        .map(|d| d.to_proto())
-        .unwrap_or_else(|| proto::seconds(DEFAULT_CONNECT_TIMEOUT_SECONDS))
+        .unwrap_or(mesh)
+        .to_proto()
 }
 
 /// `simple` → `lb_policy` (Istio's default is LEAST_REQUEST) with the
@@ -487,19 +497,30 @@ fn set_http_options(
     cluster.typed_extension_protocol_options.insert(proto::HTTP_PROTOCOL_OPTIONS.to_string(), proto::any(&options));
 }
 
-/// TCP keepalive on upstream connections (whole seconds, as Envoy takes them).
-fn set_tcp_keepalive(cluster: &mut Cluster, tcp: Option<&TcpSettings>) {
-    let Some(keepalive) = tcp.and_then(|t| t.tcp_keepalive.as_ref()) else { return };
-    let secs =
-        |d: Option<crate::config::Duration>| d.map(|d| proto::u32_value(d.0.as_secs().min(u64::from(u32::MAX)) as u32));
-    cluster.upstream_connection_options = Some(UpstreamConnectionOptions {
-        tcp_keepalive: Some(TcpKeepalive {
-            keepalive_probes: keepalive.probes.map(proto::u32_value),
-            keepalive_time: secs(keepalive.time),
-            keepalive_interval: secs(keepalive.interval),
-        }),
-        ..Default::default()
-    });
+/// TCP keepalive on upstream connections, as Istio's `applyTCPKeepalive`:
+/// the mesh's (`mesh`), then each attribute the connection pool's sets over
+/// it; either one alone turns keepalive on (an empty one with the OS's
+/// probes and times). Whole seconds, as Envoy takes them.
+fn set_tcp_keepalive(cluster: &mut Cluster, mesh: Option<&IstioTcpKeepalive>, pool: Option<&ConnectionPoolSettings>) {
+    let rule = pool.and_then(|p| p.tcp.as_ref()).and_then(|t| t.tcp_keepalive.as_ref());
+    if mesh.is_none() && rule.is_none() {
+        return;
+    }
+    let secs = |d: Duration| proto::u32_value(d.0.as_secs().min(u64::from(u32::MAX)) as u32);
+    let mut keepalive = TcpKeepalive::default();
+    for set in mesh.into_iter().chain(rule) {
+        if let Some(probes) = set.probes.filter(|p| *p > 0) {
+            keepalive.keepalive_probes = Some(proto::u32_value(probes));
+        }
+        if let Some(time) = set.time {
+            keepalive.keepalive_time = Some(secs(time));
+        }
+        if let Some(interval) = set.interval {
+            keepalive.keepalive_interval = Some(secs(interval));
+        }
+    }
+    cluster.upstream_connection_options =
+        Some(UpstreamConnectionOptions { tcp_keepalive: Some(keepalive), ..Default::default() });
 }
 
 /// Istio's outlier detection: consecutive 5xx and gateway errors are
@@ -507,7 +528,7 @@ fn set_tcp_keepalive(cluster: &mut Cluster, tcp: Option<&TcpSettings>) {
 /// when asked, and the success-rate detector Envoy enables by default is off.
 fn outlier_detection(od: &crate::config::istio::OutlierDetection) -> OutlierDetection {
     // Envoy requires positive durations.
-    let positive = |d: Option<crate::config::Duration>| d.filter(|d| !d.0.is_zero()).map(|d| d.to_proto());
+    let positive = |d: Option<Duration>| d.filter(|d| !d.0.is_zero()).map(|d| d.to_proto());
     let enforcing = |n: u32| proto::u32_value(if n > 0 { 100 } else { 0 });
     let split = od.split_external_local_origin_errors == Some(true);
     let local_failures = od.consecutive_local_origin_failures.filter(|n| split && *n > 0);

@@ -10,9 +10,10 @@
 //! `virtualInbound` listener for its own ports — is keyed separately by
 //! [`InboundKey`] (interned as [`InboundId`]): it is a pure function of the
 //! workload's ports, their mTLS modes, its interception mode, whether it
-//! holds a workload certificate, and the AuthorizationPolicies and JWT
-//! rules (with their keys) that select it, so proxies of different services in one namespace still share every
-//! outbound resource.
+//! holds a workload certificate, the AuthorizationPolicies and JWT rules
+//! (with their keys) that select it, and the mesh config's defaults its
+//! clusters and listeners take ([`InboundDefaults`]), so proxies of
+//! different services in one namespace still share every outbound resource.
 //!
 //! Invariants: an id names the same key for the life of the process (the
 //! interner never forgets or reuses ids); a [`Scope`] is computed from one
@@ -146,6 +147,30 @@ pub struct InboundKey {
     pub mtls: MtlsMode,
     /// What its server side logs (sidecars; routers have no inbound side).
     pub telemetry: Arc<AppliedTelemetry>,
+    /// The mesh config's defaults its inbound clusters and listeners take.
+    pub defaults: InboundDefaults,
+}
+
+/// What of the mesh config a workload's inbound configuration reads: its
+/// clusters' connect timeout and TCP keepalive (a Sidecar's inbound
+/// connection pool overrides them). Only these, so that a mesh config edit
+/// of anything else keeps every workload shape.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+pub struct InboundDefaults {
+    /// `connectTimeout`.
+    pub connect_timeout: crate::config::Duration,
+    /// `tcpKeepalive`.
+    pub tcp_keepalive: Option<istio::TcpKeepalive>,
+}
+
+impl InboundDefaults {
+    /// The inbound defaults of `mesh`.
+    pub fn of(mesh: &crate::config::mesh::MeshConfig) -> InboundDefaults {
+        InboundDefaults {
+            connect_timeout: mesh.traffic.connect_timeout,
+            tcp_keepalive: mesh.traffic.tcp_keepalive.clone(),
+        }
+    }
 }
 
 /// What of a proxy decides its endpoint assignments, when a DestinationRule
@@ -394,6 +419,7 @@ pub fn inbound_key(ctx: &PushContext, proxy: &Proxy) -> InboundKey {
         jwt_rules,
         mtls,
         telemetry,
+        defaults: InboundDefaults::of(&ctx.mesh),
     }
 }
 

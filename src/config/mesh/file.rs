@@ -3,7 +3,8 @@
 //!
 //! Role: `serve --mesh-config FILE` reads one at startup; [`MeshSettings`]
 //! holds the fields meshpush applies (`trustDomain`, `rootNamespace`, the
-//! ingress settings, `discoverySelectors`, the access log settings), and the command line's flags
+//! ingress settings, `discoverySelectors`, the access log settings, the
+//! traffic defaults of `super::traffic`), and the command line's flags
 //! are laid over them ([`MeshSettings::over`]) before they become the
 //! server's [`MeshConfig`]. Every other field the file sets is reported
 //! with its path, by istio/api's table (`config::istio::api`): a field
@@ -20,7 +21,10 @@ use std::sync::Arc;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use serde::Deserialize;
 
+use super::traffic::{self, TrafficSettings};
 use super::{AccessLogEncoding, AccessLogSettings, IngressControllerMode, IngressSettings, MeshConfig};
+use crate::config::Duration;
+use crate::config::istio::TcpKeepalive;
 use crate::config::istio::api::{self, ApiField};
 use crate::config::{Problem, Severity, SourceRef};
 
@@ -50,6 +54,10 @@ pub struct MeshSettings {
     pub access_log_encoding: Option<AccessLogEncoding>,
     /// `disableEnvoyListenerLog`.
     pub disable_envoy_listener_log: Option<bool>,
+    /// `connectTimeout`.
+    pub connect_timeout: Option<Duration>,
+    /// `tcpKeepalive`.
+    pub tcp_keepalive: Option<TcpKeepalive>,
     /// The fields set that meshpush does not apply, each with its path.
     pub problems: Vec<Problem>,
 }
@@ -80,6 +88,10 @@ struct Document {
     access_log_encoding: Option<String>,
     #[serde(alias = "disable_envoy_listener_log")]
     disable_envoy_listener_log: Option<bool>,
+    #[serde(alias = "connect_timeout")]
+    connect_timeout: Option<Duration>,
+    #[serde(alias = "tcp_keepalive")]
+    tcp_keepalive: Option<TcpKeepalive>,
 }
 
 impl MeshSettings {
@@ -138,6 +150,9 @@ impl MeshSettings {
                 message: format!("{e}: Istio's default JSON labels are logged instead"),
             });
         }
+        if let Some(timeout) = doc.connect_timeout {
+            traffic::check_connect_timeout(timeout).map_err(|e| format!("{file}: connectTimeout: {e}"))?;
+        }
         Ok(MeshSettings {
             trust_domain: doc.trust_domain,
             root_namespace: doc.root_namespace,
@@ -150,6 +165,8 @@ impl MeshSettings {
             access_log_format: doc.access_log_format,
             access_log_encoding: encoding,
             disable_envoy_listener_log: doc.disable_envoy_listener_log,
+            connect_timeout: doc.connect_timeout,
+            tcp_keepalive: doc.tcp_keepalive,
             problems,
         })
     }
@@ -169,6 +186,8 @@ impl MeshSettings {
             access_log_format: over.access_log_format.or(self.access_log_format),
             access_log_encoding: over.access_log_encoding.or(self.access_log_encoding),
             disable_envoy_listener_log: over.disable_envoy_listener_log.or(self.disable_envoy_listener_log),
+            connect_timeout: over.connect_timeout.or(self.connect_timeout),
+            tcp_keepalive: over.tcp_keepalive.or(self.tcp_keepalive),
             problems: self.problems.into_iter().chain(over.problems).collect(),
         }
     }
@@ -209,6 +228,12 @@ impl MeshSettings {
                 encoding: self.access_log_encoding.unwrap_or(default.access_log.encoding),
                 listener_log: !self.disable_envoy_listener_log.unwrap_or(!default.access_log.listener_log),
             },
+            traffic: TrafficSettings {
+                connect_timeout: self.connect_timeout.unwrap_or(default.traffic.connect_timeout),
+                tcp_keepalive: self.tcp_keepalive.clone().or(default.traffic.tcp_keepalive),
+                ..default.traffic
+            },
+            export_to: default.export_to,
         }
     }
 }

@@ -103,3 +103,21 @@ fn discovery_selectors_without_kubernetes_are_reported_not_applied() {
     assert_eq!(problem_paths(&settings)[0].0, "discoverySelectors");
     assert!(problem_paths(&settings)[0].1.contains("no effect without --kubeconfig"));
 }
+
+#[test]
+fn traffic_defaults_are_read_and_checked_as_istiod_checks_them() {
+    let text = "connectTimeout: 3s\ntcp_keepalive: {probes: 3, time: 60s}\n";
+    let settings = MeshSettings::parse("mesh.yaml", text).unwrap();
+    assert!(settings.problems.is_empty(), "{:?}", settings.problems);
+    let traffic = settings.mesh_config().traffic;
+    assert_eq!(traffic.connect_timeout, "3s".parse().unwrap());
+    assert_eq!(traffic.tcp_keepalive.and_then(|k| k.probes), Some(3), "snake_case keys too");
+    assert_eq!(MeshConfig::default().traffic.connect_timeout, "10s".parse().unwrap(), "Istio's default");
+
+    for (bad, field) in [("connectTimeout: 0s", "connectTimeout"), ("connectTimeout: 2h", "connectTimeout")] {
+        let error = MeshSettings::parse("mesh.yaml", bad).unwrap_err();
+        assert!(error.starts_with(&format!("mesh.yaml: {field}: ")), "{error}");
+    }
+    let unknown = MeshSettings::parse("mesh.yaml", "tcpKeepalive: {probes: 3, tries: 4}\n").unwrap();
+    assert_eq!(problem_paths(&unknown), [("tcpKeepalive.tries", "not a field of Istio's MeshConfig: ignored")]);
+}
