@@ -14,8 +14,10 @@
 //!
 //! What a rule (or, inbound, a Sidecar's connection pool) leaves unsaid
 //! comes from the mesh config's traffic defaults, as in Istio: every
-//! cluster's connect timeout, and the TCP keepalive of every cluster with a
-//! traffic policy (all but `BlackHoleCluster`, which never connects).
+//! cluster's connect timeout; the TCP keepalive of every cluster with a
+//! traffic policy (all but `BlackHoleCluster`, which never connects); the
+//! HTTP/2 upgrade of outbound HTTP/1.1 ports; the refresh rate of DNS
+//! clusters; whether auto mTLS is on.
 //!
 //! Invariants: the output depends only on the context and the scope; it is
 //! sorted by name with each name once, so equal inputs encode to equal bytes.
@@ -51,7 +53,7 @@ use crate::config::Duration;
 use crate::config::istio::{
     ConnectionPoolSettings, DestinationRuleSpec, LoadBalancerSettings, TcpKeepalive as IstioTcpKeepalive, TrafficPolicy,
 };
-use crate::config::mesh::TrafficSettings;
+use crate::config::mesh::{H2UpgradePolicy, TrafficSettings};
 use crate::model::{Protocol, ProxyKind, Resolution, Service, ServicePort};
 use crate::push::scope::{InboundDefaults, InboundEndpoint, InboundPort};
 use crate::push::{InboundKey, PushContext, Scope};
@@ -202,6 +204,7 @@ fn outbound(
                 // Istio's default: A records only, so a name with both
                 // families resolves to the same address on every proxy.
                 cluster.dns_lookup_family = DnsLookupFamily::V4Only as i32;
+                set_dns_refresh(&mut cluster, mesh.dns_refresh_rate);
                 let endpoints = ctx.endpoints.get(&svc.hostname).map(|e| &**e);
                 cluster.load_assignment = Some(eds::assignment(&name, svc, port.port, endpoints, &labels));
             }
@@ -214,10 +217,10 @@ fn outbound(
         set_load_balancer(&mut cluster, lb);
     }
     let pool = traffic.connection_pool.as_ref();
-    let http2 = speaks_http2(port.protocol, pool);
+    let http2 = speaks_http2(port.protocol, pool, mesh.h2_upgrade);
     let origination = traffic.tls.as_ref().and_then(|t| tls::upstream_context(t, router, http2));
     let auto = origination.as_ref().map(|o| (o.auto_sni, o.auto_san_validation));
-    set_http_options(&mut cluster, port.protocol, pool, auto.unwrap_or_default());
+    set_http_options(&mut cluster, port.protocol, pool, http2, auto.unwrap_or_default());
     cluster.transport_socket = origination.map(|o| o.socket);
     if proxy.mesh_certificates {
         match mtls::upstream(ctx, svc, port.port, subset, &traffic, http2, passthrough) {
@@ -266,7 +269,8 @@ fn inbound(port: &InboundPort, defaults: &InboundDefaults) -> Cluster {
         ..Default::default()
     };
     set_type(&mut cluster, DiscoveryType::Static);
-    // Istio never upgrades inbound connections to HTTP/2.
+    // Istio never upgrades inbound connections to HTTP/2, whatever the
+    // Sidecar's pool or the mesh say.
     let pool = port.pool.as_ref().map(|p| {
         let mut p = p.clone();
         if let Some(http) = &mut p.http {
@@ -274,7 +278,8 @@ fn inbound(port: &InboundPort, defaults: &InboundDefaults) -> Cluster {
         }
         p
     });
-    set_http_options(&mut cluster, port.protocol, pool.as_ref(), (false, false));
+    let http2 = speaks_http2(port.protocol, pool.as_ref(), H2UpgradePolicy::DoNotUpgrade);
+    set_http_options(&mut cluster, port.protocol, pool.as_ref(), http2, (false, false));
     set_tcp_keepalive(&mut cluster, defaults.tcp_keepalive.as_ref(), port.pool.as_ref());
     cluster
 }
@@ -304,6 +309,16 @@ fn passthrough(mesh: &TrafficSettings) -> Cluster {
     set_type(&mut cluster, DiscoveryType::OriginalDst);
     set_tcp_keepalive(&mut cluster, mesh.tcp_keepalive.as_ref(), None);
     cluster
+}
+
+/// How often a DNS cluster resolves again, as Istio sets it: at the mesh's
+/// `dnsRefreshRate`, or at a record's TTL where it has one. Envoy has
+/// deprecated both fields for its DNS cluster extension; Istio still sets
+/// them, and so does meshpush, so its DNS clusters keep Istio's shape.
+#[allow(deprecated)]
+fn set_dns_refresh(cluster: &mut Cluster, rate: Duration) {
+    cluster.dns_refresh_rate = Some(rate.to_proto());
+    cluster.respect_dns_ttl = true;
 }
 
 fn set_type(cluster: &mut Cluster, kind: DiscoveryType) {
@@ -411,27 +426,36 @@ fn circuit_breakers(traffic: &TrafficPolicy) -> CircuitBreakers {
     }
 }
 
-/// The upstream HTTP protocol, as Istio picks it: HTTP/2 for http2 and grpc
-/// ports and for HTTP ports with `h2UpgradePolicy: UPGRADE`, the client's
-/// protocol with `useClientProtocol`; with the pool's idle timeout (HTTP,
-/// else TCP), requests per connection, connection lifetime, and for HTTP/2
-/// its concurrent streams and keepalive. TCP ports get no HTTP options.
-/// Whether a cluster of a port of `protocol` speaks HTTP/2 upstream.
-fn speaks_http2(protocol: Protocol, pool: Option<&ConnectionPoolSettings>) -> bool {
+/// Whether a cluster of a port of `protocol` speaks HTTP/2 upstream, as
+/// Istio decides it: http2 and grpc ports do; an HTTP/1.1 port does when
+/// its rule's `h2UpgradePolicy` is UPGRADE, or, where the rule says DEFAULT
+/// or nothing, when the mesh's (`mesh`) is; none with `useClientProtocol`.
+fn speaks_http2(protocol: Protocol, pool: Option<&ConnectionPoolSettings>, mesh: H2UpgradePolicy) -> bool {
     let http = pool.and_then(|p| p.http.as_ref());
     let use_client_protocol = http.and_then(|h| h.use_client_protocol) == Some(true);
-    let upgrade = protocol == Protocol::Http && http.and_then(|h| h.h2_upgrade_policy.as_deref()) == Some("UPGRADE");
-    !use_client_protocol && (matches!(protocol, Protocol::Http2 | Protocol::Grpc) || upgrade)
+    let upgrade = match http.and_then(|h| h.h2_upgrade_policy.as_deref()) {
+        Some("UPGRADE") => true,
+        Some("DO_NOT_UPGRADE") => false,
+        _ => mesh == H2UpgradePolicy::Upgrade,
+    };
+    !use_client_protocol
+        && (matches!(protocol, Protocol::Http2 | Protocol::Grpc) || (protocol == Protocol::Http && upgrade))
 }
 
-/// The cluster's HTTP protocol options. `(auto_sni, auto_san_validation)`:
-/// the cluster originates TLS with the request's host as SNI (and checks
-/// the server's certificate names it), as Istio sets for any port's
-/// cluster, since HTTP routes may send to a TLS port's cluster.
+/// The upstream HTTP protocol, as Istio picks it: HTTP/2 when `http2`
+/// ([`speaks_http2`]), the client's protocol with `useClientProtocol`; with
+/// the pool's idle timeout (HTTP, else TCP), requests per connection,
+/// connection lifetime, and for HTTP/2 its concurrent streams and
+/// keepalive. TCP ports get no HTTP options. `(auto_sni,
+/// auto_san_validation)`: the cluster originates TLS with the request's
+/// host as SNI (and checks the server's certificate names it), as Istio
+/// sets for any port's cluster, since HTTP routes may send to a TLS port's
+/// cluster.
 fn set_http_options(
     cluster: &mut Cluster,
     protocol: Protocol,
     pool: Option<&ConnectionPoolSettings>,
+    http2: bool,
     (auto_sni, auto_san_validation): (bool, bool),
 ) {
     let http = pool.and_then(|p| p.http.as_ref());
@@ -441,7 +465,6 @@ fn set_http_options(
         return;
     }
     let use_client_protocol = http.and_then(|h| h.use_client_protocol) == Some(true);
-    let http2 = speaks_http2(protocol, pool);
     let common = CoreHttpProtocolOptions {
         idle_timeout: http.and_then(|h| h.idle_timeout).or(tcp.and_then(|t| t.idle_timeout)).map(|d| d.to_proto()),
         max_requests_per_connection: http

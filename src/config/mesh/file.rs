@@ -21,7 +21,7 @@ use std::sync::Arc;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use serde::Deserialize;
 
-use super::traffic::{self, TrafficSettings};
+use super::traffic::{self, H2UpgradePolicy, TrafficSettings};
 use super::{AccessLogEncoding, AccessLogSettings, IngressControllerMode, IngressSettings, MeshConfig};
 use crate::config::Duration;
 use crate::config::istio::TcpKeepalive;
@@ -58,6 +58,12 @@ pub struct MeshSettings {
     pub connect_timeout: Option<Duration>,
     /// `tcpKeepalive`.
     pub tcp_keepalive: Option<TcpKeepalive>,
+    /// `h2UpgradePolicy`.
+    pub h2_upgrade_policy: Option<H2UpgradePolicy>,
+    /// `dnsRefreshRate`.
+    pub dns_refresh_rate: Option<Duration>,
+    /// `enableAutoMtls`.
+    pub enable_auto_mtls: Option<bool>,
     /// The fields set that meshpush does not apply, each with its path.
     pub problems: Vec<Problem>,
 }
@@ -92,6 +98,12 @@ struct Document {
     connect_timeout: Option<Duration>,
     #[serde(alias = "tcp_keepalive")]
     tcp_keepalive: Option<TcpKeepalive>,
+    #[serde(alias = "h2_upgrade_policy")]
+    h2_upgrade_policy: Option<String>,
+    #[serde(alias = "dns_refresh_rate")]
+    dns_refresh_rate: Option<Duration>,
+    #[serde(alias = "enable_auto_mtls")]
+    enable_auto_mtls: Option<bool>,
 }
 
 impl MeshSettings {
@@ -153,6 +165,18 @@ impl MeshSettings {
         if let Some(timeout) = doc.connect_timeout {
             traffic::check_connect_timeout(timeout).map_err(|e| format!("{file}: connectTimeout: {e}"))?;
         }
+        let h2_upgrade_policy = doc
+            .h2_upgrade_policy
+            .map(|p| p.parse::<H2UpgradePolicy>().map_err(|e| format!("{file}: h2UpgradePolicy: {e}")))
+            .transpose()?;
+        let dns_refresh_rate = doc.dns_refresh_rate.filter(|rate| match traffic::check_dns_refresh_rate(*rate) {
+            Ok(()) => true,
+            Err(e) => {
+                // istiod takes it, and every DNS cluster is then refused: serve the default instead, and say so.
+                problems.push(warning(file, "dnsRefreshRate", format!("{e}: Istio's default (60s) is served")));
+                false
+            }
+        });
         Ok(MeshSettings {
             trust_domain: doc.trust_domain,
             root_namespace: doc.root_namespace,
@@ -167,6 +191,9 @@ impl MeshSettings {
             disable_envoy_listener_log: doc.disable_envoy_listener_log,
             connect_timeout: doc.connect_timeout,
             tcp_keepalive: doc.tcp_keepalive,
+            h2_upgrade_policy,
+            dns_refresh_rate,
+            enable_auto_mtls: doc.enable_auto_mtls,
             problems,
         })
     }
@@ -188,6 +215,9 @@ impl MeshSettings {
             disable_envoy_listener_log: over.disable_envoy_listener_log.or(self.disable_envoy_listener_log),
             connect_timeout: over.connect_timeout.or(self.connect_timeout),
             tcp_keepalive: over.tcp_keepalive.or(self.tcp_keepalive),
+            h2_upgrade_policy: over.h2_upgrade_policy.or(self.h2_upgrade_policy),
+            dns_refresh_rate: over.dns_refresh_rate.or(self.dns_refresh_rate),
+            enable_auto_mtls: over.enable_auto_mtls.or(self.enable_auto_mtls),
             problems: self.problems.into_iter().chain(over.problems).collect(),
         }
     }
@@ -231,6 +261,9 @@ impl MeshSettings {
             traffic: TrafficSettings {
                 connect_timeout: self.connect_timeout.unwrap_or(default.traffic.connect_timeout),
                 tcp_keepalive: self.tcp_keepalive.clone().or(default.traffic.tcp_keepalive),
+                h2_upgrade: self.h2_upgrade_policy.unwrap_or(default.traffic.h2_upgrade),
+                dns_refresh_rate: self.dns_refresh_rate.unwrap_or(default.traffic.dns_refresh_rate),
+                auto_mtls: self.enable_auto_mtls.unwrap_or(default.traffic.auto_mtls),
                 ..default.traffic
             },
             export_to: default.export_to,
@@ -277,6 +310,17 @@ fn reported(file: &str, path: &str) -> Problem {
         ApiField::Removed(instead) => format!("Istio removed this field and ignores it ({instead})"),
         ApiField::Unknown => "not a field of Istio's MeshConfig: ignored".to_string(),
     };
+    Problem {
+        severity: Severity::Warning,
+        source: SourceRef { file: file.into(), doc: 0 },
+        object: None,
+        path: path.to_string(),
+        message,
+    }
+}
+
+/// A warning about the field at `path` of the mesh config `file`.
+fn warning(file: &str, path: &str, message: String) -> Problem {
     Problem {
         severity: Severity::Warning,
         source: SourceRef { file: file.into(), doc: 0 },

@@ -83,3 +83,73 @@ fn tcp_keepalive_is_every_policy_cluster_s_with_the_rule_s_attributes_over_it() 
         "an empty one turns keepalive on with the OS's settings"
     );
 }
+
+/// Whether a cluster speaks HTTP/2 upstream (explicitly, not the client's protocol).
+fn upstream_http2(c: &Cluster) -> bool {
+    matches!(
+        protocol_options(c).and_then(|o| o.upstream_protocol_options),
+        Some(UpstreamProtocolOptions::ExplicitHttpConfig(e))
+            if matches!(e.protocol_config, Some(ProtocolConfig::Http2ProtocolOptions(_)))
+    )
+}
+
+#[test]
+fn h2_upgrade_policy_upgrades_http1_service_clusters_a_rule_leaves_alone() {
+    let writes = mesh_with(
+        "apiVersion: networking.istio.io/v1\nkind: DestinationRule\nmetadata: {name: inventory, namespace: default}\n\
+         spec: {host: inventory, trafficPolicy: {connectionPool: {http: {h2UpgradePolicy: DO_NOT_UPGRADE}}}}\n",
+    );
+    let ctx = served(writes.clone(), "h2UpgradePolicy: UPGRADE\n");
+    let clusters = sidecar_clusters(&ctx);
+    assert!(upstream_http2(cluster(&clusters, &format!("outbound|9080||{REVIEWS}"))), "an HTTP port, no rule policy");
+    assert!(upstream_http2(cluster(&clusters, &format!("outbound|9080|v2|{REVIEWS}"))), "its subsets too");
+    assert!(!upstream_http2(cluster(&clusters, &format!("outbound|9080||{INVENTORY}"))), "the rule says no");
+    assert!(
+        !upstream_http2(cluster(&clusters, "outbound|9096||features.default.svc.cluster.local")),
+        "useClientProtocol keeps the client's"
+    );
+    assert!(protocol_options(cluster(&clusters, &format!("outbound|27017||{MONGODB}"))).is_none(), "a TCP port");
+    assert!(!upstream_http2(cluster(&clusters, "inbound|9080||")), "inbound is never upgraded");
+
+    let default = sidecar_clusters(&served(writes, ""));
+    assert!(!upstream_http2(cluster(&default, &format!("outbound|9080||{REVIEWS}"))), "Istio's default");
+    assert!(upstream_http2(cluster(&default, "outbound|9095||features.default.svc.cluster.local")), "the rule's");
+}
+
+#[test]
+fn enable_auto_mtls_false_leaves_clusters_without_rule_tls_in_plain_text() {
+    let writes = mesh_with(
+        "apiVersion: networking.istio.io/v1\nkind: DestinationRule\nmetadata: {name: inventory, namespace: default}\n\
+         spec: {host: inventory, trafficPolicy: {tls: {mode: ISTIO_MUTUAL}}}\n",
+    );
+    let mut proxy = crate::testing::bookinfo::productpage_in("REDIRECT");
+    proxy.mesh_certificates = true;
+    let clusters = |text: &str| {
+        let ctx = served(writes.clone(), text);
+        cds::clusters(&ctx, &ctx.scope_for(&proxy))
+    };
+    let reviews = format!("outbound|9080||{REVIEWS}");
+    let auto = clusters("");
+    assert!(!cluster(&auto, &reviews).transport_socket_matches.is_empty(), "auto mTLS by default");
+
+    let off = clusters("enableAutoMtls: false\n");
+    let plain = cluster(&off, &reviews);
+    assert!(plain.transport_socket_matches.is_empty() && plain.transport_socket.is_none(), "{plain:?}");
+    assert!(
+        cluster(&off, &format!("outbound|9080||{INVENTORY}")).transport_socket.is_some(),
+        "a rule's ISTIO_MUTUAL still applies"
+    );
+}
+
+#[test]
+#[allow(deprecated)] // Istio sets Envoy's deprecated DNS refresh fields, and so does meshpush.
+fn dns_refresh_rate_is_every_dns_cluster_s() {
+    let clusters = sidecar_clusters(&served(mesh(), "dnsRefreshRate: 5s\n"));
+    for name in ["outbound|443||api.example.com", "outbound|80||rr.example.com"] {
+        let c = cluster(&clusters, name);
+        assert_eq!((c.dns_refresh_rate, c.respect_dns_ttl), (seconds(5), true), "{name}");
+    }
+    assert_eq!(cluster(&clusters, &format!("outbound|9080||{REVIEWS}")).dns_refresh_rate, None, "EDS resolves nothing");
+    let default = sidecar_clusters(&served(mesh(), ""));
+    assert_eq!(cluster(&default, "outbound|443||api.example.com").dns_refresh_rate, seconds(60), "Istio's default");
+}

@@ -121,3 +121,22 @@ fn traffic_defaults_are_read_and_checked_as_istiod_checks_them() {
     let unknown = MeshSettings::parse("mesh.yaml", "tcpKeepalive: {probes: 3, tries: 4}\n").unwrap();
     assert_eq!(problem_paths(&unknown), [("tcpKeepalive.tries", "not a field of Istio's MeshConfig: ignored")]);
 }
+
+#[test]
+fn outbound_cluster_defaults_are_read_and_a_refresh_rate_envoy_refuses_is_replaced() {
+    let text = "h2UpgradePolicy: UPGRADE\nenable_auto_mtls: false\ndnsRefreshRate: 30s\n";
+    let traffic = MeshSettings::parse("mesh.yaml", text).unwrap().mesh_config().traffic;
+    assert_eq!(traffic.h2_upgrade, crate::config::mesh::H2UpgradePolicy::Upgrade);
+    assert!(!traffic.auto_mtls);
+    assert_eq!(traffic.dns_refresh_rate, "30s".parse().unwrap());
+
+    let error = MeshSettings::parse("mesh.yaml", "h2UpgradePolicy: SOMETIMES\n").unwrap_err();
+    assert!(
+        error.starts_with("mesh.yaml: h2UpgradePolicy: ") && error.contains("DO_NOT_UPGRADE or UPGRADE"),
+        "{error}"
+    );
+    let zero = MeshSettings::parse("mesh.yaml", "dnsRefreshRate: 0s\n").unwrap();
+    assert_eq!(problem_paths(&zero)[0].0, "dnsRefreshRate");
+    assert!(problem_paths(&zero)[0].1.contains("Istio's default (60s) is served"), "{:?}", zero.problems);
+    assert_eq!(zero.mesh_config().traffic.dns_refresh_rate, "60s".parse().unwrap());
+}
