@@ -32,8 +32,9 @@ use envoy_types::pb::envoy::config::cluster::v3::{
     },
 };
 use envoy_types::pb::envoy::config::core::v3::{
-    Http1ProtocolOptions, Http2ProtocolOptions, HttpProtocolOptions as CoreHttpProtocolOptions, KeepaliveSettings,
-    RuntimeDouble, TcpKeepalive, UpstreamHttpProtocolOptions,
+    BindConfig, Http1ProtocolOptions, Http2ProtocolOptions, HttpProtocolOptions as CoreHttpProtocolOptions,
+    KeepaliveSettings, RuntimeDouble, SocketAddress, TcpKeepalive, UpstreamHttpProtocolOptions,
+    socket_address::PortSpecifier,
 };
 use envoy_types::pb::envoy::config::endpoint::v3::{
     ClusterLoadAssignment, Endpoint as EnvoyEndpoint, LbEndpoint, LocalityLbEndpoints, lb_endpoint::HostIdentifier,
@@ -58,6 +59,13 @@ use crate::model::{Protocol, ProxyKind, Resolution, Service, ServicePort};
 use crate::push::scope::{InboundDefaults, InboundEndpoint, InboundPort};
 use crate::push::{InboundKey, PushContext, Scope};
 
+/// The source address of inbound connections to the original destination:
+/// Istio's iptables rules return connections from it to the application
+/// rather than redirecting them to the sidecar again.
+const INBOUND_PASSTHROUGH_SOURCE: &str = "127.0.0.6";
+/// Istio's "never" for an ORIGINAL_DST cluster's cleanup interval: the
+/// longest a protobuf duration holds, about 292 years.
+const NEVER_SECONDS: i64 = (i64::MAX - 999_999_999) / 1_000_000_000;
 /// Istio's ring size when a consistent hash sets none.
 const DEFAULT_RING_SIZE: u64 = 1024;
 /// Envoy's upper bound for `RingHashLbConfig.minimum_ring_size`.
@@ -243,32 +251,60 @@ fn outbound(
     cluster
 }
 
-/// `inbound|port||`: the local workload, where the port's endpoint says
-/// (127.0.0.1 at the same port unless a Sidecar ingress listener moves it),
+/// `inbound|port||`: the local workload, where the port's endpoint says,
 /// with the Sidecar's inbound connection pool over the mesh's defaults.
+///
+/// To the original destination (the mesh's PASSTHROUGH inbound mode), it is
+/// Istio's ORIGINAL_DST cluster: idle hosts never cleaned up (there is one,
+/// the workload), and connections from [`INBOUND_PASSTHROUGH_SOURCE`], which
+/// Istio's iptables rules let through to the application instead of
+/// redirecting them back to the sidecar. Otherwise a static cluster of the
+/// one address (127.0.0.1 at the same port under LOCALHOST, or a Sidecar
+/// ingress listener's `defaultEndpoint`).
 fn inbound(port: &InboundPort, defaults: &InboundDefaults) -> Cluster {
     let name = naming::inbound_cluster(port.port);
-    let address = match &port.endpoint {
-        InboundEndpoint::Socket { ip, port } => proto::socket_address(ip, *port),
-        InboundEndpoint::Unix(path) => proto::pipe_address(path),
-    };
-    let endpoint = LbEndpoint {
-        host_identifier: Some(HostIdentifier::Endpoint(EnvoyEndpoint { address: Some(address), ..Default::default() })),
-        ..Default::default()
-    };
     let traffic = TrafficPolicy { connection_pool: port.pool.clone(), ..Default::default() };
     let mut cluster = Cluster {
         name: name.clone(),
         connect_timeout: Some(connect_timeout(&traffic, defaults.connect_timeout)),
         circuit_breakers: Some(circuit_breakers(&traffic)),
-        load_assignment: Some(ClusterLoadAssignment {
-            cluster_name: name,
-            endpoints: vec![LocalityLbEndpoints { lb_endpoints: vec![endpoint], ..Default::default() }],
-            ..Default::default()
-        }),
         ..Default::default()
     };
-    set_type(&mut cluster, DiscoveryType::Static);
+    let address = match &port.endpoint {
+        InboundEndpoint::OriginalDestination => None,
+        InboundEndpoint::Socket { ip, port } => Some(proto::socket_address(ip, *port)),
+        InboundEndpoint::Unix(path) => Some(proto::pipe_address(path)),
+    };
+    match address {
+        None => {
+            set_type(&mut cluster, DiscoveryType::OriginalDst);
+            cluster.lb_policy = LbPolicy::ClusterProvided as i32;
+            cluster.cleanup_interval = Some(proto::seconds(NEVER_SECONDS));
+            cluster.upstream_bind_config = Some(BindConfig {
+                source_address: Some(SocketAddress {
+                    address: INBOUND_PASSTHROUGH_SOURCE.to_string(),
+                    port_specifier: Some(PortSpecifier::PortValue(0)),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            });
+        }
+        Some(address) => {
+            let endpoint = LbEndpoint {
+                host_identifier: Some(HostIdentifier::Endpoint(EnvoyEndpoint {
+                    address: Some(address),
+                    ..Default::default()
+                })),
+                ..Default::default()
+            };
+            cluster.load_assignment = Some(ClusterLoadAssignment {
+                cluster_name: name,
+                endpoints: vec![LocalityLbEndpoints { lb_endpoints: vec![endpoint], ..Default::default() }],
+                ..Default::default()
+            });
+            set_type(&mut cluster, DiscoveryType::Static);
+        }
+    }
     // Istio never upgrades inbound connections to HTTP/2, whatever the
     // Sidecar's pool or the mesh say.
     let pool = port.pool.as_ref().map(|p| {

@@ -28,6 +28,7 @@ use serde::Serialize;
 use super::PushContext;
 use super::index::{AppliedPolicy, AppliedTelemetry, ResolvedGateway, ResolvedJwtRule};
 use crate::config::istio::{self, ConnectionPoolSettings, MtlsMode};
+use crate::config::mesh::InboundTrafficMode;
 use crate::config::{ConfigKey, ConfigKind};
 use crate::model::{Hostname, InterceptionMode, Locality, Protocol, Proxy, ProxyKind, Service, host};
 
@@ -59,7 +60,12 @@ pub struct InboundPort {
 /// Where a sidecar forwards inbound traffic.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
 pub enum InboundEndpoint {
-    /// An IP address and port (127.0.0.1 unless a Sidecar says otherwise).
+    /// The address the client connected to (the mesh's inbound traffic
+    /// mode PASSTHROUGH, Istio's default): the application must listen on
+    /// the workload's address, not only on loopback.
+    OriginalDestination,
+    /// An IP address and port (127.0.0.1 under the LOCALHOST inbound mode,
+    /// or where a Sidecar ingress listener's `defaultEndpoint` says).
     Socket {
         /// The address.
         ip: Arc<str>,
@@ -71,16 +77,16 @@ pub enum InboundEndpoint {
 }
 
 impl InboundPort {
-    /// A port whose traffic goes to the application on 127.0.0.1 at the same port.
-    pub fn local(port: u32, protocol: Protocol) -> InboundPort {
-        InboundPort {
-            port,
-            protocol,
-            endpoint: InboundEndpoint::Socket { ip: Arc::from(LOCALHOST), port },
-            bind: None,
-            pool: None,
-            mtls: MtlsMode::Permissive,
-        }
+    /// A port of a service that selects the workload, handed to the
+    /// application as the mesh's inbound traffic mode says: where the
+    /// client connected (PASSTHROUGH), or 127.0.0.1 at the same port
+    /// (LOCALHOST), as Istio builds its inbound clusters.
+    pub fn of_service(port: u32, protocol: Protocol, mode: InboundTrafficMode) -> InboundPort {
+        let endpoint = match mode {
+            InboundTrafficMode::Passthrough => InboundEndpoint::OriginalDestination,
+            InboundTrafficMode::Localhost => InboundEndpoint::Socket { ip: Arc::from(LOCALHOST), port },
+        };
+        InboundPort { port, protocol, endpoint, bind: None, pool: None, mtls: MtlsMode::Permissive }
     }
 }
 
@@ -153,14 +159,18 @@ pub struct InboundKey {
 
 /// What of the mesh config a workload's inbound configuration reads: its
 /// clusters' connect timeout and TCP keepalive (a Sidecar's inbound
-/// connection pool overrides them). Only these, so that a mesh config edit
-/// of anything else keeps every workload shape.
+/// connection pool overrides them), and how long its listeners wait for
+/// their listener filters (the inbound traffic mode is in its ports'
+/// endpoints). Only these, so that a mesh config edit of anything else
+/// keeps every workload shape.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
 pub struct InboundDefaults {
     /// `connectTimeout`.
     pub connect_timeout: crate::config::Duration,
     /// `tcpKeepalive`.
     pub tcp_keepalive: Option<istio::TcpKeepalive>,
+    /// `protocolDetectionTimeout` (zero: no limit).
+    pub protocol_detection_timeout: crate::config::Duration,
 }
 
 impl InboundDefaults {
@@ -169,6 +179,7 @@ impl InboundDefaults {
         InboundDefaults {
             connect_timeout: mesh.traffic.connect_timeout,
             tcp_keepalive: mesh.traffic.tcp_keepalive.clone(),
+            protocol_detection_timeout: mesh.traffic.protocol_detection_timeout,
         }
     }
 }
@@ -384,7 +395,7 @@ pub fn inbound_key(ctx: &PushContext, proxy: &Proxy) -> InboundKey {
                         if !ports.iter().any(|i| i.port == port) {
                             ports.push(InboundPort {
                                 pool: sidecar_pool.clone(),
-                                ..InboundPort::local(port, p.protocol)
+                                ..InboundPort::of_service(port, p.protocol, ctx.mesh.traffic.inbound)
                             });
                         }
                     }

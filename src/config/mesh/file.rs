@@ -21,7 +21,7 @@ use std::sync::Arc;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use serde::Deserialize;
 
-use super::traffic::{self, H2UpgradePolicy, TrafficSettings};
+use super::traffic::{self, H2UpgradePolicy, InboundTrafficMode, TrafficSettings};
 use super::{AccessLogEncoding, AccessLogSettings, IngressControllerMode, IngressSettings, MeshConfig};
 use crate::config::Duration;
 use crate::config::istio::TcpKeepalive;
@@ -64,6 +64,10 @@ pub struct MeshSettings {
     pub dns_refresh_rate: Option<Duration>,
     /// `enableAutoMtls`.
     pub enable_auto_mtls: Option<bool>,
+    /// `protocolDetectionTimeout`.
+    pub protocol_detection_timeout: Option<Duration>,
+    /// `inboundTrafficPolicy.mode`.
+    pub inbound_traffic_policy: Option<InboundTrafficMode>,
     /// The fields set that meshpush does not apply, each with its path.
     pub problems: Vec<Problem>,
 }
@@ -104,6 +108,18 @@ struct Document {
     dns_refresh_rate: Option<Duration>,
     #[serde(alias = "enable_auto_mtls")]
     enable_auto_mtls: Option<bool>,
+    #[serde(alias = "protocol_detection_timeout")]
+    protocol_detection_timeout: Option<Duration>,
+    #[serde(alias = "inbound_traffic_policy")]
+    inbound_traffic_policy: Option<TrafficPolicyDocument>,
+}
+
+/// `inboundTrafficPolicy` and `outboundTrafficPolicy`: a mode of Istio's
+/// enum, whose value 0 an empty policy (`{}`) means.
+#[derive(Debug, Default, Deserialize)]
+#[serde(default)]
+struct TrafficPolicyDocument {
+    mode: Option<String>,
 }
 
 impl MeshSettings {
@@ -169,6 +185,17 @@ impl MeshSettings {
             .h2_upgrade_policy
             .map(|p| p.parse::<H2UpgradePolicy>().map_err(|e| format!("{file}: h2UpgradePolicy: {e}")))
             .transpose()?;
+        if let Some(timeout) = doc.protocol_detection_timeout {
+            traffic::check_protocol_detection_timeout(timeout)
+                .map_err(|e| format!("{file}: protocolDetectionTimeout: {e}"))?;
+        }
+        let inbound_traffic_policy = doc
+            .inbound_traffic_policy
+            .map(|p| match p.mode {
+                None => Ok(InboundTrafficMode::Passthrough),
+                Some(mode) => mode.parse().map_err(|e| format!("{file}: inboundTrafficPolicy.mode: {e}")),
+            })
+            .transpose()?;
         let dns_refresh_rate = doc.dns_refresh_rate.filter(|rate| match traffic::check_dns_refresh_rate(*rate) {
             Ok(()) => true,
             Err(e) => {
@@ -194,6 +221,8 @@ impl MeshSettings {
             h2_upgrade_policy,
             dns_refresh_rate,
             enable_auto_mtls: doc.enable_auto_mtls,
+            protocol_detection_timeout: doc.protocol_detection_timeout,
+            inbound_traffic_policy,
             problems,
         })
     }
@@ -218,6 +247,8 @@ impl MeshSettings {
             h2_upgrade_policy: over.h2_upgrade_policy.or(self.h2_upgrade_policy),
             dns_refresh_rate: over.dns_refresh_rate.or(self.dns_refresh_rate),
             enable_auto_mtls: over.enable_auto_mtls.or(self.enable_auto_mtls),
+            protocol_detection_timeout: over.protocol_detection_timeout.or(self.protocol_detection_timeout),
+            inbound_traffic_policy: over.inbound_traffic_policy.or(self.inbound_traffic_policy),
             problems: self.problems.into_iter().chain(over.problems).collect(),
         }
     }
@@ -264,6 +295,10 @@ impl MeshSettings {
                 h2_upgrade: self.h2_upgrade_policy.unwrap_or(default.traffic.h2_upgrade),
                 dns_refresh_rate: self.dns_refresh_rate.unwrap_or(default.traffic.dns_refresh_rate),
                 auto_mtls: self.enable_auto_mtls.unwrap_or(default.traffic.auto_mtls),
+                protocol_detection_timeout: self
+                    .protocol_detection_timeout
+                    .unwrap_or(default.traffic.protocol_detection_timeout),
+                inbound: self.inbound_traffic_policy.unwrap_or(default.traffic.inbound),
                 ..default.traffic
             },
             export_to: default.export_to,

@@ -153,3 +153,41 @@ fn dns_refresh_rate_is_every_dns_cluster_s() {
     let default = sidecar_clusters(&served(mesh(), ""));
     assert_eq!(cluster(&default, "outbound|443||api.example.com").dns_refresh_rate, seconds(60), "Istio's default");
 }
+
+#[test]
+fn inbound_traffic_policy_passthrough_sends_to_the_original_destination_and_localhost_to_loopback() {
+    let inbound = |text: &str| {
+        let ctx = served(mesh(), text);
+        cds::inbound_clusters(&productpage_inbound(&ctx, "REDIRECT")).remove(0)
+    };
+    let passthrough = inbound("");
+    assert_eq!(passthrough.name, "inbound|9080||");
+    assert_eq!(discovery_type(&passthrough), DiscoveryType::OriginalDst, "Istio's default: PASSTHROUGH");
+    assert_eq!(passthrough.lb_policy, LbPolicy::ClusterProvided as i32);
+    assert!(passthrough.load_assignment.is_none());
+    let source = passthrough.upstream_bind_config.as_ref().and_then(|b| b.source_address.as_ref()).unwrap();
+    assert_eq!(source.address, "127.0.0.6", "the source Istio's iptables rules let through to the application");
+
+    let localhost = inbound("inboundTrafficPolicy: {mode: LOCALHOST}\n");
+    assert_eq!(discovery_type(&localhost), DiscoveryType::Static);
+    assert!(localhost.upstream_bind_config.is_none());
+    let lbe = &localhost.load_assignment.as_ref().unwrap().endpoints[0].lb_endpoints[0];
+    let Some(HostIdentifier::Endpoint(ep)) = &lbe.host_identifier else { panic!("no endpoint") };
+    let Some(address::Address::SocketAddress(sa)) = ep.address.as_ref().unwrap().address.as_ref() else { panic!() };
+    assert_eq!((sa.address.as_str(), sa.port_specifier.clone()), ("127.0.0.1", Some(PortSpecifier::PortValue(9080))));
+}
+
+#[test]
+fn protocol_detection_timeout_bounds_the_inbound_listener_filters() {
+    let virtual_inbound = |text: &str| {
+        let ctx = served(mesh(), text);
+        let listeners = lds::inbound_listeners(&productpage_inbound(&ctx, "REDIRECT"));
+        listener(&listeners, "virtualInbound").clone()
+    };
+    let bounded = virtual_inbound("protocolDetectionTimeout: 250ms\n");
+    assert_eq!(bounded.listener_filters_timeout, Some(ProtoDuration { seconds: 0, nanos: 250_000_000 }));
+    assert!(bounded.continue_on_listener_filters_timeout, "a connection goes on without what the filters wait for");
+    let default = virtual_inbound("");
+    assert_eq!(default.listener_filters_timeout, seconds(0), "Istio's default: no limit, not Envoy's 15s");
+    assert!(default.continue_on_listener_filters_timeout);
+}

@@ -140,3 +140,18 @@ fn outbound_cluster_defaults_are_read_and_a_refresh_rate_envoy_refuses_is_replac
     assert!(problem_paths(&zero)[0].1.contains("Istio's default (60s) is served"), "{:?}", zero.problems);
     assert_eq!(zero.mesh_config().traffic.dns_refresh_rate, "60s".parse().unwrap());
 }
+
+#[test]
+fn inbound_defaults_are_read_and_checked_as_istiod_checks_them() {
+    let text = "protocolDetectionTimeout: 100ms\ninbound_traffic_policy: {mode: LOCALHOST}\n";
+    let traffic = MeshSettings::parse("mesh.yaml", text).unwrap().mesh_config().traffic;
+    assert_eq!(traffic.protocol_detection_timeout, "100ms".parse().unwrap());
+    assert_eq!(traffic.inbound, crate::config::mesh::InboundTrafficMode::Localhost);
+    let empty = MeshSettings::parse("mesh.yaml", "inboundTrafficPolicy: {}\n").unwrap().mesh_config();
+    assert_eq!(empty.traffic.inbound, crate::config::mesh::InboundTrafficMode::Passthrough, "enum value 0");
+
+    let timeout = MeshSettings::parse("mesh.yaml", "protocolDetectionTimeout: 1.5ms\n").unwrap_err();
+    assert!(timeout.starts_with("mesh.yaml: protocolDetectionTimeout: "), "{timeout}");
+    let mode = MeshSettings::parse("mesh.yaml", "inboundTrafficPolicy: {mode: LOOPBACK}\n").unwrap_err();
+    assert!(mode.starts_with("mesh.yaml: inboundTrafficPolicy.mode: ") && mode.contains("LOCALHOST"), "{mode}");
+}
