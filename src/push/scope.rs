@@ -28,7 +28,7 @@ use serde::Serialize;
 use super::PushContext;
 use super::index::{AppliedPolicy, AppliedTelemetry, ResolvedGateway, ResolvedJwtRule};
 use crate::config::istio::{self, ConnectionPoolSettings, MtlsMode};
-use crate::config::mesh::InboundTrafficMode;
+use crate::config::mesh::{InboundTrafficMode, OutboundTrafficMode};
 use crate::config::{ConfigKey, ConfigKind};
 use crate::model::{Hostname, InterceptionMode, Locality, Protocol, Proxy, ProxyKind, Service, host};
 
@@ -313,7 +313,8 @@ pub struct Scope {
     pub visible_hosts: HashSet<Hostname>,
     /// Egress listeners (sidecars).
     pub egress: Vec<EgressListener>,
-    /// Unknown-destination policy (sidecars).
+    /// Unknown-destination policy (sidecars): the Sidecar's, else the mesh
+    /// config's `outboundTrafficPolicy.mode`.
     pub outbound_policy: OutboundPolicy,
     /// Gateways served (routers).
     #[serde(skip)]
@@ -517,6 +518,12 @@ pub fn compute(ctx: &PushContext, id: ScopeId, key: ScopeKey) -> Scope {
     };
     let none_mode = key.interception == InterceptionMode::None;
     let sidecar = key.sidecar.as_ref().and_then(|k| ctx.sidecars.get(k)).cloned();
+    // Where no Sidecar sets a policy, the mesh's mode (as Istio copies only
+    // the mode into the sidecar scope: an egress proxy is the Sidecar's).
+    let mesh_policy = match ctx.mesh.traffic.outbound {
+        OutboundTrafficMode::AllowAny => OutboundPolicy::ALLOW_ANY,
+        OutboundTrafficMode::RegistryOnly => OutboundPolicy::RegistryOnly,
+    };
 
     let (egress, outbound_policy) = match (&key.kind, sidecar) {
         (ProxyKind::Sidecar, Some(sc)) => {
@@ -538,9 +545,10 @@ pub fn compute(ctx: &PushContext, id: ScopeId, key: ScopeKey) -> Scope {
                     .collect()
             };
             let traffic_policy = sc.spec.outbound_traffic_policy.as_ref();
-            let policy = match traffic_policy.and_then(|p| p.mode.as_deref()) {
-                Some("REGISTRY_ONLY") => OutboundPolicy::RegistryOnly,
-                _ => OutboundPolicy::AllowAny {
+            let policy = match traffic_policy.map(|p| p.mode.as_deref()) {
+                None => mesh_policy,
+                Some(Some("REGISTRY_ONLY")) => OutboundPolicy::RegistryOnly,
+                Some(_) => OutboundPolicy::AllowAny {
                     egress_proxy: traffic_policy.and_then(|p| p.egress_proxy.as_ref()).map(|d| {
                         let host = host::resolve(&d.host, sc.metadata.namespace());
                         let port = d.port.as_ref().map(|p| p.number).unwrap_or(0);
@@ -552,7 +560,7 @@ pub fn compute(ctx: &PushContext, id: ScopeId, key: ScopeKey) -> Scope {
         }
         _ => (
             vec![EgressListener { port: None, bind: None, capture_none: none_mode, services: exported() }],
-            OutboundPolicy::ALLOW_ANY,
+            mesh_policy,
         ),
     };
 

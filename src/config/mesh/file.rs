@@ -21,7 +21,7 @@ use std::sync::Arc;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use serde::Deserialize;
 
-use super::traffic::{self, H2UpgradePolicy, InboundTrafficMode, TrafficSettings};
+use super::traffic::{self, H2UpgradePolicy, InboundTrafficMode, OutboundTrafficMode, TrafficSettings};
 use super::{AccessLogEncoding, AccessLogSettings, IngressControllerMode, IngressSettings, MeshConfig};
 use crate::config::Duration;
 use crate::config::istio::TcpKeepalive;
@@ -68,6 +68,8 @@ pub struct MeshSettings {
     pub protocol_detection_timeout: Option<Duration>,
     /// `inboundTrafficPolicy.mode`.
     pub inbound_traffic_policy: Option<InboundTrafficMode>,
+    /// `outboundTrafficPolicy.mode`.
+    pub outbound_traffic_policy: Option<OutboundTrafficMode>,
     /// The fields set that meshpush does not apply, each with its path.
     pub problems: Vec<Problem>,
 }
@@ -112,6 +114,8 @@ struct Document {
     protocol_detection_timeout: Option<Duration>,
     #[serde(alias = "inbound_traffic_policy")]
     inbound_traffic_policy: Option<TrafficPolicyDocument>,
+    #[serde(alias = "outbound_traffic_policy")]
+    outbound_traffic_policy: Option<TrafficPolicyDocument>,
 }
 
 /// `inboundTrafficPolicy` and `outboundTrafficPolicy`: a mode of Istio's
@@ -196,6 +200,22 @@ impl MeshSettings {
                 Some(mode) => mode.parse().map_err(|e| format!("{file}: inboundTrafficPolicy.mode: {e}")),
             })
             .transpose()?;
+        let outbound_traffic_policy = doc
+            .outbound_traffic_policy
+            .map(|p| match p.mode.as_deref() {
+                None => Ok(OutboundTrafficMode::RegistryOnly),
+                Some(traffic::ALLOW_ANY_DYNAMIC_DNS) => {
+                    let message = format!(
+                        "{} is not applied by meshpush yet: served as ALLOW_ANY (unknown destinations pass \
+                         through, without the dynamic forward proxy)",
+                        traffic::ALLOW_ANY_DYNAMIC_DNS
+                    );
+                    problems.push(warning(file, "outboundTrafficPolicy.mode", message));
+                    Ok(OutboundTrafficMode::AllowAny)
+                }
+                Some(mode) => mode.parse().map_err(|e| format!("{file}: outboundTrafficPolicy.mode: {e}")),
+            })
+            .transpose()?;
         let dns_refresh_rate = doc.dns_refresh_rate.filter(|rate| match traffic::check_dns_refresh_rate(*rate) {
             Ok(()) => true,
             Err(e) => {
@@ -223,6 +243,7 @@ impl MeshSettings {
             enable_auto_mtls: doc.enable_auto_mtls,
             protocol_detection_timeout: doc.protocol_detection_timeout,
             inbound_traffic_policy,
+            outbound_traffic_policy,
             problems,
         })
     }
@@ -249,6 +270,7 @@ impl MeshSettings {
             enable_auto_mtls: over.enable_auto_mtls.or(self.enable_auto_mtls),
             protocol_detection_timeout: over.protocol_detection_timeout.or(self.protocol_detection_timeout),
             inbound_traffic_policy: over.inbound_traffic_policy.or(self.inbound_traffic_policy),
+            outbound_traffic_policy: over.outbound_traffic_policy.or(self.outbound_traffic_policy),
             problems: self.problems.into_iter().chain(over.problems).collect(),
         }
     }
@@ -299,6 +321,7 @@ impl MeshSettings {
                     .protocol_detection_timeout
                     .unwrap_or(default.traffic.protocol_detection_timeout),
                 inbound: self.inbound_traffic_policy.unwrap_or(default.traffic.inbound),
+                outbound: self.outbound_traffic_policy.unwrap_or(default.traffic.outbound),
                 ..default.traffic
             },
             export_to: default.export_to,

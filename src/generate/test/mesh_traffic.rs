@@ -191,3 +191,32 @@ fn protocol_detection_timeout_bounds_the_inbound_listener_filters() {
     assert_eq!(default.listener_filters_timeout, seconds(0), "Istio's default: no limit, not Envoy's 15s");
     assert!(default.continue_on_listener_filters_timeout);
 }
+
+#[test]
+fn outbound_traffic_policy_is_the_default_of_sidecars_whose_sidecar_sets_none() {
+    let catch_all = |ctx: &PushContext, scope: &Scope| {
+        let listeners = lds::listeners(ctx, scope);
+        let chain = &listener(&listeners, "virtualOutbound").filter_chains[0];
+        tcp_clusters(&tcp(&chain.filters[0]))
+    };
+    let fallback_host = |ctx: &PushContext| {
+        let configs = rds::route_configs(ctx, &productpage(ctx, "REDIRECT"));
+        let names: Vec<String> = config(&configs, "9080").virtual_hosts.iter().map(|v| v.name.clone()).collect();
+        names.into_iter().filter(|n| n == "allow_any" || n == "block_all").collect::<Vec<_>>()
+    };
+    let allowed_sidecar = "apiVersion: networking.istio.io/v1\nkind: Sidecar\n\
+                           metadata: {name: default, namespace: default}\n\
+                           spec: {outboundTrafficPolicy: {mode: ALLOW_ANY}}\n";
+
+    let registry_only = served(mesh(), "outboundTrafficPolicy: {mode: REGISTRY_ONLY}\n");
+    assert_eq!(catch_all(&registry_only, &productpage(&registry_only, "REDIRECT")), ["BlackHoleCluster"]);
+    assert_eq!(fallback_host(&registry_only), ["block_all"]);
+    let empty = served(mesh(), "outboundTrafficPolicy: {}\n");
+    assert_eq!(catch_all(&empty, &productpage(&empty, "REDIRECT")), ["BlackHoleCluster"], "{{}} is enum value 0");
+    let sidecar_says = served(mesh_with(allowed_sidecar), "outboundTrafficPolicy: {mode: REGISTRY_ONLY}\n");
+    assert_eq!(catch_all(&sidecar_says, &productpage(&sidecar_says, "REDIRECT")), ["PassthroughCluster"]);
+
+    let default = served(mesh(), "");
+    assert_eq!(catch_all(&default, &productpage(&default, "REDIRECT")), ["PassthroughCluster"], "Istio's default");
+    assert_eq!(fallback_host(&default), ["allow_any"]);
+}

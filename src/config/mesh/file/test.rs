@@ -155,3 +155,27 @@ fn inbound_defaults_are_read_and_checked_as_istiod_checks_them() {
     let mode = MeshSettings::parse("mesh.yaml", "inboundTrafficPolicy: {mode: LOOPBACK}\n").unwrap_err();
     assert!(mode.starts_with("mesh.yaml: inboundTrafficPolicy.mode: ") && mode.contains("LOCALHOST"), "{mode}");
 }
+
+#[test]
+fn an_outbound_traffic_policy_without_a_mode_is_registry_only_and_dynamic_dns_is_reported() {
+    use crate::config::mesh::OutboundTrafficMode;
+    let mode = |text: &str| MeshSettings::parse("mesh.yaml", text).unwrap().mesh_config().traffic.outbound;
+    assert_eq!(mode(""), OutboundTrafficMode::AllowAny, "Istio's default");
+    assert_eq!(mode("outboundTrafficPolicy: {}\n"), OutboundTrafficMode::RegistryOnly, "enum value 0, as in istiod");
+    assert_eq!(mode("outbound_traffic_policy: {mode: ALLOW_ANY}\n"), OutboundTrafficMode::AllowAny);
+
+    let dynamic = MeshSettings::parse(
+        "mesh.yaml",
+        "outboundTrafficPolicy:\n  mode: ALLOW_ANY_DYNAMIC_DNS\n  tls: {mode: SIMPLE}\n",
+    )
+    .unwrap();
+    let paths = problem_paths(&dynamic);
+    assert_eq!(
+        paths.iter().map(|p| p.0).collect::<Vec<_>>(),
+        ["outboundTrafficPolicy.tls", "outboundTrafficPolicy.mode"]
+    );
+    assert!(paths[1].1.contains("not applied by meshpush yet: served as ALLOW_ANY"), "{paths:?}");
+    assert_eq!(dynamic.mesh_config().traffic.outbound, OutboundTrafficMode::AllowAny);
+    let bad = MeshSettings::parse("mesh.yaml", "outboundTrafficPolicy: {mode: DENY}\n").unwrap_err();
+    assert!(bad.starts_with("mesh.yaml: outboundTrafficPolicy.mode: "), "{bad}");
+}
