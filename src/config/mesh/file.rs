@@ -21,7 +21,9 @@ use std::sync::Arc;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use serde::Deserialize;
 
-use super::traffic::{self, H2UpgradePolicy, InboundTrafficMode, OutboundTrafficMode, TrafficSettings};
+use super::traffic::{
+    self, ExportToDefaults, H2UpgradePolicy, InboundTrafficMode, OutboundTrafficMode, TrafficSettings,
+};
 use super::{AccessLogEncoding, AccessLogSettings, IngressControllerMode, IngressSettings, MeshConfig};
 use crate::config::Duration;
 use crate::config::istio::TcpKeepalive;
@@ -70,6 +72,12 @@ pub struct MeshSettings {
     pub inbound_traffic_policy: Option<InboundTrafficMode>,
     /// `outboundTrafficPolicy.mode`.
     pub outbound_traffic_policy: Option<OutboundTrafficMode>,
+    /// `defaultServiceExportTo`.
+    pub default_service_export_to: Option<Vec<String>>,
+    /// `defaultVirtualServiceExportTo`.
+    pub default_virtual_service_export_to: Option<Vec<String>>,
+    /// `defaultDestinationRuleExportTo`.
+    pub default_destination_rule_export_to: Option<Vec<String>>,
     /// The fields set that meshpush does not apply, each with its path.
     pub problems: Vec<Problem>,
 }
@@ -116,6 +124,12 @@ struct Document {
     inbound_traffic_policy: Option<TrafficPolicyDocument>,
     #[serde(alias = "outbound_traffic_policy")]
     outbound_traffic_policy: Option<TrafficPolicyDocument>,
+    #[serde(alias = "default_service_export_to")]
+    default_service_export_to: Option<Vec<String>>,
+    #[serde(alias = "default_virtual_service_export_to")]
+    default_virtual_service_export_to: Option<Vec<String>>,
+    #[serde(alias = "default_destination_rule_export_to")]
+    default_destination_rule_export_to: Option<Vec<String>>,
 }
 
 /// `inboundTrafficPolicy` and `outboundTrafficPolicy`: a mode of Istio's
@@ -244,6 +258,9 @@ impl MeshSettings {
             protocol_detection_timeout: doc.protocol_detection_timeout,
             inbound_traffic_policy,
             outbound_traffic_policy,
+            default_service_export_to: doc.default_service_export_to,
+            default_virtual_service_export_to: doc.default_virtual_service_export_to,
+            default_destination_rule_export_to: doc.default_destination_rule_export_to,
             problems,
         })
     }
@@ -271,6 +288,13 @@ impl MeshSettings {
             protocol_detection_timeout: over.protocol_detection_timeout.or(self.protocol_detection_timeout),
             inbound_traffic_policy: over.inbound_traffic_policy.or(self.inbound_traffic_policy),
             outbound_traffic_policy: over.outbound_traffic_policy.or(self.outbound_traffic_policy),
+            default_service_export_to: over.default_service_export_to.or(self.default_service_export_to),
+            default_virtual_service_export_to: over
+                .default_virtual_service_export_to
+                .or(self.default_virtual_service_export_to),
+            default_destination_rule_export_to: over
+                .default_destination_rule_export_to
+                .or(self.default_destination_rule_export_to),
             problems: self.problems.into_iter().chain(over.problems).collect(),
         }
     }
@@ -296,6 +320,10 @@ impl MeshSettings {
     pub fn mesh_config(&self) -> MeshConfig {
         let default = MeshConfig::default();
         let text = |set: &Option<String>, default: Arc<str>| set.as_deref().map_or(default, Arc::from);
+        // istiod reads an empty list as none: `*`.
+        let export = |set: &Option<Vec<String>>, default: Vec<String>| {
+            set.clone().filter(|list| !list.is_empty()).unwrap_or(default)
+        };
         MeshConfig {
             trust_domain: text(&self.trust_domain, default.trust_domain),
             root_namespace: text(&self.root_namespace, default.root_namespace),
@@ -324,7 +352,14 @@ impl MeshSettings {
                 outbound: self.outbound_traffic_policy.unwrap_or(default.traffic.outbound),
                 ..default.traffic
             },
-            export_to: default.export_to,
+            export_to: ExportToDefaults {
+                services: export(&self.default_service_export_to, default.export_to.services),
+                virtual_services: export(&self.default_virtual_service_export_to, default.export_to.virtual_services),
+                destination_rules: export(
+                    &self.default_destination_rule_export_to,
+                    default.export_to.destination_rules,
+                ),
+            },
         }
     }
 }

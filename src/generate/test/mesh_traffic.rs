@@ -220,3 +220,72 @@ fn outbound_traffic_policy_is_the_default_of_sidecars_whose_sidecar_sets_none() 
     assert_eq!(catch_all(&default, &productpage(&default, "REDIRECT")), ["PassthroughCluster"], "Istio's default");
     assert_eq!(fallback_host(&default), ["allow_any"]);
 }
+
+/// `billing` (namespace `other`) with a VirtualService and a
+/// DestinationRule there that name no `exportTo`, and a ServiceEntry there
+/// that names `*`.
+const OTHER_NAMESPACE: &str = "\
+apiVersion: networking.istio.io/v1
+kind: VirtualService
+metadata: {name: billing, namespace: other}
+spec:
+  hosts: [billing]
+  http: [{name: from-other, route: [{destination: {host: billing}}]}]
+---
+apiVersion: networking.istio.io/v1
+kind: DestinationRule
+metadata: {name: billing, namespace: other}
+spec:
+  host: billing
+  trafficPolicy: {connectionPool: {tcp: {connectTimeout: 7s}}}
+---
+apiVersion: networking.istio.io/v1
+kind: ServiceEntry
+metadata: {name: ledger, namespace: other}
+spec:
+  hosts: [ledger.example.com]
+  exportTo: ['*']
+  resolution: STATIC
+  ports: [{number: 8080, name: http, protocol: HTTP}]
+  endpoints: [{address: 10.3.0.1}]
+";
+
+const BILLING: &str = "billing.other.svc.cluster.local";
+
+#[test]
+fn default_export_to_is_what_objects_that_name_none_are_exported_to() {
+    let billing_cluster = format!("outbound|9080||{BILLING}");
+    let seen = |text: &str| {
+        let ctx = served(mesh_with(OTHER_NAMESPACE), text);
+        let scope = productpage(&ctx, "REDIRECT");
+        let clusters = cds::clusters(&ctx, &scope);
+        let names: Vec<String> = clusters.iter().map(|c| c.name.clone()).collect();
+        let timeout = clusters.iter().find(|c| c.name == billing_cluster).and_then(|c| c.connect_timeout);
+        let configs = rds::route_configs(&ctx, &scope);
+        let routes: Vec<String> = configs
+            .iter()
+            .flat_map(|c| &c.virtual_hosts)
+            .filter(|v| v.name == format!("{BILLING}:9080"))
+            .flat_map(|v| v.routes.iter().map(|r| r.name.clone()))
+            .collect();
+        (names, timeout, routes)
+    };
+
+    let (names, timeout, routes) = seen("");
+    assert!(names.contains(&billing_cluster), "Istio's default: every service everywhere");
+    assert_eq!((timeout, routes), (seconds(7), vec!["from-other".to_string()]), "every rule too");
+
+    let (names, ..) = seen("defaultServiceExportTo: [.]\n");
+    assert!(!names.contains(&billing_cluster), "a service of another namespace is private to it");
+    assert!(names.contains(&"outbound|8080||ledger.example.com".to_string()), "unless it names its own exportTo");
+    assert!(names.contains(&format!("outbound|9080||{REVIEWS}")), "the proxy's own namespace's");
+    let (names, ..) = seen("defaultServiceExportTo: [default]\n");
+    assert!(names.contains(&billing_cluster), "exported to the proxy's namespace by name");
+
+    let (_, _, routes) = seen("defaultVirtualServiceExportTo: [.]\n");
+    assert!(!routes.contains(&"from-other".to_string()), "another namespace's VirtualService: {routes:?}");
+    let (_, timeout, _) = seen("defaultDestinationRuleExportTo: [.]\n");
+    assert_eq!(timeout, seconds(10), "another namespace's DestinationRule is private to it");
+    let (_, timeout, _) = seen("defaultDestinationRuleExportTo: [istio-system]\n");
+    assert_eq!(timeout, seconds(7), "for a DestinationRule only `.` counts: public otherwise, as in Istio");
+}

@@ -179,3 +179,14 @@ fn an_outbound_traffic_policy_without_a_mode_is_registry_only_and_dynamic_dns_is
     let bad = MeshSettings::parse("mesh.yaml", "outboundTrafficPolicy: {mode: DENY}\n").unwrap_err();
     assert!(bad.starts_with("mesh.yaml: outboundTrafficPolicy.mode: "), "{bad}");
 }
+
+#[test]
+fn default_export_to_lists_replace_istio_s_and_an_empty_one_is_everywhere() {
+    let text = "defaultServiceExportTo: [., istio-system]\ndefault_virtual_service_export_to: [.]\n\
+                defaultDestinationRuleExportTo: []\n";
+    let export_to = MeshSettings::parse("mesh.yaml", text).unwrap().mesh_config().export_to;
+    assert_eq!(export_to.services, [".", "istio-system"]);
+    assert_eq!(export_to.virtual_services, ["."]);
+    assert_eq!(export_to.destination_rules, ["*"], "an empty list is none, as istiod reads it");
+    assert_eq!(MeshConfig::default().export_to.services, ["*"], "Istio's default");
+}
