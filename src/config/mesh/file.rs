@@ -343,14 +343,13 @@ impl MeshSettings {
                 connect_timeout: self.connect_timeout.unwrap_or(default.traffic.connect_timeout),
                 tcp_keepalive: self.tcp_keepalive.clone().or(default.traffic.tcp_keepalive),
                 h2_upgrade: self.h2_upgrade_policy.unwrap_or(default.traffic.h2_upgrade),
-                dns_refresh_rate: self.dns_refresh_rate.unwrap_or(default.traffic.dns_refresh_rate),
-                auto_mtls: self.enable_auto_mtls.unwrap_or(default.traffic.auto_mtls),
                 protocol_detection_timeout: self
                     .protocol_detection_timeout
                     .unwrap_or(default.traffic.protocol_detection_timeout),
+                dns_refresh_rate: self.dns_refresh_rate.unwrap_or(default.traffic.dns_refresh_rate),
                 inbound: self.inbound_traffic_policy.unwrap_or(default.traffic.inbound),
                 outbound: self.outbound_traffic_policy.unwrap_or(default.traffic.outbound),
-                ..default.traffic
+                auto_mtls: self.enable_auto_mtls.unwrap_or(default.traffic.auto_mtls),
             },
             export_to: ExportToDefaults {
                 services: export(&self.default_service_export_to, default.export_to.services),

@@ -28,7 +28,7 @@ fn seconds(s: i64) -> Option<ProtoDuration> {
 }
 
 fn keepalive(c: &Cluster) -> Option<TcpKeepalive> {
-    c.upstream_connection_options.as_ref().and_then(|o| o.tcp_keepalive.clone())
+    c.upstream_connection_options.as_ref().and_then(|o| o.tcp_keepalive)
 }
 
 #[test]
@@ -67,7 +67,7 @@ fn tcp_keepalive_is_every_policy_cluster_s_with_the_rule_s_attributes_over_it() 
         keepalive_interval: None,
     };
     for name in [format!("outbound|9080||{REVIEWS}"), "inbound|9080||".to_string(), "PassthroughCluster".to_string()] {
-        assert_eq!(keepalive(cluster(&clusters, &name)), Some(mesh_keepalive.clone()), "{name}");
+        assert_eq!(keepalive(cluster(&clusters, &name)), Some(mesh_keepalive), "{name}");
     }
     let inventory = keepalive(cluster(&clusters, &format!("outbound|9080||{INVENTORY}"))).unwrap();
     assert_eq!(inventory.keepalive_probes, mesh_keepalive.keepalive_probes, "the mesh's, where the rule sets none");
