@@ -234,7 +234,8 @@ impl MeshSettings {
             Ok(()) => true,
             Err(e) => {
                 // istiod takes it, and every DNS cluster is then refused: serve the default instead, and say so.
-                problems.push(warning(file, "dnsRefreshRate", format!("{e}: Istio's default (60s) is served")));
+                let message = format!("{e}: Istio's default ({}) is served", traffic::DEFAULT_DNS_REFRESH_RATE);
+                problems.push(warning(file, "dnsRefreshRate", message));
                 false
             }
         });
