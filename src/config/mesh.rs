@@ -6,18 +6,21 @@
 //! carries one, so it is part of what a snapshot means (a
 //! PeerAuthentication in `root_namespace` is mesh-wide; a workload's SPIFFE
 //! identity is in `trust_domain`; which Ingresses are served, by which
-//! routers, is `ingress`). An edit of the file reaches the store as the
+//! routers, is `ingress`; what clusters and listeners default to is
+//! `traffic`). An edit of the file reaches the store as the
 //! one [`MeshConfigObject`] (`source::mesh_config`), and the snapshot built
 //! on it serves it: a snapshot stays a function of its store.
 
 pub mod file;
 pub mod providers;
+pub mod traffic;
 
 use std::sync::Arc;
 
 use serde::Serialize;
 
 pub use file::MeshSettings;
+pub use traffic::{ExportToDefaults, H2UpgradePolicy, InboundTrafficMode, OutboundTrafficMode, TrafficSettings};
 
 /// Istio's default root namespace (`meshConfig.rootNamespace`).
 pub const DEFAULT_ROOT_NAMESPACE: &str = "istio-system";
@@ -52,6 +55,13 @@ pub struct MeshConfig {
     pub extension_providers: Arc<[providers::ExtensionProvider]>,
     /// `defaultProviders`.
     pub default_providers: providers::DefaultProviders,
+    /// The traffic defaults of clusters and listeners (`connectTimeout`,
+    /// `tcpKeepalive`, `h2UpgradePolicy`, `protocolDetectionTimeout`,
+    /// `dnsRefreshRate`, `inboundTrafficPolicy`, `outboundTrafficPolicy`,
+    /// `enableAutoMtls`).
+    pub traffic: TrafficSettings,
+    /// The `exportTo` of objects that name none.
+    pub export_to: ExportToDefaults,
 }
 
 impl Default for MeshConfig {
@@ -63,6 +73,8 @@ impl Default for MeshConfig {
             access_log: AccessLogSettings::default(),
             extension_providers: providers::merge_with_builtins(&[]),
             default_providers: providers::DefaultProviders::default(),
+            traffic: TrafficSettings::default(),
+            export_to: ExportToDefaults::default(),
         }
     }
 }

@@ -12,6 +12,13 @@
 //! get `inbound|port||` for each of their workload ports. `BlackHoleCluster`
 //! and `PassthroughCluster` are always there.
 //!
+//! What a rule (or, inbound, a Sidecar's connection pool) leaves unsaid
+//! comes from the mesh config's traffic defaults, as in Istio: every
+//! cluster's connect timeout; the TCP keepalive of every cluster with a
+//! traffic policy (all but `BlackHoleCluster`, which never connects); the
+//! HTTP/2 upgrade of outbound HTTP/1.1 ports; the refresh rate of DNS
+//! clusters; whether auto mTLS is on.
+//!
 //! Invariants: the output depends only on the context and the scope; it is
 //! sorted by name with each name once, so equal inputs encode to equal bytes.
 
@@ -25,8 +32,9 @@ use envoy_types::pb::envoy::config::cluster::v3::{
     },
 };
 use envoy_types::pb::envoy::config::core::v3::{
-    Http1ProtocolOptions, Http2ProtocolOptions, HttpProtocolOptions as CoreHttpProtocolOptions, KeepaliveSettings,
-    RuntimeDouble, TcpKeepalive, UpstreamHttpProtocolOptions,
+    BindConfig, Http1ProtocolOptions, Http2ProtocolOptions, HttpProtocolOptions as CoreHttpProtocolOptions,
+    KeepaliveSettings, RuntimeDouble, SocketAddress, TcpKeepalive, UpstreamHttpProtocolOptions,
+    socket_address::PortSpecifier,
 };
 use envoy_types::pb::envoy::config::endpoint::v3::{
     ClusterLoadAssignment, Endpoint as EnvoyEndpoint, LbEndpoint, LocalityLbEndpoints, lb_endpoint::HostIdentifier,
@@ -42,15 +50,22 @@ use envoy_types::pb::envoy::r#type::v3::Percent;
 use super::mtls::{self, MeshTls};
 use super::policy::{self, DestinationPolicy};
 use super::{eds, gateway, naming, proto, tls};
+use crate::config::Duration;
 use crate::config::istio::{
-    ConnectionPoolSettings, DestinationRuleSpec, LoadBalancerSettings, TcpSettings, TrafficPolicy,
+    ConnectionPoolSettings, DestinationRuleSpec, LoadBalancerSettings, TcpKeepalive as IstioTcpKeepalive, TrafficPolicy,
 };
+use crate::config::mesh::{H2UpgradePolicy, TrafficSettings};
 use crate::model::{Protocol, ProxyKind, Resolution, Service, ServicePort};
-use crate::push::scope::{InboundEndpoint, InboundPort};
+use crate::push::scope::{InboundDefaults, InboundEndpoint, InboundPort};
 use crate::push::{InboundKey, PushContext, Scope};
 
-/// Istio's default connect timeout.
-const DEFAULT_CONNECT_TIMEOUT_SECONDS: i64 = 10;
+/// The source address of inbound connections to the original destination:
+/// Istio's iptables rules return connections from it to the application
+/// rather than redirecting them to the sidecar again.
+const INBOUND_PASSTHROUGH_SOURCE: &str = "127.0.0.6";
+/// Istio's "never" for an ORIGINAL_DST cluster's cleanup interval: the
+/// longest a protobuf duration holds, about 292 years.
+const NEVER_SECONDS: i64 = (i64::MAX - 999_999_999) / 1_000_000_000;
 /// Istio's ring size when a consistent hash sets none.
 const DEFAULT_RING_SIZE: u64 = 1024;
 /// Envoy's upper bound for `RingHashLbConfig.minimum_ring_size`.
@@ -74,8 +89,8 @@ pub fn clusters(ctx: &PushContext, scope: &Scope) -> Vec<Cluster> {
     if router {
         out.extend(sni_dnat_clusters(ctx, scope));
     }
-    out.push(blackhole());
-    out.push(passthrough());
+    out.push(blackhole(&ctx.mesh.traffic));
+    out.push(passthrough(&ctx.mesh.traffic));
     out.sort_by(|a, b| a.name.cmp(&b.name));
     out.dedup_by(|a, b| a.name == b.name);
     out
@@ -142,7 +157,7 @@ pub fn inbound_clusters(key: &InboundKey) -> Vec<Cluster> {
     if key.kind != ProxyKind::Sidecar {
         return Vec::new();
     }
-    let mut out: Vec<Cluster> = key.ports.iter().map(inbound).collect();
+    let mut out: Vec<Cluster> = key.ports.iter().map(|p| inbound(p, &key.defaults)).collect();
     out.sort_by(|a, b| a.name.cmp(&b.name));
     out.dedup_by(|a, b| a.name == b.name);
     out
@@ -168,6 +183,7 @@ fn outbound(
     proxy: OutboundProxy,
 ) -> Cluster {
     let router = proxy.router;
+    let mesh = &ctx.mesh.traffic;
     let name = naming::outbound_cluster(port.port, subset, &svc.hostname);
     let DestinationPolicy { traffic, labels, .. } = policy::from_rule(rule, subset, Some(port.port));
     let lb = traffic.load_balancer.as_ref();
@@ -176,7 +192,7 @@ fn outbound(
 
     let mut cluster = Cluster {
         name: name.clone(),
-        connect_timeout: Some(connect_timeout(&traffic)),
+        connect_timeout: Some(connect_timeout(&traffic, mesh.connect_timeout)),
         circuit_breakers: Some(circuit_breakers(&traffic)),
         outlier_detection: traffic.outlier_detection.as_ref().map(outlier_detection),
         ..Default::default()
@@ -196,6 +212,7 @@ fn outbound(
                 // Istio's default: A records only, so a name with both
                 // families resolves to the same address on every proxy.
                 cluster.dns_lookup_family = DnsLookupFamily::V4Only as i32;
+                set_dns_refresh(&mut cluster, mesh.dns_refresh_rate);
                 let endpoints = ctx.endpoints.get(&svc.hostname).map(|e| &**e);
                 cluster.load_assignment = Some(eds::assignment(&name, svc, port.port, endpoints, &labels));
             }
@@ -208,10 +225,10 @@ fn outbound(
         set_load_balancer(&mut cluster, lb);
     }
     let pool = traffic.connection_pool.as_ref();
-    let http2 = speaks_http2(port.protocol, pool);
+    let http2 = speaks_http2(port.protocol, pool, mesh.h2_upgrade);
     let origination = traffic.tls.as_ref().and_then(|t| tls::upstream_context(t, router, http2));
     let auto = origination.as_ref().map(|o| (o.auto_sni, o.auto_san_validation));
-    set_http_options(&mut cluster, port.protocol, pool, auto.unwrap_or_default());
+    set_http_options(&mut cluster, port.protocol, pool, http2, auto.unwrap_or_default());
     cluster.transport_socket = origination.map(|o| o.socket);
     if proxy.mesh_certificates {
         match mtls::upstream(ctx, svc, port.port, subset, &traffic, http2, passthrough) {
@@ -220,7 +237,7 @@ fn outbound(
             None => {}
         }
     }
-    set_tcp_keepalive(&mut cluster, traffic.connection_pool.as_ref().and_then(|p| p.tcp.as_ref()));
+    set_tcp_keepalive(&mut cluster, mesh.tcp_keepalive.as_ref(), traffic.connection_pool.as_ref());
     if let Some(od) = &traffic.outlier_detection {
         // Istio stops the panic mode below `minHealthPercent` (0 unless set):
         // ejected hosts stay ejected rather than taking traffic again.
@@ -234,33 +251,62 @@ fn outbound(
     cluster
 }
 
-/// `inbound|port||`: the local workload, where the port's endpoint says
-/// (127.0.0.1 at the same port unless a Sidecar ingress listener moves it),
-/// with the Sidecar's inbound connection pool.
-fn inbound(port: &InboundPort) -> Cluster {
+/// `inbound|port||`: the local workload, where the port's endpoint says,
+/// with the Sidecar's inbound connection pool over the mesh's defaults.
+///
+/// To the original destination (the mesh's PASSTHROUGH inbound mode), it is
+/// Istio's ORIGINAL_DST cluster: idle hosts never cleaned up (there is one,
+/// the workload), and connections from [`INBOUND_PASSTHROUGH_SOURCE`], which
+/// Istio's iptables rules let through to the application instead of
+/// redirecting them back to the sidecar. Otherwise a static cluster of the
+/// one address (127.0.0.1 at the same port under LOCALHOST, or a Sidecar
+/// ingress listener's `defaultEndpoint`).
+fn inbound(port: &InboundPort, defaults: &InboundDefaults) -> Cluster {
     let name = naming::inbound_cluster(port.port);
-    let address = match &port.endpoint {
-        InboundEndpoint::Socket { ip, port } => proto::socket_address(ip, *port),
-        InboundEndpoint::Unix(path) => proto::pipe_address(path),
-    };
-    let endpoint = LbEndpoint {
-        host_identifier: Some(HostIdentifier::Endpoint(EnvoyEndpoint { address: Some(address), ..Default::default() })),
-        ..Default::default()
-    };
     let traffic = TrafficPolicy { connection_pool: port.pool.clone(), ..Default::default() };
     let mut cluster = Cluster {
         name: name.clone(),
-        connect_timeout: Some(connect_timeout(&traffic)),
+        connect_timeout: Some(connect_timeout(&traffic, defaults.connect_timeout)),
         circuit_breakers: Some(circuit_breakers(&traffic)),
-        load_assignment: Some(ClusterLoadAssignment {
-            cluster_name: name,
-            endpoints: vec![LocalityLbEndpoints { lb_endpoints: vec![endpoint], ..Default::default() }],
-            ..Default::default()
-        }),
         ..Default::default()
     };
-    set_type(&mut cluster, DiscoveryType::Static);
-    // Istio never upgrades inbound connections to HTTP/2.
+    let address = match &port.endpoint {
+        InboundEndpoint::OriginalDestination => None,
+        InboundEndpoint::Socket { ip, port } => Some(proto::socket_address(ip, *port)),
+        InboundEndpoint::Unix(path) => Some(proto::pipe_address(path)),
+    };
+    match address {
+        None => {
+            set_type(&mut cluster, DiscoveryType::OriginalDst);
+            cluster.lb_policy = LbPolicy::ClusterProvided as i32;
+            cluster.cleanup_interval = Some(proto::seconds(NEVER_SECONDS));
+            cluster.upstream_bind_config = Some(BindConfig {
+                source_address: Some(SocketAddress {
+                    address: INBOUND_PASSTHROUGH_SOURCE.to_string(),
+                    port_specifier: Some(PortSpecifier::PortValue(0)),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            });
+        }
+        Some(address) => {
+            let endpoint = LbEndpoint {
+                host_identifier: Some(HostIdentifier::Endpoint(EnvoyEndpoint {
+                    address: Some(address),
+                    ..Default::default()
+                })),
+                ..Default::default()
+            };
+            cluster.load_assignment = Some(ClusterLoadAssignment {
+                cluster_name: name,
+                endpoints: vec![LocalityLbEndpoints { lb_endpoints: vec![endpoint], ..Default::default() }],
+                ..Default::default()
+            });
+            set_type(&mut cluster, DiscoveryType::Static);
+        }
+    }
+    // Istio never upgrades inbound connections to HTTP/2, whatever the
+    // Sidecar's pool or the mesh say.
     let pool = port.pool.as_ref().map(|p| {
         let mut p = p.clone();
         if let Some(http) = &mut p.http {
@@ -268,48 +314,63 @@ fn inbound(port: &InboundPort) -> Cluster {
         }
         p
     });
-    set_http_options(&mut cluster, port.protocol, pool.as_ref(), (false, false));
-    set_tcp_keepalive(&mut cluster, port.pool.as_ref().and_then(|p| p.tcp.as_ref()));
+    let http2 = speaks_http2(port.protocol, pool.as_ref(), H2UpgradePolicy::DoNotUpgrade);
+    set_http_options(&mut cluster, port.protocol, pool.as_ref(), http2, (false, false));
+    set_tcp_keepalive(&mut cluster, defaults.tcp_keepalive.as_ref(), port.pool.as_ref());
     cluster
 }
 
-/// `BlackHoleCluster`: a static cluster with no hosts.
-fn blackhole() -> Cluster {
+/// `BlackHoleCluster`: a static cluster with no hosts. It never connects,
+/// so of the mesh's defaults it takes only the connect timeout, as in Istio.
+fn blackhole(mesh: &TrafficSettings) -> Cluster {
     let mut cluster = Cluster {
         name: naming::BLACKHOLE_CLUSTER.to_string(),
-        connect_timeout: Some(proto::seconds(DEFAULT_CONNECT_TIMEOUT_SECONDS)),
+        connect_timeout: Some(mesh.connect_timeout.to_proto()),
         ..Default::default()
     };
     set_type(&mut cluster, DiscoveryType::Static);
     cluster
 }
 
-/// `PassthroughCluster`: forwards to the connection's original destination.
-fn passthrough() -> Cluster {
+/// `PassthroughCluster`: forwards to the connection's original destination,
+/// with the mesh's connect timeout and TCP keepalive.
+fn passthrough(mesh: &TrafficSettings) -> Cluster {
     let mut cluster = Cluster {
         name: naming::PASSTHROUGH_CLUSTER.to_string(),
-        connect_timeout: Some(proto::seconds(DEFAULT_CONNECT_TIMEOUT_SECONDS)),
+        connect_timeout: Some(mesh.connect_timeout.to_proto()),
         lb_policy: LbPolicy::ClusterProvided as i32,
         circuit_breakers: Some(circuit_breakers(&TrafficPolicy::default())),
         ..Default::default()
     };
     set_type(&mut cluster, DiscoveryType::OriginalDst);
+    set_tcp_keepalive(&mut cluster, mesh.tcp_keepalive.as_ref(), None);
     cluster
+}
+
+/// How often a DNS cluster resolves again, as Istio sets it: at the mesh's
+/// `dnsRefreshRate`, or at a record's TTL where it has one. Envoy has
+/// deprecated both fields for its DNS cluster extension; Istio still sets
+/// them, and so does meshpush, so its DNS clusters keep Istio's shape.
+#[allow(deprecated)]
+fn set_dns_refresh(cluster: &mut Cluster, rate: Duration) {
+    cluster.dns_refresh_rate = Some(rate.to_proto());
+    cluster.respect_dns_ttl = true;
 }
 
 fn set_type(cluster: &mut Cluster, kind: DiscoveryType) {
     cluster.cluster_discovery_type = Some(ClusterDiscoveryType::Type(kind as i32));
 }
 
-fn connect_timeout(traffic: &TrafficPolicy) -> envoy_types::pb::google::protobuf::Duration {
+/// The connection pool's connect timeout, else the mesh's (`mesh`).
+fn connect_timeout(traffic: &TrafficPolicy, mesh: Duration) -> envoy_types::pb::google::protobuf::Duration {
     traffic
         .connection_pool
         .as_ref()
         .and_then(|p| p.tcp.as_ref())
         .and_then(|t| t.connect_timeout)
         .filter(|d| !d.0.is_zero()) // Envoy requires a positive timeout.
-        .map(|d| d.to_proto())
-        .unwrap_or_else(|| proto::seconds(DEFAULT_CONNECT_TIMEOUT_SECONDS))
+        .unwrap_or(mesh)
+        .to_proto()
 }
 
 /// `simple` → `lb_policy` (Istio's default is LEAST_REQUEST) with the
@@ -401,27 +462,36 @@ fn circuit_breakers(traffic: &TrafficPolicy) -> CircuitBreakers {
     }
 }
 
-/// The upstream HTTP protocol, as Istio picks it: HTTP/2 for http2 and grpc
-/// ports and for HTTP ports with `h2UpgradePolicy: UPGRADE`, the client's
-/// protocol with `useClientProtocol`; with the pool's idle timeout (HTTP,
-/// else TCP), requests per connection, connection lifetime, and for HTTP/2
-/// its concurrent streams and keepalive. TCP ports get no HTTP options.
-/// Whether a cluster of a port of `protocol` speaks HTTP/2 upstream.
-fn speaks_http2(protocol: Protocol, pool: Option<&ConnectionPoolSettings>) -> bool {
+/// Whether a cluster of a port of `protocol` speaks HTTP/2 upstream, as
+/// Istio decides it: http2 and grpc ports do; an HTTP/1.1 port does when
+/// its rule's `h2UpgradePolicy` is UPGRADE, or, where the rule says DEFAULT
+/// or nothing, when the mesh's (`mesh`) is; none with `useClientProtocol`.
+fn speaks_http2(protocol: Protocol, pool: Option<&ConnectionPoolSettings>, mesh: H2UpgradePolicy) -> bool {
     let http = pool.and_then(|p| p.http.as_ref());
     let use_client_protocol = http.and_then(|h| h.use_client_protocol) == Some(true);
-    let upgrade = protocol == Protocol::Http && http.and_then(|h| h.h2_upgrade_policy.as_deref()) == Some("UPGRADE");
-    !use_client_protocol && (matches!(protocol, Protocol::Http2 | Protocol::Grpc) || upgrade)
+    let upgrade = match http.and_then(|h| h.h2_upgrade_policy.as_deref()) {
+        Some("UPGRADE") => true,
+        Some("DO_NOT_UPGRADE") => false,
+        _ => mesh == H2UpgradePolicy::Upgrade,
+    };
+    !use_client_protocol
+        && (matches!(protocol, Protocol::Http2 | Protocol::Grpc) || (protocol == Protocol::Http && upgrade))
 }
 
-/// The cluster's HTTP protocol options. `(auto_sni, auto_san_validation)`:
-/// the cluster originates TLS with the request's host as SNI (and checks
-/// the server's certificate names it), as Istio sets for any port's
-/// cluster, since HTTP routes may send to a TLS port's cluster.
+/// The upstream HTTP protocol, as Istio picks it: HTTP/2 when `http2`
+/// ([`speaks_http2`]), the client's protocol with `useClientProtocol`; with
+/// the pool's idle timeout (HTTP, else TCP), requests per connection,
+/// connection lifetime, and for HTTP/2 its concurrent streams and
+/// keepalive. TCP ports get no HTTP options. `(auto_sni,
+/// auto_san_validation)`: the cluster originates TLS with the request's
+/// host as SNI (and checks the server's certificate names it), as Istio
+/// sets for any port's cluster, since HTTP routes may send to a TLS port's
+/// cluster.
 fn set_http_options(
     cluster: &mut Cluster,
     protocol: Protocol,
     pool: Option<&ConnectionPoolSettings>,
+    http2: bool,
     (auto_sni, auto_san_validation): (bool, bool),
 ) {
     let http = pool.and_then(|p| p.http.as_ref());
@@ -431,7 +501,6 @@ fn set_http_options(
         return;
     }
     let use_client_protocol = http.and_then(|h| h.use_client_protocol) == Some(true);
-    let http2 = speaks_http2(protocol, pool);
     let common = CoreHttpProtocolOptions {
         idle_timeout: http.and_then(|h| h.idle_timeout).or(tcp.and_then(|t| t.idle_timeout)).map(|d| d.to_proto()),
         max_requests_per_connection: http
@@ -487,19 +556,30 @@ fn set_http_options(
     cluster.typed_extension_protocol_options.insert(proto::HTTP_PROTOCOL_OPTIONS.to_string(), proto::any(&options));
 }
 
-/// TCP keepalive on upstream connections (whole seconds, as Envoy takes them).
-fn set_tcp_keepalive(cluster: &mut Cluster, tcp: Option<&TcpSettings>) {
-    let Some(keepalive) = tcp.and_then(|t| t.tcp_keepalive.as_ref()) else { return };
-    let secs =
-        |d: Option<crate::config::Duration>| d.map(|d| proto::u32_value(d.0.as_secs().min(u64::from(u32::MAX)) as u32));
-    cluster.upstream_connection_options = Some(UpstreamConnectionOptions {
-        tcp_keepalive: Some(TcpKeepalive {
-            keepalive_probes: keepalive.probes.map(proto::u32_value),
-            keepalive_time: secs(keepalive.time),
-            keepalive_interval: secs(keepalive.interval),
-        }),
-        ..Default::default()
-    });
+/// TCP keepalive on upstream connections, as Istio's `applyTCPKeepalive`:
+/// the mesh's (`mesh`), then each attribute the connection pool's sets over
+/// it; either one alone turns keepalive on (an empty one with the OS's
+/// probes and times). Whole seconds, as Envoy takes them.
+fn set_tcp_keepalive(cluster: &mut Cluster, mesh: Option<&IstioTcpKeepalive>, pool: Option<&ConnectionPoolSettings>) {
+    let rule = pool.and_then(|p| p.tcp.as_ref()).and_then(|t| t.tcp_keepalive.as_ref());
+    if mesh.is_none() && rule.is_none() {
+        return;
+    }
+    let secs = |d: Duration| proto::u32_value(d.0.as_secs().min(u64::from(u32::MAX)) as u32);
+    let mut keepalive = TcpKeepalive::default();
+    for set in mesh.into_iter().chain(rule) {
+        if let Some(probes) = set.probes.filter(|p| *p > 0) {
+            keepalive.keepalive_probes = Some(proto::u32_value(probes));
+        }
+        if let Some(time) = set.time {
+            keepalive.keepalive_time = Some(secs(time));
+        }
+        if let Some(interval) = set.interval {
+            keepalive.keepalive_interval = Some(secs(interval));
+        }
+    }
+    cluster.upstream_connection_options =
+        Some(UpstreamConnectionOptions { tcp_keepalive: Some(keepalive), ..Default::default() });
 }
 
 /// Istio's outlier detection: consecutive 5xx and gateway errors are
@@ -507,7 +587,7 @@ fn set_tcp_keepalive(cluster: &mut Cluster, tcp: Option<&TcpSettings>) {
 /// when asked, and the success-rate detector Envoy enables by default is off.
 fn outlier_detection(od: &crate::config::istio::OutlierDetection) -> OutlierDetection {
     // Envoy requires positive durations.
-    let positive = |d: Option<crate::config::Duration>| d.filter(|d| !d.0.is_zero()).map(|d| d.to_proto());
+    let positive = |d: Option<Duration>| d.filter(|d| !d.0.is_zero()).map(|d| d.to_proto());
     let enforcing = |n: u32| proto::u32_value(if n > 0 { 100 } else { 0 });
     let split = od.split_external_local_origin_errors == Some(true);
     let local_failures = od.consecutive_local_origin_failures.filter(|n| split && *n > 0);

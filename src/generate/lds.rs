@@ -114,7 +114,7 @@ pub fn inbound_listeners(key: &InboundKey) -> Vec<Listener> {
                 filter_chains: chains,
                 traffic_direction: TrafficDirection::Inbound as i32,
                 access_log: access_log::listener_logs(&key.telemetry),
-                ..Default::default()
+                ..inbound_filter_timeout(key)
             })
         })
         .collect();
@@ -427,6 +427,19 @@ fn virtual_inbound(key: &InboundKey, ports: &[&InboundPort]) -> Listener {
         filter_chains: chains,
         traffic_direction: TrafficDirection::Inbound as i32,
         access_log: access_log::listener_logs(&key.telemetry),
+        ..inbound_filter_timeout(key)
+    }
+}
+
+/// How long an inbound listener's filters may wait for the client's first
+/// bytes: the mesh's `protocolDetectionTimeout` (zero: no limit, where
+/// Envoy's own default would close a server-first protocol's connection
+/// after 15s), after which the connection goes on without them, as Istio
+/// sets every inbound listener.
+fn inbound_filter_timeout(key: &InboundKey) -> Listener {
+    Listener {
+        listener_filters_timeout: Some(key.defaults.protocol_detection_timeout.to_proto()),
+        continue_on_listener_filters_timeout: true,
         ..Default::default()
     }
 }

@@ -1,7 +1,7 @@
 //! Mesh mutual TLS between sidecars, as Istio builds it: the client side
 //! (`ISTIO_MUTUAL` in a DestinationRule, and auto mTLS when no rule sets
-//! TLS) and the server side (the inbound chains a port's PeerAuthentication
-//! mode gives it).
+//! TLS, unless the mesh config's `enableAutoMtls` is false) and the server
+//! side (the inbound chains a port's PeerAuthentication mode gives it).
 //!
 //! Both sides present the workload certificate and check the peer against
 //! the mesh root; neither is on the ADS stream: the proxy fetches them as
@@ -93,8 +93,9 @@ pub enum MeshTls {
 /// The mesh mTLS of the cluster of `port` of `svc` (`subset` empty for the
 /// whole service) under the merged `traffic` policy, as Istio decides it
 /// (`buildUpstreamTLSSettings`): ISTIO_MUTUAL when the rule says so; with
-/// no TLS in the rule, auto mTLS unless the destination is outside the mesh
-/// or its namespace's PeerAuthentication disables mTLS. `http2`: the
+/// no TLS in the rule, auto mTLS unless the mesh config turns it off
+/// (`enableAutoMtls: false`), the destination is outside the mesh, or its
+/// namespace's PeerAuthentication disables mTLS. `http2`: the
 /// cluster speaks HTTP/2; `passthrough`: its type is ORIGINAL_DST (no
 /// per-endpoint matches: mTLS only when every endpoint has a sidecar).
 pub fn upstream(
@@ -116,7 +117,8 @@ pub fn upstream(
         }
         Some(_) => None,
         None => {
-            if svc.location == Location::MeshExternal
+            if !ctx.mesh.traffic.auto_mtls
+                || svc.location == Location::MeshExternal
                 || ctx.peer_authentications.service_mode(&svc.namespace) == MtlsMode::Disable
             {
                 return None;

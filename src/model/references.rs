@@ -28,6 +28,9 @@ use crate::config::{ConfigKey, ConfigKind, ConfigObject, Problem, Severity};
 /// the rest Warnings; none of them blocks an object from the store.
 pub fn check_references(snapshot: &StoreSnapshot) -> Vec<Problem> {
     let registry = Registry::new(snapshot);
+    // A delegate that names no exportTo is exported where the mesh config says.
+    let mesh = snapshot.mesh_config().unwrap_or_default();
+    let default_export = &mesh.export_to.virtual_services;
     let mut problems = Vec::new();
     for stored in snapshot.kind(ConfigKind::VirtualService).values() {
         let ConfigObject::VirtualService(vs) = &stored.object else {
@@ -61,7 +64,8 @@ pub fn check_references(snapshot: &StoreSnapshot) -> Vec<Problem> {
                         Some(format!("VirtualService {ns}/{} has hosts, so it is not a delegate", delegate.name))
                     }
                     Some(ConfigObject::VirtualService(d))
-                        if !super::service::ExportTo::parse(&d.spec.export_to, ns).visible_to(namespace) =>
+                        if !super::service::ExportTo::or_default(&d.spec.export_to, default_export, ns)
+                            .visible_to(namespace) =>
                     {
                         Some(format!("VirtualService {ns}/{} is not exported to namespace {namespace}", delegate.name))
                     }
@@ -433,6 +437,25 @@ spec: {servers: [{port: {number: 80, name: http, protocol: HTTP}, hosts: ["*"]}]
         assert!(problems[0].message.contains("prod/reviews defines [v1]"), "{}", problems[0].message);
         assert!(problems[1].message.contains("ratings.prod.svc.cluster.local"), "{}", problems[1].message);
         assert!(problems[2].message.contains("prod/ingress"), "{}", problems[2].message);
+    }
+
+    #[test]
+    fn a_delegate_without_export_to_is_exported_where_the_stored_mesh_config_says() {
+        let yaml = format!(
+            "{REFERENCED}apiVersion: networking.istio.io/v1\nkind: VirtualService\nmetadata: {{name: root, namespace: edge}}\nspec:\n  hosts: [reviews.prod.svc.cluster.local]\n  http: [{{delegate: {{name: d, namespace: prod}}}}]\n---\napiVersion: networking.istio.io/v1\nkind: VirtualService\nmetadata: {{name: d, namespace: prod}}\nspec:\n  http: [{{route: [{{destination: {{host: reviews}}}}]}}]\n"
+        );
+        let parsed = parse_documents("refs.yaml", &yaml);
+        let store = ConfigStore::new();
+        store.apply(parsed.objects.into_iter().map(|(o, s)| Write::Put(o, s)));
+        assert_eq!(check_references(&store.snapshot()), vec![], "Istio's default: exported everywhere");
+
+        let mut mesh = crate::config::mesh::MeshConfig::default();
+        mesh.export_to.virtual_services = vec![".".into()];
+        let object = ConfigObject::MeshConfig(Box::new(crate::config::mesh::MeshConfigObject::new(mesh)));
+        store.apply([Write::Put(object, crate::config::SourceRef { file: "mesh.yaml".into(), doc: 0 })]);
+        let problems = check_references(&store.snapshot());
+        assert_eq!(problems.iter().map(|p| p.path.as_str()).collect::<Vec<_>>(), ["spec.http[0].delegate"]);
+        assert!(problems[0].message.contains("not exported to namespace edge"), "{}", problems[0].message);
     }
 
     #[test]

@@ -85,6 +85,24 @@ impl ExportTo {
         ExportTo::Namespaces(out)
     }
 
+    /// The `exportTo` of a Service, ServiceEntry or VirtualService of
+    /// `namespace` that names `list`: `default` (the mesh config's for its
+    /// kind) when it names none, `.` in either being its own namespace.
+    pub fn or_default(list: &[String], default: &[String], namespace: &str) -> ExportTo {
+        ExportTo::parse(if list.is_empty() { default } else { list }, namespace)
+    }
+
+    /// The `exportTo` of a DestinationRule of `namespace`, as Istio reads
+    /// the mesh config's `default` for one that names none: only `.` counts
+    /// (private to its namespace); without it such a rule is public.
+    pub fn of_destination_rule(list: &[String], default: &[String], namespace: &str) -> ExportTo {
+        if list.is_empty() && default.iter().any(|e| e == ".") {
+            ExportTo::Namespaces(vec![namespace.into()])
+        } else {
+            ExportTo::parse(list, namespace)
+        }
+    }
+
     /// Whether a proxy in `namespace` may see the object.
     pub fn visible_to(&self, namespace: &str) -> bool {
         match self {

@@ -67,6 +67,16 @@ impl StoreSnapshot {
     pub fn iter(&self) -> impl Iterator<Item = &Arc<StoredObject>> {
         self.kinds.iter().flat_map(|k| k.values())
     }
+
+    /// The mesh config the store holds (its one `MeshConfig` object, which
+    /// the mesh config source writes), if any.
+    pub fn mesh_config(&self) -> Option<Arc<crate::config::mesh::MeshConfig>> {
+        let key = ConfigKey::new(ConfigKind::MeshConfig, "", crate::config::mesh::MESH_CONFIG_NAME);
+        match &self.get(&key)?.object {
+            ConfigObject::MeshConfig(o) => Some(o.mesh.clone()),
+            _ => None,
+        }
+    }
 }
 
 /// One write of a batch.

@@ -199,17 +199,17 @@ impl PushContext {
         interner: Arc<ScopeInterner>,
         mesh: Arc<MeshConfig>,
     ) -> PushContext {
-        let mesh = stored_mesh(&store).unwrap_or(mesh);
+        let mesh = store.mesh_config().unwrap_or(mesh);
         let gateway_api = GatewayApiIndex::build(&store);
         let ingress = IngressIndex::build(&store, &mesh.ingress);
         let ((services, workloads), ((vs, dr), (gw, sc))) = rayon::join(
-            || rayon::join(|| ServiceIndex::build(&store), || WorkloadIndex::build(&store)),
+            || rayon::join(|| ServiceIndex::build(&store, &mesh), || WorkloadIndex::build(&store)),
             || {
                 rayon::join(
                     || {
                         rayon::join(
-                            || VirtualServiceIndex::build(&store, &gateway_api, &ingress),
-                            || DestinationRuleIndex::build(&store),
+                            || VirtualServiceIndex::build(&store, &gateway_api, &ingress, &mesh),
+                            || DestinationRuleIndex::build(&store, &mesh),
                         )
                     },
                     || {
@@ -275,7 +275,8 @@ impl PushContext {
         let workloads_changed =
             changed(ConfigKind::Pod) || changed(ConfigKind::WorkloadEntry) || changed(ConfigKind::Node);
 
-        let services = if services_changed { Arc::new(ServiceIndex::build(&store)) } else { prev.services.clone() };
+        let services =
+            if services_changed { Arc::new(ServiceIndex::build(&store, &prev.mesh)) } else { prev.services.clone() };
         let workloads = if workloads_changed {
             Arc::new(prev.workloads.update(&store, &request.keys))
         } else {
@@ -312,12 +313,12 @@ impl PushContext {
         // Whether what the Kubernetes routing APIs translate to changed.
         let gateway_api_moved = !gateway_api.same_output(&prev.gateway_api) || !ingress.same_output(&prev.ingress);
         let virtual_services = if rebuild(ConfigKind::VirtualService) || gateway_api_moved {
-            Arc::new(VirtualServiceIndex::build(&store, &gateway_api, &ingress))
+            Arc::new(VirtualServiceIndex::build(&store, &gateway_api, &ingress, &prev.mesh))
         } else {
             prev.virtual_services.clone()
         };
         let destination_rules = if rebuild(ConfigKind::DestinationRule) {
-            Arc::new(DestinationRuleIndex::build(&store))
+            Arc::new(DestinationRuleIndex::build(&store, &prev.mesh))
         } else {
             prev.destination_rules.clone()
         };
@@ -670,15 +671,6 @@ fn affected_hosts(
         | ConfigObject::FetchedJwks(_)
         | ConfigObject::Telemetry(_)
         | ConfigObject::MeshConfig(_) => {}
-    }
-}
-
-/// The mesh config object of `store`, when it holds one.
-fn stored_mesh(store: &StoreSnapshot) -> Option<Arc<MeshConfig>> {
-    let key = ConfigKey::new(ConfigKind::MeshConfig, "", crate::config::mesh::MESH_CONFIG_NAME);
-    match &store.get(&key)?.object {
-        crate::config::ConfigObject::MeshConfig(o) => Some(o.mesh.clone()),
-        _ => None,
     }
 }
 

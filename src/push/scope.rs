@@ -10,9 +10,10 @@
 //! `virtualInbound` listener for its own ports — is keyed separately by
 //! [`InboundKey`] (interned as [`InboundId`]): it is a pure function of the
 //! workload's ports, their mTLS modes, its interception mode, whether it
-//! holds a workload certificate, and the AuthorizationPolicies and JWT
-//! rules (with their keys) that select it, so proxies of different services in one namespace still share every
-//! outbound resource.
+//! holds a workload certificate, the AuthorizationPolicies and JWT rules
+//! (with their keys) that select it, and the mesh config's defaults its
+//! clusters and listeners take ([`InboundDefaults`]), so proxies of
+//! different services in one namespace still share every outbound resource.
 //!
 //! Invariants: an id names the same key for the life of the process (the
 //! interner never forgets or reuses ids); a [`Scope`] is computed from one
@@ -27,6 +28,7 @@ use serde::Serialize;
 use super::PushContext;
 use super::index::{AppliedPolicy, AppliedTelemetry, ResolvedGateway, ResolvedJwtRule};
 use crate::config::istio::{self, ConnectionPoolSettings, MtlsMode};
+use crate::config::mesh::{InboundTrafficMode, OutboundTrafficMode};
 use crate::config::{ConfigKey, ConfigKind};
 use crate::model::{Hostname, InterceptionMode, Locality, Protocol, Proxy, ProxyKind, Service, host};
 
@@ -58,7 +60,12 @@ pub struct InboundPort {
 /// Where a sidecar forwards inbound traffic.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
 pub enum InboundEndpoint {
-    /// An IP address and port (127.0.0.1 unless a Sidecar says otherwise).
+    /// The address the client connected to (the mesh's inbound traffic
+    /// mode PASSTHROUGH, Istio's default): the application must listen on
+    /// the workload's address, not only on loopback.
+    OriginalDestination,
+    /// An IP address and port (127.0.0.1 under the LOCALHOST inbound mode,
+    /// or where a Sidecar ingress listener's `defaultEndpoint` says).
     Socket {
         /// The address.
         ip: Arc<str>,
@@ -70,16 +77,16 @@ pub enum InboundEndpoint {
 }
 
 impl InboundPort {
-    /// A port whose traffic goes to the application on 127.0.0.1 at the same port.
-    pub fn local(port: u32, protocol: Protocol) -> InboundPort {
-        InboundPort {
-            port,
-            protocol,
-            endpoint: InboundEndpoint::Socket { ip: Arc::from(LOCALHOST), port },
-            bind: None,
-            pool: None,
-            mtls: MtlsMode::Permissive,
-        }
+    /// A port of a service that selects the workload, handed to the
+    /// application as the mesh's inbound traffic mode says: where the
+    /// client connected (PASSTHROUGH), or 127.0.0.1 at the same port
+    /// (LOCALHOST), as Istio builds its inbound clusters.
+    pub fn of_service(port: u32, protocol: Protocol, mode: InboundTrafficMode) -> InboundPort {
+        let endpoint = match mode {
+            InboundTrafficMode::Passthrough => InboundEndpoint::OriginalDestination,
+            InboundTrafficMode::Localhost => InboundEndpoint::Socket { ip: Arc::from(LOCALHOST), port },
+        };
+        InboundPort { port, protocol, endpoint, bind: None, pool: None, mtls: MtlsMode::Permissive }
     }
 }
 
@@ -146,6 +153,35 @@ pub struct InboundKey {
     pub mtls: MtlsMode,
     /// What its server side logs (sidecars; routers have no inbound side).
     pub telemetry: Arc<AppliedTelemetry>,
+    /// The mesh config's defaults its inbound clusters and listeners take.
+    pub defaults: InboundDefaults,
+}
+
+/// What of the mesh config a workload's inbound configuration reads: its
+/// clusters' connect timeout and TCP keepalive (a Sidecar's inbound
+/// connection pool overrides them), and how long its listeners wait for
+/// their listener filters (the inbound traffic mode is in its ports'
+/// endpoints). Only these, so that a mesh config edit of anything else
+/// keeps every workload shape.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+pub struct InboundDefaults {
+    /// `connectTimeout`.
+    pub connect_timeout: crate::config::Duration,
+    /// `tcpKeepalive`.
+    pub tcp_keepalive: Option<istio::TcpKeepalive>,
+    /// `protocolDetectionTimeout` (zero: no limit).
+    pub protocol_detection_timeout: crate::config::Duration,
+}
+
+impl InboundDefaults {
+    /// The inbound defaults of `mesh`.
+    pub fn of(mesh: &crate::config::mesh::MeshConfig) -> InboundDefaults {
+        InboundDefaults {
+            connect_timeout: mesh.traffic.connect_timeout,
+            tcp_keepalive: mesh.traffic.tcp_keepalive.clone(),
+            protocol_detection_timeout: mesh.traffic.protocol_detection_timeout,
+        }
+    }
 }
 
 /// What of a proxy decides its endpoint assignments, when a DestinationRule
@@ -277,7 +313,8 @@ pub struct Scope {
     pub visible_hosts: HashSet<Hostname>,
     /// Egress listeners (sidecars).
     pub egress: Vec<EgressListener>,
-    /// Unknown-destination policy (sidecars).
+    /// Unknown-destination policy (sidecars): the Sidecar's, else the mesh
+    /// config's `outboundTrafficPolicy.mode`.
     pub outbound_policy: OutboundPolicy,
     /// Gateways served (routers).
     #[serde(skip)]
@@ -359,7 +396,7 @@ pub fn inbound_key(ctx: &PushContext, proxy: &Proxy) -> InboundKey {
                         if !ports.iter().any(|i| i.port == port) {
                             ports.push(InboundPort {
                                 pool: sidecar_pool.clone(),
-                                ..InboundPort::local(port, p.protocol)
+                                ..InboundPort::of_service(port, p.protocol, ctx.mesh.traffic.inbound)
                             });
                         }
                     }
@@ -394,6 +431,7 @@ pub fn inbound_key(ctx: &PushContext, proxy: &Proxy) -> InboundKey {
         jwt_rules,
         mtls,
         telemetry,
+        defaults: InboundDefaults::of(&ctx.mesh),
     }
 }
 
@@ -480,6 +518,12 @@ pub fn compute(ctx: &PushContext, id: ScopeId, key: ScopeKey) -> Scope {
     };
     let none_mode = key.interception == InterceptionMode::None;
     let sidecar = key.sidecar.as_ref().and_then(|k| ctx.sidecars.get(k)).cloned();
+    // Where no Sidecar sets a policy, the mesh's mode (as Istio copies only
+    // the mode into the sidecar scope: an egress proxy is the Sidecar's).
+    let mesh_policy = match ctx.mesh.traffic.outbound {
+        OutboundTrafficMode::AllowAny => OutboundPolicy::ALLOW_ANY,
+        OutboundTrafficMode::RegistryOnly => OutboundPolicy::RegistryOnly,
+    };
 
     let (egress, outbound_policy) = match (&key.kind, sidecar) {
         (ProxyKind::Sidecar, Some(sc)) => {
@@ -501,9 +545,10 @@ pub fn compute(ctx: &PushContext, id: ScopeId, key: ScopeKey) -> Scope {
                     .collect()
             };
             let traffic_policy = sc.spec.outbound_traffic_policy.as_ref();
-            let policy = match traffic_policy.and_then(|p| p.mode.as_deref()) {
-                Some("REGISTRY_ONLY") => OutboundPolicy::RegistryOnly,
-                _ => OutboundPolicy::AllowAny {
+            let policy = match traffic_policy.map(|p| p.mode.as_deref()) {
+                None => mesh_policy,
+                Some(Some("REGISTRY_ONLY")) => OutboundPolicy::RegistryOnly,
+                Some(_) => OutboundPolicy::AllowAny {
                     egress_proxy: traffic_policy.and_then(|p| p.egress_proxy.as_ref()).map(|d| {
                         let host = host::resolve(&d.host, sc.metadata.namespace());
                         let port = d.port.as_ref().map(|p| p.number).unwrap_or(0);
@@ -515,7 +560,7 @@ pub fn compute(ctx: &PushContext, id: ScopeId, key: ScopeKey) -> Scope {
         }
         _ => (
             vec![EgressListener { port: None, bind: None, capture_none: none_mode, services: exported() }],
-            OutboundPolicy::ALLOW_ANY,
+            mesh_policy,
         ),
     };
 

@@ -22,9 +22,15 @@ use prost::Message;
 use crate::support::envoy::envoy_binary;
 
 fn context() -> PushContext {
+    context_with_mesh("")
+}
+
+/// The test mesh served with the mesh config `text`.
+fn context_with_mesh(text: &str) -> PushContext {
     let store = ConfigStore::new();
     store.apply(bookinfo::with_cases());
-    PushContext::build(store.snapshot(), 1, Arc::new(ScopeInterner::default()))
+    let mesh = meshpush::config::mesh::MeshSettings::parse("mesh.yaml", text).unwrap().mesh_config();
+    PushContext::build_with(store.snapshot(), 1, Arc::new(ScopeInterner::default()), Arc::new(mesh))
 }
 
 fn productpage(ctx: &PushContext, mode: &str) -> Arc<Scope> {
@@ -142,30 +148,48 @@ fn assert_envoy_accepts(
 /// and every EDS assignment as a static cluster's endpoints.
 #[test]
 fn envoy_accepts_everything_generated() {
+    assert_envoy_accepts_the_test_mesh(&context(), "");
+}
+
+/// The same with every traffic default of the mesh config set to what
+/// Istio's own default is not: the shapes those fields give clusters and
+/// listeners (keepalive, HTTP/2 upgrade, DNS refresh, the inbound LOCALHOST
+/// clusters, the listener filter timeout, REGISTRY_ONLY) are Envoy's too.
+#[test]
+fn envoy_accepts_what_the_mesh_config_s_traffic_defaults_generate() {
+    let mesh = "connectTimeout: 2500ms\ntcpKeepalive: {probes: 3, time: 60s, interval: 10s}\n\
+                h2UpgradePolicy: UPGRADE\nprotocolDetectionTimeout: 100ms\ndnsRefreshRate: 5s\n\
+                inboundTrafficPolicy: {mode: LOCALHOST}\noutboundTrafficPolicy: {mode: REGISTRY_ONLY}\n\
+                enableAutoMtls: false\n";
+    assert_envoy_accepts_the_test_mesh(&context_with_mesh(mesh), "traffic-");
+}
+
+/// Checks everything generated in `ctx` for the test mesh's proxies, each
+/// bootstrap labelled with `prefix`.
+fn assert_envoy_accepts_the_test_mesh(ctx: &PushContext, prefix: &str) {
     use envoy_types::pb::envoy::extensions::filters::http::router::v3::Router;
     use envoy_types::pb::envoy::extensions::filters::network::http_connection_manager::v3::{HttpFilter, http_filter};
 
     let envoy = envoy_binary();
-    let ctx = context();
     let dir = tempfile::tempdir().unwrap();
     let xds = xds_cluster();
     for (label, scope, inbound) in [
-        ("redirect", productpage(&ctx, "REDIRECT"), Some(productpage_inbound(&ctx, "REDIRECT"))),
-        ("none", productpage(&ctx, "NONE"), Some(productpage_inbound(&ctx, "NONE"))),
-        ("gateway", ingress(&ctx), None),
-        ("scoped", scoped(&ctx), None),
+        ("redirect", productpage(ctx, "REDIRECT"), Some(productpage_inbound(ctx, "REDIRECT"))),
+        ("none", productpage(ctx, "NONE"), Some(productpage_inbound(ctx, "NONE"))),
+        ("gateway", ingress(ctx), None),
+        ("scoped", scoped(ctx), None),
     ] {
-        let mut clusters = cds::clusters(&ctx, &scope);
+        let mut clusters = cds::clusters(ctx, &scope);
         clusters.extend(inbound.iter().flat_map(cds::inbound_clusters));
         // EDS clusters only: DNS clusters carry their (host name) endpoints
         // inline. As a proxy in us-east sees them: with locality priorities.
         let mut client = bookinfo::productpage();
         client.locality = meshpush::model::Locality::parse("us-east/zone-a");
-        let view = meshpush::push::scope::endpoint_view(&ctx, &client);
+        let view = meshpush::push::scope::endpoint_view(ctx, &client);
         let assignments: Vec<_> = clusters
             .iter()
             .filter(|c| c.eds_cluster_config.is_some())
-            .filter_map(|c| eds::load_assignment(&ctx, &c.name, view.as_deref()))
+            .filter_map(|c| eds::load_assignment(ctx, &c.name, view.as_deref()))
             .collect();
         for (i, mut cla) in assignments.into_iter().enumerate() {
             let name = format!("eds-check-{i}");
@@ -180,9 +204,9 @@ fn envoy_accepts_everything_generated() {
         }
         clusters.push(xds.clone());
 
-        let mut listeners = lds::listeners(&ctx, &scope);
+        let mut listeners = lds::listeners(ctx, &scope);
         listeners.extend(inbound.iter().flat_map(lds::inbound_listeners));
-        for (i, rc) in rds::route_configs(&ctx, &scope).into_iter().enumerate() {
+        for (i, rc) in rds::route_configs(ctx, &scope).into_iter().enumerate() {
             let mut manager = HttpConnectionManager {
                 stat_prefix: format!("rds_check_{i}"),
                 route_specifier: Some(RouteSpecifier::RouteConfig(rc)),
@@ -207,7 +231,7 @@ fn envoy_accepts_everything_generated() {
             });
         }
 
-        assert_envoy_accepts(&envoy, dir.path(), label, listeners, clusters);
+        assert_envoy_accepts(&envoy, dir.path(), &format!("{prefix}{label}"), listeners, clusters);
     }
 }
 

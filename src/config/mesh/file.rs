@@ -4,7 +4,8 @@
 //! Role: `serve --mesh-config FILE` reads one at startup; [`MeshSettings`]
 //! holds the fields meshpush applies (`trustDomain`, `rootNamespace`, the
 //! ingress settings, `discoverySelectors`, the access log settings, the
-//! extension and default providers), and the command line's flags
+//! extension and default providers, the traffic defaults of
+//! `super::traffic`), and the command line's flags
 //! are laid over them ([`MeshSettings::over`]) before they become the
 //! server's [`MeshConfig`]. Every other field the file sets is reported
 //! with its path, by istio/api's table (`config::istio::api`): a field
@@ -22,7 +23,12 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use serde::Deserialize;
 
 use super::providers::{self, DefaultProvidersPatch, ExtensionProvider};
+use super::traffic::{
+    self, ExportToDefaults, H2UpgradePolicy, InboundTrafficMode, OutboundTrafficMode, TrafficSettings,
+};
 use super::{AccessLogEncoding, AccessLogSettings, IngressControllerMode, IngressSettings, MeshConfig};
+use crate::config::Duration;
+use crate::config::istio::TcpKeepalive;
 use crate::config::istio::api::{self, ApiField};
 use crate::config::{Problem, Severity, SourceRef};
 
@@ -56,6 +62,28 @@ pub struct MeshSettings {
     pub extension_providers: Option<Vec<ExtensionProvider>>,
     /// `defaultProviders` (each list replaces Istio's when present).
     pub default_providers: Option<DefaultProvidersPatch>,
+    /// `connectTimeout`.
+    pub connect_timeout: Option<Duration>,
+    /// `tcpKeepalive`.
+    pub tcp_keepalive: Option<TcpKeepalive>,
+    /// `h2UpgradePolicy`.
+    pub h2_upgrade_policy: Option<H2UpgradePolicy>,
+    /// `dnsRefreshRate`.
+    pub dns_refresh_rate: Option<Duration>,
+    /// `enableAutoMtls`.
+    pub enable_auto_mtls: Option<bool>,
+    /// `protocolDetectionTimeout`.
+    pub protocol_detection_timeout: Option<Duration>,
+    /// `inboundTrafficPolicy.mode`.
+    pub inbound_traffic_policy: Option<InboundTrafficMode>,
+    /// `outboundTrafficPolicy.mode`.
+    pub outbound_traffic_policy: Option<OutboundTrafficMode>,
+    /// `defaultServiceExportTo`.
+    pub default_service_export_to: Option<Vec<String>>,
+    /// `defaultVirtualServiceExportTo`.
+    pub default_virtual_service_export_to: Option<Vec<String>>,
+    /// `defaultDestinationRuleExportTo`.
+    pub default_destination_rule_export_to: Option<Vec<String>>,
     /// The fields set that meshpush does not apply, each with its path.
     pub problems: Vec<Problem>,
 }
@@ -90,6 +118,36 @@ struct Document {
     extension_providers: Option<Vec<ExtensionProvider>>,
     #[serde(alias = "default_providers")]
     default_providers: Option<DefaultProvidersPatch>,
+    #[serde(alias = "connect_timeout")]
+    connect_timeout: Option<Duration>,
+    #[serde(alias = "tcp_keepalive")]
+    tcp_keepalive: Option<TcpKeepalive>,
+    #[serde(alias = "h2_upgrade_policy")]
+    h2_upgrade_policy: Option<String>,
+    #[serde(alias = "dns_refresh_rate")]
+    dns_refresh_rate: Option<Duration>,
+    #[serde(alias = "enable_auto_mtls")]
+    enable_auto_mtls: Option<bool>,
+    #[serde(alias = "protocol_detection_timeout")]
+    protocol_detection_timeout: Option<Duration>,
+    #[serde(alias = "inbound_traffic_policy")]
+    inbound_traffic_policy: Option<TrafficPolicyDocument>,
+    #[serde(alias = "outbound_traffic_policy")]
+    outbound_traffic_policy: Option<TrafficPolicyDocument>,
+    #[serde(alias = "default_service_export_to")]
+    default_service_export_to: Option<Vec<String>>,
+    #[serde(alias = "default_virtual_service_export_to")]
+    default_virtual_service_export_to: Option<Vec<String>>,
+    #[serde(alias = "default_destination_rule_export_to")]
+    default_destination_rule_export_to: Option<Vec<String>>,
+}
+
+/// `inboundTrafficPolicy` and `outboundTrafficPolicy`: a mode of Istio's
+/// enum, whose value 0 an empty policy (`{}`) means.
+#[derive(Debug, Default, Deserialize)]
+#[serde(default)]
+struct TrafficPolicyDocument {
+    mode: Option<String>,
 }
 
 impl MeshSettings {
@@ -151,6 +209,49 @@ impl MeshSettings {
         if let Some(all) = &doc.extension_providers {
             problems.extend(provider_problems(file, all));
         }
+        if let Some(timeout) = doc.connect_timeout {
+            traffic::check_connect_timeout(timeout).map_err(|e| format!("{file}: connectTimeout: {e}"))?;
+        }
+        let h2_upgrade_policy = doc
+            .h2_upgrade_policy
+            .map(|p| p.parse::<H2UpgradePolicy>().map_err(|e| format!("{file}: h2UpgradePolicy: {e}")))
+            .transpose()?;
+        if let Some(timeout) = doc.protocol_detection_timeout {
+            traffic::check_protocol_detection_timeout(timeout)
+                .map_err(|e| format!("{file}: protocolDetectionTimeout: {e}"))?;
+        }
+        let inbound_traffic_policy = doc
+            .inbound_traffic_policy
+            .map(|p| match p.mode {
+                None => Ok(InboundTrafficMode::Passthrough),
+                Some(mode) => mode.parse().map_err(|e| format!("{file}: inboundTrafficPolicy.mode: {e}")),
+            })
+            .transpose()?;
+        let outbound_traffic_policy = doc
+            .outbound_traffic_policy
+            .map(|p| match p.mode.as_deref() {
+                None => Ok(OutboundTrafficMode::RegistryOnly),
+                Some(traffic::ALLOW_ANY_DYNAMIC_DNS) => {
+                    let message = format!(
+                        "{} is not applied by meshpush yet: served as ALLOW_ANY (unknown destinations pass \
+                         through, without the dynamic forward proxy)",
+                        traffic::ALLOW_ANY_DYNAMIC_DNS
+                    );
+                    problems.push(warning(file, "outboundTrafficPolicy.mode", message));
+                    Ok(OutboundTrafficMode::AllowAny)
+                }
+                Some(mode) => mode.parse().map_err(|e| format!("{file}: outboundTrafficPolicy.mode: {e}")),
+            })
+            .transpose()?;
+        let dns_refresh_rate = doc.dns_refresh_rate.filter(|rate| match traffic::check_dns_refresh_rate(*rate) {
+            Ok(()) => true,
+            Err(e) => {
+                // istiod takes it, and every DNS cluster is then refused: serve the default instead, and say so.
+                let message = format!("{e}: Istio's default ({}) is served", traffic::DEFAULT_DNS_REFRESH_RATE);
+                problems.push(warning(file, "dnsRefreshRate", message));
+                false
+            }
+        });
         Ok(MeshSettings {
             trust_domain: doc.trust_domain,
             root_namespace: doc.root_namespace,
@@ -165,6 +266,17 @@ impl MeshSettings {
             disable_envoy_listener_log: doc.disable_envoy_listener_log,
             extension_providers: doc.extension_providers,
             default_providers: doc.default_providers,
+            connect_timeout: doc.connect_timeout,
+            tcp_keepalive: doc.tcp_keepalive,
+            h2_upgrade_policy,
+            dns_refresh_rate,
+            enable_auto_mtls: doc.enable_auto_mtls,
+            protocol_detection_timeout: doc.protocol_detection_timeout,
+            inbound_traffic_policy,
+            outbound_traffic_policy,
+            default_service_export_to: doc.default_service_export_to,
+            default_virtual_service_export_to: doc.default_virtual_service_export_to,
+            default_destination_rule_export_to: doc.default_destination_rule_export_to,
             problems,
         })
     }
@@ -186,6 +298,21 @@ impl MeshSettings {
             disable_envoy_listener_log: over.disable_envoy_listener_log.or(self.disable_envoy_listener_log),
             extension_providers: over.extension_providers.or(self.extension_providers),
             default_providers: over.default_providers.or(self.default_providers),
+            connect_timeout: over.connect_timeout.or(self.connect_timeout),
+            tcp_keepalive: over.tcp_keepalive.or(self.tcp_keepalive),
+            h2_upgrade_policy: over.h2_upgrade_policy.or(self.h2_upgrade_policy),
+            dns_refresh_rate: over.dns_refresh_rate.or(self.dns_refresh_rate),
+            enable_auto_mtls: over.enable_auto_mtls.or(self.enable_auto_mtls),
+            protocol_detection_timeout: over.protocol_detection_timeout.or(self.protocol_detection_timeout),
+            inbound_traffic_policy: over.inbound_traffic_policy.or(self.inbound_traffic_policy),
+            outbound_traffic_policy: over.outbound_traffic_policy.or(self.outbound_traffic_policy),
+            default_service_export_to: over.default_service_export_to.or(self.default_service_export_to),
+            default_virtual_service_export_to: over
+                .default_virtual_service_export_to
+                .or(self.default_virtual_service_export_to),
+            default_destination_rule_export_to: over
+                .default_destination_rule_export_to
+                .or(self.default_destination_rule_export_to),
             problems: self.problems.into_iter().chain(over.problems).collect(),
         }
     }
@@ -211,6 +338,10 @@ impl MeshSettings {
     pub fn mesh_config(&self) -> MeshConfig {
         let default = MeshConfig::default();
         let text = |set: &Option<String>, default: Arc<str>| set.as_deref().map_or(default, Arc::from);
+        // istiod reads an empty list as none: `*`.
+        let export = |set: &Option<Vec<String>>, default: Vec<String>| {
+            set.clone().filter(|list| !list.is_empty()).unwrap_or(default)
+        };
         MeshConfig {
             trust_domain: text(&self.trust_domain, default.trust_domain),
             root_namespace: text(&self.root_namespace, default.root_namespace),
@@ -232,6 +363,26 @@ impl MeshSettings {
             default_providers: match &self.default_providers {
                 Some(patch) => default.default_providers.over(patch),
                 None => default.default_providers,
+            },
+            traffic: TrafficSettings {
+                connect_timeout: self.connect_timeout.unwrap_or(default.traffic.connect_timeout),
+                tcp_keepalive: self.tcp_keepalive.clone().or(default.traffic.tcp_keepalive),
+                h2_upgrade: self.h2_upgrade_policy.unwrap_or(default.traffic.h2_upgrade),
+                protocol_detection_timeout: self
+                    .protocol_detection_timeout
+                    .unwrap_or(default.traffic.protocol_detection_timeout),
+                dns_refresh_rate: self.dns_refresh_rate.unwrap_or(default.traffic.dns_refresh_rate),
+                inbound: self.inbound_traffic_policy.unwrap_or(default.traffic.inbound),
+                outbound: self.outbound_traffic_policy.unwrap_or(default.traffic.outbound),
+                auto_mtls: self.enable_auto_mtls.unwrap_or(default.traffic.auto_mtls),
+            },
+            export_to: ExportToDefaults {
+                services: export(&self.default_service_export_to, default.export_to.services),
+                virtual_services: export(&self.default_virtual_service_export_to, default.export_to.virtual_services),
+                destination_rules: export(
+                    &self.default_destination_rule_export_to,
+                    default.export_to.destination_rules,
+                ),
             },
         }
     }
@@ -308,6 +459,17 @@ fn reported(file: &str, path: &str) -> Problem {
         ApiField::Removed(instead) => format!("Istio removed this field and ignores it ({instead})"),
         ApiField::Unknown => "not a field of Istio's MeshConfig: ignored".to_string(),
     };
+    Problem {
+        severity: Severity::Warning,
+        source: SourceRef { file: file.into(), doc: 0 },
+        object: None,
+        path: path.to_string(),
+        message,
+    }
+}
+
+/// A warning about the field at `path` of the mesh config `file`.
+fn warning(file: &str, path: &str, message: String) -> Problem {
     Problem {
         severity: Severity::Warning,
         source: SourceRef { file: file.into(), doc: 0 },

@@ -40,12 +40,11 @@ fn sidecar_gets_outbound_subset_inbound_and_special_clusters() {
     assert_eq!(eds.service_name, reviews.name, "the EDS resource is named after the cluster");
     assert!(eds.eds_config.as_ref().unwrap().config_source_specifier.is_some(), "EDS comes over ADS");
 
+    // To the original destination, under the mesh's default inbound mode
+    // (LOCALHOST: `mesh_traffic`).
     let inbound = cluster(&clusters, "inbound|9080||");
-    assert_eq!(discovery_type(inbound), DiscoveryType::Static);
-    let lbe = &inbound.load_assignment.as_ref().unwrap().endpoints[0].lb_endpoints[0];
-    let Some(HostIdentifier::Endpoint(ep)) = &lbe.host_identifier else { panic!("no endpoint") };
-    let Some(address::Address::SocketAddress(sa)) = ep.address.as_ref().unwrap().address.as_ref() else { panic!() };
-    assert_eq!((sa.address.as_str(), sa.port_specifier.clone()), ("127.0.0.1", Some(PortSpecifier::PortValue(9080))));
+    assert_eq!(discovery_type(inbound), DiscoveryType::OriginalDst);
+    assert!(inbound.load_assignment.is_none());
 
     let blackhole = cluster(&clusters, "BlackHoleCluster");
     assert_eq!(discovery_type(blackhole), DiscoveryType::Static);

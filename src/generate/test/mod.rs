@@ -53,6 +53,7 @@ mod gateway_api;
 mod invariants;
 mod jwt;
 mod listeners;
+mod mesh_traffic;
 mod mtls;
 mod routes;
 mod service_shapes;

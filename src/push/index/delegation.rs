@@ -26,8 +26,13 @@ use crate::model::service::ExportTo;
 pub type Delegates<'a> = BTreeMap<ConfigKey, &'a istio::VirtualService>;
 
 /// The HTTP routes of `root` with every delegating route replaced by the
-/// delegate's merged routes, and the delegates it read.
-pub fn merge(root: &istio::VirtualService, delegates: &Delegates<'_>) -> (Vec<HttpRoute>, Vec<ConfigKey>) {
+/// delegate's merged routes, and the delegates it read. A delegate that
+/// names no `exportTo` is exported to `default_export` (the mesh config's).
+pub fn merge(
+    root: &istio::VirtualService,
+    delegates: &Delegates<'_>,
+    default_export: &[String],
+) -> (Vec<HttpRoute>, Vec<ConfigKey>) {
     let root_ns = root.metadata.namespace();
     let mut routes = Vec::with_capacity(root.spec.http.len());
     let mut used = Vec::new();
@@ -40,7 +45,7 @@ pub fn merge(root: &istio::VirtualService, delegates: &Delegates<'_>) -> (Vec<Ht
         let key = ConfigKey::new(ConfigKind::VirtualService, namespace, &delegate.name);
         used.push(key.clone());
         let Some(found) = delegates.get(&key) else { continue };
-        if !ExportTo::parse(&found.spec.export_to, namespace).visible_to(root_ns) {
+        if !ExportTo::or_default(&found.spec.export_to, default_export, namespace).visible_to(root_ns) {
             continue;
         }
         for sub in &found.spec.http {
@@ -276,7 +281,8 @@ mod tests {
         );
         let delegates: Delegates<'_> =
             [(ConfigKey::new(ConfigKind::VirtualService, "back", "reviews"), &delegate)].into();
-        let (routes, used) = merge(&root, &delegates);
+        let everywhere = ["*".to_string()];
+        let (routes, used) = merge(&root, &delegates, &everywhere);
         assert_eq!(used, vec![ConfigKey::new(ConfigKind::VirtualService, "back", "reviews")]);
         let names: Vec<Option<&str>> = routes.iter().map(|r| r.name.as_deref()).collect();
         assert_eq!(names, [Some("reviews-v2"), Some("reviews"), None]);
@@ -293,14 +299,16 @@ mod tests {
         );
         assert_eq!(routes[1].timeout, Some("1s".parse().unwrap()), "the delegate's own wins");
         assert_eq!(routes[2].route[0].destination.host, "web");
+        // Naming no exportTo, it is the mesh's default's: `.` keeps it in its own namespace.
+        assert_eq!(merge(&root, &delegates, &[".".to_string()]).0.len(), 1);
 
         // Not exported to the root's namespace: the route is dropped.
         let mut private = delegate.clone();
         private.spec.export_to = vec![".".into()];
         let delegates: Delegates<'_> =
             [(ConfigKey::new(ConfigKind::VirtualService, "back", "reviews"), &private)].into();
-        assert_eq!(merge(&root, &delegates).0.len(), 1);
+        assert_eq!(merge(&root, &delegates, &everywhere).0.len(), 1);
         // Missing: dropped too.
-        assert_eq!(merge(&root, &Delegates::new()).0.len(), 1);
+        assert_eq!(merge(&root, &Delegates::new(), &everywhere).0.len(), 1);
     }
 }

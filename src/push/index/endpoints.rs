@@ -320,7 +320,7 @@ spec: {address: 10.0.9.9, labels: {app: ledger}}
 
     fn addresses(store: &ConfigStore) -> Vec<(String, String, Option<String>)> {
         let snapshot = store.snapshot();
-        let services = ServiceIndex::build(&snapshot);
+        let services = ServiceIndex::build(&snapshot, &Default::default());
         let workloads = WorkloadIndex::build(&snapshot);
         let index = EndpointIndex::build(&snapshot, &services, &workloads);
         let endpoints = index.get("ledger.shop.svc.cluster.local").expect("ledger has endpoints");
@@ -387,7 +387,8 @@ spec: {address: 10.0.9.9, labels: {app: ledger}}
         store.apply(puts(&mesh("10.0.0.1")));
         let build = |store: &ConfigStore| {
             let snapshot = store.snapshot();
-            let (services, workloads) = (ServiceIndex::build(&snapshot), WorkloadIndex::build(&snapshot));
+            let services = ServiceIndex::build(&snapshot, &Default::default());
+            let workloads = WorkloadIndex::build(&snapshot);
             (EndpointIndex::build(&snapshot, &services, &workloads), snapshot, services, workloads)
         };
         let (before, ..) = build(&store);

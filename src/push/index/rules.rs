@@ -7,6 +7,7 @@ use std::sync::Arc;
 use super::delegation::{self, Delegates};
 use super::gateway_api::{self, GatewayApiIndex};
 use super::ingress::{self as ingress_index, IngressIndex};
+use crate::config::mesh::MeshConfig;
 use crate::config::{ConfigKey, ConfigKind, ConfigObject, istio};
 use crate::model::service::ExportTo;
 use crate::model::{Hostname, StoreSnapshot, StoredObject, host};
@@ -111,12 +112,15 @@ pub type Labels = BTreeMap<String, String>;
 
 impl VirtualServiceIndex {
     /// Builds the index: the store's VirtualServices, then those translated
-    /// from the Gateway API.
+    /// from the Gateway API. A rule that names no `exportTo` (a delegate
+    /// too) takes the mesh config's `defaultVirtualServiceExportTo`.
     pub fn build(
         snapshot: &StoreSnapshot,
         gateway_api: &GatewayApiIndex,
         ingress: &IngressIndex,
+        mesh: &MeshConfig,
     ) -> VirtualServiceIndex {
+        let default_export = &mesh.export_to.virtual_services;
         let derived: Vec<(ConfigKey, &Arc<StoredObject>)> =
             gateway_api.virtual_services.iter().chain(&ingress.virtual_services).map(|s| (s.object.key(), s)).collect();
         let rules: Vec<(&ConfigKey, &Arc<StoredObject>, &istio::VirtualService)> = snapshot
@@ -135,9 +139,9 @@ impl VirtualServiceIndex {
             .iter()
             .filter(|(_, _, vs)| !vs.spec.hosts.is_empty())
             .map(|(_, stored, vs)| {
-                let mut resolved = resolve_virtual_service(stored, vs);
+                let mut resolved = resolve_virtual_service(stored, vs, default_export);
                 if vs.spec.http.iter().any(|r| r.delegate.is_some()) {
-                    let (http, used) = delegation::merge(vs, &delegates);
+                    let (http, used) = delegation::merge(vs, &delegates, default_export);
                     resolved.merged_http = Some(http);
                     resolved.delegates = used;
                 }
@@ -224,8 +228,13 @@ impl VirtualServiceIndex {
     }
 }
 
-/// Resolves one VirtualService (`vs` is `stored`'s object).
-fn resolve_virtual_service(stored: &Arc<StoredObject>, vs: &istio::VirtualService) -> ResolvedVirtualService {
+/// Resolves one VirtualService (`vs` is `stored`'s object), exported to
+/// `default_export` unless it names its own `exportTo`.
+fn resolve_virtual_service(
+    stored: &Arc<StoredObject>,
+    vs: &istio::VirtualService,
+    default_export: &[String],
+) -> ResolvedVirtualService {
     let ns = vs.metadata.namespace();
     let gateways = if vs.spec.gateways.is_empty() {
         vec![Arc::from(istio::MESH_GATEWAY)]
@@ -236,7 +245,7 @@ fn resolve_virtual_service(stored: &Arc<StoredObject>, vs: &istio::VirtualServic
         key: ConfigKey::new(ConfigKind::VirtualService, ns, &vs.metadata.name),
         hosts: vs.spec.hosts.iter().map(|h| host::resolve(h, ns)).collect(),
         gateways,
-        export_to: ExportTo::parse(&vs.spec.export_to, ns),
+        export_to: ExportTo::or_default(&vs.spec.export_to, default_export, ns),
         object: stored.clone(),
         merged_http: None,
         delegates: Vec::new(),
@@ -279,8 +288,11 @@ fn policies(spec: &istio::DestinationRuleSpec) -> impl Iterator<Item = &istio::T
 }
 
 impl DestinationRuleIndex {
-    /// Builds the index.
-    pub fn build(snapshot: &StoreSnapshot) -> DestinationRuleIndex {
+    /// Builds the index. A rule that names no `exportTo` is private to its
+    /// namespace when the mesh config's `defaultDestinationRuleExportTo`
+    /// holds `.`, else public.
+    pub fn build(snapshot: &StoreSnapshot, mesh: &MeshConfig) -> DestinationRuleIndex {
+        let default_export = &mesh.export_to.destination_rules;
         let mut index = DestinationRuleIndex::default();
         for stored in snapshot.kind(ConfigKind::DestinationRule).values() {
             if let ConfigObject::DestinationRule(dr) = &stored.object {
@@ -288,7 +300,7 @@ impl DestinationRuleIndex {
                 let rule = Arc::new(ResolvedDestinationRule {
                     key: ConfigKey::new(ConfigKind::DestinationRule, ns, &dr.metadata.name),
                     host: host::resolve(&dr.spec.host, ns),
-                    export_to: ExportTo::parse(&dr.spec.export_to, ns),
+                    export_to: ExportTo::of_destination_rule(&dr.spec.export_to, default_export, ns),
                     spec: dr.spec.clone(),
                 });
                 for policy in policies(&rule.spec) {

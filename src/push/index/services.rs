@@ -16,6 +16,7 @@
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
 
+use crate::config::mesh::MeshConfig;
 use crate::config::{ConfigKind, ConfigObject, istio, k8s};
 use crate::model::service::{ExportTo, Location};
 use crate::model::{Alias, Hostname, Protocol, Resolution, Service, ServicePort, StoreSnapshot, host};
@@ -54,17 +55,20 @@ impl ServiceIndex {
     /// Builds the index. A host defined twice keeps the Kubernetes Service,
     /// then the first ServiceEntry by key (Istio keeps the oldest; meshpush
     /// has no creation time, so the order is by kind and key — stable).
-    pub fn build(snapshot: &StoreSnapshot) -> ServiceIndex {
+    /// A service that names no `exportTo` takes the mesh config's
+    /// `defaultServiceExportTo`.
+    pub fn build(snapshot: &StoreSnapshot, mesh: &MeshConfig) -> ServiceIndex {
+        let default_export = &mesh.export_to.services;
         let mut services: HashMap<Hostname, Service> = HashMap::new();
         for stored in snapshot.kind(ConfigKind::Service).values() {
             if let ConfigObject::Service(svc) = &stored.object {
-                let s = from_kubernetes(svc);
+                let s = from_kubernetes(svc, default_export);
                 services.entry(s.hostname.clone()).or_insert(s);
             }
         }
         for stored in snapshot.kind(ConfigKind::ServiceEntry).values() {
             if let ConfigObject::ServiceEntry(se) = &stored.object {
-                for s in from_service_entry(se) {
+                for s in from_service_entry(se, default_export) {
                     services.entry(s.hostname.clone()).or_insert(s);
                 }
             }
@@ -182,8 +186,9 @@ fn resolve_aliases(services: &mut HashMap<Hostname, Service>) {
     }
 }
 
-/// A Kubernetes Service as a mesh service.
-pub fn from_kubernetes(svc: &k8s::Service) -> Service {
+/// A Kubernetes Service as a mesh service, exported to `default_export`
+/// unless its `networking.istio.io/exportTo` annotation says.
+pub fn from_kubernetes(svc: &k8s::Service, default_export: &[String]) -> Service {
     let namespace = svc.metadata.namespace();
     let mut ports: Vec<ServicePort> = svc
         .spec
@@ -238,15 +243,16 @@ pub fn from_kubernetes(svc: &k8s::Service) -> Service {
         addresses,
         resolution,
         location: Location::MeshInternal,
-        export_to: ExportTo::parse(&export, namespace),
+        export_to: ExportTo::or_default(&export, default_export, namespace),
         selector: svc.spec.selector.clone(),
         external_name,
         aliases: Vec::new(),
     }
 }
 
-/// A ServiceEntry as one mesh service per host.
-pub fn from_service_entry(se: &istio::ServiceEntry) -> Vec<Service> {
+/// A ServiceEntry as one mesh service per host, exported to
+/// `default_export` unless it names its own `exportTo`.
+pub fn from_service_entry(se: &istio::ServiceEntry, default_export: &[String]) -> Vec<Service> {
     let namespace = se.metadata.namespace();
     let spec = &se.spec;
     let mut ports: Vec<ServicePort> = spec
@@ -286,7 +292,7 @@ pub fn from_service_entry(se: &istio::ServiceEntry) -> Vec<Service> {
             addresses: spec.addresses.iter().map(|a| Arc::from(a.as_str())).collect(),
             resolution,
             location,
-            export_to: ExportTo::parse(&spec.export_to, namespace),
+            export_to: ExportTo::or_default(&spec.export_to, default_export, namespace),
             selector: selector.clone(),
             external_name: None,
             aliases: Vec::new(),
@@ -327,7 +333,7 @@ mod tests {
         store.apply(
             objects.into_iter().enumerate().map(|(doc, o)| Write::Put(o, SourceRef { file: "t.yaml".into(), doc })),
         );
-        let index = ServiceIndex::build(&store.snapshot());
+        let index = ServiceIndex::build(&store.snapshot(), &Default::default());
         let hosts = |ns: &str, pairs: &[(&str, &str)]| -> Vec<String> {
             index.selecting(ns, &labels(pairs)).iter().map(|s| s.hostname.to_string()).collect()
         };

@@ -102,3 +102,90 @@ fn discovery_selectors_without_kubernetes_are_reported_not_applied() {
     assert_eq!(problem_paths(&settings)[0].0, "discoverySelectors");
     assert!(problem_paths(&settings)[0].1.contains("no effect without --kubeconfig"));
 }
+
+#[test]
+fn traffic_defaults_are_read_and_checked_as_istiod_checks_them() {
+    let text = "connectTimeout: 3s\ntcp_keepalive: {probes: 3, time: 60s}\n";
+    let settings = MeshSettings::parse("mesh.yaml", text).unwrap();
+    assert!(settings.problems.is_empty(), "{:?}", settings.problems);
+    let traffic = settings.mesh_config().traffic;
+    assert_eq!(traffic.connect_timeout, "3s".parse().unwrap());
+    assert_eq!(traffic.tcp_keepalive.and_then(|k| k.probes), Some(3), "snake_case keys too");
+    assert_eq!(MeshConfig::default().traffic.connect_timeout, "10s".parse().unwrap(), "Istio's default");
+
+    for (bad, field) in [("connectTimeout: 0s", "connectTimeout"), ("connectTimeout: 2h", "connectTimeout")] {
+        let error = MeshSettings::parse("mesh.yaml", bad).unwrap_err();
+        assert!(error.starts_with(&format!("mesh.yaml: {field}: ")), "{error}");
+    }
+    let unknown = MeshSettings::parse("mesh.yaml", "tcpKeepalive: {probes: 3, tries: 4}\n").unwrap();
+    assert_eq!(problem_paths(&unknown), [("tcpKeepalive.tries", "not a field of Istio's MeshConfig: ignored")]);
+}
+
+#[test]
+fn outbound_cluster_defaults_are_read_and_a_refresh_rate_envoy_refuses_is_replaced() {
+    let text = "h2UpgradePolicy: UPGRADE\nenable_auto_mtls: false\ndnsRefreshRate: 30s\n";
+    let traffic = MeshSettings::parse("mesh.yaml", text).unwrap().mesh_config().traffic;
+    assert_eq!(traffic.h2_upgrade, crate::config::mesh::H2UpgradePolicy::Upgrade);
+    assert!(!traffic.auto_mtls);
+    assert_eq!(traffic.dns_refresh_rate, "30s".parse().unwrap());
+
+    let error = MeshSettings::parse("mesh.yaml", "h2UpgradePolicy: SOMETIMES\n").unwrap_err();
+    assert!(
+        error.starts_with("mesh.yaml: h2UpgradePolicy: ") && error.contains("DO_NOT_UPGRADE or UPGRADE"),
+        "{error}"
+    );
+    let zero = MeshSettings::parse("mesh.yaml", "dnsRefreshRate: 0s\n").unwrap();
+    assert_eq!(problem_paths(&zero)[0].0, "dnsRefreshRate");
+    assert!(problem_paths(&zero)[0].1.contains("Istio's default (60s) is served"), "{:?}", zero.problems);
+    assert_eq!(zero.mesh_config().traffic.dns_refresh_rate, "60s".parse().unwrap());
+}
+
+#[test]
+fn inbound_defaults_are_read_and_checked_as_istiod_checks_them() {
+    let text = "protocolDetectionTimeout: 100ms\ninbound_traffic_policy: {mode: LOCALHOST}\n";
+    let traffic = MeshSettings::parse("mesh.yaml", text).unwrap().mesh_config().traffic;
+    assert_eq!(traffic.protocol_detection_timeout, "100ms".parse().unwrap());
+    assert_eq!(traffic.inbound, crate::config::mesh::InboundTrafficMode::Localhost);
+    let empty = MeshSettings::parse("mesh.yaml", "inboundTrafficPolicy: {}\n").unwrap().mesh_config();
+    assert_eq!(empty.traffic.inbound, crate::config::mesh::InboundTrafficMode::Passthrough, "enum value 0");
+
+    let timeout = MeshSettings::parse("mesh.yaml", "protocolDetectionTimeout: 1.5ms\n").unwrap_err();
+    assert!(timeout.starts_with("mesh.yaml: protocolDetectionTimeout: "), "{timeout}");
+    let mode = MeshSettings::parse("mesh.yaml", "inboundTrafficPolicy: {mode: LOOPBACK}\n").unwrap_err();
+    assert!(mode.starts_with("mesh.yaml: inboundTrafficPolicy.mode: ") && mode.contains("LOCALHOST"), "{mode}");
+}
+
+#[test]
+fn an_outbound_traffic_policy_without_a_mode_is_registry_only_and_dynamic_dns_is_reported() {
+    use crate::config::mesh::OutboundTrafficMode;
+    let mode = |text: &str| MeshSettings::parse("mesh.yaml", text).unwrap().mesh_config().traffic.outbound;
+    assert_eq!(mode(""), OutboundTrafficMode::AllowAny, "Istio's default");
+    assert_eq!(mode("outboundTrafficPolicy: {}\n"), OutboundTrafficMode::RegistryOnly, "enum value 0, as in istiod");
+    assert_eq!(mode("outbound_traffic_policy: {mode: ALLOW_ANY}\n"), OutboundTrafficMode::AllowAny);
+
+    let dynamic = MeshSettings::parse(
+        "mesh.yaml",
+        "outboundTrafficPolicy:\n  mode: ALLOW_ANY_DYNAMIC_DNS\n  tls: {mode: SIMPLE}\n",
+    )
+    .unwrap();
+    let paths = problem_paths(&dynamic);
+    assert_eq!(
+        paths.iter().map(|p| p.0).collect::<Vec<_>>(),
+        ["outboundTrafficPolicy.tls", "outboundTrafficPolicy.mode"]
+    );
+    assert!(paths[1].1.contains("not applied by meshpush yet: served as ALLOW_ANY"), "{paths:?}");
+    assert_eq!(dynamic.mesh_config().traffic.outbound, OutboundTrafficMode::AllowAny);
+    let bad = MeshSettings::parse("mesh.yaml", "outboundTrafficPolicy: {mode: DENY}\n").unwrap_err();
+    assert!(bad.starts_with("mesh.yaml: outboundTrafficPolicy.mode: "), "{bad}");
+}
+
+#[test]
+fn default_export_to_lists_replace_istio_s_and_an_empty_one_is_everywhere() {
+    let text = "defaultServiceExportTo: [., istio-system]\ndefault_virtual_service_export_to: [.]\n\
+                defaultDestinationRuleExportTo: []\n";
+    let export_to = MeshSettings::parse("mesh.yaml", text).unwrap().mesh_config().export_to;
+    assert_eq!(export_to.services, [".", "istio-system"]);
+    assert_eq!(export_to.virtual_services, ["."]);
+    assert_eq!(export_to.destination_rules, ["*"], "an empty list is none, as istiod reads it");
+    assert_eq!(MeshConfig::default().export_to.services, ["*"], "Istio's default");
+}

@@ -48,7 +48,8 @@ fn index(mesh_text: &str, yaml: &str) -> TelemetryIndex {
     store.apply(bookinfo::writes());
     store.apply(bookinfo::puts(&format!("{COLLECTORS}{yaml}")));
     let snapshot = store.snapshot();
-    TelemetryIndex::build(&snapshot, &mesh(mesh_text), &ServiceIndex::build(&snapshot))
+    let mesh = mesh(mesh_text);
+    TelemetryIndex::build(&snapshot, &mesh, &ServiceIndex::build(&snapshot, &mesh))
 }
 
 fn reviews() -> Proxy {
