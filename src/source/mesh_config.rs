@@ -8,7 +8,7 @@
 //! `MeshConfig` object. The engine then builds a fresh snapshot on it and
 //! pushes everything, as istiod does on a mesh config change. A ConfigMap
 //! that is missing (or loses its `mesh` key) serves Istio's defaults, as
-//! istiod does, and says so.
+//! istiod does, and says so (in the log; a missing key on `/debug/configz` too).
 //!
 //! What cannot change while serving is kept and reported: the trust domain
 //! (the CA issues in the one it started with) and the discovery selectors
@@ -95,7 +95,9 @@ impl MeshOrigin {
 }
 
 /// The mesh config text of a ConfigMap (empty: Istio's defaults), and why
-/// it is empty when the ConfigMap or its key is missing.
+/// it is empty when its `mesh` key is missing. No ConfigMap at all is a
+/// mesh on Istio's defaults, as istiod runs one: said in the log (at
+/// INFO), no problem.
 fn configmap_text(origin: &str, configmap: Option<&ConfigMap>) -> (String, Option<Problem>) {
     let defaults = |why: &str| Problem {
         severity: Severity::Warning,
@@ -105,7 +107,10 @@ fn configmap_text(origin: &str, configmap: Option<&ConfigMap>) -> (String, Optio
         message: format!("{why}: Istio's default mesh config is served"),
     };
     match configmap {
-        None => (String::new(), Some(defaults("no such ConfigMap"))),
+        None => {
+            tracing::info!("no ConfigMap {origin}: Istio's default mesh config is served");
+            (String::new(), None)
+        }
         Some(cm) => match cm.data.as_ref().and_then(|d| d.get(MESH_KEY)) {
             Some(text) => (text.clone(), None),
             None => (String::new(), Some(defaults("the ConfigMap has no `mesh` key"))),

@@ -147,8 +147,8 @@ fn serves_virtual_service(mesh: &Meshpush, name: &str) -> bool {
 /// With Kubernetes and no file, the mesh config is the `mesh` key of
 /// Istio's ConfigMap, read through the API server (the stand-in) and
 /// followed; a revision's server reads `istio-REV` and leaves the objects
-/// labelled for another revision; a deleted ConfigMap serves Istio's
-/// defaults and says so.
+/// labelled for another revision; a ConfigMap without its `mesh` key, or
+/// none at all, serves Istio's defaults and says so.
 #[test]
 fn the_istio_configmap_is_read_and_followed_and_a_revision_reads_its_own() {
     use support::kube_api::KubeApi;
@@ -195,15 +195,19 @@ fn the_istio_configmap_is_read_and_followed_and_a_revision_reads_its_own() {
         if serves_virtual_service(&canary, "canarys") { Err("still served".to_string()) } else { Ok(()) }
     });
 
-    // Gone: Istio's defaults, and a word on /debug/configz.
-    api.delete("ConfigMap", "istio-system", "istio");
+    // Without its `mesh` key: Istio's defaults, and a word on /debug/configz.
+    api.put(
+        "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: istio, namespace: istio-system}\n\
+         data: {meshNetworks: 'networks: {}'}\n",
+    );
     wait_root(&default, "istio-system");
     let problems = configz(&default)["problems"].to_string();
-    assert!(
-        problems.contains("k8s:ConfigMap/istio-system/istio") && problems.contains("no such ConfigMap"),
-        "{problems}"
-    );
+    assert!(problems.contains("k8s:ConfigMap/istio-system/istio") && problems.contains("no `mesh` key"), "{problems}");
     api.put(&configmap("istio", "rootNamespace: back\n"));
     wait_root(&default, "back");
-    assert!(!configz(&default)["problems"].to_string().contains("no such ConfigMap"));
+    assert!(!configz(&default)["problems"].to_string().contains("no `mesh` key"));
+    // Gone: Istio's defaults too, as istiod runs without one; said in the log.
+    api.delete("ConfigMap", "istio-system", "istio");
+    wait_root(&default, "istio-system");
+    assert!(default.log().contains("no ConfigMap k8s:ConfigMap/istio-system/istio"), "{}", default.log_tail(10));
 }
