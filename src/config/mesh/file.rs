@@ -198,13 +198,11 @@ impl MeshSettings {
             && let Err(e) = json_labels(format)
         {
             // istiod logs this and serves its default labels; so does meshpush, and says so.
-            problems.push(Problem {
-                severity: Severity::Warning,
-                source: SourceRef { file: file.into(), doc: 0 },
-                object: None,
-                path: "accessLogFormat".into(),
-                message: format!("{e}: Istio's default JSON labels are logged instead"),
-            });
+            problems.push(warning(
+                file,
+                "accessLogFormat",
+                format!("{e}: Istio's default JSON labels are logged instead"),
+            ));
         }
         if let Some(all) = &doc.extension_providers {
             problems.extend(provider_problems(file, all));
@@ -322,14 +320,11 @@ impl MeshSettings {
     /// select, and are reported so.
     pub fn without_kubernetes(mut self, file: &str) -> MeshSettings {
         if self.discovery_selectors.take().is_some() {
-            self.problems.push(Problem {
-                severity: Severity::Warning,
-                source: SourceRef { file: file.into(), doc: 0 },
-                object: None,
-                path: "discoverySelectors".into(),
-                message: "selects the namespaces read from Kubernetes: no effect without --kubeconfig or --in-cluster"
-                    .into(),
-            });
+            self.problems.push(warning(
+                file,
+                "discoverySelectors",
+                "selects the namespaces read from Kubernetes: no effect without --kubeconfig or --in-cluster".into(),
+            ));
         }
         self
     }
@@ -413,13 +408,7 @@ pub fn check_trust_domain(domain: &str) -> Result<(), String> {
 /// name, a name given twice, no kind or two, a collector without a service
 /// or port.
 fn provider_problems(file: &str, all: &[ExtensionProvider]) -> Vec<Problem> {
-    let warn = |path: String, message: String| Problem {
-        severity: Severity::Warning,
-        source: SourceRef { file: file.into(), doc: 0 },
-        object: None,
-        path,
-        message,
-    };
+    let warn = |path: String, message: String| warning(file, &path, message);
     let mut out = Vec::new();
     for (i, p) in all.iter().enumerate() {
         let path = format!("extensionProviders[{i}]");
@@ -459,13 +448,7 @@ fn reported(file: &str, path: &str) -> Problem {
         ApiField::Removed(instead) => format!("Istio removed this field and ignores it ({instead})"),
         ApiField::Unknown => "not a field of Istio's MeshConfig: ignored".to_string(),
     };
-    Problem {
-        severity: Severity::Warning,
-        source: SourceRef { file: file.into(), doc: 0 },
-        object: None,
-        path: path.to_string(),
-        message,
-    }
+    warning(file, path, message)
 }
 
 /// A warning about the field at `path` of the mesh config `file`.
