@@ -417,6 +417,20 @@ fn provider_problems(file: &str, all: &[ExtensionProvider]) -> Vec<Problem> {
         } else if all[..i].iter().any(|q| q.name == p.name) {
             out.push(warn(format!("{path}.name"), format!("{:?} is named twice: the later one is used", p.name)));
         }
+        // Parsed so that a Telemetry naming them is told why they give
+        // nothing; istiod generates nothing for either any more.
+        if p.lightstep.is_some() {
+            out.push(warn(
+                format!("{path}.lightstep"),
+                "Istio no longer generates a Lightstep tracer: this provider traces nothing (in Istio too)".into(),
+            ));
+        }
+        if p.stackdriver.is_some() {
+            out.push(warn(
+                format!("{path}.stackdriver"),
+                "Istio no longer generates anything for Stackdriver: this provider does nothing (in Istio too)".into(),
+            ));
+        }
         if let Some((service, port)) = p.collector() {
             if service.is_empty() {
                 out.push(warn(path.clone(), "names no collector service: it is not used".into()));

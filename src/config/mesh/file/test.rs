@@ -189,3 +189,13 @@ fn default_export_to_lists_replace_istio_s_and_an_empty_one_is_everywhere() {
     assert_eq!(export_to.destination_rules, ["*"], "an empty list is none, as istiod reads it");
     assert_eq!(MeshConfig::default().export_to.services, ["*"], "Istio's default");
 }
+
+#[test]
+fn providers_istio_generates_nothing_for_are_reported() {
+    let text = "extensionProviders:\n- name: ls\n  lightstep: {service: ls.example.com, port: 8080, accessToken: t}\n\
+                - name: sd\n  stackdriver: {maxTagLength: 100}\n";
+    let settings = MeshSettings::parse("mesh.yaml", text).unwrap();
+    let paths: Vec<&str> = problem_paths(&settings).into_iter().map(|(p, _)| p).collect();
+    assert_eq!(paths, ["extensionProviders[0].lightstep", "extensionProviders[1].stackdriver"]);
+    assert!(settings.problems.iter().all(|p| p.message.contains("in Istio too")));
+}
