@@ -13,6 +13,7 @@
 
 pub mod file;
 pub mod providers;
+pub mod proxy_config;
 pub mod traffic;
 
 use std::sync::Arc;
@@ -62,6 +63,13 @@ pub struct MeshConfig {
     pub traffic: TrafficSettings,
     /// The `exportTo` of objects that name none.
     pub export_to: ExportToDefaults,
+    /// `defaultConfig` over Istio's `DefaultProxyConfig`: the ProxyConfig of
+    /// a proxy whose node sends none (metadata `PROXY_CONFIG`).
+    pub default_proxy_config: Arc<proxy_config::ProxyConfig>,
+    /// `enableTracing`: whether connection managers trace with the
+    /// bootstrap's tracer where no Telemetry and no default provider
+    /// configures tracing (Istio's default: yes).
+    pub enable_tracing: bool,
 }
 
 impl Default for MeshConfig {
@@ -75,6 +83,8 @@ impl Default for MeshConfig {
             default_providers: providers::DefaultProviders::default(),
             traffic: TrafficSettings::default(),
             export_to: ExportToDefaults::default(),
+            default_proxy_config: Arc::new(proxy_config::ProxyConfig::istio_default()),
+            enable_tracing: true,
         }
     }
 }

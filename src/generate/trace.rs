@@ -42,12 +42,7 @@ const SKYWALKING: &str = "envoy.tracers.skywalking";
 /// The `tracing` block of a connection manager of a side that traces.
 pub fn hcm_tracing(applied: &AppliedTracing) -> Tracing {
     let percent = |value: f64| Some(Percent { value });
-    let max_tag_length = match &applied.tracer {
-        Tracer::Zipkin { max_tag_length, .. }
-        | Tracer::OpenTelemetry { max_tag_length, .. }
-        | Tracer::Datadog { max_tag_length, .. } => *max_tag_length,
-        Tracer::SkyWalking { .. } => 0,
-    };
+    let max_tag_length = applied.max_path_tag_length;
     let skywalking = matches!(applied.tracer, Tracer::SkyWalking { .. });
     Tracing {
         client_sampling: percent(100.0),
@@ -55,9 +50,10 @@ pub fn hcm_tracing(applied: &AppliedTracing) -> Tracing {
         overall_sampling: percent(100.0),
         max_path_tag_length: (max_tag_length > 0).then(|| proto::u32_value(max_tag_length)),
         custom_tags: applied.custom_tags.iter().map(|(name, value)| custom_tag(name, value)).collect(),
-        provider: Some(trace::Http {
-            name: tracer_name(&applied.tracer).to_string(),
-            config_type: Some(trace::http::ConfigType::TypedConfig(tracer_config(applied))),
+        // The legacy path names none: Envoy traces with its bootstrap's tracer.
+        provider: tracer_config(applied).map(|(name, config)| trace::Http {
+            name: name.to_string(),
+            config_type: Some(trace::http::ConfigType::TypedConfig(config)),
         }),
         spawn_upstream_span: (applied.spawn_upstream_span || skywalking).then(|| proto::bool_value(true)),
         no_context_propagation: applied.disable_context_propagation,
@@ -76,36 +72,31 @@ pub fn request_id_extension(applied: &AppliedTracing) -> Option<RequestIdExtensi
     })
 }
 
-fn tracer_name(tracer: &Tracer) -> &'static str {
-    match tracer {
-        Tracer::Zipkin { .. } => ZIPKIN,
-        Tracer::OpenTelemetry { .. } => OPENTELEMETRY,
-        Tracer::Datadog { .. } => DATADOG,
-        Tracer::SkyWalking { .. } => SKYWALKING,
-    }
-}
-
-fn tracer_config(applied: &AppliedTracing) -> Any {
-    match &applied.tracer {
+/// The provider's extension name and config; none for the bootstrap's tracer.
+fn tracer_config(applied: &AppliedTracing) -> Option<(&'static str, Any)> {
+    let config = match &applied.tracer {
         Tracer::Zipkin { collector, path, timeout_ms, trace_id_128bit, w3c, headers, .. } => {
             let option = if *w3c {
                 zipkin_config::TraceContextOption::UseB3WithW3cPropagation
             } else {
                 zipkin_config::TraceContextOption::UseB3
             };
-            proto::any(&ZipkinConfig {
-                collector_endpoint_version: zipkin_config::CollectorEndpointVersion::HttpJson as i32,
-                trace_id_128bit: *trace_id_128bit,
-                shared_span_context: Some(proto::bool_value(false)),
-                trace_context_option: option as i32,
-                collector_service: Some(http_service(
-                    format!("http://{}{}", collector.host, path),
-                    collector_cluster(collector),
-                    Some(*timeout_ms),
-                    headers,
-                )),
-                ..Default::default()
-            })
+            (
+                ZIPKIN,
+                proto::any(&ZipkinConfig {
+                    collector_endpoint_version: zipkin_config::CollectorEndpointVersion::HttpJson as i32,
+                    trace_id_128bit: *trace_id_128bit,
+                    shared_span_context: Some(proto::bool_value(false)),
+                    trace_context_option: option as i32,
+                    collector_service: Some(http_service(
+                        format!("http://{}{}", collector.host, path),
+                        collector_cluster(collector),
+                        Some(*timeout_ms),
+                        headers,
+                    )),
+                    ..Default::default()
+                }),
+            )
         }
         Tracer::OpenTelemetry { collector, http_path, timeout_ms, headers, .. } => {
             let mut config =
@@ -126,18 +117,24 @@ fn tracer_config(applied: &AppliedTracing) -> Any {
                     config.grpc_service = Some(grpc);
                 }
             }
-            proto::any(&config)
+            (OPENTELEMETRY, proto::any(&config))
         }
-        Tracer::Datadog { collector, .. } => proto::any(&DatadogConfig {
-            collector_cluster: collector_cluster(collector),
-            collector_hostname: collector.host.to_string(),
-            service_name: applied.service_name.to_string(),
-            ..Default::default()
-        }),
-        Tracer::SkyWalking { collector } => {
-            proto::any(&SkyWalkingConfig { grpc_service: Some(envoy_grpc(collector)), ..Default::default() })
-        }
-    }
+        Tracer::Datadog { collector, .. } => (
+            DATADOG,
+            proto::any(&DatadogConfig {
+                collector_cluster: collector_cluster(collector),
+                collector_hostname: collector.host.to_string(),
+                service_name: applied.service_name.to_string(),
+                ..Default::default()
+            }),
+        ),
+        Tracer::SkyWalking { collector } => (
+            SKYWALKING,
+            proto::any(&SkyWalkingConfig { grpc_service: Some(envoy_grpc(collector)), ..Default::default() }),
+        ),
+        Tracer::Bootstrap => return None,
+    };
+    Some(config)
 }
 
 /// An HTTP service at `uri` on `cluster`, sending `headers` (each replacing

@@ -12,6 +12,7 @@ use envoy_types::pb::google::protobuf::{Struct, Value, value::Kind};
 use serde::Serialize;
 
 use super::Locality;
+use crate::config::mesh::proxy_config::{PROXY_CONFIG_METADATA, ProxyConfig};
 use crate::text::Shown;
 
 /// What kind of proxy it is.
@@ -83,7 +84,10 @@ pub struct Proxy {
     /// says. Only such a proxy is sent mesh mTLS (Istio's bootstraps all
     /// have it; a plain `meshpush bootstrap` has not).
     pub mesh_certificates: bool,
-    /// Every metadata value, flattened to strings.
+    /// The ProxyConfig its agent runs it by (metadata `PROXY_CONFIG`);
+    /// `None`: the node sent none, and the mesh's `defaultConfig` applies.
+    pub proxy_config: Option<Arc<ProxyConfig>>,
+    /// Every other metadata value, flattened to strings.
     pub metadata: BTreeMap<String, String>,
 }
 
@@ -105,7 +109,16 @@ impl Proxy {
         if ip.is_empty() || workload.is_empty() {
             return Err(bad_id());
         }
-        let metadata = node.metadata.as_ref().map(flatten).unwrap_or_default();
+        let mut metadata = node.metadata.as_ref().map(flatten).unwrap_or_default();
+        metadata.remove(PROXY_CONFIG_METADATA);
+        let proxy_config = match node.metadata.as_ref().and_then(|m| m.fields.get(PROXY_CONFIG_METADATA)) {
+            None => None,
+            Some(v) => Some(Arc::new(proxy_config_from(v).map_err(|reason| NodeError::BadMetadata {
+                id: node.id.clone(),
+                key: PROXY_CONFIG_METADATA,
+                reason,
+            })?)),
+        };
         let namespace = metadata
             .get("NAMESPACE")
             .cloned()
@@ -147,6 +160,7 @@ impl Proxy {
                 .map(|l| Locality { region: l.region.clone(), zone: l.zone.clone(), subzone: l.sub_zone.clone() })
                 .unwrap_or_default(),
             mesh_certificates: metadata.get(SDS_METADATA).is_some_and(|v| v == "true"),
+            proxy_config,
             metadata,
         })
     }
@@ -177,6 +191,19 @@ fn value_to_json(v: &Value) -> serde_json::Value {
         Some(Kind::ListValue(l)) => l.values.iter().map(value_to_json).collect(),
         Some(Kind::StructValue(s)) => s.fields.iter().map(|(k, v)| (k.clone(), value_to_json(v))).collect(),
     }
+}
+
+/// `PROXY_CONFIG`: a struct of ProxyConfig's fields (as pilot-agent sends
+/// it), or a JSON string of one. Fields meshpush does not model are
+/// skipped, as istiod skips the ones it does not read.
+fn proxy_config_from(v: &Value) -> Result<ProxyConfig, String> {
+    let json = match &v.kind {
+        Some(Kind::StringValue(s)) => serde_json::from_str(s).map_err(|e| e.to_string())?,
+        _ => value_to_json(v),
+    };
+    let config: ProxyConfig = serde_json::from_value(json).map_err(|e| e.to_string())?;
+    config.check().map_err(|(path, why)| format!("{path}: {why}"))?;
+    Ok(config)
 }
 
 /// `LABELS` is a struct of strings in Istio; a JSON string of an object is accepted too.

@@ -23,6 +23,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use serde::Deserialize;
 
 use super::providers::{self, DefaultProvidersPatch, ExtensionProvider};
+use super::proxy_config::ProxyConfig;
 use super::traffic::{
     self, ExportToDefaults, H2UpgradePolicy, InboundTrafficMode, OutboundTrafficMode, TrafficSettings,
 };
@@ -84,6 +85,10 @@ pub struct MeshSettings {
     pub default_virtual_service_export_to: Option<Vec<String>>,
     /// `defaultDestinationRuleExportTo`.
     pub default_destination_rule_export_to: Option<Vec<String>>,
+    /// `defaultConfig`: the fields of Istio's ProxyConfig it sets.
+    pub default_config: Option<ProxyConfig>,
+    /// `enableTracing`.
+    pub enable_tracing: Option<bool>,
     /// The fields set that meshpush does not apply, each with its path.
     pub problems: Vec<Problem>,
 }
@@ -140,6 +145,10 @@ struct Document {
     default_virtual_service_export_to: Option<Vec<String>>,
     #[serde(alias = "default_destination_rule_export_to")]
     default_destination_rule_export_to: Option<Vec<String>>,
+    #[serde(alias = "default_config")]
+    default_config: Option<ProxyConfig>,
+    #[serde(alias = "enable_tracing")]
+    enable_tracing: Option<bool>,
 }
 
 /// `inboundTrafficPolicy` and `outboundTrafficPolicy`: a mode of Istio's
@@ -241,6 +250,9 @@ impl MeshSettings {
                 Some(mode) => mode.parse().map_err(|e| format!("{file}: outboundTrafficPolicy.mode: {e}")),
             })
             .transpose()?;
+        if let Some(config) = &doc.default_config {
+            config.check().map_err(|(path, why)| format!("{file}: defaultConfig.{path}: {why}"))?;
+        }
         let dns_refresh_rate = doc.dns_refresh_rate.filter(|rate| match traffic::check_dns_refresh_rate(*rate) {
             Ok(()) => true,
             Err(e) => {
@@ -275,6 +287,8 @@ impl MeshSettings {
             default_service_export_to: doc.default_service_export_to,
             default_virtual_service_export_to: doc.default_virtual_service_export_to,
             default_destination_rule_export_to: doc.default_destination_rule_export_to,
+            default_config: doc.default_config,
+            enable_tracing: doc.enable_tracing,
             problems,
         })
     }
@@ -311,6 +325,8 @@ impl MeshSettings {
             default_destination_rule_export_to: over
                 .default_destination_rule_export_to
                 .or(self.default_destination_rule_export_to),
+            default_config: over.default_config.or(self.default_config),
+            enable_tracing: over.enable_tracing.or(self.enable_tracing),
             problems: self.problems.into_iter().chain(over.problems).collect(),
         }
     }
@@ -379,6 +395,11 @@ impl MeshSettings {
                     default.export_to.destination_rules,
                 ),
             },
+            default_proxy_config: match &self.default_config {
+                Some(config) => Arc::new(ProxyConfig::istio_default().over(config)),
+                None => default.default_proxy_config,
+            },
+            enable_tracing: self.enable_tracing.unwrap_or(default.enable_tracing),
         }
     }
 }

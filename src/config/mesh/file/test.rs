@@ -28,20 +28,31 @@ fn the_applied_fields_become_the_mesh_config_and_the_rest_keeps_istio_defaults()
 #[test]
 fn every_other_field_is_reported_with_its_path_and_what_it_is() {
     let text = "enablePrometheusMerge: false\ndefaultConfig:\n  proxyMetadata: {ISTIO_META_DNS_CAPTURE: \"true\"}\n\
+                \x20 holdApplicationUntilProxyStarts: true\n\
                 extensionProviders:\n- name: otel\n  opentelemetry: {service: otel.observability.svc, port: 4317}\n\
-                mixerCheckServer: old:9091\ntrustDomian: typo.org\ndefault_config: {drain_duration: 45s}\n";
+                mixerCheckServer: old:9091\ntrustDomian: typo.org\n";
     let settings = MeshSettings::parse("mesh.yaml", text).unwrap();
     let not_applied = "not applied by meshpush yet: served as if it were unset (Istio's default)";
     assert_eq!(
         problem_paths(&settings),
         vec![
             ("enablePrometheusMerge", not_applied),
-            ("defaultConfig", not_applied),
+            ("defaultConfig.holdApplicationUntilProxyStarts", not_applied),
             ("mixerCheckServer", "Istio removed this field and ignores it (Mixer is gone)"),
             ("trustDomian", "not a field of Istio's MeshConfig: ignored"),
-            ("default_config", not_applied),
         ]
     );
+    let proxy = &settings.mesh_config().default_proxy_config;
+    assert_eq!(proxy.proxy_metadata.get("ISTIO_META_DNS_CAPTURE").map(String::as_str), Some("true"));
+    assert_eq!(proxy.drain_duration.map(|d| d.0.as_secs()), Some(45), "Istio's default under the file's");
+    let snake =
+        MeshSettings::parse("mesh.yaml", "default_config: {drain_duration: 9s}\nenable_tracing: false\n").unwrap();
+    assert!(snake.problems.is_empty(), "{:?}", snake.problems);
+    let mesh = snake.mesh_config();
+    assert_eq!(mesh.default_proxy_config.drain_duration.map(|d| d.0.as_secs()), Some(9));
+    assert!(!mesh.enable_tracing);
+    let err = MeshSettings::parse("mesh.yaml", "defaultConfig: {concurrency: -2}\n").unwrap_err();
+    assert!(err.starts_with("mesh.yaml: defaultConfig.concurrency: "), "{err}");
     assert!(settings.problems.iter().all(|p| !p.is_error() && &*p.source.file == "mesh.yaml"));
     assert_eq!(&*settings.mesh_config().trust_domain, "cluster.local", "the typo applies nothing");
 }

@@ -26,7 +26,16 @@
 //! * Tracing: the first provider of the latest entry for the side (from
 //!   `defaultProviders.tracing`), each setting overriding the one below; a
 //!   side without a provider, or with span reporting disabled, traces
-//!   nothing.
+//!   nothing. A setting no layer makes falls back to the proxy's
+//!   ProxyConfig (`tracing.sampling`, `customTags`, `maxPathTagLength`).
+//! * No Telemetry tracing and no default provider at all: with
+//!   `enableTracing` (the default), Istio's legacy path traces with the
+//!   bootstrap's tracer at the ProxyConfig's sampling. meshpush gives this
+//!   tracing block only to a proxy whose ProxyConfig names a tracer (its
+//!   agent starts Envoy with it); without one Envoy has nothing to trace
+//!   with, so the block Istio adds everywhere would change nothing.
+//!   The proxy's ProxyConfig is its node's (`PROXY_CONFIG`), else the
+//!   mesh's `defaultConfig`.
 //!
 //! Invariant: a format here is the one Envoy is given: an empty format is
 //! already Istio's default, and a text format ends in a newline.
@@ -43,6 +52,7 @@ pub use resolve::{Collector, GrpcLog, LogSink, Tracer};
 use super::ServiceIndex;
 use crate::config::istio::{AccessLogging, ModeSelector, Side, Telemetry, TelemetrySpec, Tracing};
 use crate::config::mesh::providers::{self, ExtensionProvider};
+use crate::config::mesh::proxy_config::{ProxyConfig, TracingConfig};
 use crate::config::mesh::{AccessLogEncoding, AccessLogSettings, MeshConfig, file::json_labels};
 use crate::config::{ConfigKind, ConfigObject};
 use crate::model::{Proxy, ProxyKind, StoreSnapshot};
@@ -159,6 +169,8 @@ pub struct AppliedTracing {
     /// Whether Istio's tags (canonical service and revision, namespace,
     /// mesh and cluster ids, the dry-run authorization results) are added.
     pub istio_tags: bool,
+    /// The longest path tag (0: Envoy's default).
+    pub max_path_tag_length: u32,
     /// Whether the request id decides sampling.
     pub use_request_id_for_trace_sampling: bool,
     /// Whether trace context is not propagated.
@@ -204,6 +216,42 @@ pub enum TagValue {
 /// The sampling istiod applies when neither a Telemetry nor the proxy's
 /// config sets one (`PILOT_TRACE_SAMPLING`'s default).
 const DEFAULT_SAMPLING: f64 = 1.0;
+
+/// The sampling a ProxyConfig's tracing gives: its own unless 0 (unset),
+/// a value above 100 read as Istio reads it (1 %), else the default.
+fn proxy_sampling(tracing: Option<&TracingConfig>) -> f64 {
+    match tracing.and_then(|t| t.sampling).map(|p| p.0) {
+        Some(p) if p > 100.0 => DEFAULT_SAMPLING,
+        Some(p) if p != 0.0 => p,
+        _ => DEFAULT_SAMPLING,
+    }
+}
+
+/// Istio's legacy tracing of a proxy whose ProxyConfig has `tracing`: the
+/// bootstrap's tracer, that config's sampling, custom tags and path length.
+fn legacy_tracing(tracing: &TracingConfig, proxy: &Proxy) -> AppliedTracing {
+    let istio_tags = tracing.enable_istio_tags.unwrap_or(true);
+    let mut custom_tags: Vec<(Arc<str>, TagValue)> = tracing
+        .custom_tags
+        .iter()
+        .filter_map(|(name, tag)| Some((Arc::from(name.as_str()), tag_value(tag)?)))
+        .collect();
+    if istio_tags {
+        custom_tags.extend(istio_tag_values(proxy));
+    }
+    custom_tags.sort_by(|a, b| a.0.cmp(&b.0));
+    AppliedTracing {
+        tracer: Tracer::Bootstrap,
+        random_sampling: Percent::new(proxy_sampling(Some(tracing))),
+        custom_tags,
+        istio_tags,
+        max_path_tag_length: tracing.max_path_tag_length.unwrap_or(0),
+        use_request_id_for_trace_sampling: true,
+        disable_context_propagation: false,
+        spawn_upstream_span: false,
+        service_name: Arc::from(""),
+    }
+}
 
 /// One Telemetry object, as the index keeps it.
 #[derive(Debug)]
@@ -262,8 +310,13 @@ pub struct TelemetryIndex {
     /// What a side logs under the mesh config alone.
     fallback: Arc<AppliedTelemetry>,
     /// Whether nothing but the mesh config decides (no Telemetry, no
-    /// default log or tracing provider): every proxy gets `fallback`.
+    /// default log or tracing provider): every proxy gets `fallback`,
+    /// but for the legacy tracing of a proxy whose ProxyConfig names a tracer.
     mesh_only: bool,
+    /// `enableTracing`.
+    enable_tracing: bool,
+    /// The ProxyConfig of a proxy whose node sends none.
+    default_proxy_config: Arc<ProxyConfig>,
 }
 
 impl TelemetryIndex {
@@ -333,6 +386,8 @@ impl TelemetryIndex {
             listener_log: settings.listener_log,
             fallback: Arc::new(fallback),
             mesh_only,
+            enable_tracing: mesh.enable_tracing,
+            default_proxy_config: mesh.default_proxy_config.clone(),
         }
     }
 
@@ -353,7 +408,7 @@ impl TelemetryIndex {
     }
 
     fn applied(&self, proxy: &Proxy, side: Side) -> Arc<AppliedTelemetry> {
-        if self.mesh_only {
+        if self.mesh_only && self.legacy_tracer(proxy).is_none() {
             return self.fallback.clone();
         }
         let layers = self.layers(proxy);
@@ -418,8 +473,9 @@ impl TelemetryIndex {
     /// with span reporting disabled.
     fn tracing(&self, layers: &[&TelemetrySpec], side: Side, proxy: &Proxy) -> Option<AppliedTracing> {
         let entries: Vec<&Tracing> = layers.iter().flat_map(|l| l.tracing.iter()).collect();
+        let own = self.proxy_config(proxy).tracing.as_ref();
         if entries.is_empty() && self.defaults.tracing.is_empty() {
-            return None;
+            return self.legacy_tracer(proxy).map(|config| legacy_tracing(config, proxy));
         }
         let mut provider: Option<&ExtensionProvider> =
             self.defaults.tracing.first().and_then(|name| providers::find(&self.providers, name));
@@ -446,6 +502,8 @@ impl TelemetryIndex {
             Some(Ok(tracer)) => tracer.clone(),
             _ => return None,
         };
+        // No tags of the Telemetry's own: the ProxyConfig's.
+        let tags = tags.or(own.map(|t| &t.custom_tags));
         let mut custom_tags: Vec<(Arc<str>, TagValue)> = tags
             .into_iter()
             .flatten()
@@ -459,16 +517,33 @@ impl TelemetryIndex {
             Tracer::Datadog { .. } | Tracer::OpenTelemetry { .. } => service_name(proxy),
             _ => Arc::from(""),
         };
+        let max_path_tag_length = match tracer.max_tag_length() {
+            0 => own.and_then(|t| t.max_path_tag_length).unwrap_or(0),
+            set => set,
+        };
         Some(AppliedTracing {
             tracer,
-            random_sampling: Percent::new(sampling.unwrap_or(DEFAULT_SAMPLING)),
+            random_sampling: Percent::new(sampling.unwrap_or_else(|| proxy_sampling(own))),
             custom_tags,
             istio_tags,
+            max_path_tag_length,
             use_request_id_for_trace_sampling: request_id,
             disable_context_propagation: no_propagation,
             spawn_upstream_span: proxy.kind == ProxyKind::Router,
             service_name,
         })
+    }
+
+    /// The ProxyConfig `proxy` runs by: its node's, else the mesh's.
+    fn proxy_config<'a>(&'a self, proxy: &'a Proxy) -> &'a ProxyConfig {
+        proxy.proxy_config.as_deref().unwrap_or(&self.default_proxy_config)
+    }
+
+    /// The tracing settings of `proxy`'s ProxyConfig when the legacy path
+    /// traces it: `enableTracing` is on and the ProxyConfig names a tracer.
+    fn legacy_tracer<'a>(&'a self, proxy: &'a Proxy) -> Option<&'a TracingConfig> {
+        let tracing = self.proxy_config(proxy).tracing.as_ref()?;
+        (self.enable_tracing && tracing.has_tracer()).then_some(tracing)
     }
 
     /// Why a provider the mesh lists cannot be served as what it is for,

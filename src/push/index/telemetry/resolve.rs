@@ -128,6 +128,21 @@ pub enum Tracer {
         /// The collector.
         collector: Collector,
     },
+    /// The tracer Envoy's bootstrap names (Istio's legacy path: the
+    /// connection manager names no provider).
+    Bootstrap,
+}
+
+impl Tracer {
+    /// The longest tag value the provider sets (0: none).
+    pub fn max_tag_length(&self) -> u32 {
+        match self {
+            Tracer::Zipkin { max_tag_length, .. }
+            | Tracer::OpenTelemetry { max_tag_length, .. }
+            | Tracer::Datadog { max_tag_length, .. } => *max_tag_length,
+            Tracer::SkyWalking { .. } | Tracer::Bootstrap => 0,
+        }
+    }
 }
 
 /// The access logger `provider` gives, or why none.

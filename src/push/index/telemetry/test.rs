@@ -235,3 +235,58 @@ fn user_providers_merge_into_istios_builtins_by_name() {
     assert_eq!(names, ["prometheus", "stackdriver", "envoy", "z"], "the built-in replaced in place, the new one after");
     assert_eq!(mesh.extension_providers[2].envoy_file_access_log.as_ref().unwrap().path, "/tmp/envoy.log");
 }
+
+/// `reviews` whose agent sends `config` as its node's ProxyConfig.
+fn reviews_running(config: &str) -> Proxy {
+    let (config, _) = ProxyConfig::parse("PROXY_CONFIG", config).unwrap();
+    Proxy { proxy_config: Some(Arc::new(config)), ..reviews() }
+}
+
+#[test]
+fn legacy_tracing_uses_the_bootstrap_tracer_of_a_proxy_config_that_names_one() {
+    let zipkin = "tracing: {zipkin: {address: 'zipkin:9411'}, sampling: 25, maxPathTagLength: 99, \
+                  customTags: {team: {literal: {value: bookinfo}}}}";
+    let traced = index("", "").client(&reviews_running(zipkin));
+    let tracing = traced.tracing.as_ref().expect("enableTracing is on by default");
+    assert_eq!(tracing.tracer, Tracer::Bootstrap);
+    assert_eq!(tracing.random_sampling.value(), 25.0);
+    assert_eq!(tracing.max_path_tag_length, 99);
+    let names: Vec<&str> = tracing.custom_tags.iter().map(|(n, _)| &**n).collect();
+    assert!(names.contains(&"team") && names.contains(&"istio.canonical_service"), "{names:?}");
+    assert!(!tracing.spawn_upstream_span, "the legacy block sets no upstream span");
+
+    // Off with enableTracing false, and for a proxy with no tracer (its own or the mesh's).
+    assert!(index("enableTracing: false", "").client(&reviews_running(zipkin)).tracing.is_none());
+    assert!(index("", "").client(&reviews_running("tracing: {sampling: 25}")).tracing.is_none());
+    assert!(index("", "").client(&reviews()).tracing.is_none());
+    // The mesh's defaultConfig is the ProxyConfig of a node that sends none; a node's own replaces it.
+    let mesh_tracer = "defaultConfig: {tracing: {datadog: {address: '$(HOST_IP):8126'}, enableIstioTags: false}}";
+    let from_mesh = index(mesh_tracer, "").client(&reviews());
+    let tracing = from_mesh.tracing.as_ref().expect("the mesh's defaultConfig names a tracer");
+    assert_eq!(tracing.random_sampling.value(), DEFAULT_SAMPLING, "no sampling: PILOT_TRACE_SAMPLING's default");
+    assert!(tracing.custom_tags.is_empty(), "Istio's tags turned off");
+    assert!(index(mesh_tracer, "").client(&reviews_running("concurrency: 2")).tracing.is_none());
+}
+
+#[test]
+fn a_telemetry_tracer_takes_sampling_tags_and_path_length_from_the_proxy_config_it_does_not_set() {
+    let tracer =
+        telemetry("istio-system", "mesh", "2024-01-01T00:00:00Z", "  tracing: [{providers: [{name: zipkin}]}]");
+    let own = "tracing: {sampling: 7, maxPathTagLength: 64, customTags: {team: {literal: {value: bookinfo}}}}";
+    let applied = index(PROVIDERS, &tracer).client(&reviews_running(own));
+    let tracing = applied.tracing.as_ref().unwrap();
+    assert!(matches!(tracing.tracer, Tracer::Zipkin { .. }));
+    assert_eq!(tracing.random_sampling.value(), 7.0);
+    assert_eq!(tracing.max_path_tag_length, 64);
+    assert!(tracing.custom_tags.iter().any(|(n, _)| &**n == "team"));
+    // A sampling above 100 reads as Istio reads it: 1 %.
+    let over = ProxyConfig {
+        tracing: Some(TracingConfig {
+            sampling: Some(crate::config::mesh::proxy_config::Percentage(150.0)),
+            ..Default::default()
+        }),
+        ..Default::default()
+    };
+    let proxy = Proxy { proxy_config: Some(Arc::new(over)), ..reviews() };
+    assert_eq!(index(PROVIDERS, &tracer).client(&proxy).tracing.as_ref().unwrap().random_sampling.value(), 1.0);
+}
