@@ -3,7 +3,9 @@
 //! Role: the one way meshpush tells an Envoy who it is and where its control plane
 //! lives. Everything else an Envoy runs with arrives over ADS; the bootstrap only
 //! carries the `node` (id, cluster, Istio-style metadata), the `ads_config` that
-//! points at the static `xds-grpc` cluster, and a loopback-only admin listener.
+//! points at the static `xds-grpc` cluster, and a loopback-only admin listener;
+//! and, from the ProxyConfig the agent runs the proxy by, the tracer Envoy
+//! starts with and its stats matcher ([`observability`]).
 //! `meshpush bootstrap` prints [`render`]'s output; the end-to-end tests start real
 //! Envoys from it.
 //!
@@ -20,7 +22,10 @@ use envoy_types::pb::envoy::config::core::v3::Node;
 use envoy_types::pb::google::protobuf::{Struct, Value, value::Kind};
 use serde_json::{Map, json};
 
+use crate::config::mesh::proxy_config::{PROXY_CONFIG_METADATA, ProxyConfig};
 use crate::model::{NodeError, Proxy};
+
+mod observability;
 
 /// Name of the static cluster that carries ADS. Istio uses the same name, so
 /// `istioctl proxy-config cluster` output looks familiar.
@@ -31,7 +36,8 @@ pub const XDS_CLUSTER: &str = "xds-grpc";
 pub use crate::generate::mtls::SDS_CLUSTER;
 
 /// Metadata keys the bootstrap derives itself; `--meta` may not set them.
-const DERIVED_META: [&str; 5] = ["NAMESPACE", "LABELS", "INTERCEPTION_MODE", "ISTIO_VERSION", "SDS"];
+const DERIVED_META: [&str; 6] =
+    ["NAMESPACE", "LABELS", "INTERCEPTION_MODE", "ISTIO_VERSION", "SDS", PROXY_CONFIG_METADATA];
 
 /// Labels Istio reads, in order, to name a workload's canonical service
 /// (which becomes `node.cluster` as `NAME.NAMESPACE`).
@@ -77,6 +83,11 @@ pub struct BootstrapOptions {
     /// (`gateway.networking.k8s.io/gateway-name`, `istio.io/gateway-name`).
     /// The node must be a router of that namespace.
     pub gateway: Option<String>,
+    /// The ProxyConfig the proxy runs by (`meshpush agent`'s): sent as node
+    /// metadata `PROXY_CONFIG`, its `ISTIO_META_*` `proxyMetadata` as
+    /// metadata of their own, and its tracer and stats matcher rendered
+    /// ([`observability`]).
+    pub proxy_config: Option<ProxyConfig>,
 }
 
 impl BootstrapOptions {
@@ -95,6 +106,7 @@ impl BootstrapOptions {
             locality: None,
             sds_socket: None,
             gateway: None,
+            proxy_config: None,
         }
     }
 }
@@ -135,6 +147,9 @@ pub enum BootstrapError {
     /// Serializing the bootstrap failed (a bug: the tree is built from strings).
     #[error("serializing the bootstrap: {0}")]
     Yaml(#[from] serde_yaml_ng::Error),
+    /// Serializing the ProxyConfig failed (a bug: it is plain data).
+    #[error("serializing the ProxyConfig: {0}")]
+    Json(serde_json::Error),
 }
 
 /// Parses one `KEY=VALUE` argument of `--label` or `--meta` (`flag` names which,
@@ -179,6 +194,12 @@ pub fn render(opts: &BootstrapOptions) -> Result<String, BootstrapError> {
     }
 
     let mut metadata = Map::new();
+    if let Some(config) = &opts.proxy_config {
+        for (key, value) in config.node_metadata() {
+            metadata.insert(key, json!(value));
+        }
+        metadata.insert(PROXY_CONFIG_METADATA.into(), serde_json::to_value(config).map_err(BootstrapError::Json)?);
+    }
     for (key, value) in &opts.meta {
         metadata.insert(key.clone(), json!(value));
     }
@@ -255,6 +276,20 @@ pub fn render(opts: &BootstrapOptions) -> Result<String, BootstrapError> {
             "typed_extension_protocol_options": http2(false),
         }));
     }
+    let tracer = opts
+        .proxy_config
+        .as_ref()
+        .and_then(|c| c.tracing.as_ref())
+        .and_then(|tracing| observability::tracer(tracing, &cluster));
+    let tracing = tracer.map(|(collector, tracing)| {
+        clusters.push(collector);
+        tracing
+    });
+    let stats_config = opts
+        .proxy_config
+        .as_ref()
+        .and_then(|c| c.proxy_stats_matcher.as_ref())
+        .map(|matcher| observability::stats_config(matcher, &[&*proxy.ip]));
     let static_resources = json!({ "clusters": clusters });
     let admin = json!({
         "address": { "socket_address": { "address": "127.0.0.1", "port_value": opts.admin_port } },
@@ -283,6 +318,11 @@ pub fn render(opts: &BootstrapOptions) -> Result<String, BootstrapError> {
         ("overload_manager", overload_manager),
     ] {
         doc.insert(key.into(), serde_yaml_ng::to_value(section)?);
+    }
+    for (key, section) in [("tracing", tracing), ("stats_config", stats_config)] {
+        if let Some(section) = section {
+            doc.insert(key.into(), serde_yaml_ng::to_value(section)?);
+        }
     }
     Ok(serde_yaml_ng::to_string(&doc)?)
 }
@@ -549,5 +589,41 @@ mod tests {
         assert!(options["explicit_http_config"]["http2_protocol_options"].is_object(), "SDS is gRPC: HTTP/2");
         opts.sds_socket = Some(String::new());
         assert!(matches!(render(&opts), Err(BootstrapError::SdsSocket)));
+    }
+
+    #[test]
+    fn a_proxy_config_travels_as_metadata_with_its_tracer_and_stats_matcher() {
+        let (config, _) = ProxyConfig::parse(
+            "test",
+            "concurrency: 2\nproxyMetadata: {ISTIO_META_DNS_CAPTURE: 'true', PLAIN: x}\ntracing: {zipkin: {address: '127.0.0.1:9411'}}\n\
+             proxyStatsMatcher: {inclusionPrefixes: [upstream_cx]}\n",
+        )
+        .unwrap();
+        let opts = BootstrapOptions { proxy_config: Some(config), ..BootstrapOptions::new(SIDECAR, "127.0.0.1:1") };
+        let b = parsed(&opts);
+        let metadata = &b["node"]["metadata"];
+        assert_eq!(metadata["DNS_CAPTURE"], "true", "ISTIO_META_ keys are node metadata without the prefix");
+        assert!(metadata.get("PLAIN").is_none());
+        assert_eq!(metadata["PROXY_CONFIG"]["proxyMetadata"]["PLAIN"], "x", "the whole config, as an object");
+        assert_eq!(metadata["PROXY_CONFIG"]["tracing"]["zipkin"]["address"], "127.0.0.1:9411");
+        let clusters = b["static_resources"]["clusters"].as_array().unwrap();
+        assert!(clusters.iter().any(|c| c["name"] == "zipkin"), "the collector's cluster");
+        assert_eq!(b["tracing"]["http"]["typed_config"]["collector_cluster"], "zipkin");
+        let patterns = b["stats_config"]["stats_matcher"]["inclusion_list"]["patterns"].as_array().unwrap();
+        assert!(patterns.contains(&json!({"prefix": "upstream_cx"})));
+        // The server reads it back as the proxy's ProxyConfig.
+        let node: Node = {
+            let metadata = crate::generate::access_log::json_struct(b["node"]["metadata"].as_object().unwrap().clone());
+            Node { id: SIDECAR.into(), metadata: Some(metadata), ..Default::default() }
+        };
+        let proxy = Proxy::from_node(&node).unwrap();
+        assert_eq!(proxy.proxy_config.as_deref(), opts.proxy_config.as_ref());
+        assert!(!proxy.metadata.contains_key("PROXY_CONFIG"));
+        // Without one, neither tracer nor matcher: Envoy keeps every stat.
+        let plain = parsed(&BootstrapOptions::new(SIDECAR, "127.0.0.1:1"));
+        assert!(plain.get("tracing").is_none() && plain.get("stats_config").is_none());
+        let mut opts = BootstrapOptions::new(SIDECAR, "127.0.0.1:1");
+        opts.meta.insert("PROXY_CONFIG".into(), "{}".into());
+        assert!(matches!(render(&opts), Err(BootstrapError::ReservedMeta(_))));
     }
 }

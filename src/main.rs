@@ -180,11 +180,12 @@ struct BootstrapArgs {
 struct AgentArgs {
     #[command(flatten)]
     node: NodeArgs,
-    /// meshpush's secure port: `HOST:PORT` or `unix:PATH`.
-    #[arg(long, default_value = "istiod.istio-system.svc:15012")]
-    discovery_address: String,
+    /// meshpush's secure port: `HOST:PORT` or `unix:PATH` (default: the
+    /// ProxyConfig's `discoveryAddress`, Istio's `istiod.istio-system.svc:15012`).
+    #[arg(long)]
+    discovery_address: Option<String>,
     /// The name meshpush's certificate must carry (default: the host of
-    /// --discovery-address; `istiod.istio-system.svc` for a socket).
+    /// the discovery address; `istiod.istio-system.svc` for a socket).
     #[arg(long)]
     discovery_server_name: Option<String>,
     /// The mesh root certificate meshpush's certificate chains to (PEM).
@@ -198,9 +199,10 @@ struct AgentArgs {
     /// The workload's service account (default: the token's subject).
     #[arg(long)]
     service_account: Option<String>,
-    /// The mesh's trust domain.
-    #[arg(long, default_value = "cluster.local")]
-    trust_domain: String,
+    /// The mesh's trust domain (default: the mesh config's `trustDomain`,
+    /// else `cluster.local`).
+    #[arg(long, value_parser = trust_domain)]
+    trust_domain: Option<String>,
     /// The workload certificate's validity asked of the CA.
     #[arg(long, default_value = "24h", value_parser = parse_duration)]
     cert_ttl: Duration,
@@ -213,31 +215,95 @@ struct AgentArgs {
     /// The status port (readiness probe `/healthz/ready`).
     #[arg(long, default_value = "0.0.0.0:15021")]
     status_addr: SocketAddr,
-    /// Envoy's worker threads.
-    #[arg(long, default_value_t = 2)]
-    concurrency: u32,
-    /// How long Envoy's listeners drain on SIGTERM before it is stopped.
-    #[arg(long, default_value = "5s", value_parser = parse_duration)]
-    drain_duration: Duration,
+    /// Istio's mesh config, whose `defaultConfig` is the proxy's ProxyConfig
+    /// under `PROXY_CONFIG` and the pod's annotation (default:
+    /// `./etc/istio/config/mesh` when it exists).
+    #[arg(long)]
+    mesh_config: Option<PathBuf>,
+    /// The downward-API file of the pod's annotations (`proxy.istio.io/config`
+    /// and the `sidecar.istio.io/` ones the agent reads; default:
+    /// `./etc/istio/pod/annotations` when it exists).
+    #[arg(long)]
+    pod_annotations: Option<PathBuf>,
+    /// Envoy's worker threads, over the ProxyConfig's `concurrency`.
+    #[arg(long)]
+    concurrency: Option<u32>,
+    /// Envoy's `--drain-time-s`, over the ProxyConfig's `drainDuration` (45s).
+    #[arg(long, value_parser = parse_duration)]
+    drain_duration: Option<Duration>,
+    /// How long listeners drain on SIGTERM before Envoy is stopped, over the
+    /// ProxyConfig's `terminationDrainDuration` (5s).
+    #[arg(long, value_parser = parse_duration)]
+    termination_drain_duration: Option<Duration>,
     /// One more Envoy argument (repeatable), after the agent's own.
     #[arg(long = "envoy-arg", allow_hyphen_values = true)]
     envoy_args: Vec<String>,
 }
 
+/// Where Istio mounts the mesh config for pilot-agent.
+const AGENT_MESH_CONFIG: &str = "./etc/istio/config/mesh";
+/// Where Istio's downward API writes the pod's annotations.
+const AGENT_POD_ANNOTATIONS: &str = "./etc/istio/pod/annotations";
+
 fn agent(args: AgentArgs) -> Result<meshpush::agent::AgentOptions, String> {
+    use meshpush::agent::proxy_config::{Sources, layered};
     use meshpush::bootstrap::parse_key_value;
+    use meshpush::config::Duration as ConfigDuration;
     let pairs = |flag, list: &[String]| {
         list.iter().map(|a| parse_key_value(flag, a)).collect::<Result<_, _>>().map_err(|e| e.to_string())
     };
+    let existing = |given: &Option<PathBuf>, default: &'static str| match given {
+        Some(path) => Some(path.clone()),
+        None => Some(PathBuf::from(default)).filter(|p| p.exists()),
+    };
+    let mesh_config = existing(&args.mesh_config, AGENT_MESH_CONFIG);
+    let pod_annotations = existing(&args.pod_annotations, AGENT_POD_ANNOTATIONS);
+    let layers = layered(&Sources {
+        mesh_config: mesh_config.as_deref(),
+        env_proxy_config: std::env::var("PROXY_CONFIG").ok(),
+        pod_annotations: pod_annotations.as_deref(),
+        cpu_limit: std::env::var("ISTIO_CPU_LIMIT").ok(),
+    })?;
+    for unapplied in &layers.unapplied {
+        tracing::warn!("{unapplied}");
+    }
+    let mut config = layers.config;
+    // The agent's own flags are the top layer.
+    if let Some(address) = args.discovery_address {
+        config.discovery_address = Some(address);
+    }
+    if let Some(n) = args.concurrency {
+        config.concurrency = Some(i32::try_from(n).map_err(|_| format!("--concurrency {n}: too large"))?);
+    }
+    if let Some(d) = args.drain_duration {
+        config.drain_duration = Some(ConfigDuration(d));
+    }
+    if let Some(d) = args.termination_drain_duration {
+        config.termination_drain_duration = Some(ConfigDuration(d));
+    }
+    // A tracer on the node's own address, as Istio's injector writes it.
+    if let (Some(tracing), Ok(host_ip)) = (config.tracing.as_mut(), std::env::var("HOST_IP")) {
+        for tracer in [tracing.zipkin.as_mut(), tracing.datadog.as_mut()].into_iter().flatten() {
+            tracer.address = tracer.address.replace("$(HOST_IP)", &host_ip);
+        }
+    }
+    config.check().map_err(|(path, why)| format!("the ProxyConfig's {path} (or its flag): {why}"))?;
+    let discovery_address = config
+        .discovery_address
+        .clone()
+        .unwrap_or_else(|| meshpush::config::mesh::proxy_config::DEFAULT_DISCOVERY_ADDRESS.into());
     Ok(meshpush::agent::AgentOptions {
         node_id: args.node.node_id,
-        discovery_address: meshpush::agent::upstream::DiscoveryAddress::parse(&args.discovery_address)
+        discovery_address: meshpush::agent::upstream::DiscoveryAddress::parse(&discovery_address)
             .map_err(|e| format!("--discovery-address {e}"))?,
         discovery_server_name: args.discovery_server_name,
         root_cert: args.root_cert,
         token_file: args.token_file,
         service_account: args.service_account,
-        trust_domain: args.trust_domain,
+        trust_domain: args
+            .trust_domain
+            .or(layers.trust_domain)
+            .unwrap_or_else(|| meshpush::config::mesh::DEFAULT_TRUST_DOMAIN.into()),
         cert_ttl: args.cert_ttl,
         envoy_binary: args.envoy_binary,
         labels: pairs("label", &args.node.labels)?,
@@ -247,8 +313,7 @@ fn agent(args: AgentArgs) -> Result<meshpush::agent::AgentOptions, String> {
         admin_port: args.node.admin_port,
         socket_dir: args.socket_dir,
         status_addr: args.status_addr,
-        concurrency: args.concurrency,
-        drain: args.drain_duration,
+        proxy_config: config,
         envoy_args: args.envoy_args,
     })
 }
@@ -410,6 +475,7 @@ fn bootstrap(args: BootstrapArgs) -> Result<String, meshpush::bootstrap::Bootstr
         locality: args.locality,
         sds_socket: None,
         gateway: args.gateway,
+        proxy_config: None,
     };
     meshpush::bootstrap::render(&opts)
 }

@@ -2,14 +2,23 @@
 //! with backoff when it exits on its own, drained and stopped on shutdown,
 //! and asked through its admin API whether it is ready.
 //!
-//! Shutdown, as pilot-agent does it: Envoy's inbound listeners drain
-//! gracefully (`POST /drain_listeners?inboundonly&graceful`), the agent
-//! waits the drain duration, then sends Envoy SIGTERM, and SIGKILL if it is
-//! still there [`STOP_GRACE`] later. Envoy's output goes to the agent's.
+//! Its arguments come from the ProxyConfig, as pilot-agent passes them:
+//! `--concurrency` only when set above 0 (else Envoy runs a worker per
+//! hardware thread), `--drain-time-s` from `drainDuration` with the
+//! immediate drain strategy, `--file-flush-interval-msec` and
+//! `--file-flush-min-size-kb`; and its environment has the
+//! `proxyMetadata` variables, as the injected container's has.
+//!
+//! Shutdown, as pilot-agent does it: a sidecar's inbound listeners (every
+//! listener of a gateway) drain gracefully (`POST
+//! /drain_listeners?inboundonly&graceful`), the agent waits
+//! `terminationDrainDuration`, then sends Envoy SIGTERM, and SIGKILL if it
+//! is still there [`STOP_GRACE`] later. Envoy's output goes to the agent's.
 //!
 //! Invariant: at most one Envoy runs per agent, and none outlives
 //! [`supervise`] (the child is killed when its handle drops).
 
+use std::collections::BTreeMap;
 use std::ffi::OsString;
 use std::net::{Ipv4Addr, SocketAddr};
 use std::path::PathBuf;
@@ -17,6 +26,11 @@ use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 use tokio::sync::watch;
+
+use crate::config::mesh::proxy_config::{
+    DEFAULT_DRAIN_DURATION, DEFAULT_FILE_FLUSH_INTERVAL, DEFAULT_TERMINATION_DRAIN_DURATION, ProxyConfig,
+};
+use crate::model::ProxyKind;
 
 /// The first wait before restarting an Envoy that exited; it doubles to
 /// [`MAX_RESTART_BACKOFF`], and starts over after a run of
@@ -44,35 +58,73 @@ pub struct EnvoyCommand {
     pub bootstrap: PathBuf,
     /// Envoy's admin port (on 127.0.0.1).
     pub admin_port: u16,
-    /// Worker threads (`--concurrency`; Istio's default is 2).
-    pub concurrency: u32,
-    /// How long listeners drain on shutdown (also Envoy's `--drain-time-s`).
-    pub drain: Duration,
+    /// Worker threads (`--concurrency`), when set above 0.
+    pub concurrency: Option<u32>,
+    /// Envoy's `--drain-time-s` (`drainDuration`).
+    pub drain_time: Duration,
+    /// How long listeners drain on shutdown (`terminationDrainDuration`).
+    pub termination_drain: Duration,
+    /// Whether shutdown drains every listener (a gateway) rather than the
+    /// inbound ones (a sidecar).
+    pub drain_all_listeners: bool,
+    /// `--file-flush-interval-msec`.
+    pub file_flush_interval: Duration,
+    /// `--file-flush-min-size-kb`, when above 0.
+    pub file_flush_min_size_kb: Option<u32>,
+    /// Envoy's environment beyond the agent's (`proxyMetadata`).
+    pub env: BTreeMap<String, String>,
     /// More arguments, after the agent's own (`--envoy-arg`).
     pub extra_args: Vec<String>,
 }
 
 impl EnvoyCommand {
+    /// How the agent runs Envoy for a proxy of `kind` by `config`.
+    pub fn new(
+        binary: PathBuf,
+        bootstrap: PathBuf,
+        admin_port: u16,
+        config: &ProxyConfig,
+        kind: ProxyKind,
+        extra_args: Vec<String>,
+    ) -> EnvoyCommand {
+        EnvoyCommand {
+            binary,
+            bootstrap,
+            admin_port,
+            concurrency: config.concurrency.and_then(|n| u32::try_from(n).ok()).filter(|n| *n > 0),
+            drain_time: config.drain_duration.map_or(DEFAULT_DRAIN_DURATION, |d| d.0),
+            termination_drain: config.termination_drain_duration.map_or(DEFAULT_TERMINATION_DRAIN_DURATION, |d| d.0),
+            drain_all_listeners: kind == ProxyKind::Router,
+            file_flush_interval: config.file_flush_interval.map_or(DEFAULT_FILE_FLUSH_INTERVAL, |d| d.0),
+            file_flush_min_size_kb: config.file_flush_min_size_kb.filter(|kb| *kb > 0),
+            env: config.proxy_metadata.clone(),
+            extra_args,
+        }
+    }
+
     /// Envoy's arguments.
     pub fn args(&self) -> Vec<OsString> {
         let mut args: Vec<OsString> = vec!["-c".into(), self.bootstrap.clone().into_os_string()];
-        let drain = self.drain.as_secs().max(1).to_string();
+        let drain = self.drain_time.as_secs().max(1).to_string();
+        let flush = self.file_flush_interval.as_millis().max(1).to_string();
         for arg in [
             "--drain-time-s",
             &drain,
             "--drain-strategy",
             "immediate",
-            // Access log entries reach their file within a second (Envoy's
-            // default waits ten), as pilot-agent starts Envoy.
             "--file-flush-interval-msec",
-            "1000",
+            &flush,
             "--disable-hot-restart",
             "--local-address-ip-version",
             "v4",
-            "--concurrency",
-            &self.concurrency.to_string(),
         ] {
             args.push(arg.into());
+        }
+        if let Some(kb) = self.file_flush_min_size_kb {
+            args.extend(["--file-flush-min-size-kb".into(), kb.to_string().into()]);
+        }
+        if let Some(n) = self.concurrency {
+            args.extend(["--concurrency".into(), n.to_string().into()]);
         }
         args.extend(self.extra_args.iter().map(OsString::from));
         args
@@ -99,6 +151,7 @@ pub async fn supervise(command: EnvoyCommand, mut shutdown: watch::Receiver<bool
     loop {
         let mut child = match tokio::process::Command::new(&command.binary)
             .args(command.args())
+            .envs(&command.env)
             .stdin(Stdio::null())
             .kill_on_drop(true)
             .spawn()
@@ -147,14 +200,17 @@ async fn wait_or_shutdown(wait: Duration, shutdown: &mut watch::Receiver<bool>) 
     }
 }
 
-/// Drains Envoy's inbound listeners, waits the drain duration, stops it.
+/// Drains Envoy's inbound listeners (a gateway's all), waits the
+/// termination drain duration, stops it.
 async fn stop(command: &EnvoyCommand, child: &mut tokio::process::Child) {
-    match admin_request(command.admin(), "POST", "/drain_listeners?inboundonly&graceful").await {
-        Ok(200) => tracing::info!("draining Envoy's inbound listeners for {:?}", command.drain),
+    let path =
+        if command.drain_all_listeners { "/drain_listeners?graceful" } else { "/drain_listeners?inboundonly&graceful" };
+    match admin_request(command.admin(), "POST", path).await {
+        Ok(200) => tracing::info!("draining Envoy's listeners for {:?}", command.termination_drain),
         Ok(status) => tracing::warn!("Envoy answered {status} to the drain request; stopping it after the drain time"),
         Err(e) => tracing::warn!("asking Envoy to drain: {e}; stopping it after the drain time"),
     }
-    let exited = tokio::time::timeout(command.drain, child.wait()).await;
+    let exited = tokio::time::timeout(command.termination_drain, child.wait()).await;
     if exited.is_ok() {
         return;
     }
@@ -201,20 +257,51 @@ mod tests {
     use super::*;
 
     #[test]
-    fn envoy_runs_from_the_bootstrap_with_the_drain_time_and_extra_arguments_last() {
-        let command = EnvoyCommand {
-            binary: "/usr/local/bin/envoy".into(),
-            bootstrap: "/etc/istio/proxy/envoy-bootstrap.yaml".into(),
-            admin_port: 15000,
-            concurrency: 2,
-            drain: Duration::from_secs(5),
-            extra_args: vec!["--base-id".into(), "7".into()],
-        };
+    fn envoy_runs_by_the_proxy_config_with_extra_arguments_last() {
+        let (config, _) = ProxyConfig::parse(
+            "test",
+            "concurrency: 3\ndrainDuration: 20s\nterminationDrainDuration: 2s\nfileFlushInterval: 250ms\n\
+             fileFlushMinSizeKb: 64\nproxyMetadata: {ISTIO_META_X: y}\n",
+        )
+        .unwrap();
+        let command = EnvoyCommand::new(
+            "/usr/local/bin/envoy".into(),
+            "/etc/istio/proxy/envoy-bootstrap.yaml".into(),
+            15000,
+            &ProxyConfig::istio_default().over(&config),
+            ProxyKind::Sidecar,
+            vec!["--base-id".into(), "7".into()],
+        );
         let args: Vec<String> = command.args().into_iter().map(|a| a.into_string().unwrap()).collect();
+        let value = |flag: &str| args.iter().position(|a| a == flag).map(|at| args[at + 1].as_str());
         assert_eq!(&args[..2], ["-c", "/etc/istio/proxy/envoy-bootstrap.yaml"]);
-        let at = args.iter().position(|a| a == "--drain-time-s").unwrap();
-        assert_eq!(args[at + 1], "5");
+        assert_eq!(value("--drain-time-s"), Some("20"));
+        assert_eq!(value("--drain-strategy"), Some("immediate"));
+        assert_eq!(value("--concurrency"), Some("3"));
+        assert_eq!(value("--file-flush-interval-msec"), Some("250"));
+        assert_eq!(value("--file-flush-min-size-kb"), Some("64"));
+        assert_eq!(command.termination_drain, Duration::from_secs(2));
+        assert!(!command.drain_all_listeners);
+        assert_eq!(command.env.get("ISTIO_META_X").map(String::as_str), Some("y"));
         assert!(args.contains(&"--disable-hot-restart".to_string()));
         assert_eq!(&args[args.len() - 2..], ["--base-id", "7"]);
+
+        // Istio's defaults: no --concurrency, 45 s of drain, 5 s on termination, a flush a second.
+        let default = EnvoyCommand::new(
+            "envoy".into(),
+            "b.yaml".into(),
+            15000,
+            &ProxyConfig::istio_default(),
+            ProxyKind::Router,
+            Vec::new(),
+        );
+        let args: Vec<String> = default.args().into_iter().map(|a| a.into_string().unwrap()).collect();
+        assert!(
+            !args.contains(&"--concurrency".to_string()) && !args.contains(&"--file-flush-min-size-kb".to_string())
+        );
+        let at = args.iter().position(|a| a == "--drain-time-s").unwrap();
+        assert_eq!(args[at + 1], "45");
+        assert_eq!(default.termination_drain, Duration::from_secs(5));
+        assert!(default.drain_all_listeners, "a gateway drains every listener");
     }
 }

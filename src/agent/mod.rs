@@ -25,6 +25,7 @@
 pub mod ads_proxy;
 pub mod certificate;
 pub mod envoy;
+pub mod proxy_config;
 pub mod sds;
 pub mod status;
 pub mod subscriptions;
@@ -43,6 +44,7 @@ use tokio_stream::wrappers::UnixListenerStream;
 use self::certificate::WorkloadCert;
 use self::upstream::{DiscoveryAddress, Upstream};
 use crate::bootstrap::{BootstrapError, BootstrapOptions};
+use crate::config::mesh::proxy_config::ProxyConfig;
 use crate::model::Identity;
 use crate::text::Shown;
 
@@ -101,10 +103,10 @@ pub struct AgentOptions {
     pub socket_dir: PathBuf,
     /// The status port's address.
     pub status_addr: SocketAddr,
-    /// Envoy's worker threads.
-    pub concurrency: u32,
-    /// How long Envoy drains on shutdown.
-    pub drain: Duration,
+    /// The ProxyConfig Envoy runs by ([`proxy_config`]): its concurrency,
+    /// drain durations, file flushing, tracer, stats matcher and
+    /// environment (`proxyMetadata`).
+    pub proxy_config: ProxyConfig,
     /// More Envoy arguments.
     pub envoy_args: Vec<String>,
 }
@@ -166,6 +168,7 @@ pub async fn run(opts: AgentOptions) -> Result<(), AgentError> {
     bootstrap.delta = opts.delta;
     bootstrap.admin_port = opts.admin_port;
     bootstrap.sds_socket = Some(socket(&opts, SDS_SOCKET));
+    bootstrap.proxy_config = Some(opts.proxy_config.clone());
     let proxy = crate::bootstrap::proxy(&bootstrap)?;
     let token = read_token(&opts.token_file)?;
     let identity = workload_identity(&opts, &proxy.namespace, &token)?;
@@ -233,14 +236,14 @@ pub async fn run(opts: AgentOptions) -> Result<(), AgentError> {
     });
     tokio::spawn(requester.renew_forever(holder));
 
-    let command = envoy::EnvoyCommand {
-        binary: opts.envoy_binary.clone(),
-        bootstrap: bootstrap_path,
-        admin_port: opts.admin_port,
-        concurrency: opts.concurrency,
-        drain: opts.drain,
-        extra_args: opts.envoy_args.clone(),
-    };
+    let command = envoy::EnvoyCommand::new(
+        opts.envoy_binary.clone(),
+        bootstrap_path,
+        opts.admin_port,
+        &opts.proxy_config,
+        proxy.kind,
+        opts.envoy_args.clone(),
+    );
     let mut supervisor = tokio::spawn(envoy::supervise(command, shutting_down));
     tokio::select! {
         () = &mut stop => {
@@ -435,8 +438,7 @@ mod tests {
             admin_port: 15000,
             socket_dir: "sockets".into(),
             status_addr: status::DEFAULT_STATUS_ADDR,
-            concurrency: 2,
-            drain: Duration::from_secs(5),
+            proxy_config: ProxyConfig::istio_default(),
             envoy_args: Vec::new(),
         }
     }

@@ -186,6 +186,8 @@ fn value_to_json(v: &Value) -> serde_json::Value {
     match &v.kind {
         Some(Kind::StringValue(s)) => serde_json::Value::String(s.clone()),
         Some(Kind::BoolValue(b)) => serde_json::Value::Bool(*b),
+        // A Struct keeps every number as a double: a whole one reads back as an integer.
+        Some(Kind::NumberValue(n)) if n.fract() == 0.0 && n.abs() < 9.0e15 => serde_json::json!(*n as i64),
         Some(Kind::NumberValue(n)) => serde_json::json!(n),
         Some(Kind::NullValue(_)) | None => serde_json::Value::Null,
         Some(Kind::ListValue(l)) => l.values.iter().map(value_to_json).collect(),

@@ -206,3 +206,58 @@ fn over_delta_a_restarted_meshpush_learns_what_envoy_holds_and_brings_it_up_to_d
     assert_eq!(agent.envoy_stat("control_plane.connected_state"), Some(1));
     assert!(agent.envoy_admin("/config_dump").unwrap().body.contains("DELTA_GRPC"), "Envoy runs delta xDS");
 }
+
+#[test]
+fn an_agent_runs_envoy_by_the_proxy_config_it_layers_from_the_mesh_config_and_the_pods_annotation() {
+    let dir = MeshDir::new();
+    dir.write("ledger.yaml", &manifests::service("default", "ledger", 8080));
+    let secure = SecureMesh::start(&dir);
+    let token = secure.token("default", "sleep");
+    let files = tempfile::TempDir::new().unwrap();
+    let mesh = files.path().join("mesh");
+    std::fs::write(
+        &mesh,
+        "defaultConfig:\n  fileFlushInterval: 3s\n  proxyMetadata: {ISTIO_META_TEAM: mesh, ISTIO_META_TIER: mesh}\n  \
+         holdApplicationUntilProxyStarts: true\n",
+    )
+    .unwrap();
+    let annotations = files.path().join("annotations");
+    // As Kubernetes' downward API writes it: KEY="Go-quoted value" per line.
+    std::fs::write(
+        &annotations,
+        "app=\"sleep\"\nproxy.istio.io/config=\"proxyMetadata:\\n  ISTIO_META_TEAM: pod\\n\"\n",
+    )
+    .unwrap();
+    let agent = Agent::start(
+        "agent-proxy-config",
+        AgentSpec {
+            node_id: sidecar_node("127.0.0.1", "sleep-2", "default"),
+            discovery: secure.secure,
+            root_cert: &secure.root,
+            token: &token,
+            extra: vec![
+                "--mesh-config".into(),
+                mesh.display().to_string(),
+                "--pod-annotations".into(),
+                annotations.display().to_string(),
+            ],
+        },
+    );
+    wait_until(Instant::now() + DEADLINE, "Envoy has the mesh's clusters", &[agent.process()], || {
+        agent.envoy_clusters().iter().any(|c| c == "outbound|8080||ledger.default.svc.cluster.local")
+    });
+    let info: serde_json::Value = serde_json::from_str(&agent.envoy_admin("/server_info").unwrap().body).unwrap();
+    let options = &info["command_line_options"];
+    assert_eq!(options["file_flush_interval"], "3s", "the mesh's defaultConfig: {options}");
+    assert_eq!(options["concurrency"], 1, "the agent's flag is the top layer: {options}");
+    let metadata = &info["node"]["metadata"];
+    assert_eq!(metadata["TEAM"], "pod", "the annotation over the mesh config: {metadata}");
+    assert_eq!(metadata["TIER"], "mesh", "proxyMetadata merged by key: {metadata}");
+    assert_eq!(metadata["PROXY_CONFIG"]["fileFlushInterval"], "3s", "the effective config travels: {metadata}");
+    let log = agent.log();
+    assert!(
+        log.contains("defaultConfig.holdApplicationUntilProxyStarts: not applied by meshpush yet"),
+        "a field the agent does not apply is said: {}",
+        agent.process().log_tail(30)
+    );
+}

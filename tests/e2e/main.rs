@@ -26,6 +26,7 @@ mod many;
 mod mesh_config;
 mod mtls;
 mod operate;
+mod proxy_config;
 mod redirect;
 mod routing;
 mod scoping;

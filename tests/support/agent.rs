@@ -78,6 +78,8 @@ impl Agent {
             "1".into(),
             "--drain-duration".into(),
             "1s".into(),
+            "--termination-drain-duration".into(),
+            "1s".into(),
             "--log-level".into(),
             "info,meshpush=debug".into(),
         ];

@@ -47,7 +47,7 @@ pub struct ProxyConfig {
     #[serde(alias = "proxy_metadata", default, skip_serializing_if = "BTreeMap::is_empty")]
     pub proxy_metadata: BTreeMap<String, String>,
     /// Envoy's worker threads; 0 or unset: one per hardware thread.
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(default, deserialize_with = "scalar", skip_serializing_if = "Option::is_none")]
     pub concurrency: Option<i32>,
     /// Envoy's `--drain-time-s`.
     #[serde(alias = "drain_duration", skip_serializing_if = "Option::is_none")]
@@ -59,7 +59,8 @@ pub struct ProxyConfig {
     #[serde(alias = "file_flush_interval", skip_serializing_if = "Option::is_none")]
     pub file_flush_interval: Option<Duration>,
     /// Envoy's `--file-flush-min-size-kb` (when above 0).
-    #[serde(alias = "file_flush_min_size_kb", skip_serializing_if = "Option::is_none")]
+    #[serde(alias = "file_flush_min_size_kb", default, deserialize_with = "scalar")]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub file_flush_min_size_kb: Option<u32>,
     /// The bootstrap's tracer and the legacy tracing settings.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -81,16 +82,18 @@ pub struct TracingConfig {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub datadog: Option<TracerAddress>,
     /// The share of requests traced, in percent (0: unset).
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(default, deserialize_with = "scalar", skip_serializing_if = "Option::is_none")]
     pub sampling: Option<Percentage>,
     /// Tags added to every span.
     #[serde(alias = "custom_tags", default, skip_serializing_if = "BTreeMap::is_empty")]
     pub custom_tags: BTreeMap<String, CustomTag>,
     /// The longest path tag (0: Envoy's default).
-    #[serde(alias = "max_path_tag_length", skip_serializing_if = "Option::is_none")]
+    #[serde(alias = "max_path_tag_length", default, deserialize_with = "scalar")]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub max_path_tag_length: Option<u32>,
     /// Whether Istio's own tags are added (default yes).
-    #[serde(alias = "enable_istio_tags", skip_serializing_if = "Option::is_none")]
+    #[serde(alias = "enable_istio_tags", default, deserialize_with = "scalar")]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub enable_istio_tags: Option<bool>,
 }
 
@@ -113,6 +116,41 @@ pub struct TracerAddress {
 #[derive(Debug, Clone, Copy, Default, Serialize, Deserialize)]
 #[serde(transparent)]
 pub struct Percentage(pub f64);
+
+impl std::str::FromStr for Percentage {
+    type Err = std::num::ParseFloatError;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        s.parse().map(Percentage)
+    }
+}
+
+/// A number or boolean, or the same written as a string: protobuf's JSON
+/// mapping accepts both, and Envoy hands YAML metadata scalars back as
+/// strings (`"100.0"`), so a `PROXY_CONFIG` that went through a bootstrap
+/// file reads back as it was written.
+fn scalar<'de, D, T>(d: D) -> Result<Option<T>, D::Error>
+where
+    D: serde::Deserializer<'de>,
+    T: Deserialize<'de> + std::str::FromStr,
+    T::Err: std::fmt::Display,
+{
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum Either<T> {
+        Value(T),
+        Text(String),
+    }
+    match Option::<Either<T>>::deserialize(d)? {
+        None => Ok(None),
+        Some(Either::Value(v)) => Ok(Some(v)),
+        Some(Either::Text(text)) => text
+            .trim()
+            .parse()
+            .map(Some)
+            .map_err(|e| serde::de::Error::custom(format!("{text:?} is not a value of this field: {e}"))),
+    }
+}
 
 impl PartialEq for Percentage {
     fn eq(&self, other: &Self) -> bool {
@@ -227,6 +265,19 @@ impl ProxyConfig {
     }
 }
 
+/// What happens to the ProxyConfig field at `path` that a document sets
+/// and meshpush does not model, by istio/api's table.
+pub fn unapplied_message(path: &str) -> String {
+    use crate::config::istio::api::{self, ApiField};
+    match api::classify_mesh_config(&format!("defaultConfig.{path}")) {
+        ApiField::Unsupported | ApiField::Inert => {
+            "not applied by meshpush yet: the proxy runs as if it were unset (Istio's default)".to_string()
+        }
+        ApiField::Removed(instead) => format!("Istio removed this field and ignores it ({instead})"),
+        ApiField::Unknown => "not a field of Istio's ProxyConfig: ignored".to_string(),
+    }
+}
+
 #[cfg(test)]
 mod test {
     use super::*;
@@ -269,6 +320,19 @@ mod test {
             assert!(err.starts_with(&format!("env: {path}: ")), "{text}: {err}");
         }
         assert!(ProxyConfig::parse("env", "[1]").is_err());
+    }
+
+    #[test]
+    fn scalars_written_as_strings_read_as_their_values() {
+        let json = serde_json::json!({"concurrency": "2", "tracing": {"sampling": "100.0", "enableIstioTags": "false",
+            "maxPathTagLength": 64}});
+        let config: ProxyConfig = serde_json::from_value(json).unwrap();
+        assert_eq!(config.concurrency, Some(2));
+        let tracing = config.tracing.unwrap();
+        assert_eq!(tracing.sampling, Some(Percentage(100.0)));
+        assert_eq!(tracing.enable_istio_tags, Some(false));
+        assert_eq!(tracing.max_path_tag_length, Some(64));
+        assert!(serde_json::from_value::<ProxyConfig>(serde_json::json!({"concurrency": "two"})).is_err());
     }
 
     #[test]
