@@ -43,6 +43,9 @@ pub const DEFAULT_INGRESS_SERVICE: &str = "istio-ingressgateway";
 pub struct MeshConfig {
     /// The trust domain of workload identities (`spiffe://TRUST_DOMAIN/ns/NS/sa/SA`).
     pub trust_domain: Arc<str>,
+    /// `trustDomainAliases`: trust domains the mesh treats as its own
+    /// (authorization principals, the names a client accepts).
+    pub trust_domain_aliases: Arc<[Arc<str>]>,
     /// The namespace whose selector-less policies apply to the whole mesh.
     pub root_namespace: Arc<str>,
     /// How Kubernetes Ingresses are served.
@@ -76,6 +79,7 @@ impl Default for MeshConfig {
     fn default() -> Self {
         MeshConfig {
             trust_domain: DEFAULT_TRUST_DOMAIN.into(),
+            trust_domain_aliases: Arc::from([]),
             root_namespace: DEFAULT_ROOT_NAMESPACE.into(),
             ingress: IngressSettings::default(),
             access_log: AccessLogSettings::default(),

@@ -167,6 +167,11 @@ fn identities(ctx: &PushContext, svc: &Service) -> Vec<String> {
     {
         out.extend(entry.spec.subject_alt_names.iter().cloned());
     }
+    if !ctx.mesh.trust_domain_aliases.is_empty() {
+        // A mesh identity under an alias is the same workload's (a trust domain migration).
+        let trust_domains = crate::push::index::trust_domain::TrustDomains::of(&ctx.mesh);
+        out = out.iter().flat_map(|id| trust_domains.expand_identity(id)).collect();
+    }
     out.sort();
     out.dedup();
     out

@@ -293,3 +293,59 @@ spec:
         assert!(!log.contains("PRIVATE KEY") && !log.contains(&token_gw), "a key or token in a log");
     }
 }
+
+/// A mesh of trust domain `example.org` with the alias `old.example`, set
+/// in the mesh config that meshpush and both agents read: certificates
+/// carry `example.org`, and a policy written for `cluster.local` (as
+/// Istio's samples write them) allows A, as istiod rewrites it.
+#[test]
+fn a_policy_written_for_cluster_local_holds_in_a_mesh_of_another_trust_domain() {
+    let (service_port, pod_port) = (free_port(), free_port());
+    let backend = Backend::start("b", SocketAddr::from(([127, 0, 0, 1], free_port())));
+    let dir = MeshDir::new();
+    dir.write("b.yaml", &mesh(service_port, pod_port, backend.addr()));
+    dir.write(
+        "authz.yaml",
+        "apiVersion: security.istio.io/v1
+kind: AuthorizationPolicy
+metadata: {name: only-a, namespace: default}
+spec:
+  selector: {matchLabels: {app: b}}
+  rules: [{from: [{source: {principals: [cluster.local/ns/default/sa/a]}}]}]
+",
+    );
+    let files = tempfile::TempDir::new().unwrap();
+    let mesh_file = files.path().join("mesh");
+    std::fs::write(&mesh_file, "trustDomain: example.org\ntrustDomainAliases: [old.example]\n").unwrap();
+    let flag = mesh_file.display().to_string();
+    let secure = SecureMesh::start_with_flags(&dir, &["--mesh-config", &flag]);
+    let agent = |name: &str, ip: &str, account: &str, app: &str| {
+        Agent::start(
+            name,
+            AgentSpec {
+                node_id: sidecar_node(ip, &format!("{account}-1"), "default"),
+                discovery: secure.secure,
+                root_cert: &secure.root,
+                token: &secure.token("default", account),
+                extra: vec!["--label".into(), format!("app={app}"), "--mesh-config".into(), flag.clone()],
+            },
+        )
+    };
+    let b = agent("agent-td-b", B_IP, "b", "b");
+    let a = agent("agent-td-a", "127.0.0.1", "a", "a");
+    let through_a = Request::new(SocketAddr::from(([127, 0, 0, 1], service_port)), "b.default.svc.cluster.local");
+    let procs = [a.process(), b.process(), secure.mesh.process()];
+    wait_until(Instant::now() + DEADLINE, "A is allowed to B through both sidecars", &procs, || {
+        through_a.send().map(drop)
+    });
+    let answer = http::get(through_a.target, "/", &[("host", "b.default.svc.cluster.local")]).unwrap();
+    assert_eq!(answer.status, 200, "{}", answer.body);
+    let xfcc = answer.header("x-echo-x-forwarded-client-cert").unwrap_or_default().to_string();
+    assert!(xfcc.contains("URI=spiffe://example.org/ns/default/sa/a"), "the mesh's trust domain: {xfcc:?}");
+    // The identity A checks on B's certificate is B's under each trust domain of the mesh.
+    let clusters = a.envoy_admin("/config_dump?resource=dynamic_active_clusters").unwrap().body;
+    assert!(clusters.contains("spiffe://old.example/ns/default/sa/b"), "the alias among B's accepted names");
+    // The plain-text client has no identity: refused.
+    let plain = http::get(SocketAddr::from(([127, 0, 0, 2], pod_port)), "/", &[("host", "b")]).unwrap();
+    assert_eq!(plain.status, 403, "{}", plain.body);
+}

@@ -128,21 +128,20 @@ impl SecureMesh {
     /// Starts meshpush on `dir` with a fresh CA directory and key set, and
     /// waits until it is ready.
     pub fn start(dir: &MeshDir) -> SecureMesh {
+        SecureMesh::start_with_flags(dir, &[])
+    }
+
+    /// [`SecureMesh::start`] with more `serve` flags.
+    pub fn start_with_flags(dir: &MeshDir, extra: &[&str]) -> SecureMesh {
         let ca_dir = scratch_dir("ca");
         let jwt_dir = scratch_dir("jwt");
         let (jwt_key, jwks) = meshpush::cli::jwt::keygen(jwt_dir.path()).unwrap();
         let secure = free_addr();
-        let mesh = Meshpush::start_with_flags(
-            &dir.path(),
-            &[
-                "--ca-dir",
-                &ca_dir.path().display().to_string(),
-                "--secure-xds-addr",
-                &secure.to_string(),
-                "--jwks",
-                &jwks.display().to_string(),
-            ],
-        );
+        let (ca, secure_addr, jwks) =
+            (ca_dir.path().display().to_string(), secure.to_string(), jwks.display().to_string());
+        let mut flags = vec!["--ca-dir", &ca, "--secure-xds-addr", &secure_addr, "--jwks", &jwks];
+        flags.extend_from_slice(extra);
+        let mesh = Meshpush::start_with_flags(&dir.path(), &flags);
         let root = ca_dir.path().join("root-cert.pem");
         SecureMesh { mesh, secure, root, jwt_key, _dirs: (ca_dir, jwt_dir) }
     }

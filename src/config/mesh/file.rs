@@ -39,6 +39,8 @@ use crate::config::{Problem, Severity, SourceRef};
 pub struct MeshSettings {
     /// `trustDomain`.
     pub trust_domain: Option<String>,
+    /// `trustDomainAliases`.
+    pub trust_domain_aliases: Option<Vec<String>>,
     /// `rootNamespace`.
     pub root_namespace: Option<String>,
     /// `ingressClass`.
@@ -99,6 +101,8 @@ pub struct MeshSettings {
 struct Document {
     #[serde(alias = "trust_domain")]
     trust_domain: Option<String>,
+    #[serde(alias = "trust_domain_aliases")]
+    trust_domain_aliases: Option<Vec<String>>,
     #[serde(alias = "root_namespace")]
     root_namespace: Option<String>,
     #[serde(alias = "ingress_class")]
@@ -187,6 +191,9 @@ impl MeshSettings {
         if let Some(domain) = &doc.trust_domain {
             check_trust_domain(domain).map_err(|e| format!("{file}: trustDomain: {e}"))?;
         }
+        for (i, alias) in doc.trust_domain_aliases.iter().flatten().enumerate() {
+            check_trust_domain(alias).map_err(|e| format!("{file}: trustDomainAliases[{i}]: {e}"))?;
+        }
         let selectors = doc
             .discovery_selectors
             .map(|all| {
@@ -264,6 +271,7 @@ impl MeshSettings {
         });
         Ok(MeshSettings {
             trust_domain: doc.trust_domain,
+            trust_domain_aliases: doc.trust_domain_aliases,
             root_namespace: doc.root_namespace,
             ingress_class: doc.ingress_class,
             ingress_controller_mode: mode,
@@ -298,6 +306,7 @@ impl MeshSettings {
     pub fn over(self, over: MeshSettings) -> MeshSettings {
         MeshSettings {
             trust_domain: over.trust_domain.or(self.trust_domain),
+            trust_domain_aliases: over.trust_domain_aliases.or(self.trust_domain_aliases),
             root_namespace: over.root_namespace.or(self.root_namespace),
             ingress_class: over.ingress_class.or(self.ingress_class),
             ingress_controller_mode: over.ingress_controller_mode.or(self.ingress_controller_mode),
@@ -355,6 +364,10 @@ impl MeshSettings {
         };
         MeshConfig {
             trust_domain: text(&self.trust_domain, default.trust_domain),
+            trust_domain_aliases: match &self.trust_domain_aliases {
+                Some(aliases) => aliases.iter().map(|a| Arc::from(a.as_str())).collect(),
+                None => default.trust_domain_aliases,
+            },
             root_namespace: text(&self.root_namespace, default.root_namespace),
             ingress: IngressSettings {
                 class: text(&self.ingress_class, default.ingress.class),

@@ -45,6 +45,7 @@ impl AuthorizationIndex {
     /// Indexes the AuthorizationPolicies of `store`.
     pub fn build(store: &StoreSnapshot, mesh: &MeshConfig) -> AuthorizationIndex {
         let mut index = AuthorizationIndex { root_namespace: mesh.root_namespace.clone(), ..Default::default() };
+        let trust_domains = super::trust_domain::TrustDomains::of(mesh);
         for stored in store.kind(ConfigKind::AuthorizationPolicy).values() {
             let ConfigObject::AuthorizationPolicy(policy) = &stored.object else { continue };
             let spec = &policy.spec;
@@ -56,7 +57,8 @@ impl AuthorizationIndex {
                 namespace: namespace.clone(),
                 name: policy.metadata.name.as_str().into(),
                 dry_run: policy.metadata.annotations.get(DRY_RUN_ANNOTATION).is_some_and(|v| v == "true"),
-                spec: spec.clone(),
+                // Principals of the mesh's trust domains name each of them, as istiod writes them.
+                spec: trust_domains.migrate(spec),
             };
             index.by_namespace.entry(namespace).or_default().push(Arc::new(applied));
         }

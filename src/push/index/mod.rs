@@ -15,6 +15,7 @@ mod rules;
 pub mod secrets;
 mod services;
 pub mod telemetry;
+pub mod trust_domain;
 mod workloads;
 
 pub use authorization::{AppliedPolicy, AuthorizationIndex};
