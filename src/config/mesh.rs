@@ -73,6 +73,10 @@ pub struct MeshConfig {
     /// bootstrap's tracer where no Telemetry and no default provider
     /// configures tracing (Istio's default: yes).
     pub enable_tracing: bool,
+    /// `localityLbSetting`: locality load balancing for a destination whose
+    /// DestinationRule sets none; `None`: Istio's default (on: failover by
+    /// locality where outlier detection is set).
+    pub locality_lb_setting: Option<crate::config::istio::LocalityLbSetting>,
 }
 
 impl Default for MeshConfig {
@@ -89,6 +93,7 @@ impl Default for MeshConfig {
             export_to: ExportToDefaults::default(),
             default_proxy_config: Arc::new(proxy_config::ProxyConfig::istio_default()),
             enable_tracing: true,
+            locality_lb_setting: None,
         }
     }
 }

@@ -34,6 +34,7 @@ mod telemetry;
 #[cfg(test)]
 mod test;
 mod traffic_policy;
+pub use traffic_policy::locality_problems;
 mod virtual_service;
 mod workload_entry;
 

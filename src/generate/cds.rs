@@ -244,7 +244,7 @@ fn outbound(
         cluster.common_lb_config.get_or_insert_with(CommonLbConfig::default).healthy_panic_threshold =
             Some(Percent { value: od.min_health_percent.unwrap_or(0).clamp(0, 100) as f64 });
     }
-    if !passthrough && eds::locality_weighted(&traffic) {
+    if !passthrough && eds::locality_weighted(&traffic, ctx.mesh.locality_lb_setting.as_ref()) {
         cluster.common_lb_config.get_or_insert_with(CommonLbConfig::default).locality_config_specifier =
             Some(LocalityConfigSpecifier::LocalityWeightedLbConfig(LocalityWeightedLbConfig::default()));
     }

@@ -32,7 +32,7 @@ use envoy_types::pb::envoy::config::endpoint::v3::{
 
 use super::naming::{self, Direction};
 use super::{mtls, policy, proto};
-use crate::config::istio::{LocalityDistribute, LocalityFailover, TrafficPolicy};
+use crate::config::istio::{LocalityDistribute, LocalityFailover, LocalityLbSetting, TrafficPolicy};
 use crate::model::{Locality, Resolution, Service, ServiceEndpoints};
 use crate::push::PushContext;
 use crate::push::scope::EndpointView;
@@ -63,7 +63,7 @@ pub fn load_assignment(
     }
     let endpoints = ctx.endpoints.get(&svc.hostname).map(|e| &**e);
     let mut cla = assignment(cluster_name, svc, name.port, endpoints, &policy.labels);
-    if let (Some(view), Some(mode)) = (view, LocalityMode::of(&policy.traffic)) {
+    if let (Some(view), Some(mode)) = (view, LocalityMode::of(&policy.traffic, ctx.mesh.locality_lb_setting.as_ref())) {
         apply_locality(&mut cla, endpoints, &mode, view);
     }
     Some(cla)
@@ -81,7 +81,7 @@ pub fn depends_on_view(ctx: &PushContext, cluster_name: &str) -> bool {
     let Some(svc) = ctx.services.get(name.host) else { return false };
     let policy =
         policy::for_destination(ctx, &svc.namespace, &svc.namespace, &svc.hostname, name.subset, Some(name.port));
-    LocalityMode::of(&policy.traffic).is_some()
+    LocalityMode::of(&policy.traffic, ctx.mesh.locality_lb_setting.as_ref()).is_some()
 }
 
 /// How locality load balancing shapes a cluster's assignment.
@@ -94,8 +94,10 @@ enum LocalityMode<'p> {
 }
 
 impl<'p> LocalityMode<'p> {
-    fn of(traffic: &'p TrafficPolicy) -> Option<LocalityMode<'p>> {
-        let setting = traffic.load_balancer.as_ref().and_then(|lb| lb.locality_lb_setting.as_ref());
+    /// The mode of `traffic`, its locality setting else the mesh's `mesh`.
+    fn of(traffic: &'p TrafficPolicy, mesh: Option<&'p LocalityLbSetting>) -> Option<LocalityMode<'p>> {
+        let own = traffic.load_balancer.as_ref().and_then(|lb| lb.locality_lb_setting.as_ref());
+        let setting = own.or(mesh);
         if setting.is_some_and(|s| s.enabled == Some(false)) {
             return None;
         }
@@ -113,8 +115,8 @@ impl<'p> LocalityMode<'p> {
 
 /// Whether a cluster's load balancer must honour locality weights (Istio
 /// sets it for `distribute`, and for failover with explicit entries).
-pub fn locality_weighted(traffic: &TrafficPolicy) -> bool {
-    match LocalityMode::of(traffic) {
+pub fn locality_weighted(traffic: &TrafficPolicy, mesh: Option<&LocalityLbSetting>) -> bool {
+    match LocalityMode::of(traffic, mesh) {
         Some(LocalityMode::Distribute(_)) => true,
         Some(LocalityMode::Failover { failover, labels }) => !failover.is_empty() || !labels.is_empty(),
         None => false,

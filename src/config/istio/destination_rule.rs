@@ -212,7 +212,7 @@ pub struct MagLev {
 }
 
 /// Locality load balancing.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", default)]
 pub struct LocalityLbSetting {
     /// Weighted shares of traffic from a locality to localities.

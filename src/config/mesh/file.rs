@@ -29,8 +29,8 @@ use super::traffic::{
 };
 use super::{AccessLogEncoding, AccessLogSettings, IngressControllerMode, IngressSettings, MeshConfig};
 use crate::config::Duration;
-use crate::config::istio::TcpKeepalive;
 use crate::config::istio::api::{self, ApiField};
+use crate::config::istio::{LocalityLbSetting, TcpKeepalive};
 use crate::config::{Problem, Severity, SourceRef};
 
 /// The mesh config fields meshpush applies, as a file or the command line
@@ -87,6 +87,9 @@ pub struct MeshSettings {
     pub default_virtual_service_export_to: Option<Vec<String>>,
     /// `defaultDestinationRuleExportTo`.
     pub default_destination_rule_export_to: Option<Vec<String>>,
+    /// `localityLbSetting`: locality load balancing where no
+    /// DestinationRule sets it.
+    pub locality_lb_setting: Option<LocalityLbSetting>,
     /// `defaultConfig`: the fields of Istio's ProxyConfig it sets.
     pub default_config: Option<ProxyConfig>,
     /// `enableTracing`.
@@ -151,6 +154,8 @@ struct Document {
     default_destination_rule_export_to: Option<Vec<String>>,
     #[serde(alias = "default_config")]
     default_config: Option<ProxyConfig>,
+    #[serde(alias = "locality_lb_setting")]
+    locality_lb_setting: Option<LocalityLbSetting>,
     #[serde(alias = "enable_tracing")]
     enable_tracing: Option<bool>,
 }
@@ -257,6 +262,11 @@ impl MeshSettings {
                 Some(mode) => mode.parse().map_err(|e| format!("{file}: outboundTrafficPolicy.mode: {e}")),
             })
             .transpose()?;
+        if let Some(locality) = &doc.locality_lb_setting
+            && let Some((path, why)) = crate::config::validate::locality_problems(locality).into_iter().next()
+        {
+            return Err(format!("{file}: localityLbSetting{path}: {why}"));
+        }
         if let Some(config) = &doc.default_config {
             config.check().map_err(|(path, why)| format!("{file}: defaultConfig.{path}: {why}"))?;
         }
@@ -297,6 +307,7 @@ impl MeshSettings {
             default_destination_rule_export_to: doc.default_destination_rule_export_to,
             default_config: doc.default_config,
             enable_tracing: doc.enable_tracing,
+            locality_lb_setting: doc.locality_lb_setting,
             problems,
         })
     }
@@ -336,6 +347,7 @@ impl MeshSettings {
                 .or(self.default_destination_rule_export_to),
             default_config: over.default_config.or(self.default_config),
             enable_tracing: over.enable_tracing.or(self.enable_tracing),
+            locality_lb_setting: over.locality_lb_setting.or(self.locality_lb_setting),
             problems: self.problems.into_iter().chain(over.problems).collect(),
         }
     }
@@ -413,6 +425,7 @@ impl MeshSettings {
                 None => default.default_proxy_config,
             },
             enable_tracing: self.enable_tracing.unwrap_or(default.enable_tracing),
+            locality_lb_setting: self.locality_lb_setting.clone().or(default.locality_lb_setting),
         }
     }
 }

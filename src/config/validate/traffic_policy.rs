@@ -222,33 +222,8 @@ fn load_balancer(check: &mut Checker, lb_path: &str, lb: &LoadBalancerSettings) 
         }
     }
     if let Some(locality) = &lb.locality_lb_setting {
-        let lpath = format!("{lb_path}.localityLbSetting");
-        if !locality.distribute.is_empty() && (!locality.failover.is_empty() || !locality.failover_priority.is_empty())
-        {
-            check.error(
-                lpath.clone(),
-                "sets distribute with failover or failoverPriority: Istio allows one or the other",
-            );
-        }
-        for (i, d) in locality.distribute.iter().enumerate() {
-            let dpath = format!("{lpath}.distribute[{i}]");
-            if d.from.is_empty() {
-                check.error(
-                    format!("{dpath}.from"),
-                    "is empty: name the locality traffic comes from (region/zone/subzone, * wildcards)",
-                );
-            }
-            let total: u64 = d.to.values().map(|w| u64::from(*w)).sum();
-            if total != 100 {
-                check.error(format!("{dpath}.to"), format!("weights add up to {total}, not 100"));
-            }
-        }
-        for (i, f) in locality.failover.iter().enumerate() {
-            if f.from.is_empty() || f.to.is_empty() || f.from.contains('/') || f.to.contains('/') {
-                check.error(format!("{lpath}.failover[{i}]"), "from and to must be regions (no zone)");
-            } else if f.from == f.to {
-                check.error(format!("{lpath}.failover[{i}]"), format!("fails over from {} to itself", f.from));
-            }
+        for (path, why) in locality_problems(locality) {
+            check.error(format!("{lb_path}.localityLbSetting{path}"), why);
         }
     }
     if lb.warmup.is_some() && lb.warmup_duration_secs.is_some() {
@@ -328,4 +303,37 @@ fn outlier_detection(check: &mut Checker, path: &str, od: &OutlierDetection) {
             "is used only with splitExternalLocalOriginErrors: true (as in Istio): ignored",
         );
     }
+}
+
+/// What Istio's validation refuses in a locality setting (a
+/// DestinationRule's or the mesh config's): each as the path under the
+/// setting (`.distribute[0].to`, empty for the setting itself) and why.
+pub fn locality_problems(locality: &crate::config::istio::LocalityLbSetting) -> Vec<(String, String)> {
+    let mut out = Vec::new();
+    if !locality.distribute.is_empty() && (!locality.failover.is_empty() || !locality.failover_priority.is_empty()) {
+        out.push((
+            String::new(),
+            "sets distribute with failover or failoverPriority: Istio allows one or the other".into(),
+        ));
+    }
+    for (i, d) in locality.distribute.iter().enumerate() {
+        if d.from.is_empty() {
+            out.push((
+                format!(".distribute[{i}].from"),
+                "is empty: name the locality traffic comes from (region/zone/subzone, * wildcards)".into(),
+            ));
+        }
+        let total: u64 = d.to.values().map(|w| u64::from(*w)).sum();
+        if total != 100 {
+            out.push((format!(".distribute[{i}].to"), format!("weights add up to {total}, not 100")));
+        }
+    }
+    for (i, f) in locality.failover.iter().enumerate() {
+        if f.from.is_empty() || f.to.is_empty() || f.from.contains('/') || f.to.contains('/') {
+            out.push((format!(".failover[{i}]"), "from and to must be regions (no zone)".into()));
+        } else if f.from == f.to {
+            out.push((format!(".failover[{i}]"), format!("fails over from {} to itself", f.from)));
+        }
+    }
+    out
 }

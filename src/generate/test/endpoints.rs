@@ -180,6 +180,37 @@ fn distribute_reweighs_localities_and_failover_priority_ranks_by_labels() {
 }
 
 #[test]
+fn the_mesh_locality_setting_applies_where_no_rule_sets_one() {
+    let mesh_config = |text: &str| {
+        let mesh = crate::config::mesh::MeshSettings::parse("mesh", text).unwrap().mesh_config();
+        let store = ConfigStore::new();
+        store.apply(mesh_with(
+            "apiVersion: networking.istio.io/v1\nkind: DestinationRule\nmetadata: {name: payments, namespace: default}\n\
+             spec:\n  host: payments.corp.internal\n  trafficPolicy: {outlierDetection: {consecutive5xxErrors: 1}}\n",
+        ));
+        PushContext::build_with(store.snapshot(), 1, Arc::new(ScopeInterner::default()), Arc::new(mesh))
+    };
+    let cluster = "outbound|8443||payments.corp.internal";
+    // distribute reweighs every destination's localities, with or without outlier detection.
+    let ctx = mesh_config(
+        "localityLbSetting:\n  distribute: [{from: us-east/*, to: {\"us-east/*\": 90, \"eu-west/*\": 10}}]\n",
+    );
+    let cla = eds::load_assignment(&ctx, cluster, Some(&view_at(&ctx, "us-east/zone-a", &[]))).unwrap();
+    let weights: Vec<u32> = cla.endpoints.iter().map(|g| g.load_balancing_weight.unwrap().value).collect();
+    assert_eq!(weights, [10, 90]);
+    let clusters = cds::clusters(&ctx, &productpage(&ctx, "REDIRECT"));
+    assert!(super::cluster(&clusters, cluster).common_lb_config.as_ref().unwrap().locality_config_specifier.is_some());
+    // enabled: false turns off the failover outlier detection would give.
+    let ctx = mesh_config("localityLbSetting: {enabled: false}\n");
+    let cla = eds::load_assignment(&ctx, cluster, Some(&view_at(&ctx, "us-east/zone-a", &[]))).unwrap();
+    assert_eq!(priorities(&cla), vec![("eu-west".into(), 0), ("us-east".into(), 0)], "no locality priorities");
+    // A bad setting refuses the mesh config, as Istio's validation does.
+    let err = crate::config::mesh::MeshSettings::parse("mesh", "localityLbSetting: {failover: [{from: a, to: a}]}")
+        .unwrap_err();
+    assert!(err.starts_with("mesh: localityLbSetting.failover[0]: "), "{err}");
+}
+
+#[test]
 fn a_unix_socket_endpoint_is_a_pipe_address() {
     let ctx = context(mesh());
     let cla = eds::load_assignment(&ctx, "outbound|80||socket.local.example", None).unwrap();

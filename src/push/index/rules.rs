@@ -331,6 +331,14 @@ impl DestinationRuleIndex {
                 }
             }
         }
+        // The mesh's setting applies where a rule sets none: its `distribute`
+        // to every destination, its failover to those with outlier detection.
+        if let Some(locality) = mesh.locality_lb_setting.as_ref().filter(|l| l.enabled != Some(false)) {
+            index.locality_aware |= !locality.distribute.is_empty();
+            index
+                .failover_labels
+                .extend(locality.failover_priority.iter().map(|l| l.split('=').next().unwrap_or("").to_string()));
+        }
         index.failover_labels.sort();
         index.failover_labels.dedup();
         index
