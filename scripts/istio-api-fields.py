@@ -94,11 +94,13 @@ def main():
         parse(proto, "istio.security.v1beta1", messages, enums)
     for proto in sorted((root / "telemetry/v1alpha1").glob("*.proto")):
         parse(proto, "istio.telemetry.v1alpha1", messages, enums)
+    parse(root / "networking/v1beta1/proxy_config.proto", "istio.networking.v1beta1", messages, enums)
     kinds = [
         ("networking.v1alpha3", k)
         for k in ["VirtualService", "DestinationRule", "Gateway", "ServiceEntry", "WorkloadEntry", "WorkloadGroup", "Sidecar"]
     ] + [("security.v1beta1", k) for k in ["PeerAuthentication", "RequestAuthentication", "AuthorizationPolicy"]] + [
-        ("telemetry.v1alpha1", "Telemetry")
+        ("telemetry.v1alpha1", "Telemetry"),
+        ("networking.v1beta1", "ProxyConfig"),
     ]
     for package, kind in kinds:
         out = []

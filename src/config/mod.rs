@@ -69,6 +69,9 @@ pub enum ConfigKind {
     RequestAuthentication,
     /// `telemetry.istio.io Telemetry`: what proxies log, trace and count.
     Telemetry,
+    /// `networking.istio.io ProxyConfig`: how new proxies are run
+    /// (concurrency, environment, image), given at injection.
+    ProxyConfig,
     /// A JWKS meshpush fetched for a RequestAuthentication (internal: written
     /// by `source::jwks` only, never read from a file or an API).
     FetchedJwks,
@@ -100,7 +103,7 @@ pub enum ConfigKind {
 
 impl ConfigKind {
     /// Every kind, in a fixed order.
-    pub const ALL: [ConfigKind; 28] = [
+    pub const ALL: [ConfigKind; 29] = [
         ConfigKind::Service,
         ConfigKind::Pod,
         ConfigKind::EndpointSlice,
@@ -117,6 +120,7 @@ impl ConfigKind {
         ConfigKind::AuthorizationPolicy,
         ConfigKind::RequestAuthentication,
         ConfigKind::Telemetry,
+        ConfigKind::ProxyConfig,
         ConfigKind::FetchedJwks,
         ConfigKind::MeshConfig,
         ConfigKind::Namespace,
@@ -152,6 +156,7 @@ impl ConfigKind {
             ConfigKind::AuthorizationPolicy => "AuthorizationPolicy",
             ConfigKind::RequestAuthentication => "RequestAuthentication",
             ConfigKind::Telemetry => "Telemetry",
+            ConfigKind::ProxyConfig => "ProxyConfig",
             ConfigKind::FetchedJwks => "FetchedJwks",
             ConfigKind::MeshConfig => "MeshConfig",
             ConfigKind::Namespace => "Namespace",
@@ -346,6 +351,8 @@ pub enum ConfigObject {
     RequestAuthentication(Box<istio::RequestAuthentication>),
     /// Istio Telemetry (boxed, as the kinds above).
     Telemetry(Box<istio::Telemetry>),
+    /// Istio ProxyConfig.
+    ProxyConfig(Box<istio::ProxyConfigObject>),
     /// A fetched JWKS (boxed, as the kinds above).
     FetchedJwks(Box<istio::FetchedJwks>),
     /// The mesh config served (boxed, as the kinds above).
@@ -392,6 +399,7 @@ impl ConfigObject {
             ConfigObject::AuthorizationPolicy(_) => ConfigKind::AuthorizationPolicy,
             ConfigObject::RequestAuthentication(_) => ConfigKind::RequestAuthentication,
             ConfigObject::Telemetry(_) => ConfigKind::Telemetry,
+            ConfigObject::ProxyConfig(_) => ConfigKind::ProxyConfig,
             ConfigObject::FetchedJwks(_) => ConfigKind::FetchedJwks,
             ConfigObject::MeshConfig(_) => ConfigKind::MeshConfig,
             ConfigObject::Namespace(_) => ConfigKind::Namespace,
@@ -426,6 +434,7 @@ impl ConfigObject {
             ConfigObject::AuthorizationPolicy(o) => &o.metadata,
             ConfigObject::RequestAuthentication(o) => &o.metadata,
             ConfigObject::Telemetry(o) => &o.metadata,
+            ConfigObject::ProxyConfig(o) => &o.metadata,
             ConfigObject::FetchedJwks(o) => &o.metadata,
             ConfigObject::MeshConfig(o) => &o.metadata,
             ConfigObject::Namespace(o) => &o.metadata,

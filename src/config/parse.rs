@@ -219,6 +219,8 @@ impl FileReader {
                     .map(|o| ConfigObject::AuthorizationPolicy(Box::new(o))),
                 ConfigKind::RequestAuthentication => typed::<istio::RequestAuthentication>(value, &mut ignored)
                     .map(|o| ConfigObject::RequestAuthentication(Box::new(o))),
+                ConfigKind::ProxyConfig => typed::<istio::ProxyConfigObject>(value, &mut ignored)
+                    .map(|o| ConfigObject::ProxyConfig(Box::new(o))),
                 ConfigKind::Telemetry => {
                     typed::<istio::Telemetry>(value, &mut ignored).map(|o| ConfigObject::Telemetry(Box::new(o)))
                 }
@@ -402,6 +404,8 @@ fn config_kind(api_version: &str, kind: &str) -> Option<ConfigKind> {
     let config_kind =
         ConfigKind::ALL.into_iter().find(|k| k.kind_name() == kind && k.api_group() == group && !k.is_internal())?;
     let known = match group {
+        // Istio serves ProxyConfig in v1beta1 only.
+        "networking.istio.io" if config_kind == ConfigKind::ProxyConfig => version == "v1beta1",
         "networking.istio.io" => ISTIO_VERSIONS.contains(&version),
         "security.istio.io" => SECURITY_VERSIONS.contains(&version),
         "telemetry.istio.io" => TELEMETRY_VERSIONS.contains(&version),
@@ -426,6 +430,7 @@ fn expected_api_versions(kind: ConfigKind) -> &'static str {
             "security.istio.io/v1 or v1beta1"
         }
         ConfigKind::Telemetry => "telemetry.istio.io/v1 or v1alpha1",
+        ConfigKind::ProxyConfig => "networking.istio.io/v1beta1",
         ConfigKind::FetchedJwks => "no file (meshpush writes it itself)",
         ConfigKind::MeshConfig => "no file (the mesh config is --mesh-config's)",
         _ => "networking.istio.io/v1, v1beta1 or v1alpha3",

@@ -27,6 +27,7 @@ mod gateway;
 mod gateway_api;
 mod ingress;
 mod k8s;
+mod proxy_config;
 mod security;
 mod service_entry;
 mod sidecar;
@@ -71,6 +72,7 @@ pub fn validate(object: &ConfigObject) -> Vec<FieldError> {
         ConfigObject::AuthorizationPolicy(o) => security::authorization_policy(&mut check, o),
         ConfigObject::RequestAuthentication(o) => security::request_authentication(&mut check, o),
         ConfigObject::Telemetry(o) => telemetry::telemetry(&mut check, o),
+        ConfigObject::ProxyConfig(o) => proxy_config::proxy_config(&mut check, o),
         // Written by meshpush from what it fetched; the fetch checked it.
         ConfigObject::FetchedJwks(_) | ConfigObject::MeshConfig(_) => {}
         // Labels are all a Namespace has that meshpush reads.

@@ -17,6 +17,7 @@ pub mod host;
 pub mod identity;
 pub mod locality;
 pub mod proxy;
+pub mod proxy_config;
 pub mod references;
 pub mod service;
 pub mod store;

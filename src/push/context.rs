@@ -80,6 +80,9 @@ pub fn affected_types(kind: ConfigKind) -> TypeSet {
         ConfigKind::Gateway => TypeSet::of(&[Cluster, Listener, Route, TypeUrl::Secret]),
         // A template for auto-registered WorkloadEntries, which carry the change.
         ConfigKind::WorkloadGroup => TypeSet::EMPTY,
+        // Given to pods at injection; no served configuration reads it (as
+        // istiod leaves it out of every generator).
+        ConfigKind::ProxyConfig => TypeSet::EMPTY,
         // The certificates themselves, and the listeners whose TLS chains
         // are served only while the Secret they name exists.
         ConfigKind::Secret => TypeSet::of(&[Listener, TypeUrl::Secret]),
@@ -671,6 +674,8 @@ fn affected_hosts(
         | ConfigObject::FetchedJwks(_)
         | ConfigObject::Telemetry(_)
         | ConfigObject::MeshConfig(_) => {}
+        // Read at injection only.
+        ConfigObject::ProxyConfig(_) => {}
     }
 }
 

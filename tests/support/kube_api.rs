@@ -126,6 +126,13 @@ const RESOURCES: &[Resource] = &[
         namespaced: true,
     },
     Resource {
+        group: "networking.istio.io",
+        versions: &["v1beta1"],
+        kind: "ProxyConfig",
+        plural: "proxyconfigs",
+        namespaced: true,
+    },
+    Resource {
         group: "security.istio.io",
         versions: &["v1", "v1beta1"],
         kind: "PeerAuthentication",

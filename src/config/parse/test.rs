@@ -116,6 +116,15 @@ metadata: {name: mesh-default, namespace: bookinfo}
 spec:
   accessLogging: [{providers: [{name: envoy}]}]
 ---
+apiVersion: networking.istio.io/v1beta1
+kind: ProxyConfig
+metadata: {name: per-pod, namespace: bookinfo}
+spec:
+  selector: {matchLabels: {app: reviews}}
+  concurrency: 2
+  environmentVariables: {ISTIO_META_TEAM: books}
+  image: {imageType: distroless}
+---
 apiVersion: v1
 kind: Namespace
 metadata: {name: bookinfo, labels: {team: books}}
@@ -203,7 +212,12 @@ fn a_kind_meshpush_writes_itself_is_not_read_from_a_file() {
 #[test]
 fn a_file_with_every_kind_parses_into_typed_objects() {
     let parsed = parse_documents("bookinfo.yaml", EVERY_KIND);
-    assert!(parsed.problems.is_empty(), "{:#?}", parsed.problems);
+    // A ProxyConfig says that it reaches proxies only through injection.
+    let (injected, others): (Vec<&Problem>, Vec<&Problem>) =
+        parsed.problems.iter().partition(|p| p.object.as_ref().is_some_and(|k| k.kind == ConfigKind::ProxyConfig));
+    assert!(others.is_empty(), "{others:#?}");
+    assert_eq!(injected.len(), 1, "{injected:#?}");
+    assert!(injected[0].message.contains("injected"), "{injected:#?}");
     let readable: Vec<ConfigKind> = ConfigKind::ALL.into_iter().filter(|k| !k.is_internal()).collect();
     assert_eq!(kinds(&parsed), readable);
     for (doc, (_, source)) in parsed.objects.iter().enumerate() {

@@ -315,6 +315,7 @@ fn every_field_of_istio_s_api_is_applied_or_reported() {
         ("AuthorizationPolicy", "authorization-policy.yaml"),
         ("RequestAuthentication", "request-authentication.yaml"),
         ("Telemetry", "telemetry.yaml"),
+        ("ProxyConfig", "proxy-config.yaml"),
     ] {
         let mesh = mesh_for(kind);
         let fields: BTreeSet<String> = api::fields(kind).into_iter().collect();
