@@ -98,7 +98,12 @@ mod test {
     #[test]
     fn objects_layer_over_the_mesh_default_as_istio_layers_them() {
         let yaml = [
-            object("istio-system", "mesh", "2024-01-01T00:00:00Z", "  concurrency: 1\n  environmentVariables: {A: root, B: root}"),
+            object(
+                "istio-system",
+                "mesh",
+                "2024-01-01T00:00:00Z",
+                "  concurrency: 1\n  environmentVariables: {A: root, B: root}",
+            ),
             object("shop", "ns", "2024-01-02T00:00:00Z", "  environmentVariables: {B: ns}"),
             object("shop", "ns-newer", "2024-01-03T00:00:00Z", "  concurrency: 7"),
             object("shop", "web", "2024-01-04T00:00:00Z", "  selector: {matchLabels: {app: web}}\n  concurrency: 4"),
