@@ -227,19 +227,30 @@ fn proxy_sampling(tracing: Option<&TracingConfig>) -> f64 {
     }
 }
 
+/// The tags every span gets: the user's `tags`, and Istio's own when
+/// `istio_tags`, by name.
+fn span_tags(
+    tags: Option<&BTreeMap<String, crate::config::istio::CustomTag>>,
+    istio_tags: bool,
+    proxy: &Proxy,
+) -> Vec<(Arc<str>, TagValue)> {
+    let mut out: Vec<(Arc<str>, TagValue)> = tags
+        .into_iter()
+        .flatten()
+        .filter_map(|(name, tag)| Some((Arc::from(name.as_str()), tag_value(tag)?)))
+        .collect();
+    if istio_tags {
+        out.extend(istio_tag_values(proxy));
+    }
+    out.sort_by(|a, b| a.0.cmp(&b.0));
+    out
+}
+
 /// Istio's legacy tracing of a proxy whose ProxyConfig has `tracing`: the
 /// bootstrap's tracer, that config's sampling, custom tags and path length.
 fn legacy_tracing(tracing: &TracingConfig, proxy: &Proxy) -> AppliedTracing {
     let istio_tags = tracing.enable_istio_tags.unwrap_or(true);
-    let mut custom_tags: Vec<(Arc<str>, TagValue)> = tracing
-        .custom_tags
-        .iter()
-        .filter_map(|(name, tag)| Some((Arc::from(name.as_str()), tag_value(tag)?)))
-        .collect();
-    if istio_tags {
-        custom_tags.extend(istio_tag_values(proxy));
-    }
-    custom_tags.sort_by(|a, b| a.0.cmp(&b.0));
+    let custom_tags = span_tags(Some(&tracing.custom_tags), istio_tags, proxy);
     AppliedTracing {
         tracer: Tracer::Bootstrap,
         random_sampling: Percent::new(proxy_sampling(Some(tracing))),
@@ -503,16 +514,7 @@ impl TelemetryIndex {
             _ => return None,
         };
         // No tags of the Telemetry's own: the ProxyConfig's.
-        let tags = tags.or(own.map(|t| &t.custom_tags));
-        let mut custom_tags: Vec<(Arc<str>, TagValue)> = tags
-            .into_iter()
-            .flatten()
-            .filter_map(|(name, tag)| Some((Arc::from(name.as_str()), tag_value(tag)?)))
-            .collect();
-        if istio_tags {
-            custom_tags.extend(istio_tag_values(proxy));
-        }
-        custom_tags.sort_by(|a, b| a.0.cmp(&b.0));
+        let custom_tags = span_tags(tags.or(own.map(|t| &t.custom_tags)), istio_tags, proxy);
         let service_name = match tracer {
             Tracer::Datadog { .. } | Tracer::OpenTelemetry { .. } => service_name(proxy),
             _ => Arc::from(""),
