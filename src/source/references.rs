@@ -23,7 +23,7 @@ use parking_lot::Mutex;
 
 use crate::config::mesh::MeshConfig;
 use crate::config::{ConfigKind, Problem};
-use crate::model::{StoreSnapshot, check_references, check_telemetry};
+use crate::model::{StoreSnapshot, check_ext_authz, check_references, check_telemetry};
 
 /// The reference problems of the last store revision seen. Cheap to clone.
 #[derive(Debug, Clone, Default)]
@@ -58,6 +58,7 @@ impl ReferenceReport {
         }
         let mut problems = check_references(store);
         problems.extend(check_telemetry(store, mesh));
+        problems.extend(check_ext_authz(store, mesh));
         problems.extend(super::gateway_api_problems(store, mesh));
         let mut state = self.state.lock();
         if log {
