@@ -5,8 +5,9 @@
 //! ([`super::validate_dir`]); the server checks the same on every store
 //! revision it serves, so both report the same problems for the same files:
 //! a destination host that matches no Service, an unknown subset or gateway,
-//! and the Gateway API conditions that do not hold (a route no listener
-//! admits, a backend that does not resolve).
+//! an extension provider a Telemetry or a CUSTOM AuthorizationPolicy names
+//! that cannot serve it, and the Gateway API conditions that do not hold (a
+//! route no listener admits, a backend that does not resolve).
 //! A problem is logged once, at WARN, when it first appears (and at INFO
 //! when it is gone); `/debug/configz` and the status page read the current
 //! set.
