@@ -9,7 +9,9 @@
 //! (`pilot/pkg/security/authz/builder/extauthz.go`) find wrong with it — a
 //! port out of range, a malformed service, an unknown `statusOnError`, a
 //! `pathPrefix` without its `/`, a lone `*` in a header list, a name that
-//! is not a DNS-1123 label — and the fields that do not do what one might
+//! is not a DNS-1123 label; and, where istiod would send Envoy what Envoy
+//! refuses with the whole listener, `statusOnError: "0"` and a request
+//! body buffer of 0 bytes — and the fields that do not do what one might
 //! think (`clearRouteCache`, which istiod never sets; the deprecated
 //! `includeHeadersInCheck`; `packAsBytes` on an HTTP provider). Whether the
 //! service is one of the mesh is the registry's question
@@ -202,6 +204,17 @@ pub fn issues(name: &str, provider: AuthorizerProvider<'_>) -> Vec<Issue> {
     if let Err(e) = status_on_error(status) {
         fault("statusOnError", e);
     }
+    let body = match provider {
+        AuthorizerProvider::Http(p) => &p.include_request_body_in_check,
+        AuthorizerProvider::Grpc(p) => &p.include_request_body_in_check,
+    };
+    if body.as_ref().is_some_and(|b| b.max_request_bytes == 0) {
+        // istiod sends it, and Envoy refuses the listener: refused here instead.
+        fault(
+            "includeRequestBodyInCheck.maxRequestBytes",
+            "is 0 (or unset), which Envoy refuses: a body is buffered up to at least one byte".into(),
+        );
+    }
     if let AuthorizerProvider::Http(p) = provider {
         if !p.path_prefix.is_empty() && !p.path_prefix.starts_with('/') {
             fault("pathPrefix", format!("{:?} does not begin with '/'", p.path_prefix));
@@ -344,7 +357,7 @@ mod tests {
         let bad = http(
             "{service: 'ns/bad host', port: 0, statusOnError: '999', pathPrefix: check, \
              includeRequestHeadersInCheck: ['*'], headersToUpstreamOnAllow: ['x-*'], clearRouteCache: true, \
-             includeHeadersInCheck: [x-a], includeRequestBodyInCheck: {packAsBytes: true}}",
+             includeHeadersInCheck: [x-a], includeRequestBodyInCheck: {maxRequestBytes: 64, packAsBytes: true}}",
         );
         let found = issues("Opa", AuthorizerProvider::Http(&bad));
         assert_eq!(
@@ -357,8 +370,16 @@ mod tests {
         );
         let good = http("{service: ext.foo.svc.cluster.local, port: 8000, statusOnError: '503'}");
         assert_eq!(issues("ext-authz", AuthorizerProvider::Http(&good)), []);
-        let grpc = GrpcAuthorizerProvider { service: "foo/ext.example.com".into(), port: 9000, ..Default::default() };
+        let mut grpc =
+            GrpcAuthorizerProvider { service: "foo/ext.example.com".into(), port: 9000, ..Default::default() };
         assert_eq!(issues("ext-grpc", AuthorizerProvider::Grpc(&grpc)), []);
+        grpc.include_request_body_in_check = Some(RequestBody::default());
+        let empty_body = issues("ext-grpc", AuthorizerProvider::Grpc(&grpc));
+        assert_eq!(
+            fields(&empty_body, IssueKind::Fault),
+            ["includeRequestBodyInCheck.maxRequestBytes"],
+            "Envoy refuses 0"
+        );
     }
 
     #[test]

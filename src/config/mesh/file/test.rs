@@ -209,7 +209,7 @@ fn authorizers_are_read_whole_and_what_istiod_refuses_or_ignores_is_reported_wit
                   includeRequestBodyInCheck: {maxRequestBytes: 1024, allowPartialMessage: true}\n    \
                   headersToUpstreamOnAllow: [x-user]\n    headersToDownstreamOnDeny: [x-reason]\n    headersToDownstreamOnAllow: [x-ok]\n\
                 - name: ext-authz-grpc\n  envoy_ext_authz_grpc: {service: foo/ext-authz.foo.svc.cluster.local, port: 9000, \
-                  fail_open: true, include_request_body_in_check: {pack_as_bytes: true}}\n\
+                  fail_open: true, include_request_body_in_check: {max_request_bytes: 512, pack_as_bytes: true}}\n\
                 - name: Bad_Name\n  envoyExtAuthzHttp: {service: '', port: 70000, statusOnError: nope, pathPrefix: check, \
                   clearRouteCache: true, includeHeadersInCheck: ['*'], colour: blue}\n";
     let settings = MeshSettings::parse("mesh.yaml", text).unwrap();
