@@ -48,38 +48,33 @@ struct ProviderRules {
 
 /// The HTTP filters of the CUSTOM policies among `policies`, in order.
 pub(super) fn http_filters(policies: &[Arc<AppliedPolicy>]) -> Vec<HttpFilter> {
-    let http = |config: HttpRbac| http_rbac_filter(&config);
-    filters(
-        policies,
-        false,
-        |rules| http(HttpRbac { rules: Some(rules), ..Default::default() }),
-        |group| {
-            let Ok(authorizer) = &group.authorizer else {
-                return vec![http(HttpRbac { rules: Some(bad_custom(&group.enforced)), ..Default::default() })];
-            };
-            let shadow = HttpRbac {
-                rules: dry_run_rules(&group.dry_run),
-                shadow_rules: Some(deny(group.enforced.clone())),
-                shadow_rules_stat_prefix: SHADOW_STAT_PREFIX.to_string(),
-            };
-            let ext_authz = HttpFilter {
-                name: HTTP_EXT_AUTHZ.to_string(),
-                config_type: Some(http_filter::ConfigType::TypedConfig(proto::any(&ext_authz::http_config(
-                    authorizer,
-                )))),
-                ..Default::default()
-            };
-            vec![http(shadow), ext_authz]
-        },
-    )
+    let enforcing = |rules: RbacRules| http_rbac_filter(&HttpRbac { rules: Some(rules), ..Default::default() });
+    filters(policies, false, enforcing, |group| {
+        let authorizer = match &group.authorizer {
+            Err(_) => return vec![enforcing(bad_custom(&group.enforced))],
+            Ok(authorizer) => authorizer,
+        };
+        let shadow = HttpRbac {
+            rules: dry_run_rules(&group.dry_run),
+            shadow_rules: Some(deny(group.enforced.clone())),
+            shadow_rules_stat_prefix: SHADOW_STAT_PREFIX.to_string(),
+        };
+        let config = ext_authz::http_config(authorizer);
+        let ext_authz = HttpFilter {
+            name: HTTP_EXT_AUTHZ.to_string(),
+            config_type: Some(http_filter::ConfigType::TypedConfig(proto::any(&config))),
+            ..Default::default()
+        };
+        vec![http_rbac_filter(&shadow), ext_authz]
+    })
 }
 
 /// The network filters of the CUSTOM policies among `policies` for a TCP
 /// port, in order.
 pub(super) fn network_filters(policies: &[Arc<AppliedPolicy>]) -> Vec<Filter> {
-    let network = |config: NetworkRbac| network_rbac_filter(&config);
     let enforcing = |rules: RbacRules| {
-        network(NetworkRbac { rules: Some(rules), stat_prefix: TCP_STAT_PREFIX.to_string(), ..Default::default() })
+        let config = NetworkRbac { rules: Some(rules), stat_prefix: TCP_STAT_PREFIX.to_string(), ..Default::default() };
+        network_rbac_filter(&config)
     };
     filters(policies, true, enforcing, |group| {
         let authorizer = match &group.authorizer {
@@ -97,7 +92,7 @@ pub(super) fn network_filters(policies: &[Arc<AppliedPolicy>]) -> Vec<Filter> {
             name: NETWORK_EXT_AUTHZ.to_string(),
             config_type: Some(filter::ConfigType::TypedConfig(proto::any(&config))),
         };
-        vec![network(shadow), ext_authz]
+        vec![network_rbac_filter(&shadow), ext_authz]
     })
 }
 
