@@ -11,6 +11,7 @@
 //! one [`MeshConfigObject`] (`source::mesh_config`), and the snapshot built
 //! on it serves it: a snapshot stays a function of its store.
 
+pub mod ext_authz;
 pub mod file;
 pub mod providers;
 pub mod proxy_config;

@@ -171,7 +171,7 @@ const LABEL_RULE: &str = "a DNS-1123 label is at most 63 lower-case letters, dig
                           starting and ending with a letter or digit";
 
 /// Kubernetes' DNS-1123 label: namespaces, subset names, port names.
-fn is_dns1123_label(s: &str) -> bool {
+pub(crate) fn is_dns1123_label(s: &str) -> bool {
     !s.is_empty()
         && s.len() <= 63
         && s.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
@@ -191,7 +191,7 @@ fn is_dns1123_subdomain(s: &str) -> bool {
 
 /// A host as Istio accepts it in rules: `*`, `*.suffix`, or a (short or
 /// fully qualified) DNS name; letters may be upper-case, as in DNS.
-fn is_wildcard_host(s: &str) -> bool {
+pub(crate) fn is_wildcard_host(s: &str) -> bool {
     if s == "*" {
         return true;
     }

@@ -609,21 +609,18 @@ fn guarded_http_connection_manager(
     connection_manager_filter(&hcm)
 }
 
-/// The HTTP filters that run before routing: the JWT filter (it verifies
-/// tokens and leaves their payload for RBAC to match), then RBAC.
+/// The HTTP filters that run before routing: CUSTOM authorization, the
+/// JWT filter (it verifies tokens and leaves their payload for RBAC to
+/// match), then RBAC, in the order `authz` keeps.
 fn guard_filters(
     authorization: &[Arc<AppliedPolicy>],
     jwt_rules: &[Arc<ResolvedJwtRule>],
     placement: JwtPlacement,
 ) -> Vec<HttpFilter> {
-    let mut filters = authz::http_filters(authorization);
-    if let Some(jwt) = jwt::http_filter(jwt_rules, placement) {
-        filters.insert(0, jwt);
-    }
-    filters
+    authz::http_filters(authorization, jwt::http_filter(jwt_rules, placement))
 }
 
-/// tcp_proxy to `backends`, after the RBAC filters of `authorization`.
+/// tcp_proxy to `backends`, after the authorization filters of `authorization`.
 fn guarded_tcp_proxy(
     stat_prefix: &str,
     backends: Backends,

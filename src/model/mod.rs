@@ -3,7 +3,10 @@
 //! * [`ConfigStore`] holds every config object by [`ConfigKey`](crate::config::ConfigKey),
 //!   with its source and revision; writes yield typed change sets.
 //! * [`check_references`] reports references between the store's objects
-//!   that lead nowhere.
+//!   that lead nowhere; [`check_telemetry`] and [`check_ext_authz`] the
+//!   extension providers objects name that cannot serve them.
+//! * [`authorizers`] resolves the mesh config's external authorizers
+//!   against the registry, for generation and the report alike.
 //! * [`Service`], [`Endpoint`] and [`Proxy`] are the shapes generators read:
 //!   Kubernetes Services and ServiceEntries both become `Service`s; Pods,
 //!   EndpointSlices, WorkloadEntries and inline ServiceEntry endpoints all
@@ -12,6 +15,7 @@
 //! Invariant: model values are immutable once built and shared through `Arc`;
 //! a change produces new values, never edits old ones in place.
 
+pub mod authorizers;
 pub mod endpoint;
 pub mod host;
 pub mod identity;
@@ -27,6 +31,6 @@ pub use host::Hostname;
 pub use identity::Identity;
 pub use locality::Locality;
 pub use proxy::{InterceptionMode, NodeError, Proxy, ProxyKind};
-pub use references::{check_references, check_telemetry};
+pub use references::{check_ext_authz, check_references, check_telemetry};
 pub use service::{Alias, Protocol, Resolution, Service, ServicePort};
 pub use store::{ChangeSet, ConfigStore, StoreSnapshot, StoredObject};

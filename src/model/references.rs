@@ -6,8 +6,10 @@
 //! of the store; they are reported so that `meshpush validate` and the debug
 //! endpoint can point at them.
 
+mod ext_authz;
 mod telemetry;
 
+pub use ext_authz::check_ext_authz;
 pub use telemetry::check_telemetry;
 
 use std::collections::btree_map::Entry;

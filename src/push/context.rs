@@ -342,11 +342,14 @@ impl PushContext {
         } else {
             prev.peer_authentications.clone()
         };
-        let authorization = if rebuild(ConfigKind::AuthorizationPolicy) {
+        // A CUSTOM policy's authorizer is a service: a service change may find (or lose) it.
+        let authorizers_checked = services_changed && prev.authorization.has_custom();
+        let authorization = if rebuild(ConfigKind::AuthorizationPolicy) || authorizers_checked {
             Arc::new(AuthorizationIndex::build(&store, &prev.mesh))
         } else {
             prev.authorization.clone()
         };
+        let authorizers_moved = authorizers_checked && !authorization.same_policies(&prev.authorization);
         let request_authentication = if rebuild(ConfigKind::RequestAuthentication) || rebuild(ConfigKind::FetchedJwks) {
             Arc::new(RequestAuthenticationIndex::build(&store, &prev.mesh))
         } else {
@@ -452,8 +455,10 @@ impl PushContext {
         // the workloads it selects, wherever they are; a RequestAuthentication
         // (or a key set fetched for one) the inbound keys of the workloads
         // and the scopes of the gateways it selects; a Telemetry both keys
-        // of the workloads it selects. All are rare enough to push to every
-        // proxy (as Istio does).
+        // of the workloads it selects; a service change that finds or loses
+        // a CUSTOM policy's authorizer the inbound keys of the workloads
+        // the policy selects. All are rare enough to push to every proxy
+        // (as Istio does).
         if [
             ConfigKind::PeerAuthentication,
             ConfigKind::AuthorizationPolicy,
@@ -463,6 +468,7 @@ impl PushContext {
         ]
         .into_iter()
         .any(changed)
+            || authorizers_moved
         {
             changes.full = true;
         }

@@ -66,6 +66,7 @@ pub fn validate_dir(dir: &Path, max_file_bytes: u64, mesh: &crate::config::mesh:
     let snapshot = store.snapshot();
     problems.extend(check_references(&snapshot));
     problems.extend(crate::model::check_telemetry(&snapshot, mesh));
+    problems.extend(crate::model::check_ext_authz(&snapshot, mesh));
     problems.extend(gateway_api_problems(&snapshot, mesh));
     problems
         .sort_by(|a, b| (&a.source.file, a.source.doc, a.severity).cmp(&(&b.source.file, b.source.doc, b.severity)));

@@ -5,8 +5,9 @@
 //! ([`super::validate_dir`]); the server checks the same on every store
 //! revision it serves, so both report the same problems for the same files:
 //! a destination host that matches no Service, an unknown subset or gateway,
-//! and the Gateway API conditions that do not hold (a route no listener
-//! admits, a backend that does not resolve).
+//! an extension provider a Telemetry or a CUSTOM AuthorizationPolicy names
+//! that cannot serve it, and the Gateway API conditions that do not hold (a
+//! route no listener admits, a backend that does not resolve).
 //! A problem is logged once, at WARN, when it first appears (and at INFO
 //! when it is gone); `/debug/configz` and the status page read the current
 //! set.
@@ -23,7 +24,7 @@ use parking_lot::Mutex;
 
 use crate::config::mesh::MeshConfig;
 use crate::config::{ConfigKind, Problem};
-use crate::model::{StoreSnapshot, check_references, check_telemetry};
+use crate::model::{StoreSnapshot, check_ext_authz, check_references, check_telemetry};
 
 /// The reference problems of the last store revision seen. Cheap to clone.
 #[derive(Debug, Clone, Default)]
@@ -58,6 +59,7 @@ impl ReferenceReport {
         }
         let mut problems = check_references(store);
         problems.extend(check_telemetry(store, mesh));
+        problems.extend(check_ext_authz(store, mesh));
         problems.extend(super::gateway_api_problems(store, mesh));
         let mut state = self.state.lock();
         if log {

@@ -10,8 +10,10 @@ use envoy_types::pb::envoy::config::cluster::v3::Cluster;
 use envoy_types::pb::envoy::config::cluster::v3::cluster::{ClusterDiscoveryType, DiscoveryType};
 use envoy_types::pb::envoy::config::core::v3::{Address, SocketAddress, address, socket_address::PortSpecifier};
 use envoy_types::pb::envoy::config::listener::v3::{Filter, Listener, filter};
-use envoy_types::pb::envoy::extensions::filters::network::http_connection_manager::v3::HttpConnectionManager;
 use envoy_types::pb::envoy::extensions::filters::network::http_connection_manager::v3::http_connection_manager::RouteSpecifier;
+use envoy_types::pb::envoy::extensions::filters::network::http_connection_manager::v3::{
+    HttpConnectionManager, http_filter,
+};
 use envoy_types::pb::google::protobuf::Any;
 use meshpush::generate::{cds, eds, lds, rds};
 use meshpush::model::ConfigStore;
@@ -555,4 +557,174 @@ spec:
     clusters.push(xds_cluster());
     clusters.push(sds);
     assert_envoy_accepts(&envoy, dir.path(), "istio-mutual-gateway", listeners, clusters);
+}
+
+/// CUSTOM authorization, checked by Envoy's `--mode validate`: the shadow
+/// RBAC and ext_authz filters of an HTTP authorizer (every provider field
+/// set) and of a gRPC one (the network filter on TCP ports too), a dry run,
+/// the fail-closed DENY of a provider the mesh config lacks, on sidecars
+/// (redirected and bound ports) and on the ingress gateway.
+#[test]
+fn envoy_accepts_what_custom_authorization_generates() {
+    use meshpush::config::parse::parse_documents;
+    use meshpush::model::store::Write;
+
+    const MESH: &str = r#"
+apiVersion: v1
+kind: Service
+metadata: {name: authz, namespace: auth}
+spec:
+  clusterIP: 10.42.0.1
+  selector: {app: authz}
+  ports: [{name: http, port: 8000}, {name: grpc, port: 9000}]
+---
+apiVersion: v1
+kind: Service
+metadata: {name: api, namespace: ext}
+spec:
+  clusterIP: 10.42.0.2
+  selector: {app: api}
+  ports: [{name: http, port: 8080}, {name: tcp-raw, port: 9100}]
+---
+apiVersion: networking.istio.io/v1
+kind: Sidecar
+metadata: {name: bound, namespace: ext}
+spec:
+  workloadSelector: {labels: {tier: bound}}
+  ingress:
+  - {port: {number: 8080, protocol: HTTP, name: http}, defaultEndpoint: 127.0.0.1:18080}
+  - {port: {number: 9100, protocol: TCP, name: tcp}, defaultEndpoint: 127.0.0.1:19100}
+---
+apiVersion: security.istio.io/v1
+kind: AuthorizationPolicy
+metadata: {name: by-http, namespace: ext}
+spec:
+  selector: {matchLabels: {tier: http}}
+  action: CUSTOM
+  provider: {name: ext-http}
+  rules: [{to: [{operation: {paths: ["/private*"], methods: [POST]}}], when: [{key: "request.headers[x-user]", values: ["*"]}]}]
+---
+apiVersion: security.istio.io/v1
+kind: AuthorizationPolicy
+metadata: {name: trial, namespace: ext, annotations: {istio.io/dry-run: "true"}}
+spec:
+  selector: {matchLabels: {tier: http}}
+  action: CUSTOM
+  provider: {name: ext-http}
+  rules: [{}]
+---
+apiVersion: security.istio.io/v1
+kind: AuthorizationPolicy
+metadata: {name: by-grpc, namespace: ext}
+spec:
+  selector: {matchLabels: {app: api, tier: grpc}}
+  action: CUSTOM
+  provider: {name: ext-grpc}
+  rules: [{to: [{operation: {ports: ["9100"]}}]}, {to: [{operation: {hosts: ["*.internal"]}}]}]
+---
+apiVersion: security.istio.io/v1
+kind: AuthorizationPolicy
+metadata: {name: by-grpc-bound, namespace: ext}
+spec:
+  selector: {matchLabels: {tier: bound}}
+  action: CUSTOM
+  provider: {name: ext-grpc}
+  rules: [{}]
+---
+apiVersion: security.istio.io/v1
+kind: AuthorizationPolicy
+metadata: {name: unknown, namespace: ext}
+spec:
+  selector: {matchLabels: {tier: bad}}
+  action: CUSTOM
+  provider: {name: opa}
+  rules: [{to: [{operation: {paths: [/admin]}}]}]
+---
+apiVersion: security.istio.io/v1
+kind: AuthorizationPolicy
+metadata: {name: deny-debug, namespace: ext}
+spec:
+  action: DENY
+  rules: [{to: [{operation: {paths: [/debug]}}]}]
+---
+apiVersion: security.istio.io/v1
+kind: AuthorizationPolicy
+metadata: {name: edge, namespace: default}
+spec:
+  selector: {matchLabels: {istio: ingressgateway}}
+  action: CUSTOM
+  provider: {name: ext-http}
+  rules: [{to: [{operation: {hosts: ["*.example.com"]}}]}]
+"#;
+    const MESH_CONFIG: &str = "extensionProviders:
+- name: ext-http
+  envoyExtAuthzHttp:
+    service: authz.auth.svc.cluster.local
+    port: 8000
+    timeout: 2s
+    pathPrefix: /check
+    failOpen: true
+    statusOnError: '503'
+    includeRequestHeadersInCheck: [x-user, x-ext-*, '*-id']
+    includeAdditionalHeadersInCheck: {x-from: envoy}
+    includeRequestBodyInCheck: {maxRequestBytes: 4096, allowPartialMessage: true}
+    headersToUpstreamOnAllow: [x-user-id]
+    headersToDownstreamOnDeny: [set-cookie, x-reason-*]
+    headersToDownstreamOnAllow: [x-trace]
+- name: ext-grpc
+  envoyExtAuthzGrpc: {service: auth/authz.auth.svc.cluster.local, port: 9000, timeout: 1s, statusOnError: '500',
+    includeRequestBodyInCheck: {maxRequestBytes: 1024, packAsBytes: true}}
+";
+    let envoy = envoy_binary();
+    let dir = tempfile::tempdir().unwrap();
+    let parsed = parse_documents("custom.yaml", MESH);
+    assert!(!parsed.has_errors(), "{:#?}", parsed.problems);
+    let store = ConfigStore::new();
+    store.apply(bookinfo::with_cases());
+    store.apply(parsed.objects.into_iter().map(|(o, s)| Write::Put(o, s)).collect::<Vec<_>>());
+    let mesh = meshpush::config::mesh::MeshSettings::parse("mesh.yaml", MESH_CONFIG).unwrap().mesh_config();
+    let ctx = PushContext::build_with(store.snapshot(), 1, Arc::new(ScopeInterner::default()), Arc::new(mesh));
+    // Every filter's name and, of connection managers, every HTTP filter's; with rule names.
+    let filters = |listeners: &[Listener]| -> String {
+        let mut out = format!("{listeners:?}");
+        let text = |any: &Any| String::from_utf8_lossy(&any.value).into_owned();
+        for f in listeners.iter().flat_map(|l| &l.filter_chains).flat_map(|c| &c.filters) {
+            let Some(filter::ConfigType::TypedConfig(any)) = &f.config_type else { continue };
+            out.push_str(&text(any));
+            if any.type_url.ends_with("HttpConnectionManager") {
+                let hcm = HttpConnectionManager::decode(any.value.as_slice()).unwrap();
+                for http in &hcm.http_filters {
+                    out.push_str(&http.name);
+                    if let Some(http_filter::ConfigType::TypedConfig(any)) = &http.config_type {
+                        out.push_str(&text(any));
+                    }
+                }
+            }
+        }
+        out
+    };
+    for (label, id, mode, tier, expected) in [
+        ("custom-http", "sidecar~10.43.0.1~api-0.ext~ext.svc.cluster.local", "REDIRECT", "http", "http.ext_authz"),
+        ("custom-grpc", "sidecar~10.43.0.2~api-1.ext~ext.svc.cluster.local", "REDIRECT", "grpc", "network.ext_authz"),
+        ("custom-bound", "sidecar~127.0.0.4~api-2.ext~ext.svc.cluster.local", "NONE", "bound", "network.ext_authz"),
+        ("custom-bad", "sidecar~10.43.0.3~api-3.ext~ext.svc.cluster.local", "REDIRECT", "bad", "bad-CUSTOM-action"),
+    ] {
+        let proxy = bookinfo::proxy(id, mode, &[("app", "api"), ("tier", tier)]);
+        let scope = ctx.scope_for(&proxy);
+        let (_, inbound) = ctx.inbound_for(&proxy);
+        let mut clusters = cds::clusters(&ctx, &scope);
+        clusters.extend(cds::inbound_clusters(&inbound));
+        clusters.push(xds_cluster());
+        let mut listeners = lds::listeners(&ctx, &scope);
+        let own = lds::inbound_listeners(&inbound);
+        assert!(filters(&own).contains(expected), "{label}: {expected}");
+        listeners.extend(own);
+        assert_envoy_accepts(&envoy, dir.path(), label, listeners, clusters);
+    }
+    let scope = ingress(&ctx);
+    let listeners = lds::listeners(&ctx, &scope);
+    assert!(filters(&listeners).contains("envoy.filters.http.ext_authz"), "the gateway asks the authorizer");
+    let mut clusters = cds::clusters(&ctx, &scope);
+    clusters.push(xds_cluster());
+    assert_envoy_accepts(&envoy, dir.path(), "custom-gateway", listeners, clusters);
 }

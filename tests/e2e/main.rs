@@ -14,6 +14,7 @@ mod bookinfo;
 mod bookinfo_example;
 mod endpoints;
 mod envoy_install;
+mod ext_authz;
 mod failure;
 mod gateway;
 mod gateway_api;

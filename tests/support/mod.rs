@@ -25,6 +25,7 @@
 //! * [`scene`]: one scenario's mesh directory, processes and failure report.
 //! * [`manifests`]: the YAML of Services, Pods, Istio rules for scenario meshes.
 //! * [`zipkin`]: a Zipkin collector (v2 JSON) that keeps the spans Envoy reports.
+//! * [`ext_authz`]: external authorizers (HTTP and gRPC) that decide by a header and count their checks.
 
 // Each test binary uses a different part of the harness.
 #![allow(dead_code)]
@@ -35,6 +36,7 @@ pub mod backend;
 pub mod browser;
 pub mod conformance;
 pub mod envoy;
+pub mod ext_authz;
 pub mod grpc;
 pub mod http;
 pub mod isolated;

@@ -4,9 +4,10 @@
 //! The policies that select a workload (by the same three levels as
 //! PeerAuthentication: the root namespace's without a selector, the
 //! workload namespace's without one, and those whose selector matches)
-//! are all applied, DENY before ALLOW; AUDIT only marks requests. The
-//! translation into Envoy's RBAC filters lives in `generate::authz`; this
-//! module is the object as written. The types are `Eq + Hash + Ord` so that
+//! are all applied: CUSTOM first (the mesh config's external authorizer
+//! decides the requests its rules match), then DENY before ALLOW; AUDIT
+//! only marks requests. The translation into Envoy's RBAC and ext_authz
+//! filters lives in `generate::authz`; this module is the object as written. The types are `Eq + Hash + Ord` so that
 //! the policies of a workload can be part of its inbound key.
 
 use std::collections::BTreeMap;

@@ -22,6 +22,7 @@ use std::sync::Arc;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use serde::Deserialize;
 
+use super::ext_authz;
 use super::providers::{self, DefaultProvidersPatch, ExtensionProvider};
 use super::proxy_config::ProxyConfig;
 use super::traffic::{
@@ -452,8 +453,9 @@ pub fn check_trust_domain(domain: &str) -> Result<(), String> {
 
 /// What is wrong with extension providers, as istiod's validation warns
 /// (a provider it cannot use is ignored, and said to be): one without a
-/// name, a name given twice, no kind or two, a collector without a service
-/// or port.
+/// name, a name given twice, a collector without a service or port, an
+/// external authorizer istiod's builder cannot use (and its fields that do
+/// not do what they say, `ext_authz::issues`).
 fn provider_problems(file: &str, all: &[ExtensionProvider]) -> Vec<Problem> {
     let warn = |path: String, message: String| warning(file, &path, message);
     let mut out = Vec::new();
@@ -477,6 +479,19 @@ fn provider_problems(file: &str, all: &[ExtensionProvider]) -> Vec<Problem> {
                 format!("{path}.stackdriver"),
                 "Istio no longer generates anything for Stackdriver: this provider does nothing (in Istio too)".into(),
             ));
+        }
+        if let Some(authorizer) = p.authorizer() {
+            for issue in ext_authz::issues(&p.name, authorizer) {
+                let field = match issue.field.as_str() {
+                    "" => format!("{path}.name"),
+                    field => format!("{path}.{}.{field}", authorizer.key()),
+                };
+                let message = match issue.kind {
+                    ext_authz::IssueKind::Fault => format!("{}: {}", issue.message, ext_authz::DENIES),
+                    ext_authz::IssueKind::Note => issue.message,
+                };
+                out.push(warn(field, message));
+            }
         }
         if let Some((service, port)) = p.collector() {
             if service.is_empty() {

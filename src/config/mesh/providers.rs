@@ -9,15 +9,18 @@
 //! place, others follow in order. Names are compared ignoring case when a
 //! Telemetry looks one up.
 //!
-//! Kinds modelled here are the ones meshpush applies; a provider of another
-//! kind (the ext_authz ones, `sds`) parses, keeps its name, and is reported
-//! by the file reader with its path like any field meshpush does not apply.
+//! The external authorizers CUSTOM AuthorizationPolicies name
+//! (`envoyExtAuthzHttp`, `envoyExtAuthzGrpc`) are modelled in
+//! `super::ext_authz`. A provider of a kind not modelled here (`sds`,
+//! `opencensus`) parses, keeps its name, and is reported by the file reader
+//! with its path like any field meshpush does not apply.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
+use super::ext_authz::{AuthorizerProvider, GrpcAuthorizerProvider, HttpAuthorizerProvider};
 use crate::config::duration::Duration;
 
 /// The name of Istio's built-in file access log provider.
@@ -62,6 +65,12 @@ pub struct ExtensionProvider {
     /// `stackdriver` (istiod no longer generates anything for it).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub stackdriver: Option<serde_json::Value>,
+    /// `envoyExtAuthzHttp`: an external authorizer over HTTP.
+    #[serde(alias = "envoy_ext_authz_http", skip_serializing_if = "Option::is_none")]
+    pub envoy_ext_authz_http: Option<HttpAuthorizerProvider>,
+    /// `envoyExtAuthzGrpc`: an external authorizer over gRPC.
+    #[serde(alias = "envoy_ext_authz_grpc", skip_serializing_if = "Option::is_none")]
+    pub envoy_ext_authz_grpc: Option<GrpcAuthorizerProvider>,
 }
 
 /// A message without fields (`prometheus: {}`).
@@ -323,6 +332,8 @@ pub enum ProviderUse {
     Tracing,
     /// It gives Istio's request metrics.
     Metrics,
+    /// It decides requests for CUSTOM AuthorizationPolicies.
+    Authorization,
     /// Something else (or nothing meshpush models).
     Other,
 }
@@ -345,8 +356,20 @@ impl ExtensionProvider {
             ProviderUse::Tracing
         } else if self.prometheus.is_some() {
             ProviderUse::Metrics
+        } else if self.authorizer().is_some() {
+            ProviderUse::Authorization
         } else {
             ProviderUse::Other
+        }
+    }
+
+    /// The external authorizer the provider is, if it is one (the HTTP kind
+    /// first, should a provider set both).
+    pub fn authorizer(&self) -> Option<AuthorizerProvider<'_>> {
+        match (&self.envoy_ext_authz_http, &self.envoy_ext_authz_grpc) {
+            (Some(http), _) => Some(AuthorizerProvider::Http(http)),
+            (None, Some(grpc)) => Some(AuthorizerProvider::Grpc(grpc)),
+            (None, None) => None,
         }
     }
 

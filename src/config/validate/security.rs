@@ -35,15 +35,18 @@ pub(super) fn authorization_policy(check: &mut Checker, policy: &AuthorizationPo
     check.one_of("spec.action", action, &AUTHORIZATION_ACTIONS);
     match (action, &spec.provider) {
         ("CUSTOM", None) => check.error("spec.provider", "is missing: a CUSTOM policy names its external authorizer"),
-        ("CUSTOM", Some(provider)) => check.unsupported(
+        ("CUSTOM", Some(provider)) if provider.name.is_empty() => check.error(
             "spec.provider.name",
-            Some(&format!(
-                "meshpush has no extension provider {:?}: requests the policy's rules match are denied, as Istio denies them when it knows no such provider",
-                provider.name
-            )),
+            "is empty: a CUSTOM policy names its external authorizer (Istio refuses this too)",
         ),
-        (_, Some(_)) => check.error("spec.provider", "is set on a policy whose action is not CUSTOM (Istio refuses this too)"),
+        ("CUSTOM", Some(_)) => {}
+        (_, Some(_)) => {
+            check.error("spec.provider", "is set on a policy whose action is not CUSTOM (Istio refuses this too)")
+        }
         _ => {}
+    }
+    if action == "CUSTOM" {
+        custom_checks(check, policy);
     }
     policy_targets(check, spec.selector.is_some(), spec.target_ref.is_some(), !spec.target_refs.is_empty());
     if let Some(value) = policy.metadata.annotations.get(DRY_RUN_ANNOTATION)
@@ -75,6 +78,56 @@ pub(super) fn authorization_policy(check: &mut Checker, policy: &AuthorizationPo
             let path = format!("{path}.when[{j}]");
             condition_checks(check, &path, condition);
         }
+    }
+}
+
+/// What Istio's validation refuses of a CUSTOM policy: no rules (it
+/// would never ask its authorizer), and the rule parts its RBAC filter
+/// cannot match where it runs — ahead of the JWT filter, on identities
+/// Istio does not support there; and a dry run, which istiod enforces.
+fn custom_checks(check: &mut Checker, policy: &AuthorizationPolicy) {
+    let spec = &policy.spec;
+    if spec.rules.is_empty() {
+        check.error(
+            "spec.rules",
+            "is empty: a CUSTOM policy without rules never asks its authorizer (Istio refuses it; an empty rule {} \
+             asks it for every request)",
+        );
+    }
+    let refused = "is not supported with action CUSTOM (Istio refuses it too)";
+    for (i, rule) in spec.rules.iter().enumerate() {
+        for (j, source) in rule.from.iter().enumerate().filter_map(|(j, f)| Some((j, f.source.as_ref()?))) {
+            let identities: [(&str, &Vec<String>); 10] = [
+                ("principals", &source.principals),
+                ("notPrincipals", &source.not_principals),
+                ("requestPrincipals", &source.request_principals),
+                ("notRequestPrincipals", &source.not_request_principals),
+                ("namespaces", &source.namespaces),
+                ("notNamespaces", &source.not_namespaces),
+                ("serviceAccounts", &source.service_accounts),
+                ("notServiceAccounts", &source.not_service_accounts),
+                ("trustDomains", &source.trust_domains),
+                ("notTrustDomains", &source.not_trust_domains),
+            ];
+            for (field, _) in identities.iter().filter(|(_, values)| !values.is_empty()) {
+                check.error(format!("spec.rules[{i}].from[{j}].source.{field}"), refused);
+            }
+        }
+        for (j, condition) in rule.when.iter().enumerate() {
+            let key = condition.key.as_str();
+            let identity = ["source.namespace", "source.serviceAccount", "source.trustDomain", "source.principal"];
+            if identity.contains(&key) || key.starts_with("request.auth.") {
+                check.error(format!("spec.rules[{i}].when[{j}].key"), format!("{key:?} {refused}"));
+            }
+        }
+    }
+    if policy.metadata.annotations.get(DRY_RUN_ANNOTATION).is_some_and(|v| v == "true") {
+        check.warning(
+            format!("metadata.annotations.{DRY_RUN_ANNOTATION}"),
+            "does not make a CUSTOM policy a dry run: istiod puts its rules in the enforced DENY rules of the \
+             policy's RBAC filter, so the requests they match are denied without asking the authorizer; meshpush \
+             generates the same",
+        );
     }
 }
 

@@ -335,7 +335,7 @@ fn authorization_policy_rules() {
         vec![]
     );
     assert_eq!(error_paths(&ap("  action: LET\n")), ["spec.action"]);
-    assert_eq!(error_paths(&ap("  action: CUSTOM\n")), ["spec.provider"], "CUSTOM names its authorizer");
+    assert_eq!(error_paths(&ap("  action: CUSTOM\n  rules: [{}]\n")), ["spec.provider"], "CUSTOM names its authorizer");
     assert_eq!(error_paths(&ap("  provider: {name: opa}\n")), ["spec.provider"], "only CUSTOM has one");
     assert_eq!(
         error_paths(&ap(
@@ -367,9 +367,24 @@ fn authorization_policy_rules() {
             "spec.rules[0].when[0].key"
         ]
     );
+    // A CUSTOM policy is checked as Istio checks it; its provider is the mesh config's (`model::references`).
+    assert_eq!(findings(&ap("  action: CUSTOM\n  provider: {name: opa}\n  rules: [{}]\n")), vec![]);
+    assert_eq!(error_paths(&ap("  action: CUSTOM\n  provider: {name: \"\"}\n  rules: [{}]\n")), ["spec.provider.name"]);
+    assert_eq!(error_paths(&ap("  action: CUSTOM\n  provider: {name: opa}\n")), ["spec.rules"], "it would never ask");
+    assert_eq!(
+        error_paths(&ap(
+            "  action: CUSTOM\n  provider: {name: opa}\n  rules:\n  - from: [{source: {namespaces: [a], ipBlocks: [10.0.0.0/8], requestPrincipals: [\"*\"]}}]\n    when: [{key: source.principal, values: [a]}, {key: \"request.auth.claims[iss]\", values: [a]}, {key: \"request.headers[x]\", values: [a]}]\n"
+        )),
+        [
+            "spec.rules[0].from[0].source.requestPrincipals",
+            "spec.rules[0].from[0].source.namespaces",
+            "spec.rules[0].when[0].key",
+            "spec.rules[0].when[1].key"
+        ]
+    );
+    let dry_run = "apiVersion: security.istio.io/v1\nkind: AuthorizationPolicy\nmetadata: {name: p, annotations: {istio.io/dry-run: \"true\"}}\nspec:\n  action: CUSTOM\n  provider: {name: opa}\n  rules: [{}]\n";
+    assert!(message_at(dry_run, "metadata.annotations.istio.io/dry-run").contains("denied without asking"));
     // What is not served is reported with what happens now.
-    let custom = ap("  action: CUSTOM\n  provider: {name: opa}\n  rules: [{}]\n");
-    assert!(message_at(&custom, "spec.provider.name").contains("denied"));
     let waypoint = ap("  targetRefs: [{kind: Service, name: web}]\n");
     assert!(message_at(&waypoint, "spec.targetRefs").contains("applies to no workload"));
 }

@@ -1,16 +1,20 @@
-//! AuthorizationPolicy → Envoy's RBAC filters on a workload's inbound
-//! chains, as Istio builds them (`pilot/pkg/security/authz`).
+//! AuthorizationPolicy → Envoy's RBAC and ext_authz filters on a
+//! workload's inbound chains (a gateway's: each chain of its listeners),
+//! as Istio builds them (`pilot/pkg/security/authz`).
 //!
-//! Per action, one filter: AUDIT (RBAC `LOG`), then DENY, then ALLOW, so a
-//! request any DENY rule matches is refused whatever an ALLOW rule says,
-//! and with any ALLOW policy a request no ALLOW rule matches is refused
-//! too. A CUSTOM policy names an external authorizer meshpush does not
-//! have: its rules deny, as Istio's do for a provider it does not know.
-//! Each rule is one RBAC policy `ns[NS]-policy[NAME]-rule[I]`: any of its
-//! `from` (their fields all matching, values of one field any) and any of
-//! its `to`, and every `when`. A policy without rules matches nothing (an
-//! ALLOW without rules allows nothing). Dry-run policies go into the
-//! filter's shadow rules: evaluated and counted, not enforced.
+//! In the order they run: CUSTOM first (`custom`: per provider a shadow
+//! RBAC filter that marks the requests its rules match, then the ext_authz
+//! filter that asks the external authorizer about those only), then — on
+//! an HTTP port after the JWT filter, which istiod places between — one
+//! RBAC filter per action: AUDIT (RBAC `LOG`), DENY, ALLOW. So a request
+//! the authorizer refuses or any DENY rule matches is refused whatever an
+//! ALLOW rule says, and with any ALLOW policy a request no ALLOW rule
+//! matches is refused too. Each rule is one RBAC policy
+//! `ns[NS]-policy[NAME]-rule[I]`: any of its `from` (their fields all
+//! matching, values of one field any) and any of its `to`, and every
+//! `when`. A policy without rules matches nothing (an ALLOW without rules
+//! allows nothing). Dry-run policies go into the filter's shadow rules:
+//! evaluated and counted, not enforced.
 //!
 //! JWT attributes (`requestPrincipals`, `request.auth.*`) match the payload
 //! the `jwt_authn` filter (`generate::jwt`) leaves in the request's dynamic
@@ -24,8 +28,8 @@
 //! A part Envoy cannot check here — an HTTP attribute (JWT ones included)
 //! on a TCP port — fails closed,
 //! as Istio treats HTTP attributes on TCP ports: an ALLOW rule with it is
-//! left out (it allows nothing), a DENY rule is kept without it (it denies
-//! more).
+//! left out (it allows nothing), a DENY (or CUSTOM) rule is kept without
+//! it (it denies, or asks the authorizer about, more).
 //!
 //! The parts of a rule, each in its file: `principals` (the `from` side:
 //! peer identities, namespaces, IP blocks, request principals),
@@ -33,12 +37,14 @@
 //! templates), `conditions` (the `when` keys, JWT claims and
 //! `experimental.envoy.filters.*` metadata among them); `wildcard` turns
 //! Istio's wildcard strings into Envoy's matchers for all three. This
-//! module puts each rule together from them and the rules into filters.
+//! module puts each rule together from them and the rules into filters;
+//! `custom` and `ext_authz` make the CUSTOM filters.
 //!
-//! Invariant: the filters' bytes are a function of the policies only. The
-//! RBAC proto keeps its policies in a map, which prost encodes in hash
-//! order; so the filter configs are encoded from mirror messages of the
-//! same wire shape with the policies sorted by name.
+//! Invariant: the filters' bytes are a function of the policies (and the
+//! authorizers CUSTOM ones resolved to) only. The RBAC proto keeps its
+//! policies in a map, which prost encodes in hash order; so the filter
+//! configs are encoded from mirror messages of the same wire shape with
+//! the policies sorted by name.
 
 use std::sync::Arc;
 
@@ -53,6 +59,8 @@ use crate::config::istio::AuthorizationRule;
 use crate::push::index::AppliedPolicy;
 
 mod conditions;
+mod custom;
+pub mod ext_authz;
 mod permissions;
 mod principals;
 #[cfg(test)]
@@ -69,44 +77,54 @@ const TCP_STAT_PREFIX: &str = "tcp.";
 const DRY_RUN_ALLOW: &str = "istio_dry_run_allow_";
 const DRY_RUN_DENY: &str = "istio_dry_run_deny_";
 
-/// The HTTP RBAC filters `policies` make, in the order they run.
-pub fn http_filters(policies: &[Arc<AppliedPolicy>]) -> Vec<HttpFilter> {
-    groups(policies, false)
-        .into_iter()
-        .map(|(rules, shadow, prefix)| {
-            let config = HttpRbac { rules, shadow_rules: shadow, shadow_rules_stat_prefix: prefix };
-            HttpFilter {
-                name: HTTP_RBAC.to_string(),
-                config_type: Some(http_filter::ConfigType::TypedConfig(packed(
-                    "envoy.extensions.filters.http.rbac.v3.RBAC",
-                    &config,
-                ))),
-                ..Default::default()
-            }
-        })
-        .collect()
+/// The HTTP filters `policies` make, in the order they run, with the JWT
+/// filter `authentication` where istiod puts it: after the CUSTOM filters,
+/// before the RBAC filters of the other actions.
+pub fn http_filters(policies: &[Arc<AppliedPolicy>], authentication: Option<HttpFilter>) -> Vec<HttpFilter> {
+    let mut filters = custom::http_filters(policies);
+    filters.extend(authentication);
+    filters.extend(groups(policies, false).into_iter().map(|(rules, shadow, prefix)| {
+        http_rbac_filter(&HttpRbac { rules, shadow_rules: shadow, shadow_rules_stat_prefix: prefix })
+    }));
+    filters
 }
 
-/// The network RBAC filters `policies` make for a TCP port, in order.
+/// The network filters `policies` make for a TCP port, in order: CUSTOM's,
+/// then the RBAC filters of the other actions.
 pub fn network_filters(policies: &[Arc<AppliedPolicy>]) -> Vec<Filter> {
-    groups(policies, true)
-        .into_iter()
-        .map(|(rules, shadow, prefix)| {
-            let config = NetworkRbac {
-                rules,
-                shadow_rules: shadow,
-                stat_prefix: TCP_STAT_PREFIX.to_string(),
-                shadow_rules_stat_prefix: prefix,
-            };
-            Filter {
-                name: NETWORK_RBAC.to_string(),
-                config_type: Some(filter::ConfigType::TypedConfig(packed(
-                    "envoy.extensions.filters.network.rbac.v3.RBAC",
-                    &config,
-                ))),
-            }
+    let mut filters = custom::network_filters(policies);
+    filters.extend(groups(policies, true).into_iter().map(|(rules, shadow, prefix)| {
+        network_rbac_filter(&NetworkRbac {
+            rules,
+            shadow_rules: shadow,
+            stat_prefix: TCP_STAT_PREFIX.to_string(),
+            shadow_rules_stat_prefix: prefix,
         })
-        .collect()
+    }));
+    filters
+}
+
+/// The HTTP RBAC filter of `config`.
+fn http_rbac_filter(config: &HttpRbac) -> HttpFilter {
+    HttpFilter {
+        name: HTTP_RBAC.to_string(),
+        config_type: Some(http_filter::ConfigType::TypedConfig(packed(
+            "envoy.extensions.filters.http.rbac.v3.RBAC",
+            config,
+        ))),
+        ..Default::default()
+    }
+}
+
+/// The network RBAC filter of `config`.
+fn network_rbac_filter(config: &NetworkRbac) -> Filter {
+    Filter {
+        name: NETWORK_RBAC.to_string(),
+        config_type: Some(filter::ConfigType::TypedConfig(packed(
+            "envoy.extensions.filters.network.rbac.v3.RBAC",
+            config,
+        ))),
+    }
 }
 
 /// `message` packed as an `Any` of type `name`.
@@ -120,13 +138,16 @@ enum Kind {
     Audit,
     Deny,
     Allow,
+    /// Built apart (`custom`).
+    Custom,
 }
 
-/// The kind of a policy: a CUSTOM one denies (its authorizer is unknown here).
+/// The kind of a policy.
 fn kind_of(policy: &AppliedPolicy) -> Kind {
     match policy.spec.action.as_deref().unwrap_or("ALLOW") {
         "AUDIT" => Kind::Audit,
-        "DENY" | "CUSTOM" => Kind::Deny,
+        "DENY" => Kind::Deny,
+        "CUSTOM" => Kind::Custom,
         _ => Kind::Allow,
     }
 }
@@ -144,7 +165,9 @@ fn groups(policies: &[Arc<AppliedPolicy>], tcp: bool) -> Vec<(Option<RbacRules>,
             if chosen.is_empty() {
                 return None;
             }
-            let mut policies: Vec<NamedPolicy> = chosen.iter().flat_map(|p| rbac_policies(p, kind, tcp)).collect();
+            let strict = kind == Kind::Allow;
+            let mut policies: Vec<NamedPolicy> =
+                chosen.iter().flat_map(|p| rbac_policies(p, "", strict, tcp)).collect();
             policies.sort_by(|a, b| a.name.cmp(&b.name));
             Some(RbacRules { action: action as i32, policies })
         };
@@ -158,9 +181,11 @@ fn groups(policies: &[Arc<AppliedPolicy>], tcp: bool) -> Vec<(Option<RbacRules>,
     out
 }
 
-/// The RBAC policies of one AuthorizationPolicy, named as Istio names them.
-fn rbac_policies(policy: &AppliedPolicy, kind: Kind, tcp: bool) -> Vec<NamedPolicy> {
-    let name = |i: usize| format!("ns[{}]-policy[{}]-rule[{i}]", policy.namespace, policy.name);
+/// The RBAC policies of one AuthorizationPolicy, named as Istio names them
+/// (after `prefix`, CUSTOM's); `strict` (ALLOW) leaves out a rule with a
+/// part Envoy cannot check here, else the part is left out.
+fn rbac_policies(policy: &AppliedPolicy, prefix: &str, strict: bool, tcp: bool) -> Vec<NamedPolicy> {
+    let name = |i: usize| format!("{prefix}ns[{}]-policy[{}]-rule[{i}]", policy.namespace, policy.name);
     if policy.spec.rules.is_empty() {
         return vec![NamedPolicy { name: name(0), policy: Some(match_never()) }];
     }
@@ -170,7 +195,7 @@ fn rbac_policies(policy: &AppliedPolicy, kind: Kind, tcp: bool) -> Vec<NamedPoli
         .iter()
         .enumerate()
         .filter_map(|(i, rule)| {
-            let built = RuleBuilder { namespace: &policy.namespace, tcp, strict: kind == Kind::Allow }.rule(rule)?;
+            let built = RuleBuilder { namespace: &policy.namespace, tcp, strict }.rule(rule)?;
             Some(NamedPolicy { name: name(i), policy: Some(built) })
         })
         .collect()

@@ -1,6 +1,7 @@
 //! AuthorizationPolicies in generated config: the RBAC filters a
 //! workload's inbound ports get, in Istio's order, with Istio's matchers,
-//! and what a part Envoy cannot check on a port becomes.
+//! and what a part Envoy cannot check on a port becomes. CUSTOM policies'
+//! filters are `generate::test::ext_authz`'s.
 
 use envoy_types::pb::envoy::config::rbac::v3::{Policy, permission, principal, rbac::Action};
 use envoy_types::pb::envoy::extensions::filters::http::rbac::v3::Rbac as HttpRbac;
@@ -125,10 +126,10 @@ fn on_a_tcp_port_an_allow_rule_with_http_parts_allows_nothing_and_a_deny_rule_de
 }
 
 #[test]
-fn allow_without_rules_allows_nothing_custom_denies_and_a_dry_run_only_shadows() {
+fn allow_without_rules_allows_nothing_and_a_dry_run_only_shadows() {
     let yaml = [
         policy("allow-nothing", "  {}"),
-        policy("ext", "  action: CUSTOM\n  provider: {name: opa}\n  rules: [{to: [{operation: {paths: [/private]}}]}]"),
+        policy("blocked", "  action: DENY\n  rules: [{to: [{operation: {paths: [/private]}}]}]"),
         "apiVersion: security.istio.io/v1\nkind: AuthorizationPolicy\nmetadata: {name: trial, namespace: shop, annotations: {istio.io/dry-run: \"true\"}}\nspec:\n  action: DENY\n  rules: [{}]\n---\n".to_string(),
     ]
     .concat();
@@ -136,7 +137,7 @@ fn allow_without_rules_allows_nothing_custom_denies_and_a_dry_run_only_shadows()
     let filters = http_rbac(&l);
     let deny = &filters[0];
     let enforced: Vec<String> = policies(&deny.rules).into_iter().map(|(n, _)| n).collect();
-    assert_eq!(enforced, ["ns[shop]-policy[ext]-rule[0]"], "CUSTOM with an unknown provider denies");
+    assert_eq!(enforced, ["ns[shop]-policy[blocked]-rule[0]"]);
     let shadow: Vec<String> = policies(&deny.shadow_rules).into_iter().map(|(n, _)| n).collect();
     assert_eq!(shadow, ["ns[shop]-policy[trial]-rule[0]"]);
     assert_eq!(deny.shadow_rules_stat_prefix, "istio_dry_run_deny_");

@@ -70,9 +70,19 @@ fn secrets() -> &'static str {
 }
 
 /// The mesh config a kind's variants are served with: Telemetry's name
-/// providers (their collector is `web` of `cov`); the rest Istio's defaults.
+/// providers (their collector is `web` of `cov`), AuthorizationPolicy's
+/// CUSTOM ones external authorizers (at `web` too); the rest Istio's
+/// defaults.
 fn mesh_for(kind: &str) -> crate::config::mesh::MeshConfig {
     match kind {
+        "AuthorizationPolicy" => crate::config::mesh::MeshSettings::parse(
+            "coverage mesh",
+            "extensionProviders:\n\
+             - {name: opa, envoyExtAuthzHttp: {service: web.cov.svc.cluster.local, port: 8080}}\n\
+             - {name: opa-grpc, envoyExtAuthzGrpc: {service: cov/web.cov.svc.cluster.local, port: 8080}}\n",
+        )
+        .expect("the coverage mesh config parses")
+        .mesh_config(),
         "Telemetry" => crate::config::mesh::MeshSettings::parse(
             "coverage mesh",
             "extensionProviders:\n\
@@ -172,6 +182,7 @@ fn generate(text: &str, group: Option<&str>, mesh: &crate::config::mesh::MeshCon
     let mut problems = parsed.problems;
     problems.extend(check_references(&store.snapshot()));
     problems.extend(crate::model::check_telemetry(&store.snapshot(), mesh));
+    problems.extend(crate::model::check_ext_authz(&store.snapshot(), mesh));
     let ctx = PushContext::build_with(store.snapshot(), 1, Arc::new(ScopeInterner::default()), Arc::new(mesh.clone()));
     let mut out = Vec::new();
     for p in proxies(group) {
@@ -370,6 +381,29 @@ fn every_field_of_istio_s_api_is_applied_or_reported() {
         }
     }
     assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+/// A CUSTOM policy's `provider.name` is applied, not reported: its
+/// authorizer is the coverage mesh's, and without the name the policy's
+/// filters go.
+#[test]
+fn a_custom_policy_s_provider_is_applied() {
+    let base = std::fs::read_to_string(dir().join("base.yaml")).unwrap();
+    let docs = documents(&std::fs::read_to_string(dir().join("authorization-policy.yaml")).unwrap());
+    let mesh = mesh_for("AuthorizationPolicy");
+    let (custom, helpers): (Vec<&Value>, Vec<&Value>) =
+        docs.iter().partition(|d| d["spec"]["action"].as_str() == Some("CUSTOM"));
+    let helpers: Vec<Value> = helpers.into_iter().filter(|d| kind_of(d) != "AuthorizationPolicy").cloned().collect();
+    assert_eq!(custom.len(), 2, "an HTTP and a gRPC authorizer");
+    for variant in custom {
+        let text = |doc: &Value| format!("{base}\n---\n{}", yaml(&[helpers.clone(), vec![doc.clone()]].concat()));
+        let (with, problems) = generate(&text(variant), None, &mesh);
+        let about: Vec<&Problem> = problems.iter().filter(|p| p.path.starts_with("spec.provider")).collect();
+        assert!(about.is_empty(), "{about:#?}");
+        let mut unnamed = variant.clone();
+        unnamed["spec"]["provider"]["name"] = Value::String(String::new());
+        assert_ne!(generate(&text(&unnamed), None, &mesh).0, with, "the provider's filters go with its name");
+    }
 }
 
 #[test]

@@ -48,6 +48,7 @@ mod authz;
 mod clusters;
 mod coverage;
 mod endpoints;
+mod ext_authz;
 mod features;
 mod gateway_api;
 mod invariants;

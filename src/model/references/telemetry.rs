@@ -79,6 +79,7 @@ fn use_name(wanted: ProviderUse) -> &'static str {
         ProviderUse::Tracing => "tracing",
         ProviderUse::AccessLog => "access log",
         ProviderUse::Metrics => "metrics",
+        ProviderUse::Authorization => "authorization",
         ProviderUse::Other => "matching",
     }
 }

@@ -179,3 +179,44 @@ fn a_mesh_config_change_rebuilds_on_the_stored_mesh_config_and_regenerates_every
     let (after, _) = PushContext::next(&next, changes.snapshot.clone(), &PushRequest::new(changes));
     assert_eq!(&*after.mesh.root_namespace, "mesh-root");
 }
+
+/// The authorizer of a CUSTOM policy on productpage, as its inbound key carries it.
+fn productpage_authorizer(ctx: &PushContext) -> Option<Result<Arc<crate::model::authorizers::Authorizer>, Arc<str>>> {
+    let key = ctx.inbound_for(&bookinfo::productpage_in("REDIRECT")).1;
+    key.authorization.iter().find(|p| p.is_custom()).and_then(|p| p.authorizer.clone())
+}
+
+#[test]
+fn a_custom_policy_s_authorizer_follows_the_mesh_config_and_the_service_it_names() {
+    let store = bookinfo::store();
+    store.apply(bookinfo::puts(
+        "apiVersion: security.istio.io/v1\nkind: AuthorizationPolicy\nmetadata: {name: ext, namespace: default}\n\
+         spec:\n  action: CUSTOM\n  provider: {name: ext}\n  rules: [{to: [{operation: {paths: [/admin]}}]}]\n",
+    ));
+    let prev = PushContext::build(store.snapshot(), 1, Arc::new(ScopeInterner::default()));
+    assert!(productpage_authorizer(&prev).unwrap().is_err(), "Istio's default mesh config has no authorizer");
+
+    // The mesh config names one: everything is pushed and the key carries it (its service not yet there).
+    let mesh = crate::config::mesh::MeshSettings::parse(
+        "mesh",
+        "extensionProviders:\n- {name: ext, envoyExtAuthzHttp: {service: authz.default.svc.cluster.local, port: 80}}\n",
+    )
+    .unwrap()
+    .mesh_config();
+    let object = crate::config::ConfigObject::MeshConfig(Box::new(crate::config::mesh::MeshConfigObject::new(mesh)));
+    let changes = store
+        .apply([crate::model::store::Write::Put(object, crate::config::SourceRef { file: "mesh".into(), doc: 0 })]);
+    let (next, pushed) = PushContext::next(&prev, changes.snapshot.clone(), &PushRequest::new(changes));
+    assert!(pushed.full && pushed.rescope);
+    let why = productpage_authorizer(&next).unwrap().unwrap_err();
+    assert!(why.contains("is not a service of the mesh"), "{why}");
+
+    // Its service arrives: the authorizer resolves, and every workload's key is computed again.
+    let changes = store.apply(bookinfo::puts(
+        "apiVersion: v1\nkind: Service\nmetadata: {name: authz, namespace: default}\nspec: {ports: [{name: http, port: 80}]}\n",
+    ));
+    let (after, pushed) = PushContext::next(&next, changes.snapshot.clone(), &PushRequest::new(changes));
+    assert!(pushed.full && pushed.rescope);
+    let authorizer = productpage_authorizer(&after).unwrap().expect("resolved");
+    assert_eq!(&*authorizer.host, "authz.default.svc.cluster.local");
+}

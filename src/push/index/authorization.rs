@@ -5,9 +5,14 @@
 //! (`targetRef`, `targetRefs`: Gateway API gateways and waypoints, which
 //! meshpush does not serve) apply to no workload; validation says so.
 //!
+//! A CUSTOM policy carries the external authorizer it names, resolved
+//! against the mesh config and the registry (`model::authorizers`), or why
+//! it cannot be used: the index is built again when the mesh's services
+//! change, as istiod resolves its authorizers on every push.
+//!
 //! What applies to a workload is part of its inbound key, policies and all
-//! ([`AppliedPolicy`]), so inbound configuration stays a pure function of
-//! the key and an edited policy is a new key.
+//! ([`AppliedPolicy`], authorizers included), so inbound configuration
+//! stays a pure function of the key and an edited policy is a new key.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
@@ -18,6 +23,7 @@ use crate::config::istio::{AuthorizationPolicySpec, DRY_RUN_ANNOTATION, Workload
 use crate::config::mesh::MeshConfig;
 use crate::config::{ConfigKind, ConfigObject};
 use crate::model::StoreSnapshot;
+use crate::model::authorizers::{Authorizer, Authorizers};
 
 /// One AuthorizationPolicy as a workload's inbound configuration reads it.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
@@ -31,6 +37,16 @@ pub struct AppliedPolicy {
     /// Its spec.
     #[serde(skip)]
     pub spec: AuthorizationPolicySpec,
+    /// For a CUSTOM policy: the authorizer its provider names, or why istiod
+    /// cannot use it (its rules then deny).
+    pub authorizer: Option<Result<Arc<Authorizer>, Arc<str>>>,
+}
+
+impl AppliedPolicy {
+    /// Whether its action is CUSTOM (an external authorizer decides).
+    pub fn is_custom(&self) -> bool {
+        self.spec.action.as_deref() == Some("CUSTOM")
+    }
 }
 
 /// The AuthorizationPolicies of a snapshot, by namespace.
@@ -39,13 +55,18 @@ pub struct AuthorizationIndex {
     root_namespace: Arc<str>,
     /// Policies without targets, by namespace, in name order.
     by_namespace: HashMap<Arc<str>, Vec<Arc<AppliedPolicy>>>,
+    /// Whether any of them is CUSTOM: its authorizer reads the registry.
+    has_custom: bool,
 }
 
 impl AuthorizationIndex {
-    /// Indexes the AuthorizationPolicies of `store`.
+    /// Indexes the AuthorizationPolicies of `store`, resolving the
+    /// authorizers of CUSTOM ones against it and `mesh`.
     pub fn build(store: &StoreSnapshot, mesh: &MeshConfig) -> AuthorizationIndex {
         let mut index = AuthorizationIndex { root_namespace: mesh.root_namespace.clone(), ..Default::default() };
         let trust_domains = super::trust_domain::TrustDomains::of(mesh);
+        // Resolved only when a CUSTOM policy needs them: it reads every service.
+        let mut authorizers: Option<Authorizers> = None;
         for stored in store.kind(ConfigKind::AuthorizationPolicy).values() {
             let ConfigObject::AuthorizationPolicy(policy) = &stored.object else { continue };
             let spec = &policy.spec;
@@ -53,16 +74,33 @@ impl AuthorizationIndex {
                 continue;
             }
             let namespace: Arc<str> = policy.metadata.namespace().into();
+            let custom = spec.action.as_deref() == Some("CUSTOM");
+            let authorizer = spec.provider.as_ref().filter(|_| custom).map(|provider| {
+                authorizers.get_or_insert_with(|| Authorizers::resolve(store, mesh)).get(&provider.name)
+            });
+            index.has_custom |= custom;
             let applied = AppliedPolicy {
                 namespace: namespace.clone(),
                 name: policy.metadata.name.as_str().into(),
                 dry_run: policy.metadata.annotations.get(DRY_RUN_ANNOTATION).is_some_and(|v| v == "true"),
                 // Principals of the mesh's trust domains name each of them, as istiod writes them.
                 spec: trust_domains.migrate(spec),
+                authorizer,
             };
             index.by_namespace.entry(namespace).or_default().push(Arc::new(applied));
         }
         index
+    }
+
+    /// Whether a CUSTOM policy is indexed: its authorizer must be resolved
+    /// again when the registry changes.
+    pub fn has_custom(&self) -> bool {
+        self.has_custom
+    }
+
+    /// Whether `other` indexes the same policies (authorizers included).
+    pub fn same_policies(&self, other: &AuthorizationIndex) -> bool {
+        self.by_namespace == other.by_namespace
     }
 
     /// The policies that apply to a workload of `namespace` with `labels`,

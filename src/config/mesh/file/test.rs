@@ -210,3 +210,44 @@ fn providers_istio_generates_nothing_for_are_reported() {
     assert_eq!(paths, ["extensionProviders[0].lightstep", "extensionProviders[1].stackdriver"]);
     assert!(settings.problems.iter().all(|p| p.message.contains("in Istio too")));
 }
+
+#[test]
+fn authorizers_are_read_whole_and_what_istiod_refuses_or_ignores_is_reported_with_its_path() {
+    let text = "extensionProviders:\n\
+                - name: ext-authz-http\n  envoyExtAuthzHttp:\n    service: ext-authz.foo.svc.cluster.local\n    port: \"8000\"\n    \
+                  timeout: 10s\n    pathPrefix: /check\n    failOpen: true\n    statusOnError: \"503\"\n    \
+                  includeRequestHeadersInCheck: [x-ext-authz]\n    includeAdditionalHeadersInCheck: {x-a: b}\n    \
+                  includeRequestBodyInCheck: {maxRequestBytes: 1024, allowPartialMessage: true}\n    \
+                  headersToUpstreamOnAllow: [x-user]\n    headersToDownstreamOnDeny: [x-reason]\n    headersToDownstreamOnAllow: [x-ok]\n\
+                - name: ext-authz-grpc\n  envoy_ext_authz_grpc: {service: foo/ext-authz.foo.svc.cluster.local, port: 9000, \
+                  fail_open: true, include_request_body_in_check: {max_request_bytes: 512, pack_as_bytes: true}}\n\
+                - name: Bad_Name\n  envoyExtAuthzHttp: {service: '', port: 70000, statusOnError: nope, pathPrefix: check, \
+                  clearRouteCache: true, includeHeadersInCheck: ['*'], colour: blue}\n";
+    let settings = MeshSettings::parse("mesh.yaml", text).unwrap();
+    let paths: Vec<&str> = problem_paths(&settings).into_iter().map(|(p, _)| p).collect();
+    assert_eq!(
+        paths,
+        [
+            "extensionProviders[2].envoyExtAuthzHttp.colour",
+            "extensionProviders[2].name",
+            "extensionProviders[2].envoyExtAuthzHttp.service",
+            "extensionProviders[2].envoyExtAuthzHttp.port",
+            "extensionProviders[2].envoyExtAuthzHttp.statusOnError",
+            "extensionProviders[2].envoyExtAuthzHttp.pathPrefix",
+            "extensionProviders[2].envoyExtAuthzHttp.includeHeadersInCheck",
+            "extensionProviders[2].envoyExtAuthzHttp.clearRouteCache",
+            "extensionProviders[2].envoyExtAuthzHttp.includeHeadersInCheck",
+        ],
+        "the two good providers set every field and are reported nothing: {:#?}",
+        settings.problems
+    );
+    assert!(settings.problems[1].message.contains("a CUSTOM policy naming this provider denies"));
+    assert!(settings.problems[7].message.contains("not applied: istiod sets no clear_route_cache"));
+    let mesh = settings.mesh_config();
+    let grpc = providers::find(&mesh.extension_providers, "ext-authz-grpc").unwrap();
+    let grpc = grpc.envoy_ext_authz_grpc.as_ref().expect("snake_case keys too");
+    assert!(grpc.fail_open && grpc.include_request_body_in_check.as_ref().unwrap().pack_as_bytes);
+    let http = providers::find(&mesh.extension_providers, "ext-authz-http").unwrap();
+    assert_eq!(http.used_for(), providers::ProviderUse::Authorization);
+    assert_eq!(http.envoy_ext_authz_http.as_ref().unwrap().port, 8000, "a port written as a string");
+}
