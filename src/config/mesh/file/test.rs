@@ -210,3 +210,13 @@ fn providers_istio_generates_nothing_for_are_reported() {
     assert_eq!(paths, ["extensionProviders[0].lightstep", "extensionProviders[1].stackdriver"]);
     assert!(settings.problems.iter().all(|p| p.message.contains("in Istio too")));
 }
+
+#[test]
+fn an_ingress_service_of_its_own_names_the_routers_when_no_selector_does() {
+    let routers =
+        |text: &str| MeshSettings::parse("mesh.yaml", text).unwrap().mesh_config().ingress.router_label().to_string();
+    assert_eq!(routers(""), "ingressgateway", "Istio's default routers");
+    assert_eq!(routers("ingressService: edge-gw\n"), "edge-gw");
+    assert_eq!(routers("ingressService: edge-gw\ningressSelector: edge\n"), "edge");
+    assert_eq!(routers("ingressService: istio-ingressgateway\n"), "ingressgateway");
+}
