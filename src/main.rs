@@ -288,13 +288,9 @@ fn agent(args: AgentArgs) -> Result<meshpush::agent::AgentOptions, String> {
         }
     }
     config.check().map_err(|(path, why)| format!("the ProxyConfig's {path} (or its flag): {why}"))?;
-    let discovery_address = config
-        .discovery_address
-        .clone()
-        .unwrap_or_else(|| meshpush::config::mesh::proxy_config::DEFAULT_DISCOVERY_ADDRESS.into());
     Ok(meshpush::agent::AgentOptions {
         node_id: args.node.node_id,
-        discovery_address: meshpush::agent::upstream::DiscoveryAddress::parse(&discovery_address)
+        discovery_address: meshpush::agent::upstream::DiscoveryAddress::of(&config)
             .map_err(|e| format!("--discovery-address {e}"))?,
         discovery_server_name: args.discovery_server_name,
         root_cert: args.root_cert,

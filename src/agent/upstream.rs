@@ -13,6 +13,7 @@ use rustls_pki_types::CertificateDer;
 use rustls_pki_types::pem::PemObject as _;
 
 use super::sds::CurrentCert;
+use crate::config::mesh::proxy_config::{DEFAULT_DISCOVERY_ADDRESS, ProxyConfig};
 
 /// Where meshpush's secure port is: `HOST:PORT` or `unix:PATH`.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -38,6 +39,12 @@ impl DiscoveryAddress {
             }
             _ => Err(format!("{s:?}: expected HOST:PORT (istiod.istio-system.svc:15012) or unix:PATH")),
         }
+    }
+
+    /// The upstream `config` names (`discoveryAddress`), Istio's default
+    /// when it names none.
+    pub fn of(config: &ProxyConfig) -> Result<DiscoveryAddress, String> {
+        DiscoveryAddress::parse(config.discovery_address.as_deref().unwrap_or(DEFAULT_DISCOVERY_ADDRESS))
     }
 
     /// The name the server's certificate must carry when none is given:

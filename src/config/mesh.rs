@@ -31,8 +31,9 @@ pub const DEFAULT_TRUST_DOMAIN: &str = "cluster.local";
 
 /// Istio's default ingress class (`meshConfig.ingressClass`).
 pub const DEFAULT_INGRESS_CLASS: &str = "istio";
-/// Istio's default ingress router label value (`meshConfig.ingressSelector`:
-/// routers labelled `istio: ingressgateway`).
+/// The `istio` label value of the routers that serve Ingresses when the
+/// mesh config names neither an ingress selector nor an ingress Service of
+/// its own (routers labelled `istio: ingressgateway`).
 pub const DEFAULT_INGRESS_SELECTOR: &str = "ingressgateway";
 /// Istio's default ingress Service (`meshConfig.ingressService`), in
 /// `istio-system`: its addresses are the served Ingresses'.
@@ -154,7 +155,8 @@ pub struct IngressSettings {
     pub class: Arc<str>,
     /// Which Ingresses without a class are served.
     pub mode: IngressControllerMode,
-    /// The `istio` label value of the routers that serve Ingresses.
+    /// The `istio` label value of the routers that serve Ingresses; empty
+    /// (Istio's default): [`IngressSettings::router_label`] decides.
     pub selector: Arc<str>,
     /// The Service of `istio-system` whose addresses served Ingresses report.
     pub service: Arc<str>,
@@ -165,7 +167,8 @@ impl Default for IngressSettings {
         IngressSettings {
             class: DEFAULT_INGRESS_CLASS.into(),
             mode: IngressControllerMode::Strict,
-            selector: DEFAULT_INGRESS_SELECTOR.into(),
+            // Unset, as in Istio's defaults: `ingressService` can then name the routers.
+            selector: "".into(),
             service: DEFAULT_INGRESS_SERVICE.into(),
         }
     }

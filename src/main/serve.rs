@@ -151,11 +151,13 @@ pub(crate) struct ServeArgs {
     ingress_controller_mode: Option<meshpush::config::mesh::IngressControllerMode>,
     /// The `istio` label value of the routers that serve Ingresses
     /// (MeshConfig's ingressSelector).
-    /// Default: the mesh config's, else ingressgateway.
+    /// Default: the mesh config's, else the ingress Service's name when it
+    /// is not istio-ingressgateway, else ingressgateway.
     #[arg(long)]
     ingress_selector: Option<String>,
     /// The Service of istio-system whose addresses the served Ingresses
-    /// report in their status (MeshConfig's ingressService).
+    /// report in their status (MeshConfig's ingressService); without an
+    /// ingress selector, its name labels the routers that serve them.
     /// Default: the mesh config's, else istio-ingressgateway.
     #[arg(long, value_parser = non_empty)]
     ingress_service: Option<String>,

@@ -23,7 +23,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use serde::Deserialize;
 
 use super::ext_authz;
-use super::providers::{self, DefaultProvidersPatch, ExtensionProvider};
+use super::providers::{self, DefaultProvidersPatch, ExtensionProvider, ProviderUse};
 use super::proxy_config::ProxyConfig;
 use super::traffic::{
     self, ExportToDefaults, H2UpgradePolicy, InboundTrafficMode, OutboundTrafficMode, TrafficSettings,
@@ -187,7 +187,7 @@ impl MeshSettings {
             _ => return Err(format!("{file}: a mesh config is a mapping of MeshConfig's fields")),
         };
         let mut ignored = Vec::new();
-        let doc: Document = crate::config::parse::typed(value, &mut ignored)
+        let mut doc: Document = crate::config::parse::typed(value, &mut ignored)
             .map_err(|e| format!("{file}: {}: {}", if e.path.is_empty() { "." } else { &e.path }, e.message))?;
         let mut problems: Vec<Problem> = ignored.iter().map(|path| reported(file, path)).collect();
         let mode = doc
@@ -226,8 +226,32 @@ impl MeshSettings {
                 format!("{e}: Istio's default JSON labels are logged instead"),
             ));
         }
+        for (i, provider) in doc.extension_providers.iter_mut().flatten().enumerate() {
+            let kept = provider.kinds().last().copied().unwrap_or_default();
+            for kind in provider.keep_one_kind() {
+                let message =
+                    format!("is ignored: the provider also sets {kept}, the kind Istio keeps (a provider is one kind)");
+                problems.push(warning(file, &format!("extensionProviders[{i}].{kind}"), message));
+            }
+        }
         if let Some(all) = &doc.extension_providers {
             problems.extend(provider_problems(file, all));
+        }
+        if let Some(defaults) = &doc.default_providers {
+            let all = providers::merge_with_builtins(doc.extension_providers.as_deref().unwrap_or_default());
+            problems.extend(default_provider_problems(file, defaults, &all));
+        }
+        if mode == Some(IngressControllerMode::Off) {
+            for (path, set) in [
+                ("ingressClass", doc.ingress_class.is_some()),
+                ("ingressSelector", doc.ingress_selector.is_some()),
+                ("ingressService", doc.ingress_service.is_some()),
+            ] {
+                if set {
+                    let message = "has no effect: ingressControllerMode is OFF, so no Ingress is served".into();
+                    problems.push(warning(file, path, message));
+                }
+            }
         }
         if let Some(timeout) = doc.connect_timeout {
             traffic::check_connect_timeout(timeout).map_err(|e| format!("{file}: connectTimeout: {e}"))?;
@@ -453,9 +477,10 @@ pub fn check_trust_domain(domain: &str) -> Result<(), String> {
 
 /// What is wrong with extension providers, as istiod's validation warns
 /// (a provider it cannot use is ignored, and said to be): one without a
-/// name, a name given twice, a collector without a service or port, an
-/// external authorizer istiod's builder cannot use (and its fields that do
-/// not do what they say, `ext_authz::issues`).
+/// name, one a later one of the same name replaces, a kind that makes
+/// nothing, a collector without a service or port, what a provider sets
+/// that is not sent; and an external authorizer istiod's builder cannot
+/// use (and its fields that do not do what they say, `ext_authz::issues`).
 fn provider_problems(file: &str, all: &[ExtensionProvider]) -> Vec<Problem> {
     let warn = |path: String, message: String| warning(file, &path, message);
     let mut out = Vec::new();
@@ -463,21 +488,40 @@ fn provider_problems(file: &str, all: &[ExtensionProvider]) -> Vec<Problem> {
         let path = format!("extensionProviders[{i}]");
         if p.name.is_empty() {
             out.push(warn(format!("{path}.name"), "is empty: no Telemetry can name this provider".into()));
-        } else if all[..i].iter().any(|q| q.name == p.name) {
-            out.push(warn(format!("{path}.name"), format!("{:?} is named twice: the later one is used", p.name)));
+        } else if let Some(later) = all[i + 1..].iter().position(|q| q.name == p.name) {
+            let message = format!(
+                "is ignored: extensionProviders[{}] has the same name {:?} and replaces it, as in Istio",
+                i + 1 + later,
+                p.name
+            );
+            out.push(warn(path.clone(), message));
         }
         // Parsed so that a Telemetry naming them is told why they give
         // nothing; istiod generates nothing for either any more.
         if p.lightstep.is_some() {
             out.push(warn(
                 format!("{path}.lightstep"),
-                "Istio no longer generates a Lightstep tracer: this provider traces nothing (in Istio too)".into(),
+                "Istio no longer generates a Lightstep tracer: this provider has no effect (in Istio either)".into(),
             ));
         }
         if p.stackdriver.is_some() {
             out.push(warn(
                 format!("{path}.stackdriver"),
-                "Istio no longer generates anything for Stackdriver: this provider does nothing (in Istio too)".into(),
+                "Istio no longer generates anything for Stackdriver: this provider has no effect (in Istio either)"
+                    .into(),
+            ));
+        }
+        if p.prometheus.is_some() {
+            out.push(warn(
+                format!("{path}.prometheus"),
+                crate::config::problem::not_supported(Some(providers::METRICS_INSTEAD)),
+            ));
+        }
+        if p.skywalking.as_ref().is_some_and(|s| s.access_token.as_deref().is_some_and(|t| !t.is_empty())) {
+            out.push(warn(
+                format!("{path}.skywalking.accessToken"),
+                "is not sent: Istio's SkyWalking tracer names only the collector, and so does meshpush's (ignored)"
+                    .into(),
             ));
         }
         if let Some(authorizer) = p.authorizer() {
@@ -501,6 +545,35 @@ fn provider_problems(file: &str, all: &[ExtensionProvider]) -> Vec<Problem> {
                 out.push(warn(path.clone(), format!("port {port} is not a port: it is not used")));
             }
         }
+    }
+    out
+}
+
+/// What `defaultProviders` names that gives nothing, among the providers
+/// the mesh serves (`all`: the built-ins and the file's): a name no
+/// provider has or one of the wrong kind, a tracer after the first (istiod
+/// uses the first), and any metrics provider (meshpush makes no request
+/// metrics).
+fn default_provider_problems(file: &str, defaults: &DefaultProvidersPatch, all: &[ExtensionProvider]) -> Vec<Problem> {
+    let mut out = Vec::new();
+    for (i, name) in defaults.tracing.iter().flatten().enumerate() {
+        let path = format!("defaultProviders.tracing[{i}]");
+        if i > 0 {
+            out.push(warning(file, &path, "is not used: only the first tracing provider is, as in Istio".into()));
+        } else if let Some(why) = providers::unusable(all, name, ProviderUse::Tracing) {
+            let message = format!("{why}: where no Telemetry names a tracer, nothing is traced (as in Istio)");
+            out.push(warning(file, &path, message));
+        }
+    }
+    for (i, name) in defaults.access_logging.iter().flatten().enumerate() {
+        if let Some(why) = providers::unusable(all, name, ProviderUse::AccessLog) {
+            let path = format!("defaultProviders.accessLogging[{i}]");
+            out.push(warning(file, &path, format!("{why}: ignored, as in Istio")));
+        }
+    }
+    if defaults.metrics.as_ref().is_some_and(|m| !m.is_empty()) {
+        let message = crate::config::problem::not_supported(Some(providers::METRICS_INSTEAD));
+        out.push(warning(file, "defaultProviders.metrics", message));
     }
     out
 }

@@ -11,9 +11,11 @@
 //!
 //! The external authorizers CUSTOM AuthorizationPolicies name
 //! (`envoyExtAuthzHttp`, `envoyExtAuthzGrpc`) are modelled in
-//! `super::ext_authz`. A provider of a kind not modelled here (`sds`,
+//! `super::ext_authz`. A provider of a kind not modelled at all (`sds`,
 //! `opencensus`) parses, keeps its name, and is reported by the file reader
-//! with its path like any field meshpush does not apply.
+//! with its path like any field meshpush does not apply. A provider is one
+//! kind (a oneof in Istio's API): of several, the reader keeps the one
+//! istiod keeps ([`ExtensionProvider::keep_one_kind`]).
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -323,6 +325,30 @@ pub fn find<'a>(providers: &'a [ExtensionProvider], name: &str) -> Option<&'a Ex
     providers.iter().find(|p| p.name.eq_ignore_ascii_case(name))
 }
 
+/// What a user of Istio's request metrics gets instead (the `prometheus`
+/// provider, a Telemetry's `metrics`, `defaultProviders.metrics`).
+pub const METRICS_INSTEAD: &str = "Istio's request metrics (istio_requests_total, …) come from the istio.stats \
+filter of Istio's own Envoy build, which upstream Envoy 1.40 does not have: nothing of this is applied, and each \
+proxy's own per-cluster and per-listener statistics on its admin /stats/prometheus are what is served instead";
+
+/// Why the provider `name` gives nothing where it is wanted as `wanted`,
+/// among the providers a mesh serves (`all`), if it does not: no provider
+/// has the name, it is of another kind, or it is Lightstep, which istiod
+/// no longer generates a tracer for. Whether its collector is a service of
+/// the mesh is the registry's to say.
+pub fn unusable(all: &[ExtensionProvider], name: &str, wanted: ProviderUse) -> Option<String> {
+    let Some(provider) = find(all, name) else {
+        return Some(format!("the mesh config defines no extension provider {name:?}"));
+    };
+    if provider.used_for() != wanted {
+        return Some(format!("provider {name:?} is not a {} provider", wanted.as_str()));
+    }
+    if provider.lightstep.is_some() {
+        return Some(format!("provider {name:?} is Lightstep, which Istio no longer generates a tracer for"));
+    }
+    None
+}
+
 /// What an extension provider is for, as its kind says.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ProviderUse {
@@ -338,7 +364,69 @@ pub enum ProviderUse {
     Other,
 }
 
+impl ProviderUse {
+    /// The use in words (`access log`), as messages name it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ProviderUse::Tracing => "tracing",
+            ProviderUse::AccessLog => "access log",
+            ProviderUse::Metrics => "metrics",
+            ProviderUse::Authorization => "authorization",
+            ProviderUse::Other => "matching",
+        }
+    }
+}
+
 impl ExtensionProvider {
+    /// The kinds it sets, by their field names, in the order of Istio's
+    /// API (its `provider` oneof).
+    pub fn kinds(&self) -> Vec<&'static str> {
+        [
+            ("envoyExtAuthzHttp", self.envoy_ext_authz_http.is_some()),
+            ("envoyExtAuthzGrpc", self.envoy_ext_authz_grpc.is_some()),
+            ("zipkin", self.zipkin.is_some()),
+            ("lightstep", self.lightstep.is_some()),
+            ("datadog", self.datadog.is_some()),
+            ("stackdriver", self.stackdriver.is_some()),
+            ("skywalking", self.skywalking.is_some()),
+            ("opentelemetry", self.opentelemetry.is_some()),
+            ("prometheus", self.prometheus.is_some()),
+            ("envoyFileAccessLog", self.envoy_file_access_log.is_some()),
+            ("envoyHttpAls", self.envoy_http_als.is_some()),
+            ("envoyTcpAls", self.envoy_tcp_als.is_some()),
+            ("envoyOtelAls", self.envoy_otel_als.is_some()),
+        ]
+        .into_iter()
+        .filter_map(|(kind, set)| set.then_some(kind))
+        .collect()
+    }
+
+    /// Keeps the one kind Istio keeps of a provider that sets several: its
+    /// `provider` is a oneof, and istiod's reader keeps the last kind in
+    /// the API's order. Returns the kinds dropped.
+    pub fn keep_one_kind(&mut self) -> Vec<&'static str> {
+        let kinds = self.kinds();
+        let Some((_, dropped)) = kinds.split_last() else { return Vec::new() };
+        for kind in dropped {
+            match *kind {
+                "envoyExtAuthzHttp" => self.envoy_ext_authz_http = None,
+                "envoyExtAuthzGrpc" => self.envoy_ext_authz_grpc = None,
+                "zipkin" => self.zipkin = None,
+                "lightstep" => self.lightstep = None,
+                "datadog" => self.datadog = None,
+                "stackdriver" => self.stackdriver = None,
+                "skywalking" => self.skywalking = None,
+                "opentelemetry" => self.opentelemetry = None,
+                "prometheus" => self.prometheus = None,
+                "envoyFileAccessLog" => self.envoy_file_access_log = None,
+                "envoyHttpAls" => self.envoy_http_als = None,
+                "envoyTcpAls" => self.envoy_tcp_als = None,
+                _ => self.envoy_otel_als = None,
+            }
+        }
+        dropped.to_vec()
+    }
+
     /// What the provider is for.
     pub fn used_for(&self) -> ProviderUse {
         if self.envoy_file_access_log.is_some()

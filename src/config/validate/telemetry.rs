@@ -4,11 +4,7 @@
 
 use super::Checker;
 use crate::config::istio::{METRICS, Telemetry, WORKLOAD_MODES};
-
-/// What a user gets instead of Istio's request metrics.
-const METRICS_INSTEAD: &str = "Istio's request metrics (istio_requests_total, …) come from the istio.stats filter of \
-Istio's own Envoy build, which upstream Envoy 1.40 does not have: nothing of this is applied, and each proxy's own \
-per-cluster and per-listener statistics on its admin /stats/prometheus are what is served instead";
+use crate::config::mesh::providers::METRICS_INSTEAD;
 
 pub(super) fn telemetry(check: &mut Checker, telemetry: &Telemetry) {
     let spec = &telemetry.spec;

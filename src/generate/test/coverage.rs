@@ -5,7 +5,7 @@
 //! `tests/data/api-coverage/<kind>.yaml` holds variants of one kind that
 //! together set every field the API table (`config/istio/api_fields.txt`,
 //! from istio/api) lists for it. Each variant is applied alone on top of
-//! `base.yaml` (and `support.yaml` where its references need it), with the
+//! `base.yaml` (and a support file where its references need it), with the
 //! mesh config the kind needs (Telemetry: providers to name), and the
 //! configuration of four proxies is generated: sidecars `client-v1` and
 //! `client-v2` of namespace `cov` (in two localities), `client-other` of
@@ -18,6 +18,13 @@
 //! the test. A short list,
 //! [`NO_EFFECT`], names the fields that change nothing in Istio's
 //! configuration either, with the reason.
+//!
+//! Istio's mesh config is a kind here too (`MeshConfig`, its paths from
+//! the top as the table writes them): a variant's `spec` is read as
+//! `serve --mesh-config` reads a file without Kubernetes, the objects are
+//! served with it, and its reader's problems are the variant's own. Some of
+//! its `defaultConfig` only `meshpush agent` applies, so for a mesh config
+//! what the agent runs for a sidecar ([`agent_run`]) is compared too.
 
 use std::collections::BTreeSet;
 use std::path::Path;
@@ -25,9 +32,10 @@ use std::path::Path;
 use serde_yaml_ng::{Mapping, Value};
 
 use super::*;
-use crate::config::Problem;
 use crate::config::istio::api;
+use crate::config::mesh::{MeshConfig, MeshSettings};
 use crate::config::parse::parse_documents;
+use crate::config::{Problem, Severity, SourceRef};
 use crate::generate::sds;
 use crate::model::{Locality, check_references};
 use crate::push::scope::endpoint_view;
@@ -73,9 +81,9 @@ fn secrets() -> &'static str {
 /// providers (their collector is `web` of `cov`), AuthorizationPolicy's
 /// CUSTOM ones external authorizers (at `web` too); the rest Istio's
 /// defaults.
-fn mesh_for(kind: &str) -> crate::config::mesh::MeshConfig {
+fn mesh_for(kind: &str) -> MeshConfig {
     match kind {
-        "AuthorizationPolicy" => crate::config::mesh::MeshSettings::parse(
+        "AuthorizationPolicy" => MeshSettings::parse(
             "coverage mesh",
             "extensionProviders:\n\
              - {name: opa, envoyExtAuthzHttp: {service: web.cov.svc.cluster.local, port: 8080}}\n\
@@ -83,7 +91,7 @@ fn mesh_for(kind: &str) -> crate::config::mesh::MeshConfig {
         )
         .expect("the coverage mesh config parses")
         .mesh_config(),
-        "Telemetry" => crate::config::mesh::MeshSettings::parse(
+        "Telemetry" => MeshSettings::parse(
             "coverage mesh",
             "extensionProviders:\n\
              - {name: zipkin, zipkin: {service: web.cov.svc.cluster.local, port: 8080}}\n\
@@ -100,9 +108,89 @@ fn mesh_for(kind: &str) -> crate::config::mesh::MeshConfig {
 fn support_for(kind: &str) -> &'static [&'static str] {
     match kind {
         "VirtualService" | "Sidecar" => &["support.yaml"],
+        "MeshConfig" => &["mesh-support.yaml"],
         _ => &[],
     }
 }
+
+/// The file name a MeshConfig variant is read as.
+const MESH_FILE: &str = "coverage mesh";
+
+/// What a variant is served with: the mesh config, what reading it said,
+/// and whether what the agent runs by it is compared.
+struct Served {
+    mesh: MeshConfig,
+    /// The mesh config reader's problems (`object: None`: a MeshConfig
+    /// variant's own).
+    problems: Vec<Problem>,
+    /// Whether [`agent_run`] is part of what is compared.
+    agent: bool,
+}
+
+impl Served {
+    /// The fixed mesh config of a kind's variants.
+    fn for_kind(kind: &str) -> Served {
+        Served { mesh: mesh_for(kind), problems: Vec::new(), agent: false }
+    }
+
+    /// A MeshConfig variant's `spec`, read as `serve` reads its mesh config
+    /// file without Kubernetes. A refused file is served as Istio's
+    /// defaults, and its error reports every field it sets.
+    fn read(spec: &Value) -> Served {
+        let text = serde_yaml_ng::to_string(spec).expect("a YAML value serializes");
+        match MeshSettings::parse(MESH_FILE, &text) {
+            Ok(settings) => {
+                let settings = settings.without_kubernetes(MESH_FILE);
+                Served { mesh: settings.mesh_config(), problems: settings.problems, agent: true }
+            }
+            Err(message) => {
+                let refused = Problem {
+                    severity: Severity::Error,
+                    source: SourceRef { file: MESH_FILE.into(), doc: 0 },
+                    object: None,
+                    path: String::new(),
+                    message,
+                };
+                Served { mesh: MeshConfig::default(), problems: vec![refused], agent: true }
+            }
+        }
+    }
+}
+
+/// What `meshpush agent`, its flags left at their defaults, runs for the
+/// sidecar `client-v1` by the mesh's `defaultConfig`: the bootstrap it
+/// writes, how it runs and stops Envoy, and the upstream it dials. The
+/// bootstrap's `PROXY_CONFIG` metadata is left out: it repeats every field
+/// the ProxyConfig models, applied or not, so it would prove nothing.
+fn agent_run(mesh: &MeshConfig) -> Vec<u8> {
+    use crate::agent::envoy::EnvoyCommand;
+    let config = (*mesh.default_proxy_config).clone();
+    let mut opts = crate::bootstrap::BootstrapOptions::new(CLIENT_V1, "unix:./etc/istio/proxy/XDS");
+    opts.sds_socket = Some("./etc/istio/proxy/SDS".into());
+    opts.proxy_config = Some(config.clone());
+    let bootstrap = match crate::bootstrap::render(&opts) {
+        Ok(text) => {
+            let mut doc: Value = serde_yaml_ng::from_str(&text).expect("the bootstrap is YAML");
+            let metadata = doc["node"]["metadata"].as_mapping_mut().expect("the node has metadata");
+            metadata.remove(crate::config::mesh::proxy_config::PROXY_CONFIG_METADATA).expect("it is sent");
+            yaml(&[doc])
+        }
+        Err(e) => e.to_string(),
+    };
+    let command = EnvoyCommand::new(
+        "envoy".into(),
+        "envoy-bootstrap.yaml".into(),
+        15000,
+        &config,
+        crate::model::ProxyKind::Sidecar,
+        Vec::new(),
+    );
+    let upstream = crate::agent::upstream::DiscoveryAddress::of(&config).map(|a| a.to_string());
+    format!("{bootstrap}\n{command:?}\n{:?}\n{upstream:?}\n", command.args()).into_bytes()
+}
+
+/// The node id of the sidecar `client-v1`.
+const CLIENT_V1: &str = "sidecar~10.50.0.1~client-v1.cov~cov.svc.cluster.local";
 
 fn dir() -> std::path::PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/api-coverage")
@@ -126,11 +214,7 @@ fn kind_of(doc: &Value) -> &str {
 /// The proxies whose configuration is compared, with a VM's proxy that
 /// registers into WorkloadGroup `group` when one is given.
 fn proxies(group: Option<&str>) -> Vec<crate::model::Proxy> {
-    let mut v1 = proxy(
-        "sidecar~10.50.0.1~client-v1.cov~cov.svc.cluster.local",
-        "REDIRECT",
-        &[("app", "client"), ("version", "v1")],
-    );
+    let mut v1 = proxy(CLIENT_V1, "REDIRECT", &[("app", "client"), ("version", "v1")]);
     v1.locality = Locality::parse("us-east/zone-a");
     // Holds a workload certificate (its bootstrap has `sds-grpc`): mesh mTLS
     // reaches its configuration; the other sidecars stay plain text.
@@ -159,10 +243,11 @@ fn proxies(group: Option<&str>) -> Vec<crate::model::Proxy> {
     all
 }
 
-/// Everything generated for the proxies from `text`, encoded, followed by
-/// what validation said (a removed field that changes either was read);
-/// and the problems.
-fn generate(text: &str, group: Option<&str>, mesh: &crate::config::mesh::MeshConfig) -> (Vec<u8>, Vec<Problem>) {
+/// Everything generated for the proxies from `text` served with `served`,
+/// encoded, then what the agent runs (where compared) and what validation
+/// said (a removed field that changes any of it was read); and the problems.
+fn generate(text: &str, group: Option<&str>, served: &Served) -> (Vec<u8>, Vec<Problem>) {
+    let mesh = &served.mesh;
     let text = format!("{text}\n---\n{}", secrets());
     let parsed = parse_documents("coverage.yaml", &text);
     let store = ConfigStore::new();
@@ -180,6 +265,7 @@ fn generate(text: &str, group: Option<&str>, mesh: &crate::config::mesh::MeshCon
         .collect();
     store.apply(registered);
     let mut problems = parsed.problems;
+    problems.extend(served.problems.iter().cloned());
     problems.extend(check_references(&store.snapshot()));
     problems.extend(crate::model::check_telemetry(&store.snapshot(), mesh));
     problems.extend(crate::model::check_ext_authz(&store.snapshot(), mesh));
@@ -209,6 +295,9 @@ fn generate(text: &str, group: Option<&str>, mesh: &crate::config::mesh::MeshCon
             }
         }
     }
+    if served.agent {
+        out.extend(agent_run(mesh));
+    }
     let mut said: Vec<String> = problems.iter().map(ToString::to_string).collect();
     said.sort();
     out.extend(said.join("\n").into_bytes());
@@ -231,9 +320,16 @@ enum Step {
 }
 
 /// Every leaf of `value` below `prefix`, naming map entries `*` where the
-/// table says the field is a map.
+/// table says the field is a map. A field whose value is an empty mapping
+/// is a leaf: a message without fields (`prometheus: {}`) is set by being
+/// there. (An empty item of a list is an entry of the list, not a field.)
 fn leaves(fields: &BTreeSet<String>, value: &Value, leaf: Leaf, out: &mut Vec<Leaf>) {
     match value {
+        Value::Mapping(map)
+            if map.is_empty() && leaf.steps.len() > 1 && matches!(leaf.steps.last(), Some(Step::Key(_))) =>
+        {
+            out.push(leaf)
+        }
         Value::Mapping(map) => {
             for (k, v) in map {
                 // A map may be keyed by numbers (`portLevelMtls`).
@@ -300,8 +396,9 @@ fn reported(problems: &[Problem], name: &str, leaf: &Leaf) -> bool {
         if mine && p.is_error() {
             return true;
         }
-        let drops =
-            ["ignored", "not supported", "skipped", "not used", "not routed"].iter().any(|w| p.message.contains(w));
+        let drops = ["ignored", "not supported", "skipped", "not used", "not routed", "not applied", "no effect"]
+            .iter()
+            .any(|w| p.message.contains(w));
         mine && (p.path == leaf.concrete
             || (drops
                 && (p.path.is_empty()
@@ -327,8 +424,11 @@ fn every_field_of_istio_s_api_is_applied_or_reported() {
         ("RequestAuthentication", "request-authentication.yaml"),
         ("Telemetry", "telemetry.yaml"),
         ("ProxyConfig", "proxy-config.yaml"),
+        ("MeshConfig", "mesh-config.yaml"),
     ] {
-        let mesh = mesh_for(kind);
+        // A mesh config is not an object of the store: its paths start at
+        // the top, and each variant is served as the mesh config.
+        let mesh_config = kind == "MeshConfig";
         let fields: BTreeSet<String> = api::fields(kind).into_iter().collect();
         let docs = documents(&std::fs::read_to_string(dir().join(file)).unwrap());
         let support: String = support_for(kind)
@@ -338,20 +438,32 @@ fn every_field_of_istio_s_api_is_applied_or_reported() {
             .join("---\n");
         let (variants, helpers): (Vec<&Value>, Vec<&Value>) = docs.iter().partition(|d| kind_of(d) == kind);
         assert!(!variants.is_empty(), "{file} has no {kind}");
+        let fixed = (!mesh_config).then(|| Served::for_kind(kind));
         let mut seen: BTreeSet<String> = BTreeSet::new();
         for variant in variants {
             let name = variant["metadata"]["name"].as_str().unwrap_or_default().to_string();
             let helpers: Vec<Value> = helpers.iter().map(|h| (*h).clone()).collect();
-            let text_with = |doc: &Value| {
-                let mut all = helpers.clone();
-                all.push(doc.clone());
-                format!("{base}\n---\n{support}\n---\n{}", yaml(&all))
-            };
             let group = (kind == "WorkloadGroup").then_some(name.as_str());
-            let (baseline, problems) = generate(&text_with(variant), group, &mesh);
+            let generate_for = |doc: &Value| {
+                let mut all = helpers.clone();
+                let own;
+                let served = match &fixed {
+                    Some(fixed) => {
+                        all.push(doc.clone());
+                        fixed
+                    }
+                    None => {
+                        own = Served::read(&doc["spec"]);
+                        &own
+                    }
+                };
+                generate(&format!("{base}\n---\n{support}\n---\n{}", yaml(&all)), group, served)
+            };
+            let (baseline, problems) = generate_for(variant);
             let spec = variant.get("spec").cloned().unwrap_or(Value::Mapping(Mapping::new()));
             let mut found = Vec::new();
-            let root = Leaf { concrete: "spec".into(), table: "spec".into(), steps: vec![Step::Key("spec".into())] };
+            let top = if mesh_config { "" } else { "spec" };
+            let root = Leaf { concrete: top.into(), table: top.into(), steps: vec![Step::Key("spec".into())] };
             leaves(&fields, &spec, root, &mut found);
             for leaf in found {
                 let mut table = leaf.table.clone();
@@ -369,7 +481,7 @@ fn every_field_of_istio_s_api_is_applied_or_reported() {
                 if NO_EFFECT.iter().any(|(k, p, _)| *k == kind && *p == leaf.table) {
                     continue;
                 }
-                let (changed, _) = generate(&text_with(&without(variant, &leaf.steps)), group, &mesh);
+                let (changed, _) = generate_for(&without(variant, &leaf.steps));
                 if changed == baseline {
                     failures.push(format!("{kind} {name}: {} is neither applied nor reported", leaf.concrete));
                 }
@@ -390,7 +502,7 @@ fn every_field_of_istio_s_api_is_applied_or_reported() {
 fn a_custom_policy_s_provider_is_applied() {
     let base = std::fs::read_to_string(dir().join("base.yaml")).unwrap();
     let docs = documents(&std::fs::read_to_string(dir().join("authorization-policy.yaml")).unwrap());
-    let mesh = mesh_for("AuthorizationPolicy");
+    let mesh = Served::for_kind("AuthorizationPolicy");
     let (custom, helpers): (Vec<&Value>, Vec<&Value>) =
         docs.iter().partition(|d| d["spec"]["action"].as_str() == Some("CUSTOM"));
     let helpers: Vec<Value> = helpers.into_iter().filter(|d| kind_of(d) != "AuthorizationPolicy").cloned().collect();

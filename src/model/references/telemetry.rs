@@ -57,31 +57,15 @@ fn provider_problem(mesh: &MeshConfig, registry: &Registry, name: &str, wanted: 
         ProviderUse::AccessLog => "nothing is logged by it",
         _ => "it gives nothing",
     };
-    let Some(provider) = providers::find(&mesh.extension_providers, name) else {
-        return Some(format!("the mesh config defines no extension provider {name:?}: {what}"));
-    };
-    if provider.used_for() != wanted {
-        return Some(format!("provider {name:?} is not a {} provider: {what}", use_name(wanted)));
+    if let Some(why) = providers::unusable(&mesh.extension_providers, name, wanted) {
+        return Some(format!("{why}: {what}"));
     }
-    if provider.lightstep.is_some() {
-        return Some(format!("provider {name:?} is Lightstep, which Istio no longer generates a tracer for: {what}"));
-    }
-    let (service, _) = provider.collector()?;
+    let (service, _) = providers::find(&mesh.extension_providers, name)?.collector()?;
     let host = service.split_once('/').map_or(service, |(_, host)| host);
     if !registry.hosts.contains(&Hostname::from(host)) {
         return Some(format!("the collector {service:?} of provider {name:?} is not a service of the mesh: {what}"));
     }
     None
-}
-
-fn use_name(wanted: ProviderUse) -> &'static str {
-    match wanted {
-        ProviderUse::Tracing => "tracing",
-        ProviderUse::AccessLog => "access log",
-        ProviderUse::Metrics => "metrics",
-        ProviderUse::Authorization => "authorization",
-        ProviderUse::Other => "matching",
-    }
 }
 
 #[cfg(test)]

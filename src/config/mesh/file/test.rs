@@ -208,7 +208,100 @@ fn providers_istio_generates_nothing_for_are_reported() {
     let settings = MeshSettings::parse("mesh.yaml", text).unwrap();
     let paths: Vec<&str> = problem_paths(&settings).into_iter().map(|(p, _)| p).collect();
     assert_eq!(paths, ["extensionProviders[0].lightstep", "extensionProviders[1].stackdriver"]);
-    assert!(settings.problems.iter().all(|p| p.message.contains("in Istio too")));
+    assert!(settings.problems.iter().all(|p| p.message.contains("has no effect (in Istio either)")));
+}
+
+#[test]
+fn what_the_providers_set_and_meshpush_does_not_send_or_make_is_reported() {
+    let text = "extensionProviders:\n- name: sw\n  skywalking: {service: sw.example.com, port: 11800, accessToken: t}\n\
+                - name: prom\n  prometheus: {}\n";
+    let settings = MeshSettings::parse("mesh.yaml", text).unwrap();
+    let found = problem_paths(&settings);
+    assert_eq!(found[0].0, "extensionProviders[0].skywalking.accessToken");
+    assert!(found[0].1.starts_with("is not sent"), "{found:?}");
+    assert_eq!(found[1].0, "extensionProviders[1].prometheus");
+    assert!(found[1].1.contains("istio.stats"), "{found:?}");
+    assert_eq!(found.len(), 2, "{found:?}");
+}
+
+#[test]
+fn default_providers_that_give_nothing_are_reported_with_what_happens() {
+    let text = "extensionProviders:\n- name: zipkin\n  zipkin: {service: zipkin.example.com, port: 9411}\n\
+                defaultProviders:\n  tracing: [envoy, zipkin]\n  accessLogging: [envoy, zipkin, nosuch, ENVOY]\n  \
+                metrics: [prometheus]\n";
+    let settings = MeshSettings::parse("mesh.yaml", text).unwrap();
+    let found = problem_paths(&settings);
+    let paths: Vec<&str> = found.iter().map(|(p, _)| *p).collect();
+    assert_eq!(
+        paths,
+        [
+            "defaultProviders.tracing[0]",
+            "defaultProviders.tracing[1]",
+            "defaultProviders.accessLogging[1]",
+            "defaultProviders.accessLogging[2]",
+            "defaultProviders.metrics",
+        ],
+        "built-ins count, names ignore case: {found:#?}"
+    );
+    assert!(found[0].1.starts_with("provider \"envoy\" is not a tracing provider: where no Telemetry"));
+    assert!(found[1].1.contains("only the first tracing provider"));
+    assert!(found[3].1.starts_with("the mesh config defines no extension provider \"nosuch\": ignored"));
+    assert!(found[4].1.contains("istio.stats"));
+    // The metrics list Istio's chart writes is reported alone, and no list is no problem.
+    let chart = MeshSettings::parse(
+        "mesh.yaml",
+        "defaultProviders: {metrics: [prometheus]}
+",
+    )
+    .unwrap();
+    assert_eq!(chart.problems.len(), 1);
+    assert!(
+        MeshSettings::parse(
+            "mesh.yaml",
+            "defaultProviders: {metrics: []}
+"
+        )
+        .unwrap()
+        .problems
+        .is_empty()
+    );
+}
+
+#[test]
+fn ingress_settings_under_mode_off_are_reported_as_without_effect() {
+    let text = "ingressControllerMode: \"OFF\"\ningressClass: edge\ningressService: edge-gw\n";
+    let settings = MeshSettings::parse("mesh.yaml", text).unwrap();
+    let found = problem_paths(&settings);
+    assert_eq!(found.iter().map(|(p, _)| *p).collect::<Vec<_>>(), ["ingressClass", "ingressService"]);
+    assert!(found.iter().all(|(_, m)| m.contains("has no effect: ingressControllerMode is OFF")));
+    let on = MeshSettings::parse("mesh.yaml", "ingressControllerMode: STRICT\ningressClass: edge\n").unwrap();
+    assert!(on.problems.is_empty());
+}
+
+#[test]
+fn an_ingress_service_of_its_own_names_the_routers_when_no_selector_does() {
+    let routers =
+        |text: &str| MeshSettings::parse("mesh.yaml", text).unwrap().mesh_config().ingress.router_label().to_string();
+    assert_eq!(routers(""), "ingressgateway", "Istio's default routers");
+    assert_eq!(routers("ingressService: edge-gw\n"), "edge-gw");
+    assert_eq!(routers("ingressService: edge-gw\ningressSelector: edge\n"), "edge");
+    assert_eq!(routers("ingressService: istio-ingressgateway\n"), "ingressgateway");
+}
+
+#[test]
+fn a_provider_of_several_kinds_keeps_istio_s_and_one_named_again_is_replaced() {
+    let text = "extensionProviders:\n- name: t\n  zipkin: {service: z.example.com, port: 9411}\n\
+                - name: t\n  envoyOtelAls: {service: o.example.com, port: 4317}\n  \
+                zipkin: {service: z.example.com, port: 9411}\n  datadog: {service: d.example.com, port: 8126}\n";
+    let settings = MeshSettings::parse("mesh.yaml", text).unwrap();
+    let found = problem_paths(&settings);
+    let paths: Vec<&str> = found.iter().map(|(p, _)| *p).collect();
+    assert_eq!(paths, ["extensionProviders[1].zipkin", "extensionProviders[1].datadog", "extensionProviders[0]"]);
+    assert!(found[0].1.contains("also sets envoyOtelAls, the kind Istio keeps"), "{found:?}");
+    assert!(found[2].1.contains("extensionProviders[1] has the same name \"t\" and replaces it"), "{found:?}");
+    let mesh = settings.mesh_config();
+    let kept = providers::find(&mesh.extension_providers, "t").unwrap();
+    assert_eq!(kept.kinds(), ["envoyOtelAls"], "the later provider, of the kind Istio keeps");
 }
 
 #[test]

@@ -269,18 +269,41 @@ fn or_default(value: &str, default: &str) -> Arc<str> {
     Arc::from(if value.is_empty() { default } else { value })
 }
 
-/// Headers as sent: a value, or the environment variable's (read here, as
-/// istiod reads them in its own environment).
+/// Headers as sent: a value, or the environment variable's, read here as
+/// istiod reads it in its own environment (unset, the header is sent empty,
+/// as istiod sends it).
 fn headers(headers: &[ProviderHeader]) -> Vec<(Arc<str>, Arc<str>)> {
     headers
         .iter()
-        .filter_map(|h| {
+        .map(|h| {
             let value = match (&h.value, &h.env_name) {
                 (Some(v), _) => v.clone(),
-                (None, Some(env)) => std::env::var(env).ok()?,
-                (None, None) => return None,
+                (None, Some(env)) => std::env::var(env).unwrap_or_default(),
+                (None, None) => String::new(),
             };
-            Some((Arc::from(h.name.as_str()), Arc::from(value)))
+            (Arc::from(h.name.as_str()), Arc::from(value))
         })
         .collect()
+}
+
+#[cfg(test)]
+mod test {
+    use super::*;
+
+    #[test]
+    fn a_header_from_an_unset_variable_is_sent_empty_as_istiod_sends_it() {
+        let header = |value: Option<&str>, env: Option<&str>| ProviderHeader {
+            name: "x-h".into(),
+            value: value.map(Into::into),
+            env_name: env.map(Into::into),
+        };
+        let sent = headers(&[
+            header(Some("v"), None),
+            header(None, Some("MESHPUSH_TEST_VARIABLE_NOBODY_SETS")),
+            header(None, Some("PATH")),
+        ]);
+        let values: Vec<&str> = sent.iter().map(|(_, v)| &**v).collect();
+        assert_eq!(values[..2], ["v", ""]);
+        assert_eq!(values[2], std::env::var("PATH").unwrap(), "istiod's own environment");
+    }
 }
