@@ -288,6 +288,15 @@ fn agent(args: AgentArgs) -> Result<meshpush::agent::AgentOptions, String> {
         }
     }
     config.check().map_err(|(path, why)| format!("the ProxyConfig's {path} (or its flag): {why}"))?;
+    // pilot-agent reads it from its environment, which the injector fills
+    // from proxyMetadata: either turns it on here.
+    let xds_proxy_config = match std::env::var(PROXY_CONFIG_XDS_AGENT)
+        .ok()
+        .or_else(|| config.proxy_metadata.get(PROXY_CONFIG_XDS_AGENT).cloned())
+    {
+        Some(value) => meshpush::os::parse_switch(&value).map_err(|e| format!("{PROXY_CONFIG_XDS_AGENT}: {e}"))?,
+        None => false,
+    };
     Ok(meshpush::agent::AgentOptions {
         node_id: args.node.node_id,
         discovery_address: meshpush::agent::upstream::DiscoveryAddress::of(&config)
@@ -311,8 +320,12 @@ fn agent(args: AgentArgs) -> Result<meshpush::agent::AgentOptions, String> {
         status_addr: args.status_addr,
         proxy_config: config,
         envoy_args: args.envoy_args,
+        xds_proxy_config,
     })
 }
+
+/// pilot-agent's switch for PCDS (the mesh's extra roots).
+const PROXY_CONFIG_XDS_AGENT: &str = "PROXY_CONFIG_XDS_AGENT";
 
 fn parse_duration(s: &str) -> Result<Duration, String> {
     s.parse::<meshpush::config::Duration>().map(|d| d.0).map_err(|e| e.to_string())
@@ -476,12 +489,12 @@ fn bootstrap(args: BootstrapArgs) -> Result<String, meshpush::bootstrap::Bootstr
     meshpush::bootstrap::render(&opts)
 }
 
-/// A flag value that must not be empty.
 /// A trust domain as Istio's mesh config validation takes one.
 fn trust_domain(value: &str) -> Result<String, String> {
     meshpush::config::mesh::file::check_trust_domain(value).map(|()| value.to_string())
 }
 
+/// A flag value that must not be empty.
 fn non_empty(value: &str) -> Result<String, String> {
     if value.is_empty() { Err("must not be empty".to_string()) } else { Ok(value.to_string()) }
 }

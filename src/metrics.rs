@@ -192,7 +192,7 @@ impl<M: TypedMetric> TypedMetric for PerType<M> {
 
 /// Types in the order Istio's dashboards list them.
 pub(crate) const SHORT_ORDER: [TypeUrl; TypeUrl::COUNT] =
-    [TypeUrl::Cluster, TypeUrl::Endpoint, TypeUrl::Listener, TypeUrl::Route, TypeUrl::Secret];
+    [TypeUrl::Cluster, TypeUrl::Endpoint, TypeUrl::Listener, TypeUrl::Route, TypeUrl::Secret, TypeUrl::ProxyConfig];
 
 /// Every metric meshpush records as events happen. See the module docs.
 #[derive(Debug)]

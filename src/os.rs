@@ -1,7 +1,8 @@
 //! What the long-running commands ask of the operating system: Unix
-//! sockets to listen on and the signals that end them. `meshpush serve`
-//! and `meshpush agent` both use these, so both behave alike when a socket
-//! file is left over or the process is told to stop.
+//! sockets to listen on, the signals that end them, and the switches their
+//! environment sets. `meshpush serve` and `meshpush agent` both use these,
+//! so both behave alike when a socket file is left over, the process is
+//! told to stop, or an Istio feature variable is set.
 
 use std::io;
 use std::path::Path;
@@ -31,5 +32,26 @@ pub async fn shutdown_signal() {
     tokio::select! {
         _ = ctrl_c => {}
         _ = term.recv() => {}
+    }
+}
+
+/// A boolean switch as istiod and pilot-agent read their feature variables
+/// (Go's `strconv.ParseBool`): `1`, `t`, `T`, `true`, `TRUE`, `True`, and
+/// the same spellings of false.
+pub fn parse_switch(value: &str) -> Result<bool, String> {
+    match value {
+        "1" | "t" | "T" | "true" | "TRUE" | "True" => Ok(true),
+        "0" | "f" | "F" | "false" | "FALSE" | "False" => Ok(false),
+        _ => Err(format!("{value:?} is not a boolean (true, false, 1, 0, t, f)")),
+    }
+}
+
+#[cfg(test)]
+mod switch_test {
+    #[test]
+    fn switches_read_as_go_reads_them() {
+        assert_eq!(super::parse_switch("True"), Ok(true));
+        assert_eq!(super::parse_switch("0"), Ok(false));
+        assert!(super::parse_switch("yes").is_err(), "Go refuses yes");
     }
 }

@@ -31,7 +31,7 @@ pub const VERSION: &str = env!("CARGO_PKG_VERSION");
 
 /// Types in `istioctl proxy-status` column order.
 const STATUS_ORDER: [TypeUrl; TypeUrl::COUNT] =
-    [TypeUrl::Cluster, TypeUrl::Listener, TypeUrl::Endpoint, TypeUrl::Route, TypeUrl::Secret];
+    [TypeUrl::Cluster, TypeUrl::Listener, TypeUrl::Endpoint, TypeUrl::Route, TypeUrl::Secret, TypeUrl::ProxyConfig];
 
 /// One type of one stream in `/debug/syncz`.
 #[derive(Debug, Clone, Serialize, Deserialize)]

@@ -10,6 +10,13 @@
 //! disconnect. Envoy keeps serving the config it has meanwhile, as it
 //! would when reconnecting itself.
 //!
+//! With PCDS on ([`AdsProxy::with_trust_bundle`]), the agent asks for PCDS
+//! itself once Envoy has first asked for listeners, as pilot-agent does.
+//! It keeps that subscription across upstream streams like Envoy's own,
+//! answers its responses itself (an ACK, or a NACK for one it cannot read)
+//! and hands their roots to SDS ([`super::trust_bundle`]); Envoy never sees
+//! them.
+//!
 //! Invariants: requests reach meshpush in the order Envoy sent them, after
 //! the requests that restore a new stream; each Envoy stream has its own
 //! upstream stream; one Envoy stream ending ends its upstream stream.
@@ -24,6 +31,8 @@ use envoy_types::pb::envoy::service::discovery::v3::aggregated_discovery_service
 use envoy_types::pb::envoy::service::discovery::v3::{
     DeltaDiscoveryRequest, DeltaDiscoveryResponse, DiscoveryRequest, DiscoveryResponse,
 };
+use envoy_types::pb::google::protobuf::Any;
+use envoy_types::pb::google::rpc;
 use futures::future::BoxFuture;
 use parking_lot::Mutex;
 use tokio::sync::{Notify, mpsc, watch};
@@ -33,7 +42,9 @@ use tonic::{Request, Response, Status, Streaming};
 
 use super::ResponseStream;
 use super::subscriptions::{Delta, Sotw, Subscriptions};
+use super::trust_bundle::{PCDS_TYPE, TrustBundle};
 use super::upstream::Upstream;
+use crate::resource::TypeUrl;
 use crate::text::Shown;
 
 /// The first wait before dialling meshpush again; it doubles up to
@@ -50,12 +61,20 @@ const TO_ENVOY_BUFFER: usize = 16;
 #[derive(Debug, Clone)]
 pub struct AdsProxy {
     upstream: Upstream,
+    /// Where PCDS's roots go, when the agent asks for PCDS.
+    trust_bundle: Option<Arc<watch::Sender<Arc<TrustBundle>>>>,
 }
 
 impl AdsProxy {
     /// A proxy to `upstream`.
     pub fn new(upstream: Upstream) -> AdsProxy {
-        AdsProxy { upstream }
+        AdsProxy { upstream, trust_bundle: None }
+    }
+
+    /// This proxy, asking for PCDS on every stream and sending the roots
+    /// it brings down `bundle`.
+    pub fn with_trust_bundle(self, bundle: watch::Sender<Arc<TrustBundle>>) -> AdsProxy {
+        AdsProxy { trust_bundle: Some(Arc::new(bundle)), ..self }
     }
 
     /// The tonic service, taking messages of any size from trusted Envoy.
@@ -70,24 +89,52 @@ impl AdsProxy {
         let (to_envoy, rx) = mpsc::channel(TO_ENVOY_BUFFER);
         let (done, envoy_done) = watch::channel(false);
         let shared = Arc::new(Shared::<S> {
-            state: Mutex::new(StreamState { subscriptions: S::default(), open: None }),
+            state: Mutex::new(StreamState { subscriptions: S::default(), open: None, pcds: false }),
             asked: Notify::new(),
+            pcds: self.trust_bundle.is_some(),
         });
         tokio::spawn(read_envoy(from_envoy, shared.clone(), done));
-        let session = Session { shared, to_envoy, envoy_done, upstream: self.upstream.clone() };
+        let session = Session {
+            shared,
+            to_envoy,
+            envoy_done,
+            upstream: self.upstream.clone(),
+            trust_bundle: self.trust_bundle.clone(),
+        };
         tokio::spawn(session.run());
         ReceiverStream::new(rx)
     }
 }
 
 /// One ADS protocol as the proxy drives it: its record of Envoy's stream,
-/// and the upstream stream it opens.
+/// the upstream stream it opens, and the messages the agent reads and
+/// writes itself (PCDS).
 trait Protocol: Subscriptions {
     /// Opens the upstream stream that sends `requests`.
     fn open(
         client: AggregatedDiscoveryServiceClient<tonic::transport::Channel>,
         requests: UnboundedReceiverStream<Self::Request>,
     ) -> BoxFuture<'static, Result<Streaming<Self::Response>, Status>>;
+
+    /// The type a request asks for.
+    fn request_type(request: &Self::Request) -> &str;
+
+    /// The type a response carries.
+    fn response_type(response: &Self::Response) -> &str;
+
+    /// A wildcard subscription to `type_url`.
+    fn subscribe(type_url: &str) -> Self::Request;
+
+    /// The ACK of `response`, or its NACK with `error`.
+    fn answer(response: &Self::Response, error: Option<String>) -> Self::Request;
+
+    /// The resources a response carries.
+    fn resources(response: &Self::Response) -> Vec<&Any>;
+}
+
+/// A NACK's error detail.
+fn nack(message: String) -> rpc::Status {
+    rpc::Status { code: tonic::Code::InvalidArgument as i32, message, ..Default::default() }
 }
 
 impl Protocol for Sotw {
@@ -97,6 +144,32 @@ impl Protocol for Sotw {
     ) -> BoxFuture<'static, Result<Streaming<DiscoveryResponse>, Status>> {
         Box::pin(async move { Ok(client.stream_aggregated_resources(requests).await?.into_inner()) })
     }
+
+    fn request_type(request: &DiscoveryRequest) -> &str {
+        &request.type_url
+    }
+
+    fn response_type(response: &DiscoveryResponse) -> &str {
+        &response.type_url
+    }
+
+    fn subscribe(type_url: &str) -> DiscoveryRequest {
+        DiscoveryRequest { type_url: type_url.to_string(), ..Default::default() }
+    }
+
+    fn answer(response: &DiscoveryResponse, error: Option<String>) -> DiscoveryRequest {
+        DiscoveryRequest {
+            type_url: response.type_url.clone(),
+            version_info: response.version_info.clone(),
+            response_nonce: response.nonce.clone(),
+            error_detail: error.map(nack),
+            ..Default::default()
+        }
+    }
+
+    fn resources(response: &DiscoveryResponse) -> Vec<&Any> {
+        response.resources.iter().collect()
+    }
 }
 
 impl Protocol for Delta {
@@ -105,6 +178,31 @@ impl Protocol for Delta {
         requests: UnboundedReceiverStream<DeltaDiscoveryRequest>,
     ) -> BoxFuture<'static, Result<Streaming<DeltaDiscoveryResponse>, Status>> {
         Box::pin(async move { Ok(client.delta_aggregated_resources(requests).await?.into_inner()) })
+    }
+
+    fn request_type(request: &DeltaDiscoveryRequest) -> &str {
+        &request.type_url
+    }
+
+    fn response_type(response: &DeltaDiscoveryResponse) -> &str {
+        &response.type_url
+    }
+
+    fn subscribe(type_url: &str) -> DeltaDiscoveryRequest {
+        DeltaDiscoveryRequest { type_url: type_url.to_string(), ..Default::default() }
+    }
+
+    fn answer(response: &DeltaDiscoveryResponse, error: Option<String>) -> DeltaDiscoveryRequest {
+        DeltaDiscoveryRequest {
+            type_url: response.type_url.clone(),
+            response_nonce: response.nonce.clone(),
+            error_detail: error.map(nack),
+            ..Default::default()
+        }
+    }
+
+    fn resources(response: &DeltaDiscoveryResponse) -> Vec<&Any> {
+        response.resources.iter().filter_map(|r| r.resource.as_ref()).collect()
     }
 }
 
@@ -135,18 +233,39 @@ struct Shared<S: Subscriptions> {
     /// Signalled on Envoy's first request: the upstream stream starts then,
     /// when there is a node to send.
     asked: Notify,
+    /// Whether the agent asks for PCDS.
+    pcds: bool,
 }
 
 struct StreamState<S: Subscriptions> {
     subscriptions: S,
     /// The open upstream stream's number and request sender.
     open: Option<(u64, mpsc::UnboundedSender<S::Request>)>,
+    /// Whether the agent has subscribed to PCDS on this Envoy stream.
+    pcds: bool,
+}
+
+impl<S: Subscriptions> StreamState<S> {
+    /// Records `request` (Envoy's, or the agent's own) and sends it
+    /// upstream when a stream is open (else the next stream's restoring
+    /// requests carry it).
+    fn send(&mut self, request: S::Request) {
+        let session = self.open.as_ref().map_or(0, |(s, _)| *s);
+        let forward = self.subscriptions.on_request(request, session);
+        if let (Some(request), Some((_, sender))) = (forward, self.open.as_ref()) {
+            // A closed sender is a stream that just ended: the next one's
+            // restoring requests carry this one.
+            let _ = sender.send(request);
+        }
+    }
 }
 
 /// Reads Envoy's requests: records each, and sends it upstream when a
 /// stream is open (else the next stream's restoring requests carry it).
 /// Sets `done` when Envoy's side ends.
-async fn read_envoy<S: Subscriptions>(
+/// Once Envoy first asks for listeners, the agent subscribes to PCDS, when
+/// it asks for PCDS at all.
+async fn read_envoy<S: Protocol>(
     mut from_envoy: Streaming<S::Request>,
     shared: Arc<Shared<S>>,
     done: watch::Sender<bool>,
@@ -156,17 +275,15 @@ async fn read_envoy<S: Subscriptions>(
     });
     while let Some(request) = from_envoy.next().await {
         let Ok(request) = request else { break };
-        let mut guard = shared.state.lock();
-        let state = &mut *guard;
+        let mut state = shared.state.lock();
         let first = state.subscriptions.is_empty();
-        let session = state.open.as_ref().map_or(0, |(s, _)| *s);
-        let forward = state.subscriptions.on_request(request, session);
-        if let (Some(request), Some((_, sender))) = (forward, state.open.as_ref()) {
-            // A closed sender is a stream that just ended: the next one's
-            // restoring requests carry this one.
-            let _ = sender.send(request);
+        let listeners = S::request_type(&request) == TypeUrl::Listener.as_str();
+        state.send(request);
+        if shared.pcds && listeners && !state.pcds {
+            state.pcds = true;
+            state.send(S::subscribe(PCDS_TYPE));
         }
-        drop(guard);
+        drop(state);
         if first {
             shared.asked.notify_one();
         }
@@ -180,6 +297,8 @@ struct Session<S: Protocol> {
     /// True once Envoy's side of the stream has ended.
     envoy_done: watch::Receiver<bool>,
     upstream: Upstream,
+    /// Where PCDS's roots go.
+    trust_bundle: Option<Arc<watch::Sender<Arc<TrustBundle>>>>,
 }
 
 impl<S: Protocol> Session<S> {
@@ -259,9 +378,39 @@ impl<S: Protocol> Session<S> {
             };
             answered = true;
             let response = self.shared.state.lock().subscriptions.on_response(response, session);
+            if S::response_type(&response) == PCDS_TYPE
+                && let Some(bundle) = &self.trust_bundle
+            {
+                let error = take_trust_bundle(bundle, &S::resources(&response)).err();
+                self.shared.state.lock().send(S::answer(&response, error));
+                continue;
+            }
             if self.to_envoy.send(Ok(response)).await.is_err() {
                 return Ended::Envoy;
             }
+        }
+    }
+}
+
+/// Hands the roots of a PCDS response to SDS; why it cannot be read.
+fn take_trust_bundle(bundle: &watch::Sender<Arc<TrustBundle>>, resources: &[&Any]) -> Result<(), String> {
+    match TrustBundle::from_pcds(resources) {
+        Ok(Some(new)) => {
+            bundle.send_if_modified(|held| {
+                if **held == new {
+                    return false;
+                }
+                tracing::info!("the mesh's trust bundle changed (PCDS): Envoy is sent the new ROOTCA");
+                *held = Arc::new(new);
+                true
+            });
+            Ok(())
+        }
+        // An empty response is ignored, as pilot-agent ignores it.
+        Ok(None) => Ok(()),
+        Err(e) => {
+            tracing::warn!("a PCDS response the agent cannot read, refused (the roots held stay): {e}");
+            Err(e)
         }
     }
 }

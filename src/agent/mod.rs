@@ -29,6 +29,7 @@ pub mod proxy_config;
 pub mod sds;
 pub mod status;
 pub mod subscriptions;
+pub mod trust_bundle;
 pub mod upstream;
 
 use std::collections::BTreeMap;
@@ -109,6 +110,9 @@ pub struct AgentOptions {
     pub proxy_config: ProxyConfig,
     /// More Envoy arguments.
     pub envoy_args: Vec<String>,
+    /// pilot-agent's `PROXY_CONFIG_XDS_AGENT`: ask meshpush for PCDS, and
+    /// add the mesh's extra roots it brings to `ROOTCA`.
+    pub xds_proxy_config: bool,
 }
 
 /// Why the agent could not start or run.
@@ -222,9 +226,13 @@ pub async fn run(opts: AgentOptions) -> Result<(), AgentError> {
     let bootstrap_path = opts.socket_dir.join(BOOTSTRAP_FILE);
     std::fs::write(&bootstrap_path, rendered).map_err(io_error(&bootstrap_path))?;
 
-    let ads = ads_proxy::AdsProxy::new(upstream);
+    let (bundle_holder, bundle) = watch::channel(Arc::new(trust_bundle::TrustBundle::default()));
+    let mut ads = ads_proxy::AdsProxy::new(upstream);
+    if opts.xds_proxy_config {
+        ads = ads.with_trust_bundle(bundle_holder);
+    }
     tokio::spawn(serve_unix(xds_listener, "XDS", move |router| router.add_service(ads.into_server())));
-    let sds = sds::SdsServer::new(current.clone());
+    let sds = sds::SdsServer::new(current.clone(), bundle);
     tokio::spawn(serve_unix(sds_listener, "SDS", move |router| router.add_service(sds.into_server())));
     let (shutdown, shutting_down) = watch::channel(false);
     let readiness =
@@ -440,6 +448,7 @@ mod tests {
             status_addr: status::DEFAULT_STATUS_ADDR,
             proxy_config: ProxyConfig::istio_default(),
             envoy_args: Vec::new(),
+            xds_proxy_config: false,
         }
     }
 

@@ -3,13 +3,16 @@
 //! meshpush's mTLS clusters and listeners refer to).
 //!
 //! A stream is answered when it first asks, when it asks for other names,
-//! and whenever the certificate is renewed; an ACK or a stale nonce is not
-//! answered. The version is the leaf's serial, so Envoy's `/certs` and SDS
-//! stats show which certificate it runs with. Only the agent's own pod can
-//! reach the socket; the key is never logged.
+//! whenever the certificate is renewed, and whenever PCDS brings other
+//! roots ([`TrustBundle`]); an ACK or a stale nonce is not answered. The
+//! version is the leaf's serial (with the bundle's digest when it adds
+//! roots), so Envoy's `/certs` and SDS stats show which certificate it
+//! runs with. Only the agent's own pod can reach the socket; the key is
+//! never logged.
 //!
 //! Invariant: every response holds the `default` and `ROOTCA` of one
-//! certificate (one [`WorkloadCert`]), never a mix of two renewals.
+//! certificate (one [`WorkloadCert`]) and one bundle, never a mix of two
+//! renewals.
 
 use std::sync::Arc;
 
@@ -32,6 +35,7 @@ use tonic::{Request, Response, Status, Streaming};
 
 use super::ResponseStream;
 use super::certificate::WorkloadCert;
+use super::trust_bundle::TrustBundle;
 use crate::text::Shown;
 
 /// The workload certificate's SDS name, and the mesh roots': the names
@@ -44,16 +48,20 @@ const SECRET_TYPE: &str = "type.googleapis.com/envoy.extensions.transport_socket
 /// The certificate the agent holds, as it changes (`None` until the first).
 pub type CurrentCert = watch::Receiver<Option<Arc<WorkloadCert>>>;
 
+/// The roots PCDS brought, as they change (empty: none).
+pub type CurrentBundle = watch::Receiver<Arc<TrustBundle>>;
+
 /// The SDS service.
 #[derive(Debug, Clone)]
 pub struct SdsServer {
     current: CurrentCert,
+    bundle: CurrentBundle,
 }
 
 impl SdsServer {
-    /// Serves `current`'s secrets.
-    pub fn new(current: CurrentCert) -> SdsServer {
-        SdsServer { current }
+    /// Serves `current`'s secrets, with `bundle`'s roots in `ROOTCA`.
+    pub fn new(current: CurrentCert, bundle: CurrentBundle) -> SdsServer {
+        SdsServer { current, bundle }
     }
 
     /// The tonic service.
@@ -81,7 +89,7 @@ impl SecretDiscoveryService for SdsServer {
         request: Request<Streaming<DiscoveryRequest>>,
     ) -> Result<Response<Self::StreamSecretsStream>, Status> {
         let (tx, rx) = mpsc::channel(4);
-        tokio::spawn(serve_stream(request.into_inner(), self.current.clone(), tx));
+        tokio::spawn(serve_stream(request.into_inner(), self.current.clone(), self.bundle.clone(), tx));
         Ok(Response::new(Box::pin(ReceiverStream::new(rx))))
     }
 
@@ -89,7 +97,8 @@ impl SecretDiscoveryService for SdsServer {
         let request = request.into_inner();
         let cert = self.current.borrow().clone();
         let cert = cert.ok_or_else(|| Status::unavailable("the agent has no workload certificate yet"))?;
-        Ok(Response::new(response(&cert, &request.resource_names, "fetch".into())))
+        let bundle = self.bundle.borrow().clone();
+        Ok(Response::new(response(&cert, &bundle, &request.resource_names, "fetch".into())))
     }
 }
 
@@ -97,6 +106,7 @@ impl SecretDiscoveryService for SdsServer {
 async fn serve_stream(
     mut from_envoy: Streaming<DiscoveryRequest>,
     mut current: CurrentCert,
+    mut bundle: CurrentBundle,
     to_envoy: mpsc::Sender<Result<DiscoveryResponse, Status>>,
 ) {
     let mut names: Vec<String> = Vec::new();
@@ -135,12 +145,19 @@ async fn serve_stream(
                 }
                 sent = false;
             }
+            changed = bundle.changed() => {
+                if changed.is_err() {
+                    return;
+                }
+                sent = false;
+            }
         }
         if asked && !sent {
             let cert = current.borrow_and_update().clone();
+            let roots = bundle.borrow_and_update().clone();
             if let Some(cert) = cert {
                 nonce += 1;
-                if to_envoy.send(Ok(response(&cert, &names, nonce.to_string()))).await.is_err() {
+                if to_envoy.send(Ok(response(&cert, &roots, &names, nonce.to_string()))).await.is_err() {
                     return;
                 }
                 sent = true;
@@ -153,8 +170,8 @@ fn is_served(name: &str) -> bool {
     name == WORKLOAD_SECRET || name == ROOT_SECRET
 }
 
-/// The secrets of `names` that the agent serves, from `cert`.
-fn response(cert: &WorkloadCert, names: &[String], nonce: String) -> DiscoveryResponse {
+/// The secrets of `names` that the agent serves, from `cert` and `bundle`.
+fn response(cert: &WorkloadCert, bundle: &TrustBundle, names: &[String], nonce: String) -> DiscoveryResponse {
     let inline = |text: &str| DataSource {
         specifier: Some(data_source::Specifier::InlineBytes(text.as_bytes().to_vec())),
         ..Default::default()
@@ -169,7 +186,7 @@ fn response(cert: &WorkloadCert, names: &[String], nonce: String) -> DiscoveryRe
                     ..Default::default()
                 }),
                 ROOT_SECRET => secret::Type::ValidationContext(CertificateValidationContext {
-                    trusted_ca: Some(inline(cert.roots_pem())),
+                    trusted_ca: Some(inline(&bundle.with_roots(cert.roots_pem()))),
                     ..Default::default()
                 }),
                 _ => return None,
@@ -179,7 +196,11 @@ fn response(cert: &WorkloadCert, names: &[String], nonce: String) -> DiscoveryRe
         })
         .collect();
     DiscoveryResponse {
-        version_info: cert.serial().to_string(),
+        version_info: if bundle.is_empty() {
+            cert.serial().to_string()
+        } else {
+            format!("{}-{:016x}", cert.serial(), bundle.digest())
+        },
         resources,
         type_url: SECRET_TYPE.into(),
         nonce,

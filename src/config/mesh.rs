@@ -16,6 +16,7 @@ pub mod file;
 pub mod providers;
 pub mod proxy_config;
 pub mod traffic;
+pub mod trust_anchors;
 
 use std::sync::Arc;
 
@@ -79,6 +80,9 @@ pub struct MeshConfig {
     /// DestinationRule sets none; `None`: Istio's default (on: failover by
     /// locality where outlier detection is set).
     pub locality_lb_setting: Option<crate::config::istio::LocalityLbSetting>,
+    /// `caCertificates`, under istiod's `ISTIO_MULTIROOT_MESH` and
+    /// `PILOT_SKIP_VALIDATE_TRUST_DOMAIN`: extra roots and trust domains.
+    pub trust_anchors: trust_anchors::TrustAnchors,
 }
 
 impl Default for MeshConfig {
@@ -96,6 +100,7 @@ impl Default for MeshConfig {
             default_proxy_config: Arc::new(proxy_config::ProxyConfig::istio_default()),
             enable_tracing: true,
             locality_lb_setting: None,
+            trust_anchors: trust_anchors::TrustAnchors::default(),
         }
     }
 }
@@ -243,5 +248,25 @@ impl MeshConfig {
     /// The SPIFFE identity of service account `service_account` in `namespace`.
     pub fn spiffe_id(&self, namespace: &str, service_account: &str) -> String {
         format!("spiffe://{}/ns/{namespace}/sa/{service_account}", self.trust_domain)
+    }
+
+    /// The trust domains a sidecar accepts a peer's certificate in, as
+    /// Istio's `TrustDomainsForValidation`: the mesh's, its aliases, and
+    /// `caCertificates[].trustDomains`, each once; none (any trust domain)
+    /// with `PILOT_SKIP_VALIDATE_TRUST_DOMAIN`.
+    pub fn trust_domains_for_validation(&self) -> Vec<Arc<str>> {
+        if self.trust_anchors.skip_validate_trust_domain {
+            return Vec::new();
+        }
+        let mut out: Vec<Arc<str>> = Vec::new();
+        let all = std::iter::once(&self.trust_domain)
+            .chain(self.trust_domain_aliases.iter())
+            .chain(self.trust_anchors.trust_domains.iter());
+        for domain in all.filter(|d| !d.is_empty()) {
+            if !out.contains(domain) {
+                out.push(domain.clone());
+            }
+        }
+        out
     }
 }

@@ -199,7 +199,7 @@ impl ScopedCache {
                 .iter()
                 .map(|l| Arc::new(self.encode(type_url, l.name.as_str().into(), l)))
                 .collect(),
-            TypeUrl::Route | TypeUrl::Endpoint | TypeUrl::Secret => Vec::new(),
+            TypeUrl::Route | TypeUrl::Endpoint | TypeUrl::Secret | TypeUrl::ProxyConfig => Vec::new(),
         };
         let set = Arc::new(ResourceSet::new(resources));
         // A pure function of the key: no generation check needed.
@@ -295,6 +295,10 @@ impl ScopedCache {
                     .filter_map(|name| self.secret(ctx, &scope.key.namespace, reader, name))
                     .collect()
             }
+            TypeUrl::ProxyConfig => crate::generate::pcds::proxy_config(ctx)
+                .map(|config| Arc::new(self.encode(type_url, "".into(), &config)))
+                .into_iter()
+                .collect(),
             TypeUrl::Endpoint => Vec::new(),
         };
         ResourceSet::new(resources)

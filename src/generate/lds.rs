@@ -134,7 +134,7 @@ pub fn inbound_listeners(key: &InboundKey) -> Vec<Listener> {
 fn inbound_chains(p: &InboundPort, key: &InboundKey) -> Vec<FilterChain> {
     let (certificates, authorization) = (key.mesh_certificates, &key.authorization);
     let cluster = naming::inbound_cluster(p.port);
-    mtls::inbound_chains(p.mtls, p.protocol.is_http(), certificates)
+    mtls::inbound_chains(p.mtls, p.protocol.is_http(), certificates, &key.defaults.trust_domains)
         .into_iter()
         .map(|chain| {
             let filter = if chain.refuse {
@@ -396,7 +396,7 @@ fn virtual_outbound(scope: &Scope) -> Listener {
 fn virtual_inbound(key: &InboundKey, ports: &[&InboundPort]) -> Listener {
     let (certificates, authorization) = (key.mesh_certificates, &key.authorization);
     let mut chains: Vec<FilterChain> = ports.iter().flat_map(|p| inbound_chains(p, key)).collect();
-    for chain in mtls::inbound_chains(key.mtls, false, certificates) {
+    for chain in mtls::inbound_chains(key.mtls, false, certificates, &key.defaults.trust_domains) {
         let (cluster, mut filters) = if chain.refuse {
             (naming::BLACKHOLE_CLUSTER, Vec::new())
         } else {

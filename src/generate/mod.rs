@@ -33,6 +33,7 @@ pub mod eds;
 pub mod jwt;
 pub mod lds;
 pub mod naming;
+pub mod pcds;
 pub mod rds;
 pub mod sds;
 

@@ -35,7 +35,10 @@ use envoy_types::pb::envoy::extensions::transport_sockets::tls::v3::{
     UpstreamTlsContext, certificate_validation_context::TrustChainVerification, common_tls_context,
     tls_parameters::TlsProtocol,
 };
+use envoy_types::pb::envoy::r#type::matcher::v3::{StringMatcher, string_matcher};
 use envoy_types::pb::google::protobuf::{Struct, Value, value::Kind};
+
+use std::sync::Arc;
 
 use super::{naming, proto, tls};
 use crate::config::istio::{ClientTls, MtlsMode, ServerTls, TrafficPolicy};
@@ -220,10 +223,11 @@ fn client_socket(sans: &[String], sni: String, http2: bool, insecure: bool) -> T
 
 /// The server's TLS socket on an inbound port (`BuildInboundTLS`): the
 /// workload certificate, a client certificate required and checked against
-/// the mesh root (any identity of the mesh), TLS 1.2 to 1.3 with Istio's
-/// ciphers; ALPN `h2`, `http/1.1` on HTTP ports, and `istio-peer-exchange`
-/// before them on TCP ports.
-fn server_socket(http: bool) -> TransportSocket {
+/// the mesh root and for a SPIFFE name in one of `trust_domains` (any
+/// identity when empty), TLS 1.2 to 1.3 with Istio's ciphers; ALPN `h2`,
+/// `http/1.1` on HTTP ports, and `istio-peer-exchange` before them on TCP
+/// ports.
+fn server_socket(http: bool, trust_domains: &[Arc<str>]) -> TransportSocket {
     let alpn: &[&str] = if http { &tls::ALPN_HTTP } else { &ALPN_DOWNSTREAM_TCP };
     let common = CommonTlsContext {
         tls_params: Some(TlsParameters {
@@ -232,9 +236,26 @@ fn server_socket(http: bool) -> TransportSocket {
             cipher_suites: CIPHERS.iter().map(|s| s.to_string()).collect(),
             ..Default::default()
         }),
-        ..workload_server_context(alpn, CertificateValidationContext::default())
+        ..workload_server_context(alpn, trust_domain_checks(trust_domains))
     };
     mutual_socket(common)
+}
+
+/// A peer's certificate must name a SPIFFE identity in one of
+/// `trust_domains` (`spiffe://TD/` prefixes, in the untyped SAN matchers
+/// as Istio's sidecars carry them); none: any name.
+fn trust_domain_checks(trust_domains: &[Arc<str>]) -> CertificateValidationContext {
+    #[allow(deprecated)]
+    CertificateValidationContext {
+        match_subject_alt_names: trust_domains
+            .iter()
+            .map(|domain| StringMatcher {
+                match_pattern: Some(string_matcher::MatchPattern::Prefix(format!("spiffe://{domain}/"))),
+                ..Default::default()
+            })
+            .collect(),
+        ..Default::default()
+    }
 }
 
 /// The TLS socket of a Gateway server in `ISTIO_MUTUAL` mode, as Istio's
@@ -362,12 +383,13 @@ impl InboundChain {
 /// A proxy without a workload certificate (`certificates` false) cannot
 /// terminate mesh mTLS: PERMISSIVE serves plain text only, and STRICT
 /// refuses every connection (rather than take what the policy forbids).
-pub fn inbound_chains(mode: MtlsMode, http: bool, certificates: bool) -> Vec<InboundChain> {
+/// Mesh mTLS accepts peers of `trust_domains` only (any when empty).
+pub fn inbound_chains(mode: MtlsMode, http: bool, certificates: bool, trust_domains: &[Arc<str>]) -> Vec<InboundChain> {
     let chain = |suffix, transport, alpn, tls: bool| InboundChain {
         suffix,
         transport,
         alpn,
-        socket: tls.then(|| server_socket(http)),
+        socket: tls.then(|| server_socket(http, trust_domains)),
         refuse: false,
     };
     match (mode, certificates) {

@@ -174,6 +174,18 @@ pub(crate) struct ServeArgs {
     /// (`spiffe://cluster.local/ns/NS/sa/SA`); repeatable.
     #[arg(long = "registry-writer", requires = "ca_dir")]
     registry_writers: Vec<meshpush::model::Identity>,
+    /// Trust the mesh config's `caCertificates` roots beside the CA's own,
+    /// as istiod's ISTIO_MULTIROOT_MESH does: they are sent to each agent
+    /// over PCDS (an agent uses them with PROXY_CONFIG_XDS_AGENT=true).
+    #[arg(long, env = "ISTIO_MULTIROOT_MESH", num_args = 0..=1, default_value = "false",
+          default_missing_value = "true", value_parser = meshpush::os::parse_switch)]
+    multi_root_mesh: bool,
+    /// Let sidecars accept a peer of any trust domain the roots sign for,
+    /// as istiod's PILOT_SKIP_VALIDATE_TRUST_DOMAIN does. Default: only the
+    /// mesh's trust domain, its aliases and caCertificates' trustDomains.
+    #[arg(long, env = "PILOT_SKIP_VALIDATE_TRUST_DOMAIN", num_args = 0..=1, default_value = "false",
+          default_missing_value = "true", value_parser = meshpush::os::parse_switch)]
+    skip_validate_trust_domain: bool,
     /// Lifetime of a workload certificate when its request asks for none.
     #[arg(long, default_value = "24h", value_parser = parse_duration)]
     workload_cert_ttl: Duration,
@@ -208,6 +220,8 @@ impl ServeArgs {
             ingress_selector: self.ingress_selector.clone(),
             ingress_service: self.ingress_service.clone(),
             discovery_selectors: (!self.discovery_selectors.is_empty()).then(|| self.discovery_selectors.clone()),
+            multi_root_mesh: Some(self.multi_root_mesh),
+            skip_validate_trust_domain: Some(self.skip_validate_trust_domain),
             ..Default::default()
         }
     }
@@ -292,8 +306,9 @@ pub(crate) fn run(args: ServeArgs, log_level: &str, log_format: LogFormat) -> Ex
         Some(origin) => runtime.block_on(origin.read()),
         None => Ok(Default::default()),
     };
-    let settings = match read {
-        Ok(read) => read.over(args.mesh_flags()),
+    let file = origin.as_ref().map_or_else(|| "the command line".to_string(), |o| o.name());
+    let settings = match read.and_then(|read| read.over(args.mesh_flags()).finish(&file)) {
+        Ok(settings) => settings,
         Err(e) => {
             let flag = if args.mesh_config.is_some() { "--mesh-config " } else { "the mesh config " };
             eprintln!("meshpush serve: {flag}{e}");

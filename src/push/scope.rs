@@ -159,9 +159,9 @@ pub struct InboundKey {
 
 /// What of the mesh config a workload's inbound configuration reads: its
 /// clusters' connect timeout and TCP keepalive (a Sidecar's inbound
-/// connection pool overrides them), and how long its listeners wait for
+/// connection pool overrides them), how long its listeners wait for
 /// their listener filters (the inbound traffic mode is in its ports'
-/// endpoints). Only these, so that a mesh config edit of anything else
+/// endpoints), and the trust domains its mTLS accepts. Only these, so that a mesh config edit of anything else
 /// keeps every workload shape.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
 pub struct InboundDefaults {
@@ -171,6 +171,8 @@ pub struct InboundDefaults {
     pub tcp_keepalive: Option<istio::TcpKeepalive>,
     /// `protocolDetectionTimeout` (zero: no limit).
     pub protocol_detection_timeout: crate::config::Duration,
+    /// The trust domains its mTLS ports accept peers in (none: any).
+    pub trust_domains: Vec<Arc<str>>,
 }
 
 impl InboundDefaults {
@@ -180,6 +182,7 @@ impl InboundDefaults {
             connect_timeout: mesh.traffic.connect_timeout,
             tcp_keepalive: mesh.traffic.tcp_keepalive.clone(),
             protocol_detection_timeout: mesh.traffic.protocol_detection_timeout,
+            trust_domains: mesh.trust_domains_for_validation(),
         }
     }
 }

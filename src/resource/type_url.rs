@@ -1,4 +1,5 @@
-//! The five resource types meshpush serves, and their type URLs.
+//! The six resource types meshpush serves, and their type URLs: Envoy's
+//! five, and Istio's PCDS, which only agents ask for.
 
 use std::fmt;
 
@@ -18,18 +19,22 @@ pub enum TypeUrl {
     /// SDS: `envoy.extensions.transport_sockets.tls.v3.Secret`, the
     /// certificates and keys listeners and clusters name.
     Secret,
+    /// PCDS: `istio.mesh.v1alpha1.ProxyConfig`, the mesh's trust bundle
+    /// for an agent (never for Envoy).
+    ProxyConfig,
 }
 
 impl TypeUrl {
     /// How many types there are: the length of per-type arrays.
-    pub const COUNT: usize = 5;
+    pub const COUNT: usize = 6;
 
     /// Every type, in push order (make before break: clusters and their
     /// endpoints before the listeners and routes that use them; secrets
-    /// last, as Istio orders them: a listener or cluster that names one
-    /// warms until it arrives).
+    /// after them, as Istio orders them: a listener or cluster that names
+    /// one warms until it arrives; the agent's PCDS last, as it changes
+    /// nothing Envoy holds).
     pub const PUSH_ORDER: [TypeUrl; TypeUrl::COUNT] =
-        [TypeUrl::Cluster, TypeUrl::Endpoint, TypeUrl::Listener, TypeUrl::Route, TypeUrl::Secret];
+        [TypeUrl::Cluster, TypeUrl::Endpoint, TypeUrl::Listener, TypeUrl::Route, TypeUrl::Secret, TypeUrl::ProxyConfig];
 
     /// The full type URL.
     pub const fn as_str(self) -> &'static str {
@@ -39,10 +44,11 @@ impl TypeUrl {
             TypeUrl::Listener => "type.googleapis.com/envoy.config.listener.v3.Listener",
             TypeUrl::Route => "type.googleapis.com/envoy.config.route.v3.RouteConfiguration",
             TypeUrl::Secret => "type.googleapis.com/envoy.extensions.transport_sockets.tls.v3.Secret",
+            TypeUrl::ProxyConfig => "type.googleapis.com/istio.mesh.v1alpha1.ProxyConfig",
         }
     }
 
-    /// Short name as in metrics and `istioctl` (`cds`, `eds`, `lds`, `rds`, `sds`).
+    /// Short name as in metrics and `istioctl` (`cds`, `eds`, `lds`, `rds`, `sds`, `pcds`).
     pub const fn short(self) -> &'static str {
         match self {
             TypeUrl::Cluster => "cds",
@@ -50,6 +56,7 @@ impl TypeUrl {
             TypeUrl::Listener => "lds",
             TypeUrl::Route => "rds",
             TypeUrl::Secret => "sds",
+            TypeUrl::ProxyConfig => "pcds",
         }
     }
 
@@ -63,9 +70,10 @@ impl TypeUrl {
         self as usize
     }
 
-    /// Whether an empty subscription means "everything" (LDS and CDS, for Envoy).
+    /// Whether an empty subscription means "everything" (LDS and CDS, for
+    /// Envoy; PCDS, whose one resource has no name).
     pub const fn is_wildcard_type(self) -> bool {
-        matches!(self, TypeUrl::Cluster | TypeUrl::Listener)
+        matches!(self, TypeUrl::Cluster | TypeUrl::Listener | TypeUrl::ProxyConfig)
     }
 }
 
@@ -83,7 +91,7 @@ impl TypeSet {
     /// No type.
     pub const EMPTY: TypeSet = TypeSet(0);
     /// Every type.
-    pub const ALL: TypeSet = TypeSet(0b1_1111);
+    pub const ALL: TypeSet = TypeSet(0b11_1111);
 
     /// A set of the given types.
     pub fn of(types: &[TypeUrl]) -> TypeSet {

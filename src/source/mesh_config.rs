@@ -310,7 +310,14 @@ impl MeshConfigSource {
                 return None;
             }
         };
-        let (mesh, mut problems) = self.apply(file, settings);
+        let (mesh, mut problems) = match self.apply(file, settings) {
+            Ok(applied) => applied,
+            Err(e) => {
+                let message = e.strip_prefix(&format!("{file}: ")).unwrap_or(&e).to_string();
+                self.refuse(file, message);
+                return None;
+            }
+        };
         problems.extend(self.missing.clone());
         let known = self.status.problems();
         for problem in problems.iter().filter(|p| !known.contains(p)) {
@@ -330,10 +337,11 @@ impl MeshConfigSource {
 
     /// The mesh config `settings` give with the flags over them, keeping
     /// what cannot change while serving; and every problem of the file.
-    fn apply(&self, file: &str, settings: MeshSettings) -> (MeshConfig, Vec<Problem>) {
+    /// An error refuses the settings (a root that is not a CA).
+    fn apply(&self, file: &str, settings: MeshSettings) -> Result<(MeshConfig, Vec<Problem>), String> {
         let selectors_moved = selectors_text(&settings) != self.startup_selectors;
         let settings = if self.kube { settings } else { settings.without_kubernetes(file) };
-        let settings = settings.over(self.flags.clone());
+        let settings = settings.over(self.flags.clone()).finish(file)?;
         let mut mesh = settings.mesh_config();
         let mut problems = settings.problems;
         let kept = |path: &str, message: String| Problem {
@@ -359,7 +367,7 @@ impl MeshConfigSource {
                 "applies at the next start: the Kubernetes watchers keep the namespaces they selected".into(),
             ));
         }
-        (mesh, problems)
+        Ok((mesh, problems))
     }
 
     /// Keeps the mesh config served and reports why the file is not applied.

@@ -202,7 +202,7 @@ impl MemoryClient {
                     grew.push(TypeUrl::Secret);
                 }
             }
-            TypeUrl::Endpoint | TypeUrl::Route | TypeUrl::Secret => {}
+            TypeUrl::Endpoint | TypeUrl::Route | TypeUrl::Secret | TypeUrl::ProxyConfig => {}
         }
         Some((response, grew))
     }
@@ -224,8 +224,9 @@ impl MemoryClient {
         let mut seen = [false; TypeUrl::COUNT];
         let mut listeners_asked = false;
         loop {
+            // Envoy never asks for PCDS, the agent's type.
             let wanted = |t: TypeUrl, w: &[ClientWatch; TypeUrl::COUNT]| {
-                seen[t.index()] || (!t.is_wildcard_type() && w[t.index()].names.is_empty())
+                t == TypeUrl::ProxyConfig || seen[t.index()] || (!t.is_wildcard_type() && w[t.index()].names.is_empty())
             };
             if TypeUrl::PUSH_ORDER.iter().all(|t| wanted(*t, &self.watches)) {
                 return;

@@ -28,6 +28,7 @@ use super::proxy_config::ProxyConfig;
 use super::traffic::{
     self, ExportToDefaults, H2UpgradePolicy, InboundTrafficMode, OutboundTrafficMode, TrafficSettings,
 };
+use super::trust_anchors::{CaCertificate, TrustAnchors};
 use super::{AccessLogEncoding, AccessLogSettings, IngressControllerMode, IngressSettings, MeshConfig};
 use crate::config::Duration;
 use crate::config::istio::api::{self, ApiField};
@@ -95,6 +96,12 @@ pub struct MeshSettings {
     pub default_config: Option<ProxyConfig>,
     /// `enableTracing`.
     pub enable_tracing: Option<bool>,
+    /// `caCertificates`.
+    pub ca_certificates: Option<Vec<CaCertificate>>,
+    /// istiod's `ISTIO_MULTIROOT_MESH` (a flag, never the file).
+    pub multi_root_mesh: Option<bool>,
+    /// istiod's `PILOT_SKIP_VALIDATE_TRUST_DOMAIN` (a flag, never the file).
+    pub skip_validate_trust_domain: Option<bool>,
     /// The fields set that meshpush does not apply, each with its path.
     pub problems: Vec<Problem>,
 }
@@ -159,6 +166,8 @@ struct Document {
     locality_lb_setting: Option<LocalityLbSetting>,
     #[serde(alias = "enable_tracing")]
     enable_tracing: Option<bool>,
+    #[serde(alias = "ca_certificates")]
+    ca_certificates: Option<Vec<CaCertificate>>,
 }
 
 /// `inboundTrafficPolicy` and `outboundTrafficPolicy`: a mode of Istio's
@@ -333,6 +342,9 @@ impl MeshSettings {
             default_config: doc.default_config,
             enable_tracing: doc.enable_tracing,
             locality_lb_setting: doc.locality_lb_setting,
+            ca_certificates: doc.ca_certificates,
+            multi_root_mesh: None,
+            skip_validate_trust_domain: None,
             problems,
         })
     }
@@ -373,8 +385,35 @@ impl MeshSettings {
             default_config: over.default_config.or(self.default_config),
             enable_tracing: over.enable_tracing.or(self.enable_tracing),
             locality_lb_setting: over.locality_lb_setting.or(self.locality_lb_setting),
+            ca_certificates: over.ca_certificates.or(self.ca_certificates),
+            multi_root_mesh: over.multi_root_mesh.or(self.multi_root_mesh),
+            skip_validate_trust_domain: over.skip_validate_trust_domain.or(self.skip_validate_trust_domain),
             problems: self.problems.into_iter().chain(over.problems).collect(),
         }
+    }
+
+    /// These settings as served, once the flags are over the file's (`file`
+    /// names it in problems): what depends on a flag is checked and
+    /// reported here. Under `--multi-root-mesh` a `caCertificates` root
+    /// that is not a CA certificate refuses the mesh config, as it stops
+    /// istiod; without it the roots are reported unapplied.
+    pub fn finish(mut self, file: &str) -> Result<MeshSettings, String> {
+        let entries = self.ca_certificates.as_deref().unwrap_or_default();
+        let anchors = self.trust_anchors().map_err(|(path, why)| format!("{file}: {path}: {why}"))?;
+        for (path, message) in anchors.unapplied(entries) {
+            self.problems.push(warning(file, &path, message));
+        }
+        Ok(self)
+    }
+
+    /// The roots and trust domains `caCertificates` gives under the flags;
+    /// an error names a root that is not a CA certificate.
+    fn trust_anchors(&self) -> Result<TrustAnchors, (String, String)> {
+        TrustAnchors::of(
+            self.ca_certificates.as_deref().unwrap_or_default(),
+            self.multi_root_mesh.unwrap_or(false),
+            self.skip_validate_trust_domain.unwrap_or(false),
+        )
     }
 
     /// These settings for a server that reads nothing from Kubernetes: the
@@ -451,6 +490,13 @@ impl MeshSettings {
             },
             enable_tracing: self.enable_tracing.unwrap_or(default.enable_tracing),
             locality_lb_setting: self.locality_lb_setting.clone().or(default.locality_lb_setting),
+            trust_anchors: self.trust_anchors().unwrap_or_else(|_| {
+                // `finish` refuses a bad root: settings it did not check trust none of theirs.
+                let entries = self.ca_certificates.as_deref().unwrap_or_default();
+                let skip = self.skip_validate_trust_domain.unwrap_or(false);
+                let anchors = TrustAnchors::of(entries, false, skip).expect("no root is read without multi_root");
+                TrustAnchors { multi_root: true, ..anchors }
+            }),
         }
     }
 }

@@ -138,7 +138,7 @@ impl Served {
     /// defaults, and its error reports every field it sets.
     fn read(spec: &Value) -> Served {
         let text = serde_yaml_ng::to_string(spec).expect("a YAML value serializes");
-        match MeshSettings::parse(MESH_FILE, &text) {
+        match MeshSettings::parse(MESH_FILE, &text).and_then(|s| s.finish(MESH_FILE)) {
             Ok(settings) => {
                 let settings = settings.without_kubernetes(MESH_FILE);
                 Served { mesh: settings.mesh_config(), problems: settings.problems, agent: true }

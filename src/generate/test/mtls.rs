@@ -90,7 +90,8 @@ fn identity_checks(common: &CommonTlsContext) -> (Vec<String>, String, Vec<Strin
         .iter()
         .map(|m| match &m.match_pattern {
             Some(MatchPattern::Exact(s)) => s.clone(),
-            other => panic!("not exact: {other:?}"),
+            Some(MatchPattern::Prefix(s)) => format!("{s}*"),
+            other => panic!("neither exact nor a prefix: {other:?}"),
         })
         .collect();
     (certs, root.name.clone(), sans)
@@ -282,7 +283,9 @@ fn permissive_ports_take_mesh_mtls_and_plain_text_on_one_port() {
     assert_eq!(tls.require_client_certificate.map(|b| b.value), Some(true));
     let common = tls.common_tls_context.as_ref().unwrap();
     assert_eq!(common.alpn_protocols, ["h2", "http/1.1"]);
-    assert_eq!(identity_checks(common), (vec!["default".to_string()], "ROOTCA".to_string(), vec![]));
+    // A peer of the mesh's trust domain only, as Istio's sidecars check.
+    let own_trust_domain = vec!["spiffe://cluster.local/*".to_string()];
+    assert_eq!(identity_checks(common), (vec!["default".to_string()], "ROOTCA".to_string(), own_trust_domain));
     // The workload learns the client's identity.
     let manager = hcm(&mtls_chain.filters[0]);
     assert_eq!(manager.forward_client_cert_details, 2, "APPEND_FORWARD");

@@ -323,6 +323,8 @@ impl Connection {
                 let set = view.scoped(scope, t);
                 Current::Watched(Arc::new(resolve(&w.names, |n| set.get(n).cloned())))
             }
+            // The agent asks for the one unnamed resource, as a wildcard.
+            TypeUrl::ProxyConfig => Current::Set(view.scoped(scope, t)),
         }
     }
 

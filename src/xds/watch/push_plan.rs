@@ -88,7 +88,7 @@ mod tests {
         );
         assert_eq!(types(&plan(&routing, true, |_| true)), TypeUrl::PUSH_ORDER.to_vec(), "moved: all");
         assert_eq!(
-            types(&plan(&routing, true, |t| t != Listener && t != Secret)),
+            types(&plan(&routing, true, |t| t != Listener && t != Secret && t != TypeUrl::ProxyConfig)),
             vec![Cluster, Endpoint, Route],
             "unwatched"
         );
