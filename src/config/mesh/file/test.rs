@@ -344,3 +344,16 @@ fn authorizers_are_read_whole_and_what_istiod_refuses_or_ignores_is_reported_wit
     assert_eq!(http.used_for(), providers::ProviderUse::Authorization);
     assert_eq!(http.envoy_ext_authz_http.as_ref().unwrap().port, 8000, "a port written as a string");
 }
+
+#[test]
+fn certificates_are_reported_as_removed_by_istio() {
+    let text = "certificates: [{secretName: dns-cert, dnsNames: [istiod.example]}]\n";
+    let settings = MeshSettings::parse("mesh.yaml", text).unwrap();
+    let [(path, message)] = problem_paths(&settings)[..] else { panic!("{:?}", settings.problems) };
+    assert_eq!(path, "certificates");
+    assert_eq!(
+        message,
+        "Istio removed this field and ignores it (it has had no effect since Istio 1.18 removed chiron, the \
+         controller that read it; meshpush's serving names are `--server-san`)"
+    );
+}
