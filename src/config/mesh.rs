@@ -7,10 +7,12 @@
 //! PeerAuthentication in `root_namespace` is mesh-wide; a workload's SPIFFE
 //! identity is in `trust_domain`; which Ingresses are served, by which
 //! routers, is `ingress`; what clusters and listeners default to is
-//! `traffic`). An edit of the file reaches the store as the
+//! `traffic`; which hosts keep to their own cluster's endpoints is
+//! `cluster_local_hosts`). An edit of the file reaches the store as the
 //! one [`MeshConfigObject`] (`source::mesh_config`), and the snapshot built
 //! on it serves it: a snapshot stays a function of its store.
 
+pub mod cluster_local;
 pub mod ext_authz;
 pub mod file;
 pub mod providers;
@@ -83,6 +85,9 @@ pub struct MeshConfig {
     /// `caCertificates`, under istiod's `ISTIO_MULTIROOT_MESH` and
     /// `PILOT_SKIP_VALIDATE_TRUST_DOMAIN`: extra roots and trust domains.
     pub trust_anchors: trust_anchors::TrustAnchors,
+    /// `serviceSettings` over Istio's defaults: the hosts served with their
+    /// own cluster's endpoints only (with one cluster, every endpoint is).
+    pub cluster_local_hosts: cluster_local::ClusterLocalHosts,
 }
 
 impl Default for MeshConfig {
@@ -101,6 +106,7 @@ impl Default for MeshConfig {
             enable_tracing: true,
             locality_lb_setting: None,
             trust_anchors: trust_anchors::TrustAnchors::default(),
+            cluster_local_hosts: cluster_local::ClusterLocalHosts::default(),
         }
     }
 }

@@ -56,6 +56,12 @@ mod tests {
     }
 
     #[test]
+    fn services_live_under_the_mesh_config_s_domain_suffix() {
+        // The cluster-local defaults (`config::mesh::cluster_local`) name hosts under it.
+        assert_eq!(CLUSTER_DOMAIN, format!("svc.{}", crate::config::mesh::cluster_local::DOMAIN_SUFFIX));
+    }
+
+    #[test]
     fn wildcards_match_subdomains_only() {
         assert!(matches("*.example.com", "api.example.com"));
         assert!(!matches("*.example.com", "example.com"));

@@ -31,7 +31,8 @@ pub enum ApiField {
     /// A field of Istio's API that meshpush does not apply.
     Unsupported,
     /// A field Istio's API had and removed (its name is reserved in the
-    /// protos): Istio ignores it too; the text says what replaced it.
+    /// protos), or one Istio keeps in the protos but no longer reads: Istio
+    /// ignores it too; the text says what replaced it.
     Removed(&'static str),
     /// A field without effect on the configuration in Istio too.
     Inert,
@@ -60,7 +61,9 @@ const INERT: &[&str] = &[
 ];
 
 /// Fields Istio removed from its API (`reserved` in istio/api's protos),
-/// with what replaced them.
+/// or whose reader istiod removed while the protos keep the field
+/// (`certificates`), with what replaced them. The text completes the
+/// report's sentence ("Istio removed this field and ignores it (…)").
 const REMOVED: &[(&str, &str, &str)] = &[
     ("VirtualService", "spec.http[].websocketUpgrade", "websocket upgrades are always allowed"),
     ("VirtualService", "spec.http[].appendHeaders", "use headers.request.add"),
@@ -97,7 +100,15 @@ const REMOVED: &[(&str, &str, &str)] = &[
     ("MeshConfig", "terminationDrainDuration", "use defaultConfig.terminationDrainDuration"),
     ("MeshConfig", "fileFlushInterval", "use defaultConfig.fileFlushInterval"),
     ("MeshConfig", "fileFlushMinSize", "use defaultConfig.fileFlushMinSizeKb"),
+    ("MeshConfig", "certificates[]", CERTIFICATES_INSTEAD),
+    ("MeshConfig", "certificates[].secretName", CERTIFICATES_INSTEAD),
+    ("MeshConfig", "certificates[].dnsNames[]", CERTIFICATES_INSTEAD),
 ];
+
+/// Why MeshConfig `certificates` does nothing: istiod's DNS certificate
+/// controller (chiron), its one reader, went in Istio 1.18.
+const CERTIFICATES_INSTEAD: &str = "it has had no effect since Istio 1.18 removed chiron, the controller that read it; \
+                                    meshpush's serving names are `--server-san`";
 
 /// Field paths of each kind, split into segments.
 static FIELDS: LazyLock<HashMap<&'static str, Vec<Vec<&'static str>>>> = LazyLock::new(|| {
@@ -148,7 +159,9 @@ const MESH_CONFIG: &str = "MeshConfig";
 
 fn classify_in(kind: &str, path: &str) -> ApiField {
     let normalized = normalize_indexes(path);
-    if let Some((_, _, instead)) = REMOVED.iter().find(|(k, p, _)| *k == kind && *p == normalized) {
+    // A list left out as a whole is reported by its name (`certificates`).
+    let removed = |p: &str| p == normalized || p.strip_suffix("[]") == Some(normalized.as_str());
+    if let Some((_, _, instead)) = REMOVED.iter().find(|(k, p, _)| *k == kind && removed(p)) {
         return ApiField::Removed(instead);
     }
     let concrete = segments(&normalized);
@@ -266,6 +279,10 @@ mod tests {
         assert_eq!(classify_mesh_config("extensionProviders[2].envoyFileAccessLog.path"), ApiField::Unsupported);
         assert_eq!(classify_mesh_config("meshMTLS.minProtocolVersion"), ApiField::Unsupported);
         assert_eq!(classify_mesh_config("mixerCheckServer"), ApiField::Removed("Mixer is gone"));
+        for path in ["certificates", "certificates[0]", "certificates[1].secretName", "certificates[0].dnsNames[2]"] {
+            assert_eq!(classify_mesh_config(path), ApiField::Removed(CERTIFICATES_INSTEAD), "{path}");
+        }
+        assert_eq!(classify_mesh_config("certificates[0].secretNames"), ApiField::Unknown);
         assert_eq!(classify_mesh_config("accessLogFiles"), ApiField::Unknown);
         assert_eq!(classify_mesh_config("spec.accessLogFile"), ApiField::Unknown, "a mesh config has no spec");
     }

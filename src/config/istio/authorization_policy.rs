@@ -127,6 +127,41 @@ pub struct Source {
     pub not_trust_domains: Vec<String>,
 }
 
+impl Source {
+    /// Each field with its values, named as Istio names it.
+    pub fn fields(&self) -> [(&'static str, &[String]); 14] {
+        [
+            ("principals", &self.principals),
+            ("notPrincipals", &self.not_principals),
+            ("requestPrincipals", &self.request_principals),
+            ("notRequestPrincipals", &self.not_request_principals),
+            ("namespaces", &self.namespaces),
+            ("notNamespaces", &self.not_namespaces),
+            ("serviceAccounts", &self.service_accounts),
+            ("notServiceAccounts", &self.not_service_accounts),
+            ("ipBlocks", &self.ip_blocks),
+            ("notIpBlocks", &self.not_ip_blocks),
+            ("remoteIpBlocks", &self.remote_ip_blocks),
+            ("notRemoteIpBlocks", &self.not_remote_ip_blocks),
+            ("trustDomains", &self.trust_domains),
+            ("notTrustDomains", &self.not_trust_domains),
+        ]
+    }
+
+    /// The fields that name the peer by who it is (its certificate's
+    /// identity, its request's JWT) rather than by its address: every field
+    /// but the IP blocks.
+    pub fn identity_fields(&self) -> impl Iterator<Item = (&'static str, &[String])> {
+        self.fields().into_iter().filter(|(field, _)| !Source::is_ip_block_field(field))
+    }
+
+    /// Whether a field of [`Source::fields`] lists addresses (`ipBlocks`,
+    /// `remoteIpBlocks` and their `not` twins).
+    pub fn is_ip_block_field(field: &str) -> bool {
+        matches!(field, "ipBlocks" | "notIpBlocks" | "remoteIpBlocks" | "notRemoteIpBlocks")
+    }
+}
+
 /// What a request asks for: each field set must match (values of one field: any).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", default)]

@@ -3,7 +3,8 @@
 //!
 //! Role: `serve --mesh-config FILE` reads one at startup; [`MeshSettings`]
 //! holds the fields meshpush applies (`trustDomain`, `rootNamespace`, the
-//! ingress settings, `discoverySelectors`, the access log settings, the
+//! ingress settings, `discoverySelectors`, `serviceSettings` (resolved by
+//! `super::cluster_local`), the access log settings, the
 //! extension and default providers, the traffic defaults of
 //! `super::traffic`), and the command line's flags
 //! are laid over them ([`MeshSettings::over`]) before they become the
@@ -22,6 +23,7 @@ use std::sync::Arc;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use serde::Deserialize;
 
+use super::cluster_local::{self, ServiceSettings};
 use super::ext_authz;
 use super::providers::{self, DefaultProvidersPatch, ExtensionProvider, ProviderUse};
 use super::proxy_config::ProxyConfig;
@@ -92,6 +94,8 @@ pub struct MeshSettings {
     /// `localityLbSetting`: locality load balancing where no
     /// DestinationRule sets it.
     pub locality_lb_setting: Option<LocalityLbSetting>,
+    /// `serviceSettings`: which hosts are cluster-local.
+    pub service_settings: Option<Vec<ServiceSettings>>,
     /// `defaultConfig`: the fields of Istio's ProxyConfig it sets.
     pub default_config: Option<ProxyConfig>,
     /// `enableTracing`.
@@ -164,6 +168,8 @@ struct Document {
     default_config: Option<ProxyConfig>,
     #[serde(alias = "locality_lb_setting")]
     locality_lb_setting: Option<LocalityLbSetting>,
+    #[serde(alias = "service_settings")]
+    service_settings: Option<Vec<ServiceSettings>>,
     #[serde(alias = "enable_tracing")]
     enable_tracing: Option<bool>,
     #[serde(alias = "ca_certificates")]
@@ -304,6 +310,10 @@ impl MeshSettings {
         if let Some(config) = &doc.default_config {
             config.check().map_err(|(path, why)| format!("{file}: defaultConfig.{path}: {why}"))?;
         }
+        if let Some(entries) = doc.service_settings.as_deref().filter(|e| !e.is_empty()) {
+            cluster_local::check(entries).map_err(|(path, why)| format!("{file}: {path}: {why}"))?;
+            problems.push(warning(file, "serviceSettings", cluster_local::ONE_CLUSTER.into()));
+        }
         let dns_refresh_rate = doc.dns_refresh_rate.filter(|rate| match traffic::check_dns_refresh_rate(*rate) {
             Ok(()) => true,
             Err(e) => {
@@ -336,6 +346,7 @@ impl MeshSettings {
             protocol_detection_timeout: doc.protocol_detection_timeout,
             inbound_traffic_policy,
             outbound_traffic_policy,
+            service_settings: doc.service_settings,
             default_service_export_to: doc.default_service_export_to,
             default_virtual_service_export_to: doc.default_virtual_service_export_to,
             default_destination_rule_export_to: doc.default_destination_rule_export_to,
@@ -375,6 +386,7 @@ impl MeshSettings {
             protocol_detection_timeout: over.protocol_detection_timeout.or(self.protocol_detection_timeout),
             inbound_traffic_policy: over.inbound_traffic_policy.or(self.inbound_traffic_policy),
             outbound_traffic_policy: over.outbound_traffic_policy.or(self.outbound_traffic_policy),
+            service_settings: over.service_settings.or(self.service_settings),
             default_service_export_to: over.default_service_export_to.or(self.default_service_export_to),
             default_virtual_service_export_to: over
                 .default_virtual_service_export_to
@@ -497,6 +509,10 @@ impl MeshSettings {
                 let anchors = TrustAnchors::of(entries, false, skip).expect("no root is read without multi_root");
                 TrustAnchors { multi_root: true, ..anchors }
             }),
+            cluster_local_hosts: cluster_local::ClusterLocalHosts::resolve(
+                self.service_settings.as_deref().unwrap_or_default(),
+                self.default_config.as_ref().and_then(|c| c.discovery_address.as_deref()),
+            ),
         }
     }
 }

@@ -97,19 +97,7 @@ fn custom_checks(check: &mut Checker, policy: &AuthorizationPolicy) {
     let refused = "is not supported with action CUSTOM (Istio refuses it too)";
     for (i, rule) in spec.rules.iter().enumerate() {
         for (j, source) in rule.from.iter().enumerate().filter_map(|(j, f)| Some((j, f.source.as_ref()?))) {
-            let identities: [(&str, &Vec<String>); 10] = [
-                ("principals", &source.principals),
-                ("notPrincipals", &source.not_principals),
-                ("requestPrincipals", &source.request_principals),
-                ("notRequestPrincipals", &source.not_request_principals),
-                ("namespaces", &source.namespaces),
-                ("notNamespaces", &source.not_namespaces),
-                ("serviceAccounts", &source.service_accounts),
-                ("notServiceAccounts", &source.not_service_accounts),
-                ("trustDomains", &source.trust_domains),
-                ("notTrustDomains", &source.not_trust_domains),
-            ];
-            for (field, _) in identities.iter().filter(|(_, values)| !values.is_empty()) {
+            for (field, _) in source.identity_fields().filter(|(_, values)| !values.is_empty()) {
                 check.error(format!("spec.rules[{i}].from[{j}].source.{field}"), refused);
             }
         }
@@ -202,28 +190,13 @@ fn is_header_name(name: &str) -> bool {
 }
 
 fn source_checks(check: &mut Checker, path: &str, source: &Source) {
-    let lists: [(&str, &Vec<String>); 14] = [
-        ("principals", &source.principals),
-        ("notPrincipals", &source.not_principals),
-        ("requestPrincipals", &source.request_principals),
-        ("notRequestPrincipals", &source.not_request_principals),
-        ("namespaces", &source.namespaces),
-        ("notNamespaces", &source.not_namespaces),
-        ("serviceAccounts", &source.service_accounts),
-        ("notServiceAccounts", &source.not_service_accounts),
-        ("ipBlocks", &source.ip_blocks),
-        ("notIpBlocks", &source.not_ip_blocks),
-        ("remoteIpBlocks", &source.remote_ip_blocks),
-        ("notRemoteIpBlocks", &source.not_remote_ip_blocks),
-        ("trustDomains", &source.trust_domains),
-        ("notTrustDomains", &source.not_trust_domains),
-    ];
+    let lists = source.fields();
     if lists.iter().all(|(_, values)| values.is_empty()) {
         check.error(path, "sets nothing: a source needs at least one field (Istio refuses an empty one)");
     }
     for (field, values) in lists {
         strings(check, &format!("{path}.{field}"), values);
-        if field.to_ascii_lowercase().contains("ipblocks") {
+        if Source::is_ip_block_field(field) {
             for (i, value) in values.iter().enumerate() {
                 if !is_ip_or_cidr(value) {
                     check.error(

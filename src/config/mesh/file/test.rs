@@ -344,3 +344,60 @@ fn authorizers_are_read_whole_and_what_istiod_refuses_or_ignores_is_reported_wit
     assert_eq!(http.used_for(), providers::ProviderUse::Authorization);
     assert_eq!(http.envoy_ext_authz_http.as_ref().unwrap().port, 8000, "a port written as a string");
 }
+
+#[test]
+fn service_settings_are_resolved_and_reported_as_without_effect_on_one_cluster() {
+    let text = "defaultConfig: {discoveryAddress: meshpush.mesh.svc:15012}\n\
+                service_settings:\n- settings: {clusterLocal: false}\n  hosts: [kubernetes.default.svc.cluster.local]\n\
+                - settings: {cluster_local: true}\n  hosts: ['*.prod.svc.cluster.local']\n";
+    let settings = MeshSettings::parse("mesh.yaml", text).unwrap();
+    assert_eq!(problem_paths(&settings), [("serviceSettings", cluster_local::ONE_CLUSTER)], "one warning, no more");
+    for says in ["validated and resolved", "/debug/configz", "no effect", "one cluster", "several clusters"] {
+        assert!(cluster_local::ONE_CLUSTER.contains(says), "{says}");
+    }
+    let hosts = settings.mesh_config().cluster_local_hosts;
+    assert!(hosts.is_cluster_local("reviews.prod.svc.cluster.local"));
+    assert!(!hosts.is_cluster_local("kubernetes.default.svc.cluster.local"), "the default is removed");
+    assert!(hosts.is_cluster_local("meshpush.mesh.svc.cluster.local"), "the file's discovery address");
+    assert!(!hosts.is_cluster_local("istiod.istio-system.svc.cluster.local"));
+    let configz = serde_json::to_value(settings.mesh_config()).unwrap();
+    assert_eq!(configz["clusterLocalHosts"]["*.prod.svc.cluster.local"], true, "{configz}");
+    assert_eq!(configz["clusterLocalHosts"]["kubernetes.default.svc.cluster.local"], false, "{configz}");
+
+    let flags = MeshSettings { service_settings: Some(Vec::new()), ..Default::default() };
+    let over = settings.over(flags).mesh_config().cluster_local_hosts;
+    assert_eq!(over, cluster_local::ClusterLocalHosts::resolve(&[], Some("meshpush.mesh.svc:15012")), "flags win");
+    let empty = MeshSettings::parse("mesh.yaml", "serviceSettings: []\n").unwrap();
+    assert!(empty.problems.is_empty(), "an empty list is Istio's default: nothing to say");
+    assert_eq!(empty.mesh_config(), MeshConfig::default());
+}
+
+#[test]
+fn a_service_settings_host_that_is_no_host_name_refuses_the_file_naming_it() {
+    let text = "serviceSettings:\n- hosts: [a.example.com]\n- settings: {clusterLocal: true}\n  hosts: [ok.example.com, 'not a host']\n";
+    let error = MeshSettings::parse("mesh.yaml", text).unwrap_err();
+    assert!(
+        error.starts_with("mesh.yaml: serviceSettings[1].hosts[1]: \"not a host\" is not a host name or wildcard"),
+        "{error}"
+    );
+    let typed = MeshSettings::parse("mesh.yaml", "serviceSettings: [{settings: {clusterLocal: maybe}}]\n").unwrap_err();
+    assert!(typed.starts_with("mesh.yaml: serviceSettings[0].settings.clusterLocal: "), "{typed}");
+    let typo = MeshSettings::parse("mesh.yaml", "serviceSettings: [{settings: {clusterLocl: true}, hosts: [a]}]\n");
+    assert_eq!(
+        problem_paths(&typo.unwrap())[0],
+        ("serviceSettings[0].settings.clusterLocl", "not a field of Istio's MeshConfig: ignored")
+    );
+}
+
+#[test]
+fn certificates_are_reported_as_removed_by_istio() {
+    let text = "certificates: [{secretName: dns-cert, dnsNames: [istiod.example]}]\n";
+    let settings = MeshSettings::parse("mesh.yaml", text).unwrap();
+    let [(path, message)] = problem_paths(&settings)[..] else { panic!("{:?}", settings.problems) };
+    assert_eq!(path, "certificates");
+    assert_eq!(
+        message,
+        "Istio removed this field and ignores it (it has had no effect since Istio 1.18 removed chiron, the \
+         controller that read it; meshpush's serving names are `--server-san`)"
+    );
+}
