@@ -34,3 +34,46 @@ pub fn proxy_config(ctx: &PushContext) -> Option<ProxyConfig> {
         .multi_root
         .then(|| ProxyConfig { ca_certificates_pem: trust_anchors::bundle(anchors.roots.iter().map(|r| &**r)) })
 }
+
+#[cfg(test)]
+mod test {
+    use std::sync::Arc;
+
+    use super::*;
+    use crate::config::mesh::MeshSettings;
+    use crate::model::ConfigStore;
+    use crate::push::ScopeInterner;
+
+    fn root() -> String {
+        let mut params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
+        params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+        params.self_signed(&rcgen::KeyPair::generate().unwrap()).unwrap().pem()
+    }
+
+    fn served(roots: &[&str], multi_root: bool) -> PushContext {
+        let entries: Vec<String> =
+            roots.iter().map(|r| format!("{{pem: {}}}", serde_json::to_string(r).unwrap())).collect();
+        let text = format!("caCertificates: [{}]\n", entries.join(", "));
+        let flags = MeshSettings { multi_root_mesh: Some(multi_root), ..Default::default() };
+        let mesh = MeshSettings::parse("mesh", &text).unwrap().over(flags).finish("mesh").unwrap().mesh_config();
+        PushContext::build_with(ConfigStore::new().snapshot(), 1, Arc::new(ScopeInterner::default()), Arc::new(mesh))
+    }
+
+    #[test]
+    fn the_bundle_is_the_roots_sorted_once_each_and_only_under_the_feature() {
+        let (a, b) = (root(), root());
+        let config = proxy_config(&served(&[&b, &a, &b], true)).expect("a resource under the feature");
+        let mut expected = vec![a.clone(), b.clone()];
+        expected.sort();
+        assert_eq!(config.ca_certificates_pem, expected);
+        assert_eq!(proxy_config(&served(&[&a], false)), None, "istiod sends nothing without the feature");
+    }
+
+    #[test]
+    fn the_roots_travel_in_field_34_as_pilot_agent_reads_them() {
+        use prost::Message as _;
+        let config = ProxyConfig { ca_certificates_pem: vec!["R".into()] };
+        // Field 34, wire type 2 (length-delimited): tag varint 0x112 = [0x92, 0x02].
+        assert_eq!(config.encode_to_vec(), [0x92, 0x02, 0x01, b'R']);
+    }
+}

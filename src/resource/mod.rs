@@ -1,7 +1,7 @@
 //! Base types every layer shares: the resource types meshpush serves and
 //! resources as they go on the wire.
 //!
-//! * [`TypeUrl`], [`TypeSet`]: CDS, EDS, LDS, RDS, SDS and sets of them.
+//! * [`TypeUrl`], [`TypeSet`]: CDS, EDS, LDS, RDS, SDS, PCDS and sets of them.
 //! * [`EncodedResource`], [`ResourceSet`]: resources encoded once, with
 //!   content hashes as versions.
 //!

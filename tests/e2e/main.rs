@@ -26,6 +26,7 @@ mod kubernetes;
 mod many;
 mod mesh_config;
 mod mtls;
+mod multi_root;
 mod operate;
 mod proxy_config;
 mod redirect;

@@ -82,7 +82,7 @@ pub fn get_unix(socket: &Path, path: &str, headers: &[(&str, &str)]) -> io::Resu
 }
 
 /// Sends one request on `stream` and reads the response.
-fn exchange(
+pub fn exchange(
     mut stream: impl Read + Write,
     default_host: &str,
     method: &str,

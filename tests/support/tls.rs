@@ -57,6 +57,16 @@ impl TestCa {
         Leaf { cert: cert.pem(), key: key.serialize_pem() }
     }
 
+    /// A workload certificate naming the SPIFFE identity `uri` (its only
+    /// subject alternative name), as a mesh CA issues one.
+    pub fn workload(&self, uri: &str) -> Leaf {
+        let key = rcgen::KeyPair::generate().expect("a key");
+        let mut params = rcgen::CertificateParams::default();
+        params.subject_alt_names = vec![rcgen::SanType::URI(uri.try_into().expect("a URI"))];
+        let cert = params.signed_by(&key, &self.issuer).expect("the certificate");
+        Leaf { cert: cert.pem(), key: key.serialize_pem() }
+    }
+
     /// Writes the CA certificate to `dir/name`; returns the path.
     pub fn write(&self, dir: &Path, name: &str) -> PathBuf {
         let path = dir.join(name);
@@ -197,5 +207,69 @@ fn serve(name: &str, tcp: TcpStream, config: Arc<rustls::ServerConfig>, shared: 
             return;
         }
         let _ = reader.get_mut().flush();
+    }
+}
+
+/// `GET path` from `addr` over TLS, presenting `client` as the client
+/// certificate (and `host` as the Host), as a peer sidecar would. The
+/// server's certificate is not checked: these tests look at how the server
+/// checks its client. An error is a refused handshake or connection.
+pub fn mutual_get(addr: SocketAddr, client: &Leaf, host: &str, path: &str) -> std::io::Result<super::http::Response> {
+    use rustls_pki_types::pem::PemObject as _;
+    use rustls_pki_types::{CertificateDer, PrivateKeyDer, ServerName};
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let chain = vec![CertificateDer::from_pem_slice(client.cert.as_bytes()).expect("a PEM certificate")];
+    let key = PrivateKeyDer::from_pem_slice(client.key.as_bytes()).expect("a PEM key");
+    let mut config = rustls::ClientConfig::builder_with_provider(provider.clone())
+        .with_safe_default_protocol_versions()
+        .expect("TLS versions")
+        .dangerous()
+        .with_custom_certificate_verifier(Arc::new(AnyServer(provider)))
+        .with_client_auth_cert(chain, key)
+        .expect("a client certificate");
+    config.alpn_protocols = vec![b"http/1.1".to_vec()];
+    let name = ServerName::IpAddress(addr.ip().into());
+    let conn = rustls::ClientConnection::new(Arc::new(config), name).map_err(std::io::Error::other)?;
+    let tcp = TcpStream::connect_timeout(&addr, std::time::Duration::from_secs(5))?;
+    tcp.set_read_timeout(Some(std::time::Duration::from_secs(5)))?;
+    super::http::exchange(rustls::StreamOwned::new(conn, tcp), host, "GET", path, &[])
+}
+
+/// Accepts any server certificate whose signatures verify.
+#[derive(Debug)]
+struct AnyServer(Arc<rustls::crypto::CryptoProvider>);
+
+impl rustls::client::danger::ServerCertVerifier for AnyServer {
+    fn verify_server_cert(
+        &self,
+        _: &rustls_pki_types::CertificateDer<'_>,
+        _: &[rustls_pki_types::CertificateDer<'_>],
+        _: &rustls_pki_types::ServerName<'_>,
+        _: &[u8],
+        _: rustls_pki_types::UnixTime,
+    ) -> Result<rustls::client::danger::ServerCertVerified, rustls::Error> {
+        Ok(rustls::client::danger::ServerCertVerified::assertion())
+    }
+
+    fn verify_tls12_signature(
+        &self,
+        message: &[u8],
+        cert: &rustls_pki_types::CertificateDer<'_>,
+        dss: &rustls::DigitallySignedStruct,
+    ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls12_signature(message, cert, dss, &self.0.signature_verification_algorithms)
+    }
+
+    fn verify_tls13_signature(
+        &self,
+        message: &[u8],
+        cert: &rustls_pki_types::CertificateDer<'_>,
+        dss: &rustls::DigitallySignedStruct,
+    ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls13_signature(message, cert, dss, &self.0.signature_verification_algorithms)
+    }
+
+    fn supported_verify_schemes(&self) -> Vec<rustls::SignatureScheme> {
+        self.0.signature_verification_algorithms.supported_schemes()
     }
 }

@@ -401,3 +401,53 @@ fn certificates_are_reported_as_removed_by_istio() {
          controller that read it; meshpush's serving names are `--server-san`)"
     );
 }
+
+/// A self-signed root (`ca`: a CA certificate), PEM.
+fn root_pem(ca: bool) -> String {
+    let mut params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
+    if ca {
+        params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+    }
+    params.self_signed(&rcgen::KeyPair::generate().unwrap()).unwrap().pem()
+}
+
+#[test]
+fn ca_certificates_roots_apply_under_the_multi_root_flag_and_their_trust_domains_always() {
+    let root = serde_json::to_string(&root_pem(true)).unwrap();
+    let text = format!("trustDomainAliases: [old.td]\ncaCertificates:\n- {{pem: {root}, trustDomains: [other.td]}}\n");
+    let flags = |multi_root: bool, skip: bool| MeshSettings {
+        multi_root_mesh: Some(multi_root),
+        skip_validate_trust_domain: Some(skip),
+        ..Default::default()
+    };
+    let served = |multi_root: bool, skip: bool| {
+        MeshSettings::parse("mesh.yaml", &text).unwrap().over(flags(multi_root, skip)).finish("mesh.yaml").unwrap()
+    };
+
+    let off = served(false, false);
+    let paths: Vec<&str> = off.problems.iter().map(|p| p.path.as_str()).collect();
+    assert_eq!(paths, ["caCertificates[0].pem"], "reported without the flag");
+    assert!(off.problems[0].message.contains("ISTIO_MULTIROOT_MESH"), "{}", off.problems[0].message);
+    let mesh = off.mesh_config();
+    assert!(mesh.trust_anchors.roots.is_empty() && !mesh.trust_anchors.multi_root);
+    let domains: Vec<String> = mesh.trust_domains_for_validation().iter().map(|d| d.to_string()).collect();
+    assert_eq!(domains, ["cluster.local", "old.td", "other.td"], "trust domains apply without the flag");
+
+    let on = served(true, false);
+    assert!(on.problems.is_empty(), "{:?}", on.problems);
+    assert_eq!(on.mesh_config().trust_anchors.roots.len(), 1);
+
+    let skipped = served(true, true).mesh_config();
+    assert!(skipped.trust_domains_for_validation().is_empty(), "PILOT_SKIP_VALIDATE_TRUST_DOMAIN: any trust domain");
+}
+
+#[test]
+fn a_root_that_is_not_a_ca_refuses_the_mesh_config_under_the_flag_naming_it() {
+    let leaf = serde_json::to_string(&root_pem(false)).unwrap();
+    let text = format!("caCertificates:\n- {{trustDomains: [a.td]}}\n- {{pem: {leaf}}}\n");
+    let flags = MeshSettings { multi_root_mesh: Some(true), ..Default::default() };
+    let error = MeshSettings::parse("mesh.yaml", &text).unwrap().over(flags).finish("mesh.yaml").unwrap_err();
+    assert!(error.starts_with("mesh.yaml: caCertificates[1].pem: is not a CA certificate"), "{error}");
+    let off = MeshSettings::parse("mesh.yaml", &text).unwrap().finish("mesh.yaml");
+    assert!(off.is_ok(), "istiod reads no root without the flag");
+}
