@@ -29,9 +29,10 @@ use crate::xds::stream::status::{StreamStatus, SyncState, TypeStatus};
 /// meshpush's version, shown where Istio shows istiod's.
 pub const VERSION: &str = env!("CARGO_PKG_VERSION");
 
-/// Types in `istioctl proxy-status` column order.
-const STATUS_ORDER: [TypeUrl; TypeUrl::COUNT] =
-    [TypeUrl::Cluster, TypeUrl::Listener, TypeUrl::Endpoint, TypeUrl::Route, TypeUrl::Secret, TypeUrl::ProxyConfig];
+/// Types in `istioctl proxy-status` column order: Envoy's (PCDS, which
+/// only agents ask for, is not a column, as in istiod's syncz).
+const STATUS_ORDER: [TypeUrl; 5] =
+    [TypeUrl::Cluster, TypeUrl::Listener, TypeUrl::Endpoint, TypeUrl::Route, TypeUrl::Secret];
 
 /// One type of one stream in `/debug/syncz`.
 #[derive(Debug, Clone, Serialize, Deserialize)]
