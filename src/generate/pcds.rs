@@ -45,9 +45,7 @@ mod test {
     use crate::push::ScopeInterner;
 
     fn root() -> String {
-        let mut params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
-        params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
-        params.self_signed(&rcgen::KeyPair::generate().unwrap()).unwrap().pem()
+        crate::testing::certs::ca("root").0
     }
 
     fn served(roots: &[&str], multi_root: bool) -> PushContext {

@@ -24,13 +24,13 @@ use crate::support::traffic::{Request, Traffic};
 const DEADLINE: Duration = Duration::from_secs(30);
 /// B's pod address: another loopback address than A's, so that B's inbound
 /// port and A's outbound listener for the same service can both bind.
-const B_IP: &str = "127.0.0.2";
+pub(super) const B_IP: &str = "127.0.0.2";
 
 /// Service `b` (port `service_port`, target `pod_port`), its Pod (with a
 /// sidecar: `security.istio.io/tlsMode: istio`; service account `b`), and
 /// the Sidecar of B: its ingress listener hands requests to `backend`, and
 /// it sees no other service (its outbound listeners would take A's ports).
-fn mesh(service_port: u16, pod_port: u16, backend: SocketAddr) -> String {
+pub(super) fn mesh(service_port: u16, pod_port: u16, backend: SocketAddr) -> String {
     format!(
         "apiVersion: v1
 kind: Service
@@ -62,7 +62,7 @@ spec:
     )
 }
 
-fn peer_authentication(mode: &str) -> String {
+pub(super) fn peer_authentication(mode: &str) -> String {
     format!(
         "apiVersion: security.istio.io/v1\nkind: PeerAuthentication\nmetadata: {{name: b, namespace: default}}\nspec:\n  selector: {{matchLabels: {{app: b}}}}\n  mtls: {{mode: {mode}}}\n"
     )

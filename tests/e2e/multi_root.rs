@@ -19,50 +19,11 @@ use crate::support::scene::MeshDir;
 use crate::support::secure::SecureMesh;
 use crate::support::tls::{Leaf, TestCa, mutual_get};
 
-const DEADLINE: Duration = Duration::from_secs(30);
-/// B's pod address.
-const B_IP: &str = "127.0.0.2";
+// Service `b`, its Pod and its Sidecar (an ingress listener on B's own
+// address), as the mesh mTLS tests have them.
+use super::mtls::{B_IP, mesh, peer_authentication};
 
-/// Service `b`, its Pod and Sidecar (an ingress listener on B's own
-/// address to `backend`), and STRICT mTLS for it.
-fn mesh(service_port: u16, pod_port: u16, backend: SocketAddr) -> String {
-    format!(
-        "apiVersion: v1
-kind: Service
-metadata: {{name: b, namespace: default}}
-spec:
-  selector: {{app: b}}
-  ports: [{{name: http, port: {service_port}, targetPort: {pod_port}}}]
----
-apiVersion: v1
-kind: Pod
-metadata:
-  name: b-1
-  namespace: default
-  labels: {{app: b, security.istio.io/tlsMode: istio}}
-spec: {{serviceAccountName: b}}
-status: {{podIP: {B_IP}, phase: Running}}
----
-apiVersion: networking.istio.io/v1
-kind: Sidecar
-metadata: {{name: b, namespace: default}}
-spec:
-  workloadSelector: {{labels: {{app: b}}}}
-  ingress:
-  - port: {{number: {pod_port}, protocol: HTTP, name: http}}
-    defaultEndpoint: {backend}
-  egress:
-  - hosts: [\"istio-system/*\"]
----
-apiVersion: security.istio.io/v1
-kind: PeerAuthentication
-metadata: {{name: b, namespace: default}}
-spec:
-  selector: {{matchLabels: {{app: b}}}}
-  mtls: {{mode: STRICT}}
-"
-    )
-}
+const DEADLINE: Duration = Duration::from_secs(30);
 
 /// The mesh config: agents take PCDS; `ca_certificates` is the YAML list.
 fn mesh_config(ca_certificates: &str) -> String {
@@ -103,6 +64,7 @@ fn roots_and_trust_domains(delta: bool) {
     let backend = Backend::start("b", SocketAddr::from(([127, 0, 0, 1], free_port())));
     let dir = MeshDir::new();
     dir.write("b.yaml", &mesh(service_port, pod_port, backend.addr()));
+    dir.write("strict.yaml", &peer_authentication("STRICT"));
     let files = tempfile::TempDir::new().unwrap();
     let mesh_file = files.path().join("mesh");
     std::fs::write(&mesh_file, mesh_config("[]")).unwrap();

@@ -158,13 +158,10 @@ pub fn bundle<'a>(roots: impl IntoIterator<Item = &'a str>) -> Vec<String> {
 mod test {
     use super::*;
 
+    /// A root (`is_ca`) or a leaf certificate, PEM.
     fn ca_pem(is_ca: bool) -> String {
-        let mut params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
-        if is_ca {
-            params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
-        }
-        let key = rcgen::KeyPair::generate().unwrap();
-        params.self_signed(&key).unwrap().pem()
+        let (root, issuer) = crate::testing::certs::ca("root");
+        if is_ca { root } else { crate::testing::certs::leaf(&issuer, &[]).0 }
     }
 
     fn entry(pem: Option<&str>, url: Option<&str>, domains: &[&str]) -> CaCertificate {

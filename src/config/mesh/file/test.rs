@@ -402,13 +402,10 @@ fn certificates_are_reported_as_removed_by_istio() {
     );
 }
 
-/// A self-signed root (`ca`: a CA certificate), PEM.
+/// A root (`ca`), or a leaf certificate, PEM.
 fn root_pem(ca: bool) -> String {
-    let mut params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
-    if ca {
-        params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
-    }
-    params.self_signed(&rcgen::KeyPair::generate().unwrap()).unwrap().pem()
+    let (root, issuer) = crate::testing::certs::ca("root");
+    if ca { root } else { crate::testing::certs::leaf(&issuer, &[]).0 }
 }
 
 #[test]
