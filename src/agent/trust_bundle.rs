@@ -9,6 +9,11 @@
 //! chain and the bundle's, each certificate once, sorted (pilot-agent's
 //! merge), so Envoy accepts peers signed by any of them.
 //!
+//! pilot-agent also has its workload certificate signed again when the
+//! bundle changes; this agent does not, as meshpush's CA root does not
+//! change with the mesh config (a new certificate would chain to the same
+//! root).
+//!
 //! Invariant: an empty bundle leaves `ROOTCA` exactly the certificate's
 //! roots, with the certificate's serial as its version; a bundle's roots
 //! change the version, so Envoy is sent the new roots.
