@@ -15,30 +15,19 @@
 //! nobody can sign for (`FAIL_CLOSED_JWKS`), so requests with a token are
 //! refused rather than let through.
 //!
-//! Invariants: only public key members are stored; a response is read up
-//! to 1 MiB; a URI whose host is, or resolves only to, a link-local or
-//! cloud metadata address is never fetched (such addresses serve instance
-//! credentials, not key sets); the source writes only `FetchedJwks`, and
+//! Invariants: only public key members are stored; what every fetching
+//! source keeps (`source::fetch`: at most 1 MiB read, no link-local or
+//! cloud metadata address); the source writes only `FetchedJwks`, and
 //! deletes the ones no rule names any more.
 
 use std::collections::{BTreeMap, HashMap};
-use std::future::Future;
-use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
-use std::pin::Pin;
 use std::sync::Arc;
-use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
-use bytes::Bytes;
-use http_body_util::{BodyExt as _, Empty, Limited};
-use hyper_rustls::HttpsConnector;
-use hyper_util::client::legacy::Client;
-use hyper_util::client::legacy::connect::HttpConnector;
-use hyper_util::client::legacy::connect::dns::{GaiResolver, Name};
-use hyper_util::rt::TokioExecutor;
 use tokio::sync::mpsc;
 
-use crate::config::istio::{FetchedJwks, fetched_jwks_name, jwks_uri_authority, parse_jwks};
+use super::fetch::{self, HttpClient, get};
+use crate::config::istio::{FetchedJwks, fetched_jwks_name, parse_jwks};
 use crate::config::{ConfigKind, ConfigObject, ObjectMeta, SourceRef};
 use crate::engine::PushEngine;
 use crate::model::store::Write;
@@ -47,15 +36,8 @@ use crate::text;
 
 /// How often a key set is fetched again (Istio's `PILOT_JWT_PUB_KEY_REFRESH_INTERVAL`).
 pub const DEFAULT_REFRESH: Duration = Duration::from_secs(20 * 60);
-/// The most a fetch reads.
-const MAX_BODY: usize = 1 << 20;
-/// The first retry after a failure, and the longest.
-const RETRY_FIRST: Duration = Duration::from_secs(1);
-const RETRY_MAX: Duration = Duration::from_secs(60);
 /// The source every fetched key set is attributed to.
 const SOURCE: &str = "jwks-fetch";
-
-type HttpClient = Client<HttpsConnector<HttpConnector<GuardedResolver>>, Empty<Bytes>>;
 
 /// Keeps a [`FetchedJwks`] in the store for each key set the served rules name.
 pub struct JwksFetcher {
@@ -83,21 +65,7 @@ impl JwksFetcher {
         changes: mpsc::Sender<ChangeSet>,
         refresh: Duration,
     ) -> JwksFetcher {
-        let mut http = HttpConnector::new_with_resolver(GuardedResolver(GaiResolver::new()));
-        http.enforce_http(false);
-        let builder = match hyper_rustls::HttpsConnectorBuilder::new().with_native_roots() {
-            Ok(builder) => builder,
-            Err(e) => {
-                tracing::warn!("no system root certificates ({e}): https key sets cannot be fetched");
-                let roots = rustls::RootCertStore::empty();
-                hyper_rustls::HttpsConnectorBuilder::new().with_tls_config(
-                    rustls::ClientConfig::builder().with_root_certificates(roots).with_no_client_auth(),
-                )
-            }
-        };
-        let https = builder.https_or_http().enable_http1().wrap_connector(http);
-        let client = Client::builder(TokioExecutor::new()).build(https);
-        JwksFetcher { store, engine, changes, refresh, client, due: HashMap::new() }
+        JwksFetcher { store, engine, changes, refresh, client: fetch::client(), due: HashMap::new() }
     }
 
     /// Fetches what is due whenever a snapshot is published or a fetch
@@ -152,7 +120,7 @@ impl JwksFetcher {
                     if previous.as_ref().and_then(|p| p.error.as_deref()) != Some(shown.as_str()) {
                         tracing::warn!("fetching the JWKS of issuer {}: {shown}", text::shown(issuer));
                     }
-                    let retry = RETRY_FIRST.saturating_mul(1 << failures.min(6)).min(RETRY_MAX);
+                    let retry = fetch::retry_after(failures);
                     (previous.as_ref().and_then(|p| p.keys.clone()), Some(shown), now + retry, failures + 1)
                 }
             };
@@ -207,80 +175,6 @@ async fn fetch(client: &HttpClient, issuer: &str, uri: &str) -> Result<String, S
     let body = get(client, &uri).await?;
     let text = std::str::from_utf8(&body).map_err(|_| "the key set is not UTF-8".to_string())?;
     Ok(parse_jwks(text).map_err(|e| format!("not a JWKS: {e}"))?.public)
-}
-
-/// GETs `uri`: its body when the answer is 200.
-async fn get(client: &HttpClient, uri: &str) -> Result<Bytes, String> {
-    let (host, _) = jwks_uri_authority(uri)?;
-    if let Ok(ip) = host.parse::<IpAddr>()
-        && is_blocked(ip)
-    {
-        return Err(format!("{ip} is a link-local or cloud metadata address: not fetched"));
-    }
-    let parsed: http::Uri = uri.parse().map_err(|e| format!("not a URI ({e})"))?;
-    let response = client.get(parsed).await.map_err(|e| describe(&e))?;
-    if response.status() != http::StatusCode::OK {
-        return Err(format!("answered {}", response.status()));
-    }
-    let body = Limited::new(response.into_body(), MAX_BODY)
-        .collect()
-        .await
-        .map_err(|e| format!("reading the answer: {e} (at most {MAX_BODY} bytes are read)"))?;
-    Ok(body.to_bytes())
-}
-
-/// An error with its causes (hyper's own text is only the outermost).
-fn describe(error: &(dyn std::error::Error + 'static)) -> String {
-    let mut text = error.to_string();
-    let mut source = error.source();
-    while let Some(cause) = source {
-        text.push_str(": ");
-        text.push_str(&cause.to_string());
-        source = cause.source();
-    }
-    text
-}
-
-/// Addresses a key set is never fetched from: link-local ones (cloud
-/// instance metadata among them) and the known metadata addresses outside
-/// that range.
-fn is_blocked(ip: IpAddr) -> bool {
-    const ALIBABA_METADATA: Ipv4Addr = Ipv4Addr::new(100, 100, 100, 200);
-    const AWS_METADATA_V6: Ipv6Addr = Ipv6Addr::new(0xfd00, 0xec2, 0, 0, 0, 0, 0, 0x254);
-    match ip {
-        IpAddr::V4(v4) => v4.is_link_local() || v4 == ALIBABA_METADATA,
-        IpAddr::V6(v6) => {
-            v6.is_unicast_link_local()
-                || v6 == AWS_METADATA_V6
-                || v6.to_ipv4_mapped().is_some_and(|v4| is_blocked(IpAddr::V4(v4)))
-        }
-    }
-}
-
-/// The system resolver, without blocked addresses: a name that resolves
-/// only to them fails to connect.
-#[derive(Clone)]
-struct GuardedResolver(GaiResolver);
-
-impl tower_service::Service<Name> for GuardedResolver {
-    type Response = std::vec::IntoIter<SocketAddr>;
-    type Error = std::io::Error;
-    type Future = Pin<Box<dyn Future<Output = Result<Self::Response, Self::Error>> + Send>>;
-
-    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
-        self.0.poll_ready(cx)
-    }
-
-    fn call(&mut self, name: Name) -> Self::Future {
-        let resolving = self.0.call(name);
-        Box::pin(async move {
-            let allowed: Vec<SocketAddr> = resolving.await?.filter(|a| !is_blocked(a.ip())).collect();
-            if allowed.is_empty() {
-                return Err(std::io::Error::other("the name resolves only to link-local or cloud metadata addresses"));
-            }
-            Ok(allowed.into_iter())
-        })
-    }
 }
 
 #[cfg(test)]
@@ -364,7 +258,7 @@ mod tests {
             assert!(set.error.as_deref().is_some_and(|e| e.contains("500")), "{:?}", set.error);
         }
         let retry = fetcher.due.values().map(|(at, _)| *at).max().unwrap();
-        assert!(retry <= later + RETRY_FIRST, "a failed fetch is retried after {RETRY_FIRST:?}");
+        assert!(retry <= later + fetch::RETRY_FIRST, "a failed fetch is retried after {:?}", fetch::RETRY_FIRST);
 
         // No rule names them any more: they go.
         assert!(fetcher.reconcile(&BTreeMap::new(), later).await);
@@ -382,15 +276,5 @@ mod tests {
         let set = fetched(&store).remove(0);
         assert_eq!(set.keys, None);
         assert!(set.error.unwrap().contains("metadata address"));
-    }
-
-    #[test]
-    fn metadata_and_link_local_addresses_are_blocked_and_others_are_not() {
-        for blocked in ["169.254.169.254", "100.100.100.200", "fe80::1", "fd00:ec2::254", "::ffff:169.254.169.254"] {
-            assert!(is_blocked(blocked.parse().unwrap()), "{blocked}");
-        }
-        for allowed in ["127.0.0.1", "10.0.0.1", "::1", "93.184.216.34"] {
-            assert!(!is_blocked(allowed.parse().unwrap()), "{allowed}");
-        }
     }
 }
