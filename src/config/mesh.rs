@@ -17,6 +17,7 @@ pub mod ext_authz;
 pub mod file;
 pub mod providers;
 pub mod proxy_config;
+pub mod spiffe_bundle;
 pub mod traffic;
 pub mod trust_anchors;
 

@@ -75,6 +75,10 @@ pub enum ConfigKind {
     /// A JWKS meshpush fetched for a RequestAuthentication (internal: written
     /// by `source::jwks` only, never read from a file or an API).
     FetchedJwks,
+    /// The roots meshpush fetched from a SPIFFE bundle URL of the mesh
+    /// config's `caCertificates` (internal: written by
+    /// `source::spiffe_bundle` only, never read from a file or an API).
+    FetchedTrustBundle,
     /// The mesh config served (internal: written by `source::mesh_config`
     /// from Istio's mesh config file, with the command line over it).
     MeshConfig,
@@ -103,7 +107,7 @@ pub enum ConfigKind {
 
 impl ConfigKind {
     /// Every kind, in a fixed order.
-    pub const ALL: [ConfigKind; 29] = [
+    pub const ALL: [ConfigKind; 30] = [
         ConfigKind::Service,
         ConfigKind::Pod,
         ConfigKind::EndpointSlice,
@@ -122,6 +126,7 @@ impl ConfigKind {
         ConfigKind::Telemetry,
         ConfigKind::ProxyConfig,
         ConfigKind::FetchedJwks,
+        ConfigKind::FetchedTrustBundle,
         ConfigKind::MeshConfig,
         ConfigKind::Namespace,
         ConfigKind::GatewayClass,
@@ -158,6 +163,7 @@ impl ConfigKind {
             ConfigKind::Telemetry => "Telemetry",
             ConfigKind::ProxyConfig => "ProxyConfig",
             ConfigKind::FetchedJwks => "FetchedJwks",
+            ConfigKind::FetchedTrustBundle => "FetchedTrustBundle",
             ConfigKind::MeshConfig => "MeshConfig",
             ConfigKind::Namespace => "Namespace",
             ConfigKind::GatewayClass => "GatewayClass",
@@ -191,7 +197,7 @@ impl ConfigKind {
                 "security.istio.io"
             }
             ConfigKind::Telemetry => "telemetry.istio.io",
-            ConfigKind::FetchedJwks | ConfigKind::MeshConfig => "meshpush.io",
+            ConfigKind::FetchedJwks | ConfigKind::FetchedTrustBundle | ConfigKind::MeshConfig => "meshpush.io",
             ConfigKind::GatewayClass
             | ConfigKind::KubernetesGateway
             | ConfigKind::HttpRoute
@@ -212,7 +218,7 @@ impl ConfigKind {
     /// Kinds meshpush writes itself: never read from a file, the registry
     /// API or Kubernetes.
     pub fn is_internal(self) -> bool {
-        matches!(self, ConfigKind::FetchedJwks | ConfigKind::MeshConfig)
+        matches!(self, ConfigKind::FetchedJwks | ConfigKind::FetchedTrustBundle | ConfigKind::MeshConfig)
     }
 
     /// Kinds whose objects belong to no namespace (their keys' namespace is
@@ -222,6 +228,7 @@ impl ConfigKind {
             self,
             ConfigKind::Node
                 | ConfigKind::FetchedJwks
+                | ConfigKind::FetchedTrustBundle
                 | ConfigKind::MeshConfig
                 | ConfigKind::Namespace
                 | ConfigKind::GatewayClass
@@ -355,6 +362,8 @@ pub enum ConfigObject {
     ProxyConfig(Box<istio::ProxyConfigObject>),
     /// A fetched JWKS (boxed, as the kinds above).
     FetchedJwks(Box<istio::FetchedJwks>),
+    /// A fetched SPIFFE bundle (boxed, as the kinds above).
+    FetchedTrustBundle(Box<mesh::spiffe_bundle::FetchedTrustBundle>),
     /// The mesh config served (boxed, as the kinds above).
     MeshConfig(Box<mesh::MeshConfigObject>),
     /// `v1 Namespace`.
@@ -401,6 +410,7 @@ impl ConfigObject {
             ConfigObject::Telemetry(_) => ConfigKind::Telemetry,
             ConfigObject::ProxyConfig(_) => ConfigKind::ProxyConfig,
             ConfigObject::FetchedJwks(_) => ConfigKind::FetchedJwks,
+            ConfigObject::FetchedTrustBundle(_) => ConfigKind::FetchedTrustBundle,
             ConfigObject::MeshConfig(_) => ConfigKind::MeshConfig,
             ConfigObject::Namespace(_) => ConfigKind::Namespace,
             ConfigObject::GatewayClass(_) => ConfigKind::GatewayClass,
@@ -436,6 +446,7 @@ impl ConfigObject {
             ConfigObject::Telemetry(o) => &o.metadata,
             ConfigObject::ProxyConfig(o) => &o.metadata,
             ConfigObject::FetchedJwks(o) => &o.metadata,
+            ConfigObject::FetchedTrustBundle(o) => &o.metadata,
             ConfigObject::MeshConfig(o) => &o.metadata,
             ConfigObject::Namespace(o) => &o.metadata,
             ConfigObject::GatewayClass(o) => &o.metadata,

@@ -7,12 +7,15 @@
 //! `PROXY_CONFIG_XDS_AGENT=true`, `meshpush agent` likewise). Envoy never
 //! asks for this type; nothing of Envoy's configuration changes with it.
 //!
-//! Invariant: the resource depends only on the mesh config, so a change of
+//! Invariant: the resource depends only on the mesh config and the SPIFFE
+//! bundles fetched for its URLs (`FetchedTrustBundle`), so a change of
 //! anything else never re-sends it; without the feature there is none (an
 //! agent's request is answered with no resource, which agents ignore;
 //! istiod does not answer at all).
 
+use crate::config::mesh::spiffe_bundle::fetched_trust_bundle_name;
 use crate::config::mesh::trust_anchors;
+use crate::config::{ConfigKey, ConfigKind, ConfigObject};
 use crate::push::PushContext;
 
 /// The code generated from `proto/istio/mesh/v1alpha1/proxy_config.proto`.
@@ -23,16 +26,28 @@ mod wire {
 
 pub use wire::ProxyConfig;
 
-/// The PCDS resource of snapshot `ctx`, or none without the feature.
+/// The PCDS resource of snapshot `ctx`, or none without the feature: the
+/// `pem` roots and those fetched from the bundle URLs the mesh config
+/// lists (a bundle of a URL it no longer lists is left out, even before
+/// its fetcher deletes it).
 ///
 /// istiod's bundle also holds its own CA root; an agent already has that
 /// root (the last certificate of its signed chain) and merges the two
 /// without repeats, so meshpush sends only the roots it adds.
 pub fn proxy_config(ctx: &PushContext) -> Option<ProxyConfig> {
     let anchors = &ctx.mesh.trust_anchors;
-    anchors
-        .multi_root
-        .then(|| ProxyConfig { ca_certificates_pem: trust_anchors::bundle(anchors.roots.iter().map(|r| &**r)) })
+    if !anchors.multi_root {
+        return None;
+    }
+    let fetched = anchors.bundle_urls.iter().filter_map(|url| {
+        let key = ConfigKey::new(ConfigKind::FetchedTrustBundle, "", &fetched_trust_bundle_name(url));
+        match ctx.store.get(&key).map(|s| &s.object) {
+            Some(ConfigObject::FetchedTrustBundle(f)) if *f.url == **url => Some(&f.roots),
+            _ => None,
+        }
+    });
+    let roots = anchors.roots.iter().map(|r| &**r).chain(fetched.flatten().map(String::as_str));
+    Some(ProxyConfig { ca_certificates_pem: trust_anchors::bundle(roots) })
 }
 
 #[cfg(test)]
@@ -41,7 +56,10 @@ mod test {
 
     use super::*;
     use crate::config::mesh::MeshSettings;
+    use crate::config::mesh::spiffe_bundle::FetchedTrustBundle;
+    use crate::config::{ObjectMeta, SourceRef};
     use crate::model::ConfigStore;
+    use crate::model::store::Write;
     use crate::push::ScopeInterner;
 
     fn root() -> String {
@@ -65,6 +83,42 @@ mod test {
         expected.sort();
         assert_eq!(config.ca_certificates_pem, expected);
         assert_eq!(proxy_config(&served(&[&a], false)), None, "istiod sends nothing without the feature");
+    }
+
+    /// The bundle of `url` holding `roots`, as `source::spiffe_bundle` writes it.
+    fn fetched(url: &str, roots: &[&str]) -> Write {
+        let object = FetchedTrustBundle {
+            metadata: ObjectMeta { name: fetched_trust_bundle_name(url), ..Default::default() },
+            url: url.into(),
+            roots: roots.iter().map(|r| r.to_string()).collect(),
+            ..Default::default()
+        };
+        Write::Put(ConfigObject::FetchedTrustBundle(Box::new(object)), SourceRef { file: "test".into(), doc: 0 })
+    }
+
+    #[test]
+    fn fetched_roots_join_the_bundle_for_the_urls_the_mesh_config_lists_only() {
+        let (pem, b, x) = (root(), root(), root());
+        let store = ConfigStore::new();
+        store.apply(vec![
+            fetched("https://listed.example/b", &[&b, &pem]),
+            fetched("https://unlisted.example/b", &[&x]),
+        ]);
+        let text = format!(
+            "caCertificates:\n- {{pem: {}}}\n- {{spiffeBundleUrl: listed.example/b}}\n\
+             - {{spiffeBundleUrl: https://none-yet.example/b}}\n",
+            serde_json::to_string(&pem).unwrap()
+        );
+        let served = |multi_root: bool| {
+            let flags = MeshSettings { multi_root_mesh: Some(multi_root), ..Default::default() };
+            let mesh = MeshSettings::parse("mesh", &text).unwrap().over(flags).finish("mesh").unwrap().mesh_config();
+            PushContext::build_with(store.snapshot(), 1, Arc::new(ScopeInterner::default()), Arc::new(mesh))
+        };
+        let config = proxy_config(&served(true)).expect("a resource under the feature");
+        let mut expected = vec![pem.clone(), b.clone()];
+        expected.sort();
+        assert_eq!(config.ca_certificates_pem, expected, "the pem root and the listed URL's, once each; not x");
+        assert_eq!(proxy_config(&served(false)), None, "istiod fetches nothing without the feature");
     }
 
     #[test]

@@ -57,6 +57,8 @@ pub struct PushChanges {
     /// Whether proxies' scope and inbound keys may have changed (Services,
     /// ServiceEntries, Sidecars or Gateways changed): streams recompute them.
     pub rescope: bool,
+    /// Whether PCDS's trust bundle, alike for every proxy, may differ: every scope is touched, none rescoped.
+    pub every_scope: bool,
 }
 
 /// The resource types a change of `kind` can affect.
@@ -94,6 +96,8 @@ pub fn affected_types(kind: ConfigKind) -> TypeSet {
         // The JWT filters of inbound chains and gateway listeners, and the
         // keys inlined in them.
         ConfigKind::RequestAuthentication | ConfigKind::FetchedJwks => TypeSet::of(&[Listener]),
+        // The trust bundle agents are sent; nothing Envoy holds.
+        ConfigKind::FetchedTrustBundle => TypeSet::of(&[TypeUrl::ProxyConfig]),
         // The access loggers and tracers of connection managers and TCP proxies.
         ConfigKind::Telemetry => TypeSet::of(&[Listener]),
         // The Gateway API becomes Istio Gateways and VirtualServices: what a
@@ -116,7 +120,7 @@ pub fn affected_types(kind: ConfigKind) -> TypeSet {
 impl PushChanges {
     /// Whether a scope of the *previous* or *new* snapshot must be regenerated.
     pub fn touches_scope(&self, scope: &Scope) -> bool {
-        if self.full {
+        if self.full || self.every_scope {
             return true;
         }
         if self.endpoint_only {
@@ -382,6 +386,7 @@ impl PushContext {
             endpoint_only: request.is_endpoint_only(),
             gateways: changed(ConfigKind::Gateway) || gateway_api_moved,
             dirty_hosts: mesh_route_hosts,
+            every_scope: changed(ConfigKind::FetchedTrustBundle),
             ..Default::default()
         };
         for key in &request.keys {
@@ -673,12 +678,13 @@ fn affected_hosts(
         | ConfigObject::ReferenceGrant(_)
         | ConfigObject::Ingress(_)
         | ConfigObject::IngressClass(_)
-        // A change regenerates everything (`next`).
+        // A change regenerates every scope (`next`).
         | ConfigObject::PeerAuthentication(_)
         | ConfigObject::AuthorizationPolicy(_)
         | ConfigObject::RequestAuthentication(_)
         | ConfigObject::FetchedJwks(_)
         | ConfigObject::Telemetry(_)
+        | ConfigObject::FetchedTrustBundle(_)
         | ConfigObject::MeshConfig(_) => {}
         // Read at injection only.
         ConfigObject::ProxyConfig(_) => {}

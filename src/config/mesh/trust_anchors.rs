@@ -2,11 +2,13 @@
 //! and trust domains its sidecars accept on their inbound mTLS.
 //!
 //! Role: istiod reads two things from each entry.
-//! - **Roots** (`pem`): only under istiod's `ISTIO_MULTIROOT_MESH`
-//!   (`serve --multi-root-mesh`). They are merged with the CA's own root
-//!   into one bundle, sent to each agent over PCDS (`generate::pcds`), and
-//!   the agent adds them to the `ROOTCA` it serves its Envoy. Without the
-//!   flag istiod ignores them unread; meshpush reports them.
+//! - **Roots** (`pem`, or the SPIFFE bundle `spiffeBundleUrl` names): only
+//!   under istiod's `ISTIO_MULTIROOT_MESH` (`serve --multi-root-mesh`).
+//!   They are merged with the CA's own root into one bundle, sent to each
+//!   agent over PCDS (`generate::pcds`), and the agent adds them to the
+//!   `ROOTCA` it serves its Envoy. A bundle URL is fetched by
+//!   `source::spiffe_bundle` ([`spiffe_bundle`](super::spiffe_bundle)).
+//!   Without the flag istiod ignores both unread; meshpush reports them.
 //! - **Trust domains** (`trustDomains`): always. They widen the SPIFFE
 //!   trust domains a sidecar's inbound mTLS accepts (Istio's
 //!   `TrustDomainsForValidation`: the mesh's trust domain, its aliases,
@@ -14,15 +16,19 @@
 //!   (`serve --skip-validate-trust-domain`) turns the check off.
 //!
 //! `certSigners` matters to istiod only as a Kubernetes RA, which meshpush
-//! is not (it signs with its own key): reported. `spiffeBundleUrl` entries
-//! are reported until meshpush fetches SPIFFE bundles.
+//! is not (it signs with its own key): reported.
 //!
-//! Invariant: a root in [`TrustAnchors::roots`] is one PEM certificate
-//! whose first block is an X.509 CA, as istiod checks each root.
+//! Invariants: a root in [`TrustAnchors::roots`] is one PEM certificate
+//! whose first block is an X.509 CA, as istiod checks each root; a URL in
+//! [`TrustAnchors::bundle_urls`] is `https://` with a host (an `http://`
+//! one, which istiod would turn into `https://http://…`, refuses the mesh
+//! config, as a root that is not a CA does).
 
 use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
+
+use super::spiffe_bundle;
 
 /// One `caCertificates` entry as the file spells it.
 #[derive(Debug, Clone, Default, PartialEq, Deserialize)]
@@ -52,6 +58,9 @@ pub struct TrustAnchors {
     /// The `pem` roots, checked, in the file's order (applied only with
     /// `multi_root`).
     pub roots: Arc<[Arc<str>]>,
+    /// The `spiffeBundleUrl`s, checked and with their scheme, in the
+    /// file's order, without repeats (only with `multi_root`).
+    pub bundle_urls: Arc<[Arc<str>]>,
     /// Every entry's `trustDomains`, in order, without repeats.
     pub trust_domains: Arc<[Arc<str>]>,
     /// `PILOT_SKIP_VALIDATE_TRUST_DOMAIN`: sidecars accept any trust domain
@@ -61,16 +70,25 @@ pub struct TrustAnchors {
 
 impl TrustAnchors {
     /// The anchors `entries` give under the two features; an error names
-    /// the entry whose root is not a CA certificate (checked only with
-    /// `multi_root`, as istiod reads roots only then).
+    /// the entry whose root is not a CA certificate, or whose bundle URL
+    /// cannot be fetched (checked only with `multi_root`, as istiod reads
+    /// roots only then).
     pub fn of(
         entries: &[CaCertificate],
         multi_root: bool,
         skip_validate_trust_domain: bool,
     ) -> Result<TrustAnchors, (String, String)> {
         let mut roots = Vec::new();
+        let mut bundle_urls: Vec<Arc<str>> = Vec::new();
         let mut trust_domains: Vec<Arc<str>> = Vec::new();
         for (i, entry) in entries.iter().enumerate() {
+            if multi_root && let Some(url) = &entry.spiffe_bundle_url {
+                let url =
+                    spiffe_bundle::bundle_url(url).map_err(|e| (format!("caCertificates[{i}].spiffeBundleUrl"), e))?;
+                if !bundle_urls.iter().any(|u| **u == *url) {
+                    bundle_urls.push(url.into());
+                }
+            }
             if multi_root
                 && entry.spiffe_bundle_url.is_none()
                 && let Some(pem) = &entry.pem
@@ -87,6 +105,7 @@ impl TrustAnchors {
         Ok(TrustAnchors {
             multi_root,
             roots: roots.into(),
+            bundle_urls: bundle_urls.into(),
             trust_domains: trust_domains.into(),
             skip_validate_trust_domain,
         })
@@ -106,11 +125,8 @@ impl TrustAnchors {
                 (Some(_), None) if !self.multi_root => out.push((path("pem"), NEEDS_MULTI_ROOT.into())),
                 _ => {}
             }
-            if entry.spiffe_bundle_url.is_some() {
-                out.push((
-                    path("spiffeBundleUrl"),
-                    "not applied by meshpush yet: no SPIFFE bundle is fetched, and its roots are not trusted".into(),
-                ));
+            if entry.spiffe_bundle_url.is_some() && !self.multi_root {
+                out.push((path("spiffeBundleUrl"), NEEDS_MULTI_ROOT.into()));
             }
             if entry.cert_signers.as_ref().is_some_and(|s| !s.is_empty()) {
                 out.push((path("certSigners"), CERT_SIGNERS.into()));
@@ -205,8 +221,39 @@ mod test {
         let entries = [entry(Some(&ca_pem(true)), Some("https://bundle.example"), &[])];
         let on = TrustAnchors::of(&entries, true, false).unwrap();
         assert!(on.roots.is_empty(), "the pem is not a root");
+        assert_eq!(on.bundle_urls.iter().map(|u| &**u).collect::<Vec<_>>(), ["https://bundle.example"]);
         let paths: Vec<String> = on.unapplied(&entries).into_iter().map(|(p, _)| p).collect();
-        assert_eq!(paths, ["caCertificates[0].pem", "caCertificates[0].spiffeBundleUrl"]);
+        assert_eq!(paths, ["caCertificates[0].pem"]);
+    }
+
+    #[test]
+    fn bundle_urls_are_kept_in_order_once_each_with_their_scheme_only_under_multi_root() {
+        let entries = [
+            entry(None, Some("b.example/bundle"), &[]),
+            entry(None, Some("https://a.example/bundle"), &[]),
+            entry(None, Some("https://b.example/bundle"), &[]),
+        ];
+        let on = TrustAnchors::of(&entries, true, false).unwrap();
+        let urls: Vec<&str> = on.bundle_urls.iter().map(|u| &**u).collect();
+        assert_eq!(urls, ["https://b.example/bundle", "https://a.example/bundle"]);
+        assert!(on.unapplied(&entries).is_empty(), "fetched: applied");
+
+        let off = TrustAnchors::of(&entries, false, false).unwrap();
+        assert!(off.bundle_urls.is_empty());
+        let unapplied = off.unapplied(&entries);
+        assert_eq!(unapplied.len(), 3);
+        assert_eq!(unapplied[0], ("caCertificates[0].spiffeBundleUrl".to_string(), NEEDS_MULTI_ROOT.to_string()));
+    }
+
+    #[test]
+    fn an_http_or_unparsable_bundle_url_is_refused_with_its_path_only_under_multi_root() {
+        for url in ["http://bundle.example/b", "https://", "bad host/b"] {
+            let entries = [entry(None, Some("https://ok.example"), &[]), entry(None, Some(url), &[])];
+            let (path, why) = TrustAnchors::of(&entries, true, false).unwrap_err();
+            assert_eq!(path, "caCertificates[1].spiffeBundleUrl", "{url}");
+            assert!(why.contains(&format!("{url:?}")), "the URL is named: {why}");
+            assert!(TrustAnchors::of(&entries, false, false).is_ok(), "istiod reads no URL without the feature");
+        }
     }
 
     #[test]

@@ -207,6 +207,12 @@ fn a_kind_meshpush_writes_itself_is_not_read_from_a_file() {
     );
     assert!(parsed.objects.is_empty());
     assert!(only_problem(&parsed).message.contains("unknown kind FetchedJwks"), "{:?}", parsed.problems);
+    let parsed = parse_documents(
+        "forged.yaml",
+        "apiVersion: meshpush.io/v1\nkind: FetchedTrustBundle\nmetadata: {name: b}\nurl: https://x\nroots: [x]\n",
+    );
+    assert!(parsed.objects.is_empty(), "no root is trusted from a file");
+    assert!(only_problem(&parsed).message.contains("unknown kind FetchedTrustBundle"), "{:?}", parsed.problems);
 }
 
 #[test]

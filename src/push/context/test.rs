@@ -88,6 +88,33 @@ fn a_peer_authentication_regenerates_and_rescopes_everything() {
 }
 
 #[test]
+fn a_fetched_trust_bundle_regenerates_only_the_pcds_of_every_scope() {
+    use crate::config::mesh::spiffe_bundle::FetchedTrustBundle;
+    let store = bookinfo::store();
+    let prev = PushContext::build(store.snapshot(), 1, Arc::new(ScopeInterner::default()));
+    let scopes = [prev.scope_for(&productpage()), prev.scope_for(&bookinfo::ingress())];
+    let bundle = FetchedTrustBundle {
+        metadata: crate::config::ObjectMeta { name: "spiffe-bundle-1".into(), ..Default::default() },
+        url: "https://bundle.example".into(),
+        roots: vec!["root".into()],
+        ..Default::default()
+    };
+    let changes = store.apply(vec![crate::model::store::Write::Put(
+        ConfigObject::FetchedTrustBundle(Box::new(bundle)),
+        crate::config::SourceRef { file: "test".into(), doc: 0 },
+    )]);
+    let (next, pushed) = PushContext::next(&prev, changes.snapshot.clone(), &PushRequest::new(changes));
+    assert_eq!(pushed.types, TypeSet::of(&[TypeUrl::ProxyConfig]), "nothing Envoy holds");
+    assert!(!pushed.full && !pushed.rescope && pushed.dirty_hosts.is_empty());
+    for scope in &scopes {
+        assert!(pushed.touched.contains(&scope.id), "one bundle for all: every scope's PCDS is stale");
+        let carried = next.scope(scope.id).expect("carried over");
+        assert!(Arc::ptr_eq(scope, &carried), "what a scope sees did not change");
+    }
+    assert!(Arc::ptr_eq(&prev.services, &next.services) && Arc::ptr_eq(&prev.virtual_services, &next.virtual_services));
+}
+
+#[test]
 fn a_new_service_regenerates_every_scope_and_rescopes() {
     let store = bookinfo::store();
     let prev = PushContext::build(store.snapshot(), 1, Arc::new(ScopeInterner::default()));
