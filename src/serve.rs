@@ -33,6 +33,7 @@ use crate::source::autoregistration::{self, AutoRegistration};
 use crate::source::file::FileSource;
 use crate::source::jwks::JwksFetcher;
 use crate::source::mesh_config::{MeshConfigSource, MeshConfigStatus, MeshOrigin};
+use crate::source::spiffe_bundle::SpiffeBundleFetcher;
 use crate::xds::AdsService;
 use crate::xds::server::StreamLimits;
 use connections::{ConnectionPolicy, XdsListener};
@@ -76,6 +77,8 @@ pub struct ServeOptions {
     pub mesh_source: Option<MeshSource>,
     /// How often fetched JWKS are fetched again.
     pub jwks_refresh: Duration,
+    /// How often the mesh config's SPIFFE bundles are fetched again.
+    pub spiffe_bundle_refresh: Duration,
 }
 
 /// Istio's mesh config (`--mesh-config FILE`, or the `istio` ConfigMap),
@@ -444,6 +447,13 @@ pub async fn run(options: ServeOptions) -> anyhow::Result<()> {
 
     let jwks =
         tokio::spawn(JwksFetcher::new(store.clone(), engine.clone(), changes_tx.clone(), options.jwks_refresh).run());
+    // Bundle URLs are read only under ISTIO_MULTIROOT_MESH, a flag: without
+    // it no mesh config edit can list one.
+    let spiffe_bundles = options.mesh.trust_anchors.multi_root.then(|| {
+        let fetcher =
+            SpiffeBundleFetcher::new(store.clone(), engine.clone(), changes_tx.clone(), options.spiffe_bundle_refresh);
+        tokio::spawn(fetcher.run())
+    });
 
     crate::os::shutdown_signal().await;
     tracing::info!("shutting down");
@@ -462,6 +472,9 @@ pub async fn run(options: ServeOptions) -> anyhow::Result<()> {
     checker.abort();
     registration.abort();
     jwks.abort();
+    if let Some(spiffe_bundles) = spiffe_bundles {
+        spiffe_bundles.abort();
+    }
     if let Some(readiness) = readiness {
         readiness.abort();
     }

@@ -104,6 +104,12 @@ pub(crate) struct ServeArgs {
     /// by issuer) are fetched again (Istio's PILOT_JWT_PUB_KEY_REFRESH_INTERVAL).
     #[arg(long, default_value = "20m", value_parser = parse_duration)]
     jwks_refresh: Duration,
+    /// How often the SPIFFE bundles of the mesh config's
+    /// `caCertificates[].spiffeBundleUrl` are fetched again, under
+    /// --multi-root-mesh (istiod's fixed period: 30m); a URL is fetched as
+    /// soon as the mesh config lists it. At least 1s.
+    #[arg(long, default_value = "30m", value_parser = parse_duration)]
+    spiffe_bundle_refresh: Duration,
     /// Concurrent streams one xDS connection may open (HTTP/2 SETTINGS_MAX_CONCURRENT_STREAMS).
     #[arg(long, default_value_t = 100)]
     max_streams_per_connection: u32,
@@ -350,6 +356,7 @@ pub(crate) fn run(args: ServeArgs, log_level: &str, log_format: LogFormat) -> Ex
         admin_addr: args.admin_addr,
         debounce: meshpush::push::DebounceConfig { after: args.debounce_after, max: args.debounce_max },
         jwks_refresh: args.jwks_refresh,
+        spiffe_bundle_refresh: args.spiffe_bundle_refresh,
     };
     match runtime.block_on(meshpush::serve::run(options)) {
         Ok(()) => ExitCode::SUCCESS,

@@ -309,7 +309,7 @@ fn without_times(status: &Value) -> Value {
 }
 
 /// The current time as Kubernetes writes it (`2026-12-03T08:00:00Z`).
-fn now_rfc3339() -> String {
+pub(super) fn now_rfc3339() -> String {
     let t = time::OffsetDateTime::now_utc();
     format!(
         "{:04}-{:02}-{:02}T{:02}:{:02}:{:02}Z",

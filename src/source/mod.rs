@@ -37,6 +37,7 @@ pub mod kube;
 pub mod mesh_config;
 pub mod references;
 pub mod registry;
+pub mod spiffe_bundle;
 
 pub use file::{FileSource, LoadReport, SourceError, SourceStatus, UnreadFile};
 pub use references::ReferenceReport;
