@@ -33,6 +33,7 @@ mod redirect;
 mod routing;
 mod scoping;
 mod secure_xds;
+mod spiffe_bundle;
 mod telemetry;
 mod tls_gateway;
 mod tls_sidecar;

@@ -34,6 +34,8 @@ pub struct Meshpush {
     config: Option<PathBuf>,
     /// Flags added to `serve`'s (kept for restarts).
     extra: Vec<String>,
+    /// Environment variables set for it (kept for restarts).
+    env: Vec<(String, String)>,
 }
 
 impl Meshpush {
@@ -55,6 +57,15 @@ impl Meshpush {
         Meshpush::start_on_with(config_dir, ListenAddr::Tcp(free_addr()), extra)
     }
 
+    /// Starts meshpush with `extra` flags and the environment variables
+    /// `env` (say, `SSL_CERT_FILE` for the servers it fetches from), and
+    /// waits until it is ready.
+    pub fn start_with_env(config_dir: &Path, extra: &[&str], env: &[(&str, &str)]) -> Meshpush {
+        let extra = extra.iter().map(|s| s.to_string()).collect();
+        let env = env.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+        Meshpush::start_from(Some(config_dir), ListenAddr::Tcp(free_addr()), extra, env)
+    }
+
     fn start_on(config_dir: &Path, xds: ListenAddr) -> Meshpush {
         Meshpush::start_on_with(config_dir, xds, Vec::new())
     }
@@ -65,17 +76,22 @@ impl Meshpush {
     pub fn start_kube(kubeconfig: &Path, extra: &[&str]) -> Meshpush {
         let mut flags = vec!["--kubeconfig".to_string(), kubeconfig.display().to_string()];
         flags.extend(extra.iter().map(|s| s.to_string()));
-        Meshpush::start_from(None, ListenAddr::Tcp(free_addr()), flags)
+        Meshpush::start_from(None, ListenAddr::Tcp(free_addr()), flags, Vec::new())
     }
 
     fn start_on_with(config_dir: &Path, xds: ListenAddr, extra: Vec<String>) -> Meshpush {
-        Meshpush::start_from(Some(config_dir), xds, extra)
+        Meshpush::start_from(Some(config_dir), xds, extra, Vec::new())
     }
 
-    fn start_from(config_dir: Option<&Path>, xds: ListenAddr, extra: Vec<String>) -> Meshpush {
+    fn start_from(
+        config_dir: Option<&Path>,
+        xds: ListenAddr,
+        extra: Vec<String>,
+        env: Vec<(String, String)>,
+    ) -> Meshpush {
         let admin = free_addr();
-        let child = spawn("meshpush", config_dir, &xds, admin, &extra);
-        Meshpush { child, previous: Vec::new(), xds, admin, config: config_dir.map(Path::to_path_buf), extra }
+        let child = spawn("meshpush", config_dir, &xds, admin, &extra, &env);
+        Meshpush { child, previous: Vec::new(), xds, admin, config: config_dir.map(Path::to_path_buf), extra, env }
     }
 
     /// A counter or gauge of `GET /metrics` (the sum over its label sets
@@ -106,7 +122,7 @@ impl Meshpush {
             self.child.kill_hard();
         }
         let name = format!("meshpush-{}", self.previous.len() + 2);
-        let child = spawn(&name, self.config.as_deref(), &self.xds, self.admin, &self.extra);
+        let child = spawn(&name, self.config.as_deref(), &self.xds, self.admin, &self.extra, &self.env);
         self.previous.push(std::mem::replace(&mut self.child, child));
     }
 
@@ -153,8 +169,15 @@ impl Meshpush {
     }
 }
 
-/// Runs `meshpush serve` and waits for `/ready`.
-fn spawn(name: &str, config_dir: Option<&Path>, xds: &ListenAddr, admin: SocketAddr, extra: &[String]) -> ChildGuard {
+/// Runs `meshpush serve` (with `env` set, through `env(1)`) and waits for `/ready`.
+fn spawn(
+    name: &str,
+    config_dir: Option<&Path>,
+    xds: &ListenAddr,
+    admin: SocketAddr,
+    extra: &[String],
+    env: &[(String, String)],
+) -> ChildGuard {
     let binary = Path::new(env!("CARGO_BIN_EXE_meshpush"));
     let config = config_dir.map(|dir| ["--config".to_string(), dir.display().to_string()]);
     // Tests poll the admin's expensive views in tight loops (every 20 ms;
@@ -167,8 +190,11 @@ fn spawn(name: &str, config_dir: Option<&Path>, xds: &ListenAddr, admin: SocketA
         .filter(|(flag, _)| !extra.iter().any(|f| f == flag))
         .flat_map(|(flag, value)| [flag.to_string(), value.to_string()])
         .collect();
-    let args = ["serve".to_string()]
-        .into_iter()
+    let args = env
+        .iter()
+        .map(|(k, v)| format!("{k}={v}"))
+        .chain((!env.is_empty()).then(|| binary.display().to_string()))
+        .chain(["serve".to_string()])
         .chain(config.into_iter().flatten())
         .chain([
             "--xds-addr".to_string(),
@@ -180,7 +206,8 @@ fn spawn(name: &str, config_dir: Option<&Path>, xds: &ListenAddr, admin: SocketA
         ])
         .chain(limits)
         .chain(extra.iter().cloned());
-    let mut child = ChildGuard::spawn(name, scratch_dir(name), binary, args);
+    let program = if env.is_empty() { binary } else { Path::new("/usr/bin/env") };
+    let mut child = ChildGuard::spawn(name, scratch_dir(name), program, args);
     child.wait_ready(Instant::now() + READY_TIMEOUT, "meshpush GET /ready to answer 200", || {
         http::get(admin, "/ready", &[]).is_ok_and(|r| r.status == 200)
     });
