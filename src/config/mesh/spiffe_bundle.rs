@@ -13,9 +13,9 @@
 //! authorities) are ignored, and so is the trust domain the bundle is for,
 //! as istiod ignores it: every root joins the one mesh bundle.
 //!
-//! Invariant: a root of a [`FetchedTrustBundle`] passed
-//! [`check_root`](super::trust_anchors::check_root), and is PEM-encoded the
-//! same way whatever the server's spelling, so one root is one string.
+//! Invariant: a root of a [`FetchedTrustBundle`] passed [`check_root`],
+//! and is PEM-encoded the same way whatever the server's spelling, so one
+//! root is one string.
 
 use serde::Serialize;
 

@@ -7,8 +7,8 @@
 //!   They are merged with the CA's own root into one bundle, sent to each
 //!   agent over PCDS (`generate::pcds`), and the agent adds them to the
 //!   `ROOTCA` it serves its Envoy. A bundle URL is fetched by
-//!   `source::spiffe_bundle` ([`spiffe_bundle`](super::spiffe_bundle)).
-//!   Without the flag istiod ignores both unread; meshpush reports them.
+//!   `source::spiffe_bundle` (see [`spiffe_bundle`]). Without the flag
+//!   istiod ignores both unread; meshpush reports them.
 //! - **Trust domains** (`trustDomains`): always. They widen the SPIFFE
 //!   trust domains a sidecar's inbound mTLS accepts (Istio's
 //!   `TrustDomainsForValidation`: the mesh's trust domain, its aliases,
