@@ -11,6 +11,7 @@ pub mod admin;
 pub mod agent;
 pub mod bootstrap;
 pub mod ca;
+pub mod capture;
 pub mod cli;
 pub mod config;
 pub mod engine;

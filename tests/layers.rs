@@ -26,7 +26,7 @@ const MESHPUSH: &[&[&str]] = &[
     &["ca"],
     &["source"],
     &["admin"],
-    &["cli", "bootstrap"],
+    &["cli", "bootstrap", "capture"],
     &["serve", "agent"],
 ];
 
