@@ -134,6 +134,8 @@ pub struct CaptureConfig {
     pub outbound_ports_exclude: Vec<u16>,
     /// `-t`: the mark of TPROXY-captured packets.
     pub tproxy_mark: u32,
+    /// `-r`: the routing table that delivers them to the proxy locally.
+    pub tproxy_route_table: u32,
     /// Whether IPv6 rules are written too (Istio: when the pod has an IPv6 address).
     pub ipv6: bool,
     /// The IPv4 loopback range never captured (Istio's
@@ -157,26 +159,72 @@ impl Default for CaptureConfig {
             outbound_ports_include: Vec::new(),
             outbound_ports_exclude: Vec::new(),
             tproxy_mark: 1337,
+            tproxy_route_table: 133,
             ipv6: false,
             loopback_v4: Cidr { addr: IpAddr::from([127, 0, 0, 1]), prefix: 32 },
         }
     }
 }
 
-/// One rule: its table and the `iptables-restore` line (`-A CHAIN …` or
-/// `-I CHAIN N …`).
+/// One rule: its table, its chain and the `iptables-restore` line
+/// (`-A CHAIN …` or `-I CHAIN N …`).
 #[derive(Debug, Clone, PartialEq, Eq)]
-struct Rule {
-    table: &'static str,
-    chain: &'static str,
-    line: String,
+pub struct Rule {
+    /// The table.
+    pub table: &'static str,
+    /// The chain.
+    pub chain: &'static str,
+    /// The restore line.
+    pub line: String,
+}
+
+impl Rule {
+    /// The rule's match and target, without the `-A CHAIN` or `-I CHAIN N`
+    /// that place it: what `iptables -C CHAIN` and `-D CHAIN` take, word
+    /// by word (no word of a rule holds a space).
+    pub fn spec(&self) -> Vec<&str> {
+        let words: Vec<&str> = self.line.split_whitespace().collect();
+        let skip = if words[0] == "-I" { 3 } else { 2 };
+        words[skip..].to_vec()
+    }
+
+    /// Whether it is in a chain every table has (not one of Istio's own).
+    pub fn in_builtin_chain(&self) -> bool {
+        BUILTIN_CHAINS.contains(&self.chain)
+    }
 }
 
 /// The rules of one IP version, in the order they are written.
-#[derive(Debug, Default)]
-struct Rules(Vec<Rule>);
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct Rules(Vec<Rule>);
 
 impl Rules {
+    /// Every rule, in the order written.
+    pub fn all(&self) -> &[Rule] {
+        &self.0
+    }
+
+    /// The chains of Istio's the rules create in `table`, each with how
+    /// many rules it holds.
+    pub fn chains(&self, table: &str) -> Vec<(&'static str, usize)> {
+        let mut out: Vec<(&'static str, usize)> = Vec::new();
+        for rule in self.0.iter().filter(|r| r.table == table && !r.in_builtin_chain()) {
+            match out.iter_mut().find(|(c, _)| *c == rule.chain) {
+                Some((_, n)) => *n += 1,
+                None => out.push((rule.chain, 1)),
+            }
+        }
+        out
+    }
+
+    /// The tables the rules write to, by name.
+    pub fn tables(&self) -> Vec<&'static str> {
+        let mut tables: Vec<&'static str> = self.0.iter().map(|r| r.table).collect();
+        tables.sort_unstable();
+        tables.dedup();
+        tables
+    }
+
     fn append(&mut self, table: &'static str, chain: &'static str, spec: impl std::fmt::Display) {
         self.0.push(Rule { table, chain, line: format!("-A {chain} {spec}") });
     }
@@ -187,12 +235,9 @@ impl Rules {
 
     /// The `iptables-restore` input: per table, by name, its chains
     /// created in the order they are first written to, then its rules.
-    fn render(&self) -> String {
-        let mut tables: Vec<&str> = self.0.iter().map(|r| r.table).collect();
-        tables.sort_unstable();
-        tables.dedup();
+    pub fn render(&self) -> String {
         let mut out = String::new();
-        for table in tables {
+        for table in self.tables() {
             let rules: Vec<&Rule> = self.0.iter().filter(|r| r.table == table).collect();
             let _ = writeln!(out, "* {table}");
             let mut created: Vec<&str> = Vec::new();
@@ -224,9 +269,17 @@ impl CaptureConfig {
     /// The `iptables-restore` input for IPv4, and for IPv6 when the config
     /// asks for it.
     pub fn restore_input(&self) -> (String, Option<String>) {
-        let v4 = Family { v6: false, loopback: self.loopback_v4.to_string(), passthrough: INBOUND_PASSTHROUGH_V4 };
-        let v6 = Family { v6: true, loopback: LOOPBACK_V6.to_string(), passthrough: INBOUND_PASSTHROUGH_V6 };
-        (self.rules(&v4).render(), self.ipv6.then(|| self.rules(&v6).render()))
+        (self.rule_set(false).render(), self.ipv6.then(|| self.rule_set(true).render()))
+    }
+
+    /// The rules of IPv6 (`v6`) or IPv4, in Istio's order.
+    pub fn rule_set(&self, v6: bool) -> Rules {
+        let family = if v6 {
+            Family { v6: true, loopback: LOOPBACK_V6.to_string(), passthrough: INBOUND_PASSTHROUGH_V6 }
+        } else {
+            Family { v6: false, loopback: self.loopback_v4.to_string(), passthrough: INBOUND_PASSTHROUGH_V4 }
+        };
+        self.rules(&family)
     }
 
     /// The rules of one IP version, in Istio's order.
@@ -364,6 +417,8 @@ impl CaptureConfig {
         r.insert("mangle", "ISTIO_INBOUND", 3, format_args!("-p tcp -i lo -m mark ! --mark {OUTBOUND_MARK} -j RETURN"));
     }
 }
+
+pub mod apply;
 
 #[cfg(test)]
 mod test;

@@ -7,6 +7,8 @@ use std::time::Duration;
 
 use clap::{Parser, Subcommand, ValueEnum};
 
+#[path = "main/iptables.rs"]
+mod iptables;
 #[path = "main/serve.rs"]
 mod serve;
 
@@ -98,6 +100,15 @@ enum Command {
         /// meshpush's xDS address (the registry API is served there).
         #[arg(long, default_value = "127.0.0.1:15010")]
         xds_addr: String,
+    },
+    /// Capture a pod's traffic into its Envoy with iptables, as Istio's
+    /// istio-iptables (the `istio-init` container) does; `clean` removes it.
+    #[command(args_conflicts_with_subcommands = true)]
+    Iptables {
+        #[command(flatten)]
+        args: Box<iptables::CaptureArgs>,
+        #[command(subcommand)]
+        action: Option<iptables::CaptureAction>,
     },
     /// Print the version.
     Version,
@@ -438,6 +449,14 @@ fn main() -> ExitCode {
             }
         }
         Command::Serve(args) => serve::run(*args, &cli.log_level, cli.log_format),
+        Command::Iptables { args, action } => {
+            let (args, clean) = match action {
+                Some(iptables::CaptureAction::Clean(args)) => (args, true),
+                None => (*args, false),
+            };
+            init_tracing(&args.log_level().unwrap_or(cli.log_level), cli.log_format);
+            iptables::run(&args, clean)
+        }
     }
 }
 

@@ -12,6 +12,7 @@ mod agent;
 mod bad_input;
 mod bookinfo;
 mod bookinfo_example;
+mod capture;
 mod endpoints;
 mod envoy_install;
 mod ext_authz;

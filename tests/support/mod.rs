@@ -43,6 +43,7 @@ pub mod isolated;
 pub mod kube_api;
 pub mod manifests;
 pub mod meshpush;
+pub mod netns;
 pub mod process;
 pub mod scene;
 pub mod secure;
