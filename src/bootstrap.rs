@@ -207,11 +207,11 @@ pub fn render(opts: &BootstrapOptions) -> Result<String, BootstrapError> {
     metadata.insert("LABELS".into(), json!(labels));
     metadata.insert("INTERCEPTION_MODE".into(), json!(opts.interception));
     metadata.insert("ISTIO_VERSION".into(), json!("meshpush"));
-    if opts.sds_socket.is_some() {
-        // The server sends mesh mTLS only to proxies that can fetch the
-        // workload certificate it names (over `sds-grpc`).
-        metadata.insert(crate::model::proxy::SDS_METADATA.into(), json!("true"));
-    }
+    // The server sends mesh mTLS to every proxy (as istiod does) unless it
+    // says it cannot fetch the workload certificate it would name (over
+    // `sds-grpc`): one without an agent says so.
+    let holds_certificate = if opts.sds_socket.is_some() { "true" } else { "false" };
+    metadata.insert(crate::model::proxy::SDS_METADATA.into(), json!(holds_certificate));
 
     let cluster = opts.cluster.clone().unwrap_or_else(|| derived_cluster(&proxy, &labels));
 

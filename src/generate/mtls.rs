@@ -6,10 +6,11 @@
 //! Both sides present the workload certificate and check the peer against
 //! the mesh root; neither is on the ADS stream: the proxy fetches them as
 //! SDS `default` and `ROOTCA` from its agent over the `sds-grpc` cluster of
-//! its bootstrap. So only a proxy that has that cluster — its node says so
-//! (`Proxy::mesh_certificates`) — is sent any of this; every other proxy
-//! keeps plain text (and a STRICT port of such a proxy takes no connection:
-//! it fails closed rather than serving what the policy forbids).
+//! its bootstrap. Every proxy is assumed to have that cluster, as istiod
+//! assumes (Istio's pilot-agent bootstraps all have it), unless its node
+//! says it has none (`SDS: "false"`, `Proxy::mesh_certificates`): such a
+//! proxy keeps plain text, and a STRICT port of it takes no connection (it
+//! fails closed rather than serving what the policy forbids).
 //!
 //! Client side: the SNI is `outbound_.PORT_.SUBSET_.HOST`, the SANs the
 //! SPIFFE identities of the destination's service accounts, the ALPN

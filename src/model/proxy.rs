@@ -80,9 +80,10 @@ pub struct Proxy {
     pub locality: Locality,
     /// Whether the proxy holds a workload certificate: its bootstrap has
     /// the `sds-grpc` cluster to an agent serving `default` (its certificate
-    /// and key) and `ROOTCA` (the mesh root), which metadata `SDS: "true"`
-    /// says. Only such a proxy is sent mesh mTLS (Istio's bootstraps all
-    /// have it; a plain `meshpush bootstrap` has not).
+    /// and key) and `ROOTCA` (the mesh root). istiod assumes every proxy
+    /// does, and so does meshpush unless the node says otherwise with
+    /// metadata `SDS: "false"` (a plain `meshpush bootstrap`, which has no
+    /// agent, says so). Only a proxy holding one is sent mesh mTLS.
     pub mesh_certificates: bool,
     /// The ProxyConfig its agent runs it by (metadata `PROXY_CONFIG`);
     /// `None`: the node sent none, and the mesh's `defaultConfig` applies.
@@ -91,8 +92,10 @@ pub struct Proxy {
     pub metadata: BTreeMap<String, String>,
 }
 
-/// The metadata key that says a proxy's agent serves it a workload
-/// certificate over SDS (Istio's agents once set it too, as `SDS`).
+/// The metadata key that says whether a proxy's agent serves it a
+/// workload certificate over SDS: `"false"` says it holds none; absent or
+/// any other value, it holds one (Istio's agents once sent `SDS: "true"`,
+/// and send nothing since Istio 1.8).
 pub const SDS_METADATA: &str = "SDS";
 
 impl Proxy {
@@ -159,7 +162,7 @@ impl Proxy {
                 .as_ref()
                 .map(|l| Locality { region: l.region.clone(), zone: l.zone.clone(), subzone: l.sub_zone.clone() })
                 .unwrap_or_default(),
-            mesh_certificates: metadata.get(SDS_METADATA).is_some_and(|v| v == "true"),
+            mesh_certificates: metadata.get(SDS_METADATA).is_none_or(|v| v != "false"),
             proxy_config,
             metadata,
         })
