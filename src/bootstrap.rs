@@ -576,9 +576,14 @@ mod tests {
     fn an_sds_socket_adds_the_sds_grpc_cluster_beside_xds_grpc() {
         let plain = parsed(&BootstrapOptions::new(SIDECAR, "unix:/etc/istio/proxy/XDS"));
         assert_eq!(plain["static_resources"]["clusters"].as_array().unwrap().len(), 1);
+        assert_eq!(
+            plain["node"]["metadata"]["SDS"], "false",
+            "without an agent, the node says it holds no certificate"
+        );
         let mut opts = BootstrapOptions::new(SIDECAR, "unix:/etc/istio/proxy/XDS");
         opts.sds_socket = Some("/etc/istio/proxy/SDS".into());
         let b = parsed(&opts);
+        assert_eq!(b["node"]["metadata"]["SDS"], "true");
         let clusters = b["static_resources"]["clusters"].as_array().unwrap();
         let sds = clusters.iter().find(|c| c["name"] == SDS_CLUSTER).expect("an sds-grpc cluster");
         assert_eq!(sds["type"], "STATIC");

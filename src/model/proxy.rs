@@ -260,6 +260,15 @@ mod tests {
     }
 
     #[test]
+    fn a_proxy_holds_a_workload_certificate_unless_its_node_says_it_holds_none() {
+        let id = "sidecar~10.1.2.3~reviews-v1-abc.default~default.svc.cluster.local";
+        let holds = |meta: &[(&str, Value)]| Proxy::from_node(&node(id, meta)).unwrap().mesh_certificates;
+        assert!(holds(&[]), "Istio's pilot-agent sends no SDS key: it holds one, as istiod assumes");
+        assert!(holds(&[("SDS", s("true"))]));
+        assert!(!holds(&[("SDS", s("false"))]), "a bootstrap without an agent");
+    }
+
+    #[test]
     fn namespace_metadata_wins_over_id() {
         let p = Proxy::from_node(&node(
             "router~10.0.0.1~gw.istio-system~istio-system.svc.cluster.local",

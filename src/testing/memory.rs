@@ -56,7 +56,9 @@ pub struct MemoryClient {
 }
 
 /// An Istio-style node: `id` (which carries the namespace), metadata
-/// `NAMESPACE`, `INTERCEPTION_MODE` and `LABELS`.
+/// `NAMESPACE`, `INTERCEPTION_MODE` and `LABELS`, of a proxy without an
+/// agent (`SDS: "false"`, as a `meshpush bootstrap` Envoy says): it holds
+/// no workload certificate, so it is sent no mesh mTLS.
 pub fn node(id: &str, interception: &str, labels: &[(&str, &str)]) -> Node {
     use envoy_types::pb::google::protobuf::{Struct, Value, value::Kind};
     let s = |v: &str| Value { kind: Some(Kind::StringValue(v.into())) };
@@ -69,6 +71,7 @@ pub fn node(id: &str, interception: &str, labels: &[(&str, &str)]) -> Node {
                 ("NAMESPACE".to_string(), s(namespace)),
                 ("INTERCEPTION_MODE".to_string(), s(interception)),
                 ("LABELS".to_string(), Value { kind: Some(Kind::StructValue(labels)) }),
+                (crate::model::proxy::SDS_METADATA.to_string(), s("false")),
             ]
             .into(),
         }),

@@ -22,6 +22,7 @@ mod gateway_api;
 mod generated;
 mod ingress;
 mod istio_manifests;
+mod istio_sidecar;
 mod jwt;
 mod kubernetes;
 mod many;

@@ -64,8 +64,6 @@ impl Agent {
             spec.root_cert.display().to_string(),
             "--token-file".into(),
             token_file.display().to_string(),
-            "--envoy-binary".into(),
-            envoy_binary().display().to_string(),
             "--interception".into(),
             "NONE".into(),
             "--admin-port".into(),
@@ -83,6 +81,10 @@ impl Agent {
             "--log-level".into(),
             "info,meshpush=debug".into(),
         ];
+        // The tests' Envoy, unless the spec names another (a wrapper).
+        if !spec.extra.iter().any(|a| a == "--envoy-binary") {
+            args.extend(["--envoy-binary".into(), envoy_binary().display().to_string()]);
+        }
         args.extend(spec.extra);
         let binary = Path::new(env!("CARGO_BIN_EXE_meshpush"));
         let child = ChildGuard::spawn(name, dir, binary, args);
