@@ -55,7 +55,7 @@ use crate::config::istio::{
     ConnectionPoolSettings, DestinationRuleSpec, LoadBalancerSettings, TcpKeepalive as IstioTcpKeepalive, TrafficPolicy,
 };
 use crate::config::mesh::{H2UpgradePolicy, TrafficSettings};
-use crate::model::{Protocol, ProxyKind, Resolution, Service, ServicePort};
+use crate::model::{InterceptionMode, Protocol, ProxyKind, Resolution, Service, ServicePort};
 use crate::push::scope::{InboundDefaults, InboundEndpoint, InboundPort};
 use crate::push::{InboundKey, PushContext, Scope};
 
@@ -158,6 +158,10 @@ pub fn inbound_clusters(key: &InboundKey) -> Vec<Cluster> {
         return Vec::new();
     }
     let mut out: Vec<Cluster> = key.ports.iter().map(|p| inbound(p, &key.defaults)).collect();
+    if key.interception != InterceptionMode::None {
+        // `virtualInbound`'s catch-all chains lead here.
+        out.push(inbound_passthrough(&key.defaults));
+    }
     out.sort_by(|a, b| a.name.cmp(&b.name));
     out.dedup_by(|a, b| a.name == b.name);
     out
@@ -280,14 +284,7 @@ fn inbound(port: &InboundPort, defaults: &InboundDefaults) -> Cluster {
             set_type(&mut cluster, DiscoveryType::OriginalDst);
             cluster.lb_policy = LbPolicy::ClusterProvided as i32;
             cluster.cleanup_interval = Some(proto::seconds(NEVER_SECONDS));
-            cluster.upstream_bind_config = Some(BindConfig {
-                source_address: Some(SocketAddress {
-                    address: INBOUND_PASSTHROUGH_SOURCE.to_string(),
-                    port_specifier: Some(PortSpecifier::PortValue(0)),
-                    ..Default::default()
-                }),
-                ..Default::default()
-            });
+            cluster.upstream_bind_config = Some(passthrough_source());
         }
         Some(address) => {
             let endpoint = LbEndpoint {
@@ -330,6 +327,37 @@ fn blackhole(mesh: &TrafficSettings) -> Cluster {
     };
     set_type(&mut cluster, DiscoveryType::Static);
     cluster
+}
+
+/// `InboundPassthroughCluster` (Istio's): `virtualInbound` hands it the
+/// connections to ports the workload does not declare. It forwards each to
+/// its original destination from [`INBOUND_PASSTHROUGH_SOURCE`], which
+/// capture lets through to the application (from any other source the
+/// proxy's own connection to its pod would be captured again, a loop).
+fn inbound_passthrough(defaults: &InboundDefaults) -> Cluster {
+    let mut cluster = Cluster {
+        name: naming::INBOUND_PASSTHROUGH_CLUSTER.to_string(),
+        connect_timeout: Some(defaults.connect_timeout.to_proto()),
+        lb_policy: LbPolicy::ClusterProvided as i32,
+        circuit_breakers: Some(circuit_breakers(&TrafficPolicy::default())),
+        upstream_bind_config: Some(passthrough_source()),
+        ..Default::default()
+    };
+    set_type(&mut cluster, DiscoveryType::OriginalDst);
+    set_tcp_keepalive(&mut cluster, defaults.tcp_keepalive.as_ref(), None);
+    cluster
+}
+
+/// The source inbound passthrough connects from.
+fn passthrough_source() -> BindConfig {
+    BindConfig {
+        source_address: Some(SocketAddress {
+            address: INBOUND_PASSTHROUGH_SOURCE.to_string(),
+            port_specifier: Some(PortSpecifier::PortValue(0)),
+            ..Default::default()
+        }),
+        ..Default::default()
+    }
 }
 
 /// `PassthroughCluster`: forwards to the connection's original destination,

@@ -383,7 +383,7 @@ fn virtual_outbound(scope: &Scope) -> Listener {
 }
 
 /// `virtualInbound`: redirected inbound connections, one chain per workload
-/// port to `inbound|PORT||`, the rest to `PassthroughCluster`.
+/// port to `inbound|PORT||`, the rest to `InboundPassthroughCluster`.
 ///
 /// It restores the original destination with the `original_dst` listener
 /// filter instead of `use_original_dst`: handing inbound connections over
@@ -400,7 +400,7 @@ fn virtual_inbound(key: &InboundKey, ports: &[&InboundPort]) -> Listener {
         let (cluster, mut filters) = if chain.refuse {
             (naming::BLACKHOLE_CLUSTER, Vec::new())
         } else {
-            (naming::PASSTHROUGH_CLUSTER, authz::network_filters(authorization))
+            (naming::INBOUND_PASSTHROUGH_CLUSTER, authz::network_filters(authorization))
         };
         filters.push(tcp_proxy(cluster, Backends::Single(cluster.to_string()), &key.telemetry));
         let mut filter_match = FilterChainMatch::default();

@@ -13,6 +13,10 @@ use crate::push::scope::OutboundPolicy;
 pub const BLACKHOLE_CLUSTER: &str = "BlackHoleCluster";
 /// Cluster that forwards to the original destination (unknown destinations under `ALLOW_ANY`).
 pub const PASSTHROUGH_CLUSTER: &str = "PassthroughCluster";
+/// Cluster that hands captured inbound connections to ports the workload
+/// does not declare to their original destination, from 127.0.0.6 (so
+/// that capture lets them through to the application).
+pub const INBOUND_PASSTHROUGH_CLUSTER: &str = "InboundPassthroughCluster";
 /// The listener iptables redirects outbound traffic to.
 pub const VIRTUAL_OUTBOUND: &str = "virtualOutbound";
 /// The listener iptables redirects inbound traffic to.

@@ -9,7 +9,15 @@ fn sidecar_gets_outbound_subset_inbound_and_special_clusters() {
     let scope = productpage(&ctx, "REDIRECT");
     let mut clusters = cds::clusters(&ctx, &scope);
     let inbound = cds::inbound_clusters(&productpage_inbound(&ctx, "REDIRECT"));
-    assert_eq!(inbound.iter().map(|c| c.name.as_str()).collect::<Vec<_>>(), ["inbound|9080||"]);
+    assert_eq!(
+        inbound.iter().map(|c| c.name.as_str()).collect::<Vec<_>>(),
+        ["InboundPassthroughCluster", "inbound|9080||"]
+    );
+    // Undeclared ports' connections reach the application from 127.0.0.6, which capture lets through.
+    let source = inbound[0].upstream_bind_config.as_ref().and_then(|b| b.source_address.as_ref()).unwrap();
+    assert_eq!(source.address, "127.0.0.6");
+    let none = cds::inbound_clusters(&productpage_inbound(&ctx, "NONE"));
+    assert!(none.iter().all(|c| c.name != "InboundPassthroughCluster"), "no capture, no virtualInbound");
     clusters.extend(inbound);
     clusters.sort_by(|a, b| a.name.cmp(&b.name));
 

@@ -58,7 +58,7 @@ fn redirect_mode_has_virtual_listeners_and_unbound_port_listeners() {
     assert_eq!(single_cluster(&inline.virtual_hosts[0].routes[0]), "inbound|9080||");
     let catch_all = inbound.filter_chains.last().unwrap();
     assert!(catch_all.filter_chain_match.is_none());
-    assert_eq!(tcp_clusters(&tcp(&catch_all.filters[0])), ["PassthroughCluster"]);
+    assert_eq!(tcp_clusters(&tcp(&catch_all.filters[0])), ["InboundPassthroughCluster"]);
 
     let http = listener(&listeners, "0.0.0.0_9080");
     assert_eq!(socket(http), ("0.0.0.0".into(), 9080));

@@ -158,7 +158,8 @@ fn dns_refresh_rate_is_every_dns_cluster_s() {
 fn inbound_traffic_policy_passthrough_sends_to_the_original_destination_and_localhost_to_loopback() {
     let inbound = |text: &str| {
         let ctx = served(mesh(), text);
-        cds::inbound_clusters(&productpage_inbound(&ctx, "REDIRECT")).remove(0)
+        let clusters = cds::inbound_clusters(&productpage_inbound(&ctx, "REDIRECT"));
+        clusters.into_iter().find(|c| c.name == "inbound|9080||").expect("the port's inbound cluster")
     };
     let passthrough = inbound("");
     assert_eq!(passthrough.name, "inbound|9080||");

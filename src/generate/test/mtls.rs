@@ -358,7 +358,12 @@ fn a_port_the_workload_does_not_declare_takes_the_workload_s_mode() {
     let listeners = inbound_of(&ctx, &vault(true));
     assert_eq!(
         catchall(listener(&listeners, "virtualInbound")),
-        [("virtualInbound-catchall-tcp".to_string(), "tls".to_string(), true, vec!["PassthroughCluster".to_string()])],
+        [(
+            "virtualInbound-catchall-tcp".to_string(),
+            "tls".to_string(),
+            true,
+            vec!["InboundPassthroughCluster".to_string()]
+        )],
         "mesh-wide STRICT: an undeclared port takes mTLS only"
     );
     let listeners = inbound_of(&ctx, &vault(false));
