@@ -199,6 +199,44 @@ impl Envoy {
         Envoy::wait_started(child, AdminAddr::Unix(socket))
     }
 
+    /// Starts Envoy on `opts` inside the network namespace `ns`, as a
+    /// sidecar under traffic capture runs: as user and group 1337 (the
+    /// proxy, whose traffic capture leaves alone), its admin API on a Unix
+    /// socket. `opts` must reach meshpush over a `unix:` socket, which is
+    /// opened to that user.
+    pub fn start_in(ns: &super::netns::NetNs, name: &str, opts: &BootstrapOptions) -> Envoy {
+        use std::os::unix::fs::PermissionsExt as _;
+        let open = |path: &Path, mode: u32| {
+            std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode))
+                .unwrap_or_else(|e| panic!("chmod {}: {e}", path.display()))
+        };
+        for addr in &opts.xds_addrs {
+            let socket = addr.strip_prefix("unix:").expect("Envoy in a namespace reaches meshpush over a unix: socket");
+            let socket = Path::new(socket);
+            open(socket, 0o666);
+            open(socket.parent().expect("the socket's directory"), 0o755);
+        }
+        let dir = scratch_dir(name);
+        open(dir.path(), 0o777);
+        let socket = dir.path().join("admin.sock");
+        let yaml = render(opts).unwrap_or_else(|e| panic!("render the bootstrap: {e}"));
+        let mut bootstrap: serde_yaml_ng::Value = serde_yaml_ng::from_str(&yaml).expect("the bootstrap is YAML");
+        bootstrap["admin"]["address"] =
+            serde_yaml_ng::to_value(serde_json::json!({ "pipe": { "path": socket.display().to_string() } })).unwrap();
+        let path = dir.path().join("bootstrap.yaml");
+        std::fs::write(&path, serde_yaml_ng::to_string(&bootstrap).unwrap()).expect("write the bootstrap");
+        open(&path, 0o644);
+        // ip(8) and setpriv(1) exec in place, so the guard's pid is Envoy's.
+        let mut args: Vec<OsString> =
+            ["netns", "exec", ns.name(), "setpriv", "--reuid=1337", "--regid=1337", "--clear-groups", "--"]
+                .map(OsString::from)
+                .to_vec();
+        args.push(envoy_binary().into_os_string());
+        args.extend(envoy_args(&path, free_port()));
+        let child = ChildGuard::spawn(name, dir, Path::new("ip"), args);
+        Envoy::wait_started(child, AdminAddr::Unix(socket))
+    }
+
     fn wait_started(mut child: ChildGuard, admin: AdminAddr) -> Envoy {
         child.wait_ready(Instant::now() + START_TIMEOUT, "Envoy's admin /server_info", || {
             admin.get("/server_info").is_ok_and(|r| r.status == 200)

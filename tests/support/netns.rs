@@ -30,6 +30,25 @@ impl NetNs {
         ns
     }
 
+    /// Its name (`ip netns exec NAME …`).
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// A second namespace on the other end of this one's veth, with
+    /// `address`: a peer outside the pod.
+    pub fn peer(&self, purpose: &str, address: &str) -> NetNs {
+        let name = format!("{}-{purpose}", self.name);
+        let out = Command::new("ip").args(["netns", "add", &name]).output().expect("run ip netns add");
+        assert!(out.status.success(), "ip netns add {name}: {}", String::from_utf8_lossy(&out.stderr));
+        let peer = NetNs { name };
+        self.ok("ip", &["link", "set", "peer0", "netns", &peer.name]);
+        peer.ok("ip", &["link", "set", "lo", "up"]);
+        peer.ok("ip", &["addr", "add", address, "dev", "peer0"]);
+        peer.ok("ip", &["link", "set", "peer0", "up"]);
+        peer
+    }
+
     /// Runs `program` with `args` inside the namespace.
     pub fn run(&self, program: &str, args: &[&str]) -> Output {
         Command::new("ip")
