@@ -82,21 +82,13 @@ impl TrustBundle {
 /// Each certificate of `pem`, re-encoded alike so equal certificates are
 /// equal text.
 fn certificates(pem: &str) -> Result<Vec<String>, String> {
-    use base64::Engine as _;
     let mut out = Vec::new();
     for block in x509_parser::pem::Pem::iter_from_buffer(pem.as_bytes()) {
         let block = block.map_err(|e| format!("not PEM: {e}"))?;
         if block.label != "CERTIFICATE" {
             return Err(format!("a {:?} block: expected certificates", crate::text::shown(&block.label)));
         }
-        let text = base64::engine::general_purpose::STANDARD.encode(&block.contents);
-        let mut encoded = String::from("-----BEGIN CERTIFICATE-----\n");
-        for line in text.as_bytes().chunks(64) {
-            encoded.push_str(std::str::from_utf8(line).expect("base64 is ASCII"));
-            encoded.push('\n');
-        }
-        encoded.push_str("-----END CERTIFICATE-----\n");
-        out.push(encoded);
+        out.push(crate::config::mesh::trust_anchors::certificate_pem(&block.contents));
     }
     if out.is_empty() {
         return Err("holds no PEM certificate".into());

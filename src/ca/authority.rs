@@ -374,15 +374,7 @@ fn certificates(text: &[u8]) -> Vec<CertificateDer<'static>> {
 }
 
 fn pem_of(cert: &CertificateDer<'_>) -> String {
-    use base64::Engine as _;
-    let body = base64::engine::general_purpose::STANDARD.encode(cert.as_ref());
-    let mut out = String::from("-----BEGIN CERTIFICATE-----\n");
-    for line in body.as_bytes().chunks(64) {
-        out.push_str(std::str::from_utf8(line).expect("base64 is ASCII"));
-        out.push('\n');
-    }
-    out.push_str("-----END CERTIFICATE-----\n");
-    out
+    crate::config::mesh::trust_anchors::certificate_pem(cert.as_ref())
 }
 
 /// The signer must be a CA allowed to sign certificates, valid now; its expiry.

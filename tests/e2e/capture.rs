@@ -276,24 +276,9 @@ fn captured_traffic_goes_through_the_sidecar_both_ways_and_clean_sends_it_straig
             Err(format!("{active:?}"))
         }
     });
-    let flags = [
-        "-p",
-        "15001",
-        "-z",
-        "15006",
-        "-u",
-        "1337",
-        "-m",
-        "REDIRECT",
-        "-i",
-        "*",
-        "-x",
-        "",
-        "-b",
-        "*",
-        "-d",
-        "15090,15021,15020,9090",
-    ];
+    // The injector's flags, 9090 excluded as well.
+    let mut flags = INJECTOR_FLAGS.to_vec();
+    flags[15] = "15090,15021,15020,9090";
     let out = capture(&pod, &flags);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let stat = |name: &str| envoy.stat(name).unwrap_or(0);

@@ -182,13 +182,7 @@ impl Envoy {
         let netns = netns_command().unwrap_or_else(|e| panic!("{e}"));
         let binary = envoy_binary();
         let dir = scratch_dir(name);
-        let socket = dir.path().join("admin.sock");
-        let yaml = render(opts).unwrap_or_else(|e| panic!("render the bootstrap: {e}"));
-        let mut bootstrap: serde_yaml_ng::Value = serde_yaml_ng::from_str(&yaml).expect("the bootstrap is YAML");
-        bootstrap["admin"]["address"] =
-            serde_yaml_ng::to_value(serde_json::json!({ "pipe": { "path": socket.display().to_string() } })).unwrap();
-        let path = dir.path().join("bootstrap.yaml");
-        std::fs::write(&path, serde_yaml_ng::to_string(&bootstrap).unwrap()).expect("write the bootstrap");
+        let (path, socket) = write_unix_admin_bootstrap(dir.path(), opts);
 
         // unshare(1) and sh exec in place, so the guard's pid ends up being Envoy's.
         let mut args: Vec<OsString> = netns.iter().map(OsString::from).collect();
@@ -218,13 +212,7 @@ impl Envoy {
         }
         let dir = scratch_dir(name);
         open(dir.path(), 0o777);
-        let socket = dir.path().join("admin.sock");
-        let yaml = render(opts).unwrap_or_else(|e| panic!("render the bootstrap: {e}"));
-        let mut bootstrap: serde_yaml_ng::Value = serde_yaml_ng::from_str(&yaml).expect("the bootstrap is YAML");
-        bootstrap["admin"]["address"] =
-            serde_yaml_ng::to_value(serde_json::json!({ "pipe": { "path": socket.display().to_string() } })).unwrap();
-        let path = dir.path().join("bootstrap.yaml");
-        std::fs::write(&path, serde_yaml_ng::to_string(&bootstrap).unwrap()).expect("write the bootstrap");
+        let (path, socket) = write_unix_admin_bootstrap(dir.path(), opts);
         open(&path, 0o644);
         // ip(8) and setpriv(1) exec in place, so the guard's pid is Envoy's.
         let mut args: Vec<OsString> =
@@ -388,6 +376,20 @@ impl Envoy {
 }
 
 /// The arguments every test Envoy runs with, after `-c bootstrap`.
+/// Writes `opts`' bootstrap into `dir`, its admin API on the Unix socket
+/// `dir/admin.sock` (an Envoy in a namespace of its own has no loopback of
+/// ours); the bootstrap's path and the socket's.
+fn write_unix_admin_bootstrap(dir: &Path, opts: &BootstrapOptions) -> (PathBuf, PathBuf) {
+    let socket = dir.join("admin.sock");
+    let yaml = render(opts).unwrap_or_else(|e| panic!("render the bootstrap: {e}"));
+    let mut bootstrap: serde_yaml_ng::Value = serde_yaml_ng::from_str(&yaml).expect("the bootstrap is YAML");
+    bootstrap["admin"]["address"] =
+        serde_yaml_ng::to_value(serde_json::json!({ "pipe": { "path": socket.display().to_string() } })).unwrap();
+    let path = dir.join("bootstrap.yaml");
+    std::fs::write(&path, serde_yaml_ng::to_string(&bootstrap).unwrap()).expect("write the bootstrap");
+    (path, socket)
+}
+
 fn envoy_args(bootstrap: &Path, base_id: u16) -> Vec<OsString> {
     let mut args: Vec<OsString> =
         vec!["-c".into(), bootstrap.as_os_str().to_owned(), "--base-id".into(), base_id.to_string().into()];

@@ -111,7 +111,7 @@ pub fn parse_bundle(text: &str) -> Result<Vec<String>, String> {
             .as_str()
             .and_then(|c| base64::engine::general_purpose::STANDARD.decode(c).ok())
             .ok_or_else(|| format!("keys[{i}].x5c[0] is not base64 (DER)"))?;
-        let pem = certificate_pem(&der);
+        let pem = super::trust_anchors::certificate_pem(&der);
         check_root(&pem).map_err(|why| format!("keys[{i}].x5c[0] {why}"))?;
         roots.push(pem);
     }
@@ -119,19 +119,6 @@ pub fn parse_bundle(text: &str) -> Result<Vec<String>, String> {
         return Err("holds no X.509 root: no key has \"use\": \"x509-svid\"".into());
     }
     Ok(roots)
-}
-
-/// A DER certificate as PEM, in 64-column lines.
-fn certificate_pem(der: &[u8]) -> String {
-    use base64::Engine as _;
-    let body = base64::engine::general_purpose::STANDARD.encode(der);
-    let mut out = String::from("-----BEGIN CERTIFICATE-----\n");
-    for line in body.as_bytes().chunks(64) {
-        out.push_str(std::str::from_utf8(line).expect("base64 is ASCII"));
-        out.push('\n');
-    }
-    out.push_str("-----END CERTIFICATE-----\n");
-    out
 }
 
 #[cfg(test)]
@@ -164,7 +151,14 @@ mod tests {
             ]
         });
         let roots = parse_bundle(&bundle.to_string()).unwrap();
-        assert_eq!(roots, [certificate_pem(&a), certificate_pem(&b)], "in the bundle's order, the others ignored");
+        assert_eq!(
+            roots,
+            [
+                crate::config::mesh::trust_anchors::certificate_pem(&a),
+                crate::config::mesh::trust_anchors::certificate_pem(&b)
+            ],
+            "in the bundle's order, the others ignored"
+        );
         let parsed: Vec<_> = x509_parser::pem::Pem::iter_from_buffer(roots[0].as_bytes()).collect();
         assert_eq!(parsed.len(), 1);
         assert_eq!(parsed[0].as_ref().unwrap().contents, a, "the PEM holds the DER it was given");

@@ -170,6 +170,20 @@ pub fn bundle<'a>(roots: impl IntoIterator<Item = &'a str>) -> Vec<String> {
     all
 }
 
+/// A DER certificate as PEM, in 64-column lines: one encoding, so equal
+/// certificates are equal text wherever meshpush writes them.
+pub fn certificate_pem(der: &[u8]) -> String {
+    use base64::Engine as _;
+    let body = base64::engine::general_purpose::STANDARD.encode(der);
+    let mut out = String::from("-----BEGIN CERTIFICATE-----\n");
+    for line in body.as_bytes().chunks(64) {
+        out.push_str(std::str::from_utf8(line).expect("base64 is ASCII"));
+        out.push('\n');
+    }
+    out.push_str("-----END CERTIFICATE-----\n");
+    out
+}
+
 #[cfg(test)]
 mod test {
     use super::*;
