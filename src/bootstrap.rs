@@ -36,7 +36,7 @@ pub const XDS_CLUSTER: &str = "xds-grpc";
 pub use crate::generate::mtls::SDS_CLUSTER;
 
 /// Metadata keys the bootstrap derives itself; `--meta` may not set them.
-const DERIVED_META: [&str; 6] =
+pub const DERIVED_META: [&str; 6] =
     ["NAMESPACE", "LABELS", "INTERCEPTION_MODE", "ISTIO_VERSION", "SDS", PROXY_CONFIG_METADATA];
 
 /// Labels Istio reads, in order, to name a workload's canonical service

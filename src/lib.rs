@@ -16,6 +16,7 @@ pub mod cli;
 pub mod config;
 pub mod engine;
 pub mod generate;
+pub mod inject;
 pub mod metrics;
 pub mod model;
 pub mod os;

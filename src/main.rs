@@ -1,12 +1,15 @@
 //! The `meshpush` command: serve, validate, bootstrap, version.
 
-use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::{Parser, Subcommand, ValueEnum};
 
+#[path = "main/agent.rs"]
+mod agent;
+#[path = "main/inject.rs"]
+mod inject;
 #[path = "main/iptables.rs"]
 mod iptables;
 #[path = "main/serve.rs"]
@@ -58,7 +61,13 @@ enum Command {
     /// Run beside an Envoy, as Istio's pilot-agent: get its workload certificate
     /// from meshpush's CA, start and supervise Envoy, proxy its ADS stream to
     /// meshpush over mTLS, serve it SDS and answer readiness probes.
-    Agent(Box<AgentArgs>),
+    #[command(args_conflicts_with_subcommands = true, subcommand_negates_reqs = true)]
+    Agent {
+        #[command(flatten)]
+        args: Box<agent::AgentArgs>,
+        #[command(subcommand)]
+        action: Option<agent::AgentAction>,
+    },
     /// Make service-account tokens for a mesh without Kubernetes (`serve --jwks`).
     #[command(subcommand)]
     Jwt(JwtCommand),
@@ -101,6 +110,10 @@ enum Command {
         #[arg(long, default_value = "127.0.0.1:15010")]
         xds_addr: String,
     },
+    /// Print a manifest's Pods, Deployments, StatefulSets, DaemonSets,
+    /// ReplicaSets, Jobs and CronJobs with the sidecar injected, as
+    /// `istioctl kube-inject` does.
+    Inject(inject::InjectArgs),
     /// Capture a pod's traffic into its Envoy with iptables, as Istio's
     /// istio-iptables (the `istio-init` container) does; `clean` removes it.
     #[command(args_conflicts_with_subcommands = true)]
@@ -141,26 +154,27 @@ enum JwtCommand {
 
 /// Who the Envoy is: the flags `bootstrap` and `agent` share.
 #[derive(Debug, clap::Args)]
-struct NodeArgs {
+pub(crate) struct NodeArgs {
     /// Istio node id: `sidecar~IP~POD.NAMESPACE~NAMESPACE.svc.cluster.local` (or `router~…`).
     #[arg(long)]
-    node_id: String,
+    pub(crate) node_id: String,
     /// Envoy admin port (on 127.0.0.1).
     #[arg(long, default_value_t = 15000)]
-    admin_port: u16,
+    pub(crate) admin_port: u16,
     /// Workload label `k=v` (repeatable).
     #[arg(long = "label")]
-    labels: Vec<String>,
+    pub(crate) labels: Vec<String>,
     /// Node metadata `K=V` (repeatable).
     #[arg(long = "meta")]
-    meta: Vec<String>,
+    pub(crate) meta: Vec<String>,
     /// Interception mode: REDIRECT (iptables set up outside meshpush, as
     /// istio-init does), TPROXY, or NONE (outbound listeners on 127.0.0.1).
-    #[arg(long, default_value = "REDIRECT", value_parser = ["REDIRECT", "NONE", "TPROXY"])]
-    interception: String,
+    /// (Default: REDIRECT; for `agent`, the ProxyConfig's `interceptionMode`.)
+    #[arg(long, value_parser = ["REDIRECT", "NONE", "TPROXY"])]
+    pub(crate) interception: Option<String>,
     /// Use delta xDS (`api_type: DELTA_GRPC`) instead of state of the world.
     #[arg(long)]
-    delta: bool,
+    pub(crate) delta: bool,
 }
 
 #[derive(Debug, clap::Args)]
@@ -187,158 +201,7 @@ struct BootstrapArgs {
     gateway: Option<String>,
 }
 
-#[derive(Debug, clap::Args)]
-struct AgentArgs {
-    #[command(flatten)]
-    node: NodeArgs,
-    /// meshpush's secure port: `HOST:PORT` or `unix:PATH` (default: the
-    /// ProxyConfig's `discoveryAddress`, Istio's `istiod.istio-system.svc:15012`).
-    #[arg(long)]
-    discovery_address: Option<String>,
-    /// The name meshpush's certificate must carry (default: the host of
-    /// the discovery address; `istiod.istio-system.svc` for a socket).
-    #[arg(long)]
-    discovery_server_name: Option<String>,
-    /// The mesh root certificate meshpush's certificate chains to (PEM).
-    #[arg(long)]
-    root_cert: PathBuf,
-    /// The service-account token that authenticates certificate requests
-    /// (re-read for each; a projected Kubernetes token, or one from
-    /// `meshpush jwt issue`).
-    #[arg(long)]
-    token_file: PathBuf,
-    /// The workload's service account (default: the token's subject).
-    #[arg(long)]
-    service_account: Option<String>,
-    /// The mesh's trust domain (default: the mesh config's `trustDomain`,
-    /// else `cluster.local`).
-    #[arg(long, value_parser = trust_domain)]
-    trust_domain: Option<String>,
-    /// The workload certificate's validity asked of the CA.
-    #[arg(long, default_value = "24h", value_parser = parse_duration)]
-    cert_ttl: Duration,
-    /// The Envoy binary.
-    #[arg(long, default_value = "envoy")]
-    envoy_binary: PathBuf,
-    /// Where the XDS and SDS sockets and Envoy's bootstrap go.
-    #[arg(long, default_value = "./etc/istio/proxy")]
-    socket_dir: PathBuf,
-    /// The status port (readiness probe `/healthz/ready`).
-    #[arg(long, default_value = "0.0.0.0:15021")]
-    status_addr: SocketAddr,
-    /// Istio's mesh config, whose `defaultConfig` is the proxy's ProxyConfig
-    /// under `PROXY_CONFIG` and the pod's annotation (default:
-    /// `./etc/istio/config/mesh` when it exists).
-    #[arg(long)]
-    mesh_config: Option<PathBuf>,
-    /// The downward-API file of the pod's annotations (`proxy.istio.io/config`
-    /// and the `sidecar.istio.io/` ones the agent reads; default:
-    /// `./etc/istio/pod/annotations` when it exists).
-    #[arg(long)]
-    pod_annotations: Option<PathBuf>,
-    /// Envoy's worker threads, over the ProxyConfig's `concurrency`.
-    #[arg(long)]
-    concurrency: Option<u32>,
-    /// Envoy's `--drain-time-s`, over the ProxyConfig's `drainDuration` (45s).
-    #[arg(long, value_parser = parse_duration)]
-    drain_duration: Option<Duration>,
-    /// How long listeners drain on SIGTERM before Envoy is stopped, over the
-    /// ProxyConfig's `terminationDrainDuration` (5s).
-    #[arg(long, value_parser = parse_duration)]
-    termination_drain_duration: Option<Duration>,
-    /// One more Envoy argument (repeatable), after the agent's own.
-    #[arg(long = "envoy-arg", allow_hyphen_values = true)]
-    envoy_args: Vec<String>,
-}
-
-/// Where Istio mounts the mesh config for pilot-agent.
-const AGENT_MESH_CONFIG: &str = "./etc/istio/config/mesh";
-/// Where Istio's downward API writes the pod's annotations.
-const AGENT_POD_ANNOTATIONS: &str = "./etc/istio/pod/annotations";
-
-fn agent(args: AgentArgs) -> Result<meshpush::agent::AgentOptions, String> {
-    use meshpush::agent::proxy_config::{Sources, layered};
-    use meshpush::bootstrap::parse_key_value;
-    use meshpush::config::Duration as ConfigDuration;
-    let pairs = |flag, list: &[String]| {
-        list.iter().map(|a| parse_key_value(flag, a)).collect::<Result<_, _>>().map_err(|e| e.to_string())
-    };
-    let existing = |given: &Option<PathBuf>, default: &'static str| match given {
-        Some(path) => Some(path.clone()),
-        None => Some(PathBuf::from(default)).filter(|p| p.exists()),
-    };
-    let mesh_config = existing(&args.mesh_config, AGENT_MESH_CONFIG);
-    let pod_annotations = existing(&args.pod_annotations, AGENT_POD_ANNOTATIONS);
-    let layers = layered(&Sources {
-        mesh_config: mesh_config.as_deref(),
-        env_proxy_config: std::env::var("PROXY_CONFIG").ok(),
-        pod_annotations: pod_annotations.as_deref(),
-        cpu_limit: std::env::var("ISTIO_CPU_LIMIT").ok(),
-    })?;
-    for unapplied in &layers.unapplied {
-        tracing::warn!("{unapplied}");
-    }
-    let mut config = layers.config;
-    // The agent's own flags are the top layer.
-    if let Some(address) = args.discovery_address {
-        config.discovery_address = Some(address);
-    }
-    if let Some(n) = args.concurrency {
-        config.concurrency = Some(i32::try_from(n).map_err(|_| format!("--concurrency {n}: too large"))?);
-    }
-    if let Some(d) = args.drain_duration {
-        config.drain_duration = Some(ConfigDuration(d));
-    }
-    if let Some(d) = args.termination_drain_duration {
-        config.termination_drain_duration = Some(ConfigDuration(d));
-    }
-    // A tracer on the node's own address, as Istio's injector writes it.
-    if let (Some(tracing), Ok(host_ip)) = (config.tracing.as_mut(), std::env::var("HOST_IP")) {
-        for tracer in [tracing.zipkin.as_mut(), tracing.datadog.as_mut()].into_iter().flatten() {
-            tracer.address = tracer.address.replace("$(HOST_IP)", &host_ip);
-        }
-    }
-    config.check().map_err(|(path, why)| format!("the ProxyConfig's {path} (or its flag): {why}"))?;
-    // pilot-agent reads it from its environment, which the injector fills
-    // from proxyMetadata: either turns it on here.
-    let xds_proxy_config = match std::env::var(PROXY_CONFIG_XDS_AGENT)
-        .ok()
-        .or_else(|| config.proxy_metadata.get(PROXY_CONFIG_XDS_AGENT).cloned())
-    {
-        Some(value) => meshpush::os::parse_switch(&value).map_err(|e| format!("{PROXY_CONFIG_XDS_AGENT}: {e}"))?,
-        None => false,
-    };
-    Ok(meshpush::agent::AgentOptions {
-        node_id: args.node.node_id,
-        discovery_address: meshpush::agent::upstream::DiscoveryAddress::of(&config)
-            .map_err(|e| format!("--discovery-address {e}"))?,
-        discovery_server_name: args.discovery_server_name,
-        root_cert: args.root_cert,
-        token_file: args.token_file,
-        service_account: args.service_account,
-        trust_domain: args
-            .trust_domain
-            .or(layers.trust_domain)
-            .unwrap_or_else(|| meshpush::config::mesh::DEFAULT_TRUST_DOMAIN.into()),
-        cert_ttl: args.cert_ttl,
-        envoy_binary: args.envoy_binary,
-        labels: pairs("label", &args.node.labels)?,
-        meta: pairs("meta", &args.node.meta)?,
-        interception: args.node.interception,
-        delta: args.node.delta,
-        admin_port: args.node.admin_port,
-        socket_dir: args.socket_dir,
-        status_addr: args.status_addr,
-        proxy_config: config,
-        envoy_args: args.envoy_args,
-        xds_proxy_config,
-    })
-}
-
-/// pilot-agent's switch for PCDS (the mesh's extra roots).
-const PROXY_CONFIG_XDS_AGENT: &str = "PROXY_CONFIG_XDS_AGENT";
-
-fn parse_duration(s: &str) -> Result<Duration, String> {
+pub(crate) fn parse_duration(s: &str) -> Result<Duration, String> {
     s.parse::<meshpush::config::Duration>().map(|d| d.0).map_err(|e| e.to_string())
 }
 
@@ -425,30 +288,15 @@ fn main() -> ExitCode {
                 ExitCode::from(2)
             }
         },
-        Command::Agent(args) => {
+        Command::Agent { args, action } => {
             init_tracing(&cli.log_level, cli.log_format);
-            let options = match agent(*args) {
-                Ok(options) => options,
-                Err(e) => {
-                    eprintln!("meshpush agent: {e}");
-                    return ExitCode::from(2);
-                }
-            };
-            let runtime = tokio::runtime::Builder::new_multi_thread()
-                .worker_threads(2)
-                .enable_all()
-                .build()
-                .expect("tokio runtime");
-            match runtime.block_on(meshpush::agent::run(options)) {
-                Ok(()) => ExitCode::SUCCESS,
-                Err(e) => {
-                    tracing::error!("meshpush agent: {e}");
-                    eprintln!("meshpush agent: {e}");
-                    ExitCode::FAILURE
-                }
+            match action {
+                Some(agent::AgentAction::Wait(wait)) => agent::wait(&wait),
+                None => agent::run(*args),
             }
         }
         Command::Serve(args) => serve::run(*args, &cli.log_level, cli.log_format),
+        Command::Inject(args) => inject::run(&args),
         Command::Iptables { args, action } => {
             let (args, clean) = match action {
                 Some(iptables::CaptureAction::Clean(args)) => (args, true),
@@ -498,7 +346,7 @@ fn bootstrap(args: BootstrapArgs) -> Result<String, meshpush::bootstrap::Bootstr
         admin_port: args.node.admin_port,
         labels: args.node.labels.iter().map(|l| parse_key_value("label", l)).collect::<Result<_, _>>()?,
         meta: args.node.meta.iter().map(|m| parse_key_value("meta", m)).collect::<Result<_, _>>()?,
-        interception: args.node.interception,
+        interception: args.node.interception.unwrap_or_else(|| "REDIRECT".into()),
         delta: args.node.delta,
         locality: args.locality,
         sds_socket: None,
@@ -509,7 +357,7 @@ fn bootstrap(args: BootstrapArgs) -> Result<String, meshpush::bootstrap::Bootstr
 }
 
 /// A trust domain as Istio's mesh config validation takes one.
-fn trust_domain(value: &str) -> Result<String, String> {
+pub(crate) fn trust_domain(value: &str) -> Result<String, String> {
     meshpush::config::mesh::file::check_trust_domain(value).map(|()| value.to_string())
 }
 

@@ -27,6 +27,7 @@ const MESHPUSH: &[&[&str]] = &[
     &["source"],
     &["admin"],
     &["cli", "bootstrap", "capture"],
+    &["inject"],
     &["serve", "agent"],
 ];
 

@@ -9,7 +9,8 @@
 //! to meshpush's secure port over mTLS ([`upstream`]), keeping it open
 //! across meshpush restarts ([`subscriptions`]), and renews the certificate
 //! half-way through its life, pushing the new one to Envoy over SDS. Its
-//! status port answers Kubernetes' readiness probe ([`status`]).
+//! status ports answer Kubernetes' readiness probe and make the
+//! application's probes for the kubelet ([`status`], [`app_probe`]).
 //!
 //! Identity: the namespace is the node's (`--node-id`), the service account
 //! the token's subject (`system:serviceaccount:NS:SA`) unless
@@ -23,6 +24,7 @@
 //! exits.
 
 pub mod ads_proxy;
+pub mod app_probe;
 pub mod certificate;
 pub mod envoy;
 pub mod proxy_config;
@@ -102,8 +104,13 @@ pub struct AgentOptions {
     pub admin_port: u16,
     /// Where the sockets and the bootstrap go.
     pub socket_dir: PathBuf,
-    /// The status port's address.
+    /// The readiness port's address.
     pub status_addr: SocketAddr,
+    /// The status port (on the readiness port's address; 0: none):
+    /// readiness and the application's probes.
+    pub status_port: u16,
+    /// The application's probes the agent makes for the kubelet.
+    pub app_probers: app_probe::AppProbers,
     /// The ProxyConfig Envoy runs by ([`proxy_config`]): its concurrency,
     /// drain durations, file flushing, tracer, stats matcher and
     /// environment (`proxyMetadata`).
@@ -203,12 +210,26 @@ pub async fn run(opts: AgentOptions) -> Result<(), AgentError> {
     let status_listener = tokio::net::TcpListener::bind(opts.status_addr)
         .await
         .map_err(|source| AgentError::Listen { addr: opts.status_addr, source })?;
+    // The status port, unless it is the readiness port itself (then that
+    // one serves the probes too).
+    let status_port_addr = SocketAddr::new(opts.status_addr.ip(), opts.status_port);
+    let probes_listener = match opts.status_port {
+        0 => None,
+        port if port == opts.status_addr.port() => None,
+        _ => Some(
+            tokio::net::TcpListener::bind(status_port_addr)
+                .await
+                .map_err(|source| AgentError::Listen { addr: status_port_addr, source })?,
+        ),
+    };
     tracing::info!(
         identity = %identity,
         upstream = %opts.discovery_address,
         xds = %xds_path.display(),
         sds = %sds_path.display(),
         status = %opts.status_addr,
+        status_port = opts.status_port,
+        app_probes = opts.app_probers.len(),
         "meshpush agent starting"
     );
 
@@ -237,11 +258,21 @@ pub async fn run(opts: AgentOptions) -> Result<(), AgentError> {
     let (shutdown, shutting_down) = watch::channel(false);
     let readiness =
         status::Readiness { current: current.clone(), admin_port: opts.admin_port, shutdown: shutting_down.clone() };
+    let probers = Some(opts.app_probers.clone());
+    let on_readiness_port = probers.clone().filter(|_| opts.status_port == opts.status_addr.port());
+    let ready = readiness.clone();
     tokio::spawn(async move {
-        if let Err(e) = status::serve(status_listener, readiness).await {
-            tracing::error!("the status port stopped: {e}");
+        if let Err(e) = status::serve(status_listener, ready, on_readiness_port).await {
+            tracing::error!("the readiness port stopped: {e}");
         }
     });
+    if let Some(listener) = probes_listener {
+        tokio::spawn(async move {
+            if let Err(e) = status::serve(listener, readiness, probers).await {
+                tracing::error!("the status port stopped: {e}");
+            }
+        });
+    }
     tokio::spawn(requester.renew_forever(holder));
 
     let command = envoy::EnvoyCommand::new(
@@ -446,6 +477,8 @@ mod tests {
             admin_port: 15000,
             socket_dir: "sockets".into(),
             status_addr: status::DEFAULT_STATUS_ADDR,
+            status_port: 0,
+            app_probers: app_probe::AppProbers::default(),
             proxy_config: ProxyConfig::istio_default(),
             envoy_args: Vec::new(),
             xds_proxy_config: false,

@@ -11,7 +11,8 @@
 //!    downward-API file (`--pod-annotations`, by default
 //!    `./etc/istio/pod/annotations` when it exists);
 //! 5. `ISTIO_CPU_LIMIT` for a concurrency no layer set; then the
-//!    annotations `sidecar.istio.io/discoveryAddress` and
+//!    annotations `status.sidecar.istio.io/port`,
+//!    `sidecar.istio.io/discoveryAddress` and
 //!    `sidecar.istio.io/statsInclusion{Prefixes,Suffixes,Regexps}` (each
 //!    list replacing the ProxyConfig's), and last the agent's own flags.
 //!
@@ -28,6 +29,8 @@ use crate::config::mesh::MeshSettings;
 use crate::config::mesh::proxy_config::ProxyConfig;
 use crate::text::Shown;
 
+/// The pod annotation naming the agent's status port.
+pub const STATUS_PORT_ANNOTATION: &str = "status.sidecar.istio.io/port";
 /// The pod annotation holding a ProxyConfig.
 pub const PROXY_CONFIG_ANNOTATION: &str = "proxy.istio.io/config";
 
@@ -53,6 +56,9 @@ pub struct Layered {
     pub trust_domain: Option<String>,
     /// What was set and not applied, each with its layer and path.
     pub unapplied: Vec<String>,
+    /// The status port: the pod's `status.sidecar.istio.io/port` (0: none),
+    /// else the ProxyConfig's `statusPort`.
+    pub status_port: u16,
 }
 
 /// Layers `sources` over Istio's defaults.
@@ -107,7 +113,14 @@ pub fn layered(sources: &Sources<'_>) -> Result<Layered, String> {
         matcher.inclusion_regexps = regexps.unwrap_or_else(|| std::mem::take(&mut matcher.inclusion_regexps));
     }
     config.check().map_err(|(path, why)| format!("the layered ProxyConfig: {path}: {why}"))?;
-    Ok(Layered { config, trust_domain, unapplied })
+    let status_port = match annotations.get(STATUS_PORT_ANNOTATION) {
+        Some(port) => port
+            .trim()
+            .parse()
+            .map_err(|_| format!("annotation {STATUS_PORT_ANNOTATION}: {:?} is not a port", Shown(port).to_string()))?,
+        None => config.status_port(),
+    };
+    Ok(Layered { config, trust_domain, unapplied, status_port })
 }
 
 /// `config` with the ProxyConfig document `text` of `origin` over it.
@@ -180,7 +193,7 @@ mod test {
         std::fs::write(
             &mesh,
             "trustDomain: example.org\ndefaultConfig:\n  concurrency: 1\n  proxyMetadata: {A: mesh, B: mesh}\n  \
-             holdApplicationUntilProxyStarts: true\n",
+             runtimeValues: {a: b}\n",
         )
         .unwrap();
         let annotations = dir.path().join("annotations");
@@ -205,7 +218,7 @@ mod test {
         assert_eq!(config.proxy_stats_matcher.as_ref().unwrap().inclusion_suffixes, ["upstream_rq_timeout"]);
         assert_eq!(all.trust_domain.as_deref(), Some("example.org"));
         assert_eq!(all.unapplied.len(), 2, "{:?}", all.unapplied);
-        assert!(all.unapplied[0].contains("defaultConfig.holdApplicationUntilProxyStarts"));
+        assert!(all.unapplied[0].contains("defaultConfig.runtimeValues"));
         assert!(all.unapplied[1].starts_with("PROXY_CONFIG: sds: "), "{:?}", all.unapplied);
 
         // ISTIO_CPU_LIMIT fills a concurrency no layer set.

@@ -1,7 +1,12 @@
-//! The agent's status port (Istio's 15021): `/healthz/ready` answers 200
-//! only when the agent holds a valid workload certificate, Envoy's admin
-//! API says it is live (it has its first listeners and clusters), and the
-//! agent is not shutting down; else 503 with the reason.
+//! The agent's two status ports, as a pod's probes find them with Istio:
+//! - the readiness port (Istio's 15021, `--status-addr`): `/healthz/ready`
+//!   answers 200 only when the agent holds a valid workload certificate,
+//!   Envoy's admin API says it is live (it has its first listeners and
+//!   clusters), and the agent is not shutting down; else 503 with the
+//!   reason;
+//! - the status port (ProxyConfig `statusPort`, Istio's 15020): the same
+//!   `/healthz/ready`, and the application's probes the injector pointed
+//!   there (`/app-health/…`, `/app-lifecycle/…`, [`super::app_probe`]).
 
 use std::net::SocketAddr;
 use std::time::SystemTime;
@@ -12,6 +17,7 @@ use axum::http::StatusCode;
 use axum::routing::get;
 use tokio::sync::watch;
 
+use super::app_probe::AppProbers;
 use super::sds::CurrentCert;
 
 /// What the readiness answer is made of.
@@ -42,9 +48,18 @@ impl Readiness {
     }
 }
 
-/// Serves the status port on `listener` until the process ends.
-pub async fn serve(listener: tokio::net::TcpListener, readiness: Readiness) -> std::io::Result<()> {
-    let app = Router::new().route("/healthz/ready", get(ready)).with_state(readiness);
+/// Serves a status port on `listener` until the process ends: readiness,
+/// and the application's probes when given.
+pub async fn serve(
+    listener: tokio::net::TcpListener,
+    readiness: Readiness,
+    probers: Option<AppProbers>,
+) -> std::io::Result<()> {
+    let mut app = Router::new().route("/healthz/ready", get(ready)).with_state(readiness);
+    if let Some(probers) = probers {
+        let handler = move |request| super::app_probe::handle(probers.clone(), request);
+        app = app.route("/app-health/{*probe}", get(handler.clone())).route("/app-lifecycle/{*probe}", get(handler));
+    }
     axum::serve(listener, app).await
 }
 

@@ -447,7 +447,7 @@ fn peek_key(kind: ConfigKind, map: &Mapping) -> Option<ConfigKey> {
 }
 
 /// A value of the wrong type: where, and what serde said.
-pub(in crate::config) struct TypeError {
+pub struct TypeError {
     /// The field path (`spec.http[0].timeout`; empty for the whole value).
     pub path: String,
     /// What was wrong.
@@ -455,7 +455,7 @@ pub(in crate::config) struct TypeError {
 }
 
 /// Deserializes a typed object, collecting the paths of fields it does not model.
-pub(in crate::config) fn typed<T: DeserializeOwned>(value: Value, ignored: &mut Vec<String>) -> Result<T, TypeError> {
+pub fn typed<T: DeserializeOwned>(value: Value, ignored: &mut Vec<String>) -> Result<T, TypeError> {
     let mut on_ignored = |path: serde_ignored::Path<'_>| ignored.push(render_ignored(&path));
     let deserializer = serde_ignored::Deserializer::new(value, &mut on_ignored);
     serde_path_to_error::deserialize(deserializer).map_err(|err| {

@@ -41,6 +41,7 @@ pub struct Agent {
     child: ChildGuard,
     admin: SocketAddr,
     status: SocketAddr,
+    status_port: SocketAddr,
     socket_dir: PathBuf,
 }
 
@@ -54,6 +55,7 @@ impl Agent {
         let socket_dir = dir.path().join("proxy");
         let admin_port = free_port();
         let status = free_addr();
+        let status_port = free_addr();
         let mut args: Vec<String> = vec![
             "agent".into(),
             "--node-id".into(),
@@ -85,10 +87,16 @@ impl Agent {
         if !spec.extra.iter().any(|a| a == "--envoy-binary") {
             args.extend(["--envoy-binary".into(), envoy_binary().display().to_string()]);
         }
+        // The status port on the readiness port's address, free (not
+        // Istio's 15020, which parallel agents would share).
+        if !spec.extra.iter().any(|a| a == "--status-port") {
+            args.extend(["--status-port".into(), status_port.port().to_string()]);
+        }
         args.extend(spec.extra);
         let binary = Path::new(env!("CARGO_BIN_EXE_meshpush"));
         let child = ChildGuard::spawn(name, dir, binary, args);
-        Agent { child, admin: SocketAddr::from((Ipv4Addr::LOCALHOST, admin_port)), status, socket_dir }
+        let status_port = SocketAddr::new(status.ip(), status_port.port());
+        Agent { child, admin: SocketAddr::from((Ipv4Addr::LOCALHOST, admin_port)), status, status_port, socket_dir }
     }
 
     /// [`Agent::spawn`], then waits until its readiness probe answers 200.
@@ -114,6 +122,11 @@ impl Agent {
     /// The readiness probe's answer.
     pub fn readiness(&self) -> std::io::Result<Response> {
         http::get(self.status, "/healthz/ready", &[])
+    }
+
+    /// `GET path` from the agent's status port (application probes).
+    pub fn status_port(&self, path: &str) -> std::io::Result<Response> {
+        http::get(self.status_port, path, &[])
     }
 
     /// `GET path` from Envoy's admin API.

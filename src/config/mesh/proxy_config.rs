@@ -33,6 +33,10 @@ pub const DEFAULT_DRAIN_DURATION: std::time::Duration = std::time::Duration::fro
 pub const DEFAULT_TERMINATION_DRAIN_DURATION: std::time::Duration = std::time::Duration::from_secs(5);
 /// pilot-agent's default `fileFlushInterval` (Envoy's own is ten seconds).
 pub const DEFAULT_FILE_FLUSH_INTERVAL: std::time::Duration = std::time::Duration::from_secs(1);
+/// Istio's default `statusPort`: the agent's port for application probes.
+pub const DEFAULT_STATUS_PORT: u16 = 15020;
+/// The interception modes a ProxyConfig may name, Istio's default first.
+pub const INTERCEPTION_MODES: [&str; 3] = ["REDIRECT", "TPROXY", "NONE"];
 /// The node metadata key of a proxy's effective ProxyConfig (a JSON object).
 pub const PROXY_CONFIG_METADATA: &str = "PROXY_CONFIG";
 
@@ -68,6 +72,21 @@ pub struct ProxyConfig {
     /// Which of Envoy's stats are kept.
     #[serde(alias = "proxy_stats_matcher", skip_serializing_if = "Option::is_none")]
     pub proxy_stats_matcher: Option<StatsMatcher>,
+    /// How the pod's traffic reaches the proxy: `REDIRECT` (Istio's
+    /// default), `TPROXY` or `NONE`. The injector captures by it and the
+    /// agent runs Envoy by it when `--interception` is not given.
+    #[serde(alias = "interception_mode", skip_serializing_if = "Option::is_none")]
+    pub interception_mode: Option<String>,
+    /// Whether the injector starts the pod's application containers only
+    /// once the proxy is ready (the proxy first, with a `postStart` that
+    /// waits for it).
+    #[serde(alias = "hold_application_until_proxy_starts", default, deserialize_with = "scalar")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub hold_application_until_proxy_starts: Option<bool>,
+    /// The agent's status port: application probes rewritten by the
+    /// injector, and readiness (Istio's 15020).
+    #[serde(alias = "status_port", default, deserialize_with = "scalar", skip_serializing_if = "Option::is_none")]
+    pub status_port: Option<u16>,
 }
 
 /// `ProxyConfig.tracing`: the tracer the bootstrap starts Envoy with, and
@@ -201,7 +220,22 @@ impl ProxyConfig {
             file_flush_min_size_kb: over.file_flush_min_size_kb.or(self.file_flush_min_size_kb),
             tracing: over.tracing.or(self.tracing),
             proxy_stats_matcher: over.proxy_stats_matcher.or(self.proxy_stats_matcher),
+            interception_mode: over.interception_mode.or(self.interception_mode),
+            hold_application_until_proxy_starts: over
+                .hold_application_until_proxy_starts
+                .or(self.hold_application_until_proxy_starts),
+            status_port: over.status_port.or(self.status_port),
         }
+    }
+
+    /// The interception mode, Istio's `REDIRECT` when unset.
+    pub fn interception_mode(&self) -> &str {
+        self.interception_mode.as_deref().unwrap_or(INTERCEPTION_MODES[0])
+    }
+
+    /// The status port, Istio's 15020 when unset.
+    pub fn status_port(&self) -> u16 {
+        self.status_port.unwrap_or(DEFAULT_STATUS_PORT)
     }
 
     /// Parses a ProxyConfig document (YAML or JSON) from `origin`: the
@@ -238,6 +272,12 @@ impl ProxyConfig {
         }
         if let Some(d) = self.drain_duration.filter(|d| d.0.is_zero() || d.0.subsec_nanos() != 0) {
             return Err(("drainDuration", format!("{d} is not a whole number of seconds (Envoy drains in seconds)")));
+        }
+        if let Some(mode) = self.interception_mode.as_deref().filter(|m| !INTERCEPTION_MODES.contains(m)) {
+            return Err(("interceptionMode", format!("{mode:?} is not one of REDIRECT, TPROXY and NONE")));
+        }
+        if self.status_port == Some(0) {
+            return Err(("statusPort", "0 is not a port".to_string()));
         }
         if let Some(tracing) = &self.tracing {
             if let Some(p) = tracing.sampling.filter(|p| !(0.0..=100.0).contains(&p.0)) {
@@ -305,9 +345,8 @@ mod test {
     #[test]
     fn unmodelled_fields_come_back_with_their_paths_and_bad_values_are_errors() {
         let (_, ignored) =
-            ProxyConfig::parse("env", "{\"holdApplicationUntilProxyStarts\": true, \"tracing\": {\"lightstep\": {}}}")
-                .unwrap();
-        assert_eq!(ignored, ["holdApplicationUntilProxyStarts", "tracing.lightstep"]);
+            ProxyConfig::parse("env", "{\"runtimeValues\": {}, \"tracing\": {\"lightstep\": {}}}").unwrap();
+        assert_eq!(ignored, ["runtimeValues", "tracing.lightstep"]);
         for (text, path) in [
             ("concurrency: -1", "concurrency"),
             ("concurrency: two", "concurrency"),

@@ -159,7 +159,8 @@ impl Served {
 
 /// What `meshpush agent`, its flags left at their defaults, runs for the
 /// sidecar `client-v1` by the mesh's `defaultConfig`: the bootstrap it
-/// writes, how it runs and stops Envoy, and the upstream it dials. The
+/// writes, how it runs and stops Envoy, the upstream it dials and its
+/// status port; and the pod the injector makes of `client-v1`. The
 /// bootstrap's `PROXY_CONFIG` metadata is left out: it repeats every field
 /// the ProxyConfig models, applied or not, so it would prove nothing.
 fn agent_run(mesh: &MeshConfig) -> Vec<u8> {
@@ -167,6 +168,7 @@ fn agent_run(mesh: &MeshConfig) -> Vec<u8> {
     let config = (*mesh.default_proxy_config).clone();
     let mut opts = crate::bootstrap::BootstrapOptions::new(CLIENT_V1, "unix:./etc/istio/proxy/XDS");
     opts.sds_socket = Some("./etc/istio/proxy/SDS".into());
+    opts.interception = config.interception_mode().to_string();
     opts.proxy_config = Some(config.clone());
     let bootstrap = match crate::bootstrap::render(&opts) {
         Ok(text) => {
@@ -186,7 +188,13 @@ fn agent_run(mesh: &MeshConfig) -> Vec<u8> {
         Vec::new(),
     );
     let upstream = crate::agent::upstream::DiscoveryAddress::of(&config).map(|a| a.to_string());
-    format!("{bootstrap}\n{command:?}\n{:?}\n{upstream:?}\n", command.args()).into_bytes()
+    let status_port = config.status_port();
+    // What the injector gives a new pod by the same config.
+    let injector = crate::inject::Injector { mesh: mesh.clone(), ..Default::default() };
+    let pod = "apiVersion: v1\nkind: Pod\nmetadata: {name: client-v1, namespace: cov}\n\
+               spec: {containers: [{name: app, image: app, readinessProbe: {httpGet: {port: 8080}}}]}\n";
+    let injected = crate::inject::workload::inject_manifest(&injector, pod).map(|i| i.text);
+    format!("{bootstrap}\n{command:?}\n{:?}\n{upstream:?}\n{status_port}\n{injected:?}\n", command.args()).into_bytes()
 }
 
 /// The node id of the sidecar `client-v1`.

@@ -28,7 +28,7 @@ fn the_applied_fields_become_the_mesh_config_and_the_rest_keeps_istio_defaults()
 #[test]
 fn every_other_field_is_reported_with_its_path_and_what_it_is() {
     let text = "enablePrometheusMerge: false\ndefaultConfig:\n  proxyMetadata: {ISTIO_META_DNS_CAPTURE: \"true\"}\n\
-                \x20 holdApplicationUntilProxyStarts: true\n\
+                \x20 proxyBootstrapTemplatePath: /t.json\n\
                 extensionProviders:\n- name: otel\n  opentelemetry: {service: otel.observability.svc, port: 4317}\n\
                 mixerCheckServer: old:9091\ntrustDomian: typo.org\n";
     let settings = MeshSettings::parse("mesh.yaml", text).unwrap();
@@ -37,7 +37,7 @@ fn every_other_field_is_reported_with_its_path_and_what_it_is() {
         problem_paths(&settings),
         vec![
             ("enablePrometheusMerge", not_applied),
-            ("defaultConfig.holdApplicationUntilProxyStarts", not_applied),
+            ("defaultConfig.proxyBootstrapTemplatePath", not_applied),
             ("mixerCheckServer", "Istio removed this field and ignores it (Mixer is gone)"),
             ("trustDomian", "not a field of Istio's MeshConfig: ignored"),
         ]
