@@ -8,6 +8,7 @@
 //! one above it; ARCHITECTURE.md at the repository root walks through both.
 
 pub mod admin;
+pub mod admission;
 pub mod agent;
 pub mod bootstrap;
 pub mod ca;

@@ -61,13 +61,11 @@ enum Command {
     /// Run beside an Envoy, as Istio's pilot-agent: get its workload certificate
     /// from meshpush's CA, start and supervise Envoy, proxy its ADS stream to
     /// meshpush over mTLS, serve it SDS and answer readiness probes.
-    #[command(args_conflicts_with_subcommands = true, subcommand_negates_reqs = true)]
-    Agent {
-        #[command(flatten)]
-        args: Box<agent::AgentArgs>,
-        #[command(subcommand)]
-        action: Option<agent::AgentAction>,
-    },
+    Agent(Box<agent::AgentArgs>),
+    /// Wait until the proxy beside this process is ready: an injected pod's
+    /// `postStart` hook that holds its application until then, as
+    /// `pilot-agent wait`.
+    Wait(agent::WaitArgs),
     /// Make service-account tokens for a mesh without Kubernetes (`serve --jwks`).
     #[command(subcommand)]
     Jwt(JwtCommand),
@@ -288,13 +286,11 @@ fn main() -> ExitCode {
                 ExitCode::from(2)
             }
         },
-        Command::Agent { args, action } => {
+        Command::Agent(args) => {
             init_tracing(&cli.log_level, cli.log_format);
-            match action {
-                Some(agent::AgentAction::Wait(wait)) => agent::wait(&wait),
-                None => agent::run(*args),
-            }
+            agent::run(*args)
         }
+        Command::Wait(args) => agent::wait(&args),
         Command::Serve(args) => serve::run(*args, &cli.log_level, cli.log_format),
         Command::Inject(args) => inject::run(&args),
         Command::Iptables { args, action } => {

@@ -111,6 +111,11 @@ pub struct SecureXds {
     pub registry_writers: Vec<crate::model::Identity>,
     /// Workload certificate lifetimes.
     pub lifetimes: crate::ca::Lifetimes,
+    /// Where the admission webhooks listen (HTTPS, with the secure port's
+    /// certificate), if anywhere.
+    pub webhook_addr: Option<SocketAddr>,
+    /// The sidecar injector's settings.
+    pub injector: crate::inject::InjectorSettings,
 }
 
 /// Where a server listens: `IP:PORT`, or `unix:/path/to.sock`.
@@ -159,6 +164,7 @@ fn bind_xds(addr: &ListenAddr) -> io::Result<XdsListener> {
 /// The secure port, bound, with what it serves.
 struct SecurePort {
     listener: XdsListener,
+    webhook: Option<tokio::net::TcpListener>,
     tls: crate::ca::ServerTls,
     ca: crate::ca::CaService,
     registry_writers: Vec<crate::model::Identity>,
@@ -201,8 +207,18 @@ impl SecurePort {
         let tls = ServerTls::new(ca.clone(), secure.server_names.clone())?;
         let listener =
             bind_xds(&secure.addr).with_context(|| format!("binding the secure xDS address {}", secure.addr))?;
+        let webhook = match secure.webhook_addr {
+            Some(addr) => Some(
+                std::net::TcpListener::bind(addr)
+                    .and_then(|l| l.set_nonblocking(true).map(|()| l))
+                    .and_then(tokio::net::TcpListener::from_std)
+                    .with_context(|| format!("binding the webhook address {addr}"))?,
+            ),
+            None => None,
+        };
         Ok(SecurePort {
             listener,
+            webhook,
             tls,
             ca: CaService::new(ca, Arc::new(authenticators), metrics),
             registry_writers: secure.registry_writers.clone(),
@@ -296,7 +312,16 @@ pub async fn run(options: ServeOptions) -> anyhow::Result<()> {
         shutdown_rx.clone(),
         None,
     ));
-    let secure_ads = secure.map(|port| {
+    let secure_ads = secure.map(|mut port| {
+        if let (Some(listener), Some(options)) = (port.webhook.take(), &options.secure) {
+            let hooks = crate::admission::Webhooks::new(engine.clone(), options.injector.clone());
+            tokio::spawn(crate::admission::serve(
+                listener,
+                port.tls.webhook_acceptor(),
+                hooks.router(),
+                shutdown_rx.clone(),
+            ));
+        }
         let routes = tonic::service::Routes::new(ads_service.clone())
             .add_service(registry.with_writers(port.registry_writers).into_server())
             .add_service(port.ca.into_server());
@@ -331,6 +356,7 @@ pub async fn run(options: ServeOptions) -> anyhow::Result<()> {
         Some(secure) => tracing::info!(
             xds = %options.xds_addr,
             secure_xds = %secure.addr,
+            webhooks = %secure.webhook_addr.map_or("off".to_string(), |a| a.to_string()),
             admin = %options.admin_addr,
             "listening"
         ),

@@ -300,8 +300,8 @@ fn hold_native_sidecars_image_and_gateway_templates_are_honoured() {
     assert_eq!(names(&spec, "containers")[0], "istio-proxy", "held: the proxy starts first");
     let proxy = container(&spec, "containers", "istio-proxy").unwrap();
     let wait = &proxy["lifecycle"]["postStart"]["exec"]["command"];
-    assert_eq!(wait.as_sequence().unwrap().len(), 3, "{wait:?}");
-    assert_eq!(wait[2].as_str(), Some("wait"));
+    assert_eq!(wait.as_sequence().unwrap().len(), 2, "{wait:?}");
+    assert_eq!(wait[1].as_str(), Some("wait"));
     let (_, spec) = first_pod("native-sidecar-opt-in.yaml");
     assert_eq!(names(&spec, "initContainers")[..2], ["istio-init".to_string(), "istio-proxy".into()]);
     assert_eq!(container(&spec, "initContainers", "istio-proxy").unwrap()["restartPolicy"].as_str(), Some("Always"));

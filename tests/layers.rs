@@ -28,6 +28,7 @@ const MESHPUSH: &[&[&str]] = &[
     &["admin"],
     &["cli", "bootstrap", "capture"],
     &["inject"],
+    &["admission"],
     &["serve", "agent"],
 ];
 

@@ -11,7 +11,8 @@
 //! service then demands of the client is decided per request from
 //! [`Transport`](crate::xds::stream::peer::Transport).
 //!
-//! ALPN is `h2` only: every service on the port is gRPC.
+//! ALPN is `h2` only: every service on the port is gRPC. The webhook port
+//! presents the same certificate ([`ServerTls::webhook_acceptor`]).
 
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
@@ -38,6 +39,9 @@ pub const SERVING_CERT_TTL: Duration = Duration::from_secs(24 * 3600);
 #[derive(Debug, Clone)]
 pub struct ServerTls {
     config: Arc<rustls::ServerConfig>,
+    /// The webhook port's: the same certificate, no client certificate
+    /// asked, HTTP/2 or HTTP/1.1.
+    webhook: Arc<rustls::ServerConfig>,
     serving: Arc<ServingCert>,
 }
 
@@ -59,13 +63,25 @@ impl ServerTls {
             .build()
             .map_err(|e| TlsSetupError(e.to_string()))?;
         let serving = Arc::new(ServingCert::issue(ca, names)?);
-        let mut config = rustls::ServerConfig::builder_with_provider(provider)
+        let mut config = rustls::ServerConfig::builder_with_provider(provider.clone())
             .with_safe_default_protocol_versions()
             .map_err(|e| TlsSetupError(e.to_string()))?
             .with_client_cert_verifier(verifier)
             .with_cert_resolver(serving.clone());
         config.alpn_protocols = vec![b"h2".to_vec()];
-        Ok(ServerTls { config: Arc::new(config), serving })
+        let mut webhook = rustls::ServerConfig::builder_with_provider(provider)
+            .with_safe_default_protocol_versions()
+            .map_err(|e| TlsSetupError(e.to_string()))?
+            .with_no_client_auth()
+            .with_cert_resolver(serving.clone());
+        webhook.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
+        Ok(ServerTls { config: Arc::new(config), webhook: Arc::new(webhook), serving })
+    }
+
+    /// The acceptor of the webhook port (`admission`): the same
+    /// certificate, no client certificate, HTTP/2 or HTTP/1.1.
+    pub fn webhook_acceptor(&self) -> tokio_rustls::TlsAcceptor {
+        tokio_rustls::TlsAcceptor::from(self.webhook.clone())
     }
 
     /// The acceptor handshakes run through.

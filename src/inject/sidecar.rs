@@ -27,7 +27,7 @@
 //! `restartPolicy: Always`, after `istio-init` and before the pod's own;
 //! otherwise `istio-init` is the last init container and the proxy the
 //! last container, or the first when the application is held until the
-//! proxy is ready (then a `postStart` hook runs `meshpush agent wait`).
+//! proxy is ready (then a `postStart` hook runs `meshpush wait`).
 
 use std::collections::BTreeMap;
 
@@ -436,7 +436,7 @@ fn proxy_container(
         env: Some(env),
         lifecycle: plan.hold.then(|| Lifecycle {
             post_start: Some(LifecycleHandler {
-                exec: Some(ExecAction { command: Some(vec!["meshpush".into(), "agent".into(), "wait".into()]) }),
+                exec: Some(ExecAction { command: Some(vec!["meshpush".into(), "wait".into()]) }),
                 ..Default::default()
             }),
             ..Default::default()

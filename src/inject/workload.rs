@@ -82,11 +82,17 @@ pub fn object(injector: &Injector, value: Value, warnings: &mut Vec<String>) -> 
     let kind = value.get("kind").and_then(Value::as_str).unwrap_or_default().to_string();
     let name = value.get("metadata").and_then(|m| m.get("name")).and_then(Value::as_str).unwrap_or_default();
     let namespace = value.get("metadata").and_then(|m| m.get("namespace")).and_then(Value::as_str);
-    let workload = Workload {
-        kind: kind.clone(),
-        api_version: api_version.clone(),
-        name: name.to_string(),
-        namespace: namespace.filter(|n| !n.is_empty()).unwrap_or("default").to_string(),
+    let namespace = namespace.filter(|n| !n.is_empty()).unwrap_or("default");
+    let own_meta = || value.get("metadata").cloned().and_then(|m| serde_yaml_ng::from_value::<ObjectMeta>(m).ok());
+    // A Pod's workload is its controller's, as the webhook sees it.
+    let workload = match (api_version.as_str(), kind.as_str(), own_meta()) {
+        ("v1", "Pod", Some(meta)) => Workload::of_pod(&meta, namespace),
+        _ => Workload {
+            kind: kind.clone(),
+            api_version: api_version.clone(),
+            name: name.to_string(),
+            namespace: namespace.to_string(),
+        },
     };
     let run = Run { injector, workload: &workload, warnings };
     let injected = match (api_version.as_str(), kind.as_str()) {

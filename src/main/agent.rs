@@ -1,7 +1,7 @@
 //! `meshpush agent`: its flags, and what it reads from the pod the way
 //! pilot-agent does (the mesh config and ProxyConfig layers, the
 //! downward-API labels and annotations, the `ISTIO_META_*` environment,
-//! the application probes); `meshpush agent wait`: a `postStart` hook that
+//! the application probes); `meshpush wait`: a `postStart` hook that
 //! holds the application until the proxy is ready.
 
 use std::collections::BTreeMap;
@@ -12,16 +12,7 @@ use std::time::{Duration, Instant};
 
 use crate::{NodeArgs, parse_duration, trust_domain};
 
-/// What `meshpush agent` does besides running.
-#[derive(Debug, clap::Subcommand)]
-pub(crate) enum AgentAction {
-    /// Wait until the proxy beside this process is ready (a `postStart`
-    /// hook that holds the application's containers until then, as
-    /// `pilot-agent wait`).
-    Wait(WaitArgs),
-}
-
-/// The flags of `meshpush agent wait`.
+/// The flags of `meshpush wait`.
 #[derive(Debug, clap::Args)]
 pub(crate) struct WaitArgs {
     /// The readiness URL polled (plain HTTP).
@@ -268,10 +259,10 @@ pub(crate) fn run(args: AgentArgs) -> ExitCode {
     }
 }
 
-/// `meshpush agent wait`: polls the readiness URL until it answers 200.
+/// `meshpush wait`: polls the readiness URL until it answers 200.
 pub(crate) fn wait(args: &WaitArgs) -> ExitCode {
     let Some(rest) = args.url.strip_prefix("http://") else {
-        eprintln!("meshpush agent wait: --url {}: only http:// URLs are polled", args.url);
+        eprintln!("meshpush wait: --url {}: only http:// URLs are polled", args.url);
         return ExitCode::from(2);
     };
     let (authority, path) = rest.split_once('/').map_or((rest, "/".to_string()), |(a, p)| (a, format!("/{p}")));
@@ -280,7 +271,7 @@ pub(crate) fn wait(args: &WaitArgs) -> ExitCode {
     while Instant::now() < deadline {
         match poll(authority, &path, args.period) {
             Ok(200) => {
-                eprintln!("meshpush agent wait: the proxy is ready");
+                eprintln!("meshpush wait: the proxy is ready");
                 return ExitCode::SUCCESS;
             }
             Ok(status) => last = format!("HTTP {status}"),
@@ -288,7 +279,7 @@ pub(crate) fn wait(args: &WaitArgs) -> ExitCode {
         }
         std::thread::sleep(args.period);
     }
-    eprintln!("meshpush agent wait: the proxy was not ready within {:?} ({last})", args.timeout);
+    eprintln!("meshpush wait: the proxy was not ready within {:?} ({last})", args.timeout);
     ExitCode::FAILURE
 }
 

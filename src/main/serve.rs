@@ -172,6 +172,16 @@ pub(crate) struct ServeArgs {
     /// system:serviceaccount:NS:SA); re-read when it changes.
     #[arg(long, requires = "ca_dir")]
     jwks: Option<PathBuf>,
+    /// The admission webhooks' HTTPS port (needs --ca-dir): the sidecar
+    /// injector (`/inject`) and the config validator (`/validate`), as
+    /// istiod's 15017; `off` for none.
+    #[arg(long, default_value = "0.0.0.0:15017", requires = "ca_dir")]
+    webhook_addr: String,
+    /// The sidecar injector's settings (image, policy, selectors, the
+    /// proxy's defaults; Istio's `istio-sidecar-injector` values), read at
+    /// startup. Default: Istio's defaults with meshpush's proxy image.
+    #[arg(long)]
+    injector_config: Option<PathBuf>,
     /// A name the secure port's certificate carries (DNS name or IP);
     /// repeatable. Default: istiod.istio-system.svc, localhost, 127.0.0.1, ::1.
     #[arg(long = "server-san", requires = "ca_dir")]
@@ -232,9 +242,12 @@ impl ServeArgs {
         }
     }
 
-    fn security(&self, mesh: &meshpush::config::mesh::MeshConfig) -> Option<meshpush::serve::SecureXds> {
-        let ca_dir = self.ca_dir.clone()?;
-        Some(meshpush::serve::SecureXds {
+    fn security(
+        &self,
+        mesh: &meshpush::config::mesh::MeshConfig,
+    ) -> Result<Option<meshpush::serve::SecureXds>, String> {
+        let Some(ca_dir) = self.ca_dir.clone() else { return Ok(None) };
+        Ok(Some(meshpush::serve::SecureXds {
             addr: self.secure_xds_addr.clone(),
             ca_dir,
             trust_domain: mesh.trust_domain.to_string(),
@@ -245,11 +258,21 @@ impl ServeArgs {
                 self.server_sans.clone()
             },
             registry_writers: self.registry_writers.clone(),
+            webhook_addr: match self.webhook_addr.as_str() {
+                "off" => None,
+                addr => Some(addr.parse().map_err(|_| format!("--webhook-addr {addr:?}: expected IP:PORT or off"))?),
+            },
+            injector: match &self.injector_config {
+                Some(path) => {
+                    meshpush::inject::InjectorSettings::read(path).map_err(|e| format!("--injector-config {e}"))?
+                }
+                None => Default::default(),
+            },
             lifetimes: meshpush::ca::Lifetimes {
                 default_ttl: self.workload_cert_ttl,
                 max_ttl: self.max_workload_cert_ttl,
             },
-        })
+        }))
     }
 
     fn kube_access(&self) -> Option<meshpush::source::kube::KubeAccess> {
@@ -326,6 +349,13 @@ pub(crate) fn run(args: ServeArgs, log_level: &str, log_format: LogFormat) -> Ex
         _ => settings,
     };
     let mesh = settings.mesh_config();
+    let secure = match args.security(&mesh) {
+        Ok(secure) => secure,
+        Err(e) => {
+            eprintln!("meshpush serve: {e}");
+            return ExitCode::from(2);
+        }
+    };
     let options = meshpush::serve::ServeOptions {
         connections: args.connections(),
         limits: args.limits(),
@@ -344,7 +374,7 @@ pub(crate) fn run(args: ServeArgs, log_level: &str, log_format: LogFormat) -> Ex
             (None, None) => Some(PathBuf::from("examples/bookinfo")),
             (None, Some(_)) => None,
         },
-        secure: args.security(&mesh),
+        secure,
         mesh,
         mesh_problems: settings.problems.clone(),
         mesh_source: origin.map(|origin| meshpush::serve::MeshSource {

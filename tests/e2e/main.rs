@@ -9,6 +9,7 @@ mod support;
 
 mod access_log;
 mod agent;
+mod app_probe;
 mod bad_input;
 mod bookinfo;
 mod bookinfo_example;
@@ -40,3 +41,4 @@ mod telemetry;
 mod tls_gateway;
 mod tls_sidecar;
 mod traffic_rules;
+mod webhook;

@@ -112,7 +112,14 @@ fn with_kubernetes_a_token_the_cluster_reviews_proves_its_service_account() {
     let secure_addr = free_addr();
     let mesh = Meshpush::start_kube(
         &kubeconfig,
-        &["--ca-dir", &ca_dir.path().display().to_string(), "--secure-xds-addr", &secure_addr.to_string()],
+        &[
+            "--ca-dir",
+            &ca_dir.path().display().to_string(),
+            "--secure-xds-addr",
+            &secure_addr.to_string(),
+            "--webhook-addr",
+            "off",
+        ],
     );
     let root = std::fs::read_to_string(ca_dir.path().join("root-cert.pem")).unwrap();
     tokio::runtime::Runtime::new().unwrap().block_on(async {

@@ -49,6 +49,11 @@ impl Agent {
     /// Starts `meshpush agent` (interception NONE, one Envoy worker) without
     /// waiting for it.
     pub fn spawn(name: &str, spec: AgentSpec<'_>) -> Agent {
+        Agent::spawn_with_env(name, spec, &[])
+    }
+
+    /// [`Agent::spawn`] with `env` set (through `env(1)`).
+    pub fn spawn_with_env(name: &str, spec: AgentSpec<'_>, env: &[(&str, &str)]) -> Agent {
         let dir = scratch_dir(name);
         let token_file = dir.path().join("token");
         std::fs::write(&token_file, spec.token).expect("write the token");
@@ -94,14 +99,26 @@ impl Agent {
         }
         args.extend(spec.extra);
         let binary = Path::new(env!("CARGO_BIN_EXE_meshpush"));
-        let child = ChildGuard::spawn(name, dir, binary, args);
+        let child = if env.is_empty() {
+            ChildGuard::spawn(name, dir, binary, args)
+        } else {
+            let mut with_env: Vec<String> = env.iter().map(|(k, v)| format!("{k}={v}")).collect();
+            with_env.push(binary.display().to_string());
+            with_env.extend(args);
+            ChildGuard::spawn(name, dir, Path::new("env"), with_env)
+        };
         let status_port = SocketAddr::new(status.ip(), status_port.port());
         Agent { child, admin: SocketAddr::from((Ipv4Addr::LOCALHOST, admin_port)), status, status_port, socket_dir }
     }
 
     /// [`Agent::spawn`], then waits until its readiness probe answers 200.
     pub fn start(name: &str, spec: AgentSpec<'_>) -> Agent {
-        let mut agent = Agent::spawn(name, spec);
+        Agent::start_with_env(name, spec, &[])
+    }
+
+    /// [`Agent::spawn_with_env`], then waits until its readiness probe answers 200.
+    pub fn start_with_env(name: &str, spec: AgentSpec<'_>, env: &[(&str, &str)]) -> Agent {
+        let mut agent = Agent::spawn_with_env(name, spec, env);
         let status = agent.status;
         agent.child.wait_ready(Instant::now() + READY_TIMEOUT, "the agent's /healthz/ready to answer 200", || {
             http::get(status, "/healthz/ready", &[]).is_ok_and(|r| r.status == 200)
@@ -122,6 +139,11 @@ impl Agent {
     /// The readiness probe's answer.
     pub fn readiness(&self) -> std::io::Result<Response> {
         http::get(self.status, "/healthz/ready", &[])
+    }
+
+    /// The readiness port's address.
+    pub fn readiness_addr(&self) -> SocketAddr {
+        self.status
     }
 
     /// `GET path` from the agent's status port (application probes).

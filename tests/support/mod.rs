@@ -39,6 +39,7 @@ pub mod envoy;
 pub mod ext_authz;
 pub mod grpc;
 pub mod http;
+pub mod https;
 pub mod isolated;
 pub mod kube_api;
 pub mod manifests;

@@ -118,6 +118,8 @@ pub struct SecureMesh {
     pub mesh: Meshpush,
     /// Its secure port.
     pub secure: std::net::SocketAddr,
+    /// Its admission webhooks' HTTPS port.
+    pub webhook: std::net::SocketAddr,
     /// The mesh root it created (`CA_DIR/root-cert.pem`).
     pub root: PathBuf,
     jwt_key: PathBuf,
@@ -136,14 +138,16 @@ impl SecureMesh {
         let ca_dir = scratch_dir("ca");
         let jwt_dir = scratch_dir("jwt");
         let (jwt_key, jwks) = meshpush::cli::jwt::keygen(jwt_dir.path()).unwrap();
-        let secure = free_addr();
+        let (secure, webhook) = (free_addr(), free_addr());
         let (ca, secure_addr, jwks) =
             (ca_dir.path().display().to_string(), secure.to_string(), jwks.display().to_string());
-        let mut flags = vec!["--ca-dir", &ca, "--secure-xds-addr", &secure_addr, "--jwks", &jwks];
+        let webhook_addr = webhook.to_string();
+        let mut flags =
+            vec!["--ca-dir", &ca, "--secure-xds-addr", &secure_addr, "--jwks", &jwks, "--webhook-addr", &webhook_addr];
         flags.extend_from_slice(extra);
         let mesh = Meshpush::start_with_flags(&dir.path(), &flags);
         let root = ca_dir.path().join("root-cert.pem");
-        SecureMesh { mesh, secure, root, jwt_key, _dirs: (ca_dir, jwt_dir) }
+        SecureMesh { mesh, secure, webhook, root, jwt_key, _dirs: (ca_dir, jwt_dir) }
     }
 
     /// A token proving `namespace`/`service_account`, valid an hour.

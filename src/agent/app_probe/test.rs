@@ -98,7 +98,11 @@ async fn each_kind_of_probe_answers_as_the_kubelet_would_have_seen_the_app() {
 
     let (status, body) = probers.probe("/app-health/web/readyz", &kubelet).await;
     assert_eq!(status, StatusCode::OK);
-    assert_eq!(body, format!("kubelet=probe/1.34 host=127.0.0.1:{http}"), "the kubelet's headers go on, the host is the app's");
+    assert_eq!(
+        body,
+        format!("kubelet=probe/1.34 host=127.0.0.1:{http}"),
+        "the kubelet's headers go on, the host is the app's"
+    );
     let (status, body) = probers.probe("/app-health/web/livez", &kubelet).await;
     assert_eq!((status, body.len()), (StatusCode::SERVICE_UNAVAILABLE, 10 * 1024), "the app's status, its body capped");
     assert_eq!(probers.probe("/app-health/web/startupz", &kubelet).await.0, StatusCode::OK, "a redirect is success");
