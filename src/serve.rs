@@ -164,6 +164,8 @@ fn bind_xds(addr: &ListenAddr) -> io::Result<XdsListener> {
 /// The secure port, bound, with what it serves.
 struct SecurePort {
     listener: XdsListener,
+    /// The mesh roots (PEM), for what hands them out in Kubernetes.
+    roots_pem: String,
     webhook: Option<tokio::net::TcpListener>,
     tls: crate::ca::ServerTls,
     ca: crate::ca::CaService,
@@ -218,6 +220,7 @@ impl SecurePort {
         };
         Ok(SecurePort {
             listener,
+            roots_pem: ca.roots_pem().to_string(),
             webhook,
             tls,
             ca: CaService::new(ca, Arc::new(authenticators), metrics),
@@ -313,6 +316,15 @@ pub async fn run(options: ServeOptions) -> anyhow::Result<()> {
         None,
     ));
     let secure_ads = secure.map(|mut port| {
+        // On Kubernetes, the mesh root goes where pods and the API server
+        // look for it: every namespace's istio-ca-root-cert and the
+        // webhook configurations' caBundle.
+        if let Some(client) = &kube_client {
+            use crate::source::ca_bundle::{patch_webhooks, publish_root};
+            tokio::spawn(publish_root(client.clone(), port.roots_pem.clone()));
+            let revision = options.revision.clone().filter(|r| !r.is_empty()).unwrap_or_else(|| "default".into());
+            tokio::spawn(patch_webhooks(client.clone(), port.roots_pem.clone(), revision));
+        }
         if let (Some(listener), Some(options)) = (port.webhook.take(), &options.secure) {
             let hooks = crate::admission::Webhooks::new(engine.clone(), options.injector.clone());
             tokio::spawn(crate::admission::serve(

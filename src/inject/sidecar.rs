@@ -47,6 +47,7 @@ use super::probes::APP_PROBERS_ENV;
 use super::status::{Rendered, revision};
 use super::{INIT_CONTAINER, Injector, PROXY_CONTAINER, PROXY_UID, Workload};
 use crate::config::mesh::proxy_config::{PROXY_CONFIG_METADATA, ProxyConfig};
+use crate::source::ca_bundle::ROOT_CERT_CONFIG_MAP;
 
 /// The agent's readiness port (`/healthz/ready`), which Istio's probes use.
 pub const READINESS_PORT: u16 = 15021;
@@ -54,8 +55,6 @@ pub const READINESS_PORT: u16 = 15021;
 pub const ROOT_CERT: &str = "/var/run/secrets/istio/root-cert.pem";
 /// Where the agent finds its service-account token.
 pub const TOKEN: &str = "/var/run/secrets/tokens/istio-token";
-/// The ConfigMap each namespace holds the mesh's root in (Istio's name).
-pub const ROOT_CERT_CONFIG_MAP: &str = "istio-ca-root-cert";
 
 /// Everything the injection of one pod depends on, worked out before the
 /// pod is changed.

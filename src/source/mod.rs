@@ -29,6 +29,7 @@ use crate::model::ConfigStore;
 use crate::model::check_references;
 
 pub mod autoregistration;
+pub mod ca_bundle;
 mod fetch;
 pub mod file;
 pub mod gateway_status;

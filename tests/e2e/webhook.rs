@@ -136,3 +136,119 @@ fn the_api_server_gets_a_sidecar_patch_and_config_refusals_over_tls_checked_agai
         assert_eq!(reply["response"]["allowed"], true, "{}", answer.body);
     });
 }
+
+/// A webhook configuration of `kind` named `name`, labelled for `revision`
+/// (none: unlabelled), with webhooks of `hooks` names.
+fn webhook_configuration(kind: &str, name: &str, revision: Option<&str>, hooks: &[&str]) -> Value {
+    let hooks: Vec<Value> = hooks
+        .iter()
+        .map(|hook| {
+            json!({
+                "name": hook,
+                "clientConfig": {"service": {"name": "meshpush", "namespace": "istio-system", "path": "/inject"}},
+                "rules": [{"operations": ["CREATE"], "apiGroups": [""], "apiVersions": ["v1"], "resources": ["pods"]}],
+                "failurePolicy": "Ignore",
+                "sideEffects": "None",
+                "admissionReviewVersions": ["v1"]
+            })
+        })
+        .collect();
+    let mut object = json!({
+        "apiVersion": "admissionregistration.k8s.io/v1",
+        "kind": kind,
+        "metadata": {"name": name},
+        "webhooks": hooks
+    });
+    if let Some(revision) = revision {
+        object["metadata"]["labels"] = json!({"istio.io/rev": revision});
+    }
+    object
+}
+
+#[test]
+fn on_kubernetes_every_namespace_and_this_revisions_webhooks_get_the_mesh_root() {
+    use crate::support::kube_api::KubeApi;
+    use crate::support::meshpush::Meshpush;
+    use crate::support::process::{free_addr, scratch_dir, wait_until};
+    use std::time::{Duration, Instant};
+    let api = KubeApi::start();
+    for ns in ["default", "shop", "kube-public", "istio-system"] {
+        api.put(&format!("apiVersion: v1\nkind: Namespace\nmetadata: {{name: {ns}}}\n"));
+    }
+    let injector = ["rev.namespace.sidecar-injector.istio.io", "elsewhere.example.com"];
+    api.put_value(webhook_configuration(
+        "MutatingWebhookConfiguration",
+        "meshpush-injector",
+        Some("default"),
+        &injector,
+    ));
+    api.put_value(webhook_configuration("MutatingWebhookConfiguration", "canary", Some("canary"), &injector));
+    let validator = ["rev.validation.istio.io"];
+    api.put_value(webhook_configuration(
+        "ValidatingWebhookConfiguration",
+        "meshpush-validator",
+        Some("default"),
+        &validator,
+    ));
+    let kubeconfig_dir = scratch_dir("kubeconfig");
+    let kubeconfig = kubeconfig_dir.path().join("config");
+    std::fs::write(&kubeconfig, api.kubeconfig()).unwrap();
+    let ca_dir = scratch_dir("ca");
+    let (secure, webhook) = (free_addr().to_string(), free_addr().to_string());
+    let ca = ca_dir.path().display().to_string();
+    let mesh =
+        Meshpush::start_kube(&kubeconfig, &["--ca-dir", &ca, "--secure-xds-addr", &secure, "--webhook-addr", &webhook]);
+    let root = std::fs::read_to_string(ca_dir.path().join("root-cert.pem")).unwrap();
+    use base64::Engine as _;
+    let encoded = base64::engine::general_purpose::STANDARD.encode(&root);
+    let root_in = |ns: &str| {
+        api.get("ConfigMap", ns, "istio-ca-root-cert")
+            .and_then(|cm| cm["data"]["root-cert.pem"].as_str().map(String::from))
+    };
+    let deadline = || Instant::now() + Duration::from_secs(30);
+    wait_until(deadline(), "every namespace holds the mesh root", &[mesh.process()], || {
+        ["default", "shop", "istio-system"].iter().all(|ns| root_in(ns).as_deref() == Some(root.as_str()))
+    });
+    let hooks = |kind: &str, name: &str| api.get(kind, "", name).unwrap()["webhooks"].as_array().unwrap().clone();
+    wait_until(deadline(), "this revision's webhooks trust the mesh root", &[mesh.process()], || {
+        hooks("ValidatingWebhookConfiguration", "meshpush-validator")[0]["clientConfig"]["caBundle"] == encoded.as_str()
+            && hooks("MutatingWebhookConfiguration", "meshpush-injector")[0]["clientConfig"]["caBundle"]
+                == encoded.as_str()
+    });
+    assert!(root_in("kube-public").is_none(), "kube-public gets none, as with istiod");
+    let config = api.get("ConfigMap", "shop", "istio-ca-root-cert").unwrap();
+    assert_eq!(config["metadata"]["labels"]["istio.io/config"], "true");
+    let injector_hooks = hooks("MutatingWebhookConfiguration", "meshpush-injector");
+    assert!(injector_hooks[1]["clientConfig"].get("caBundle").is_none(), "only the sidecar injector's webhooks");
+    assert!(
+        hooks("MutatingWebhookConfiguration", "canary")[0]["clientConfig"].get("caBundle").is_none(),
+        "another revision's"
+    );
+    assert_eq!(hooks("ValidatingWebhookConfiguration", "meshpush-validator")[0]["failurePolicy"], "Fail");
+
+    // A changed root is put back, other keys kept; a new namespace gets one;
+    // a chart upgrade that resets the caBundle is patched again.
+    let mut edited = config.clone();
+    edited["data"] = json!({"root-cert.pem": "stale", "extra": "kept"});
+    api.put_value(edited);
+    api.put("apiVersion: v1\nkind: Namespace\nmetadata: {name: late}\n");
+    api.put_value(webhook_configuration(
+        "ValidatingWebhookConfiguration",
+        "meshpush-validator",
+        Some("default"),
+        &validator,
+    ));
+    wait_until(
+        deadline(),
+        "the root is back, in the new namespace too, and the reset webhook trusts it",
+        &[mesh.process()],
+        || {
+            root_in("shop").as_deref() == Some(root.as_str())
+                && root_in("late").as_deref() == Some(root.as_str())
+                && hooks("ValidatingWebhookConfiguration", "meshpush-validator")[0]["clientConfig"]["caBundle"]
+                    == encoded.as_str()
+        },
+    );
+    let shop = api.get("ConfigMap", "shop", "istio-ca-root-cert").unwrap();
+    assert_eq!(shop["data"]["extra"], "kept");
+}

@@ -148,6 +148,37 @@ fn kubectl_lists_gets_and_watches_through_the_stand_in() {
         base(&["get", "configmap", "istio", "-n", "istio-system", "-o", "jsonpath={.data.mesh}"]).output().unwrap();
     assert!(out.status.success(), "kubectl get configmap: {}", String::from_utf8_lossy(&out.stderr));
     assert_eq!(String::from_utf8_lossy(&out.stdout), "rootNamespace: x");
+    // A create and a replace, as meshpush writes the mesh root's ConfigMaps
+    // and the webhook configurations' caBundle (`--validate=false`: the
+    // stand-in serves no OpenAPI document for kubectl to check against).
+    let root = cache.path().join("root.yaml");
+    std::fs::write(
+        &root,
+        "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: istio-ca-root-cert, namespace: shop}\ndata: {root-cert.pem: R}\n",
+    )
+    .unwrap();
+    let out = base(&["create", "--validate=false", "-f"]).arg(&root).output().unwrap();
+    assert!(out.status.success(), "kubectl create: {}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(api.get("ConfigMap", "shop", "istio-ca-root-cert").unwrap()["data"]["root-cert.pem"], "R");
+    let out = base(&["create", "--validate=false", "-f"]).arg(&root).output().unwrap();
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("already exists"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    api.put("apiVersion: admissionregistration.k8s.io/v1\nkind: MutatingWebhookConfiguration\nmetadata: {name: injector}\nwebhooks: []\n");
+    let replaced = cache.path().join("injector.yaml");
+    std::fs::write(
+        &replaced,
+        "apiVersion: admissionregistration.k8s.io/v1\nkind: MutatingWebhookConfiguration\n\
+         metadata: {name: injector, labels: {istio.io/rev: default}}\nwebhooks: []\n",
+    )
+    .unwrap();
+    let out = base(&["replace", "--validate=false", "-f"]).arg(&replaced).output().unwrap();
+    assert!(out.status.success(), "kubectl replace: {}", String::from_utf8_lossy(&out.stderr));
+    let stored = api.get("MutatingWebhookConfiguration", "", "injector").unwrap();
+    assert_eq!(stored["metadata"]["labels"]["istio.io/rev"], "default");
+    assert_eq!(api.client_writes(), 2, "one create, one replace");
     // A TokenReview, as the CA creates one: kubectl posts it raw.
     api.accept_token("good-token", "shop", "ledger");
     let review = cache.path().join("review.json");

@@ -24,7 +24,12 @@
 //!   older than the kept history is answered with an `ERROR` event of a
 //!   `410 Gone` Status (the client must list again);
 //! * TokenReviews (`POST /apis/authentication.k8s.io/v1/tokenreviews`),
-//!   authenticating the tokens [`KubeApi::accept_token`] names.
+//!   authenticating the tokens [`KubeApi::accept_token`] names;
+//! * creates (`POST` of a core namespaced kind, 409 AlreadyExists) and
+//!   replaces (`PUT` of a core namespaced or a cluster-scoped group kind,
+//!   with the resource-version precondition), as the mesh root's
+//!   ConfigMaps and the webhook configurations' `caBundle` are written
+//!   ([`KubeApi::client_writes`] counts them).
 //!
 //! The test drives it: [`KubeApi::put`] and [`KubeApi::delete`] change
 //! objects (each a new resource version; as the API server does for a
@@ -219,6 +224,20 @@ const RESOURCES: &[Resource] = &[
         plural: "ingressclasses",
         namespaced: false,
     },
+    Resource {
+        group: "admissionregistration.k8s.io",
+        versions: &["v1"],
+        kind: "MutatingWebhookConfiguration",
+        plural: "mutatingwebhookconfigurations",
+        namespaced: false,
+    },
+    Resource {
+        group: "admissionregistration.k8s.io",
+        versions: &["v1"],
+        kind: "ValidatingWebhookConfiguration",
+        plural: "validatingwebhookconfigurations",
+        namespaced: false,
+    },
 ];
 
 fn resource_by_plural(group: &str, plural: &str) -> Option<&'static Resource> {
@@ -255,6 +274,8 @@ struct Objects {
     history: Vec<Change>,
     /// Watches from a resource version below this are `410 Gone`.
     compacted: u64,
+    /// Creates and replaces clients made.
+    writes: u64,
 }
 
 /// The stand-in API server; stops on drop.
@@ -339,12 +360,12 @@ impl KubeApi {
             .route("/apis/{group}/{version}", get(group_resources))
             .route("/api/{version}/{plural}", get(core_collection))
             .route("/api/{version}/{plural}/{name}", get(core_cluster_one))
-            .route("/api/{version}/namespaces/{namespace}/{plural}", get(core_namespaced_collection))
-            .route("/api/{version}/namespaces/{namespace}/{plural}/{name}", get(core_one))
+            .route("/api/{version}/namespaces/{namespace}/{plural}", get(core_namespaced_collection).post(core_create))
+            .route("/api/{version}/namespaces/{namespace}/{plural}/{name}", get(core_one).put(core_replace))
             .route("/apis/{group}/{version}/{plural}", get(group_collection).post(create_review))
             .route("/apis/{group}/{version}/namespaces/{namespace}/{plural}", get(group_namespaced_collection))
             .route("/apis/{group}/{version}/namespaces/{namespace}/{plural}/{name}", get(group_one))
-            .route("/apis/{group}/{version}/{plural}/{name}", get(group_cluster_one))
+            .route("/apis/{group}/{version}/{plural}/{name}", get(group_cluster_one).put(group_cluster_replace))
             .route("/apis/{group}/{version}/namespaces/{namespace}/{plural}/{name}/status", patch(group_status))
             .route("/apis/{group}/{version}/{plural}/{name}/status", patch(group_cluster_status))
             .layer(axum::middleware::from_fn_with_state(state.clone(), authenticate))
@@ -441,6 +462,11 @@ impl KubeApi {
         let existed = objects.objects.insert(key, object.clone()).is_some();
         announce(&self.state, &mut objects, resource, namespace, if existed { "MODIFIED" } else { "ADDED" }, object);
         revision
+    }
+
+    /// How many creates and replaces clients made.
+    pub fn client_writes(&self) -> u64 {
+        self.state.objects.lock().unwrap().writes
     }
 
     /// The object of `kind` (or `GROUP/KIND`) as stored, status included.
@@ -794,6 +820,95 @@ async fn group_cluster_one(
     Path((group, version, plural, name)): Path<(String, String, String, String)>,
 ) -> Response {
     one(state, &group, version, String::new(), plural, name)
+}
+
+async fn core_create(
+    State(state): State<Arc<Shared>>,
+    Path((version, namespace, plural)): Path<(String, String, String)>,
+    body: axum::body::Bytes,
+) -> Response {
+    write(&state, "", &version, namespace, &plural, None, &body)
+}
+
+async fn core_replace(
+    State(state): State<Arc<Shared>>,
+    Path((version, namespace, plural, name)): Path<(String, String, String, String)>,
+    body: axum::body::Bytes,
+) -> Response {
+    write(&state, "", &version, namespace, &plural, Some(name), &body)
+}
+
+async fn group_cluster_replace(
+    State(state): State<Arc<Shared>>,
+    Path((group, version, plural, name)): Path<(String, String, String, String)>,
+    body: axum::body::Bytes,
+) -> Response {
+    write(&state, &group, &version, String::new(), &plural, Some(name), &body)
+}
+
+/// A create (`POST` to the collection, `name` none) or a replace (`PUT` of
+/// the object `name`), as the API server takes them: a create of a name
+/// that exists is a 409 AlreadyExists; a replace of one that does not is a
+/// 404, and one whose `metadata.resourceVersion` is not the object's a 409
+/// Conflict. The write is an ADDED or MODIFIED event.
+fn write(
+    state: &Shared,
+    group: &str,
+    version: &str,
+    namespace: String,
+    plural: &str,
+    name: Option<String>,
+    body: &[u8],
+) -> Response {
+    let Some(r) = resource_by_plural(group, plural).filter(|r| r.versions.contains(&version)) else {
+        return not_found(&format!("{group}/{version} {plural}"));
+    };
+    let Ok(mut object) = serde_json::from_slice::<Value>(body) else {
+        return status(StatusCode::BAD_REQUEST, "BadRequest", "the body is not a JSON object");
+    };
+    let Some(object_name) = object["metadata"]["name"].as_str().map(str::to_string) else {
+        return status(StatusCode::UNPROCESSABLE_ENTITY, "Invalid", "metadata.name: Required value");
+    };
+    if name.as_ref().is_some_and(|n| *n != object_name) {
+        return status(StatusCode::BAD_REQUEST, "BadRequest", "the name of the object does not match the path");
+    }
+    let mut objects = state.objects.lock().unwrap();
+    let key = (r.group, r.plural, namespace.clone(), object_name.clone());
+    let existing = objects.objects.get(&key).cloned();
+    match (&name, &existing) {
+        (None, Some(_)) => {
+            return status(StatusCode::CONFLICT, "AlreadyExists", &format!("{plural} {object_name:?} already exists"));
+        }
+        (Some(_), None) => return not_found(&format!("{plural} {object_name:?}")),
+        (Some(_), Some(old)) => {
+            let expected = &object["metadata"]["resourceVersion"];
+            if !expected.is_null() && *expected != old["metadata"]["resourceVersion"] {
+                return status(
+                    StatusCode::CONFLICT,
+                    "Conflict",
+                    "the object has been modified; please apply your changes to the latest version",
+                );
+            }
+        }
+        (None, None) => {}
+    }
+    objects.revision += 1;
+    let revision = objects.revision;
+    let metadata = object["metadata"].as_object_mut().expect("metadata is an object");
+    metadata.insert("resourceVersion".into(), json!(revision.to_string()));
+    if r.namespaced {
+        metadata.insert("namespace".into(), json!(namespace));
+    }
+    let uid = existing
+        .as_ref()
+        .map_or_else(|| json!(format!("uid-{plural}-{object_name}")), |o| o["metadata"]["uid"].clone());
+    metadata.insert("uid".into(), uid);
+    objects.writes += 1;
+    objects.objects.insert(key, object.clone());
+    let event = if existing.is_some() { "MODIFIED" } else { "ADDED" };
+    announce(state, &mut objects, r, namespace, event, object.clone());
+    let code = if existing.is_some() { StatusCode::OK } else { StatusCode::CREATED };
+    (code, axum::Json(at_version(object, r, version))).into_response()
 }
 
 async fn group_status(
