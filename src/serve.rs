@@ -116,6 +116,9 @@ pub struct SecureXds {
     pub webhook_addr: Option<SocketAddr>,
     /// The sidecar injector's settings.
     pub injector: crate::inject::InjectorSettings,
+    /// On Kubernetes, the Secret (`namespace`, `name`) that keeps the
+    /// self-signed root when `ca_dir` holds no plug-in CA.
+    pub ca_secret: Option<(String, String)>,
 }
 
 /// Where a server listens: `IP:PORT`, or `unix:/path/to.sock`.
@@ -175,14 +178,36 @@ struct SecurePort {
 impl SecurePort {
     /// Opens the CA (creating a self-signed root when its directory has
     /// none), sets up TLS and binds the port.
-    fn open(
+    async fn open(
         secure: &SecureXds,
         kube: Option<kube::Client>,
         metrics: Arc<crate::metrics::Metrics>,
     ) -> anyhow::Result<SecurePort> {
-        use crate::ca::{Authenticators, CaService, CertificateAuthority, ServerTls};
-        let ca = CertificateAuthority::open(&secure.ca_dir, &secure.trust_domain, secure.lifetimes)
-            .with_context(|| format!("opening the CA directory {}", secure.ca_dir.display()))?;
+        use crate::ca::{Authenticators, CaMaterial, CaService, CertificateAuthority, ServerTls};
+        let plug_in = CaMaterial::read(&secure.ca_dir)
+            .with_context(|| format!("reading the CA directory {}", secure.ca_dir.display()))?
+            .is_some();
+        let ca = match (&secure.ca_secret, &kube) {
+            (Some((namespace, name)), Some(client)) if !plug_in => {
+                let (material, created) =
+                    crate::source::ca_bundle::root_secret(client.clone(), namespace, name, &secure.trust_domain)
+                        .await
+                        .map_err(anyhow::Error::msg)?;
+                let origin = std::path::PathBuf::from(format!("Secret {namespace}/{name}"));
+                let ca = CertificateAuthority::from_material(
+                    &origin,
+                    &material,
+                    &secure.trust_domain,
+                    secure.lifetimes,
+                    created,
+                )?;
+                tracing::info!(secret = %origin.display(), created, "the self-signed root is kept in a Secret");
+                ca
+            }
+            (Some(_), None) => anyhow::bail!("--ca-secret needs Kubernetes (--kubeconfig or --in-cluster)"),
+            _ => CertificateAuthority::open(&secure.ca_dir, &secure.trust_domain, secure.lifetimes)
+                .with_context(|| format!("opening the CA directory {}", secure.ca_dir.display()))?,
+        };
         if ca.created_root() {
             tracing::info!(
                 dir = %secure.ca_dir.display(),
@@ -274,7 +299,7 @@ pub async fn run(options: ServeOptions) -> anyhow::Result<()> {
         None => None,
     };
     let secure = match &options.secure {
-        Some(secure) => Some(SecurePort::open(secure, kube_client.clone(), engine.metrics().clone())?),
+        Some(secure) => Some(SecurePort::open(secure, kube_client.clone(), engine.metrics().clone()).await?),
         None => None,
     };
     let admin_listener = std::net::TcpListener::bind(options.admin_addr)

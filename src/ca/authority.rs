@@ -8,7 +8,9 @@
 //! between the signer and the root). A directory without them gets a
 //! self-signed root, as istiod's self-signed CA makes one: ten years, the
 //! trust domain as its organization; it is written there (the key with
-//! mode 0600) so a restarted server keeps its root.
+//! mode 0600) so a restarted server keeps its root. On Kubernetes the same
+//! material ([`CaMaterial`]) may come from a Secret instead
+//! (`source::ca_bundle::root_secret`), so that replicas share one root.
 //!
 //! A workload certificate is made as Istio makes it: the CSR's public key;
 //! no subject; the caller's SPIFFE identity as the only SAN (a URI, marked
@@ -183,43 +185,38 @@ impl CertificateAuthority {
     /// The CA of `dir`: its plug-in files, or a self-signed root created
     /// there when it has none of them.
     pub fn open(dir: &Path, trust_domain: &str, lifetimes: Lifetimes) -> Result<CertificateAuthority, LoadError> {
-        let files = [CA_CERT, CA_KEY, ROOT_CERT];
-        let present: Vec<&str> = files.iter().copied().filter(|f| dir.join(f).exists()).collect();
-        let created = match present.len() {
-            0 => {
-                create_self_signed(dir, trust_domain)?;
-                true
+        match CaMaterial::read(dir)? {
+            Some(material) => CertificateAuthority::from_material(dir, &material, trust_domain, lifetimes, false),
+            None => {
+                let material = CaMaterial::self_signed(trust_domain)?;
+                material.write(dir)?;
+                CertificateAuthority::from_material(dir, &material, trust_domain, lifetimes, true)
             }
-            3 => false,
-            _ => {
-                let missing: Vec<&str> = files.iter().copied().filter(|f| !present.contains(f)).collect();
-                return Err(LoadError::Incomplete {
-                    dir: dir.to_path_buf(),
-                    present: present.join(", "),
-                    missing: missing.join(", "),
-                });
-            }
-        };
-        let read =
-            |name: &str| std::fs::read(dir.join(name)).map_err(|source| LoadError::Io { path: dir.join(name), source });
-        let signer_pem = read(CA_CERT)?;
-        let key_pem = read(CA_KEY)?;
-        let roots_pem = read(ROOT_CERT)?;
-        let chain_text = match std::fs::read(dir.join(CERT_CHAIN)) {
-            Ok(text) => text,
-            Err(e) if e.kind() == io::ErrorKind::NotFound => Vec::new(),
-            Err(source) => return Err(LoadError::Io { path: dir.join(CERT_CHAIN), source }),
-        };
-        let bad = |name: &str, reason: String| LoadError::Certificate { path: dir.join(name), reason };
-        let signer =
-            certificates(&signer_pem).into_iter().next().ok_or_else(|| bad(CA_CERT, "no PEM certificate".into()))?;
+        }
+    }
+
+    /// The CA of key material read from `origin` (a directory, or where a
+    /// Secret's keys are named as its files); `created` when this start
+    /// made the root.
+    pub fn from_material(
+        origin: &Path,
+        material: &CaMaterial,
+        trust_domain: &str,
+        lifetimes: Lifetimes,
+        created: bool,
+    ) -> Result<CertificateAuthority, LoadError> {
+        let bad = |name: &str, reason: String| LoadError::Certificate { path: origin.join(name), reason };
+        let signer = certificates(&material.signer_pem)
+            .into_iter()
+            .next()
+            .ok_or_else(|| bad(CA_CERT, "no PEM certificate".into()))?;
         let signer_not_after = check_signer(&signer).map_err(|reason| bad(CA_CERT, reason))?;
-        let roots = certificates(&roots_pem);
+        let roots = certificates(&material.roots_pem);
         if roots.is_empty() {
             return Err(bad(ROOT_CERT, "no PEM certificate".into()));
         }
-        let key =
-            keys::key_pair_from_pem(&key_pem).map_err(|source| LoadError::Key { path: dir.join(CA_KEY), source })?;
+        let key = keys::key_pair_from_pem(&material.key_pem)
+            .map_err(|source| LoadError::Key { path: origin.join(CA_KEY), source })?;
         if !signer_key_matches(&signer, &key) {
             return Err(bad(CA_CERT, format!("its public key is not the key of {CA_KEY}")));
         }
@@ -228,8 +225,8 @@ impl CertificateAuthority {
             trust_domain: trust_domain.to_string(),
             issuer,
             signer_pem: pem_of(&signer),
-            chain_pem: certificates(&chain_text).iter().map(pem_of).collect(),
-            roots_pem: String::from_utf8_lossy(&roots_pem).into_owned(),
+            chain_pem: certificates(&material.chain_pem).iter().map(pem_of).collect(),
+            roots_pem: String::from_utf8_lossy(&material.roots_pem).into_owned(),
             roots,
             signer_not_after,
             lifetimes,
@@ -405,25 +402,101 @@ fn signer_key_matches(cert: &CertificateDer<'_>, key: &KeyPair) -> bool {
         .is_ok_and(|(_, x509)| x509.public_key().subject_public_key.data.as_ref() == key.der_bytes())
 }
 
-/// Creates a self-signed root in `dir` (which must hold none of the plug-in files).
-fn create_self_signed(dir: &Path, trust_domain: &str) -> Result<(), LoadError> {
-    let io = |path: PathBuf| move |source| LoadError::Io { path, source };
-    std::fs::create_dir_all(dir).map_err(io(dir.to_path_buf()))?;
-    let key = KeyPair::generate().map_err(LoadError::Generate)?;
-    let mut params = CertificateParams::default();
-    params.distinguished_name = DistinguishedName::new();
-    params.distinguished_name.push(DnType::OrganizationName, trust_domain);
-    params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-    params.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::CrlSign, KeyUsagePurpose::DigitalSignature];
-    params.serial_number = Some(random_serial());
-    let now = SystemTime::now();
-    params.not_before = (now - CLOCK_SKEW).into();
-    params.not_after = (now + SELF_SIGNED_ROOT_TTL).into();
-    let cert = params.self_signed(&key).map_err(LoadError::Generate)?;
-    write_private(&dir.join(CA_KEY), key.serialize_pem().as_bytes()).map_err(io(dir.join(CA_KEY)))?;
-    std::fs::write(dir.join(CA_CERT), cert.pem()).map_err(io(dir.join(CA_CERT)))?;
-    std::fs::write(dir.join(ROOT_CERT), cert.pem()).map_err(io(dir.join(ROOT_CERT)))?;
-    Ok(())
+/// A CA's key material in Istio's plug-in layout, as files or a Secret's
+/// keys hold it. `Debug` shows no key.
+#[derive(Clone, Default)]
+pub struct CaMaterial {
+    /// `ca-cert.pem`.
+    pub signer_pem: Vec<u8>,
+    /// `ca-key.pem`.
+    pub key_pem: Vec<u8>,
+    /// `root-cert.pem`.
+    pub roots_pem: Vec<u8>,
+    /// `cert-chain.pem` (empty when the signer is the root).
+    pub chain_pem: Vec<u8>,
+}
+
+impl fmt::Debug for CaMaterial {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("CaMaterial").field("key", &"[redacted]").finish_non_exhaustive()
+    }
+}
+
+impl CaMaterial {
+    /// The file names of the plug-in layout, each with its bytes.
+    pub fn files(&self) -> [(&'static str, &[u8]); 4] {
+        [
+            (CA_CERT, &self.signer_pem),
+            (CA_KEY, &self.key_pem),
+            (ROOT_CERT, &self.roots_pem),
+            (CERT_CHAIN, &self.chain_pem),
+        ]
+    }
+
+    /// The material of `dir`; `None` when it holds none of the plug-in
+    /// files, an error when it holds some and not all.
+    pub fn read(dir: &Path) -> Result<Option<CaMaterial>, LoadError> {
+        let files = [CA_CERT, CA_KEY, ROOT_CERT];
+        let present: Vec<&str> = files.iter().copied().filter(|f| dir.join(f).exists()).collect();
+        match present.len() {
+            0 => return Ok(None),
+            3 => {}
+            _ => {
+                let missing: Vec<&str> = files.iter().copied().filter(|f| !present.contains(f)).collect();
+                return Err(LoadError::Incomplete {
+                    dir: dir.to_path_buf(),
+                    present: present.join(", "),
+                    missing: missing.join(", "),
+                });
+            }
+        }
+        let read =
+            |name: &str| std::fs::read(dir.join(name)).map_err(|source| LoadError::Io { path: dir.join(name), source });
+        let chain_pem = match std::fs::read(dir.join(CERT_CHAIN)) {
+            Ok(text) => text,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Vec::new(),
+            Err(source) => return Err(LoadError::Io { path: dir.join(CERT_CHAIN), source }),
+        };
+        Ok(Some(CaMaterial {
+            signer_pem: read(CA_CERT)?,
+            key_pem: read(CA_KEY)?,
+            roots_pem: read(ROOT_CERT)?,
+            chain_pem,
+        }))
+    }
+
+    /// A new self-signed root, as istiod's self-signed CA makes one.
+    pub fn self_signed(trust_domain: &str) -> Result<CaMaterial, LoadError> {
+        let key = KeyPair::generate().map_err(LoadError::Generate)?;
+        let mut params = CertificateParams::default();
+        params.distinguished_name = DistinguishedName::new();
+        params.distinguished_name.push(DnType::OrganizationName, trust_domain);
+        params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+        params.key_usages =
+            vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::CrlSign, KeyUsagePurpose::DigitalSignature];
+        params.serial_number = Some(random_serial());
+        let now = SystemTime::now();
+        params.not_before = (now - CLOCK_SKEW).into();
+        params.not_after = (now + SELF_SIGNED_ROOT_TTL).into();
+        let cert = params.self_signed(&key).map_err(LoadError::Generate)?;
+        Ok(CaMaterial {
+            signer_pem: cert.pem().into_bytes(),
+            key_pem: key.serialize_pem().into_bytes(),
+            roots_pem: cert.pem().into_bytes(),
+            chain_pem: Vec::new(),
+        })
+    }
+
+    /// Writes it into `dir` (which must hold none of the plug-in files),
+    /// the key with mode 0600.
+    fn write(&self, dir: &Path) -> Result<(), LoadError> {
+        let io = |path: PathBuf| move |source| LoadError::Io { path, source };
+        std::fs::create_dir_all(dir).map_err(io(dir.to_path_buf()))?;
+        write_private(&dir.join(CA_KEY), &self.key_pem).map_err(io(dir.join(CA_KEY)))?;
+        std::fs::write(dir.join(CA_CERT), &self.signer_pem).map_err(io(dir.join(CA_CERT)))?;
+        std::fs::write(dir.join(ROOT_CERT), &self.roots_pem).map_err(io(dir.join(ROOT_CERT)))?;
+        Ok(())
+    }
 }
 
 /// Writes `bytes` to a new file only its owner may read.

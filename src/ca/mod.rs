@@ -23,6 +23,6 @@ pub mod service;
 pub mod tls;
 
 pub use authn::Authenticators;
-pub use authority::{CertificateAuthority, Lifetimes};
+pub use authority::{CaMaterial, CertificateAuthority, Lifetimes};
 pub use service::CaService;
 pub use tls::ServerTls;

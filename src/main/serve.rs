@@ -177,6 +177,12 @@ pub(crate) struct ServeArgs {
     /// istiod's 15017; `off` for none.
     #[arg(long, default_value = "0.0.0.0:15017", requires = "ca_dir")]
     webhook_addr: String,
+    /// On Kubernetes: keep the self-signed root in this Secret
+    /// (`NAMESPACE/NAME`, as istiod keeps `istio-ca-secret`) when --ca-dir
+    /// holds no plug-in CA, so that every replica signs with one root; the
+    /// first replica creates it, and a root istiod made is taken over.
+    #[arg(long, requires = "ca_dir", value_parser = namespaced_name)]
+    ca_secret: Option<(String, String)>,
     /// The sidecar injector's settings (image, policy, selectors, the
     /// proxy's defaults; Istio's `istio-sidecar-injector` values), read at
     /// startup. Default: Istio's defaults with meshpush's proxy image.
@@ -258,6 +264,7 @@ impl ServeArgs {
                 self.server_sans.clone()
             },
             registry_writers: self.registry_writers.clone(),
+            ca_secret: self.ca_secret.clone(),
             webhook_addr: match self.webhook_addr.as_str() {
                 "off" => None,
                 addr => Some(addr.parse().map_err(|_| format!("--webhook-addr {addr:?}: expected IP:PORT or off"))?),
@@ -394,5 +401,15 @@ pub(crate) fn run(args: ServeArgs, log_level: &str, log_format: LogFormat) -> Ex
             tracing::error!("{e:#}");
             ExitCode::FAILURE
         }
+    }
+}
+
+/// `NAMESPACE/NAME`.
+fn namespaced_name(value: &str) -> Result<(String, String), String> {
+    match value.split_once('/') {
+        Some((namespace, name)) if !namespace.is_empty() && !name.is_empty() && !name.contains('/') => {
+            Ok((namespace.to_string(), name.to_string()))
+        }
+        _ => Err(format!("{value:?} is not NAMESPACE/NAME")),
     }
 }

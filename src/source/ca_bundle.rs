@@ -14,6 +14,13 @@
 //!   that an install never waits on a server that is not up yet; this one
 //!   is, since it patches).
 //!
+//! - **The self-signed root itself** ([`root_secret`]), when there is no
+//!   plug-in CA: kept in a Secret (Istio's `istio-ca-secret`, type
+//!   `istio.io/ca-root`, the plug-in layout's keys), so that every replica
+//!   signs with one root and a restart keeps it. The first replica to find
+//!   none creates it; one that loses that race reads the winner's. A root
+//!   istiod made is taken over as it is.
+//!
 //! Both follow watches: a new namespace, an edited ConfigMap, a chart
 //! upgrade that resets `caBundle` are set right at once. Writes carry the
 //! resource version read (an update that raced another is refused and
@@ -30,6 +37,7 @@ use kube::api::{Api, ObjectMeta, PostParams};
 use kube::runtime::WatchStreamExt as _;
 use kube::runtime::watcher;
 
+use crate::ca::CaMaterial;
 use crate::text::Shown;
 
 /// The ConfigMap each namespace holds the mesh root in (Istio's name).
@@ -197,5 +205,59 @@ where
             Ok(())
         }
         Err(e) => Err(format!("writing the caBundle of webhook configuration {}: {e}", Shown(&name))),
+    }
+}
+
+/// The Secret type Istio gives its self-signed root.
+const ROOT_SECRET_TYPE: &str = "istio.io/ca-root";
+
+/// The CA's key material from the Secret `namespace/name`, created with a
+/// new self-signed root when there is none; whether this call created it.
+pub async fn root_secret(
+    client: kube::Client,
+    namespace: &str,
+    name: &str,
+    trust_domain: &str,
+) -> Result<(CaMaterial, bool), String> {
+    use k8s_openapi::api::core::v1::Secret;
+    let api: Api<Secret> = Api::namespaced(client, namespace);
+    let shown = format!("Secret {namespace}/{name}");
+    let read = |secret: Secret| -> Result<CaMaterial, String> {
+        let data = secret.data.unwrap_or_default();
+        let key = |file: &str, required: bool| match data.get(file) {
+            Some(bytes) => Ok(bytes.0.clone()),
+            None if !required => Ok(Vec::new()),
+            None => Err(format!("{shown} has no {file}: it is not a CA's key material")),
+        };
+        Ok(CaMaterial {
+            signer_pem: key("ca-cert.pem", true)?,
+            key_pem: key("ca-key.pem", true)?,
+            roots_pem: key("root-cert.pem", true)?,
+            chain_pem: key("cert-chain.pem", false)?,
+        })
+    };
+    if let Some(secret) = api.get_opt(name).await.map_err(|e| format!("reading {shown}: {e}"))? {
+        return Ok((read(secret)?, false));
+    }
+    let material = CaMaterial::self_signed(trust_domain).map_err(|e| e.to_string())?;
+    let data = material
+        .files()
+        .into_iter()
+        .map(|(file, bytes)| (file.to_string(), k8s_openapi::ByteString(bytes.to_vec())))
+        .collect();
+    let secret = Secret {
+        metadata: ObjectMeta { name: Some(name.into()), namespace: Some(namespace.into()), ..Default::default() },
+        type_: Some(ROOT_SECRET_TYPE.into()),
+        data: Some(data),
+        ..Default::default()
+    };
+    match api.create(&PostParams::default(), &secret).await {
+        Ok(_) => Ok((material, true)),
+        // Another replica made one first: sign with that one.
+        Err(kube::Error::Api(e)) if e.code == 409 => {
+            let winner = api.get(name).await.map_err(|e| format!("reading {shown}: {e}"))?;
+            Ok((read(winner)?, false))
+        }
+        Err(e) => Err(format!("creating {shown}: {e}")),
     }
 }

@@ -133,3 +133,58 @@ fn with_kubernetes_a_token_the_cluster_reviews_proves_its_service_account() {
     });
     assert!(!mesh.log().contains("sleep-token"), "a token reached the log");
 }
+
+#[test]
+fn on_kubernetes_replicas_share_one_self_signed_root_kept_in_a_secret() {
+    use std::time::Instant;
+    let api = crate::support::kube_api::KubeApi::start();
+    api.put("apiVersion: v1\nkind: Namespace\nmetadata: {name: shop}\n");
+    let kubeconfig = scratch_dir("kubeconfig");
+    let kubeconfig = kubeconfig.path().join("config");
+    std::fs::write(&kubeconfig, api.kubeconfig()).unwrap();
+    let replica = || {
+        let (ca_dir, secure_addr) = (scratch_dir("ca"), free_addr());
+        let flags = [
+            "--ca-dir",
+            &ca_dir.path().display().to_string(),
+            "--ca-secret",
+            "istio-system/istio-ca-secret",
+            "--secure-xds-addr",
+            &secure_addr.to_string(),
+            "--webhook-addr",
+            "off",
+        ]
+        .map(String::from);
+        let mesh = Meshpush::start_kube(&kubeconfig, &flags.iter().map(String::as_str).collect::<Vec<_>>());
+        assert!(std::fs::read_dir(ca_dir.path()).unwrap().next().is_none(), "the key stays out of the directory");
+        (mesh, secure_addr)
+    };
+    let (first, first_addr) = replica();
+    let secret = api.get("Secret", "istio-system", "istio-ca-secret").expect("the first replica keeps its root there");
+    assert_eq!(secret["type"], "istio.io/ca-root");
+    use base64::Engine as _;
+    let root = String::from_utf8(
+        base64::engine::general_purpose::STANDARD.decode(secret["data"]["root-cert.pem"].as_str().unwrap()).unwrap(),
+    )
+    .unwrap();
+    let (second, second_addr) = replica();
+    crate::support::process::wait_until(
+        Instant::now() + Duration::from_secs(30),
+        "the root is published",
+        &[first.process(), second.process()],
+        || {
+            api.get("ConfigMap", "shop", "istio-ca-root-cert")
+                .is_some_and(|cm| cm["data"]["root-cert.pem"].as_str() == Some(root.as_str()))
+        },
+    );
+    // Both replicas serve with certificates of that one root.
+    tokio::runtime::Runtime::new().unwrap().block_on(async {
+        for addr in [first_addr, second_addr] {
+            let (_, csr) = secure::csr(&[]);
+            let channel = secure::channel(addr, &root, None).await.expect("the port's certificate chains to the root");
+            let refused = secure::create_certificate(channel, &csr, None).await.unwrap_err();
+            // Past TLS (verified against the shared root), the CA itself says no.
+            assert_eq!(refused.code(), tonic::Code::Unauthenticated, "{refused:?}");
+        }
+    });
+}
