@@ -3,17 +3,25 @@ no helm binary) and validates every rendered manifest against the
 Kubernetes 1.34 schemas (kubernetes-validate, strict: unknown fields are
 errors). Run by scripts/chart-check.sh, which installs both.
 
-Checks, for the default values and for a second set that turns every
-option the other way: `helm lint --strict` finds nothing; every manifest
-is valid; the objects a release needs are there; the ClusterRole grants
-get/list/watch on exactly the kinds meshpush reads, and writes only the
-status of the Gateway API kinds it reports on; the Deployment runs
-`serve --in-cluster` with the values' flags. A deliberately broken value
-must be reported invalid, so the validation itself is known to work.
-Exits 1 on any failure, saying what and where.
+Checks, for the default values, a second set that turns every option the
+other way, and a named revision: `helm lint --strict` finds nothing; every
+manifest is valid; the objects a release needs are there; the ClusterRole
+grants get/list/watch on exactly the kinds meshpush reads, and writes only
+the status of the Gateway API kinds it reports on, the mesh root's
+ConfigMaps, the webhook configurations and TokenReviews (a Role: creating
+the root's Secret); the Deployment runs `serve --in-cluster` with the
+values' flags, the CA and the webhooks; the Service has the secure and
+webhook ports; the webhooks select pods and objects exactly as Istio's
+chart does; the mesh config points proxies at the secure port. With
+CHART_CHECK_OUT set, the rendered mesh config and injector settings of
+each variant are written there for meshpush itself to read
+(tests/deploy.rs). A deliberately broken value must be reported invalid,
+so the validation itself is known to work. Exits 1 on any failure, saying
+what and where.
 """
 
 import copy
+import os
 import sys
 from pathlib import Path
 
@@ -53,7 +61,38 @@ VARIANTS = {
         "nodeSelector": {"kubernetes.io/os": "linux"},
         "tolerations": [{"key": "dedicated", "operator": "Equal", "value": "mesh", "effect": "NoSchedule"}],
         "service": {"type": "LoadBalancer", "annotations": {"example.com/internal": "true"}},
+        "meshConfig": {"accessLogFile": "/dev/stdout", "defaultConfig": {"holdApplicationUntilProxyStarts": True}},
+        "webhooks": {"enableNamespacesByDefault": True, "configValidation": False},
+        "sidecarInjector": {"policy": "disabled", "nativeSidecars": True,
+                            "neverInjectSelector": [{"matchLabels": {"batch": "true"}}]},
     },
+    "revision canary": {"revision": "canary"},
+}
+
+# Istio's injection webhooks: name → (namespaceSelector, objectSelector),
+# each a list of (key, operator, values); R is the revision.
+NOT_FALSE = ("sidecar.istio.io/inject", "NotIn", ["false"])
+INJECTION_WEBHOOKS = {
+    "rev.namespace.sidecar-injector.istio.io": (
+        [("istio.io/rev", "In", ["R"]), ("istio-injection", "DoesNotExist", None)], [NOT_FALSE]),
+    "rev.object.sidecar-injector.istio.io": (
+        [("istio.io/rev", "DoesNotExist", None), ("istio-injection", "DoesNotExist", None)],
+        [NOT_FALSE, ("istio.io/rev", "In", ["R"])]),
+    "namespace.sidecar-injector.istio.io": ([("istio-injection", "In", ["enabled"])], [NOT_FALSE]),
+    "object.sidecar-injector.istio.io": (
+        [("istio-injection", "DoesNotExist", None), ("istio.io/rev", "DoesNotExist", None)],
+        [("sidecar.istio.io/inject", "In", ["true"]), ("istio.io/rev", "DoesNotExist", None)]),
+    "auto.sidecar-injector.istio.io": (
+        [("istio-injection", "DoesNotExist", None), ("istio.io/rev", "DoesNotExist", None),
+         ("kubernetes.io/metadata.name", "NotIn", ["kube-system", "kube-public", "kube-node-lease", "local-path-storage"])],
+        [("sidecar.istio.io/inject", "DoesNotExist", None), ("istio.io/rev", "DoesNotExist", None)]),
+}
+# The writes meshpush makes, beyond the routing APIs' status: group → {resource: verbs}.
+WRITES = {
+    "": {"configmaps": ["get", "list", "watch", "create", "update"]},
+    "admissionregistration.k8s.io": {"mutatingwebhookconfigurations": ["get", "list", "watch", "update"],
+                                     "validatingwebhookconfigurations": ["get", "list", "watch", "update"]},
+    "authentication.k8s.io": {"tokenreviews": ["create"]},
 }
 
 failures = []
@@ -98,9 +137,64 @@ def by_kind(objects):
     return found
 
 
+def expressions(selector):
+    return [(e["key"], e["operator"], e.get("values")) for e in (selector or {}).get("matchExpressions", [])]
+
+
+def check_webhooks(variant, values, kinds):
+    revision = values.get("revision") or "default"
+    named = bool(values.get("revision"))
+    mutating = kinds.get("MutatingWebhookConfiguration", [{}])[0]
+    if mutating.get("metadata", {}).get("labels", {}).get("istio.io/rev") != revision:
+        fail(f"{variant}: the MutatingWebhookConfiguration is not labelled istio.io/rev={revision}")
+    wanted = ["rev.namespace.sidecar-injector.istio.io", "rev.object.sidecar-injector.istio.io"]
+    if not named:
+        wanted += ["namespace.sidecar-injector.istio.io", "object.sidecar-injector.istio.io"]
+        if values.get("webhooks", {}).get("enableNamespacesByDefault"):
+            wanted.append("auto.sidecar-injector.istio.io")
+    hooks = mutating.get("webhooks", [])
+    if [h.get("name") for h in hooks] != wanted:
+        fail(f"{variant}: injection webhooks {[h.get('name') for h in hooks]}, expected {wanted}")
+    for hook in hooks:
+        namespaces, objects = INJECTION_WEBHOOKS.get(hook.get("name"), ([], []))
+        fill = lambda rules: [(k, o, [revision if v == "R" else v for v in vs] if vs else vs) for k, o, vs in rules]
+        if expressions(hook.get("namespaceSelector")) != fill(namespaces):
+            fail(f"{variant}: {hook.get('name')} namespaceSelector {hook.get('namespaceSelector')}")
+        if expressions(hook.get("objectSelector")) != fill(objects):
+            fail(f"{variant}: {hook.get('name')} objectSelector {hook.get('objectSelector')}")
+        service = hook.get("clientConfig", {}).get("service", {})
+        if (service.get("name"), service.get("path"), service.get("port")) != ("meshpush", "/inject", 443):
+            fail(f"{variant}: {hook.get('name')} calls {service}, expected meshpush:443/inject")
+        if hook.get("failurePolicy") != "Fail" or hook.get("sideEffects") != "None":
+            fail(f"{variant}: {hook.get('name')} failurePolicy/sideEffects {hook.get('failurePolicy')}/{hook.get('sideEffects')}")
+        if hook.get("rules") != [{"operations": ["CREATE"], "apiGroups": [""], "apiVersions": ["v1"], "resources": ["pods"]}]:
+            fail(f"{variant}: {hook.get('name')} rules {hook.get('rules')}")
+    validating = kinds.get("ValidatingWebhookConfiguration")
+    if not values.get("webhooks", {}).get("configValidation", True):
+        return
+    hook = (validating or [{}])[0].get("webhooks", [{}])[0]
+    expected_name = "rev.validation.istio.io" if named else "validation.istio.io"
+    if hook.get("name") != expected_name:
+        fail(f"{variant}: validation webhook {hook.get('name')}, expected {expected_name}")
+    selector = expressions(hook.get("objectSelector"))
+    if selector != ([("istio.io/rev", "In", [values["revision"]])] if named else []):
+        fail(f"{variant}: validation objectSelector {selector}")
+    groups = hook.get("rules", [{}])[0].get("apiGroups", [])
+    if sorted(groups) != sorted(["security.istio.io", "networking.istio.io", "telemetry.istio.io",
+                                 "extensions.istio.io", "gateway.networking.k8s.io"]):
+        fail(f"{variant}: validation groups {groups}")
+    if hook.get("failurePolicy") != "Ignore":
+        fail(f"{variant}: a fresh install's validation failurePolicy is {hook.get('failurePolicy')}, expected Ignore")
+    if hook.get("clientConfig", {}).get("service", {}).get("path") != "/validate":
+        fail(f"{variant}: validation calls {hook.get('clientConfig')}")
+
+
 def check_objects(variant, values, objects):
     kinds = by_kind(objects)
-    wanted = {"Deployment", "Service", "ClusterRole", "ClusterRoleBinding"}
+    wanted = {"Deployment", "Service", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding", "ConfigMap",
+              "MutatingWebhookConfiguration"}
+    if values.get("webhooks", {}).get("configValidation", True):
+        wanted.add("ValidatingWebhookConfiguration")
     if values.get("serviceAccount", {}).get("create", True):
         wanted.add("ServiceAccount")
     if values.get("autoscaling", {}).get("enabled", True):
@@ -115,6 +209,12 @@ def check_objects(variant, values, objects):
     writes = {}
     for rule in role.get("rules", []):
         resources = rule.get("resources", [])
+        extra = [WRITES.get(g, {}).get(r) for g in rule.get("apiGroups", []) for r in resources]
+        if extra and all(v is not None for v in extra):
+            for verbs in extra:
+                if sorted(rule.get("verbs", [])) != sorted(verbs):
+                    fail(f"{variant}: ClusterRole grants {rule.get('verbs')} on {resources}, expected {verbs}")
+            continue
         if all(r.endswith("/status") for r in resources):
             if sorted(rule.get("verbs", [])) != sorted(STATUS_WRITES):
                 fail(f"{variant}: ClusterRole grants {rule.get('verbs')} on {resources} (status: {STATUS_WRITES})")
@@ -127,7 +227,7 @@ def check_objects(variant, values, objects):
             grants.setdefault(group, set()).update(resources)
     # Secrets: the certificates Gateways and DestinationRules name;
     # ConfigMaps: Istio's mesh config (the `istio` ConfigMap).
-    core = {"services", "pods", "nodes", "secrets", "namespaces", "configmaps"}
+    core = {"services", "pods", "nodes", "secrets", "namespaces"}
     expected = {"": core, "discovery.k8s.io": {"endpointslices"}, "networking.istio.io": set(ISTIO_KINDS),
                 "security.istio.io": set(SECURITY_KINDS), "telemetry.istio.io": {"telemetries"}, "gateway.networking.k8s.io": set(GATEWAY_API_KINDS),
                 "networking.k8s.io": {"ingresses", "ingressclasses"}}
@@ -137,12 +237,50 @@ def check_objects(variant, values, objects):
     if writes != status:
         fail(f"{variant}: ClusterRole writes {writes}, expected only the routing APIs' status {status}")
 
+    role = kinds.get("Role", [{}])[0]
+    if role.get("rules") != [{"apiGroups": [""], "resources": ["secrets"], "verbs": ["create"]}]:
+        fail(f"{variant}: the Role grants {role.get('rules')}, expected only creating the root's Secret")
+
+    service = kinds.get("Service", [{}])[0]
+    ports = {(p.get("port"), p.get("targetPort")) for p in service.get("spec", {}).get("ports", [])}
+    for port in [(15012, "grpc-tls-xds"), (443, "https-webhooks")]:
+        if port not in ports:
+            fail(f"{variant}: the Service has no port {port}: {ports}")
+
+    check_webhooks(variant, values, kinds)
+    revision = values.get("revision")
+    config_maps = {c["metadata"]["name"]: c for c in kinds.get("ConfigMap", [])}
+    mesh_name = f"istio-{revision}" if revision else "istio"
+    injector_name = f"meshpush-injector-{revision}" if revision else "meshpush-injector"
+    if set(config_maps) != {mesh_name, injector_name}:
+        fail(f"{variant}: ConfigMaps {sorted(config_maps)}, expected {mesh_name} and {injector_name}")
+    mesh = yaml.safe_load(config_maps.get(mesh_name, {}).get("data", {}).get("mesh", "{}"))
+    if mesh.get("defaultConfig", {}).get("discoveryAddress") != "meshpush.istio-system.svc:15012":
+        fail(f"{variant}: the mesh config's discoveryAddress is {mesh.get('defaultConfig')}")
+    for key, value in values.get("meshConfig", {}).items():
+        if key != "defaultConfig" and mesh.get(key) != value:
+            fail(f"{variant}: meshConfig.{key} is {mesh.get(key)} in the ConfigMap, expected {value}")
+    if os.environ.get("CHART_CHECK_OUT"):
+        out = os.path.join(os.environ["CHART_CHECK_OUT"], variant.replace(" ", "-"))
+        os.makedirs(out, exist_ok=True)
+        with open(os.path.join(out, "mesh"), "w") as f:
+            f.write(config_maps.get(mesh_name, {}).get("data", {}).get("mesh", ""))
+        with open(os.path.join(out, "injector.yaml"), "w") as f:
+            f.write(config_maps.get(injector_name, {}).get("data", {}).get("config.yaml", ""))
+
     deployment = kinds.get("Deployment", [{}])[0]
     pod = deployment.get("spec", {}).get("template", {}).get("spec", {})
     container = (pod.get("containers") or [{}])[0]
     args = container.get("args", [])
     if args[:2] != ["serve", "--in-cluster"]:
         fail(f"{variant}: the container runs {args}, expected serve --in-cluster …")
+    for flag in ["--ca-dir=/etc/cacerts", "--ca-secret=istio-system/istio-ca-secret", "--secure-xds-addr=0.0.0.0:15012",
+                 "--webhook-addr=0.0.0.0:15017", "--injector-config=/etc/meshpush/injector/config.yaml",
+                 "--server-san=meshpush.istio-system.svc", f"--mesh-configmap=istio-system/{mesh_name}"]:
+        if flag not in args:
+            fail(f"{variant}: the container's flags lack {flag}: {args}")
+    if revision and f"--revision={revision}" not in args:
+        fail(f"{variant}: the container's flags lack --revision={revision}")
     selectors = [a for a in args if a.startswith("--discovery-selector=")]
     if len(selectors) != len(values.get("discoverySelectors", [])):
         fail(f"{variant}: {len(selectors)} --discovery-selector flags for {values.get('discoverySelectors')}")

@@ -39,6 +39,7 @@ pub struct InjectorSettings {
     /// Whether application probes go through the agent (Istio's
     /// `rewriteAppHTTPProbe`); a pod's `sidecar.istio.io/rewriteAppHTTPProbers`
     /// decides for itself.
+    #[serde(rename = "rewriteAppHTTPProbe")]
     pub rewrite_app_http_probe: bool,
     /// Hold every pod's application until its proxy is ready (Istio's
     /// `values.global.proxy.holdApplicationUntilProxyStarts`; OR-ed with

@@ -16,7 +16,7 @@ use crate::{LogFormat, init_tracing, non_empty, parse_bytes, parse_duration, tru
 const ISTIO_NAMESPACE: &str = "istio-system";
 
 /// `NAMESPACE/NAME`.
-fn parse_configmap(value: &str) -> Result<(String, String), String> {
+fn parse_namespaced(value: &str) -> Result<(String, String), String> {
     match value.split_once('/') {
         Some((ns, name)) if !ns.is_empty() && !name.is_empty() && !name.contains('/') => {
             Ok((ns.to_string(), name.to_string()))
@@ -56,7 +56,7 @@ pub(crate) struct ServeArgs {
     /// read and followed through the Kubernetes API when no --mesh-config
     /// is given. Default: `istio-system/istio`, or `istio-system/istio-REV`
     /// with --revision, as Istio names it.
-    #[arg(long, value_parser = parse_configmap, conflicts_with = "mesh_config")]
+    #[arg(long, value_parser = parse_namespaced, conflicts_with = "mesh_config")]
     mesh_configmap: Option<(String, String)>,
     /// The Istio revision this server is (`istio.io/rev`): its mesh config
     /// is the ConfigMap `istio-REV`, and Istio objects read from
@@ -181,7 +181,7 @@ pub(crate) struct ServeArgs {
     /// (`NAMESPACE/NAME`, as istiod keeps `istio-ca-secret`) when --ca-dir
     /// holds no plug-in CA, so that every replica signs with one root; the
     /// first replica creates it, and a root istiod made is taken over.
-    #[arg(long, requires = "ca_dir", value_parser = namespaced_name)]
+    #[arg(long, requires = "ca_dir", value_parser = parse_namespaced)]
     ca_secret: Option<(String, String)>,
     /// The sidecar injector's settings (image, policy, selectors, the
     /// proxy's defaults; Istio's `istio-sidecar-injector` values), read at
@@ -401,15 +401,5 @@ pub(crate) fn run(args: ServeArgs, log_level: &str, log_format: LogFormat) -> Ex
             tracing::error!("{e:#}");
             ExitCode::FAILURE
         }
-    }
-}
-
-/// `NAMESPACE/NAME`.
-fn namespaced_name(value: &str) -> Result<(String, String), String> {
-    match value.split_once('/') {
-        Some((namespace, name)) if !namespace.is_empty() && !name.is_empty() && !name.contains('/') => {
-            Ok((namespace.to_string(), name.to_string()))
-        }
-        _ => Err(format!("{value:?} is not NAMESPACE/NAME")),
     }
 }
