@@ -4,7 +4,8 @@
 //! missing), read back with `iptables -C` and `iptables-save`, written
 //! once however often the command runs, and all gone after `clean`; and
 //! real traffic through a sidecar Envoy under those rules, both ways,
-//! proven by the Envoy's stats.
+//! proven by the Envoy's stats, with the `istio-init` arguments `meshpush
+//! inject` gives a Deployment.
 
 use std::path::Path;
 use std::process::Command;
@@ -59,6 +60,29 @@ fn has(ns: &NetNs, table: &str, rule: &str) -> bool {
     ns.run("iptables", &args).status.success()
 }
 
+/// The arguments of the `istio-init` container `meshpush inject` gives
+/// a Deployment whose pods carry `annotations` (they start `iptables`).
+fn injected_capture_args(annotations: &str) -> Vec<String> {
+    let dir = scratch_dir("inject");
+    let manifest = dir.path().join("web.yaml");
+    std::fs::write(
+        &manifest,
+        format!(
+            "apiVersion: apps/v1\nkind: Deployment\nmetadata: {{name: web, namespace: traffic}}\nspec:\n  \
+             selector: {{matchLabels: {{app: web}}}}\n  template:\n    metadata:\n      labels: {{app: web}}\n      \
+             annotations: {annotations}\n    spec:\n      containers: [{{name: web, image: web, ports: [{{containerPort: 8080}}]}}]\n"
+        ),
+    )
+    .unwrap();
+    let out = Command::new(meshpush()).args(["inject", "-f"]).arg(&manifest).output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let text = String::from_utf8(out.stdout).unwrap();
+    let doc: serde_yaml_ng::Value = serde_yaml_ng::from_str(text.trim_end().trim_end_matches("---")).unwrap();
+    let init = &doc["spec"]["template"]["spec"]["initContainers"][0];
+    assert_eq!(init["name"], "istio-init");
+    init["args"].as_sequence().unwrap().iter().map(|a| a.as_str().unwrap().to_string()).collect()
+}
+
 fn capture(ns: &NetNs, args: &[&str]) -> std::process::Output {
     let mut all = vec!["iptables"];
     all.extend_from_slice(args);
@@ -67,6 +91,11 @@ fn capture(ns: &NetNs, args: &[&str]) -> std::process::Output {
 
 #[test]
 fn the_injectors_rules_are_written_once_and_clean_leaves_nothing() {
+    // meshpush's injector passes Istio's flags (and the group, which
+    // istio-iptables defaults to the user).
+    let mut istio: Vec<&str> = INJECTOR_FLAGS.to_vec();
+    istio.splice(6..6, ["-g", "1337"]);
+    assert_eq!(injected_capture_args("{}")[1..], istio.iter().map(|f| f.to_string()).collect::<Vec<_>>()[..]);
     ensure_iptables();
     let ns = NetNs::new("capture", "198.18.0.2/24");
     let before = saved(&ns, "iptables-save");
@@ -276,9 +305,12 @@ fn captured_traffic_goes_through_the_sidecar_both_ways_and_clean_sends_it_straig
             Err(format!("{active:?}"))
         }
     });
-    // The injector's flags, 9090 excluded as well.
-    let mut flags = INJECTOR_FLAGS.to_vec();
-    flags[15] = "15090,15021,15020,9090";
+    // What `meshpush inject` gives the Deployment's pods, 9090 excluded by
+    // its annotation: istio-init runs `meshpush iptables` with these.
+    let injected = injected_capture_args("{traffic.sidecar.istio.io/excludeInboundPorts: \"9090\"}");
+    assert_eq!(injected[0], "iptables");
+    assert!(injected.windows(2).any(|w| w == ["-d", "15090,15021,9090,15020"]), "{injected:?}");
+    let flags: Vec<&str> = injected[1..].iter().map(String::as_str).collect();
     let out = capture(&pod, &flags);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let stat = |name: &str| envoy.stat(name).unwrap_or(0);
