@@ -40,6 +40,7 @@ use envoy_types::pb::envoy::extensions::filters::http::cors::v3::Cors;
 use envoy_types::pb::envoy::extensions::filters::http::fault::v3::HttpFault;
 use envoy_types::pb::envoy::extensions::filters::http::router::v3::Router;
 use envoy_types::pb::envoy::extensions::filters::listener::original_dst::v3::OriginalDst;
+use envoy_types::pb::envoy::extensions::filters::listener::original_src::v3::OriginalSrc;
 use envoy_types::pb::envoy::extensions::filters::network::http_connection_manager::v3::{
     HttpConnectionManager, HttpFilter, Rds,
     http_connection_manager::{
@@ -371,6 +372,7 @@ fn virtual_outbound(scope: &Scope) -> Listener {
         name: naming::VIRTUAL_OUTBOUND.to_string(),
         address: Some(proto::socket_address(naming::WILDCARD_ADDRESS, naming::VIRTUAL_OUTBOUND_PORT)),
         use_original_dst: Some(proto::bool_value(true)),
+        transparent: transparent(scope.key.interception),
         filter_chains: vec![FilterChain {
             name: "virtualOutbound-catchall-tcp".to_string(),
             filters: vec![tcp_proxy(cluster, Backends::Single(cluster.to_string()), &scope.key.telemetry)],
@@ -418,17 +420,37 @@ fn virtual_inbound(key: &InboundKey, ports: &[&InboundPort]) -> Listener {
         config_type: Some(listener_filter::ConfigType::TypedConfig(proto::any(&OriginalDst {}))),
         ..Default::default()
     }];
+    // Under TPROXY the app sees the client's own address: Envoy's
+    // connection to it takes the original source, marked for the proxy.
+    if key.interception == InterceptionMode::Tproxy {
+        listener_filters.push(ListenerFilter {
+            name: proto::ORIGINAL_SRC.to_string(),
+            config_type: Some(listener_filter::ConfigType::TypedConfig(proto::any(&OriginalSrc {
+                mark: proto::PROXY_MARK,
+                ..Default::default()
+            }))),
+            ..Default::default()
+        });
+    }
     // After the original destination: chains match its port first.
     listener_filters.extend(tls_inspector_for(&chains));
     Listener {
         name: naming::VIRTUAL_INBOUND.to_string(),
         address: Some(proto::socket_address(naming::WILDCARD_ADDRESS, naming::VIRTUAL_INBOUND_PORT)),
+        transparent: transparent(key.interception),
         listener_filters,
         filter_chains: chains,
         traffic_direction: TrafficDirection::Inbound as i32,
         access_log: access_log::listener_logs(&key.telemetry),
         ..inbound_filter_timeout(key)
     }
+}
+
+/// Whether a capture listener is transparent: under TPROXY, connections
+/// arrive with their original addresses, which only a transparent socket
+/// may accept (as Istio sets it).
+fn transparent(interception: InterceptionMode) -> Option<envoy_types::pb::google::protobuf::BoolValue> {
+    (interception == InterceptionMode::Tproxy).then(|| proto::bool_value(true))
 }
 
 /// How long an inbound listener's filters may wait for the client's first

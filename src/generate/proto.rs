@@ -23,6 +23,12 @@ pub const CORS: &str = "envoy.filters.http.cors";
 pub const ROUTER: &str = "envoy.filters.http.router";
 /// Listener filter: restores the original destination of a redirected connection.
 pub const ORIGINAL_DST: &str = "envoy.filters.listener.original_dst";
+/// Listener filter: the upstream connection takes the downstream's source
+/// address (TPROXY inbound).
+pub const ORIGINAL_SRC: &str = "envoy.filters.listener.original_src";
+/// The mark of the proxy's own packets under TPROXY (Istio's 1337), which
+/// capture routes back to the proxy.
+pub const PROXY_MARK: u32 = 1337;
 /// Key of a cluster's upstream HTTP protocol options.
 pub const HTTP_PROTOCOL_OPTIONS: &str = "envoy.extensions.upstreams.http.v3.HttpProtocolOptions";
 /// Retry priority spreading retries over localities not tried yet.

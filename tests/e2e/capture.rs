@@ -360,3 +360,47 @@ fn captured_traffic_goes_through_the_sidecar_both_ways_and_clean_sends_it_straig
     assert!(ok(&answer), "{answer}");
     assert_eq!(stat(INBOUND), inbound_before, "after clean, 8080 still went through the sidecar");
 }
+
+#[test]
+fn under_tproxy_inbound_traffic_reaches_the_app_through_the_sidecar_from_the_clients_own_address() {
+    ensure_iptables();
+    let pod = NetNs::new("tproxy-traffic", &format!("{POD_IP}/24"));
+    let client = pod.peer("tproxy-client", "198.18.0.1/24");
+    let app = app(&pod, "tproxy-app-8080", 8080);
+    pod.ok("ip", &["route", "add", "default", "via", "198.18.0.1", "dev", "eth0"]);
+    let mut scene = Scene::start_unix(&[("mesh.yaml", &traffic_mesh())], &[]);
+    let mut opts = scene.sidecar(&sidecar_node(POD_IP, "web-1", "traffic"), &[("app", "web")]);
+    opts.interception = "TPROXY".into();
+    // As Istio runs the proxy under TPROXY: root, group 1337.
+    scene.keep_envoy(Envoy::start_in_as(&pod, "tproxy-sidecar", &opts, 0));
+    let envoy = scene.envoy("tproxy-sidecar");
+    scene.wait(DEADLINE, "the sidecar's transparent inbound listener", Section::Listeners, || {
+        let active = envoy.listener_names("active_state");
+        if active.iter().any(|l| l == "virtualInbound") { Ok(()) } else { Err(format!("{active:?}")) }
+    });
+    // What `meshpush inject` gives a pod that asks for TPROXY.
+    let injected = injected_capture_args("{sidecar.istio.io/interceptionMode: TPROXY}");
+    assert!(injected.windows(2).any(|w| w == ["-m", "TPROXY"]), "{injected:?}");
+    let flags: Vec<&str> = injected[1..].iter().map(String::as_str).collect();
+    let out = capture(&pod, &flags);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+
+    const INBOUND: &str = "cluster.inbound|8080||.upstream_cx_total";
+    let before = envoy.stat(INBOUND).unwrap_or(0);
+    let answer = curl(&client, &format!("http://{POD_IP}:8080/"), None).unwrap();
+    assert!(ok(&answer), "{answer}");
+    assert!(envoy.stat(INBOUND).unwrap_or(0) > before, "inbound to 8080 bypassed the sidecar");
+    // The app saw the client's own address (Python logs it): the sidecar
+    // made its connection from there, as TPROXY's original source does.
+    crate::support::process::wait_until(
+        Instant::now() + DEADLINE,
+        "the app's log to show the client's address",
+        &[&app],
+        || app.log_tail(20).lines().any(|l| l.starts_with("198.18.0.1 ")),
+    );
+
+    let mut clean = vec!["clean"];
+    clean.extend_from_slice(&flags);
+    assert!(capture(&pod, &clean).status.success());
+    assert!(!saved(&pod, "iptables-save").contains("ISTIO"));
+}

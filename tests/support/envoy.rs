@@ -199,6 +199,13 @@ impl Envoy {
     /// socket. `opts` must reach meshpush over a `unix:` socket, which is
     /// opened to that user.
     pub fn start_in(ns: &super::netns::NetNs, name: &str, opts: &BootstrapOptions) -> Envoy {
+        Envoy::start_in_as(ns, name, opts, 1337)
+    }
+
+    /// [`Envoy::start_in`] as user `uid` (group 1337): under TPROXY the
+    /// proxy runs as root, to take connections for foreign addresses and
+    /// make them from the client's, as Istio runs it.
+    pub fn start_in_as(ns: &super::netns::NetNs, name: &str, opts: &BootstrapOptions, uid: u32) -> Envoy {
         use std::os::unix::fs::PermissionsExt as _;
         let open = |path: &Path, mode: u32| {
             std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode))
@@ -215,8 +222,9 @@ impl Envoy {
         let (path, socket) = write_unix_admin_bootstrap(dir.path(), opts);
         open(&path, 0o644);
         // ip(8) and setpriv(1) exec in place, so the guard's pid is Envoy's.
+        let reuid = format!("--reuid={uid}");
         let mut args: Vec<OsString> =
-            ["netns", "exec", ns.name(), "setpriv", "--reuid=1337", "--regid=1337", "--clear-groups", "--"]
+            ["netns", "exec", ns.name(), "setpriv", &reuid, "--regid=1337", "--clear-groups", "--"]
                 .map(OsString::from)
                 .to_vec();
         args.push(envoy_binary().into_os_string());

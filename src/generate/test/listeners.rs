@@ -78,6 +78,30 @@ fn redirect_mode_has_virtual_listeners_and_unbound_port_listeners() {
 }
 
 #[test]
+fn tproxy_capture_listeners_are_transparent_and_inbound_keeps_the_clients_address() {
+    let ctx = context(mesh());
+    for (mode, tproxy) in [("REDIRECT", false), ("TPROXY", true)] {
+        let mut listeners = lds::listeners(&ctx, &productpage(&ctx, mode));
+        listeners.extend(lds::inbound_listeners(&productpage_inbound(&ctx, mode)));
+        for name in ["virtualOutbound", "virtualInbound"] {
+            let transparent = listener(&listeners, name).transparent.is_some_and(|t| t.value);
+            assert_eq!(transparent, tproxy, "{mode}: {name}");
+        }
+        let filters = &listener(&listeners, "virtualInbound").listener_filters;
+        let original_src = filters.iter().find(|f| f.name == "envoy.filters.listener.original_src");
+        assert_eq!(original_src.is_some(), tproxy, "{mode}");
+        if let Some(filter) = original_src {
+            use envoy_types::pb::envoy::config::listener::v3::listener_filter::ConfigType;
+            use envoy_types::pb::envoy::extensions::filters::listener::original_src::v3::OriginalSrc;
+            let Some(ConfigType::TypedConfig(any)) = &filter.config_type else { panic!() };
+            let config = <OriginalSrc as prost::Message>::decode(any.value.as_slice()).unwrap();
+            assert_eq!(config.mark, 1337, "the proxy's own mark, which capture routes back");
+            assert_eq!(filters[0].name, "envoy.filters.listener.original_dst", "the destination first");
+        }
+    }
+}
+
+#[test]
 fn gateway_gets_listeners_and_route_configs_for_its_server_ports() {
     let ctx = context(mesh());
     let scope = ingress(&ctx);
