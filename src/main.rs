@@ -66,6 +66,9 @@ enum Command {
     /// `postStart` hook that holds its application until then, as
     /// `pilot-agent wait`.
     Wait(agent::WaitArgs),
+    /// Ask the agent beside this process to drain its proxy: a native
+    /// sidecar's `preStop` hook, as `pilot-agent request POST drain`.
+    Drain(agent::DrainArgs),
     /// Make service-account tokens for a mesh without Kubernetes (`serve --jwks`).
     #[command(subcommand)]
     Jwt(JwtCommand),
@@ -291,6 +294,7 @@ fn main() -> ExitCode {
             agent::run(*args)
         }
         Command::Wait(args) => agent::wait(&args),
+        Command::Drain(args) => agent::drain(&args),
         Command::Serve(args) => serve::run(*args, &cli.log_level, cli.log_format),
         Command::Inject(args) => inject::run(&args),
         Command::Iptables { args, action } => {

@@ -304,7 +304,10 @@ fn hold_native_sidecars_image_and_gateway_templates_are_honoured() {
     assert_eq!(wait[1].as_str(), Some("wait"));
     let (_, spec) = first_pod("native-sidecar-opt-in.yaml");
     assert_eq!(names(&spec, "initContainers")[..2], ["istio-init".to_string(), "istio-proxy".into()]);
-    assert_eq!(container(&spec, "initContainers", "istio-proxy").unwrap()["restartPolicy"].as_str(), Some("Always"));
+    let native = container(&spec, "initContainers", "istio-proxy").unwrap();
+    assert_eq!(native["restartPolicy"].as_str(), Some("Always"));
+    let drain = &native["lifecycle"]["preStop"]["exec"]["command"];
+    assert_eq!((drain[1].as_str(), drain[2].as_str()), (Some("drain"), Some("--url=http://localhost:15020/drain")));
     assert!(!names(&spec, "containers").contains(&"istio-proxy".into()));
     let (_, spec) = first_pod("native-sidecar-opt-out.yaml");
     assert!(names(&spec, "containers").contains(&"istio-proxy".into()));

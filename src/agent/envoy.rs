@@ -203,9 +203,7 @@ async fn wait_or_shutdown(wait: Duration, shutdown: &mut watch::Receiver<bool>) 
 /// Drains Envoy's inbound listeners (a gateway's all), waits the
 /// termination drain duration, stops it.
 async fn stop(command: &EnvoyCommand, child: &mut tokio::process::Child) {
-    let path =
-        if command.drain_all_listeners { "/drain_listeners?graceful" } else { "/drain_listeners?inboundonly&graceful" };
-    match admin_request(command.admin(), "POST", path).await {
+    match drain(command.admin(), command.drain_all_listeners).await {
         Ok(200) => tracing::info!("draining Envoy's listeners for {:?}", command.termination_drain),
         Ok(status) => tracing::warn!("Envoy answered {status} to the drain request; stopping it after the drain time"),
         Err(e) => tracing::warn!("asking Envoy to drain: {e}; stopping it after the drain time"),
@@ -224,6 +222,13 @@ async fn stop(command: &EnvoyCommand, child: &mut tokio::process::Child) {
             let _ = child.kill().await;
         }
     }
+}
+
+/// Asks Envoy to drain its inbound listeners gracefully (all of them for a
+/// gateway); Envoy's answer.
+pub async fn drain(admin: SocketAddr, all_listeners: bool) -> Result<u16, String> {
+    let path = if all_listeners { "/drain_listeners?graceful" } else { "/drain_listeners?inboundonly&graceful" };
+    admin_request(admin, "POST", path).await
 }
 
 /// Whether Envoy's admin API says it is live (`GET /ready` answers 200).

@@ -256,8 +256,12 @@ pub async fn run(opts: AgentOptions) -> Result<(), AgentError> {
     let sds = sds::SdsServer::new(current.clone(), bundle);
     tokio::spawn(serve_unix(sds_listener, "SDS", move |router| router.add_service(sds.into_server())));
     let (shutdown, shutting_down) = watch::channel(false);
-    let readiness =
-        status::Readiness { current: current.clone(), admin_port: opts.admin_port, shutdown: shutting_down.clone() };
+    let readiness = status::Readiness {
+        current: current.clone(),
+        admin_port: opts.admin_port,
+        shutdown: shutting_down.clone(),
+        drain_all_listeners: proxy.kind == crate::model::ProxyKind::Router,
+    };
     let probers = Some(opts.app_probers.clone());
     let on_readiness_port = probers.clone().filter(|_| opts.status_port == opts.status_addr.port());
     let ready = readiness.clone();

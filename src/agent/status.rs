@@ -6,7 +6,8 @@
 //!   reason;
 //! - the status port (ProxyConfig `statusPort`, Istio's 15020): the same
 //!   `/healthz/ready`, and the application's probes the injector pointed
-//!   there (`/app-health/…`, `/app-lifecycle/…`, [`super::app_probe`]).
+//!   there (`/app-health/…`, `/app-lifecycle/…`, [`super::app_probe`]),
+//!   and `POST /drain` from the pod itself (a native sidecar's `preStop`).
 
 use std::net::SocketAddr;
 use std::time::SystemTime;
@@ -29,6 +30,8 @@ pub struct Readiness {
     pub admin_port: u16,
     /// True once shutdown began.
     pub shutdown: watch::Receiver<bool>,
+    /// Whether a drain takes every listener (a gateway) or the inbound ones.
+    pub drain_all_listeners: bool,
 }
 
 impl Readiness {
@@ -55,12 +58,36 @@ pub async fn serve(
     readiness: Readiness,
     probers: Option<AppProbers>,
 ) -> std::io::Result<()> {
-    let mut app = Router::new().route("/healthz/ready", get(ready)).with_state(readiness);
+    let mut app = Router::new().route("/healthz/ready", get(ready));
     if let Some(probers) = probers {
         let handler = move |request| super::app_probe::handle(probers.clone(), request);
-        app = app.route("/app-health/{*probe}", get(handler.clone())).route("/app-lifecycle/{*probe}", get(handler));
+        app = app
+            .route("/app-health/{*probe}", get(handler.clone()))
+            .route("/app-lifecycle/{*probe}", get(handler))
+            .route("/drain", axum::routing::post(drain));
     }
-    axum::serve(listener, app).await
+    let app = app.with_state(readiness);
+    axum::serve(listener, app.into_make_service_with_connect_info::<SocketAddr>()).await
+}
+
+/// `POST /drain` (a native sidecar's `preStop` hook, from the pod itself
+/// only): Envoy starts draining its listeners, as the pod goes away.
+async fn drain(
+    State(readiness): State<Readiness>,
+    axum::extract::ConnectInfo(peer): axum::extract::ConnectInfo<SocketAddr>,
+) -> (StatusCode, String) {
+    if !peer.ip().is_loopback() {
+        return (StatusCode::FORBIDDEN, "only the pod itself may drain its proxy\n".into());
+    }
+    let admin = SocketAddr::from((std::net::Ipv4Addr::LOCALHOST, readiness.admin_port));
+    match super::envoy::drain(admin, readiness.drain_all_listeners).await {
+        Ok(200) => {
+            tracing::info!("draining Envoy's listeners, as the pod asked");
+            (StatusCode::OK, "draining\n".into())
+        }
+        Ok(status) => (StatusCode::BAD_GATEWAY, format!("Envoy answered {status} to the drain request\n")),
+        Err(e) => (StatusCode::BAD_GATEWAY, format!("asking Envoy to drain: {e}\n")),
+    }
 }
 
 async fn ready(State(readiness): State<Readiness>) -> (StatusCode, String) {

@@ -433,13 +433,7 @@ fn proxy_container(
         image: Some(plan.image.clone()),
         args: Some(args),
         env: Some(env),
-        lifecycle: plan.hold.then(|| Lifecycle {
-            post_start: Some(LifecycleHandler {
-                exec: Some(ExecAction { command: Some(vec!["meshpush".into(), "wait".into()]) }),
-                ..Default::default()
-            }),
-            ..Default::default()
-        }),
+        lifecycle: lifecycle(plan),
         readiness_probe: with_probes.then(|| {
             ready(
                 readiness(a::READINESS_PERIOD, settings.readiness_period_seconds),
@@ -480,6 +474,30 @@ fn proxy_container(
         ),
         ..Default::default()
     }
+}
+
+/// The proxy's hooks: held applications wait for it (`meshpush wait`); a
+/// native sidecar starts draining as the pod goes (`meshpush drain`), as
+/// Istio's template has them.
+fn lifecycle(plan: &Plan) -> Option<Lifecycle> {
+    let exec = |command: Vec<String>| LifecycleHandler {
+        exec: Some(ExecAction { command: Some(command) }),
+        ..Default::default()
+    };
+    if plan.hold {
+        return Some(Lifecycle {
+            post_start: Some(exec(vec!["meshpush".into(), "wait".into()])),
+            ..Default::default()
+        });
+    }
+    if plan.native && plan.status_port != 0 {
+        let url = format!("--url=http://localhost:{}/drain", plan.status_port);
+        return Some(Lifecycle {
+            pre_stop: Some(exec(vec!["meshpush".into(), "drain".into(), url])),
+            ..Default::default()
+        });
+    }
+    None
 }
 
 /// `PROXY_CONFIG`: the pod's ProxyConfig, less what equals Istio's

@@ -2,7 +2,8 @@
 //! pilot-agent does (the mesh config and ProxyConfig layers, the
 //! downward-API labels and annotations, the `ISTIO_META_*` environment,
 //! the application probes); `meshpush wait`: a `postStart` hook that
-//! holds the application until the proxy is ready.
+//! holds the application until the proxy is ready; `meshpush drain`: a
+//! native sidecar's `preStop` hook.
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -11,6 +12,14 @@ use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
 use crate::{NodeArgs, parse_duration, trust_domain};
+
+/// The flags of `meshpush drain`.
+#[derive(Debug, clap::Args)]
+pub(crate) struct DrainArgs {
+    /// The agent's drain URL (its status port; plain HTTP).
+    #[arg(long, default_value = "http://localhost:15020/drain")]
+    url: String,
+}
 
 /// The flags of `meshpush wait`.
 #[derive(Debug, clap::Args)]
@@ -259,17 +268,42 @@ pub(crate) fn run(args: AgentArgs) -> ExitCode {
     }
 }
 
+/// An `http://` URL's authority and path.
+fn split_url(url: &str) -> Option<(&str, String)> {
+    let rest = url.strip_prefix("http://")?;
+    Some(rest.split_once('/').map_or((rest, "/".to_string()), |(a, p)| (a, format!("/{p}"))))
+}
+
+/// `meshpush drain`: asks the agent beside it to drain its proxy (a native
+/// sidecar's `preStop` hook, as `pilot-agent request POST drain`).
+pub(crate) fn drain(args: &DrainArgs) -> ExitCode {
+    let Some((authority, path)) = split_url(&args.url) else {
+        eprintln!("meshpush drain: --url {}: only http:// URLs", args.url);
+        return ExitCode::from(2);
+    };
+    match request("POST", authority, &path, Duration::from_secs(5)) {
+        Ok(200) => ExitCode::SUCCESS,
+        Ok(status) => {
+            eprintln!("meshpush drain: the agent answered HTTP {status}");
+            ExitCode::FAILURE
+        }
+        Err(e) => {
+            eprintln!("meshpush drain: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
 /// `meshpush wait`: polls the readiness URL until it answers 200.
 pub(crate) fn wait(args: &WaitArgs) -> ExitCode {
-    let Some(rest) = args.url.strip_prefix("http://") else {
+    let Some((authority, path)) = split_url(&args.url) else {
         eprintln!("meshpush wait: --url {}: only http:// URLs are polled", args.url);
         return ExitCode::from(2);
     };
-    let (authority, path) = rest.split_once('/').map_or((rest, "/".to_string()), |(a, p)| (a, format!("/{p}")));
     let deadline = Instant::now() + args.timeout;
     let mut last = String::from("no answer yet");
     while Instant::now() < deadline {
-        match poll(authority, &path, args.period) {
+        match request("GET", authority, &path, args.period) {
             Ok(200) => {
                 eprintln!("meshpush wait: the proxy is ready");
                 return ExitCode::SUCCESS;
@@ -283,14 +317,14 @@ pub(crate) fn wait(args: &WaitArgs) -> ExitCode {
     ExitCode::FAILURE
 }
 
-/// One GET: the status code.
-fn poll(authority: &str, path: &str, limit: Duration) -> Result<u16, String> {
+/// One request without a body: the status code.
+fn request(method: &str, authority: &str, path: &str, limit: Duration) -> Result<u16, String> {
     use std::io::{Read as _, Write as _};
     use std::net::ToSocketAddrs as _;
     let address = authority.to_socket_addrs().map_err(|e| e.to_string())?.next().ok_or("no address")?;
     let mut stream = std::net::TcpStream::connect_timeout(&address, limit).map_err(|e| e.to_string())?;
     stream.set_read_timeout(Some(limit)).map_err(|e| e.to_string())?;
-    write!(stream, "GET {path} HTTP/1.1\r\nHost: {authority}\r\nConnection: close\r\n\r\n")
+    write!(stream, "{method} {path} HTTP/1.1\r\nHost: {authority}\r\nContent-Length: 0\r\nConnection: close\r\n\r\n")
         .map_err(|e| e.to_string())?;
     let mut head = [0u8; 12];
     stream.read_exact(&mut head).map_err(|e| e.to_string())?;

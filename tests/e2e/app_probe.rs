@@ -3,7 +3,8 @@
 //! agent's status port (`ISTIO_KUBE_APP_PROBERS`) reach the app and come
 //! back with its answer, readiness answers on the status port too, and
 //! `meshpush wait` (an injected pod's `postStart` hook when the
-//! application waits for its proxy) returns once the proxy is ready.
+//! application waits for its proxy) returns once the proxy is ready, and
+//! `meshpush drain` (a native sidecar's `preStop` hook) has it drain.
 
 use std::process::Command;
 
@@ -56,4 +57,18 @@ fn the_kubelets_probes_reach_the_app_through_the_agent_and_wait_holds_until_the_
         .unwrap();
     assert!(!never.status.success(), "nothing ready there");
     assert!(String::from_utf8_lossy(&never.stderr).contains("was not ready within 1s"));
+
+    // A native sidecar's preStop: the agent has Envoy drain.
+    let drain = Command::new(env!("CARGO_BIN_EXE_meshpush"))
+        .arg("drain")
+        .arg(format!("--url=http://{}/drain", agent.status_port_addr()))
+        .output()
+        .unwrap();
+    assert!(drain.status.success(), "{}", String::from_utf8_lossy(&drain.stderr));
+    crate::support::process::wait_until(
+        std::time::Instant::now() + std::time::Duration::from_secs(10),
+        "the agent to have Envoy drain",
+        &[agent.process()],
+        || agent.process().log_tail(50).contains("draining Envoy's listeners, as the pod asked"),
+    );
 }

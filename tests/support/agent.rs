@@ -146,6 +146,11 @@ impl Agent {
         self.status
     }
 
+    /// The status port's address.
+    pub fn status_port_addr(&self) -> SocketAddr {
+        self.status_port
+    }
+
     /// `GET path` from the agent's status port (application probes).
     pub fn status_port(&self, path: &str) -> std::io::Result<Response> {
         http::get(self.status_port, path, &[])
