@@ -322,3 +322,55 @@ fn hold_native_sidecars_image_and_gateway_templates_are_honoured() {
     assert_ne!(proxy["image"].as_str(), Some("auto"));
     assert!(meta["labels"].get("security.istio.io/tlsMode").is_none());
 }
+
+#[test]
+fn the_webhook_gives_every_istio_input_pod_what_meshpush_inject_gives_it() {
+    use meshpush::admission::{inject, review};
+    let mut compared = 0;
+    for path in inputs().iter().filter(|p| !REFUSED.iter().any(|(f, _)| *f == name(p))) {
+        let text = std::fs::read_to_string(path).unwrap();
+        for (meta, spec) in documents(&text).iter().flat_map(pods) {
+            // The pod as the API server would send it: in a namespace.
+            let mut meta = meta.clone();
+            if meta.get("namespace").is_none() {
+                meta["namespace"] = Value::from("default");
+            }
+            let pod = serde_json::json!({"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": spec});
+            let yaml = serde_yaml_ng::to_string(&pod).unwrap();
+            let printed = inject_manifest(&Injector::default(), &yaml).unwrap().text;
+            let printed: serde_json::Value =
+                serde_yaml_ng::from_str(printed.trim_end().trim_end_matches("---")).unwrap();
+            let body = serde_json::json!({
+                "kind": "AdmissionReview", "apiVersion": "admission.k8s.io/v1",
+                "request": {"uid": "u", "kind": {"group": "", "version": "v1", "kind": "Pod"},
+                            "resource": {"group": "", "version": "v1", "resource": "pods"},
+                            "namespace": pod["metadata"]["namespace"].clone(), "name": "", "operation": "CREATE",
+                            "userInfo": {}, "object": pod.clone(), "dryRun": false}
+            });
+            let mut headers = axum::http::HeaderMap::new();
+            headers.insert("content-type", "application/json".parse().unwrap());
+            let request = review::read(&headers, &body.to_string().into()).map_err(|r| r.status()).unwrap();
+            let response = inject::review(&Injector::default(), None, &request);
+            let mut injected = serde_json::to_value(&pod).unwrap();
+            if let Some(patch) = &response.patch {
+                let patch: json_patch::Patch = serde_json::from_slice(patch).unwrap();
+                json_patch::patch(&mut injected, &patch).unwrap();
+            }
+            // `creationTimestamp: null` and the like: absent and null are
+            // one to Kubernetes; kube-inject prints typed objects.
+            assert_eq!(without_nulls(injected), without_nulls(printed), "{}", name(path));
+            compared += 1;
+        }
+    }
+    assert!(compared >= 95, "{compared} pods compared");
+}
+
+fn without_nulls(value: serde_json::Value) -> serde_json::Value {
+    match value {
+        serde_json::Value::Object(map) => {
+            map.into_iter().filter(|(_, v)| !v.is_null()).map(|(k, v)| (k, without_nulls(v))).collect()
+        }
+        serde_json::Value::Array(items) => items.into_iter().map(without_nulls).collect(),
+        other => other,
+    }
+}
