@@ -267,7 +267,7 @@ fn insecure_tls() -> Arc<rustls::ClientConfig> {
             .with_safe_default_protocol_versions()
             .expect("ring supports the default versions")
             .dangerous()
-            .with_custom_certificate_verifier(Arc::new(AnyCertificate(provider)))
+            .with_custom_certificate_verifier(Arc::new(UnverifiedServer(provider)))
             .with_no_client_auth();
         Arc::new(config)
     });
@@ -275,11 +275,19 @@ fn insecure_tls() -> Arc<rustls::ClientConfig> {
 }
 
 /// Accepts any server certificate, checking only that the handshake is
-/// signed by the key it presents.
+/// signed by the key it presents: for the kubelet's kind of probe, and
+/// for tests that talk to a server whose name they do not check.
 #[derive(Debug)]
-struct AnyCertificate(Arc<rustls::crypto::CryptoProvider>);
+pub struct UnverifiedServer(Arc<rustls::crypto::CryptoProvider>);
 
-impl rustls::client::danger::ServerCertVerifier for AnyCertificate {
+impl UnverifiedServer {
+    /// The verifier, checking handshake signatures with `provider`'s algorithms.
+    pub fn new(provider: Arc<rustls::crypto::CryptoProvider>) -> UnverifiedServer {
+        UnverifiedServer(provider)
+    }
+}
+
+impl rustls::client::danger::ServerCertVerifier for UnverifiedServer {
     fn verify_server_cert(
         &self,
         _end_entity: &rustls_pki_types::CertificateDer<'_>,

@@ -10,6 +10,7 @@
 //! * [`memory`]: in-memory ADS clients that drive the server's own stream task.
 //! * [`wait`]: the one way a test waits for a condition, with a deadline.
 //! * `certs` (unit tests only): fresh certificates and Secrets.
+//! * [`https`]: an HTTPS server of an axum app, for what meshpush fetches or probes.
 //!
 //! This module sits outside the layers: it may use any of them, and only
 //! test code uses it.
@@ -17,6 +18,7 @@
 pub mod bookinfo;
 #[cfg(test)]
 pub mod certs;
+pub mod https;
 pub mod memory;
 pub mod synth;
 pub mod wait;

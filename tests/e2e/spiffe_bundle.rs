@@ -15,11 +15,10 @@ use envoy_types::pb::envoy::service::discovery::v3::{DiscoveryRequest, Discovery
 use meshpush::generate::pcds::ProxyConfig;
 use parking_lot::Mutex;
 use prost::Message as _;
+use rustls_pki_types::CertificateDer;
 use rustls_pki_types::pem::PemObject as _;
-use rustls_pki_types::{CertificateDer, PrivateKeyDer};
 use serde_json::Value;
 use tokio::sync::mpsc;
-use tokio_rustls::rustls;
 
 use crate::support::meshpush::Meshpush;
 use crate::support::scene::MeshDir;
@@ -44,28 +43,9 @@ fn bundle(root: &[u8]) -> String {
 /// presenting a certificate for 127.0.0.1 that `ca` signed.
 async fn serve_bundle(listener: tokio::net::TcpListener, ca: &TestCa, bundle: Arc<Mutex<String>>) {
     let leaf = ca.leaf("bundle server", &["127.0.0.1"]);
-    let chain = vec![CertificateDer::from_pem_slice(leaf.cert.as_bytes()).expect("the certificate")];
-    let key = PrivateKeyDer::from_pem_slice(leaf.key.as_bytes()).expect("the key");
-    let config = rustls::ServerConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
-        .with_safe_default_protocol_versions()
-        .expect("TLS versions")
-        .with_no_client_auth()
-        .with_single_cert(chain, key)
-        .expect("the server's identity");
-    let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(config));
     let app =
         axum::Router::new().route("/bundle", axum::routing::get(move || std::future::ready(bundle.lock().clone())));
-    tokio::spawn(async move {
-        while let Ok((tcp, _)) = listener.accept().await {
-            let (acceptor, app) = (acceptor.clone(), app.clone());
-            tokio::spawn(async move {
-                let Ok(tls) = acceptor.accept(tcp).await else { return };
-                let service = hyper_util::service::TowerToHyperService::new(app);
-                let io = hyper_util::rt::TokioIo::new(tls);
-                drop(hyper::server::conn::http1::Builder::new().serve_connection(io, service).await);
-            });
-        }
-    });
+    meshpush::testing::https::serve(listener, &leaf.cert, &leaf.key, app);
 }
 
 /// The roots (DER) of PCDS responses on `stream`, ACKing each, until

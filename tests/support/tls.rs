@@ -224,7 +224,7 @@ pub fn mutual_get(addr: SocketAddr, client: &Leaf, host: &str, path: &str) -> st
         .with_safe_default_protocol_versions()
         .expect("TLS versions")
         .dangerous()
-        .with_custom_certificate_verifier(Arc::new(AnyServer(provider)))
+        .with_custom_certificate_verifier(Arc::new(meshpush::agent::app_probe::UnverifiedServer::new(provider)))
         .with_client_auth_cert(chain, key)
         .expect("a client certificate");
     config.alpn_protocols = vec![b"http/1.1".to_vec()];
@@ -233,43 +233,4 @@ pub fn mutual_get(addr: SocketAddr, client: &Leaf, host: &str, path: &str) -> st
     let tcp = TcpStream::connect_timeout(&addr, std::time::Duration::from_secs(5))?;
     tcp.set_read_timeout(Some(std::time::Duration::from_secs(5)))?;
     super::http::exchange(rustls::StreamOwned::new(conn, tcp), host, "GET", path, &[])
-}
-
-/// Accepts any server certificate whose signatures verify.
-#[derive(Debug)]
-struct AnyServer(Arc<rustls::crypto::CryptoProvider>);
-
-impl rustls::client::danger::ServerCertVerifier for AnyServer {
-    fn verify_server_cert(
-        &self,
-        _: &rustls_pki_types::CertificateDer<'_>,
-        _: &[rustls_pki_types::CertificateDer<'_>],
-        _: &rustls_pki_types::ServerName<'_>,
-        _: &[u8],
-        _: rustls_pki_types::UnixTime,
-    ) -> Result<rustls::client::danger::ServerCertVerified, rustls::Error> {
-        Ok(rustls::client::danger::ServerCertVerified::assertion())
-    }
-
-    fn verify_tls12_signature(
-        &self,
-        message: &[u8],
-        cert: &rustls_pki_types::CertificateDer<'_>,
-        dss: &rustls::DigitallySignedStruct,
-    ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
-        rustls::crypto::verify_tls12_signature(message, cert, dss, &self.0.signature_verification_algorithms)
-    }
-
-    fn verify_tls13_signature(
-        &self,
-        message: &[u8],
-        cert: &rustls_pki_types::CertificateDer<'_>,
-        dss: &rustls::DigitallySignedStruct,
-    ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
-        rustls::crypto::verify_tls13_signature(message, cert, dss, &self.0.signature_verification_algorithms)
-    }
-
-    fn supported_verify_schemes(&self) -> Vec<rustls::SignatureScheme> {
-        self.0.signature_verification_algorithms.supported_schemes()
-    }
 }

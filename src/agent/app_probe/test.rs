@@ -1,8 +1,4 @@
-use std::sync::Arc;
-
 use axum::http::{HeaderMap, HeaderValue, StatusCode};
-use rustls_pki_types::pem::PemObject as _;
-use rustls_pki_types::{CertificateDer, PrivateKeyDer};
 
 use super::AppProbers;
 use crate::testing::certs;
@@ -35,29 +31,9 @@ async fn serve_http() -> u16 {
 async fn serve_https() -> u16 {
     let (_, ca) = certs::ca("untrusted app CA");
     let (cert, key) = certs::leaf(&ca, &["app.example"]);
-    let chain = CertificateDer::pem_slice_iter(cert.as_bytes()).collect::<Result<Vec<_>, _>>().unwrap();
-    let key = PrivateKeyDer::from_pem_slice(key.as_bytes()).unwrap();
-    let config = rustls::ServerConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
-        .with_safe_default_protocol_versions()
-        .unwrap()
-        .with_no_client_auth()
-        .with_single_cert(chain, key)
-        .unwrap();
-    let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(config));
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let port = listener.local_addr().unwrap().port();
-    let app = app().await;
-    tokio::spawn(async move {
-        while let Ok((tcp, _)) = listener.accept().await {
-            let (acceptor, app) = (acceptor.clone(), app.clone());
-            tokio::spawn(async move {
-                let Ok(tls) = acceptor.accept(tcp).await else { return };
-                let service = hyper_util::service::TowerToHyperService::new(app);
-                let io = hyper_util::rt::TokioIo::new(tls);
-                drop(hyper::server::conn::http1::Builder::new().serve_connection(io, service).await);
-            });
-        }
-    });
+    crate::testing::https::serve(listener, &cert, &key, app().await);
     port
 }
 

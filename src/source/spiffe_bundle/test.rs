@@ -5,8 +5,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
+use rustls::pki_types::CertificateDer;
 use rustls::pki_types::pem::PemObject as _;
-use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 
 use super::*;
 use crate::config::mesh::MeshConfig;
@@ -22,15 +22,6 @@ type Answer = Arc<Mutex<Option<String>>>;
 async fn bundle_server(answer: Answer) -> (String, rustls::RootCertStore) {
     let (ca_pem, ca) = certs::ca("bundle server CA");
     let (cert, key) = certs::leaf(&ca, &["127.0.0.1"]);
-    let chain = CertificateDer::pem_slice_iter(cert.as_bytes()).collect::<Result<Vec<_>, _>>().unwrap();
-    let key = PrivateKeyDer::from_pem_slice(key.as_bytes()).unwrap();
-    let config = rustls::ServerConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
-        .with_safe_default_protocol_versions()
-        .unwrap()
-        .with_no_client_auth()
-        .with_single_cert(chain, key)
-        .unwrap();
-    let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(config));
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let url = format!("https://{}/bundle", listener.local_addr().unwrap());
     let app = axum::Router::new().route(
@@ -45,17 +36,7 @@ async fn bundle_server(answer: Answer) -> (String, rustls::RootCertStore) {
             }
         }),
     );
-    tokio::spawn(async move {
-        while let Ok((tcp, _)) = listener.accept().await {
-            let (acceptor, app) = (acceptor.clone(), app.clone());
-            tokio::spawn(async move {
-                let Ok(tls) = acceptor.accept(tcp).await else { return };
-                let service = hyper_util::service::TowerToHyperService::new(app);
-                let io = hyper_util::rt::TokioIo::new(tls);
-                drop(hyper::server::conn::http1::Builder::new().serve_connection(io, service).await);
-            });
-        }
-    });
+    crate::testing::https::serve(listener, &cert, &key, app);
     let mut roots = rustls::RootCertStore::empty();
     roots.add(CertificateDer::from_pem_slice(ca_pem.as_bytes()).unwrap()).unwrap();
     (url, roots)
