@@ -287,6 +287,9 @@ def check_objects(variant, values, objects):
     for flag, selector in zip(selectors, values.get("discoverySelectors", [])):
         if yaml.safe_load(flag.split("=", 1)[1]) != selector:
             fail(f"{variant}: {flag} does not say {selector}")
+    annotations = deployment.get("spec", {}).get("template", {}).get("metadata", {}).get("annotations", {})
+    if len(annotations.get("checksum/injector", "")) != 64:
+        fail(f"{variant}: the pod template has no checksum of the injector's settings (a change would not roll it)")
     if container.get("readinessProbe", {}).get("httpGet", {}).get("path") != "/ready":
         fail(f"{variant}: the readiness probe is not GET /ready")
     account = values.get("serviceAccount", {}).get("name") or "meshpush"
