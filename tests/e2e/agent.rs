@@ -218,7 +218,7 @@ fn an_agent_runs_envoy_by_the_proxy_config_it_layers_from_the_mesh_config_and_th
     std::fs::write(
         &mesh,
         "defaultConfig:\n  fileFlushInterval: 3s\n  proxyMetadata: {ISTIO_META_TEAM: mesh, ISTIO_META_TIER: mesh}\n  \
-         holdApplicationUntilProxyStarts: true\n",
+         proxyBootstrapTemplatePath: /etc/istio/custom.json\n",
     )
     .unwrap();
     let annotations = files.path().join("annotations");
@@ -256,7 +256,7 @@ fn an_agent_runs_envoy_by_the_proxy_config_it_layers_from_the_mesh_config_and_th
     assert_eq!(metadata["PROXY_CONFIG"]["fileFlushInterval"], "3s", "the effective config travels: {metadata}");
     let log = agent.log();
     assert!(
-        log.contains("defaultConfig.holdApplicationUntilProxyStarts: not applied by meshpush yet"),
+        log.contains("defaultConfig.proxyBootstrapTemplatePath: not applied by meshpush yet"),
         "a field the agent does not apply is said: {}",
         agent.process().log_tail(30)
     );
