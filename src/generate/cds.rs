@@ -335,16 +335,12 @@ fn blackhole(mesh: &TrafficSettings) -> Cluster {
 /// capture lets through to the application (from any other source the
 /// proxy's own connection to its pod would be captured again, a loop).
 fn inbound_passthrough(defaults: &InboundDefaults) -> Cluster {
-    let mut cluster = Cluster {
-        name: naming::INBOUND_PASSTHROUGH_CLUSTER.to_string(),
-        connect_timeout: Some(defaults.connect_timeout.to_proto()),
-        lb_policy: LbPolicy::ClusterProvided as i32,
-        circuit_breakers: Some(circuit_breakers(&TrafficPolicy::default())),
-        upstream_bind_config: Some(passthrough_source()),
-        ..Default::default()
-    };
-    set_type(&mut cluster, DiscoveryType::OriginalDst);
-    set_tcp_keepalive(&mut cluster, defaults.tcp_keepalive.as_ref(), None);
+    let mut cluster = original_destination(
+        naming::INBOUND_PASSTHROUGH_CLUSTER,
+        &defaults.connect_timeout,
+        defaults.tcp_keepalive.as_ref(),
+    );
+    cluster.upstream_bind_config = Some(passthrough_source());
     cluster
 }
 
@@ -363,15 +359,25 @@ fn passthrough_source() -> BindConfig {
 /// `PassthroughCluster`: forwards to the connection's original destination,
 /// with the mesh's connect timeout and TCP keepalive.
 fn passthrough(mesh: &TrafficSettings) -> Cluster {
+    original_destination(naming::PASSTHROUGH_CLUSTER, &mesh.connect_timeout, mesh.tcp_keepalive.as_ref())
+}
+
+/// An ORIGINAL_DST cluster (both passthroughs): Istio's default circuit
+/// breakers, the given connect timeout and TCP keepalive.
+fn original_destination(
+    name: &str,
+    connect_timeout: &crate::config::Duration,
+    keepalive: Option<&IstioTcpKeepalive>,
+) -> Cluster {
     let mut cluster = Cluster {
-        name: naming::PASSTHROUGH_CLUSTER.to_string(),
-        connect_timeout: Some(mesh.connect_timeout.to_proto()),
+        name: name.to_string(),
+        connect_timeout: Some(connect_timeout.to_proto()),
         lb_policy: LbPolicy::ClusterProvided as i32,
         circuit_breakers: Some(circuit_breakers(&TrafficPolicy::default())),
         ..Default::default()
     };
     set_type(&mut cluster, DiscoveryType::OriginalDst);
-    set_tcp_keepalive(&mut cluster, mesh.tcp_keepalive.as_ref(), None);
+    set_tcp_keepalive(&mut cluster, keepalive, None);
     cluster
 }
 
