@@ -1,8 +1,20 @@
-//! Compiles the gRPC APIs meshpush serves (`proto/`) with protox, a
-//! protobuf compiler in pure Rust: building meshpush needs no system
-//! `protoc`. Its own registry API, Istio's certificate service (its
-//! wire contract restated in `proto/istio/v1/auth/ca.proto`), and the
-//! PCDS resource (`proto/istio/mesh/v1alpha1/proxy_config.proto`).
+//! Compiles the protos meshpush needs with protox, a protobuf compiler in
+//! pure Rust: building meshpush needs no system `protoc`.
+//!
+//! - The gRPC APIs it serves (`proto/`): its own registry API, Istio's
+//!   certificate service (its wire contract restated in
+//!   `proto/istio/v1/auth/ca.proto`), and the PCDS resource
+//!   (`proto/istio/mesh/v1alpha1/proxy_config.proto`), as Rust types.
+//! - Envoy's whole API, from the `.proto` files envoy-types ships, as one
+//!   encoded `FileDescriptorSet` (`$OUT_DIR/envoy_api.bin`) that
+//!   `envoy_api` decodes into a descriptor pool at first use. The two
+//!   `TypedStruct` files envoy-types leaves out are restated under `proto/`.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+
+use prost::Message;
+use prost_types::{FileDescriptorProto, FileDescriptorSet};
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     const PROTOS: [&str; 3] = [
@@ -15,5 +27,225 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     }
     let descriptors = protox::compile(PROTOS, ["proto"])?;
     tonic_prost_build::configure().build_server(true).build_client(true).compile_fds(descriptors)?;
+    envoy_api()
+}
+
+/// The include roots of envoy-types' `proto/` folder, and the files each holds.
+const ENVOY_ROOTS: [&str; 8] = [
+    "data-plane-api",
+    "xds",
+    "googleapis",
+    "protoc-gen-validate",
+    "cel-spec/proto",
+    "opentelemetry-proto",
+    "client_model",
+    "ratelimit/api",
+];
+
+/// meshpush's restatements of the files envoy-types leaves out.
+const EXTRA: [&str; 2] = ["xds/type/v3/typed_struct.proto", "udpa/type/v1/typed_struct.proto"];
+
+fn envoy_api() -> Result<(), Box<dyn std::error::Error>> {
+    for extra in EXTRA {
+        println!("cargo:rerun-if-changed=proto/{extra}");
+    }
+    let shipped = envoy_types_protos()?;
+    let mut includes: Vec<PathBuf> = ENVOY_ROOTS.iter().map(|r| shipped.join(r)).collect();
+    includes.push(PathBuf::from("proto"));
+    let mut files = Vec::new();
+    for root in &includes[..ENVOY_ROOTS.len()] {
+        collect_protos(root, root, &mut files)?;
+    }
+    files.extend(EXTRA.iter().map(|f| f.to_string()));
+    files.sort();
+
+    // protox compiles every file into one pool, so a file sees packages
+    // it does not import: `common.tap.v3.X` written in package
+    // `envoy.extensions.filters.http.tap.v3` resolves against a package
+    // `envoy.extensions.filters.common` that protoc, seeing only the
+    // file's imports, never considers. A file that fails so is compiled
+    // again on its own, with only its imports in view; where even that
+    // meets a package an import brings in, the name is written out in
+    // full, as protoc resolves it (see `Rewrites`).
+    let mut rewrites = Rewrites::default();
+    let compiler = |rewrites: &Rewrites| -> protox::Compiler {
+        let mut c =
+            protox::Compiler::with_file_resolver(Resolver { includes: includes.clone(), rewrites: rewrites.clone() });
+        c.include_imports(true).include_source_info(false);
+        c
+    };
+    let mut shared = compiler(&rewrites);
+    let mut alone = Vec::new();
+    for file in &files {
+        if shared.open_file(file).is_err() {
+            alone.push(file);
+        }
+    }
+    let mut by_name: BTreeMap<String, FileDescriptorProto> = BTreeMap::new();
+    let mut known: BTreeSet<String> = BTreeSet::new();
+    let mut keep = |set: FileDescriptorSet, known: &mut BTreeSet<String>| {
+        for file in set.file {
+            type_names(&file, known);
+            by_name.entry(file.name().to_string()).or_insert(file);
+        }
+    };
+    keep(shared.file_descriptor_set(), &mut known);
+    for file in alone {
+        loop {
+            let mut own = compiler(&rewrites);
+            match own.open_file(file) {
+                Ok(_) => {
+                    keep(own.file_descriptor_set(), &mut known);
+                    break;
+                }
+                Err(e) => {
+                    let fix = e.file().and_then(|in_file| rewrites.fix(in_file, &e.to_string(), &known));
+                    if !fix.unwrap_or(false) {
+                        return Err(format!("{file}: {e}").into());
+                    }
+                }
+            }
+        }
+    }
+    let set = FileDescriptorSet { file: by_name.into_values().collect() };
+    let out = PathBuf::from(std::env::var("OUT_DIR")?).join("envoy_api.bin");
+    std::fs::write(out, set.encode_to_vec())?;
     Ok(())
+}
+
+/// Names written out in full, per file: `(as written, fully qualified)`.
+#[derive(Clone, Default)]
+struct Rewrites(BTreeMap<String, Vec<(String, String)>>);
+
+impl Rewrites {
+    /// From protox's "'X' resolves to 'Y', which is not defined" in
+    /// `file`: the first scope outside the one that captured `X` where
+    /// `X` names a known type is where protoc finds it. Records that and
+    /// answers whether it is a new fix.
+    fn fix(&mut self, file: &str, error: &str, known: &BTreeSet<String>) -> Option<bool> {
+        let (_, rest) = error.split_once('\'')?;
+        let (written, rest) = rest.split_once('\'')?;
+        let (_, rest) = rest.split_once(" resolves to '")?;
+        let (resolved, _) = rest.split_once('\'')?;
+        let mut scope = resolved.strip_suffix(written)?.trim_end_matches('.').to_string();
+        while let Some((outer, _)) = scope.rsplit_once('.') {
+            scope = outer.to_string();
+            let candidate = format!("{scope}.{written}");
+            if known.contains(&candidate) {
+                let list = self.0.entry(file.to_string()).or_default();
+                let fresh = !list.iter().any(|(w, _)| w == written);
+                list.push((written.to_string(), format!(".{candidate}")));
+                return Some(fresh);
+            }
+        }
+        known.contains(written).then(|| {
+            self.0.entry(file.to_string()).or_default().push((written.to_string(), format!(".{written}")));
+            true
+        })
+    }
+
+    fn apply(&self, file: &str, source: String) -> String {
+        let Some(list) = self.0.get(file) else { return source };
+        list.iter().fold(source, |text, (written, full)| replace_name(&text, written, full))
+    }
+}
+
+/// `text` with every whole occurrence of the type name `written` (not
+/// part of a longer dotted name) replaced by `full`.
+fn replace_name(text: &str, written: &str, full: &str) -> String {
+    let part = |c: Option<char>| c.is_some_and(|c| c.is_ascii_alphanumeric() || c == '_' || c == '.');
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text;
+    while let Some(at) = rest.find(written) {
+        let before = rest[..at].chars().last().or_else(|| out.chars().last());
+        let after = rest[at + written.len()..].chars().next();
+        out.push_str(&rest[..at]);
+        out.push_str(if part(before) || part(after) { written } else { full });
+        rest = &rest[at + written.len()..];
+    }
+    out.push_str(rest);
+    out
+}
+
+/// Files from the include roots, with [`Rewrites`] applied.
+struct Resolver {
+    includes: Vec<PathBuf>,
+    rewrites: Rewrites,
+}
+
+impl protox::file::FileResolver for Resolver {
+    fn open_file(&self, name: &str) -> Result<protox::file::File, protox::Error> {
+        if let Ok(file) = protox::file::GoogleFileResolver::new().open_file(name) {
+            return Ok(file);
+        }
+        for root in &self.includes {
+            let path = root.join(name);
+            if let Ok(source) = std::fs::read_to_string(&path) {
+                return protox::file::File::from_source(name, &self.rewrites.apply(name, source));
+            }
+        }
+        Err(protox::Error::file_not_found(name))
+    }
+}
+
+/// Adds the full names of the messages and enums `file` defines.
+fn type_names(file: &FileDescriptorProto, out: &mut BTreeSet<String>) {
+    fn message(scope: &str, m: &prost_types::DescriptorProto, out: &mut BTreeSet<String>) {
+        let name = format!("{scope}.{}", m.name());
+        for nested in &m.nested_type {
+            message(&name, nested, out);
+        }
+        for e in &m.enum_type {
+            out.insert(format!("{name}.{}", e.name()));
+        }
+        out.insert(name);
+    }
+    for m in &file.message_type {
+        message(file.package(), m, out);
+    }
+    for e in &file.enum_type {
+        out.insert(format!("{}.{}", file.package(), e.name()));
+    }
+}
+
+/// Paths (relative to `root`) of the `.proto` files under `dir`.
+fn collect_protos(root: &Path, dir: &Path, out: &mut Vec<String>) -> std::io::Result<()> {
+    for entry in std::fs::read_dir(dir)? {
+        let path = entry?.path();
+        if path.is_dir() {
+            collect_protos(root, &path, out)?;
+        } else if path.extension().is_some_and(|e| e == "proto") {
+            let relative = path.strip_prefix(root).expect("under its root");
+            out.push(relative.to_string_lossy().replace('\\', "/"));
+        }
+    }
+    Ok(())
+}
+
+/// envoy-types' `proto/` folder, found through `cargo metadata` (the
+/// crate is already fetched when its dependent's build script runs, so
+/// this needs no network).
+fn envoy_types_protos() -> Result<PathBuf, Box<dyn std::error::Error>> {
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    let target = std::env::var("TARGET")?;
+    let manifest = std::env::var("CARGO_MANIFEST_PATH")
+        .unwrap_or_else(|_| format!("{}/Cargo.toml", std::env::var("CARGO_MANIFEST_DIR").unwrap_or_default()));
+    let output = std::process::Command::new(cargo)
+        .args(["metadata", "--format-version", "1", "--offline", "--filter-platform", &target, "--manifest-path"])
+        .arg(&manifest)
+        .output()?;
+    if !output.status.success() {
+        return Err(format!("cargo metadata: {}", String::from_utf8_lossy(&output.stderr)).into());
+    }
+    let metadata: serde_json::Value = serde_json::from_slice(&output.stdout)?;
+    let manifest = metadata["packages"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|p| p["name"] == "envoy-types")
+        .and_then(|p| p["manifest_path"].as_str())
+        .ok_or("cargo metadata lists no envoy-types package")?;
+    let dir = Path::new(manifest).parent().ok_or("envoy-types' manifest has no folder")?.join("proto");
+    println!("cargo:rerun-if-changed={}", dir.display());
+    Ok(dir)
 }

@@ -12,6 +12,7 @@ use std::time::{Duration, Instant};
 use criterion::{BenchmarkId, Criterion, criterion_group, criterion_main};
 use meshpush::config::{ConfigObject, SourceRef};
 use meshpush::engine::PushEngine;
+use meshpush::envoy_api::json;
 use meshpush::generate::cache::ScopedCache;
 use meshpush::generate::{cds, eds, lds, rds};
 use meshpush::model::store::Write;
@@ -184,6 +185,33 @@ fn generation(c: &mut Criterion) {
                 .iter()
                 .map(|r| EncodedResource::encode(TypeUrl::Route, r.name.as_str().into(), r))
                 .collect::<Vec<_>>()
+        })
+    });
+    group.finish();
+}
+
+/// What the descriptor pool costs: decoding it (once per process, at the
+/// first config dump or EnvoyFilter), and printing one scope's clusters,
+/// listeners and routes as Envoy's JSON (what a config dump of one proxy
+/// prints, endpoints aside). Neither is on the push path.
+fn envoy_api(c: &mut Criterion) {
+    let mut group = c.benchmark_group("envoy_api");
+    group.bench_function("decode_pool", |b| b.iter_with_large_drop(meshpush::envoy_api::decode_pool));
+    let services = *sizes().last().expect("a size");
+    let spec = MeshSpec::new(services).scoped();
+    let store = store_of(spec.objects());
+    let ctx = PushContext::build(store.snapshot(), 1, Arc::new(ScopeInterner::default()));
+    let scope = ctx.scope_for(&sidecar(&spec, 5));
+    let (clusters, listeners, routes) =
+        (cds::clusters(&ctx, &scope), lds::listeners(&ctx, &scope), rds::route_configs(&ctx, &scope));
+    let label = format!("{services}/scoped/{}_visible", scope.services.len());
+    group.bench_function(BenchmarkId::new("scope_to_json", &label), |b| {
+        b.iter_with_large_drop(|| {
+            let mut out = Vec::new();
+            out.extend(clusters.iter().map(|c| json::to_json(c).expect("printable")));
+            out.extend(listeners.iter().map(|l| json::to_json(l).expect("printable")));
+            out.extend(routes.iter().map(|r| json::to_json(r).expect("printable")));
+            out
         })
     });
     group.finish();
@@ -375,5 +403,5 @@ fn secret_rotation(c: &mut Criterion) {
     group.finish();
 }
 
-criterion_group!(benches, calibration, push_context, generation, assembly, full_push, secret_rotation);
+criterion_group!(benches, calibration, push_context, generation, envoy_api, assembly, full_push, secret_rotation);
 criterion_main!(benches);

@@ -16,6 +16,7 @@ pub mod capture;
 pub mod cli;
 pub mod config;
 pub mod engine;
+pub mod envoy_api;
 pub mod generate;
 pub mod inject;
 pub mod metrics;

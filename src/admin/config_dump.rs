@@ -9,23 +9,31 @@
 //! second generator to drift from the first, and the live stream task is
 //! never touched.
 //!
-//! Each section is Envoy's (`ClustersConfigDump`, `ListenersConfigDump`,
-//! `RoutesConfigDump`, `EndpointsConfigDump`, `SecretsConfigDump`, with
-//! `@type`); private keys are redacted as Envoy's dump redacts them; each resource
-//! is rendered by [`super::envoy_json`] and also carries its exact encoding
-//! as base64 (`meshpush_encoded`, a `google.protobuf.Any`), so nothing the
-//! JSON leaves out is lost. `version_info` is the version of the content
-//! shown; the stream's own sent and ACKed versions are in `/debug/syncz`.
+//! The dump is Envoy's own message, `envoy.admin.v3.ConfigDump`, with its
+//! sections (`ClustersConfigDump`, `ListenersConfigDump`,
+//! `RoutesConfigDump`, `EndpointsConfigDump` as `?include_eds` gives it,
+//! `SecretsConfigDump`), printed through Envoy's descriptors
+//! ([`crate::envoy_api::json`]) exactly as Envoy's admin prints it: every
+//! field of every resource, nothing rendered by hand. Private keys are
+//! redacted as Envoy's dump redacts them. What only Envoy can know is not
+//! there: `last_updated`, and Envoy's bootstrap and static resources.
+//! `version_info` is the version of the content shown; the stream's own
+//! sent and ACKed versions are in `/debug/syncz`.
 
 use std::sync::Arc;
 
-use base64::Engine as _;
+use envoy_types::pb::envoy::admin::v3::clusters_config_dump::DynamicCluster;
+use envoy_types::pb::envoy::admin::v3::endpoints_config_dump::DynamicEndpointConfig;
+use envoy_types::pb::envoy::admin::v3::listeners_config_dump::{DynamicListener, DynamicListenerState};
+use envoy_types::pb::envoy::admin::v3::routes_config_dump::DynamicRouteConfig;
+use envoy_types::pb::envoy::admin::v3::secrets_config_dump::DynamicSecret;
+use envoy_types::pb::envoy::admin::v3::{
+    ClustersConfigDump, ConfigDump, EndpointsConfigDump, ListenersConfigDump, RoutesConfigDump, SecretsConfigDump,
+};
 use envoy_types::pb::envoy::config::cluster::v3::Cluster;
 use envoy_types::pb::envoy::config::cluster::v3::cluster::{ClusterDiscoveryType, DiscoveryType};
 use envoy_types::pb::envoy::config::core::v3::{data_source, transport_socket};
-use envoy_types::pb::envoy::config::endpoint::v3::ClusterLoadAssignment;
 use envoy_types::pb::envoy::config::listener::v3::{Listener, filter};
-use envoy_types::pb::envoy::config::route::v3::RouteConfiguration;
 use envoy_types::pb::envoy::extensions::filters::network::http_connection_manager::v3::{
     HttpConnectionManager, http_connection_manager::RouteSpecifier,
 };
@@ -35,9 +43,9 @@ use envoy_types::pb::envoy::extensions::transport_sockets::tls::v3::{
 use envoy_types::pb::envoy::service::discovery::v3::{DiscoveryRequest, DiscoveryResponse};
 use envoy_types::pb::google::protobuf::Any;
 use prost::{Message, Name};
-use serde_json::{Value, json};
+use serde_json::Value;
 
-use super::envoy_json;
+use crate::envoy_api::json::{self, JsonError};
 use crate::model::Proxy;
 use crate::resource::TypeUrl;
 use crate::xds::AdsService;
@@ -45,8 +53,6 @@ use crate::xds::sotw::Connection;
 use crate::xds::sotw::OutgoingResponse;
 use crate::xds::stream::body::FRAME_HEADER_LEN;
 use crate::xds::stream::published::Published;
-
-const ADMIN_PREFIX: &str = "type.googleapis.com/envoy.admin.v3.";
 
 /// What one type's response held.
 struct Section {
@@ -75,10 +81,6 @@ fn fetch(ads: &AdsService, conn: &mut Connection, t: TypeUrl, names: Vec<String>
 
 fn messages<M: Message + Default>(section: &Section) -> Vec<(M, &Any)> {
     section.resources.iter().filter_map(|a| M::decode(a.value.as_slice()).ok().map(|m| (m, a))).collect()
-}
-
-fn encoded(any: &Any) -> String {
-    base64::engine::general_purpose::STANDARD.encode(any.encode_to_vec())
 }
 
 /// Route config names the listeners ask for over RDS.
@@ -118,8 +120,9 @@ fn eds_names(clusters: &[(Cluster, &Any)]) -> Vec<String> {
         .collect()
 }
 
-/// The config dump of `proxy`, generated now from the published snapshot.
-pub fn config_dump(ads: &AdsService, proxy: &Arc<Proxy>) -> Value {
+/// The config dump of `proxy`, generated now from the published snapshot,
+/// as Envoy's `envoy.admin.v3.ConfigDump` in Envoy's own JSON.
+pub fn config_dump(ads: &AdsService, proxy: &Arc<Proxy>) -> Result<Value, JsonError> {
     let mut conn = Connection::new(0, proxy.clone());
     let cds = fetch(ads, &mut conn, TypeUrl::Cluster, Vec::new());
     let lds = fetch(ads, &mut conn, TypeUrl::Listener, Vec::new());
@@ -127,63 +130,91 @@ pub fn config_dump(ads: &AdsService, proxy: &Arc<Proxy>) -> Value {
     let listeners = messages::<Listener>(&lds);
     let rds = fetch(ads, &mut conn, TypeUrl::Route, rds_names(&listeners));
     let eds = fetch(ads, &mut conn, TypeUrl::Endpoint, eds_names(&clusters));
-    let routes = messages::<RouteConfiguration>(&rds);
-    let assignments = messages::<ClusterLoadAssignment>(&eds);
     let sds = fetch(ads, &mut conn, TypeUrl::Secret, sds_names(&listeners, &clusters));
-    let secrets = messages::<Secret>(&sds);
 
-    let clusters_dump = json!({
-        "@type": format!("{ADMIN_PREFIX}ClustersConfigDump"),
-        "version_info": cds.version,
-        "dynamic_active_clusters": clusters.iter().map(|(c, any)| json!({
-            "version_info": cds.version,
-            "cluster": envoy_json::cluster_json(c),
-            "meshpush_encoded": encoded(any),
-        })).collect::<Vec<_>>(),
-    });
-    let listeners_dump = json!({
-        "@type": format!("{ADMIN_PREFIX}ListenersConfigDump"),
-        "version_info": lds.version,
-        "dynamic_listeners": listeners.iter().map(|(l, any)| json!({
-            "name": l.name,
-            "active_state": {
-                "version_info": lds.version,
-                "listener": envoy_json::listener_json(l),
-            },
-            "meshpush_encoded": encoded(any),
-        })).collect::<Vec<_>>(),
-    });
-    let routes_dump = json!({
-        "@type": format!("{ADMIN_PREFIX}RoutesConfigDump"),
-        "dynamic_route_configs": routes.iter().map(|(r, any)| json!({
-            "version_info": rds.version,
-            "route_config": envoy_json::route_config_json(r),
-            "meshpush_encoded": encoded(any),
-        })).collect::<Vec<_>>(),
-    });
-    let endpoints_dump = json!({
-        "@type": format!("{ADMIN_PREFIX}EndpointsConfigDump"),
-        "dynamic_endpoint_configs": assignments.iter().map(|(e, any)| json!({
-            "version_info": eds.version,
-            "endpoint_config": envoy_json::assignment_json(e),
-            "meshpush_encoded": encoded(any),
-        })).collect::<Vec<_>>(),
-    });
-    // Private keys are redacted as Envoy redacts them in its own dump, in
-    // the JSON and in the encoding shown alongside it.
-    let secrets_dump = json!({
-        "@type": format!("{ADMIN_PREFIX}SecretsConfigDump"),
-        "dynamic_active_secrets": secrets.into_iter().map(|(s, _)| {
-            let redacted = redact(s);
-            json!({
-                "name": redacted.name,
-                "version_info": sds.version,
-                "secret": envoy_json::secret_json(&redacted),
-                "meshpush_encoded": encoded(&prost_types_any(&redacted)),
+    let clusters_dump = ClustersConfigDump {
+        version_info: cds.version.clone(),
+        dynamic_active_clusters: cds
+            .resources
+            .iter()
+            .map(|any| DynamicCluster {
+                version_info: cds.version.clone(),
+                cluster: Some(any.clone()),
+                ..Default::default()
             })
-        }).collect::<Vec<_>>(),
-    });
-    json!({ "configs": [clusters_dump, listeners_dump, routes_dump, endpoints_dump, secrets_dump] })
+            .collect(),
+        ..Default::default()
+    };
+    let listeners_dump = ListenersConfigDump {
+        version_info: lds.version.clone(),
+        dynamic_listeners: listeners
+            .iter()
+            .map(|(l, any)| DynamicListener {
+                name: l.name.clone(),
+                active_state: Some(DynamicListenerState {
+                    version_info: lds.version.clone(),
+                    listener: Some((*any).clone()),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            })
+            .collect(),
+        ..Default::default()
+    };
+    let routes_dump = RoutesConfigDump {
+        dynamic_route_configs: rds
+            .resources
+            .iter()
+            .map(|any| DynamicRouteConfig {
+                version_info: rds.version.clone(),
+                route_config: Some(any.clone()),
+                ..Default::default()
+            })
+            .collect(),
+        ..Default::default()
+    };
+    let endpoints_dump = EndpointsConfigDump {
+        dynamic_endpoint_configs: eds
+            .resources
+            .iter()
+            .map(|any| DynamicEndpointConfig {
+                version_info: eds.version.clone(),
+                endpoint_config: Some(any.clone()),
+                ..Default::default()
+            })
+            .collect(),
+        ..Default::default()
+    };
+    // Private keys are redacted as Envoy redacts them in its own dump.
+    let secrets_dump = SecretsConfigDump {
+        dynamic_active_secrets: messages::<Secret>(&sds)
+            .into_iter()
+            .map(|(s, _)| {
+                let redacted = redact(s);
+                DynamicSecret {
+                    name: redacted.name.clone(),
+                    version_info: sds.version.clone(),
+                    secret: Some(Any { type_url: Secret::type_url(), value: redacted.encode_to_vec() }),
+                    ..Default::default()
+                }
+            })
+            .collect(),
+        ..Default::default()
+    };
+    let dump = ConfigDump {
+        configs: vec![
+            packed(&clusters_dump),
+            packed(&listeners_dump),
+            packed(&routes_dump),
+            packed(&endpoints_dump),
+            packed(&secrets_dump),
+        ],
+    };
+    json::to_json(&dump)
+}
+
+fn packed<M: Message + Name>(message: &M) -> Any {
+    Any { type_url: M::type_url(), value: message.encode_to_vec() }
 }
 
 /// What Envoy shows instead of a private key.
@@ -198,10 +229,6 @@ pub fn redact(mut secret: Secret) -> Secret {
         cert.password = None;
     }
     secret
-}
-
-fn prost_types_any(secret: &Secret) -> Any {
-    Any { type_url: Secret::type_url(), value: secret.encode_to_vec() }
 }
 
 /// SDS names the listeners' TLS chains and the clusters' TLS ask for over ADS.

@@ -228,7 +228,8 @@ pub async fn config_dump(State(state): State<AdminState>, Query(q): Query<ProxyQ
     let proxy = conn.proxy.clone();
     // Generation on a miss is CPU work: keep it off the async workers.
     match tokio::task::spawn_blocking(move || super::config_dump::config_dump(&ads, &proxy)).await {
-        Ok(dump) => Json(dump).into_response(),
+        Ok(Ok(dump)) => Json(dump).into_response(),
+        Ok(Err(e)) => error(StatusCode::INTERNAL_SERVER_ERROR, format!("printing the config dump failed: {e}")),
         Err(e) => error(StatusCode::INTERNAL_SERVER_ERROR, format!("building the config dump failed: {e}")),
     }
 }

@@ -44,7 +44,6 @@ use crate::xds::stream::status::StreamStatus;
 
 pub mod config_dump;
 pub mod debug;
-pub mod envoy_json;
 pub mod limits;
 pub mod status_page;
 

@@ -229,7 +229,7 @@ fn endpoints(section: &Value) -> Table {
                 let sa = &e["endpoint"]["address"]["socket_address"];
                 t.row(vec![
                     format!("{}:{}", text(&sa["address"]), text(&sa["port_value"])),
-                    text(&e["health_status"]),
+                    text(&e["health_status"]).chars().next().map_or("UNKNOWN".into(), |_| text(&e["health_status"])),
                     text(&cla["cluster_name"]),
                 ]);
             }

@@ -143,6 +143,9 @@ fn sidecar_routes_bookinfo_and_follows_a_weight_change() {
         },
     );
 
+    // meshpush's config dump prints what this Envoy holds as Envoy prints it.
+    support::dump::assert_dump_matches_envoy(mesh, envoy, NODE_ID);
+
     // Without the header: the 50/50 split, and nothing else.
     for host in ["reviews", "reviews:9080"] {
         let seen = backends_for(40, host, &[]);

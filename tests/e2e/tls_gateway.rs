@@ -226,6 +226,8 @@ fn an_https_gateway_serves_each_host_its_own_certificate_redirects_http_and_pass
 
     // No private key in any debug view, proxy-config output or log.
     let node = "ingress-1.istio-system";
+    // The dump, Secrets included (keys redacted), prints what the gateway holds as Envoy prints it.
+    support::dump::assert_dump_matches_envoy(scene.mesh(), scene.envoy("gateway"), node);
     let proxy_config = |extra: &[&str]| {
         let admin = scene.mesh().admin_addr().to_string();
         let out = Command::new(env!("CARGO_BIN_EXE_meshpush"))

@@ -21,6 +21,7 @@
 //! * [`agent`]: [`agent::Agent`], `meshpush agent` beside a real Envoy, and SDS streams to it.
 //! * [`secure`]: a client of the secure port (TLS channels, CSRs to the CA).
 //! * [`tls`]: test CAs and certificates, Secrets holding them, a backend that terminates TLS.
+//! * [`dump`]: meshpush's config_dump held against a real Envoy's, resource for resource.
 //! * [`conformance`]: the Gateway API conformance suite's HTTP tests, against meshpush and real Envoys.
 //! * [`scene`]: one scenario's mesh directory, processes and failure report.
 //! * [`manifests`]: the YAML of Services, Pods, Istio rules for scenario meshes.
@@ -35,6 +36,7 @@ pub mod agent;
 pub mod backend;
 pub mod browser;
 pub mod conformance;
+pub mod dump;
 pub mod envoy;
 pub mod ext_authz;
 pub mod grpc;
