@@ -34,7 +34,7 @@ KUBERNETES = "1.34.0"
 
 READ = ["get", "list", "watch"]
 ISTIO_KINDS = ["serviceentries", "workloadentries", "virtualservices", "destinationrules",
-               "gateways", "sidecars", "workloadgroups", "proxyconfigs"]
+               "gateways", "sidecars", "workloadgroups", "proxyconfigs", "envoyfilters"]
 SECURITY_KINDS = ["peerauthentications", "authorizationpolicies", "requestauthentications"]
 GATEWAY_API_KINDS = ["gatewayclasses", "gateways", "httproutes", "grpcroutes", "tcproutes", "tlsroutes",
                      "referencegrants"]

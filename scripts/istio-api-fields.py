@@ -97,7 +97,8 @@ def main():
     parse(root / "networking/v1beta1/proxy_config.proto", "istio.networking.v1beta1", messages, enums)
     kinds = [
         ("networking.v1alpha3", k)
-        for k in ["VirtualService", "DestinationRule", "Gateway", "ServiceEntry", "WorkloadEntry", "WorkloadGroup", "Sidecar"]
+        for k in ["VirtualService", "DestinationRule", "Gateway", "ServiceEntry", "WorkloadEntry", "WorkloadGroup", "Sidecar",
+                  "EnvoyFilter"]
     ] + [("security.v1beta1", k) for k in ["PeerAuthentication", "RequestAuthentication", "AuthorizationPolicy"]] + [
         ("telemetry.v1alpha1", "Telemetry"),
         ("networking.v1beta1", "ProxyConfig"),

@@ -72,6 +72,9 @@ pub enum ConfigKind {
     /// `networking.istio.io ProxyConfig`: how new proxies are run
     /// (concurrency, environment, image), given at injection.
     ProxyConfig,
+    /// `networking.istio.io EnvoyFilter`: patches to the Envoy config of
+    /// the proxies it selects.
+    EnvoyFilter,
     /// A JWKS meshpush fetched for a RequestAuthentication (internal: written
     /// by `source::jwks` only, never read from a file or an API).
     FetchedJwks,
@@ -107,7 +110,7 @@ pub enum ConfigKind {
 
 impl ConfigKind {
     /// Every kind, in a fixed order.
-    pub const ALL: [ConfigKind; 30] = [
+    pub const ALL: [ConfigKind; 31] = [
         ConfigKind::Service,
         ConfigKind::Pod,
         ConfigKind::EndpointSlice,
@@ -125,6 +128,7 @@ impl ConfigKind {
         ConfigKind::RequestAuthentication,
         ConfigKind::Telemetry,
         ConfigKind::ProxyConfig,
+        ConfigKind::EnvoyFilter,
         ConfigKind::FetchedJwks,
         ConfigKind::FetchedTrustBundle,
         ConfigKind::MeshConfig,
@@ -162,6 +166,7 @@ impl ConfigKind {
             ConfigKind::RequestAuthentication => "RequestAuthentication",
             ConfigKind::Telemetry => "Telemetry",
             ConfigKind::ProxyConfig => "ProxyConfig",
+            ConfigKind::EnvoyFilter => "EnvoyFilter",
             ConfigKind::FetchedJwks => "FetchedJwks",
             ConfigKind::FetchedTrustBundle => "FetchedTrustBundle",
             ConfigKind::MeshConfig => "MeshConfig",
@@ -360,6 +365,8 @@ pub enum ConfigObject {
     Telemetry(Box<istio::Telemetry>),
     /// Istio ProxyConfig.
     ProxyConfig(Box<istio::ProxyConfigObject>),
+    /// Istio EnvoyFilter (boxed, as the kinds above).
+    EnvoyFilter(Box<istio::EnvoyFilter>),
     /// A fetched JWKS (boxed, as the kinds above).
     FetchedJwks(Box<istio::FetchedJwks>),
     /// A fetched SPIFFE bundle (boxed, as the kinds above).
@@ -409,6 +416,7 @@ impl ConfigObject {
             ConfigObject::RequestAuthentication(_) => ConfigKind::RequestAuthentication,
             ConfigObject::Telemetry(_) => ConfigKind::Telemetry,
             ConfigObject::ProxyConfig(_) => ConfigKind::ProxyConfig,
+            ConfigObject::EnvoyFilter(_) => ConfigKind::EnvoyFilter,
             ConfigObject::FetchedJwks(_) => ConfigKind::FetchedJwks,
             ConfigObject::FetchedTrustBundle(_) => ConfigKind::FetchedTrustBundle,
             ConfigObject::MeshConfig(_) => ConfigKind::MeshConfig,
@@ -445,6 +453,7 @@ impl ConfigObject {
             ConfigObject::RequestAuthentication(o) => &o.metadata,
             ConfigObject::Telemetry(o) => &o.metadata,
             ConfigObject::ProxyConfig(o) => &o.metadata,
+            ConfigObject::EnvoyFilter(o) => &o.metadata,
             ConfigObject::FetchedJwks(o) => &o.metadata,
             ConfigObject::FetchedTrustBundle(o) => &o.metadata,
             ConfigObject::MeshConfig(o) => &o.metadata,

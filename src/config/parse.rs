@@ -221,6 +221,9 @@ impl FileReader {
                     .map(|o| ConfigObject::RequestAuthentication(Box::new(o))),
                 ConfigKind::ProxyConfig => typed::<istio::ProxyConfigObject>(value, &mut ignored)
                     .map(|o| ConfigObject::ProxyConfig(Box::new(o))),
+                ConfigKind::EnvoyFilter => {
+                    typed::<istio::EnvoyFilter>(value, &mut ignored).map(|o| ConfigObject::EnvoyFilter(Box::new(o)))
+                }
                 ConfigKind::Telemetry => {
                     typed::<istio::Telemetry>(value, &mut ignored).map(|o| ConfigObject::Telemetry(Box::new(o)))
                 }
@@ -406,6 +409,8 @@ fn config_kind(api_version: &str, kind: &str) -> Option<ConfigKind> {
     let known = match group {
         // Istio serves ProxyConfig in v1beta1 only.
         "networking.istio.io" if config_kind == ConfigKind::ProxyConfig => version == "v1beta1",
+        // and EnvoyFilter in v1alpha3 only.
+        "networking.istio.io" if config_kind == ConfigKind::EnvoyFilter => version == "v1alpha3",
         "networking.istio.io" => ISTIO_VERSIONS.contains(&version),
         "security.istio.io" => SECURITY_VERSIONS.contains(&version),
         "telemetry.istio.io" => TELEMETRY_VERSIONS.contains(&version),
@@ -431,6 +436,7 @@ fn expected_api_versions(kind: ConfigKind) -> &'static str {
         }
         ConfigKind::Telemetry => "telemetry.istio.io/v1 or v1alpha1",
         ConfigKind::ProxyConfig => "networking.istio.io/v1beta1",
+        ConfigKind::EnvoyFilter => "networking.istio.io/v1alpha3",
         ConfigKind::FetchedJwks | ConfigKind::FetchedTrustBundle => "no file (meshpush writes it itself)",
         ConfigKind::MeshConfig => "no file (the mesh config is --mesh-config's)",
         _ => "networking.istio.io/v1, v1beta1 or v1alpha3",

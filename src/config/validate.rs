@@ -23,6 +23,7 @@ use super::problem::{Severity, not_supported};
 use super::{ConfigKind, ConfigObject, ObjectMeta};
 
 mod destination_rule;
+pub mod envoy_filter;
 mod gateway;
 mod gateway_api;
 mod ingress;
@@ -73,6 +74,7 @@ pub fn validate(object: &ConfigObject) -> Vec<FieldError> {
         ConfigObject::RequestAuthentication(o) => security::request_authentication(&mut check, o),
         ConfigObject::Telemetry(o) => telemetry::telemetry(&mut check, o),
         ConfigObject::ProxyConfig(o) => proxy_config::proxy_config(&mut check, o),
+        ConfigObject::EnvoyFilter(o) => envoy_filter::envoy_filter(&mut check, o),
         // Written by meshpush from what it fetched; the fetch checked it.
         ConfigObject::FetchedJwks(_) | ConfigObject::FetchedTrustBundle(_) | ConfigObject::MeshConfig(_) => {}
         // Labels are all a Namespace has that meshpush reads.

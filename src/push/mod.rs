@@ -14,6 +14,7 @@
 //! engine (`crate::engine`) ties it to generation, and the xDS streams
 //! read the queue.
 
+pub mod affected;
 pub mod context;
 pub mod debounce;
 pub mod history;

@@ -17,6 +17,7 @@
 //! | PeerAuthentication, AuthorizationPolicy, RequestAuthentication | `security.istio.io` | the first the server serves of `v1`, `v1beta1` |
 //! | Telemetry | `telemetry.istio.io` | the first the server serves of `v1`, `v1alpha1` |
 //! | ProxyConfig | `networking.istio.io` | `v1beta1` (the one version Istio serves) |
+//! | EnvoyFilter | `networking.istio.io` | `v1alpha3` (the one version Istio serves) |
 //! | Namespace (its labels: a Gateway listener's `allowedRoutes` may select by them) | core | `v1` |
 //! | GatewayClass, Gateway, HTTPRoute, GRPCRoute, TCPRoute, TLSRoute, ReferenceGrant | `gateway.networking.k8s.io` | the first the server serves of `v1`, `v1beta1`, `v1alpha3`, `v1alpha2` |
 //! | Ingress, IngressClass | `networking.k8s.io` | `v1` |

@@ -138,6 +138,13 @@ const RESOURCES: &[Resource] = &[
         namespaced: true,
     },
     Resource {
+        group: "networking.istio.io",
+        versions: &["v1alpha3"],
+        kind: "EnvoyFilter",
+        plural: "envoyfilters",
+        namespaced: true,
+    },
+    Resource {
         group: "security.istio.io",
         versions: &["v1", "v1beta1"],
         kind: "PeerAuthentication",

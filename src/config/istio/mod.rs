@@ -8,6 +8,7 @@
 pub mod api;
 mod authorization_policy;
 mod destination_rule;
+pub mod envoy_filter;
 mod gateway;
 mod peer_authentication;
 mod proxy_config;
@@ -19,6 +20,7 @@ mod virtual_service;
 
 pub use authorization_policy::*;
 pub use destination_rule::*;
+pub use envoy_filter::EnvoyFilter;
 pub use gateway::*;
 pub use peer_authentication::*;
 pub use proxy_config::*;

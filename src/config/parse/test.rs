@@ -125,6 +125,24 @@ spec:
   environmentVariables: {ISTIO_META_TEAM: books}
   image: {imageType: distroless}
 ---
+apiVersion: networking.istio.io/v1alpha3
+kind: EnvoyFilter
+metadata: {name: lua, namespace: bookinfo}
+spec:
+  workloadSelector: {labels: {app: reviews}}
+  configPatches:
+  - applyTo: HTTP_FILTER
+    match:
+      context: SIDECAR_INBOUND
+      listener: {filterChain: {filter: {name: envoy.filters.network.http_connection_manager, subFilter: {name: envoy.filters.http.router}}}}
+    patch:
+      operation: INSERT_BEFORE
+      value:
+        name: envoy.filters.http.lua
+        typed_config:
+          "@type": type.googleapis.com/envoy.extensions.filters.http.lua.v3.Lua
+          default_source_code: {inline_string: "function envoy_on_request(h) h:headers():add('x-lua', '1') end"}
+---
 apiVersion: v1
 kind: Namespace
 metadata: {name: bookinfo, labels: {team: books}}
@@ -218,12 +236,20 @@ fn a_kind_meshpush_writes_itself_is_not_read_from_a_file() {
 #[test]
 fn a_file_with_every_kind_parses_into_typed_objects() {
     let parsed = parse_documents("bookinfo.yaml", EVERY_KIND);
-    // A ProxyConfig says that it reaches proxies only through injection.
-    let (injected, others): (Vec<&Problem>, Vec<&Problem>) =
-        parsed.problems.iter().partition(|p| p.object.as_ref().is_some_and(|k| k.kind == ConfigKind::ProxyConfig));
-    assert!(others.is_empty(), "{others:#?}");
-    assert_eq!(injected.len(), 1, "{injected:#?}");
-    assert!(injected[0].message.contains("injected"), "{injected:#?}");
+    // A ProxyConfig says that it reaches proxies only through injection (and
+    // that its image type is not applied);
+    // an EnvoyFilter what istiod says of every one, and that it is not applied.
+    let of = |kind: ConfigKind| -> Vec<&Problem> {
+        parsed.problems.iter().filter(|p| p.object.as_ref().is_some_and(|k| k.kind == kind)).collect()
+    };
+    let (injected, filter) = (of(ConfigKind::ProxyConfig), of(ConfigKind::EnvoyFilter));
+    assert_eq!(parsed.problems.len(), injected.len() + filter.len(), "{:#?}", parsed.problems);
+    assert_eq!(injected.len(), 2, "{injected:#?}");
+    assert!(injected.iter().any(|p| p.message.contains("injected") && p.path == "spec"), "{injected:#?}");
+    assert!(injected.iter().any(|p| p.path == "spec.image.imageType"), "{injected:#?}");
+    assert_eq!(filter.len(), 2, "{filter:#?}");
+    assert!(filter.iter().any(|p| p.message.contains("implementation details")), "{filter:#?}");
+    assert!(filter.iter().any(|p| p.message.contains("does not apply")), "{filter:#?}");
     let readable: Vec<ConfigKind> = ConfigKind::ALL.into_iter().filter(|k| !k.is_internal()).collect();
     assert_eq!(kinds(&parsed), readable);
     for (doc, (_, source)) in parsed.objects.iter().enumerate() {

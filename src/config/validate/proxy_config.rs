@@ -4,10 +4,9 @@
 use super::Checker;
 use crate::config::istio::ProxyConfigObject;
 
-/// What a ProxyConfig does while meshpush injects no pods.
+/// When a ProxyConfig takes effect.
 pub const NOT_INJECTED: &str = "a ProxyConfig is given to a proxy when its pod is injected (as in Istio, no running \
-proxy's configuration reads it); meshpush does not inject sidecars yet, so it is not used by any proxy: give the agent \
-PROXY_CONFIG or the pod's proxy.istio.io/config annotation instead";
+proxy's configuration reads it): pods injected before this change keep what they were given until they are re-created";
 
 pub(super) fn proxy_config(check: &mut Checker, object: &ProxyConfigObject) {
     let spec = &object.spec;
@@ -18,6 +17,12 @@ pub(super) fn proxy_config(check: &mut Checker, object: &ProxyConfigObject) {
         for key in selector.match_labels.keys().filter(|k| k.is_empty()) {
             check.error(format!("spec.selector.matchLabels.{key}"), "a label key must not be empty");
         }
+    }
+    if spec.image.as_ref().is_some_and(|i| !i.image_type.is_empty()) {
+        check.warning(
+            "spec.image.imageType",
+            "not applied: meshpush injects its one proxy image, which has no debug or distroless variant",
+        );
     }
     check.warning("spec", NOT_INJECTED);
 }

@@ -54,6 +54,12 @@ const NO_EFFECT: &[(&str, &str, &str)] = &[
     ("Sidecar", "spec.ingress[].captureMode", "DEFAULT and IPTABLES are what a redirected proxy does anyway"),
     ("Sidecar", "spec.ingress[].port.name", "Istio takes the protocol from port.protocol when it is set"),
     ("Sidecar", "spec.egress[].port.name", "Istio takes the protocol from port.protocol when it is set"),
+    // As in Istio, a ProxyConfig reaches a proxy when its pod is injected,
+    // never through served configuration: `model::proxy_config` tests how
+    // the objects layer, `tests/inject.rs` what the injected pod gets.
+    ("ProxyConfig", "spec.selector.matchLabels.*", "applied at injection"),
+    ("ProxyConfig", "spec.concurrency", "applied at injection"),
+    ("ProxyConfig", "spec.environmentVariables.*", "applied at injection"),
 ];
 
 /// The Secrets the Gateway variants name (`web-cert`, `web-cert-2`,

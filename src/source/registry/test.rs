@@ -177,7 +177,7 @@ async fn an_invalid_batch_is_refused_whole_with_a_reason_per_object() {
             "puts[3]: Service default/web: spec.ports[0].port: 0 is not a valid port number: ports are 1..65535",
             "puts[4]: the document is empty: expected one object with apiVersion and kind",
             "deletes[0]: Widget /w: unknown kind \"Widget\": expected one of Service, Pod, EndpointSlice, Node, \
-             ServiceEntry, WorkloadEntry, VirtualService, DestinationRule, Gateway, Sidecar, WorkloadGroup, Secret, PeerAuthentication, AuthorizationPolicy, RequestAuthentication, Telemetry, ProxyConfig, Namespace, GatewayClass, KubernetesGateway, HTTPRoute, GRPCRoute, TCPRoute, TLSRoute, ReferenceGrant, Ingress, IngressClass",
+             ServiceEntry, WorkloadEntry, VirtualService, DestinationRule, Gateway, Sidecar, WorkloadGroup, Secret, PeerAuthentication, AuthorizationPolicy, RequestAuthentication, Telemetry, ProxyConfig, EnvoyFilter, Namespace, GatewayClass, KubernetesGateway, HTTPRoute, GRPCRoute, TCPRoute, TLSRoute, ReferenceGrant, Ingress, IngressClass",
             "deletes[1]: Service /web: puts[0] puts the same object; put or delete it, not both",
         ]
     );
