@@ -11,9 +11,11 @@
 //!
 //! [`json`] holds the two directions: a message to JSON exactly as Envoy's
 //! admin prints it, and JSON (with `@type`s resolved through the pool) to a
-//! message, with the path of the field that failed.
+//! message, with the path of the field that failed. [`merge`] merges one
+//! message into another as Istio merges an EnvoyFilter patch.
 
 pub mod json;
+pub mod merge;
 
 use std::sync::LazyLock;
 
