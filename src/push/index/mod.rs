@@ -7,6 +7,7 @@
 pub mod authorization;
 mod delegation;
 mod endpoints;
+pub mod envoy_filter;
 pub mod gateway_api;
 pub mod ingress;
 pub mod peer_authentication;
