@@ -24,7 +24,7 @@ const NOT_YET: &[(&str, &str)] = &[
         "from the istio.stats filter of Istio's own Envoy build",
         "Istio's request metrics: upstream Envoy 1.40 cannot produce them (reported with what is served instead)",
     ),
-    ("does not apply their patches yet", "EnvoyFilter patches: validated and reported, applied by issue 35"),
+    ("their patches are not applied yet", "EnvoyFilter patches: validated and reported, applied by issue 35"),
 ];
 
 /// Problems that lose nothing: kinds without traffic config, removed

@@ -54,7 +54,7 @@ pub fn canonical_name(name: &str) -> Option<&'static str> {
 }
 
 /// What an EnvoyFilter does until meshpush applies them.
-pub const NOT_APPLIED: &str = "meshpush validates EnvoyFilters but does not apply their patches yet: no proxy's \
+pub const NOT_APPLIED: &str = "meshpush validates EnvoyFilters, but their patches are not applied yet: no proxy's \
 configuration changes for this object";
 
 /// What every EnvoyFilter is told, as istiod tells it.
@@ -128,6 +128,12 @@ fn config_patch(check: &mut Checker, path: &str, patch: &ConfigPatch) {
     if body.operation == Operation::Invalid {
         check.error(format!("{path}.patch.operation"), "missing patch operation");
         return;
+    }
+    if body.filter_class.is_some() {
+        check.warning(
+            format!("{path}.patch.filterClass"),
+            "ignored, as istiod ignores it: the filter goes where the operation puts it",
+        );
     }
     if body.operation != Operation::Remove && body.value.is_none() {
         check.error(format!("{path}.patch.value"), "missing patch value for non-remove operation");

@@ -438,6 +438,7 @@ fn every_field_of_istio_s_api_is_applied_or_reported() {
         ("RequestAuthentication", "request-authentication.yaml"),
         ("Telemetry", "telemetry.yaml"),
         ("ProxyConfig", "proxy-config.yaml"),
+        ("EnvoyFilter", "envoy-filter.yaml"),
         ("MeshConfig", "mesh-config.yaml"),
     ] {
         // A mesh config is not an object of the store: its paths start at
