@@ -229,7 +229,7 @@ fn endpoints(section: &Value) -> Table {
                 let sa = &e["endpoint"]["address"]["socket_address"];
                 t.row(vec![
                     format!("{}:{}", text(&sa["address"]), text(&sa["port_value"])),
-                    text(&e["health_status"]).chars().next().map_or("UNKNOWN".into(), |_| text(&e["health_status"])),
+                    e["health_status"].as_str().unwrap_or("UNKNOWN").to_string(),
                     text(&cla["cluster_name"]),
                 ]);
             }
@@ -314,5 +314,23 @@ mod tests {
         assert!(lines[1].starts_with("reviews.default.svc.cluster.local") && lines[1].contains("v1"), "{out}");
         assert!(lines[1].contains("outbound") && lines[1].ends_with("EDS"), "{out}");
         assert!(lines[2].starts_with("BlackHoleCluster"), "{out}");
+    }
+
+    #[test]
+    fn an_endpoint_without_a_health_status_is_unknown_as_envoy_s_json_leaves_it_out() {
+        let dump = json!({ "configs": [{
+            "@type": "type.googleapis.com/envoy.admin.v3.EndpointsConfigDump",
+            "dynamic_endpoint_configs": [{ "endpoint_config": {
+                "cluster_name": "c",
+                "endpoints": [{ "lb_endpoints": [
+                    { "endpoint": { "address": { "socket_address": { "address": "10.0.0.1", "port_value": 80 } } } },
+                    { "endpoint": { "address": { "socket_address": { "address": "10.0.0.2", "port_value": 80 } } },
+                      "health_status": "HEALTHY" },
+                ]}],
+            }}],
+        }]});
+        let out = render(&dump, Section::Endpoints, Output::Short);
+        let rows: Vec<Vec<&str>> = out.lines().skip(1).map(|l| l.split_whitespace().collect()).collect();
+        assert_eq!(rows, [vec!["10.0.0.1:80", "UNKNOWN", "c"], vec!["10.0.0.2:80", "HEALTHY", "c"]], "{out}");
     }
 }
