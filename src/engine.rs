@@ -21,7 +21,7 @@ use arc_swap::{ArcSwap, Guard};
 use tokio::sync::watch;
 
 use crate::config::mesh::MeshConfig;
-use crate::generate::cache::{CacheStats, ScopedCache};
+use crate::generate::cache::ScopedCache;
 use crate::metrics::{Metrics, Readings};
 use crate::push::history::{PushHistory, PushOutcome};
 use crate::push::{PushContext, PushQueue, PushRequest, PushSlot, PushTrigger, ScopeInterner};
@@ -93,7 +93,7 @@ impl PushEngine {
         let (sets, assignments) = self.cache.len();
         let connections = self.queue.connections();
         let per_type = |c: &[std::sync::atomic::AtomicU64; crate::resource::TypeUrl::COUNT]| {
-            std::array::from_fn(|i| CacheStats::get(c, crate::resource::TypeUrl::PUSH_ORDER[i]))
+            std::array::from_fn(|i| c[i].load(std::sync::atomic::Ordering::Relaxed))
         };
         Readings {
             connections: connections.len() as i64,
@@ -108,6 +108,7 @@ impl PushEngine {
             generations: per_type(&stats.generations),
             encoded: per_type(&stats.encoded),
             bytes_encoded: stats.bytes_encoded.load(std::sync::atomic::Ordering::Relaxed),
+            envoy_filters: self.cache.patches.counts(),
         }
     }
 

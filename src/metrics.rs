@@ -191,8 +191,15 @@ impl<M: TypedMetric> TypedMetric for PerType<M> {
 }
 
 /// Types in the order Istio's dashboards list them.
-pub(crate) const SHORT_ORDER: [TypeUrl; TypeUrl::COUNT] =
-    [TypeUrl::Cluster, TypeUrl::Endpoint, TypeUrl::Listener, TypeUrl::Route, TypeUrl::Secret, TypeUrl::ProxyConfig];
+pub(crate) const SHORT_ORDER: [TypeUrl; TypeUrl::COUNT] = [
+    TypeUrl::Cluster,
+    TypeUrl::Endpoint,
+    TypeUrl::Listener,
+    TypeUrl::Route,
+    TypeUrl::Secret,
+    TypeUrl::ProxyConfig,
+    TypeUrl::ExtensionConfig,
+];
 
 /// Every metric meshpush records as events happen. See the module docs.
 #[derive(Debug)]
@@ -454,6 +461,9 @@ pub struct Readings {
     pub encoded: [u64; TypeUrl::COUNT],
     /// Bytes of resources encoded.
     pub bytes_encoded: u64,
+    /// EnvoyFilter patches per generation: (`NAMESPACE/NAME`, patch type,
+    /// `applied` or `skipped`, count).
+    pub envoy_filters: Vec<(String, &'static str, &'static str, u64)>,
 }
 
 impl Collector for Readings {
@@ -493,6 +503,18 @@ impl Collector for Readings {
             None,
             MetricType::Counter,
         )?)?;
+        if !self.envoy_filters.is_empty() {
+            let mut family = encoder.encode_descriptor(
+                "pilot_total_envoy_filter",
+                "EnvoyFilter patches applied or skipped, per generation of a scope's resources.",
+                None,
+                MetricType::Counter,
+            )?;
+            for (name, kind, result, count) in &self.envoy_filters {
+                let label: [(&str, &str); 3] = [("name", name), ("type", kind), ("result", result)];
+                ConstCounter::new(*count).encode(family.encode_family(&label)?)?;
+            }
+        }
         Ok(())
     }
 }

@@ -298,6 +298,7 @@ pub async fn scopes(State(state): State<AdminState>) -> Json<Vec<Value>> {
 pub async fn configz(State(state): State<AdminState>) -> Json<Value> {
     let ctx = state.engine.snapshot();
     let problems: Vec<Problem> = state.problems();
+    let skipped = skipped_patches(&state);
     let objects: Vec<Value> = ctx
         .store
         .iter()
@@ -317,6 +318,7 @@ pub async fn configz(State(state): State<AdminState>) -> Json<Value> {
                 "errors": errors,
                 "object": stored.object,
                 "status": ctx.gateway_api.status.get(&key),
+                "patchesSkipped": skipped.iter().filter(|f| f.filter == key).collect::<Vec<_>>(),
             })
         })
         .collect();
@@ -349,7 +351,15 @@ pub async fn configz(State(state): State<AdminState>) -> Json<Value> {
         "objects": objects,
         "gatewayApi": gateway_api,
         "problems": problems,
+        "envoyFilterPatchesSkipped": skipped,
     }))
+}
+
+/// The EnvoyFilter patches generation skipped somewhere, and why, for the
+/// filters of the published snapshot (a mended or deleted filter's go).
+pub fn skipped_patches(state: &AdminState) -> Vec<crate::generate::envoy_filter::record::Failure> {
+    let ctx = state.engine.snapshot();
+    state.engine.cache().patches.failures(|key| ctx.envoy_filters.revision_of(key))
 }
 
 /// The sync state of a stream's type, for the status page.

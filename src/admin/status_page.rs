@@ -140,6 +140,17 @@ pub fn render(state: &AdminState) -> String {
         }
         html.push_str("</ul>\n");
     }
+    let skipped = super::debug::skipped_patches(state);
+    if !skipped.is_empty() {
+        html.push_str("<h2>EnvoyFilter patches skipped</h2>\n<ul class=\"problems\" id=\"skipped-patches\">\n");
+        for f in skipped.iter().take(MAX_PROBLEMS) {
+            let _ = writeln!(html, "<li class=\"warning\">{}: {}</li>", escape(&f.patch), escape(&f.reason));
+        }
+        if skipped.len() > MAX_PROBLEMS {
+            let _ = writeln!(html, "<li>… and {} more (see /debug/configz)</li>", skipped.len() - MAX_PROBLEMS);
+        }
+        html.push_str("</ul>\n");
+    }
     html.push_str(
         "<p class=\"muted\">JSON: <a href=\"/debug/syncz\">syncz</a> · <a href=\"/debug/connections\">connections</a> · \
          <a href=\"/debug/push_status\">push_status</a> · <a href=\"/debug/scopes\">scopes</a> · \

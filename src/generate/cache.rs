@@ -92,6 +92,8 @@ pub struct ScopedCache {
     maps: RwLock<Maps>,
     /// Counters.
     pub stats: CacheStats,
+    /// What EnvoyFilter patches did in the generations so far.
+    pub patches: generate::envoy_filter::PatchLog,
 }
 
 impl ScopedCache {
@@ -190,17 +192,21 @@ impl ScopedCache {
         }
         CacheStats::count(&self.stats.misses, type_url, 1);
         CacheStats::count(&self.stats.generations, type_url, 1);
+        let mut record = generate::envoy_filter::Record::default();
         let resources: Vec<Arc<EncodedResource>> = match type_url {
-            TypeUrl::Cluster => generate::cds::inbound_clusters(key)
+            TypeUrl::Cluster => generate::envoy_filter::inbound_clusters(key, &mut record)
                 .iter()
                 .map(|c| Arc::new(self.encode(type_url, c.name.as_str().into(), c)))
                 .collect(),
-            TypeUrl::Listener => generate::lds::inbound_listeners(key)
+            TypeUrl::Listener => generate::envoy_filter::inbound_listeners(key, &mut record)
                 .iter()
                 .map(|l| Arc::new(self.encode(type_url, l.name.as_str().into(), l)))
                 .collect(),
-            TypeUrl::Route | TypeUrl::Endpoint | TypeUrl::Secret | TypeUrl::ProxyConfig => Vec::new(),
+            TypeUrl::Route | TypeUrl::Endpoint | TypeUrl::Secret | TypeUrl::ProxyConfig | TypeUrl::ExtensionConfig => {
+                Vec::new()
+            }
         };
+        self.patches.add(record);
         let set = Arc::new(ResourceSet::new(resources));
         // A pure function of the key: no generation check needed.
         self.maps.write().inbound.entry((type_url, id)).or_insert(set).clone()
@@ -275,16 +281,17 @@ impl ScopedCache {
 
     fn generate(&self, ctx: &PushContext, scope: &Scope, type_url: TypeUrl) -> ResourceSet {
         CacheStats::count(&self.stats.generations, type_url, 1);
+        let mut record = generate::envoy_filter::Record::default();
         let resources: Vec<Arc<EncodedResource>> = match type_url {
-            TypeUrl::Cluster => crate::generate::cds::clusters(ctx, scope)
+            TypeUrl::Cluster => generate::envoy_filter::clusters(ctx, scope, &mut record)
                 .iter()
                 .map(|c| Arc::new(self.encode(type_url, c.name.as_str().into(), c)))
                 .collect(),
-            TypeUrl::Listener => crate::generate::lds::listeners(ctx, scope)
+            TypeUrl::Listener => generate::envoy_filter::listeners(ctx, scope, &mut record)
                 .iter()
                 .map(|l| Arc::new(self.encode(type_url, l.name.as_str().into(), l)))
                 .collect(),
-            TypeUrl::Route => crate::generate::rds::route_configs(ctx, scope)
+            TypeUrl::Route => generate::envoy_filter::route_configs(ctx, scope, &mut record)
                 .iter()
                 .map(|r| Arc::new(self.encode(type_url, r.name.as_str().into(), r)))
                 .collect(),
@@ -299,8 +306,13 @@ impl ScopedCache {
                 .map(|config| Arc::new(self.encode(type_url, "".into(), &config)))
                 .into_iter()
                 .collect(),
+            TypeUrl::ExtensionConfig => generate::envoy_filter::extension_configs(scope, &mut record)
+                .iter()
+                .map(|c| Arc::new(self.encode(type_url, c.name.as_str().into(), c)))
+                .collect(),
             TypeUrl::Endpoint => Vec::new(),
         };
+        self.patches.add(record);
         ResourceSet::new(resources)
     }
 

@@ -11,6 +11,7 @@
 //! * [`mtls`]: mesh mTLS between sidecars (client and server side).
 //! * [`authz`]: AuthorizationPolicies as RBAC filters on inbound chains.
 //! * [`naming`]: Istio's naming, made and parsed in one place.
+//! * [`envoy_filter`]: EnvoyFilter patches applied to the generated resources.
 //! * [`cache`]: the per-scope cache of encoded resources built on the above.
 //!
 //! Role in the data flow: the cache layer calls these once per
@@ -30,6 +31,7 @@ pub mod authz;
 pub mod cache;
 pub mod cds;
 pub mod eds;
+pub mod envoy_filter;
 pub mod jwt;
 pub mod lds;
 pub mod naming;

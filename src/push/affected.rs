@@ -34,8 +34,9 @@ pub fn affected_types(kind: ConfigKind) -> TypeSet {
         // Given to pods at injection; no served configuration reads it (as
         // istiod leaves it out of every generator).
         ConfigKind::ProxyConfig => TypeSet::EMPTY,
-        // Validated and reported; not applied yet.
-        ConfigKind::EnvoyFilter => TypeSet::EMPTY,
+        // Patches of listeners, routes and clusters (and the extension
+        // configs served over ECDS).
+        ConfigKind::EnvoyFilter => TypeSet::of(&[Cluster, Listener, Route, TypeUrl::ExtensionConfig]),
         // The certificates themselves, and the listeners whose TLS chains
         // are served only while the Secret they name exists.
         ConfigKind::Secret => TypeSet::of(&[Listener, TypeUrl::Secret]),

@@ -16,6 +16,7 @@ use serde::Serialize;
 
 use super::PushRequest;
 use super::affected::{affected_hosts, affected_types};
+use super::index::envoy_filter::EnvoyFilterIndex;
 use super::index::{
     AuthorizationIndex, DestinationRuleIndex, EndpointIndex, GatewayApiIndex, GatewayIndex, IngressIndex,
     PeerAuthenticationIndex, RequestAuthenticationIndex, SecretIndex, ServiceIndex, SidecarIndex, TelemetryIndex,
@@ -118,6 +119,8 @@ pub struct PushContext {
     pub request_authentication: Arc<RequestAuthenticationIndex>,
     /// What proxies log.
     pub telemetry: Arc<TelemetryIndex>,
+    /// EnvoyFilters, their patch values read.
+    pub envoy_filters: Arc<EnvoyFilterIndex>,
     /// The mesh-wide settings: the store's `MeshConfig` object, else the
     /// server's startup settings.
     pub mesh: Arc<MeshConfig>,
@@ -179,6 +182,7 @@ impl PushContext {
         let authorization = AuthorizationIndex::build(&store, &mesh);
         let request_authentication = RequestAuthenticationIndex::build(&store, &mesh);
         let telemetry = TelemetryIndex::build(&store, &mesh, &services);
+        let envoy_filters = EnvoyFilterIndex::build(&store, &mesh);
         PushContext {
             version,
             id: next_id(),
@@ -197,6 +201,7 @@ impl PushContext {
             authorization: Arc::new(authorization),
             request_authentication: Arc::new(request_authentication),
             telemetry: Arc::new(telemetry),
+            envoy_filters: Arc::new(envoy_filters),
             mesh,
             interner,
             scopes: RwLock::new(HashMap::new()),
@@ -311,6 +316,11 @@ impl PushContext {
         } else {
             prev.telemetry.clone()
         };
+        let envoy_filters = if rebuild(ConfigKind::EnvoyFilter) {
+            Arc::new(EnvoyFilterIndex::build(&store, &prev.mesh))
+        } else {
+            prev.envoy_filters.clone()
+        };
 
         // Mesh routes (GAMMA, translated from HTTPRoutes whose parent is a
         // Service) route the sidecars calling their hosts: those hosts are dirty.
@@ -373,6 +383,15 @@ impl PushContext {
             if key.kind == ConfigKind::Secret {
                 changes.secret_namespaces.insert(key.namespace.clone());
             }
+            // An EnvoyFilter reaches the proxies of its namespace, or, from
+            // the root namespace, every proxy (istiod's push scoping).
+            if key.kind == ConfigKind::EnvoyFilter {
+                if key.namespace == prev.mesh.root_namespace {
+                    changes.full = true;
+                } else {
+                    changes.namespaces.insert(key.namespace.clone());
+                }
+            }
             // A rule bound to a gateway changes router output whatever its hosts.
             let binds_gateway = |o: Option<&ConfigObject>| {
                 matches!(o, Some(ConfigObject::VirtualService(vs))
@@ -424,9 +443,15 @@ impl PushContext {
         }
         changes.rescope = changes.full
             || gateway_api_moved
-            || [ConfigKind::Service, ConfigKind::ServiceEntry, ConfigKind::Sidecar, ConfigKind::Gateway]
-                .iter()
-                .any(|k| kinds.contains(k));
+            || [
+                ConfigKind::Service,
+                ConfigKind::ServiceEntry,
+                ConfigKind::Sidecar,
+                ConfigKind::Gateway,
+                ConfigKind::EnvoyFilter,
+            ]
+            .iter()
+            .any(|k| kinds.contains(k));
         changes.types = if changes.full {
             TypeSet::ALL
         } else {
@@ -486,6 +511,7 @@ impl PushContext {
             authorization,
             request_authentication,
             telemetry,
+            envoy_filters,
             mesh: prev.mesh.clone(),
             interner: prev.interner.clone(),
             scopes: RwLock::new(HashMap::new()),

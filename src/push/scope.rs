@@ -26,6 +26,7 @@ use parking_lot::Mutex;
 use serde::Serialize;
 
 use super::PushContext;
+use super::index::envoy_filter::{InboundPatches, ResolvedPatch};
 use super::index::{AppliedPolicy, AppliedTelemetry, ResolvedGateway, ResolvedJwtRule};
 use crate::config::istio::{self, ConnectionPoolSettings, MtlsMode};
 use crate::config::mesh::{InboundTrafficMode, OutboundTrafficMode};
@@ -125,6 +126,9 @@ pub struct ScopeKey {
     pub jwt_rules: Vec<Arc<ResolvedJwtRule>>,
     /// What its client side logs (outbound listeners; a router's listeners).
     pub telemetry: Arc<AppliedTelemetry>,
+    /// The EnvoyFilter patches of its outbound side (a router's: all), in
+    /// istiod's order (empty in a mesh without EnvoyFilters).
+    pub envoy_filters: Vec<Arc<ResolvedPatch>>,
 }
 
 /// Interned [`InboundKey`].
@@ -155,6 +159,8 @@ pub struct InboundKey {
     pub telemetry: Arc<AppliedTelemetry>,
     /// The mesh config's defaults its inbound clusters and listeners take.
     pub defaults: InboundDefaults,
+    /// The EnvoyFilter patches of its inbound side (`None`: no patch applies).
+    pub envoy_filters: Option<Arc<InboundPatches>>,
 }
 
 /// What of the mesh config a workload's inbound configuration reads: its
@@ -355,6 +361,7 @@ pub fn scope_key(ctx: &PushContext, proxy: &Proxy) -> ScopeKey {
                 authorization: ctx.authorization.for_workload(&proxy.namespace, &proxy.labels),
                 jwt_rules: ctx.request_authentication.for_workload(&proxy.namespace, &proxy.labels),
                 telemetry: ctx.telemetry.client(proxy),
+                envoy_filters: ctx.envoy_filters.outbound(proxy),
             }
         }
         ProxyKind::Sidecar => ScopeKey {
@@ -369,6 +376,7 @@ pub fn scope_key(ctx: &PushContext, proxy: &Proxy) -> ScopeKey {
             authorization: Vec::new(),
             jwt_rules: Vec::new(),
             telemetry: ctx.telemetry.client(proxy),
+            envoy_filters: ctx.envoy_filters.outbound(proxy),
         },
     }
 }
@@ -435,7 +443,28 @@ pub fn inbound_key(ctx: &PushContext, proxy: &Proxy) -> InboundKey {
         mtls,
         telemetry,
         defaults: InboundDefaults::of(&ctx.mesh),
+        envoy_filters: inbound_patches(ctx, proxy),
     }
+}
+
+/// The EnvoyFilter patches of a sidecar's inbound side, with the services
+/// that select it per target port (what an inbound cluster match compares).
+fn inbound_patches(ctx: &PushContext, proxy: &Proxy) -> Option<Arc<InboundPatches>> {
+    let patches = ctx.envoy_filters.inbound(proxy);
+    if patches.is_empty() {
+        return None;
+    }
+    let mut hosts: BTreeMap<u32, Vec<Hostname>> = BTreeMap::new();
+    for svc in ctx.services.selecting(&proxy.namespace, &proxy.labels) {
+        for p in &svc.ports {
+            let on_port = hosts.entry(p.target_port.unwrap_or(p.port)).or_default();
+            if !on_port.contains(&svc.hostname) {
+                on_port.push(svc.hostname.clone());
+            }
+        }
+    }
+    hosts.values_mut().for_each(|h| h.sort());
+    Some(Arc::new(InboundPatches { patches, hosts }))
 }
 
 /// One Sidecar ingress listener as an inbound port of `proxy`.

@@ -1,5 +1,6 @@
-//! The six resource types meshpush serves, and their type URLs: Envoy's
-//! five, and Istio's PCDS, which only agents ask for.
+//! The seven resource types meshpush serves, and their type URLs: Envoy's
+//! six (ECDS only for the extension configs EnvoyFilters add), and
+//! Istio's PCDS, which only agents ask for.
 
 use std::fmt;
 
@@ -22,19 +23,29 @@ pub enum TypeUrl {
     /// PCDS: `istio.mesh.v1alpha1.ProxyConfig`, the mesh's trust bundle
     /// for an agent (never for Envoy).
     ProxyConfig,
+    /// ECDS: `envoy.config.core.v3.TypedExtensionConfig`, the HTTP filter
+    /// configurations EnvoyFilters serve by name.
+    ExtensionConfig,
 }
 
 impl TypeUrl {
     /// How many types there are: the length of per-type arrays.
-    pub const COUNT: usize = 6;
+    pub const COUNT: usize = 7;
 
     /// Every type, in push order (make before break: clusters and their
-    /// endpoints before the listeners and routes that use them; secrets
-    /// after them, as Istio orders them: a listener or cluster that names
-    /// one warms until it arrives; the agent's PCDS last, as it changes
-    /// nothing Envoy holds).
-    pub const PUSH_ORDER: [TypeUrl; TypeUrl::COUNT] =
-        [TypeUrl::Cluster, TypeUrl::Endpoint, TypeUrl::Listener, TypeUrl::Route, TypeUrl::Secret, TypeUrl::ProxyConfig];
+    /// endpoints before the listeners and routes that use them; extension
+    /// configs and secrets after them, as Istio orders them: a listener or
+    /// cluster that names one warms until it arrives; the agent's PCDS
+    /// last, as it changes nothing Envoy holds).
+    pub const PUSH_ORDER: [TypeUrl; TypeUrl::COUNT] = [
+        TypeUrl::Cluster,
+        TypeUrl::Endpoint,
+        TypeUrl::Listener,
+        TypeUrl::Route,
+        TypeUrl::ExtensionConfig,
+        TypeUrl::Secret,
+        TypeUrl::ProxyConfig,
+    ];
 
     /// The full type URL.
     pub const fn as_str(self) -> &'static str {
@@ -45,10 +56,11 @@ impl TypeUrl {
             TypeUrl::Route => "type.googleapis.com/envoy.config.route.v3.RouteConfiguration",
             TypeUrl::Secret => "type.googleapis.com/envoy.extensions.transport_sockets.tls.v3.Secret",
             TypeUrl::ProxyConfig => "type.googleapis.com/istio.mesh.v1alpha1.ProxyConfig",
+            TypeUrl::ExtensionConfig => "type.googleapis.com/envoy.config.core.v3.TypedExtensionConfig",
         }
     }
 
-    /// Short name as in metrics and `istioctl` (`cds`, `eds`, `lds`, `rds`, `sds`, `pcds`).
+    /// Short name as in metrics and `istioctl` (`cds`, `eds`, `lds`, `rds`, `sds`, `pcds`, `ecds`).
     pub const fn short(self) -> &'static str {
         match self {
             TypeUrl::Cluster => "cds",
@@ -57,6 +69,7 @@ impl TypeUrl {
             TypeUrl::Route => "rds",
             TypeUrl::Secret => "sds",
             TypeUrl::ProxyConfig => "pcds",
+            TypeUrl::ExtensionConfig => "ecds",
         }
     }
 
@@ -91,7 +104,7 @@ impl TypeSet {
     /// No type.
     pub const EMPTY: TypeSet = TypeSet(0);
     /// Every type.
-    pub const ALL: TypeSet = TypeSet(0b11_1111);
+    pub const ALL: TypeSet = TypeSet(0b111_1111);
 
     /// A set of the given types.
     pub fn of(types: &[TypeUrl]) -> TypeSet {

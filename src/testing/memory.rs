@@ -116,6 +116,26 @@ pub fn rds_names(resources: &[Any]) -> BTreeSet<String> {
         .collect()
 }
 
+/// The ECDS names the listeners in `resources` refer to: HTTP filters
+/// whose configuration is discovered (`config_discovery`), by filter name.
+pub fn ecds_names(resources: &[Any]) -> BTreeSet<String> {
+    use envoy_types::pb::envoy::extensions::filters::network::http_connection_manager::v3::http_filter;
+    resources
+        .iter()
+        .filter_map(|a| Listener::decode(&a.value[..]).ok())
+        .flat_map(|l| l.filter_chains.into_iter().chain(l.default_filter_chain).flat_map(|c| c.filters))
+        .filter_map(|f| match f.config_type {
+            Some(ConfigType::TypedConfig(any)) if any.type_url.ends_with("HttpConnectionManager") => {
+                HttpConnectionManager::decode(&any.value[..]).ok()
+            }
+            _ => None,
+        })
+        .flat_map(|hcm| hcm.http_filters)
+        .filter(|f| matches!(f.config_type, Some(http_filter::ConfigType::ConfigDiscovery(_))))
+        .map(|f| f.name)
+        .collect()
+}
+
 /// The SDS names the listeners in `resources` refer to over ADS (their
 /// chains' TLS certificates and validation contexts), as Envoy asks for them.
 pub fn sds_names(resources: &[Any]) -> BTreeSet<String> {
@@ -204,8 +224,11 @@ impl MemoryClient {
                 if self.set_names(TypeUrl::Secret, sds_names(&response.resources)) {
                     grew.push(TypeUrl::Secret);
                 }
+                if self.set_names(TypeUrl::ExtensionConfig, ecds_names(&response.resources)) {
+                    grew.push(TypeUrl::ExtensionConfig);
+                }
             }
-            TypeUrl::Endpoint | TypeUrl::Route | TypeUrl::Secret | TypeUrl::ProxyConfig => {}
+            TypeUrl::Endpoint | TypeUrl::Route | TypeUrl::Secret | TypeUrl::ProxyConfig | TypeUrl::ExtensionConfig => {}
         }
         Some((response, grew))
     }

@@ -52,6 +52,9 @@ fn name_of(t: TypeUrl, any: &Any) -> String {
         }
         // The one resource has no name.
         TypeUrl::ProxyConfig => String::new(),
+        TypeUrl::ExtensionConfig => {
+            envoy_types::pb::envoy::config::core::v3::TypedExtensionConfig::decode(bytes).expect("a config").name
+        }
     }
 }
 
@@ -65,6 +68,7 @@ fn wanted(held: &Held, t: TypeUrl) -> BTreeSet<String> {
         TypeUrl::Endpoint => eds_names(&of_type(held, TypeUrl::Cluster)),
         TypeUrl::Route => rds_names(&of_type(held, TypeUrl::Listener)),
         TypeUrl::Secret => sds_names(&of_type(held, TypeUrl::Listener)),
+        TypeUrl::ExtensionConfig => crate::testing::memory::ecds_names(&of_type(held, TypeUrl::Listener)),
         TypeUrl::Cluster | TypeUrl::Listener | TypeUrl::ProxyConfig => BTreeSet::new(),
     }
 }
@@ -72,12 +76,17 @@ fn wanted(held: &Held, t: TypeUrl) -> BTreeSet<String> {
 /// Drops what a client no longer watches: Envoy lets an assignment or a
 /// route configuration go with the cluster or listener that asked for it.
 fn forget_unwatched(held: &mut Held) {
-    let (eds, rds, sds) =
-        (wanted(held, TypeUrl::Endpoint), wanted(held, TypeUrl::Route), wanted(held, TypeUrl::Secret));
+    let (eds, rds, sds, ecds) = (
+        wanted(held, TypeUrl::Endpoint),
+        wanted(held, TypeUrl::Route),
+        wanted(held, TypeUrl::Secret),
+        wanted(held, TypeUrl::ExtensionConfig),
+    );
     held.retain(|(t, name), _| match t {
         TypeUrl::Endpoint => eds.contains(name),
         TypeUrl::Route => rds.contains(name),
         TypeUrl::Secret => sds.contains(name),
+        TypeUrl::ExtensionConfig => ecds.contains(name),
         TypeUrl::Cluster | TypeUrl::Listener | TypeUrl::ProxyConfig => true,
     });
 }
@@ -316,9 +325,10 @@ impl Pair {
 async fn both_protocols_push_the_same_resources_for_the_same_change() {
     let mut pair = Pair::start().await;
     pair.assert_same_holdings("the initial sync");
-    // A sidecar's listeners name no Secrets, and Envoy asks for no PCDS:
-    // every other type is there.
-    for t in TypeUrl::PUSH_ORDER.into_iter().filter(|t| ![TypeUrl::Secret, TypeUrl::ProxyConfig].contains(t)) {
+    // A sidecar's listeners name no Secrets nor extension configs, and
+    // Envoy asks for no PCDS: every other type is there.
+    let unasked = [TypeUrl::Secret, TypeUrl::ProxyConfig, TypeUrl::ExtensionConfig];
+    for t in TypeUrl::PUSH_ORDER.into_iter().filter(|t| !unasked.contains(t)) {
         assert!(pair.sotw.held.keys().any(|(ht, _)| *ht == t), "the sync delivered no {t}");
     }
 

@@ -49,8 +49,13 @@ async fn synced_clients(ads: &AdsService, spec: &MeshSpec, n: usize) -> Vec<Memo
     clients
 }
 
+/// Generations per type, in `TypeUrl::index` order.
 fn generations(engine: &PushEngine) -> [u64; TypeUrl::COUNT] {
-    TypeUrl::PUSH_ORDER.map(|t| CacheStats::get(&engine.cache().stats.generations, t))
+    let mut out = [0; TypeUrl::COUNT];
+    for t in TypeUrl::PUSH_ORDER {
+        out[t.index()] = CacheStats::get(&engine.cache().stats.generations, t);
+    }
+    out
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

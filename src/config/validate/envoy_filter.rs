@@ -53,10 +53,6 @@ pub fn canonical_name(name: &str) -> Option<&'static str> {
     DEPRECATED_NAMES.iter().find(|(old, _)| *old == name).map(|(_, new)| *new)
 }
 
-/// What an EnvoyFilter does until meshpush applies them.
-pub const NOT_APPLIED: &str = "meshpush validates EnvoyFilters, but their patches are not applied yet: no proxy's \
-configuration changes for this object";
-
 /// What every EnvoyFilter is told, as istiod tells it.
 const INTERNALS: &str = "EnvoyFilter exposes internal implementation details that may change at any time; \
 check it against every upgrade of Istio or meshpush";
@@ -64,7 +60,6 @@ check it against every upgrade of Istio or meshpush";
 pub(super) fn envoy_filter(check: &mut Checker, object: &EnvoyFilter) {
     let spec = &object.spec;
     check.warning("", INTERNALS);
-    check.warning("spec", NOT_APPLIED);
     if spec.workload_selector.is_some() && !spec.target_refs.is_empty() {
         check.error("spec", "only one of targetRefs or workloadSelector can be set");
     }
@@ -152,6 +147,9 @@ fn config_patch(check: &mut Checker, path: &str, patch: &ConfigPatch) {
         }
     }
     object_match(check, path, patch);
+    if let Some(why) = does_nothing(patch, body.operation) {
+        check.warning(format!("{path}.patch.operation"), why);
+    }
     if let Some(value) = &body.value {
         patch_value(check, &format!("{path}.patch.value"), patch.apply_to, value);
     }
@@ -224,6 +222,45 @@ fn object_match(check: &mut Checker, path: &str, patch: &ConfigPatch) {
             }
         }
         ApplyTo::ListenerFilter | ApplyTo::ExtensionConfig | ApplyTo::Bootstrap | ApplyTo::Invalid => {}
+    }
+}
+
+/// Why a patch does nothing, as istiod applies it (`docs/envoyfilter.md`
+/// §3.12), when it does nothing.
+fn does_nothing(patch: &ConfigPatch, operation: Operation) -> Option<String> {
+    use Operation::{Add, InsertAfter, InsertBefore, InsertFirst, MergeAndReplaceList, Remove, Replace};
+    let listener = patch.match_.as_ref().and_then(|m| m.listener.as_ref());
+    let filter = listener.and_then(|l| l.filter_chain.as_ref()).and_then(|c| c.filter.as_ref());
+    let named = match patch.apply_to {
+        ApplyTo::ListenerFilter => listener.is_some_and(|l| !l.listener_filter.is_empty()),
+        ApplyTo::NetworkFilter => filter.is_some_and(|f| !f.name.is_empty()),
+        ApplyTo::HttpFilter => filter.and_then(|f| f.sub_filter.as_ref()).is_some_and(|s| !s.name.is_empty()),
+        _ => true,
+    };
+    let kind = patch.apply_to.as_str();
+    let op = serde_json::to_value(operation).ok()?.as_str()?.to_string();
+    match (patch.apply_to, operation) {
+        (ApplyTo::Bootstrap, _) => Some(
+            "BOOTSTRAP patches are not applied: istiod stopped delivering the bootstrap (Istio 1.21) and neither \
+             istiod nor meshpush's agent applies them; set bootstrap options through ProxyConfig or the proxy's annotations"
+                .to_string(),
+        ),
+        (ApplyTo::ExtensionConfig, Add | InsertBefore | InsertAfter | InsertFirst) => None,
+        (ApplyTo::ExtensionConfig, _) => {
+            Some(format!("{op} of an EXTENSION_CONFIG does nothing, as in istiod: only ADD serves a configuration"))
+        }
+        (ApplyTo::Listener | ApplyTo::FilterChain | ApplyTo::HttpRoute | ApplyTo::Cluster, Replace)
+        | (ApplyTo::RouteConfiguration, Add | Remove | InsertBefore | InsertAfter | InsertFirst | Replace)
+        | (ApplyTo::ListenerFilter | ApplyTo::NetworkFilter | ApplyTo::HttpFilter, MergeAndReplaceList) => {
+            Some(format!("{op} does nothing on a {kind}, as in istiod"))
+        }
+        (ApplyTo::ListenerFilter | ApplyTo::NetworkFilter | ApplyTo::HttpFilter, Remove | Replace) if !named => {
+            Some(format!("{op} of a {kind} needs the filter's name in the match; without it the patch does nothing"))
+        }
+        (ApplyTo::ListenerFilter, Operation::Merge) if !named => {
+            Some("MERGE of a LISTENER_FILTER needs listenerFilter in the match; without it the patch does nothing".into())
+        }
+        _ => None,
     }
 }
 

@@ -10,7 +10,7 @@ fn findings(yaml: &str) -> Vec<(Severity, String, String)> {
     parse_documents("t.yaml", yaml)
         .problems
         .into_iter()
-        .filter(|p| p.message != super::INTERNALS && p.message != super::NOT_APPLIED)
+        .filter(|p| p.message != super::INTERNALS)
         .map(|p| (p.severity, p.path, p.message))
         .collect()
 }
@@ -45,7 +45,6 @@ fn istio_s_own_envoy_filters_are_valid() {
             .iter()
             .filter(|p| p.object.as_ref().is_some_and(|k| k.kind == crate::config::ConfigKind::EnvoyFilter))
             .filter(|p| p.severity == Severity::Error || !p.message.contains(super::INTERNALS))
-            .filter(|p| p.message != super::NOT_APPLIED)
             .collect();
         // The bookinfo sample names Envoy's old filter name, as Istio warns.
         let deprecated = |p: &&&crate::config::Problem| p.message.contains("deprecated filter name envoy.ratelimit");
@@ -133,4 +132,29 @@ fn waypoint_patches_and_port_names_are_reported_not_dropped() {
     let port_name =
         filter("  - applyTo: LISTENER\n    match: {listener: {portName: http}}\n    patch: {operation: REMOVE}\n");
     assert!(findings(&port_name).iter().any(|f| f.1 == "spec.configPatches[0].match.listener.portName"));
+}
+
+#[test]
+fn a_patch_that_does_nothing_in_istiod_is_reported() {
+    let warnings = |patches: &str| -> Vec<(String, String)> {
+        findings(&filter(patches)).into_iter().filter(|f| f.0 == Severity::Warning).map(|f| (f.1, f.2)).collect()
+    };
+    let replace = warnings("  - applyTo: CLUSTER\n    patch: {operation: REPLACE, value: {name: c}}\n");
+    assert_eq!(
+        replace,
+        [(
+            "spec.configPatches[0].patch.operation".to_string(),
+            "REPLACE does nothing on a CLUSTER, as in istiod".to_string()
+        )]
+    );
+    let unnamed = warnings("  - applyTo: HTTP_FILTER\n    patch: {operation: REMOVE}\n");
+    assert!(unnamed[0].1.contains("needs the filter's name"), "{unnamed:?}");
+    let bootstrap = warnings("  - applyTo: BOOTSTRAP\n    patch: {operation: MERGE, value: {}}\n");
+    assert!(bootstrap[0].1.contains("BOOTSTRAP patches are not applied"), "{bootstrap:?}");
+    let ecds = warnings("  - applyTo: EXTENSION_CONFIG\n    patch: {operation: MERGE, value: {name: x}}\n");
+    assert!(ecds[0].1.contains("only ADD"), "{ecds:?}");
+    let typed = "{name: x, typed_config: {'@type': type.googleapis.com/envoy.extensions.filters.http.lua.v3.Lua}}";
+    assert!(
+        warnings(&format!("  - applyTo: EXTENSION_CONFIG\n    patch: {{operation: ADD, value: {typed}}}\n")).is_empty()
+    );
 }

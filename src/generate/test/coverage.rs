@@ -115,6 +115,7 @@ fn support_for(kind: &str) -> &'static [&'static str] {
     match kind {
         "VirtualService" | "Sidecar" => &["support.yaml"],
         "MeshConfig" => &["mesh-support.yaml"],
+        "EnvoyFilter" => &["envoy-filter-support.yaml"],
         _ => &[],
     }
 }
@@ -233,6 +234,9 @@ fn proxies(group: Option<&str>) -> Vec<crate::model::Proxy> {
     // Holds a workload certificate (its bootstrap has `sds-grpc`): mesh mTLS
     // reaches its configuration; the other sidecars stay plain text.
     v1.mesh_certificates = true;
+    // What EnvoyFilter proxy matches read: the two sidecars of `cov`
+    // differ in version and team.
+    v1.metadata.insert("ISTIO_VERSION".into(), "1.24.0".into());
 
     let mut v2 = proxy(
         "sidecar~10.50.0.2~client-v2.cov~cov.svc.cluster.local",
@@ -240,6 +244,8 @@ fn proxies(group: Option<&str>) -> Vec<crate::model::Proxy> {
         &[("app", "client"), ("version", "v2")],
     );
     v2.locality = Locality::parse("eu-west/zone-b");
+    v2.metadata.insert("ISTIO_VERSION".into(), "2.0.0".into());
+    v2.metadata.insert("TEAM".into(), "cov".into());
     let other = proxy(
         "sidecar~10.50.0.3~client.other~other.svc.cluster.local",
         "REDIRECT",
@@ -289,19 +295,25 @@ fn generate(text: &str, group: Option<&str>, served: &Served) -> (Vec<u8>, Vec<P
         let scope = ctx.scope_for(&p);
         let (_, inbound) = ctx.inbound_for(&p);
         let view = endpoint_view(&ctx, &p);
-        let mut clusters = cds::clusters(&ctx, &scope);
-        clusters.extend(cds::inbound_clusters(&inbound));
+        // As served: EnvoyFilter patches applied.
+        let mut record = crate::generate::envoy_filter::Record::default();
+        let mut clusters = crate::generate::envoy_filter::clusters(&ctx, &scope, &mut record);
+        clusters.extend(crate::generate::envoy_filter::inbound_clusters(&inbound, &mut record));
         for c in &clusters {
             out.extend(c.encode_to_vec());
             if let Some(cla) = eds::load_assignment(&ctx, &c.name, view.as_deref()) {
                 out.extend(cla.encode_to_vec());
             }
         }
-        for l in lds::listeners(&ctx, &scope).iter().chain(&lds::inbound_listeners(&inbound)) {
+        let listeners = crate::generate::envoy_filter::listeners(&ctx, &scope, &mut record);
+        for l in listeners.iter().chain(&crate::generate::envoy_filter::inbound_listeners(&inbound, &mut record)) {
             out.extend(l.encode_to_vec());
         }
-        for r in rds::route_configs(&ctx, &scope) {
+        for r in crate::generate::envoy_filter::route_configs(&ctx, &scope, &mut record) {
             out.extend(r.encode_to_vec());
+        }
+        for c in crate::generate::envoy_filter::extension_configs(&scope, &mut record) {
+            out.extend(c.encode_to_vec());
         }
         for name in sds::secret_names(&ctx, &scope) {
             if let Some(s) = sds::secret(&ctx, &scope.key.namespace, sds::reader(&scope), &name) {

@@ -247,3 +247,34 @@ fn a_custom_policy_s_authorizer_follows_the_mesh_config_and_the_service_it_names
     let authorizer = productpage_authorizer(&after).unwrap().expect("resolved");
     assert_eq!(&*authorizer.host, "authz.default.svc.cluster.local");
 }
+
+#[test]
+fn an_envoy_filter_reaches_its_namespace_or_from_the_root_every_proxy() {
+    let filter = |namespace: &str| {
+        format!(
+            "apiVersion: networking.istio.io/v1alpha3\nkind: EnvoyFilter\nmetadata: {{name: f, namespace: {namespace}}}\nspec:\n  configPatches:\n  - applyTo: CLUSTER\n    match: {{cluster: {{name: BlackHoleCluster}}}}\n    patch: {{operation: REMOVE}}\n"
+        )
+    };
+    let store = bookinfo::store();
+    let prev = PushContext::build(store.snapshot(), 1, Arc::new(ScopeInterner::default()));
+    let before = prev.scope_for(&productpage());
+    assert!(before.key.envoy_filters.is_empty());
+    // Another namespace's filter: only its scopes are touched; keys are recomputed.
+    let changes = store.apply(bookinfo::puts(&filter("elsewhere")));
+    let (next, pushed) = PushContext::next(&prev, changes.snapshot.clone(), &PushRequest::new(changes));
+    assert!(!pushed.full && pushed.rescope && pushed.namespaces.contains("elsewhere"));
+    assert!(!pushed.touches_scope(&before), "a default-namespace scope is not touched");
+    assert!(pushed.types.contains(TypeUrl::Cluster) && pushed.types.contains(TypeUrl::ExtensionConfig));
+    assert!(next.scope_for(&productpage()).key.envoy_filters.is_empty());
+    // The proxy's own namespace: its scope key holds the patch.
+    let changes = store.apply(bookinfo::puts(&filter("default")));
+    let (next, pushed) = PushContext::next(&next, changes.snapshot.clone(), &PushRequest::new(changes));
+    assert!(pushed.touches_scope(&before));
+    let after = next.scope_for(&productpage());
+    assert_eq!(after.key.envoy_filters.len(), 1);
+    assert_ne!(after.id, before.id, "a new scope: its clusters are generated anew");
+    // The root namespace: every proxy.
+    let changes = store.apply(bookinfo::puts(&filter("istio-system")));
+    let (_, pushed) = PushContext::next(&next, changes.snapshot.clone(), &PushRequest::new(changes));
+    assert!(pushed.full && pushed.rescope);
+}

@@ -34,7 +34,7 @@ use std::sync::Arc;
 use prost_reflect::DynamicMessage;
 use regex::Regex;
 
-use crate::config::istio::envoy_filter::{ApplyTo, EnvoyFilter, ObjectMatch, Operation};
+use crate::config::istio::envoy_filter::{ApplyTo, EnvoyFilter, ObjectMatch, Operation, PatchContext};
 use crate::config::mesh::MeshConfig;
 use crate::config::validate::envoy_filter::MAX_PROXY_VERSION_LEN;
 use crate::config::{ConfigKey, ConfigKind, ConfigObject};
@@ -106,7 +106,28 @@ impl Ord for ResolvedPatch {
     }
 }
 
+impl serde::Serialize for ResolvedPatch {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_str(&self.label())
+    }
+}
+
 impl ResolvedPatch {
+    /// The filter revision (content hash) the patch was read from.
+    pub fn revision(&self) -> u64 {
+        self.revision
+    }
+
+    /// `NAMESPACE/NAME[INDEX]`: the patch as reports name it.
+    pub fn label(&self) -> String {
+        format!("{}/{}[{}]", self.filter.namespace, self.filter.name, self.index)
+    }
+
+    /// Whether the patch is read in `context` (its own, or ANY).
+    pub fn in_context(&self, context: PatchContext) -> bool {
+        self.matches.context == PatchContext::Any || self.matches.context == context
+    }
+
     /// Whether the patch wants `proxy`, by version and metadata.
     pub fn wants(&self, proxy: &Proxy) -> bool {
         let version = proxy.metadata.get(ISTIO_VERSION).map(String::as_str).unwrap_or_default();
@@ -124,6 +145,7 @@ impl ResolvedPatch {
 #[derive(Debug)]
 struct IndexedFilter {
     key: ConfigKey,
+    revision: u64,
     priority: i32,
     created: String,
     selector: Option<BTreeMap<String, String>>,
@@ -148,6 +170,12 @@ impl EnvoyFilterIndex {
             index.by_namespace.entry(filter.metadata.namespace().into()).or_default().push(Arc::new(indexed));
         }
         index
+    }
+
+    /// The revision of the filter `key` indexed (`None`: not indexed).
+    pub fn revision_of(&self, key: &ConfigKey) -> Option<u64> {
+        let filters = self.by_namespace.get(&key.namespace)?;
+        filters.iter().find(|f| &f.key == key).map(|f| f.revision)
     }
 
     /// Whether the snapshot has any EnvoyFilter (a mesh without pays nothing).
@@ -187,6 +215,52 @@ impl EnvoyFilterIndex {
                 })
         });
         filters.into_iter().flat_map(|f| f.patches.iter()).filter(|p| p.wants(proxy)).cloned().collect()
+    }
+}
+
+/// The patches a sidecar's inbound side reads (context SIDECAR_INBOUND or
+/// ANY), with what their cluster matches need to know of the workload.
+/// Part of the workload's inbound key: `None` when no patch applies, so a
+/// mesh without EnvoyFilters keys inbound configuration as before.
+#[derive(Debug, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize)]
+pub struct InboundPatches {
+    /// The patches, in istiod's order.
+    pub patches: Vec<Arc<ResolvedPatch>>,
+    /// Per inbound port, the hostnames of the services that select the
+    /// workload there: what a cluster match's `service` is compared with
+    /// on an `inbound|PORT||` cluster, whose name holds no host.
+    pub hosts: BTreeMap<u32, Vec<crate::model::Hostname>>,
+}
+
+impl EnvoyFilterIndex {
+    /// The patches of `proxy`'s outbound side (a sidecar's SIDECAR_OUTBOUND,
+    /// a gateway's GATEWAY, and ANY), and the extension configs (whose
+    /// context istiod does not read). BOOTSTRAP patches are left out: the
+    /// bootstrap is the agent's, and validation reported them.
+    pub fn outbound(&self, proxy: &Proxy) -> Vec<Arc<ResolvedPatch>> {
+        let context = match proxy.kind {
+            crate::model::ProxyKind::Router => PatchContext::Gateway,
+            crate::model::ProxyKind::Sidecar => PatchContext::SidecarOutbound,
+        };
+        let mut patches = self.for_proxy(proxy);
+        patches.retain(|p| {
+            p.apply_to != ApplyTo::Bootstrap && (p.apply_to == ApplyTo::ExtensionConfig || p.in_context(context))
+        });
+        patches
+    }
+
+    /// The patches of a sidecar's inbound side (SIDECAR_INBOUND and ANY;
+    /// none for a gateway), extension configs and BOOTSTRAP left out.
+    pub fn inbound(&self, proxy: &Proxy) -> Vec<Arc<ResolvedPatch>> {
+        if proxy.kind != crate::model::ProxyKind::Sidecar {
+            return Vec::new();
+        }
+        let mut patches = self.for_proxy(proxy);
+        patches.retain(|p| {
+            !matches!(p.apply_to, ApplyTo::Bootstrap | ApplyTo::ExtensionConfig)
+                && p.in_context(PatchContext::SidecarInbound)
+        });
+        patches
     }
 }
 
@@ -266,6 +340,7 @@ fn indexed(filter: &EnvoyFilter, key: ConfigKey, revision: u64) -> IndexedFilter
         .collect();
     IndexedFilter {
         key,
+        revision,
         priority: spec.priority,
         created: filter.metadata.creation_timestamp.clone().unwrap_or_default(),
         selector: spec.workload_selector.as_ref().map(|s| s.labels.clone()),

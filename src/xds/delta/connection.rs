@@ -197,7 +197,7 @@ impl DeltaConnection {
                 let set = view.proxy_set(scope, inbound, t);
                 set.resources.iter().filter(|r| wanted(&r.name)).cloned().collect()
             }
-            TypeUrl::Route | TypeUrl::Secret | TypeUrl::ProxyConfig => {
+            TypeUrl::Route | TypeUrl::Secret | TypeUrl::ProxyConfig | TypeUrl::ExtensionConfig => {
                 let set = view.scoped(scope, t);
                 if w.wildcard {
                     set.resources.clone()

@@ -319,7 +319,7 @@ impl Connection {
                     }),
                 )
             }
-            TypeUrl::Route | TypeUrl::Secret => {
+            TypeUrl::Route | TypeUrl::Secret | TypeUrl::ExtensionConfig => {
                 let set = view.scoped(scope, t);
                 Current::Watched(Arc::new(resolve(&w.names, |n| set.get(n).cloned())))
             }

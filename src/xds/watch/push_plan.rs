@@ -88,7 +88,8 @@ mod tests {
         );
         assert_eq!(types(&plan(&routing, true, |_| true)), TypeUrl::PUSH_ORDER.to_vec(), "moved: all");
         assert_eq!(
-            types(&plan(&routing, true, |t| t != Listener && t != Secret && t != TypeUrl::ProxyConfig)),
+            types(&plan(&routing, true, |t| ![Listener, Secret, TypeUrl::ProxyConfig, TypeUrl::ExtensionConfig]
+                .contains(&t))),
             vec![Cluster, Endpoint, Route],
             "unwatched"
         );
