@@ -217,6 +217,80 @@ fn envoy_api(c: &mut Criterion) {
     group.finish();
 }
 
+/// Ten mesh-wide EnvoyFilter patches of the kinds production meshes use
+/// (a Lua filter before the router, a connection manager and a listener
+/// MERGE, virtual host, route and route configuration headers, a timeout
+/// on every cluster, an added cluster, HTTP/2 to one service, and an
+/// inbound rate limit filter the outbound side passes over), as YAML.
+fn ten_mesh_wide_filters(service: &str, port: u32) -> String {
+    let patch = |i: usize, body: &str| {
+        format!(
+            "apiVersion: networking.istio.io/v1alpha3\nkind: EnvoyFilter\nmetadata: {{name: bench-{i}, namespace: istio-system}}\nspec:\n  configPatches:\n{body}---\n"
+        )
+    };
+    let hcm = "    match:\n      listener:\n        filterChain:\n          filter:\n            name: envoy.filters.network.http_connection_manager\n";
+    let bodies = [
+        format!("  - applyTo: HTTP_FILTER\n{hcm}            subFilter: {{name: envoy.filters.http.router}}\n    patch:\n      operation: INSERT_BEFORE\n      value: {{name: envoy.filters.http.lua, typed_config: {{'@type': type.googleapis.com/envoy.extensions.filters.http.lua.v3.Lua, default_source_code: {{inline_string: 'function envoy_on_request(h) end'}}}}}}\n"),
+        "  - applyTo: HTTP_FILTER\n    match:\n      context: SIDECAR_INBOUND\n      listener: {filterChain: {filter: {name: envoy.filters.network.http_connection_manager}}}\n    patch:\n      operation: INSERT_FIRST\n      value: {name: envoy.filters.http.local_ratelimit, typed_config: {'@type': type.googleapis.com/envoy.extensions.filters.http.local_ratelimit.v3.LocalRateLimit, stat_prefix: rl}}\n".to_string(),
+        format!("  - applyTo: NETWORK_FILTER\n{hcm}    patch:\n      operation: MERGE\n      value: {{typed_config: {{'@type': type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager, common_http_protocol_options: {{idle_timeout: 30s}}}}}}\n"),
+        "  - applyTo: LISTENER\n    patch: {operation: MERGE, value: {per_connection_buffer_limit_bytes: 32768}}\n".to_string(),
+        "  - applyTo: VIRTUAL_HOST\n    patch: {operation: MERGE, value: {response_headers_to_add: [{header: {key: x-mesh, value: '1'}}]}}\n".to_string(),
+        "  - applyTo: HTTP_ROUTE\n    match: {routeConfiguration: {vhost: {route: {action: ROUTE}}}}\n    patch: {operation: MERGE, value: {route: {idle_timeout: 60s}}}\n".to_string(),
+        "  - applyTo: ROUTE_CONFIGURATION\n    patch: {operation: MERGE, value: {request_headers_to_add: [{header: {key: x-rc, value: '1'}}]}}\n".to_string(),
+        "  - applyTo: CLUSTER\n    patch: {operation: MERGE, value: {connect_timeout: 3s}}\n".to_string(),
+        "  - applyTo: CLUSTER\n    match: {context: SIDECAR_OUTBOUND}\n    patch: {operation: ADD, value: {name: bench-extra, type: STATIC, connect_timeout: 1s}}\n".to_string(),
+        format!("  - applyTo: CLUSTER\n    match: {{cluster: {{service: {service}, portNumber: {port}}}}}\n    patch:\n      operation: MERGE\n      value: {{typed_extension_protocol_options: {{envoy.extensions.upstreams.http.v3.HttpProtocolOptions: {{'@type': type.googleapis.com/envoy.extensions.upstreams.http.v3.HttpProtocolOptions, explicit_http_config: {{http2_protocol_options: {{}}}}}}}}}}\n"),
+    ];
+    bodies.iter().enumerate().map(|(i, b)| patch(i, b)).collect()
+}
+
+/// One scope's clusters, listeners and routes with ten mesh-wide
+/// EnvoyFilters applied, encoded: against `generate_one_scope/*`, what the
+/// patches cost a scope's generation (paid once per scope, then cached).
+fn envoy_filters(c: &mut Criterion) {
+    use meshpush::generate::envoy_filter::{self, Record};
+    let mut group = c.benchmark_group("envoy_filter");
+    let services = *sizes().last().expect("a size");
+    let spec = MeshSpec::new(services).scoped();
+    let store = store_of(spec.objects());
+    let scope_probe = PushContext::build(store.snapshot(), 1, Arc::new(ScopeInterner::default()));
+    let probe = scope_probe.scope_for(&sidecar(&spec, 5));
+    let target = probe.services.first().expect("a visible service");
+    let filters = ten_mesh_wide_filters(&target.hostname, target.ports[0].port);
+    let parsed = meshpush::config::parse::parse_documents("bench.yaml", &filters);
+    assert!(!parsed.has_errors(), "{:?}", parsed.problems);
+    store.apply(parsed.objects.into_iter().map(|(o, s)| Write::Put(o, s)));
+    let ctx = PushContext::build(store.snapshot(), 1, Arc::new(ScopeInterner::default()));
+    let scope = ctx.scope_for(&sidecar(&spec, 5));
+    assert_eq!(scope.key.envoy_filters.len(), 9, "every outbound patch applies to the scope");
+    let label = format!("{services}/scoped/{}_visible", scope.services.len());
+    group.bench_function(BenchmarkId::new("cds_10_filters", &label), |b| {
+        b.iter(|| {
+            envoy_filter::clusters(&ctx, &scope, &mut Record::default())
+                .iter()
+                .map(|c| EncodedResource::encode(TypeUrl::Cluster, c.name.as_str().into(), c))
+                .collect::<Vec<_>>()
+        })
+    });
+    group.bench_function(BenchmarkId::new("lds_10_filters", &label), |b| {
+        b.iter(|| {
+            envoy_filter::listeners(&ctx, &scope, &mut Record::default())
+                .iter()
+                .map(|l| EncodedResource::encode(TypeUrl::Listener, l.name.as_str().into(), l))
+                .collect::<Vec<_>>()
+        })
+    });
+    group.bench_function(BenchmarkId::new("rds_10_filters", &label), |b| {
+        b.iter(|| {
+            envoy_filter::route_configs(&ctx, &scope, &mut Record::default())
+                .iter()
+                .map(|r| EncodedResource::encode(TypeUrl::Route, r.name.as_str().into(), r))
+                .collect::<Vec<_>>()
+        })
+    });
+    group.finish();
+}
+
 fn assembly(c: &mut Criterion) {
     let mut group = c.benchmark_group("response_assembly");
     let services = *sizes().last().expect("a size");
@@ -403,5 +477,15 @@ fn secret_rotation(c: &mut Criterion) {
     group.finish();
 }
 
-criterion_group!(benches, calibration, push_context, generation, envoy_api, assembly, full_push, secret_rotation);
+criterion_group!(
+    benches,
+    calibration,
+    push_context,
+    generation,
+    envoy_filters,
+    envoy_api,
+    assembly,
+    full_push,
+    secret_rotation
+);
 criterion_main!(benches);

@@ -504,15 +504,16 @@ impl Collector for Readings {
             MetricType::Counter,
         )?)?;
         if !self.envoy_filters.is_empty() {
+            // Istio's name, kept exact as its other counters are (see the module docs).
             let mut family = encoder.encode_descriptor(
                 "pilot_total_envoy_filter",
                 "EnvoyFilter patches applied or skipped, per generation of a scope's resources.",
                 None,
-                MetricType::Counter,
+                MetricType::Unknown,
             )?;
             for (name, kind, result, count) in &self.envoy_filters {
                 let label: [(&str, &str); 3] = [("name", name), ("type", kind), ("result", result)];
-                ConstCounter::new(*count).encode(family.encode_family(&label)?)?;
+                ConstGauge::new(*count as i64).encode(family.encode_family(&label)?)?;
             }
         }
         Ok(())

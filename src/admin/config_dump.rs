@@ -12,7 +12,8 @@
 //! The dump is Envoy's own message, `envoy.admin.v3.ConfigDump`, with its
 //! sections (`ClustersConfigDump`, `ListenersConfigDump`,
 //! `RoutesConfigDump`, `EndpointsConfigDump` as `?include_eds` gives it,
-//! `SecretsConfigDump`), printed through Envoy's descriptors
+//! `SecretsConfigDump`, and `EcdsConfigDump` when HTTP filters discover
+//! their configuration), printed through Envoy's descriptors
 //! ([`crate::envoy_api::json`]) exactly as Envoy's admin prints it: every
 //! field of every resource, nothing rendered by hand. Private keys are
 //! redacted as Envoy's dump redacts them. What only Envoy can know is not
@@ -23,19 +24,21 @@
 use std::sync::Arc;
 
 use envoy_types::pb::envoy::admin::v3::clusters_config_dump::DynamicCluster;
+use envoy_types::pb::envoy::admin::v3::ecds_config_dump::EcdsFilterConfig;
 use envoy_types::pb::envoy::admin::v3::endpoints_config_dump::DynamicEndpointConfig;
 use envoy_types::pb::envoy::admin::v3::listeners_config_dump::{DynamicListener, DynamicListenerState};
 use envoy_types::pb::envoy::admin::v3::routes_config_dump::DynamicRouteConfig;
 use envoy_types::pb::envoy::admin::v3::secrets_config_dump::DynamicSecret;
 use envoy_types::pb::envoy::admin::v3::{
-    ClustersConfigDump, ConfigDump, EndpointsConfigDump, ListenersConfigDump, RoutesConfigDump, SecretsConfigDump,
+    ClustersConfigDump, ConfigDump, EcdsConfigDump, EndpointsConfigDump, ListenersConfigDump, RoutesConfigDump,
+    SecretsConfigDump,
 };
 use envoy_types::pb::envoy::config::cluster::v3::Cluster;
 use envoy_types::pb::envoy::config::cluster::v3::cluster::{ClusterDiscoveryType, DiscoveryType};
 use envoy_types::pb::envoy::config::core::v3::{data_source, transport_socket};
 use envoy_types::pb::envoy::config::listener::v3::{Listener, filter};
 use envoy_types::pb::envoy::extensions::filters::network::http_connection_manager::v3::{
-    HttpConnectionManager, http_connection_manager::RouteSpecifier,
+    HttpConnectionManager, http_connection_manager::RouteSpecifier, http_filter,
 };
 use envoy_types::pb::envoy::extensions::transport_sockets::tls::v3::{
     DownstreamTlsContext, Secret, UpstreamTlsContext, common_tls_context, secret,
@@ -85,7 +88,20 @@ fn messages<M: Message + Default>(section: &Section) -> Vec<(M, &Any)> {
 
 /// Route config names the listeners ask for over RDS.
 fn rds_names(listeners: &[(Listener, &Any)]) -> Vec<String> {
-    let mut names: Vec<String> = listeners
+    let mut names: Vec<String> = connection_managers(listeners)
+        .filter_map(|hcm| match hcm.route_specifier {
+            Some(RouteSpecifier::Rds(rds)) => Some(rds.route_config_name),
+            _ => None,
+        })
+        .collect();
+    names.sort();
+    names.dedup();
+    names
+}
+
+/// The connection managers of `listeners`' chains.
+fn connection_managers<'a>(listeners: &'a [(Listener, &Any)]) -> impl Iterator<Item = HttpConnectionManager> + 'a {
+    listeners
         .iter()
         .flat_map(|(l, _)| l.filter_chains.iter().chain(l.default_filter_chain.as_ref()))
         .flat_map(|fc| fc.filters.iter())
@@ -95,10 +111,14 @@ fn rds_names(listeners: &[(Listener, &Any)]) -> Vec<String> {
             }
             _ => None,
         })
-        .filter_map(|hcm| match hcm.route_specifier {
-            Some(RouteSpecifier::Rds(rds)) => Some(rds.route_config_name),
-            _ => None,
-        })
+}
+
+/// The extension configs the HTTP filters of `listeners` discover (ECDS), by name.
+fn ecds_names(listeners: &[(Listener, &Any)]) -> Vec<String> {
+    let mut names: Vec<String> = connection_managers(listeners)
+        .flat_map(|hcm| hcm.http_filters)
+        .filter(|f| matches!(f.config_type, Some(http_filter::ConfigType::ConfigDiscovery(_))))
+        .map(|f| f.name)
         .collect();
     names.sort();
     names.dedup();
@@ -131,6 +151,8 @@ pub fn config_dump(ads: &AdsService, proxy: &Arc<Proxy>) -> Result<Value, JsonEr
     let rds = fetch(ads, &mut conn, TypeUrl::Route, rds_names(&listeners));
     let eds = fetch(ads, &mut conn, TypeUrl::Endpoint, eds_names(&clusters));
     let sds = fetch(ads, &mut conn, TypeUrl::Secret, sds_names(&listeners, &clusters));
+    let ecds_wanted = ecds_names(&listeners);
+    let ecds = (!ecds_wanted.is_empty()).then(|| fetch(ads, &mut conn, TypeUrl::ExtensionConfig, ecds_wanted));
 
     let clusters_dump = ClustersConfigDump {
         version_info: cds.version.clone(),
@@ -201,15 +223,24 @@ pub fn config_dump(ads: &AdsService, proxy: &Arc<Proxy>) -> Result<Value, JsonEr
             .collect(),
         ..Default::default()
     };
-    let dump = ConfigDump {
-        configs: vec![
-            packed(&clusters_dump),
-            packed(&listeners_dump),
-            packed(&routes_dump),
-            packed(&endpoints_dump),
-            packed(&secrets_dump),
-        ],
-    };
+    let mut configs = vec![packed(&clusters_dump), packed(&listeners_dump)];
+    // Extension configs as Envoy shows its HTTP filters' (ECDS), when any is asked for.
+    if let Some(ecds) = ecds {
+        let filters = EcdsConfigDump {
+            ecds_filters: ecds
+                .resources
+                .iter()
+                .map(|any| EcdsFilterConfig {
+                    version_info: ecds.version.clone(),
+                    ecds_filter: Some(any.clone()),
+                    ..Default::default()
+                })
+                .collect(),
+        };
+        configs.push(packed(&filters));
+    }
+    configs.extend([packed(&routes_dump), packed(&endpoints_dump), packed(&secrets_dump)]);
+    let dump = ConfigDump { configs };
     json::to_json(&dump)
 }
 

@@ -15,6 +15,7 @@ mod bookinfo;
 mod bookinfo_example;
 mod capture;
 mod endpoints;
+mod envoy_filter;
 mod envoy_install;
 mod ext_authz;
 mod failure;

@@ -1,6 +1,6 @@
 //! meshpush's `/debug/config_dump` held against a real Envoy's own
-//! `/config_dump`: for each cluster, listener, route configuration and
-//! secret the Envoy holds, the JSON meshpush prints must be the JSON Envoy
+//! `/config_dump`: for each cluster, listener, route configuration,
+//! secret and extension config the Envoy holds, the JSON meshpush prints must be the JSON Envoy
 //! prints, value for value (Envoy's `last_updated`, which only Envoy can
 //! know, aside). This is the check that meshpush's dump is Envoy's exact
 //! JSON, run in the scenarios that bring up a real Envoy.
@@ -21,11 +21,12 @@ struct Section {
     resource: &'static [&'static str],
 }
 
-const SECTIONS: [Section; 4] = [
+const SECTIONS: [Section; 5] = [
     Section { kind: "ClustersConfigDump", list: "dynamic_active_clusters", resource: &["cluster"] },
     Section { kind: "ListenersConfigDump", list: "dynamic_listeners", resource: &["active_state", "listener"] },
     Section { kind: "RoutesConfigDump", list: "dynamic_route_configs", resource: &["route_config"] },
     Section { kind: "SecretsConfigDump", list: "dynamic_active_secrets", resource: &["secret"] },
+    Section { kind: "EcdsConfigDump", list: "ecds_filters", resource: &["ecds_filter"] },
 ];
 
 /// The resources of `section` in `dump`, by name.

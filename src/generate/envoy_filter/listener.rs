@@ -241,7 +241,7 @@ fn patch_chain(
         for p in network.iter().filter(|p| is_merge(p)) {
             let name = filter_name(p);
             if name.is_empty() || name == f.name {
-                merge_filter(f, p, !name.is_empty(), &what, record);
+                merge_filter(f, p, !name.is_empty(), true, &what, record);
             }
         }
         if f.name == HTTP_CONNECTION_MANAGER {
@@ -310,7 +310,7 @@ fn patch_http_filters(patches: &[&ResolvedPatch], hcm: &mut HttpConnectionManage
         for p in patches.iter().filter(|p| is_merge(p)) {
             let name = sub_filter_name(p);
             if name.is_empty() || name == f.name {
-                merge_filter(f, p, !name.is_empty(), what, record);
+                merge_filter(f, p, !name.is_empty(), true, what, record);
             }
         }
     }
@@ -330,7 +330,7 @@ fn patch_listener_filters(patches: &[Arc<ResolvedPatch>], context: Context, l: &
             // patch's type, which is the same wherever istiod does not panic.
             Operation::Merge if !name.is_empty() => {
                 for f in &mut l.listener_filters {
-                    merge_filter(f, p, false, &what, record);
+                    merge_filter(f, p, false, false, &what, record);
                 }
             }
             Operation::Merge | Operation::MergeAndReplaceList => {}
@@ -462,11 +462,19 @@ fn list_op<T: FilterItem>(
 }
 
 /// A filter MERGE: the patch's typed config merged into the filter's (of
-/// the same type), and the filter renamed when the patch names it anew.
+/// the same type), and (`rename`: network and HTTP filters, not listener
+/// filters, as in istiod) the filter renamed when the patch names it anew.
 /// A filter without a typed config is not merged. `named`: the patch named
 /// this filter — a type mismatch is then reported; otherwise (a MERGE that
 /// visits every filter) a filter of another type is passed over.
-fn merge_filter<T: FilterItem>(f: &mut T, p: &ResolvedPatch, named: bool, what: &str, record: &mut Record) {
+fn merge_filter<T: FilterItem>(
+    f: &mut T,
+    p: &ResolvedPatch,
+    named: bool,
+    rename: bool,
+    what: &str,
+    record: &mut Record,
+) {
     let Some(patch) = value::<T>(p) else { return };
     let Some(target) = f.typed_config_mut() else { return };
     if let Some(theirs) = patch.typed_config() {
@@ -479,7 +487,7 @@ fn merge_filter<T: FilterItem>(f: &mut T, p: &ResolvedPatch, named: bool, what: 
             }
         }
     }
-    if !patch.name().is_empty() {
+    if rename && !patch.name().is_empty() {
         f.rename(patch.name());
     }
     record.applied(p);

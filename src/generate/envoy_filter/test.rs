@@ -297,3 +297,57 @@ fn gateway_routes_match_by_server_port_and_gateway() {
     assert!(counts.contains(&("default/f".to_string(), "vhost", "skipped", 1)), "{counts:?}");
     let _ = &mut log;
 }
+
+#[test]
+fn replace_list_merges_replacements_inserts_by_route_and_transport_sockets() {
+    let ctx = mesh(
+        "default",
+        "  - applyTo: ROUTE_CONFIGURATION\n    match: {context: SIDECAR_OUTBOUND, routeConfiguration: {name: '9080'}}\n    patch:\n      operation: MERGE_AND_REPLACE_LIST\n      value: {virtual_hosts: [{name: only, domains: ['*'], routes: [{name: a, match: {prefix: /}, direct_response: {status: 200}}, {name: b, match: {prefix: /b}, redirect: {host_redirect: b.example}}]}]}\n  - applyTo: HTTP_ROUTE\n    match: {context: SIDECAR_OUTBOUND, routeConfiguration: {vhost: {name: only, route: {action: REDIRECT}}}}\n    patch:\n      operation: INSERT_BEFORE\n      value: {name: before-b, match: {prefix: /x}, direct_response: {status: 201}}\n  - applyTo: HTTP_ROUTE\n    match: {context: SIDECAR_OUTBOUND, routeConfiguration: {vhost: {name: only, route: {name: a}}}}\n    patch:\n      operation: INSERT_AFTER\n      value: {name: after-a, match: {prefix: /y}, direct_response: {status: 202}}\n  - applyTo: VIRTUAL_HOST\n    match: {context: SIDECAR_OUTBOUND, routeConfiguration: {vhost: {name: only}}}\n    patch:\n      operation: REPLACE\n      value: {name: only, domains: ['*'], routes: [{name: a, match: {prefix: /}, direct_response: {status: 200}}, {name: b, match: {prefix: /b}, redirect: {host_redirect: b.example}}]}\n  - applyTo: CLUSTER\n    match: {context: SIDECAR_OUTBOUND, cluster: {service: ratings.default.svc.cluster.local}}\n    patch:\n      operation: MERGE\n      value:\n        connect_timeout: 99s\n        transport_socket:\n          name: envoy.transport_sockets.tls\n          typed_config: {'@type': type.googleapis.com/envoy.extensions.transport_sockets.tls.v3.UpstreamTlsContext, sni: ratings.example}\n",
+    );
+    let s = sidecar(&ctx);
+    let rc = named(&s.routes, "9080", |r| &r.name).unwrap();
+    // The list replaced, then the host replaced (a REPLACE's copy is what
+    // the route patches see), then routes inserted around the matches.
+    assert_eq!(rc.virtual_hosts.len(), 1);
+    let routes: Vec<&str> = rc.virtual_hosts[0].routes.iter().map(|r| r.name.as_str()).collect();
+    assert_eq!(routes, ["a", "after-a", "before-b", "b"]);
+    let ratings = named(&s.clusters, "outbound|9080||ratings.default.svc.cluster.local", |c| &c.name).unwrap();
+    assert_eq!(ratings.transport_socket.as_ref().unwrap().name, "envoy.transport_sockets.tls");
+    assert_ne!(ratings.connect_timeout.unwrap().seconds, 99, "with a transport socket, only the socket is merged");
+}
+
+#[test]
+fn listener_filter_merge_and_named_network_filter_inserts() {
+    let ctx = mesh(
+        "default",
+        "  - applyTo: LISTENER_FILTER\n    match: {context: SIDECAR_INBOUND, listener: {name: virtualInbound, listenerFilter: envoy.filters.listener.original_dst}}\n    patch:\n      operation: MERGE\n      value: {name: ignored, typed_config: {'@type': type.googleapis.com/envoy.extensions.filters.listener.tls_inspector.v3.TlsInspector, enable_ja3_fingerprinting: true}}\n  - applyTo: NETWORK_FILTER\n    match: {context: SIDECAR_OUTBOUND, listener: {portNumber: 9080, filterChain: {filter: {name: envoy.filters.network.http_connection_manager}}}}\n    patch:\n      operation: INSERT_BEFORE\n      value: {name: envoy.filters.network.connection_limit, typed_config: {'@type': type.googleapis.com/envoy.extensions.filters.network.connection_limit.v3.ConnectionLimit, stat_prefix: l, max_connections: 1}}\n  - applyTo: NETWORK_FILTER\n    match: {context: SIDECAR_OUTBOUND, listener: {portNumber: 9080, filterChain: {filter: {name: envoy.filters.network.http_connection_manager}}}}\n    patch:\n      operation: INSERT_AFTER\n      value: {name: after-hcm, typed_config: {'@type': type.googleapis.com/envoy.extensions.filters.network.connection_limit.v3.ConnectionLimit, stat_prefix: m, max_connections: 1}}\n",
+    );
+    let s = sidecar(&ctx);
+    // A sidecar with a workload certificate: its inbound side inspects TLS.
+    let mut holder = bookinfo::productpage_in("REDIRECT");
+    holder.mesh_certificates = true;
+    let inbound_listeners = inbound_listeners(&ctx.inbound_for(&holder).1, &mut Record::default());
+    let inbound = listener(&inbound_listeners, "virtualInbound");
+    // The merge reaches the listener filters of its type (tls_inspector)
+    // and passes over the others; no filter is renamed by it.
+    let names: Vec<&str> = inbound.listener_filters.iter().map(|f| f.name.as_str()).collect();
+    assert!(names.contains(&"envoy.filters.listener.original_dst") && !names.contains(&"ignored"), "{names:?}");
+    let inspector =
+        named(&inbound.listener_filters, "envoy.filters.listener.tls_inspector", |f| &f.name).expect("a TLS inspector");
+    let Some(envoy_types::pb::envoy::config::listener::v3::listener_filter::ConfigType::TypedConfig(any)) =
+        &inspector.config_type
+    else {
+        panic!()
+    };
+    let config = envoy_types::pb::envoy::extensions::filters::listener::tls_inspector::v3::TlsInspector::decode(
+        any.value.as_slice(),
+    )
+    .unwrap();
+    assert_eq!(config.enable_ja3_fingerprinting, Some(envoy_types::pb::google::protobuf::BoolValue { value: true }));
+    let l = listener(&s.listeners, "0.0.0.0_9080");
+    let chain = l.filter_chains.first().or(l.default_filter_chain.as_ref()).unwrap();
+    let names: Vec<&str> = chain.filters.iter().map(|f| f.name.as_str()).collect();
+    assert_eq!(names, ["envoy.filters.network.connection_limit", "envoy.filters.network.http_connection_manager"]);
+    let failures = s.record.failures();
+    assert!(failures.iter().any(|(p, why)| p == "default/f[2]" && why.contains("terminal")), "{failures:?}");
+}
