@@ -14,7 +14,20 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
 use prost::Message;
-use prost_types::{FileDescriptorProto, FileDescriptorSet};
+use prost_types::FileDescriptorProto;
+
+/// The encoded files (field 1) of an encoded `FileDescriptorSet`, as they are.
+fn encoded_files(mut set: &[u8]) -> Vec<Vec<u8>> {
+    let mut files = Vec::new();
+    while !set.is_empty() {
+        let (tag, wire) = prost::encoding::decode_key(&mut set).expect("a FileDescriptorSet key");
+        assert!(tag == 1 && wire == prost::encoding::WireType::LengthDelimited, "a FileDescriptorSet holds files only");
+        let len = prost::encoding::decode_varint(&mut set).expect("a file's length") as usize;
+        files.push(set[..len].to_vec());
+        set = &set[len..];
+    }
+    files
+}
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     const PROTOS: [&str; 3] = [
@@ -81,21 +94,25 @@ fn envoy_api() -> Result<(), Box<dyn std::error::Error>> {
             alone.push(file);
         }
     }
-    let mut by_name: BTreeMap<String, FileDescriptorProto> = BTreeMap::new();
+    // Each file is kept as protox encoded it: its options keep their
+    // extensions (`validate.rules`, `udpa.annotations.*`), which decoding
+    // into prost_types would drop.
+    let mut by_name: BTreeMap<String, Vec<u8>> = BTreeMap::new();
     let mut known: BTreeSet<String> = BTreeSet::new();
-    let mut keep = |set: FileDescriptorSet, known: &mut BTreeSet<String>| {
-        for file in set.file {
+    let mut keep = |set: Vec<u8>, known: &mut BTreeSet<String>| {
+        for raw in encoded_files(&set) {
+            let file = FileDescriptorProto::decode(raw.as_slice()).expect("protox encodes what prost decodes");
             type_names(&file, known);
-            by_name.entry(file.name().to_string()).or_insert(file);
+            by_name.entry(file.name().to_string()).or_insert(raw);
         }
     };
-    keep(shared.file_descriptor_set(), &mut known);
+    keep(shared.encode_file_descriptor_set(), &mut known);
     for file in alone {
         loop {
             let mut own = compiler(&rewrites);
             match own.open_file(file) {
                 Ok(_) => {
-                    keep(own.file_descriptor_set(), &mut known);
+                    keep(own.encode_file_descriptor_set(), &mut known);
                     break;
                 }
                 Err(e) => {
@@ -107,9 +124,15 @@ fn envoy_api() -> Result<(), Box<dyn std::error::Error>> {
             }
         }
     }
-    let set = FileDescriptorSet { file: by_name.into_values().collect() };
+    // A FileDescriptorSet is its files as field 1, each length-delimited.
+    let mut set = Vec::new();
+    for raw in by_name.values() {
+        prost::encoding::encode_key(1, prost::encoding::WireType::LengthDelimited, &mut set);
+        prost::encoding::encode_varint(raw.len() as u64, &mut set);
+        set.extend_from_slice(raw);
+    }
     let out = PathBuf::from(std::env::var("OUT_DIR")?).join("envoy_api.bin");
-    std::fs::write(out, set.encode_to_vec())?;
+    std::fs::write(out, set)?;
     Ok(())
 }
 

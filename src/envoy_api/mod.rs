@@ -12,10 +12,13 @@
 //! [`json`] holds the two directions: a message to JSON exactly as Envoy's
 //! admin prints it, and JSON (with `@type`s resolved through the pool) to a
 //! message, with the path of the field that failed. [`merge`] merges one
-//! message into another as Istio merges an EnvoyFilter patch.
+//! message into another as Istio merges an EnvoyFilter patch. [`validate`]
+//! checks a message against Envoy's own field constraints (protoc-gen-validate's
+//! rules in the same `.proto` files), as Envoy checks what it is sent.
 
 pub mod json;
 pub mod merge;
+pub mod validate;
 
 use std::sync::LazyLock;
 

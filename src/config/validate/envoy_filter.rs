@@ -151,7 +151,7 @@ fn config_patch(check: &mut Checker, path: &str, patch: &ConfigPatch) {
         check.warning(format!("{path}.patch.operation"), why);
     }
     if let Some(value) = &body.value {
-        patch_value(check, &format!("{path}.patch.value"), patch.apply_to, value);
+        patch_value(check, &format!("{path}.patch.value"), patch.apply_to, body.operation, value);
     }
 }
 
@@ -273,30 +273,94 @@ fn deprecated_name(check: &mut Checker, path: &str, name: &str) {
     }
 }
 
-/// The value, read as the message its `applyTo` names.
-fn patch_value(check: &mut Checker, path: &str, apply_to: ApplyTo, value: &serde_json::Value) {
-    let Some(type_name) = apply_to.value_type() else { return };
+/// Why a patch value cannot be applied.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ValueProblem {
+    /// The object is refused, as istiod's validation refuses it (a value
+    /// that does not read as its type, a type no one knows).
+    Refused {
+        /// The path inside the value (`""`: the value itself).
+        path: String,
+        /// Why.
+        message: String,
+    },
+    /// The patch is skipped and the object's other patches applied: istiod
+    /// would drop an unknown field and apply the rest, or Envoy would
+    /// refuse what the patch puts in (its own field constraints, a
+    /// TypedStruct's value not its type), so meshpush applies neither.
+    Skipped {
+        /// The path inside the value.
+        path: String,
+        /// Why.
+        message: String,
+    },
+}
+
+/// `value` read as the message `apply_to` names, checked as far as Envoy
+/// would check it: a whole object a patch puts in (ADD, INSERT_*, REPLACE)
+/// against Envoy's field constraints, a MERGE's value for what it sets
+/// (its lists' items whole), a TypedStruct's value as the type it names. One function for validation and for the index, so
+/// what is reported is what is skipped.
+pub fn read_value(
+    apply_to: ApplyTo,
+    operation: Operation,
+    value: &serde_json::Value,
+) -> Result<DynamicMessage, ValueProblem> {
+    let Some(type_name) = apply_to.value_type() else {
+        return Err(ValueProblem::Refused { path: String::new(), message: "no applyTo".into() });
+    };
     let message = match json::from_json(type_name, value) {
         Ok(m) => m,
-        Err(JsonError::Field { path: at, reason }) => {
-            let at = if at == "." { path.to_string() } else { format!("{path}.{at}") };
-            check.error(at, format!("not a valid {type_name}: {reason}"));
-            return;
+        Err(JsonError::Field { path, reason }) if reason.contains("unrecognized field name") => {
+            let path = if path == "." { String::new() } else { path };
+            let message = format!(
+                "not a field of {type_name}: {reason}; the patch is skipped (istiod would apply it without the field)"
+            );
+            return Err(ValueProblem::Skipped { path, message });
+        }
+        Err(JsonError::Field { path, reason }) => {
+            let path = if path == "." { String::new() } else { path };
+            return Err(ValueProblem::Refused { path, message: format!("not a valid {type_name}: {reason}") });
         }
         Err(e) => {
-            check.error(path, format!("not a valid {type_name}: {e}"));
-            return;
+            return Err(ValueProblem::Refused { path: String::new(), message: format!("not a valid {type_name}: {e}") });
         }
     };
     let (mut frozen, mut untyped, mut typed_structs) = (Vec::new(), Vec::new(), Vec::new());
     walk(&message, &mut Found { frozen: &mut frozen, untyped: &mut untyped, typed_structs: &mut typed_structs });
     // Istio hands a TypedStruct to Envoy as it is; Envoy reads its value as
     // the type it names, and refuses the resource when that fails.
-    for (type_url, value) in typed_structs {
-        if let Err(e) = json::from_json(json::type_name(&type_url), &value) {
-            check.error(path, format!("a TypedStruct's value is not a valid {type_url}: {e}"));
+    for (type_url, inner) in typed_structs {
+        if let Err(e) = json::from_json(json::type_name(&type_url), &inner) {
+            let message = format!(
+                "a TypedStruct's value is not a valid {type_url}: {e}; Envoy would refuse it, the patch is skipped"
+            );
+            return Err(ValueProblem::Skipped { path: String::new(), message });
         }
     }
+    let checked = match operation {
+        Operation::Remove => Ok(()),
+        Operation::Merge | Operation::MergeAndReplaceList => crate::envoy_api::validate::check_partial(&message),
+        _ => crate::envoy_api::validate::check(&message),
+    };
+    if let Err(v) = checked {
+        let path = if v.path == "." { String::new() } else { v.path };
+        let message = format!("{}: Envoy would refuse it, the patch is skipped", v.rule);
+        return Err(ValueProblem::Skipped { path, message });
+    }
+    Ok(message)
+}
+
+/// The value, read as the message its `applyTo` names.
+fn patch_value(check: &mut Checker, path: &str, apply_to: ApplyTo, operation: Operation, value: &serde_json::Value) {
+    let at = |inner: &str| if inner.is_empty() { path.to_string() } else { format!("{path}.{inner}") };
+    let message = match read_value(apply_to, operation, value) {
+        Ok(m) => m,
+        Err(ValueProblem::Refused { path: inner, message }) => return check.error(at(&inner), message),
+        Err(ValueProblem::Skipped { path: inner, message }) => return check.warning(at(&inner), message),
+    };
+    let (mut frozen, mut untyped, mut typed_structs) = (Vec::new(), Vec::new(), Vec::new());
+    walk(&message, &mut Found { frozen: &mut frozen, untyped: &mut untyped, typed_structs: &mut typed_structs });
     if !frozen.is_empty() {
         frozen.sort();
         frozen.dedup();

@@ -96,23 +96,42 @@ fn a_match_must_fit_what_is_patched() {
 
 #[test]
 fn a_value_is_read_as_the_envoy_message_it_patches() {
-    // An unknown field is named by its path inside the value.
+    // An unknown field is named by its path inside the value; istiod would
+    // apply the rest, meshpush skips the patch (a warning: the filter's
+    // other patches apply).
     let typo = filter(
         "  - applyTo: CLUSTER\n    patch:\n      operation: MERGE\n      value: {connect_timeout: 1s, circuit_breakers: {tresholds: []}}\n",
     );
-    let found = errors(&typo);
-    assert_eq!(found.len(), 1, "{found:#?}");
-    assert!(found[0].0.starts_with("spec.configPatches[0].patch.value.circuit_breakers"), "{found:#?}");
-    assert!(found[0].1.contains("tresholds"), "{found:#?}");
-    // An unknown type, and a TypedStruct whose value is not its type.
+    assert!(errors(&typo).is_empty(), "{:#?}", errors(&typo));
+    let found = findings(&typo);
+    let skipped: Vec<_> = found.iter().filter(|f| f.2.contains("the patch is skipped")).collect();
+    assert_eq!(skipped.len(), 1, "{found:#?}");
+    assert!(skipped[0].1.starts_with("spec.configPatches[0].patch.value.circuit_breakers"), "{found:#?}");
+    assert!(skipped[0].2.contains("tresholds"), "{found:#?}");
+    // An unknown type refuses the object, as istiod refuses it.
     let unknown = filter(
         "  - applyTo: HTTP_FILTER\n    patch:\n      operation: ADD\n      value: {name: x, typed_config: {'@type': type.googleapis.com/envoy.extensions.filters.http.nope.v3.Nope}}\n",
     );
     assert!(errors(&unknown)[0].1.contains("envoy.extensions.filters.http.nope.v3.Nope"), "{:#?}", errors(&unknown));
-    let typed_struct = filter(
+    // What Envoy would refuse is skipped: a TypedStruct whose value is not
+    // its type, a value breaking Envoy's own constraints (a MERGE's only in
+    // what it sets).
+    let skipped = |patches: &str| -> Vec<(String, String)> {
+        findings(&filter(patches))
+            .into_iter()
+            .filter(|f| f.0 == Severity::Warning && f.2.contains("the patch is skipped"))
+            .map(|f| (f.1, f.2))
+            .collect()
+    };
+    let typed_struct = skipped(
         "  - applyTo: HTTP_FILTER\n    patch:\n      operation: ADD\n      value:\n        name: x\n        typed_config:\n          '@type': type.googleapis.com/xds.type.v3.TypedStruct\n          type_url: type.googleapis.com/envoy.extensions.filters.http.lua.v3.Lua\n          value: {inline_cod: x}\n",
     );
-    assert!(errors(&typed_struct)[0].1.contains("TypedStruct"), "{:#?}", errors(&typed_struct));
+    assert!(typed_struct[0].1.contains("TypedStruct"), "{typed_struct:#?}");
+    let zero = skipped("  - applyTo: CLUSTER\n    patch: {operation: MERGE, value: {connect_timeout: 0s}}\n");
+    assert_eq!(zero[0].0, "spec.configPatches[0].patch.value.connect_timeout", "{zero:#?}");
+    let nameless = skipped("  - applyTo: CLUSTER\n    patch: {operation: ADD, value: {connect_timeout: 1s}}\n");
+    assert_eq!(nameless[0].0, "spec.configPatches[0].patch.value.name", "{nameless:#?}");
+    assert!(skipped("  - applyTo: CLUSTER\n    patch: {operation: MERGE, value: {connect_timeout: 2s}}\n").is_empty());
     // A filter by name only, and a frozen (v2-era) type, are warned about as Istio warns.
     let by_name = filter(
         "  - applyTo: NETWORK_FILTER\n    patch: {operation: ADD, value: {name: envoy.filters.network.tcp_proxy}}\n",

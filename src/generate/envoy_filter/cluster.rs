@@ -15,9 +15,8 @@ use std::sync::Arc;
 use envoy_types::pb::envoy::config::cluster::v3::Cluster;
 use envoy_types::pb::envoy::config::core::v3::{TransportSocket, transport_socket::ConfigType};
 
-use super::{Context, Record, is_merge, merge_into, of_kind, value};
+use super::{Context, Record, TypedMerge, is_merge, merge_into, merge_typed, of_kind, value};
 use crate::config::istio::envoy_filter::{ApplyTo, Operation};
-use crate::envoy_api::merge::merge_any;
 use crate::generate::naming::{Direction, parse_cluster};
 use crate::model::Hostname;
 use crate::push::index::envoy_filter::ResolvedPatch;
@@ -117,7 +116,7 @@ fn merge_cluster(c: &mut Cluster, p: &ResolvedPatch, record: &mut Record) {
         Some(ours) => {
             if let (Some(ConfigType::TypedConfig(o)), Some(ConfigType::TypedConfig(t))) =
                 (ours.config_type.as_mut(), theirs.config_type.as_ref())
-                && let Err(e) = merge_any(o, t)
+                && let Err(TypedMerge::Mismatch(e) | TypedMerge::Failed(e)) = merge_typed(o, t)
             {
                 return record.failed(p, &what, e);
             }

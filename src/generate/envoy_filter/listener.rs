@@ -28,9 +28,8 @@ use envoy_types::pb::envoy::extensions::filters::network::http_connection_manage
 use envoy_types::pb::google::protobuf::Any;
 use prost::Message;
 
-use super::{Context, Record, is_merge, merge_into, of_kind, route, value};
+use super::{Context, Record, TypedMerge, is_merge, merge_into, merge_typed, of_kind, route, value};
 use crate::config::istio::envoy_filter::{ApplyTo, ListenerMatch, Operation};
-use crate::envoy_api::merge::{MergeError, merge_any};
 use crate::generate::naming::{VIRTUAL_INBOUND, VIRTUAL_OUTBOUND};
 use crate::generate::proto::HTTP_CONNECTION_MANAGER;
 use crate::push::index::envoy_filter::ResolvedPatch;
@@ -238,7 +237,8 @@ fn patch_chain(
         list_op(&mut chain.filters, p, filter_name(p), &what, NETWORK_TERMINALS, record);
     }
     for f in &mut chain.filters {
-        for p in network.iter().filter(|p| is_merge(p)) {
+        // MERGE_AND_REPLACE_LIST does nothing to a filter, as in istiod.
+        for p in network.iter().filter(|p| p.operation == Operation::Merge) {
             let name = filter_name(p);
             if name.is_empty() || name == f.name {
                 merge_filter(f, p, !name.is_empty(), true, &what, record);
@@ -276,9 +276,11 @@ fn merge_chain(chain: &mut FilterChain, p: &ResolvedPatch, record: &mut Record) 
         if let (Some(ConfigType::TypedConfig(t)), Some(ConfigType::TypedConfig(o))) =
             (theirs.config_type.as_ref(), ours.config_type.as_mut())
         {
-            match merge_any(o, t) {
+            match merge_typed(o, t) {
                 Ok(()) => record.applied(p),
-                Err(e) => record.failed(p, &format!("chain {:?} transport socket", chain.name), e),
+                Err(TypedMerge::Mismatch(e) | TypedMerge::Failed(e)) => {
+                    record.failed(p, &format!("chain {:?} transport socket", chain.name), e)
+                }
             }
         }
         return;
@@ -307,7 +309,7 @@ fn patch_http_filters(patches: &[&ResolvedPatch], hcm: &mut HttpConnectionManage
         list_op(&mut hcm.http_filters, p, sub_filter_name(p), what, HTTP_TERMINALS, record);
     }
     for f in &mut hcm.http_filters {
-        for p in patches.iter().filter(|p| is_merge(p)) {
+        for p in patches.iter().filter(|p| p.operation == Operation::Merge) {
             let name = sub_filter_name(p);
             if name.is_empty() || name == f.name {
                 merge_filter(f, p, !name.is_empty(), true, what, record);
@@ -478,10 +480,10 @@ fn merge_filter<T: FilterItem>(
     let Some(patch) = value::<T>(p) else { return };
     let Some(target) = f.typed_config_mut() else { return };
     if let Some(theirs) = patch.typed_config() {
-        match merge_any(target, theirs) {
+        match merge_typed(target, theirs) {
             Ok(()) => {}
-            Err(MergeError::TypeMismatch { .. }) if !named => return,
-            Err(e) => {
+            Err(TypedMerge::Mismatch(_)) if !named => return,
+            Err(TypedMerge::Mismatch(e) | TypedMerge::Failed(e)) => {
                 record.failed(p, &format!("{what} filter {}", f.name()), e);
                 return;
             }

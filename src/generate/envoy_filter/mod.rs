@@ -40,6 +40,7 @@ use envoy_types::pb::envoy::config::cluster::v3::Cluster;
 use envoy_types::pb::envoy::config::core::v3::TypedExtensionConfig;
 use envoy_types::pb::envoy::config::listener::v3::Listener;
 use envoy_types::pb::envoy::config::route::v3::RouteConfiguration;
+use envoy_types::pb::google::protobuf::Any;
 use prost::Message;
 
 pub use record::{PatchLog, Record};
@@ -106,14 +107,40 @@ fn value<M: Message + Default>(p: &ResolvedPatch) -> Option<M> {
 }
 
 /// Merges the patch's value into `target` (the whole object, as
-/// `pkg/proto/merge` does; `MERGE_AND_REPLACE_LIST` replaces lists).
-fn merge_into<M: Message + prost::Name + Default>(target: &mut M, p: &ResolvedPatch) -> Result<(), MergeError> {
+/// `pkg/proto/merge` does; `MERGE_AND_REPLACE_LIST` replaces lists). What
+/// the value sets was checked against Envoy's constraints when it was read.
+///
+/// Where protobuf's own merge of the encoded value gives Istio's result
+/// (a MERGE whose value holds no Duration: Istio replaces a Duration whole,
+/// protobuf merges its two fields), the value's bytes are merged into the
+/// generated message directly; otherwise through the pool.
+fn merge_into<M: Message + prost::Name + Default>(target: &mut M, p: &ResolvedPatch) -> Result<(), String> {
     let Some(patch) = &p.value else { return Ok(()) };
+    if let Some(bytes) = p.merge_bytes() {
+        return target.merge(bytes).map_err(|e| e.to_string());
+    }
     let lists = if p.operation == Operation::MergeAndReplaceList { Lists::Replace } else { Lists::Append };
     let mut dynamic = merge::dynamic(target);
-    merge::merge(&mut dynamic, patch, lists)?;
+    merge::merge(&mut dynamic, patch, lists).map_err(|e| e.to_string())?;
     *target = merge::typed(&dynamic);
     Ok(())
+}
+
+/// Why a typed config merge was not made.
+enum TypedMerge {
+    /// The patch's typed config is of another type.
+    Mismatch(String),
+    /// It could not be read.
+    Failed(String),
+}
+
+/// Merges a typed config into another as istiod's `MergeAnyWithAny` does.
+fn merge_typed(target: &mut Any, patch: &Any) -> Result<(), TypedMerge> {
+    match merge::merge_any(target, patch) {
+        Ok(()) => Ok(()),
+        Err(e @ MergeError::TypeMismatch { .. }) => Err(TypedMerge::Mismatch(e.to_string())),
+        Err(e) => Err(TypedMerge::Failed(e.to_string())),
+    }
 }
 
 /// The outbound (or gateway) clusters of `scope`, patched.

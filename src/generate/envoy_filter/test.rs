@@ -351,3 +351,44 @@ fn listener_filter_merge_and_named_network_filter_inserts() {
     let failures = s.record.failures();
     assert!(failures.iter().any(|(p, why)| p == "default/f[2]" && why.contains("terminal")), "{failures:?}");
 }
+
+#[test]
+fn what_envoy_would_refuse_is_skipped_and_the_filter_s_other_patches_apply() {
+    let ctx = mesh(
+        "default",
+        "  - applyTo: CLUSTER\n    match: {cluster: {service: ratings.default.svc.cluster.local}}\n    patch: {operation: MERGE, value: {connect_timeout: 0s}}\n  - applyTo: CLUSTER\n    match: {context: SIDECAR_OUTBOUND}\n    patch: {operation: ADD, value: {connect_timeout: 1s}}\n  - applyTo: CLUSTER\n    match: {cluster: {service: ratings.default.svc.cluster.local}}\n    patch: {operation: MERGE, value: {per_connection_buffer_limit_bytes: 4096}}\n",
+    );
+    let s = sidecar(&ctx);
+    let ratings = named(&s.clusters, "outbound|9080||ratings.default.svc.cluster.local", |c| &c.name).unwrap();
+    assert_ne!(ratings.connect_timeout.unwrap().seconds, 0, "a zero connect timeout is not merged");
+    assert_eq!(ratings.per_connection_buffer_limit_bytes.unwrap().value, 4096, "the third patch applies");
+    assert!(named(&s.clusters, "", |c| &c.name).is_none(), "a cluster without a name is not added");
+    let scope = ctx.scope_for(&bookinfo::productpage_in("REDIRECT"));
+    let indexes: Vec<usize> = scope.key.envoy_filters.iter().map(|p| p.index).collect();
+    assert_eq!(indexes, [2], "the two patches Envoy would refuse are not indexed");
+}
+
+#[test]
+fn protobuf_s_merge_of_a_value_without_durations_is_istio_s_merge() {
+    use crate::envoy_api::json::from_json;
+    use crate::envoy_api::merge::{Lists, dynamic, merge, typed};
+    let target: Cluster = typed(
+        &from_json(
+            "envoy.config.cluster.v3.Cluster",
+            &serde_json::json!({"name": "c", "type": "EDS", "connect_timeout": "2.5s", "metadata": {"filter_metadata": {"a": {"x": 1}, "b": {"y": 2}}}, "dns_lookup_family": "V4_ONLY", "health_checks": [{"timeout": "1s", "interval": "1s", "tcp_health_check": {}}]}),
+        )
+        .unwrap(),
+    );
+    for value in [
+        serde_json::json!({"metadata": {"filter_metadata": {"a": {"z": 3}}}, "per_connection_buffer_limit_bytes": 7}),
+        serde_json::json!({"type": "STATIC", "health_checks": [{"timeout": "2s", "interval": "2s", "http_health_check": {"path": "/h"}}]}),
+        serde_json::json!({"cluster_type": {"name": "envoy.clusters.aggregate"}, "circuit_breakers": {"thresholds": [{"max_connections": 5}]}}),
+    ] {
+        let patch = from_json("envoy.config.cluster.v3.Cluster", &value).unwrap();
+        let mut istio = dynamic(&target);
+        merge(&mut istio, &patch, Lists::Append).unwrap();
+        let mut binary = target.clone();
+        binary.merge(prost::Message::encode_to_vec(&patch).as_slice()).unwrap();
+        assert_eq!(typed::<Cluster>(&istio), binary, "{value}");
+    }
+}

@@ -17,7 +17,8 @@
 //!   version; a pattern over 1,024 characters matches nothing), and
 //!   `metadata`, keys the node must hold with exactly these values.
 //! - **Values** are read through Envoy's descriptors when the filter is
-//!   indexed, strictly: a patch whose value does not read is left out
+//!   indexed, by validation's own reader: a patch whose value does not
+//!   read, or that puts in what Envoy would refuse, is left out
 //!   (validation has reported it with its path), the filter's other
 //!   patches stay. `INSERT_*` on a kind without order (anything but the
 //!   three filter kinds and HTTP routes) is an `ADD`, as istiod rewrites it.
@@ -36,9 +37,8 @@ use regex::Regex;
 
 use crate::config::istio::envoy_filter::{ApplyTo, EnvoyFilter, ObjectMatch, Operation, PatchContext};
 use crate::config::mesh::MeshConfig;
-use crate::config::validate::envoy_filter::MAX_PROXY_VERSION_LEN;
+use crate::config::validate::envoy_filter::{MAX_PROXY_VERSION_LEN, read_value};
 use crate::config::{ConfigKey, ConfigKind, ConfigObject};
-use crate::envoy_api::json;
 use crate::model::{Proxy, StoreSnapshot};
 
 /// The label that makes a proxy a Gateway API one, naming its Gateway.
@@ -78,6 +78,9 @@ pub struct ResolvedPatch {
     pub value: Option<DynamicMessage>,
     /// The proxy version it wants.
     pub version: VersionMatch,
+    /// A MERGE's value encoded, when protobuf's binary merge of it gives
+    /// Istio's merge (no Duration in it): merged without the pool.
+    merge_bytes: Option<Vec<u8>>,
 }
 
 impl PartialEq for ResolvedPatch {
@@ -113,6 +116,12 @@ impl serde::Serialize for ResolvedPatch {
 }
 
 impl ResolvedPatch {
+    /// The value's bytes to merge as protobuf merges them, when that is
+    /// Istio's merge too (a MERGE whose value holds no Duration).
+    pub fn merge_bytes(&self) -> Option<&[u8]> {
+        self.merge_bytes.as_deref()
+    }
+
     /// The filter revision (content hash) the patch was read from.
     pub fn revision(&self) -> u64 {
         self.revision
@@ -318,7 +327,7 @@ fn indexed(filter: &EnvoyFilter, key: ConfigKey, revision: u64) -> IndexedFilter
                 (_, None) => return None,
                 (None, _) if operation == Operation::Remove => None,
                 (None, _) => return None,
-                (Some(v), Some(type_name)) => Some(json::from_json(type_name, v).ok()?),
+                (Some(v), Some(_)) => Some(read_value(patch.apply_to, operation, v).ok()?),
             };
             let matches = patch.match_.clone().unwrap_or_default();
             let version = match matches.proxy.as_ref().map(|p| p.proxy_version.as_str()).unwrap_or_default() {
@@ -326,6 +335,10 @@ fn indexed(filter: &EnvoyFilter, key: ConfigKey, revision: u64) -> IndexedFilter
                 long if long.len() > MAX_PROXY_VERSION_LEN => VersionMatch::Never,
                 pattern => VersionMatch::Pattern(Regex::new(pattern).ok()?),
             };
+            let merge_bytes = value
+                .as_ref()
+                .filter(|v| operation == Operation::Merge && !holds_duration(v))
+                .map(prost::Message::encode_to_vec);
             Some(Arc::new(ResolvedPatch {
                 filter: key.clone(),
                 revision,
@@ -335,6 +348,7 @@ fn indexed(filter: &EnvoyFilter, key: ConfigKey, revision: u64) -> IndexedFilter
                 matches,
                 value,
                 version,
+                merge_bytes,
             }))
         })
         .collect();
@@ -346,6 +360,25 @@ fn indexed(filter: &EnvoyFilter, key: ConfigKey, revision: u64) -> IndexedFilter
         selector: spec.workload_selector.as_ref().map(|s| s.labels.clone()),
         targets: spec.target_refs.clone(),
         patches,
+    }
+}
+
+/// Whether a Duration is set anywhere in `message` outside an `Any` (an
+/// `Any` is replaced whole by either merge).
+fn holds_duration(message: &DynamicMessage) -> bool {
+    use prost_reflect::{ReflectMessage, Value};
+    fn value(v: &Value) -> bool {
+        match v {
+            Value::Message(m) => holds_duration(m),
+            Value::List(items) => items.iter().any(value),
+            Value::Map(entries) => entries.values().any(value),
+            _ => false,
+        }
+    }
+    match message.descriptor().full_name() {
+        "google.protobuf.Duration" => true,
+        "google.protobuf.Any" => false,
+        _ => message.fields().any(|(_, v)| value(v)),
     }
 }
 
