@@ -14,8 +14,11 @@
 //! * On a gateway with two HTTPS hosts on one port: a connection manager
 //!   MERGE on the chain matched by SNI changes the `server` header of that
 //!   host only.
+//! * Istio's global rate limit sample (`samples/bookinfo/policy/productpage_envoy_ratelimit.yaml`,
+//!   unchanged) on a gateway: its filter, cluster and rate limit actions
+//!   arrive, and without the rate limit service it fails closed.
 //!
-//! Addresses 127.0.186.0/24; ports 8000 (the sample's) and 18361–18366.
+//! Addresses 127.0.186.0/24; ports 8000 (the sample's) and 18361–18367.
 
 use crate::support;
 
@@ -26,7 +29,7 @@ use std::time::Duration;
 
 use support::envoy::Section;
 use support::grpc::GrpcBackend;
-use support::manifests::{docs, router_node, service, sidecar_node};
+use support::manifests::{docs, service, sidecar_node};
 use support::scene::Scene;
 use support::tls::{TestCa, secret};
 
@@ -229,12 +232,7 @@ fn a_gateway_connection_manager_merged_by_sni_changes_that_host_only() {
         ],
         &[("storefront-1", &format!("127.0.186.4:{APP}"))],
     );
-    let mut opts = scene.sidecar(
-        &router_node("127.0.0.1", "ingress-1", "istio-system"),
-        &[("istio", "ingressgateway"), ("app", "istio-ingressgateway")],
-    );
-    opts.interception = "REDIRECT".into();
-    scene.add_envoy("gateway", &opts);
+    scene.add_ingress_gateway();
     let work = tempfile::tempdir().expect("a scratch dir");
     ca.write(work.path(), "ca.pem");
     // The `server` header a host answers with, through curl (TLS by SNI).
@@ -270,5 +268,50 @@ fn a_gateway_connection_manager_merged_by_sni_changes_that_host_only() {
     let bank_server = server("bank.example.test").expect("bank answers");
     assert_ne!(bank_server, "patched-by-sni", "the other host's chain is not matched");
     support::dump::assert_dump_matches_envoy(scene.mesh(), scene.envoy("gateway"), "ingress-1.istio-system");
+    scene.assert_nothing_rejected();
+}
+
+/// Istio's global rate limit sample (`samples/bookinfo/policy/productpage_envoy_ratelimit.yaml`,
+/// applied unchanged) on an ingress gateway: the rate limit filter, its
+/// cluster and the virtual hosts' rate limit actions reach the gateway, and,
+/// with no rate limit service reachable (the sample's `ratelimit.default`
+/// is not deployed), requests are refused as the sample's
+/// `failure_mode_deny: true` says — where they passed before it was applied.
+#[test]
+fn istio_s_global_rate_limit_sample_reaches_the_gateway_and_fails_closed_without_its_service() {
+    const GATEWAY: u16 = 18366;
+    const APP: u16 = 18367;
+    let mesh = docs(&[
+        service("default", "productpage", APP),
+        support::manifests::pod("default", "productpage-v1", "127.0.186.5", &[("app", "productpage")], APP),
+        support::manifests::gateway("istio-system", "ingress", "ingressgateway", GATEWAY, &["bookinfo.example.test"]),
+        support::manifests::gateway_route(
+            "default",
+            "productpage",
+            "istio-system/ingress",
+            "bookinfo.example.test",
+            "productpage",
+            APP,
+        ),
+    ]);
+    let mut scene = Scene::start(&[("mesh.yaml", &mesh)], &[("productpage-v1", &format!("127.0.186.5:{APP}"))]);
+    scene.add_ingress_gateway();
+    let entry = SocketAddr::from(([127, 0, 0, 1], GATEWAY));
+    let status = || get(entry, "bookinfo.example.test", "/productpage").map(|r| r.status);
+    scene.wait(CONVERGE, "the gateway to answer", Section::Listeners, || match status() {
+        Ok(200) => Ok(()),
+        other => Err(format!("{other:?}")),
+    });
+    scene.dir().write("ratelimit.yaml", &istio_manifest("samples/bookinfo/policy/productpage_envoy_ratelimit.yaml"));
+    scene.wait(CONVERGE, "requests refused without the rate limit service", Section::Listeners, || match status() {
+        Ok(500) => Ok(()),
+        other => Err(format!("{other:?}")),
+    });
+    let gateway = scene.envoy("gateway");
+    let listeners = gateway.section(Section::Listeners).to_string();
+    assert!(listeners.contains("envoy.ratelimit") && listeners.contains("productpage-ratelimit"), "{listeners}");
+    assert!(gateway.section(Section::Clusters).to_string().contains("rate_limit_cluster"));
+    assert!(gateway.section(Section::Routes).to_string().contains("\"descriptor_key\":\"PATH\""));
+    support::dump::assert_dump_matches_envoy(scene.mesh(), gateway, "ingress-1.istio-system");
     scene.assert_nothing_rejected();
 }

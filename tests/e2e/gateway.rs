@@ -12,7 +12,7 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 use support::envoy::Section;
-use support::manifests::{docs, gateway, gateway_route, pod, router_node, service};
+use support::manifests::{docs, gateway, gateway_route, pod, service};
 use support::scene::Scene;
 use support::traffic::Request;
 
@@ -36,12 +36,7 @@ fn gateway_routes_a_host_to_a_service_through_a_bound_virtual_service() {
         &[("mesh.yaml", &mesh), ("ingress.yaml", &ingress)],
         &[("storefront-1", "127.0.105.2:18155"), ("storefront-2", "127.0.105.3:18155")],
     );
-    let mut opts = scene.sidecar(
-        &router_node("127.0.0.1", "ingress-1", "istio-system"),
-        &[("istio", "ingressgateway"), ("app", "istio-ingressgateway")],
-    );
-    opts.interception = "REDIRECT".into();
-    scene.add_envoy("gateway", &opts);
+    scene.add_ingress_gateway();
     let gw = scene.envoy("gateway");
 
     let entry = SocketAddr::from(([127, 0, 0, 1], GATEWAY_PORT));

@@ -19,7 +19,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use support::envoy::Section;
-use support::manifests::{docs, gateway, gateway_route, pod, router_node, service};
+use support::manifests::{docs, gateway, gateway_route, pod, service};
 use support::scene::Scene;
 
 /// The storefront Pod's address (no other test uses it).
@@ -92,12 +92,7 @@ fn a_gateway_verifies_tokens_against_keys_meshpush_fetched_and_authorizes_by_req
         &[("mesh.yaml", &mesh), ("ingress.yaml", &ingress)],
         &[("storefront-1", &format!("{POD_IP}:{service_port}"))],
     );
-    let mut opts = scene.sidecar(
-        &router_node("127.0.0.1", "ingress-1", "istio-system"),
-        &[("istio", "ingressgateway"), ("app", "istio-ingressgateway")],
-    );
-    opts.interception = "REDIRECT".into();
-    scene.add_envoy("gateway", &opts);
+    scene.add_ingress_gateway();
 
     let entry = SocketAddr::from(([127, 0, 0, 1], gateway_port));
     let send = |token: Option<&str>| {

@@ -25,7 +25,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
 use support::envoy::Section;
-use support::manifests::{docs, pod, router_node, service};
+use support::manifests::{docs, pod, service};
 use support::scene::Scene;
 use support::tls::{Leaf, TestCa, TlsBackend, secret, telltales};
 
@@ -152,12 +152,7 @@ fn an_https_gateway_serves_each_host_its_own_certificate_redirects_http_and_pass
         &[("storefront-1", "127.0.118.2:18190"), ("teller-1", "127.0.118.3:18190")],
     );
     let backend = TlsBackend::start("secure-1", SocketAddr::from(([127, 0, 118, 4], SECURE_PORT)), &secure);
-    let mut opts = scene.sidecar(
-        &router_node("127.0.0.1", "ingress-1", "istio-system"),
-        &[("istio", "ingressgateway"), ("app", "istio-ingressgateway")],
-    );
-    opts.interception = "REDIRECT".into();
-    scene.add_envoy("gateway", &opts);
+    scene.add_ingress_gateway();
     let work = tempfile::tempdir().expect("a scratch dir");
     let dir = work.path();
     ca.write(dir, "ca.pem");

@@ -154,6 +154,19 @@ impl Scene {
         opts
     }
 
+    /// Starts Istio's ingress gateway as Envoy `gateway`: router
+    /// `ingress-1.istio-system` at 127.0.0.1, labelled `istio:
+    /// ingressgateway` and `app: istio-ingressgateway`, as Istio's chart
+    /// labels it.
+    pub fn add_ingress_gateway(&mut self) {
+        let mut opts = self.sidecar(
+            &super::manifests::router_node("127.0.0.1", "ingress-1", "istio-system"),
+            &[("istio", "ingressgateway"), ("app", "istio-ingressgateway")],
+        );
+        opts.interception = "REDIRECT".into();
+        self.add_envoy("gateway", &opts);
+    }
+
     /// Starts Envoy `name` from `opts` and keeps it in the scene.
     pub fn add_envoy(&mut self, name: &str, opts: &BootstrapOptions) {
         assert!(self.envoys.iter().all(|e| e.name() != name), "two Envoys named {name}");

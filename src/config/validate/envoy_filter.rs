@@ -323,7 +323,10 @@ pub fn read_value(
             return Err(ValueProblem::Refused { path, message: format!("not a valid {type_name}: {reason}") });
         }
         Err(e) => {
-            return Err(ValueProblem::Refused { path: String::new(), message: format!("not a valid {type_name}: {e}") });
+            return Err(ValueProblem::Refused {
+                path: String::new(),
+                message: format!("not a valid {type_name}: {e}"),
+            });
         }
     };
     let (mut frozen, mut untyped, mut typed_structs) = (Vec::new(), Vec::new(), Vec::new());
