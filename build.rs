@@ -253,9 +253,16 @@ fn envoy_types_protos() -> Result<PathBuf, Box<dyn std::error::Error>> {
     let target = std::env::var("TARGET")?;
     let manifest = std::env::var("CARGO_MANIFEST_PATH")
         .unwrap_or_else(|_| format!("{}/Cargo.toml", std::env::var("CARGO_MANIFEST_DIR").unwrap_or_default()));
+    // A target folder of its own: the build's is being written by the cargo
+    // that runs this script (its cache of rustc's answers included, which a
+    // second cargo reading it mid-write has seen half-written).
+    let own_target = PathBuf::from(std::env::var("OUT_DIR")?).join("metadata-target");
     let output = std::process::Command::new(cargo)
         .args(["metadata", "--format-version", "1", "--offline", "--filter-platform", &target, "--manifest-path"])
         .arg(&manifest)
+        .env("CARGO_TARGET_DIR", &own_target)
+        .env_remove("RUSTC_WRAPPER")
+        .env_remove("RUSTC_WORKSPACE_WRAPPER")
         .output()?;
     if !output.status.success() {
         return Err(format!("cargo metadata: {}", String::from_utf8_lossy(&output.stderr)).into());
