@@ -245,24 +245,66 @@ fn collect_protos(root: &Path, dir: &Path, out: &mut Vec<String>) -> std::io::Re
     Ok(())
 }
 
-/// envoy-types' `proto/` folder, found through `cargo metadata` (the
-/// crate is already fetched when its dependent's build script runs, so
-/// this needs no network).
+/// envoy-types' `proto/` folder: in cargo's registry, at the version
+/// `Cargo.lock` names (no other process runs); failing that (a vendored or
+/// patched source), where `cargo metadata` says the crate is. The crate is
+/// already fetched when its dependent's build script runs, so neither
+/// needs the network.
 fn envoy_types_protos() -> Result<PathBuf, Box<dyn std::error::Error>> {
+    let dir = match registry_protos() {
+        Some(dir) => dir,
+        None => metadata_protos()?,
+    };
+    println!("cargo:rerun-if-changed={}", dir.display());
+    println!("cargo:rerun-if-changed=Cargo.lock");
+    Ok(dir)
+}
+
+/// `$CARGO_HOME/registry/src/*/envoy-types-VERSION/proto`, the version read
+/// from `Cargo.lock`.
+fn registry_protos() -> Option<PathBuf> {
+    let root = PathBuf::from(std::env::var("CARGO_MANIFEST_DIR").ok()?);
+    let lock = std::fs::read_to_string(root.join("Cargo.lock")).ok()?;
+    let version = lock
+        .split("[[package]]")
+        .find(|p| p.contains("name = \"envoy-types\"") && p.contains("registry+"))?
+        .lines()
+        .find_map(|l| l.strip_prefix("version = \""))?
+        .trim_end_matches('"')
+        .to_string();
+    let home = std::env::var("CARGO_HOME")
+        .map(PathBuf::from)
+        .or_else(|_| std::env::var("HOME").map(|h| PathBuf::from(h).join(".cargo")))
+        .ok()?;
+    let mut found: Vec<PathBuf> = std::fs::read_dir(home.join("registry/src"))
+        .ok()?
+        .filter_map(|index| Some(index.ok()?.path().join(format!("envoy-types-{version}/proto"))))
+        .filter(|dir| dir.is_dir())
+        .collect();
+    found.sort();
+    found.pop()
+}
+
+/// The folder through `cargo metadata`, run with a clean environment: a
+/// cargo started with the variables cargo hands a build script (its
+/// jobserver among them) has been seen to feed its rustc garbage.
+fn metadata_protos() -> Result<PathBuf, Box<dyn std::error::Error>> {
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
     let target = std::env::var("TARGET")?;
     let manifest = std::env::var("CARGO_MANIFEST_PATH")
         .unwrap_or_else(|_| format!("{}/Cargo.toml", std::env::var("CARGO_MANIFEST_DIR").unwrap_or_default()));
-    // A target folder of its own: the build's is being written by the cargo
-    // that runs this script (its cache of rustc's answers included, which a
-    // second cargo reading it mid-write has seen half-written).
+    let mut command = std::process::Command::new(cargo);
+    command.env_clear();
+    for keep in ["PATH", "HOME", "CARGO_HOME", "RUSTUP_HOME", "RUSTUP_TOOLCHAIN"] {
+        if let Ok(value) = std::env::var(keep) {
+            command.env(keep, value);
+        }
+    }
     let own_target = PathBuf::from(std::env::var("OUT_DIR")?).join("metadata-target");
-    let output = std::process::Command::new(cargo)
+    let output = command
         .args(["metadata", "--format-version", "1", "--offline", "--filter-platform", &target, "--manifest-path"])
         .arg(&manifest)
         .env("CARGO_TARGET_DIR", &own_target)
-        .env_remove("RUSTC_WRAPPER")
-        .env_remove("RUSTC_WORKSPACE_WRAPPER")
         .output()?;
     if !output.status.success() {
         return Err(format!("cargo metadata: {}", String::from_utf8_lossy(&output.stderr)).into());
@@ -275,7 +317,5 @@ fn envoy_types_protos() -> Result<PathBuf, Box<dyn std::error::Error>> {
         .find(|p| p["name"] == "envoy-types")
         .and_then(|p| p["manifest_path"].as_str())
         .ok_or("cargo metadata lists no envoy-types package")?;
-    let dir = Path::new(manifest).parent().ok_or("envoy-types' manifest has no folder")?.join("proto");
-    println!("cargo:rerun-if-changed={}", dir.display());
-    Ok(dir)
+    Ok(Path::new(manifest).parent().ok_or("envoy-types' manifest has no folder")?.join("proto"))
 }
