@@ -5,6 +5,9 @@
 //!   certificate service (its wire contract restated in
 //!   `proto/istio/v1/auth/ca.proto`), and the PCDS resource
 //!   (`proto/istio/mesh/v1alpha1/proxy_config.proto`), as Rust types.
+//! - ztunnel's workload API (`proto/ztunnel/`, vendored unchanged from
+//!   istio/ztunnel: `istio.workload` and `istio.security`), the resources
+//!   meshpush serves ztunnel, as Rust types.
 //! - Envoy's whole API, from the `.proto` files envoy-types ships, as one
 //!   encoded `FileDescriptorSet` (`$OUT_DIR/envoy_api.bin`) that
 //!   `envoy_api` decodes into a descriptor pool at first use. The two
@@ -40,6 +43,14 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     }
     let descriptors = protox::compile(PROTOS, ["proto"])?;
     tonic_prost_build::configure().build_server(true).build_client(true).compile_fds(descriptors)?;
+    // ztunnel's files import each other by bare name (`workload.proto`),
+    // so their folder is the include root they are compiled from.
+    const ZTUNNEL: [&str; 2] = ["workload.proto", "authorization.proto"];
+    for proto in ZTUNNEL {
+        println!("cargo:rerun-if-changed=proto/ztunnel/{proto}");
+    }
+    let descriptors = protox::compile(ZTUNNEL, ["proto/ztunnel"])?;
+    tonic_prost_build::configure().build_server(false).build_client(false).compile_fds(descriptors)?;
     envoy_api()
 }
 

@@ -29,4 +29,5 @@ pub mod source;
 #[cfg(any(test, feature = "testing"))]
 pub mod testing;
 pub mod text;
+pub mod workload_api;
 pub mod xds;

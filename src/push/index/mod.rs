@@ -4,6 +4,7 @@
 //! and held behind its own `Arc`, so `PushContext::next` can share every index
 //! a change did not touch with the previous snapshot.
 
+pub mod ambient;
 pub mod authorization;
 mod delegation;
 mod endpoints;

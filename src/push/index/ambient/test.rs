@@ -1,0 +1,264 @@
+//! Istio's own golden translations (`tests/data/istio/pilot/pkg/serviceregistry/ambient/testdata`,
+//! copied from istio/istio): each `*-in.yaml` policy, translated, equals
+//! the `Authorization` istiod gives for it, field for field.
+
+use std::path::{Path, PathBuf};
+
+use base64::Engine as _;
+use serde_yaml_ng::Value;
+
+use super::{peer_mtls, policy};
+use crate::config::ConfigObject;
+use crate::config::istio::{AuthorizationPolicy, PeerAuthentication};
+use crate::workload_api::security::{
+    Action, Address, Authorization, Clause, Match, Rule, Scope, ServiceAccountMatch, StringMatch, string_match,
+};
+
+/// The root namespace of Istio's test.
+const ROOT: &str = "istio-system";
+
+fn testdata() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/istio/pilot/pkg/serviceregistry/ambient/testdata")
+}
+
+fn objects(path: &Path) -> Vec<ConfigObject> {
+    let text = std::fs::read_to_string(path).unwrap();
+    let parsed = crate::config::parse::parse_documents(&path.display().to_string(), &text);
+    assert!(!parsed.has_errors(), "{}: {:?}", path.display(), parsed.problems);
+    parsed.objects.into_iter().map(|(o, _)| o).collect()
+}
+
+/// The translation of one `*-in.yaml`, as Istio's test makes it.
+fn translate(objects: &[ConfigObject]) -> Option<Authorization> {
+    match &objects[0] {
+        ConfigObject::AuthorizationPolicy(p) => policy::translate(p, ROOT, false).authorization,
+        ConfigObject::PeerAuthentication(_) => {
+            let pas: Vec<&PeerAuthentication> = objects
+                .iter()
+                .map(|o| match o {
+                    ConfigObject::PeerAuthentication(p) => p,
+                    other => panic!("a file of PeerAuthentications holds {other:?}"),
+                })
+                .collect();
+            if let [only] = pas[..] {
+                return peer_mtls::translate(only, None, None, ROOT);
+            }
+            let root = peer_mtls::oldest(pas.iter().copied().filter(|p| p.metadata.namespace == ROOT));
+            let mut workload = pas.iter().copied().find(|p| p.metadata.namespace != ROOT && p.spec.selector.is_some());
+            let mut namespace = peer_mtls::oldest(
+                pas.iter().copied().filter(|p| p.metadata.namespace != ROOT && p.spec.selector.is_none()),
+            );
+            if workload.is_none() {
+                workload = namespace.take();
+            }
+            peer_mtls::translate(workload?, namespace, root, ROOT)
+        }
+        other => panic!("unexpected input {other:?}"),
+    }
+}
+
+/// An `Authorization` as Istio's golden files print it (protojson YAML,
+/// Istio's names: `groups` of `rules`).
+fn golden(text: &str) -> Option<Authorization> {
+    if text.trim().is_empty() {
+        return None;
+    }
+    let v: Value = serde_yaml_ng::from_str(text).unwrap();
+    let s = |v: &Value, k: &str| v.get(k).and_then(Value::as_str).unwrap_or_default().to_string();
+    let list = |v: &Value, k: &str| v.get(k).and_then(Value::as_sequence).cloned().unwrap_or_default();
+    let strings = |m: &Value, k: &str| -> Vec<StringMatch> {
+        list(m, k)
+            .iter()
+            .map(|sm| {
+                let kind = if let Some(e) = sm.get("exact") {
+                    string_match::MatchType::Exact(e.as_str().unwrap().into())
+                } else if let Some(p) = sm.get("prefix") {
+                    string_match::MatchType::Prefix(p.as_str().unwrap().into())
+                } else if let Some(x) = sm.get("suffix") {
+                    string_match::MatchType::Suffix(x.as_str().unwrap().into())
+                } else {
+                    assert!(sm.get("presence").is_some(), "{sm:?}");
+                    string_match::MatchType::Presence(())
+                };
+                StringMatch { match_type: Some(kind) }
+            })
+            .collect()
+    };
+    let accounts = |m: &Value, k: &str| -> Vec<ServiceAccountMatch> {
+        list(m, k)
+            .iter()
+            .map(|a| ServiceAccountMatch { namespace: s(a, "namespace"), service_account: s(a, "serviceAccount") })
+            .collect()
+    };
+    let ips = |m: &Value, k: &str| -> Vec<Address> {
+        list(m, k)
+            .iter()
+            .map(|a| Address {
+                address: base64::engine::general_purpose::STANDARD.decode(s(a, "address")).unwrap(),
+                length: a.get("length").and_then(Value::as_u64).unwrap_or_default() as u32,
+            })
+            .collect()
+    };
+    let ports = |m: &Value, k: &str| -> Vec<u32> { list(m, k).iter().map(|p| p.as_u64().unwrap() as u32).collect() };
+    let rules = list(&v, "groups")
+        .iter()
+        .map(|group| Rule {
+            clauses: list(group, "rules")
+                .iter()
+                .map(|clause| Clause {
+                    matches: list(clause, "matches")
+                        .iter()
+                        .map(|m| Match {
+                            namespaces: strings(m, "namespaces"),
+                            not_namespaces: strings(m, "notNamespaces"),
+                            service_accounts: accounts(m, "serviceAccounts"),
+                            not_service_accounts: accounts(m, "notServiceAccounts"),
+                            principals: strings(m, "principals"),
+                            not_principals: strings(m, "notPrincipals"),
+                            source_ips: ips(m, "sourceIps"),
+                            not_source_ips: ips(m, "notSourceIps"),
+                            destination_ips: ips(m, "destinationIps"),
+                            not_destination_ips: ips(m, "notDestinationIps"),
+                            destination_ports: ports(m, "destinationPorts"),
+                            not_destination_ports: ports(m, "notDestinationPorts"),
+                            extensions: Vec::new(),
+                        })
+                        .collect(),
+                })
+                .collect(),
+        })
+        .collect();
+    let scope = match s(&v, "scope").as_str() {
+        "" | "GLOBAL" => Scope::Global,
+        "NAMESPACE" => Scope::Namespace,
+        "WORKLOAD_SELECTOR" => Scope::WorkloadSelector,
+        other => panic!("scope {other}"),
+    };
+    let action = match s(&v, "action").as_str() {
+        "" | "ALLOW" => Action::Allow,
+        "DENY" => Action::Deny,
+        other => panic!("action {other}"),
+    };
+    Some(Authorization {
+        name: s(&v, "name"),
+        namespace: s(&v, "namespace"),
+        scope: scope as i32,
+        action: action as i32,
+        rules,
+        dry_run: v.get("dryRun").and_then(Value::as_bool).unwrap_or(false),
+        extensions: Vec::new(),
+    })
+}
+
+#[test]
+fn every_golden_translation_of_istio_is_matched() {
+    let mut inputs: Vec<PathBuf> = std::fs::read_dir(testdata())
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.to_string_lossy().ends_with("-in.yaml"))
+        .collect();
+    inputs.sort();
+    assert!(inputs.len() >= 20, "Istio's testdata has 22 inputs, found {}", inputs.len());
+    let mut wrong = Vec::new();
+    for input in &inputs {
+        let expected_path = input.to_string_lossy().replace("-in.yaml", ".yaml");
+        let expected = golden(&std::fs::read_to_string(&expected_path).unwrap());
+        let got = translate(&objects(input));
+        if got != expected {
+            wrong.push(format!("{}:\n  got      {got:?}\n  expected {expected:?}", input.display()));
+        }
+    }
+    assert!(wrong.is_empty(), "{} of {} differ:\n{}", wrong.len(), inputs.len(), wrong.join("\n"));
+}
+
+fn ap(yaml: &str) -> AuthorizationPolicy {
+    let parsed = crate::config::parse::parse_documents("test.yaml", yaml);
+    match parsed.objects.into_iter().next().map(|(o, _)| o) {
+        Some(ConfigObject::AuthorizationPolicy(p)) => *p,
+        other => panic!("{other:?} {:?}", parsed.problems),
+    }
+}
+
+#[test]
+fn what_ztunnel_does_not_enforce_is_said_with_its_effect() {
+    let full = objects(&testdata().join("allow-full-in.yaml"));
+    let ConfigObject::AuthorizationPolicy(p) = &full[0] else { panic!() };
+    let notes = policy::translate(p, ROOT, false).notes;
+    assert_eq!(notes.len(), 1, "{notes:?}");
+    for field in ["hosts", "methods", "paths", "remoteIpBlocks", "requestPrincipals", "request.headers[X-header]"] {
+        assert!(notes[0].contains(field), "{field}: {}", notes[0]);
+    }
+    assert!(notes[0].contains("allows less"), "{}", notes[0]);
+
+    let header: &str =
+        "apiVersion: security.istio.io/v1\nkind: AuthorizationPolicy\nmetadata: {name: d, namespace: ns}\n";
+    let only_http =
+        ap(&format!("{header}spec:\n  action: DENY\n  rules:\n  - to:\n    - operation: {{methods: [GET]}}\n"));
+    let t = policy::translate(&only_http, ROOT, false);
+    assert!(t.notes[0].contains("can never match"), "{:?}", t.notes);
+    let mixed = ap(&format!(
+        "{header}spec:\n  action: DENY\n  rules:\n  - to:\n    - operation: {{methods: [GET], ports: ['80']}}\n"
+    ));
+    let t = policy::translate(&mixed, ROOT, false);
+    assert!(t.notes[0].contains("denies more"), "{:?}", t.notes);
+    assert_eq!(t.authorization.unwrap().rules[0].clauses[0].matches[0].destination_ports, [80]);
+
+    let audit = ap(&format!("{header}spec:\n  action: AUDIT\n  rules: [{{}}]\n"));
+    let t = policy::translate(&audit, ROOT, false);
+    assert!(t.authorization.is_none() && t.notes[0].contains("AUDIT"), "{t:?}");
+
+    let dry = ap(&format!(
+        "{}  annotations: {{istio.io/dry-run: 'true'}}\nspec: {{}}\n",
+        header.replace("metadata: {name: d, namespace: ns}\n", "metadata:\n  name: d\n  namespace: ns\n")
+    ));
+    assert!(policy::translate(&dry, ROOT, false).authorization.is_none());
+    assert!(policy::translate(&dry, ROOT, true).authorization.is_some_and(|a| a.dry_run));
+
+    let waypoint =
+        ap(&format!("{header}spec:\n  targetRefs: [{{kind: Gateway, group: gateway.networking.k8s.io, name: w}}]\n"));
+    assert_eq!(policy::translate(&waypoint, ROOT, false), policy::Translated::default());
+
+    let everything = ap(&format!("{header}spec:\n  rules: [{{}}]\n"));
+    let a = policy::translate(&everything, ROOT, false).authorization.unwrap();
+    assert_eq!((a.scope, a.rules.len(), a.rules[0].clauses.len()), (Scope::Namespace as i32, 1, 0));
+    let mesh_wide = ap(&header.replace("namespace: ns", "namespace: istio-system"));
+    assert_eq!(policy::translate(&mesh_wide, ROOT, false).authorization.unwrap().scope, Scope::Global as i32);
+}
+
+fn pa(namespace: &str, name: &str, body: &str) -> PeerAuthentication {
+    let yaml = format!(
+        "apiVersion: security.istio.io/v1\nkind: PeerAuthentication\nmetadata: {{name: {name}, namespace: {namespace}}}\nspec: {body}\n"
+    );
+    let parsed = crate::config::parse::parse_documents("test.yaml", &yaml);
+    match parsed.objects.into_iter().next().map(|(o, _)| o) {
+        Some(ConfigObject::PeerAuthentication(p)) => p,
+        other => panic!("{other:?} {:?}", parsed.problems),
+    }
+}
+
+#[test]
+fn a_workload_names_the_static_strict_policy_or_its_converted_one() {
+    let strict_mesh = pa(ROOT, "mesh", "{mtls: {mode: STRICT}}");
+    let permissive_ns = pa("foo", "ns", "{mtls: {mode: PERMISSIVE}}");
+    let exempt = pa("foo", "w", "{selector: {matchLabels: {app: a}}, portLevelMtls: {8080: {mode: PERMISSIVE}}}");
+    let strict_port = pa("foo", "w", "{selector: {matchLabels: {app: a}}, portLevelMtls: {9090: {mode: STRICT}}}");
+    let static_key = "istio-system/istio_converted_static_strict";
+
+    assert_eq!(peer_mtls::workload_keys(&[], ROOT), Vec::<String>::new());
+    assert_eq!(peer_mtls::workload_keys(&[&strict_mesh], ROOT), [static_key]);
+    assert_eq!(peer_mtls::workload_keys(&[&strict_mesh, &permissive_ns], ROOT), Vec::<String>::new());
+    // STRICT from the mesh with a PERMISSIVE port: the converted policy
+    // carries the strictness, so the static one is not named.
+    assert_eq!(peer_mtls::workload_keys(&[&strict_mesh, &exempt], ROOT), ["foo/converted_peer_authentication_w"]);
+    assert_eq!(
+        peer_mtls::workload_keys(&[&permissive_ns, &strict_port], ROOT),
+        ["foo/converted_peer_authentication_w"]
+    );
+    let converted = peer_mtls::translate(&exempt, None, Some(&strict_mesh), ROOT).unwrap();
+    assert_eq!(converted.rules[0].clauses.len(), 2, "the exempt port, and the mesh's strictness merged in");
+    let s = peer_mtls::static_strict(ROOT);
+    assert_eq!(
+        (s.name.as_str(), s.namespace.as_str(), s.action),
+        (peer_mtls::STATIC_STRICT, ROOT, Action::Deny as i32)
+    );
+}
