@@ -30,6 +30,15 @@ if [[ -z "$bin" ]]; then
     fi
     bin="$(find_chromium)"
 fi
+
+# Where a package's scripts leave /dev/null a regular file (seen after a
+# clean run on the development machine; every later `rustc -` probe of
+# cargo then reads it as its input), restore the null device and say so.
+if [[ ! -c /dev/null ]]; then
+    echo "install-chromium: /dev/null was left a regular file after apt-get; restoring the null device" >&2
+    rm -f /dev/null
+    mknod -m 666 /dev/null c 1 3
+fi
 if [[ -z "$bin" ]]; then
     echo "install-chromium: chromium is still not on PATH after installing it" >&2
     exit 1

@@ -358,7 +358,7 @@ fn bootstrap(args: BootstrapArgs) -> Result<String, meshpush::bootstrap::Bootstr
 
 /// A trust domain as Istio's mesh config validation takes one.
 pub(crate) fn trust_domain(value: &str) -> Result<String, String> {
-    meshpush::config::mesh::file::check_trust_domain(value).map(|()| value.to_string())
+    meshpush::config::mesh::trust_anchors::check_trust_domain(value).map(|()| value.to_string())
 }
 
 /// A flag value that must not be empty.

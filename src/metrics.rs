@@ -199,6 +199,8 @@ pub(crate) const SHORT_ORDER: [TypeUrl; TypeUrl::COUNT] = [
     TypeUrl::Secret,
     TypeUrl::ProxyConfig,
     TypeUrl::ExtensionConfig,
+    TypeUrl::Address,
+    TypeUrl::Authorization,
 ];
 
 /// Every metric meshpush records as events happen. See the module docs.

@@ -72,6 +72,19 @@ pub struct ServiceSpec {
     /// Addresses outside the cluster that route to the Service.
     #[serde(rename = "externalIPs")]
     pub external_ips: Vec<String>,
+    /// Every cluster IP of a dual-stack Service (the first is `clusterIP`).
+    #[serde(rename = "clusterIPs")]
+    pub cluster_ips: Vec<String>,
+    /// `IPv4`, `IPv6`, or both (ztunnel's `ip_families`).
+    pub ip_families: Vec<String>,
+    /// `Local`: only endpoints on the caller's node (ztunnel keeps to them).
+    pub internal_traffic_policy: Option<String>,
+    /// `PreferSameZone` (`PreferClose`) or `PreferSameNode`: ztunnel's
+    /// failover order.
+    pub traffic_distribution: Option<String>,
+    /// Whether endpoints that are not ready are still used (ztunnel's
+    /// health policy `ALLOW_ALL`).
+    pub publish_not_ready_addresses: bool,
 }
 
 /// One port of a Service.
@@ -123,6 +136,11 @@ pub struct PodSpec {
     pub containers: Vec<Container>,
     /// The Node the Pod runs on: its labels give the Pod's locality.
     pub node_name: Option<String>,
+    /// Init containers: those that run beside the others
+    /// (`restartPolicy: Always`, native sidecars) have ports too.
+    pub init_containers: Vec<Container>,
+    /// Whether the Pod shares its Node's network (ztunnel's `HOST_NETWORK`).
+    pub host_network: bool,
 }
 
 /// A container (only its ports).
@@ -133,6 +151,8 @@ pub struct Container {
     pub name: String,
     /// Declared ports.
     pub ports: Vec<ContainerPort>,
+    /// An init container's `Always` makes it a native sidecar.
+    pub restart_policy: Option<String>,
 }
 
 /// A declared container port.
@@ -143,6 +163,15 @@ pub struct ContainerPort {
     pub name: Option<String>,
     /// Port number.
     pub container_port: u32,
+    /// `TCP` (the default), `UDP` or `SCTP`.
+    pub protocol: Option<String>,
+}
+
+impl ContainerPort {
+    /// Whether the port is TCP (absent means TCP, as the API server defaults it).
+    pub fn is_tcp(&self) -> bool {
+        self.protocol.as_deref().is_none_or(|p| p == "TCP")
+    }
 }
 
 /// `Pod.status`.
@@ -154,6 +183,51 @@ pub struct PodStatus {
     pub pod_ip: Option<String>,
     /// `Running`, `Pending`…; pods in `Succeeded` or `Failed` have no endpoint.
     pub phase: Option<String>,
+    /// Every IP of a dual-stack Pod (the first is `podIP`).
+    #[serde(rename = "podIPs")]
+    pub pod_ips: Vec<PodIp>,
+    /// Conditions; `Ready` decides whether ztunnel sends it traffic.
+    pub conditions: Vec<PodCondition>,
+}
+
+/// One of `Pod.status.podIPs`.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct PodIp {
+    /// The address.
+    pub ip: String,
+}
+
+/// One of `Pod.status.conditions` (its type and status only).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct PodCondition {
+    /// `Ready`, `PodScheduled`, …
+    #[serde(rename = "type")]
+    pub condition_type: String,
+    /// `True`, `False` or `Unknown`.
+    pub status: String,
+}
+
+impl Pod {
+    /// Its IPs: `status.podIPs`, else `status.podIP`.
+    pub fn ips(&self) -> Vec<&str> {
+        if self.status.pod_ips.is_empty() {
+            self.status.pod_ip.as_deref().into_iter().filter(|ip| !ip.is_empty()).collect()
+        } else {
+            self.status.pod_ips.iter().map(|p| p.ip.as_str()).collect()
+        }
+    }
+
+    /// Whether it finished (`Succeeded` or `Failed`).
+    pub fn is_terminal(&self) -> bool {
+        matches!(self.status.phase.as_deref(), Some("Succeeded" | "Failed"))
+    }
+
+    /// Whether its `Ready` condition is `True`.
+    pub fn is_ready(&self) -> bool {
+        self.status.conditions.iter().any(|c| c.condition_type == "Ready" && c.status == "True")
+    }
 }
 
 /// `v1 Node`: only its labels are read, for the locality of its Pods.
@@ -172,6 +246,14 @@ pub struct Namespace {
     /// Metadata.
     pub metadata: ObjectMeta,
 }
+
+/// The annotation Istio's CNI sets on a Pod whose traffic it captures for
+/// ztunnel (`enabled`; `pending` while partly set up).
+pub const AMBIENT_REDIRECTION: &str = "ambient.istio.io/redirection";
+
+/// A Service's or Namespace's traffic distribution (the annotation form of
+/// `spec.trafficDistribution`).
+pub const TRAFFIC_DISTRIBUTION: &str = "networking.istio.io/traffic-distribution";
 
 /// A Node's region.
 pub const REGION_LABEL: &str = "topology.kubernetes.io/region";

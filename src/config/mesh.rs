@@ -89,6 +89,22 @@ pub struct MeshConfig {
     /// `serviceSettings` over Istio's defaults: the hosts served with their
     /// own cluster's endpoints only (with one cluster, every endpoint is).
     pub cluster_local_hosts: cluster_local::ClusterLocalHosts,
+    /// Ambient mode's switches (istiod's environment, meshpush's flags).
+    pub ambient: AmbientSettings,
+}
+
+/// Ambient mode's switches, as istiod reads them from its environment.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct AmbientSettings {
+    /// `PILOT_ENABLE_AMBIENT`: whether ztunnel is served (istiod refuses
+    /// it otherwise; Istio's ambient profile turns it on).
+    pub enabled: bool,
+    /// `AMBIENT_ENABLE_DRY_RUN_AUTHORIZATION_POLICY`: whether dry-run
+    /// AuthorizationPolicies are sent to ztunnel as such (ztunnel 1.29 and
+    /// later only logs them; an older one would enforce them, so they are
+    /// not sent unless this is on).
+    pub dry_run_policies: bool,
 }
 
 impl Default for MeshConfig {
@@ -108,6 +124,7 @@ impl Default for MeshConfig {
             locality_lb_setting: None,
             trust_anchors: trust_anchors::TrustAnchors::default(),
             cluster_local_hosts: cluster_local::ClusterLocalHosts::default(),
+            ambient: AmbientSettings::default(),
         }
     }
 }

@@ -297,6 +297,28 @@ pub struct ObjectMeta {
     /// When the API server created the object (RFC 3339): the Gateway API
     /// orders routes of equal precedence by it. Objects of a file have none.
     pub creation_timestamp: Option<String>,
+    /// The prefix the API server generated the name from (a Pod of a
+    /// controller has one: its workload name is the controller's).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub generate_name: Option<String>,
+    /// The objects that own this one (a Pod's ReplicaSet or Job).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub owner_references: Vec<OwnerReference>,
+    /// Set once the object is being deleted (a Pod terminating).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub deletion_timestamp: Option<String>,
+}
+
+/// `metadata.ownerReferences[]` (the part meshpush reads).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct OwnerReference {
+    /// The owner's kind (`ReplicaSet`, `Job`, …).
+    pub kind: String,
+    /// The owner's name.
+    pub name: String,
+    /// Whether the owner is the object's controller.
+    pub controller: Option<bool>,
 }
 
 impl ObjectMeta {

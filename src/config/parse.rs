@@ -266,7 +266,7 @@ impl FileReader {
             }
         };
         // Nothing meshpush does reads the annotations of the kinds a large
-        // mesh has most of: they are not kept.
+        // mesh has most of (but two): they are not kept.
         // Nor their creation times (only routes are ordered by them).
         let unread = match &mut object {
             ConfigObject::Pod(o) => Some(&mut o.metadata),
@@ -276,7 +276,9 @@ impl FileReader {
             _ => None,
         };
         if let Some(meta) = unread {
-            meta.annotations.clear();
+            // Save ambient mode's: whether the CNI captures a Pod's
+            // traffic, and a Namespace's default traffic distribution.
+            meta.annotations.retain(|k, _| k == k8s::AMBIENT_REDIRECTION || k == k8s::TRAFFIC_DISTRIBUTION);
             meta.creation_timestamp = None;
         }
         if object.meta().name.is_empty() {

@@ -202,9 +202,13 @@ impl ScopedCache {
                 .iter()
                 .map(|l| Arc::new(self.encode(type_url, l.name.as_str().into(), l)))
                 .collect(),
-            TypeUrl::Route | TypeUrl::Endpoint | TypeUrl::Secret | TypeUrl::ProxyConfig | TypeUrl::ExtensionConfig => {
-                Vec::new()
-            }
+            TypeUrl::Route
+            | TypeUrl::Endpoint
+            | TypeUrl::Secret
+            | TypeUrl::ProxyConfig
+            | TypeUrl::ExtensionConfig
+            | TypeUrl::Address
+            | TypeUrl::Authorization => Vec::new(),
         };
         self.patches.add(record);
         let set = Arc::new(ResourceSet::new(resources));
@@ -310,6 +314,9 @@ impl ScopedCache {
                 .iter()
                 .map(|c| Arc::new(self.encode(type_url, c.name.as_str().into(), c)))
                 .collect(),
+            // One set for every ztunnel, encoded once by the snapshot's index.
+            TypeUrl::Address => ctx.ambient().addresses.clone(),
+            TypeUrl::Authorization => ctx.ambient().authorizations.clone(),
             TypeUrl::Endpoint => Vec::new(),
         };
         self.patches.add(record);

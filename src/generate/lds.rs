@@ -75,6 +75,7 @@ pub fn listeners(ctx: &PushContext, scope: &Scope) -> Vec<Listener> {
     let mut out = match scope.key.kind {
         ProxyKind::Sidecar => sidecar_listeners(ctx, scope),
         ProxyKind::Router => gateway::listeners(ctx, scope),
+        ProxyKind::Ztunnel => Vec::new(),
     };
     out.sort_by(|a, b| a.name.cmp(&b.name));
     out.dedup_by(|a, b| a.name == b.name);

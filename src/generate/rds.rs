@@ -41,6 +41,7 @@ pub fn route_configs(ctx: &PushContext, scope: &Scope) -> Vec<RouteConfiguration
             .map(|p| sidecar_config(ctx, scope, p))
             .collect(),
         ProxyKind::Router => gateway_configs(ctx, scope),
+        ProxyKind::Ztunnel => Vec::new(),
     };
     out.sort_by(|a, b| a.name.cmp(&b.name));
     out
@@ -56,6 +57,7 @@ pub fn route_config(ctx: &PushContext, scope: &Scope, name: &str) -> Option<Rout
             Some(sidecar_config(ctx, scope, p))
         }
         ProxyKind::Router => gateway_configs(ctx, scope).into_iter().find(|c| c.name == name),
+        ProxyKind::Ztunnel => None,
     }
 }
 

@@ -44,7 +44,8 @@ pub fn secret_names(ctx: &PushContext, scope: &Scope) -> BTreeSet<String> {
 pub fn reader(scope: &Scope) -> Reader {
     match scope.key.kind {
         ProxyKind::Router => Reader::Router,
-        ProxyKind::Sidecar => Reader::Sidecar,
+        // A ztunnel gets its certificates from the CA, never over SDS.
+        ProxyKind::Sidecar | ProxyKind::Ztunnel => Reader::Sidecar,
     }
 }
 

@@ -208,6 +208,17 @@ pub(crate) struct ServeArgs {
     #[arg(long, env = "PILOT_SKIP_VALIDATE_TRUST_DOMAIN", num_args = 0..=1, default_value = "false",
           default_missing_value = "true", value_parser = meshpush::os::parse_switch)]
     skip_validate_trust_domain: bool,
+    /// Serve ambient mode's ztunnels (the workload API), as istiod does
+    /// under PILOT_ENABLE_AMBIENT (Istio's ambient profile sets it).
+    #[arg(long, env = "PILOT_ENABLE_AMBIENT", num_args = 0..=1, default_value = "false",
+          default_missing_value = "true", value_parser = meshpush::os::parse_switch)]
+    enable_ambient: bool,
+    /// Send dry-run AuthorizationPolicies to ztunnel as dry runs, as istiod
+    /// does under AMBIENT_ENABLE_DRY_RUN_AUTHORIZATION_POLICY (ztunnel
+    /// 1.29 or later); without it they are not sent to ztunnel at all.
+    #[arg(long, env = "AMBIENT_ENABLE_DRY_RUN_AUTHORIZATION_POLICY", num_args = 0..=1, default_value = "false",
+          default_missing_value = "true", value_parser = meshpush::os::parse_switch)]
+    ambient_dry_run_policies: bool,
     /// Lifetime of a workload certificate when its request asks for none.
     #[arg(long, default_value = "24h", value_parser = parse_duration)]
     workload_cert_ttl: Duration,
@@ -244,6 +255,8 @@ impl ServeArgs {
             discovery_selectors: (!self.discovery_selectors.is_empty()).then(|| self.discovery_selectors.clone()),
             multi_root_mesh: Some(self.multi_root_mesh),
             skip_validate_trust_domain: Some(self.skip_validate_trust_domain),
+            enable_ambient: Some(self.enable_ambient),
+            ambient_dry_run_policies: Some(self.ambient_dry_run_policies),
             ..Default::default()
         }
     }

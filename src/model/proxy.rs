@@ -1,7 +1,7 @@
 //! `Proxy`: the Envoy on the other end of an ADS stream, parsed once from its `node`.
 //!
 //! Node ids follow Istio: `TYPE~IP~POD.NAMESPACE~NAMESPACE.svc.cluster.local`,
-//! TYPE being `sidecar` or `router`. Metadata keys follow Istio too
+//! TYPE being `sidecar`, `router` or `ztunnel`. Metadata keys follow Istio too
 //! (`NAMESPACE`, `LABELS`, `INTERCEPTION_MODE`, `ISTIO_VERSION`, `CLUSTER_ID`).
 
 use std::collections::BTreeMap;
@@ -22,6 +22,9 @@ pub enum ProxyKind {
     Sidecar,
     /// A gateway (ingress or egress).
     Router,
+    /// Ambient mode's node proxy, ztunnel: it asks for the workload API
+    /// only (workloads, services and policies), never for Envoy's types.
+    Ztunnel,
 }
 
 /// How traffic reaches the sidecar.
@@ -43,7 +46,7 @@ pub enum NodeError {
     #[error("the first request of the stream has no node")]
     Missing,
     /// The node id is not `type~ip~id~domain`.
-    #[error("node id \"{}\" is not of the form TYPE~IP~POD.NAMESPACE~DOMAIN (TYPE sidecar or router)", Shown(.0))]
+    #[error("node id \"{}\" is not of the form TYPE~IP~POD.NAMESPACE~DOMAIN (TYPE sidecar, router or ztunnel)", Shown(.0))]
     BadId(String),
     /// A metadata value could not be read.
     #[error("node \"{}\": metadata {key}: {}", Shown(id), Shown(reason))]
@@ -107,6 +110,7 @@ impl Proxy {
         let kind = match kind {
             "sidecar" => ProxyKind::Sidecar,
             "router" => ProxyKind::Router,
+            "ztunnel" => ProxyKind::Ztunnel,
             _ => return Err(bad_id()),
         };
         if ip.is_empty() || workload.is_empty() {

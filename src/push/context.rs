@@ -9,13 +9,14 @@
 //! scopes that must be regenerated.
 
 use std::collections::{BTreeSet, HashMap, HashSet};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use parking_lot::RwLock;
 use serde::Serialize;
 
 use super::PushRequest;
 use super::affected::{affected_hosts, affected_types};
+use super::index::ambient::{self, AmbientIndex};
 use super::index::envoy_filter::EnvoyFilterIndex;
 use super::index::{
     AuthorizationIndex, DestinationRuleIndex, EndpointIndex, GatewayApiIndex, GatewayIndex, IngressIndex,
@@ -61,6 +62,9 @@ pub struct PushChanges {
     pub rescope: bool,
     /// Whether PCDS's trust bundle, alike for every proxy, may differ: every scope is touched, none rescoped.
     pub every_scope: bool,
+    /// Whether what ztunnel is sent may differ (an input of the ambient
+    /// index changed): ztunnel scopes are touched, and only by this.
+    pub ambient: bool,
 }
 
 impl PushChanges {
@@ -68,6 +72,9 @@ impl PushChanges {
     pub fn touches_scope(&self, scope: &Scope) -> bool {
         if self.full || self.every_scope {
             return true;
+        }
+        if scope.key.kind == crate::model::ProxyKind::Ztunnel {
+            return self.ambient;
         }
         if self.endpoint_only {
             return false;
@@ -121,6 +128,9 @@ pub struct PushContext {
     pub telemetry: Arc<TelemetryIndex>,
     /// EnvoyFilters, their patch values read.
     pub envoy_filters: Arc<EnvoyFilterIndex>,
+    /// What ztunnel is sent, built when first asked for
+    /// ([`PushContext::ambient`]).
+    ambient: OnceLock<Arc<AmbientIndex>>,
     /// The mesh-wide settings: the store's `MeshConfig` object, else the
     /// server's startup settings.
     pub mesh: Arc<MeshConfig>,
@@ -202,6 +212,7 @@ impl PushContext {
             request_authentication: Arc::new(request_authentication),
             telemetry: Arc::new(telemetry),
             envoy_filters: Arc::new(envoy_filters),
+            ambient: OnceLock::new(),
             mesh,
             interner,
             scopes: RwLock::new(HashMap::new()),
@@ -493,6 +504,16 @@ impl PushContext {
             prev.endpoints.clone()
         };
 
+        // ztunnel's index: carried over when none of its inputs changed
+        // (and only if some ztunnel had it built).
+        changes.ambient = ambient::INPUTS.into_iter().any(changed);
+        let ambient = OnceLock::new();
+        if changes.ambient {
+            changes.types = changes.types.union(TypeSet::of(&[TypeUrl::Address, TypeUrl::Authorization]));
+        } else if let Some(index) = prev.ambient.get() {
+            let _ = ambient.set(index.clone());
+        }
+
         let next = PushContext {
             version: prev.version + 1,
             id: next_id(),
@@ -512,6 +533,7 @@ impl PushContext {
             request_authentication,
             telemetry,
             envoy_filters,
+            ambient,
             mesh: prev.mesh.clone(),
             interner: prev.interner.clone(),
             scopes: RwLock::new(HashMap::new()),
@@ -533,6 +555,11 @@ impl PushContext {
             }
         }
         (next, changes)
+    }
+
+    /// What ztunnel is sent in this snapshot, built on first use.
+    pub fn ambient(&self) -> &Arc<AmbientIndex> {
+        self.ambient.get_or_init(|| Arc::new(AmbientIndex::build(&self.store, &self.mesh)))
     }
 
     /// The scope key of a proxy in this snapshot.

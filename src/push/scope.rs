@@ -378,6 +378,22 @@ pub fn scope_key(ctx: &PushContext, proxy: &Proxy) -> ScopeKey {
             telemetry: ctx.telemetry.client(proxy),
             envoy_filters: ctx.envoy_filters.outbound(proxy),
         },
+        // ztunnel is sent the workload API only, alike for every ztunnel:
+        // nothing of the proxy's own decides it.
+        ProxyKind::Ztunnel => ScopeKey {
+            kind: ProxyKind::Ztunnel,
+            namespace: proxy.namespace.clone(),
+            interception: proxy.interception,
+            sidecar: None,
+            gateways: Vec::new(),
+            addresses: Vec::new(),
+            source_labels: Vec::new(),
+            mesh_certificates: false,
+            authorization: Vec::new(),
+            jwt_rules: Vec::new(),
+            telemetry: Arc::default(),
+            envoy_filters: Vec::new(),
+        },
     }
 }
 
@@ -545,6 +561,12 @@ fn egress_services(ctx: &PushContext, namespace: &str, hosts: &[String]) -> Vec<
 
 /// Computes the scope for `key` in `ctx`.
 pub fn compute(ctx: &PushContext, id: ScopeId, key: ScopeKey) -> Scope {
+    if key.kind == ProxyKind::Ztunnel {
+        // It sees no Envoy services: only the ambient index moves its output.
+        let outbound_policy = OutboundPolicy::ALLOW_ANY;
+        let (services, visible_hosts, egress, gateways) = Default::default();
+        return Scope { id, key, services, visible_hosts, egress, outbound_policy, gateways };
+    }
     let exported = || -> Vec<Arc<Service>> {
         ctx.services.all().iter().filter(|s| s.export_to.visible_to(&key.namespace)).cloned().collect()
     };

@@ -1,6 +1,7 @@
-//! The seven resource types meshpush serves, and their type URLs: Envoy's
-//! six (ECDS only for the extension configs EnvoyFilters add), and
-//! Istio's PCDS, which only agents ask for.
+//! The nine resource types meshpush serves, and their type URLs: Envoy's
+//! six (ECDS only for the extension configs EnvoyFilters add), Istio's
+//! PCDS, which only agents ask for, and ztunnel's two (WDS: workloads and
+//! services; WADS: authorization policies), which only ztunnel asks for.
 
 use std::fmt;
 
@@ -26,17 +27,24 @@ pub enum TypeUrl {
     /// ECDS: `envoy.config.core.v3.TypedExtensionConfig`, the HTTP filter
     /// configurations EnvoyFilters serve by name.
     ExtensionConfig,
+    /// WDS: `istio.workload.Address`, the workloads and services ztunnel
+    /// reaches (never for Envoy).
+    Address,
+    /// WADS: `istio.security.Authorization`, the policies ztunnel enforces
+    /// (never for Envoy).
+    Authorization,
 }
 
 impl TypeUrl {
     /// How many types there are: the length of per-type arrays.
-    pub const COUNT: usize = 7;
+    pub const COUNT: usize = 9;
 
     /// Every type, in push order (make before break: clusters and their
     /// endpoints before the listeners and routes that use them; extension
     /// configs and secrets after them, as Istio orders them: a listener or
     /// cluster that names one warms until it arrives; the agent's PCDS
-    /// last, as it changes nothing Envoy holds).
+    /// after them, as it changes nothing Envoy holds; ztunnel's addresses
+    /// before the policies that name them, as ztunnel subscribes).
     pub const PUSH_ORDER: [TypeUrl; TypeUrl::COUNT] = [
         TypeUrl::Cluster,
         TypeUrl::Endpoint,
@@ -45,6 +53,8 @@ impl TypeUrl {
         TypeUrl::ExtensionConfig,
         TypeUrl::Secret,
         TypeUrl::ProxyConfig,
+        TypeUrl::Address,
+        TypeUrl::Authorization,
     ];
 
     /// The full type URL.
@@ -57,10 +67,12 @@ impl TypeUrl {
             TypeUrl::Secret => "type.googleapis.com/envoy.extensions.transport_sockets.tls.v3.Secret",
             TypeUrl::ProxyConfig => "type.googleapis.com/istio.mesh.v1alpha1.ProxyConfig",
             TypeUrl::ExtensionConfig => "type.googleapis.com/envoy.config.core.v3.TypedExtensionConfig",
+            TypeUrl::Address => "type.googleapis.com/istio.workload.Address",
+            TypeUrl::Authorization => "type.googleapis.com/istio.security.Authorization",
         }
     }
 
-    /// Short name as in metrics and `istioctl` (`cds`, `eds`, `lds`, `rds`, `sds`, `pcds`, `ecds`).
+    /// Short name as in metrics and `istioctl` (`cds`, `eds`, `lds`, `rds`, `sds`, `pcds`, `ecds`, `wds`, `wads`).
     pub const fn short(self) -> &'static str {
         match self {
             TypeUrl::Cluster => "cds",
@@ -70,6 +82,8 @@ impl TypeUrl {
             TypeUrl::Secret => "sds",
             TypeUrl::ProxyConfig => "pcds",
             TypeUrl::ExtensionConfig => "ecds",
+            TypeUrl::Address => "wds",
+            TypeUrl::Authorization => "wads",
         }
     }
 
@@ -84,9 +98,18 @@ impl TypeUrl {
     }
 
     /// Whether an empty subscription means "everything" (LDS and CDS, for
-    /// Envoy; PCDS, whose one resource has no name).
+    /// Envoy; PCDS, whose one resource has no name; ztunnel's two, which
+    /// it asks for whole unless it asks on demand).
     pub const fn is_wildcard_type(self) -> bool {
-        matches!(self, TypeUrl::Cluster | TypeUrl::Listener | TypeUrl::ProxyConfig)
+        matches!(
+            self,
+            TypeUrl::Cluster | TypeUrl::Listener | TypeUrl::ProxyConfig | TypeUrl::Address | TypeUrl::Authorization
+        )
+    }
+
+    /// Whether this is one of ztunnel's types (the workload API).
+    pub const fn is_workload_api(self) -> bool {
+        matches!(self, TypeUrl::Address | TypeUrl::Authorization)
     }
 }
 
@@ -98,13 +121,13 @@ impl fmt::Display for TypeUrl {
 
 /// A set of resource types.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize)]
-pub struct TypeSet(u8);
+pub struct TypeSet(u16);
 
 impl TypeSet {
     /// No type.
     pub const EMPTY: TypeSet = TypeSet(0);
     /// Every type.
-    pub const ALL: TypeSet = TypeSet(0b111_1111);
+    pub const ALL: TypeSet = TypeSet(0b1_1111_1111);
 
     /// A set of the given types.
     pub fn of(types: &[TypeUrl]) -> TypeSet {

@@ -158,6 +158,7 @@ pub fn entry_for(snapshot: &crate::model::StoreSnapshot, proxy: &Proxy) -> Optio
             labels: labels.clone(),
             annotations,
             creation_timestamp: None,
+            ..ObjectMeta::default()
         },
         spec: WorkloadEntrySpec { address: proxy.ip.to_string(), labels, locality, ..template.clone() },
     };

@@ -228,7 +228,13 @@ impl MemoryClient {
                     grew.push(TypeUrl::ExtensionConfig);
                 }
             }
-            TypeUrl::Endpoint | TypeUrl::Route | TypeUrl::Secret | TypeUrl::ProxyConfig | TypeUrl::ExtensionConfig => {}
+            TypeUrl::Endpoint
+            | TypeUrl::Route
+            | TypeUrl::Secret
+            | TypeUrl::ProxyConfig
+            | TypeUrl::ExtensionConfig
+            | TypeUrl::Address
+            | TypeUrl::Authorization => {}
         }
         Some((response, grew))
     }
@@ -250,9 +256,12 @@ impl MemoryClient {
         let mut seen = [false; TypeUrl::COUNT];
         let mut listeners_asked = false;
         loop {
-            // Envoy never asks for PCDS, the agent's type.
+            // Envoy never asks for PCDS, the agent's type, nor for ztunnel's.
             let wanted = |t: TypeUrl, w: &[ClientWatch; TypeUrl::COUNT]| {
-                t == TypeUrl::ProxyConfig || seen[t.index()] || (!t.is_wildcard_type() && w[t.index()].names.is_empty())
+                t == TypeUrl::ProxyConfig
+                    || t.is_workload_api()
+                    || seen[t.index()]
+                    || (!t.is_wildcard_type() && w[t.index()].names.is_empty())
             };
             if TypeUrl::PUSH_ORDER.iter().all(|t| wanted(*t, &self.watches)) {
                 return;

@@ -118,7 +118,7 @@ impl MeshSpec {
         .into();
         ConfigObject::Pod(Pod {
             metadata: meta(&format!("{}-{e}", Self::service_name(i)), &self.namespace_of(i), labels),
-            status: PodStatus { pod_ip: Some(address.into()), phase: Some("Running".into()) },
+            status: PodStatus { pod_ip: Some(address.into()), phase: Some("Running".into()), ..Default::default() },
             ..Default::default()
         })
     }

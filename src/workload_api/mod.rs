@@ -4,10 +4,10 @@
 //! from which commit).
 //!
 //! - [`workload`] (`istio.workload`): `Address`, each a `Workload` or a
-//!   `Service`, served as `type.googleapis.com/istio.workload.Address`.
+//!   `Service` (`resource::TypeUrl::Address`).
 //! - [`security`] (`istio.security`): `Authorization`, an
 //!   AuthorizationPolicy (or a PeerAuthentication) as ztunnel enforces it,
-//!   served as `type.googleapis.com/istio.security.Authorization`.
+//!   (`resource::TypeUrl::Authorization`).
 //!
 //! The names are ztunnel's: its `Rule` and `Clause` are istiod's `Group`
 //! and `Rules`, with the same field numbers, so the bytes are the same.
@@ -24,9 +24,3 @@ pub mod workload {
 pub mod security {
     tonic::include_proto!("istio.security");
 }
-
-/// The type URL of `istio.workload.Address`.
-pub const ADDRESS_TYPE: &str = "type.googleapis.com/istio.workload.Address";
-
-/// The type URL of `istio.security.Authorization`.
-pub const AUTHORIZATION_TYPE: &str = "type.googleapis.com/istio.security.Authorization";

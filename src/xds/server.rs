@@ -296,6 +296,14 @@ where
             return Status::invalid_argument(e.to_string()).into_http();
         }
     };
+    // As istiod: ztunnel is served only where ambient mode is on.
+    if proxy.kind == crate::model::ProxyKind::Ztunnel && !shared.engine.snapshot().mesh.ambient.enabled {
+        tracing::warn!(%peer, node_id = %Shown(&proxy.id), "refused a ztunnel: ambient mode is off");
+        return Status::failed_precondition(
+            "ztunnel requires ambient mode: serve with --enable-ambient (PILOT_ENABLE_AMBIENT=true)",
+        )
+        .into_http();
+    }
     if let Transport::Mtls { identities } = &transport
         && let Err(refusal) = authorize_node(shared, &proxy, identities).await
     {

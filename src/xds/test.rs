@@ -55,6 +55,17 @@ fn name_of(t: TypeUrl, any: &Any) -> String {
         TypeUrl::ExtensionConfig => {
             envoy_types::pb::envoy::config::core::v3::TypedExtensionConfig::decode(bytes).expect("a config").name
         }
+        TypeUrl::Address => {
+            use crate::workload_api::workload::{Address, address::Type};
+            match Address::decode(bytes).expect("an address").r#type.expect("a workload or a service") {
+                Type::Workload(w) => w.uid,
+                Type::Service(s) => format!("{}/{}", s.namespace, s.hostname),
+            }
+        }
+        TypeUrl::Authorization => {
+            let a = crate::workload_api::security::Authorization::decode(bytes).expect("an authorization");
+            format!("{}/{}", a.namespace, a.name)
+        }
     }
 }
 
@@ -69,7 +80,9 @@ fn wanted(held: &Held, t: TypeUrl) -> BTreeSet<String> {
         TypeUrl::Route => rds_names(&of_type(held, TypeUrl::Listener)),
         TypeUrl::Secret => sds_names(&of_type(held, TypeUrl::Listener)),
         TypeUrl::ExtensionConfig => crate::testing::memory::ecds_names(&of_type(held, TypeUrl::Listener)),
-        TypeUrl::Cluster | TypeUrl::Listener | TypeUrl::ProxyConfig => BTreeSet::new(),
+        TypeUrl::Cluster | TypeUrl::Listener | TypeUrl::ProxyConfig | TypeUrl::Address | TypeUrl::Authorization => {
+            BTreeSet::new()
+        }
     }
 }
 
@@ -87,7 +100,7 @@ fn forget_unwatched(held: &mut Held) {
         TypeUrl::Route => rds.contains(name),
         TypeUrl::Secret => sds.contains(name),
         TypeUrl::ExtensionConfig => ecds.contains(name),
-        TypeUrl::Cluster | TypeUrl::Listener | TypeUrl::ProxyConfig => true,
+        TypeUrl::Cluster | TypeUrl::Listener | TypeUrl::ProxyConfig | TypeUrl::Address | TypeUrl::Authorization => true,
     });
 }
 
@@ -326,8 +339,9 @@ async fn both_protocols_push_the_same_resources_for_the_same_change() {
     let mut pair = Pair::start().await;
     pair.assert_same_holdings("the initial sync");
     // A sidecar's listeners name no Secrets nor extension configs, and
-    // Envoy asks for no PCDS: every other type is there.
-    let unasked = [TypeUrl::Secret, TypeUrl::ProxyConfig, TypeUrl::ExtensionConfig];
+    // Envoy asks for no PCDS nor ztunnel's types: every other type is there.
+    let unasked =
+        [TypeUrl::Secret, TypeUrl::ProxyConfig, TypeUrl::ExtensionConfig, TypeUrl::Address, TypeUrl::Authorization];
     for t in TypeUrl::PUSH_ORDER.into_iter().filter(|t| !unasked.contains(t)) {
         assert!(pair.sotw.held.keys().any(|(ht, _)| *ht == t), "the sync delivered no {t}");
     }

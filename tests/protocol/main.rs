@@ -13,3 +13,4 @@ mod delta_bytes;
 mod kube_source;
 mod push_engine;
 mod request_limits;
+mod ztunnel;

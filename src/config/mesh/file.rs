@@ -30,8 +30,10 @@ use super::proxy_config::ProxyConfig;
 use super::traffic::{
     self, ExportToDefaults, H2UpgradePolicy, InboundTrafficMode, OutboundTrafficMode, TrafficSettings,
 };
-use super::trust_anchors::{CaCertificate, TrustAnchors};
-use super::{AccessLogEncoding, AccessLogSettings, IngressControllerMode, IngressSettings, MeshConfig};
+use super::trust_anchors::{CaCertificate, TrustAnchors, check_trust_domain};
+use super::{
+    AccessLogEncoding, AccessLogSettings, AmbientSettings, IngressControllerMode, IngressSettings, MeshConfig,
+};
 use crate::config::Duration;
 use crate::config::istio::api::{self, ApiField};
 use crate::config::istio::{LocalityLbSetting, TcpKeepalive};
@@ -106,6 +108,10 @@ pub struct MeshSettings {
     pub multi_root_mesh: Option<bool>,
     /// istiod's `PILOT_SKIP_VALIDATE_TRUST_DOMAIN` (a flag, never the file).
     pub skip_validate_trust_domain: Option<bool>,
+    /// istiod's `PILOT_ENABLE_AMBIENT` (a flag, never the file).
+    pub enable_ambient: Option<bool>,
+    /// istiod's `AMBIENT_ENABLE_DRY_RUN_AUTHORIZATION_POLICY` (a flag, never the file).
+    pub ambient_dry_run_policies: Option<bool>,
     /// The fields set that meshpush does not apply, each with its path.
     pub problems: Vec<Problem>,
 }
@@ -356,6 +362,8 @@ impl MeshSettings {
             ca_certificates: doc.ca_certificates,
             multi_root_mesh: None,
             skip_validate_trust_domain: None,
+            enable_ambient: None,
+            ambient_dry_run_policies: None,
             problems,
         })
     }
@@ -400,6 +408,8 @@ impl MeshSettings {
             ca_certificates: over.ca_certificates.or(self.ca_certificates),
             multi_root_mesh: over.multi_root_mesh.or(self.multi_root_mesh),
             skip_validate_trust_domain: over.skip_validate_trust_domain.or(self.skip_validate_trust_domain),
+            enable_ambient: over.enable_ambient.or(self.enable_ambient),
+            ambient_dry_run_policies: over.ambient_dry_run_policies.or(self.ambient_dry_run_policies),
             problems: self.problems.into_iter().chain(over.problems).collect(),
         }
     }
@@ -513,27 +523,11 @@ impl MeshSettings {
                 self.service_settings.as_deref().unwrap_or_default(),
                 self.default_config.as_ref().and_then(|c| c.discovery_address.as_deref()),
             ),
+            ambient: AmbientSettings {
+                enabled: self.enable_ambient.unwrap_or(false),
+                dry_run_policies: self.ambient_dry_run_policies.unwrap_or(false),
+            },
         }
-    }
-}
-
-/// A trust domain as Istio's mesh config validation takes it: non-empty,
-/// dot-separated DNS labels (lowercase letters, digits, `-`, at most 63 each).
-pub fn check_trust_domain(domain: &str) -> Result<(), String> {
-    if domain.is_empty() {
-        return Err("is empty: a mesh needs a trust domain".into());
-    }
-    let label_ok = |l: &str| {
-        !l.is_empty()
-            && l.len() <= 63
-            && l.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
-            && !l.starts_with('-')
-            && !l.ends_with('-')
-    };
-    if domain.split('.').all(label_ok) {
-        Ok(())
-    } else {
-        Err(format!("{domain:?} is not a trust domain: dot-separated DNS labels (lowercase letters, digits, '-')"))
     }
 }
 

@@ -184,6 +184,26 @@ pub fn certificate_pem(der: &[u8]) -> String {
     out
 }
 
+/// A trust domain as Istio's mesh config validation takes it: non-empty,
+/// dot-separated DNS labels (lowercase letters, digits, `-`, at most 63 each).
+pub fn check_trust_domain(domain: &str) -> Result<(), String> {
+    if domain.is_empty() {
+        return Err("is empty: a mesh needs a trust domain".into());
+    }
+    let label_ok = |l: &str| {
+        !l.is_empty()
+            && l.len() <= 63
+            && l.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+            && !l.starts_with('-')
+            && !l.ends_with('-')
+    };
+    if domain.split('.').all(label_ok) {
+        Ok(())
+    } else {
+        Err(format!("{domain:?} is not a trust domain: dot-separated DNS labels (lowercase letters, digits, '-')"))
+    }
+}
+
 #[cfg(test)]
 mod test {
     use super::*;

@@ -67,7 +67,8 @@ impl Context {
     pub fn of_scope(scope: &Scope) -> Context {
         match scope.key.kind {
             ProxyKind::Router => Context::Gateway,
-            ProxyKind::Sidecar => Context::SidecarOutbound,
+            // A ztunnel scope holds no patches (it is sent no Envoy type).
+            ProxyKind::Sidecar | ProxyKind::Ztunnel => Context::SidecarOutbound,
         }
     }
 

@@ -65,7 +65,7 @@ fn a_workload_of_a_new_service_account_regenerates_clusters_and_one_of_a_known_a
     let changes = store.apply(bookinfo::puts(&pod("ratings-v1-b", "10.0.9.1", "bookinfo-ratings")));
     let (next, pushed) = PushContext::next(&prev, changes.snapshot.clone(), &PushRequest::new(changes));
     assert!(pushed.endpoint_only, "the same account: endpoints only");
-    assert_eq!(pushed.types, TypeSet::of(&[TypeUrl::Endpoint]));
+    assert_eq!(pushed.types, TypeSet::of(&[TypeUrl::Endpoint, TypeUrl::Address, TypeUrl::Authorization]));
 
     let changes = store.apply(bookinfo::puts(&pod("ratings-v1-c", "10.0.9.2", "intruder")));
     let (_, pushed) = PushContext::next(&next, changes.snapshot.clone(), &PushRequest::new(changes));
@@ -181,7 +181,8 @@ fn a_node_relabelled_moves_the_locality_of_exactly_its_pods() {
         ])
     );
     assert!(pushed.endpoint_hosts.contains("ledger.shop.svc.cluster.local"));
-    assert_eq!(pushed.types, TypeSet::of(&[TypeUrl::Endpoint]));
+    // ztunnel's addresses carry a Pod's locality too.
+    assert_eq!(pushed.types, TypeSet::of(&[TypeUrl::Endpoint, TypeUrl::Address, TypeUrl::Authorization]));
     let rebuilt = PushContext::build(store.snapshot(), 1, Arc::new(ScopeInterner::default()));
     assert_eq!(localities(&next), localities(&rebuilt), "the incremental index agrees with a fresh build");
 }

@@ -250,6 +250,8 @@ impl EnvoyFilterIndex {
         let context = match proxy.kind {
             crate::model::ProxyKind::Router => PatchContext::Gateway,
             crate::model::ProxyKind::Sidecar => PatchContext::SidecarOutbound,
+            // EnvoyFilters patch Envoy's configuration; ztunnel has none.
+            crate::model::ProxyKind::Ztunnel => return Vec::new(),
         };
         let mut patches = self.for_proxy(proxy);
         patches.retain(|p| {

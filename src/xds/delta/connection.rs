@@ -197,7 +197,12 @@ impl DeltaConnection {
                 let set = view.proxy_set(scope, inbound, t);
                 set.resources.iter().filter(|r| wanted(&r.name)).cloned().collect()
             }
-            TypeUrl::Route | TypeUrl::Secret | TypeUrl::ProxyConfig | TypeUrl::ExtensionConfig => {
+            TypeUrl::Route
+            | TypeUrl::Secret
+            | TypeUrl::ProxyConfig
+            | TypeUrl::ExtensionConfig
+            | TypeUrl::Address
+            | TypeUrl::Authorization => {
                 let set = view.scoped(scope, t);
                 if w.wildcard {
                     set.resources.clone()

@@ -323,6 +323,15 @@ impl Connection {
                 let set = view.scoped(scope, t);
                 Current::Watched(Arc::new(resolve(&w.names, |n| set.get(n).cloned())))
             }
+            // ztunnel's types over SotW (istiod serves them so too): the
+            // whole set, or the names asked for.
+            TypeUrl::Address | TypeUrl::Authorization => {
+                let set = view.scoped(scope, t);
+                if w.wildcard {
+                    return Current::Set(set);
+                }
+                Current::Watched(Arc::new(resolve(&w.names, |n| set.get(n).cloned())))
+            }
             // The agent asks for the one unnamed resource, as a wildcard.
             TypeUrl::ProxyConfig => Current::Set(view.scoped(scope, t)),
         }

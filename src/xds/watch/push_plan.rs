@@ -88,8 +88,15 @@ mod tests {
         );
         assert_eq!(types(&plan(&routing, true, |_| true)), TypeUrl::PUSH_ORDER.to_vec(), "moved: all");
         assert_eq!(
-            types(&plan(&routing, true, |t| ![Listener, Secret, TypeUrl::ProxyConfig, TypeUrl::ExtensionConfig]
-                .contains(&t))),
+            types(&plan(&routing, true, |t| ![
+                Listener,
+                Secret,
+                TypeUrl::ProxyConfig,
+                TypeUrl::ExtensionConfig,
+                TypeUrl::Address,
+                TypeUrl::Authorization
+            ]
+            .contains(&t))),
             vec![Cluster, Endpoint, Route],
             "unwatched"
         );

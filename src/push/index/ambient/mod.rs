@@ -1,15 +1,142 @@
 //! What ambient mode's ztunnel is served, as istiod's ambient index
-//! derives it (`pilot/pkg/serviceregistry/ambient`): the mesh's
+//! derives it (`pilot/pkg/serviceregistry/ambient`): every workload and
+//! service as an `istio.workload.Address`, and the mesh's
 //! AuthorizationPolicies and PeerAuthentications as
-//! `istio.security.Authorization`s.
+//! `istio.security.Authorization`s, each encoded once.
 //!
+//! - [`address`]: Pods, WorkloadEntries and ServiceEntry endpoints as
+//!   workloads; Kubernetes Services and ServiceEntry hosts as services;
 //! - [`policy`]: an AuthorizationPolicy, its L4 parts only, with what
 //!   ztunnel leaves out reported;
 //! - [`peer_mtls`]: PeerAuthentications as DENY policies on connections
 //!   without a peer identity, and which of them a workload names.
+//!
+//! Every ztunnel is sent the same resources (istiod filters none per
+//! node), so the index is one per snapshot, built on first use: a mesh no
+//! ztunnel asks about never builds it. Resource names are istiod's, so a
+//! ztunnel moving between control planes is resent nothing it holds.
 
+pub mod address;
 pub mod peer_mtls;
 pub mod policy;
 
 #[cfg(test)]
 mod test;
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use crate::config::istio::{AuthorizationPolicy, PeerAuthentication};
+use crate::config::mesh::MeshConfig;
+use crate::config::{ConfigKey, ConfigKind, ConfigObject};
+use crate::model::StoreSnapshot;
+use crate::resource::{EncodedResource, TypeUrl};
+use crate::workload_api::security::Scope;
+
+/// The kinds whose objects the index reads: a change of one rebuilds it.
+pub const INPUTS: [ConfigKind; 8] = [
+    ConfigKind::Pod,
+    ConfigKind::Service,
+    ConfigKind::ServiceEntry,
+    ConfigKind::WorkloadEntry,
+    ConfigKind::Node,
+    ConfigKind::Namespace,
+    ConfigKind::AuthorizationPolicy,
+    ConfigKind::PeerAuthentication,
+];
+
+/// ztunnel's resources of one snapshot.
+#[derive(Debug, Default)]
+pub struct AmbientIndex {
+    /// Workloads and services, sorted by name.
+    pub addresses: Vec<Arc<EncodedResource>>,
+    /// Authorization policies, sorted by name.
+    pub authorizations: Vec<Arc<EncodedResource>>,
+    /// What ztunnel does not enforce of each AuthorizationPolicy, and what
+    /// happens instead.
+    pub notes: BTreeMap<ConfigKey, Vec<String>>,
+}
+
+impl AmbientIndex {
+    /// Builds the index of `store` in a mesh configured as `mesh`.
+    pub fn build(store: &StoreSnapshot, mesh: &MeshConfig) -> AmbientIndex {
+        let root = &*mesh.root_namespace;
+        let mut index = AmbientIndex::default();
+        let mut selector_policies = Vec::new();
+        let mut authorizations = Vec::new();
+        for stored in store.kind(ConfigKind::AuthorizationPolicy).values() {
+            let ConfigObject::AuthorizationPolicy(ap) = &stored.object else { continue };
+            let translated = policy::translate(&in_namespace_ap(ap), root, mesh.ambient.dry_run_policies);
+            if !translated.notes.is_empty() {
+                index.notes.insert(stored.object.key(), translated.notes);
+            }
+            let Some(authorization) = translated.authorization else { continue };
+            let name = format!("{}/{}", authorization.namespace, authorization.name);
+            if authorization.scope == Scope::WorkloadSelector as i32 {
+                selector_policies.push(address::SelectorPolicy {
+                    key: name.clone(),
+                    namespace: authorization.namespace.clone(),
+                    labels: ap.spec.selector.as_ref().map(|s| s.match_labels.clone()).unwrap_or_default(),
+                });
+            }
+            authorizations.push(Arc::new(EncodedResource::encode(TypeUrl::Authorization, name.into(), &authorization)));
+        }
+        let peer_authentications: Vec<PeerAuthentication> = store
+            .kind(ConfigKind::PeerAuthentication)
+            .values()
+            .filter_map(|s| match &s.object {
+                ConfigObject::PeerAuthentication(pa) => Some(in_namespace_pa(pa)),
+                _ => None,
+            })
+            .collect();
+        if !peer_authentications.is_empty() {
+            let strict = peer_mtls::static_strict(root);
+            let name = format!("{root}/{}", strict.name);
+            authorizations.push(Arc::new(EncodedResource::encode(TypeUrl::Authorization, name.into(), &strict)));
+        }
+        let level = |namespace: &str| {
+            peer_mtls::oldest(
+                peer_authentications.iter().filter(|p| p.metadata.namespace == namespace && p.spec.selector.is_none()),
+            )
+        };
+        for pa in &peer_authentications {
+            if let Some(converted) = peer_mtls::translate(pa, level(&pa.metadata.namespace), level(root), root) {
+                let name = format!("{}/{}", converted.namespace, converted.name);
+                authorizations.push(Arc::new(EncodedResource::encode(TypeUrl::Authorization, name.into(), &converted)));
+            }
+        }
+        let inputs = address::Inputs {
+            mesh,
+            selector_policies: &selector_policies,
+            peer_authentications: &peer_authentications,
+        };
+        index.addresses = address::addresses(store, &inputs)
+            .into_iter()
+            .map(|(name, address)| Arc::new(EncodedResource::encode(TypeUrl::Address, name.into(), &address)))
+            .collect();
+        index.addresses.sort_by(|a, b| a.name.cmp(&b.name));
+        index.addresses.dedup_by(|a, b| a.name == b.name);
+        authorizations.sort_by(|a, b| a.name.cmp(&b.name));
+        authorizations.dedup_by(|a, b| a.name == b.name);
+        index.authorizations = authorizations;
+        index
+    }
+}
+
+/// The policy with Kubernetes' default namespace where its file named none.
+fn in_namespace_ap(ap: &AuthorizationPolicy) -> std::borrow::Cow<'_, AuthorizationPolicy> {
+    if ap.metadata.namespace.is_empty() {
+        let mut owned = ap.clone();
+        owned.metadata.namespace = ap.metadata.namespace().to_string();
+        std::borrow::Cow::Owned(owned)
+    } else {
+        std::borrow::Cow::Borrowed(ap)
+    }
+}
+
+/// The policy with Kubernetes' default namespace where its file named none.
+fn in_namespace_pa(pa: &PeerAuthentication) -> PeerAuthentication {
+    let mut owned = pa.clone();
+    owned.metadata.namespace = pa.metadata.namespace().to_string();
+    owned
+}

@@ -1,0 +1,491 @@
+//! A stand-in ztunnel: a delta ADS client that behaves on the wire as
+//! ztunnel does (its node, its two types asked for at once with empty
+//! subscriptions, ACKs, NACKs, reconnects with `initial_resource_versions`),
+//! decoding with the workload API's own protos. It checks the exact
+//! `Address` and `Authorization` resources meshpush serves for a mesh of
+//! Pods, Services, a ServiceEntry, a WorkloadEntry and policies, and how
+//! changes reach it. The real ztunnel runs against meshpush in
+//! `tests/e2e/ztunnel.rs` when a binary is present.
+
+use crate::support;
+
+use std::collections::{BTreeMap, HashMap};
+use std::time::Duration;
+
+use envoy_types::pb::envoy::config::core::v3::Node;
+use envoy_types::pb::envoy::service::discovery::v3::aggregated_discovery_service_client::AggregatedDiscoveryServiceClient;
+use envoy_types::pb::envoy::service::discovery::v3::{DeltaDiscoveryRequest, DeltaDiscoveryResponse};
+use envoy_types::pb::google::protobuf::{Struct, Value, value::Kind};
+use envoy_types::pb::google::rpc::Status as RpcStatus;
+use meshpush::config::mesh::{AmbientSettings, MeshConfig, MeshConfigObject};
+use meshpush::config::parse::parse_documents;
+use meshpush::config::{ConfigKey, ConfigKind, ConfigObject};
+use meshpush::resource::TypeUrl;
+use meshpush::workload_api::security::{Action, Authorization, Clause, Match, Rule, Scope, StringMatch, string_match};
+use meshpush::workload_api::workload::{
+    Address, AppProtocol, Locality, NetworkAddress, Port, PortList, Service, TunnelProtocol, Workload, WorkloadStatus,
+    WorkloadType, address,
+};
+use prost::Message;
+use tokio::sync::mpsc;
+use tokio_stream::wrappers::ReceiverStream;
+use tonic::Streaming;
+
+const WAIT: Duration = Duration::from_secs(10);
+
+/// The mesh: an ambient namespace with a client and a server Pod (the
+/// server behind a Service with a named target port), a VM as a
+/// WorkloadEntry behind the same Service, an external API as a
+/// ServiceEntry with one endpoint, a selector and a namespace
+/// AuthorizationPolicy, and STRICT mTLS mesh-wide.
+const MESH: &str = r#"
+apiVersion: v1
+kind: Namespace
+metadata: {name: demo, labels: {istio.io/dataplane-mode: ambient}}
+---
+apiVersion: v1
+kind: Node
+metadata: {name: node-a, labels: {topology.kubernetes.io/region: eu, topology.kubernetes.io/zone: eu-1}}
+---
+apiVersion: v1
+kind: Pod
+metadata:
+  name: client-6f7d9-x2x8q
+  namespace: demo
+  generateName: client-6f7d9-
+  labels: {app: client, pod-template-hash: 6f7d9}
+  annotations: {ambient.istio.io/redirection: enabled}
+  ownerReferences: [{apiVersion: apps/v1, kind: ReplicaSet, name: client-6f7d9, controller: true, uid: u1}]
+spec: {serviceAccountName: client, nodeName: node-a, containers: [{name: app}]}
+status: {phase: Running, podIP: 10.1.0.5, podIPs: [{ip: 10.1.0.5}], conditions: [{type: Ready, status: "True"}]}
+---
+apiVersion: v1
+kind: Pod
+metadata:
+  name: server-0
+  namespace: demo
+  labels: {app: server, version: v2}
+  annotations: {ambient.istio.io/redirection: enabled}
+spec:
+  serviceAccountName: server
+  nodeName: node-a
+  containers: [{name: app, ports: [{name: http-web, containerPort: 8080}]}]
+status: {phase: Running, podIP: 10.1.0.6, conditions: [{type: Ready, status: "False"}]}
+---
+apiVersion: v1
+kind: Service
+metadata: {name: server, namespace: demo}
+spec:
+  clusterIP: 10.96.0.20
+  selector: {app: server}
+  ports: [{name: http, port: 80, targetPort: http-web}, {name: tcp-admin, port: 9000, targetPort: 9000}]
+---
+apiVersion: networking.istio.io/v1
+kind: WorkloadEntry
+metadata: {name: vm-1, namespace: demo}
+spec: {address: 10.2.0.9, labels: {app: server}, serviceAccount: server, ports: {http-web: 8081}, locality: us/us-2}
+---
+apiVersion: networking.istio.io/v1
+kind: ServiceEntry
+metadata: {name: payments, namespace: demo}
+spec:
+  hosts: [api.payments.example]
+  addresses: [240.0.0.10]
+  ports: [{number: 443, name: tls, protocol: TLS}]
+  resolution: STATIC
+  endpoints: [{address: 203.0.113.7}]
+---
+apiVersion: security.istio.io/v1
+kind: AuthorizationPolicy
+metadata: {name: server-from-client, namespace: demo}
+spec:
+  selector: {matchLabels: {app: server}}
+  action: ALLOW
+  rules: [{from: [{source: {principals: [cluster.local/ns/demo/sa/client]}}], to: [{operation: {ports: ["8080"]}}]}]
+---
+apiVersion: security.istio.io/v1
+kind: AuthorizationPolicy
+metadata: {name: deny-blocked, namespace: demo}
+spec:
+  action: DENY
+  rules: [{from: [{source: {namespaces: [blocked]}}]}]
+---
+apiVersion: security.istio.io/v1
+kind: PeerAuthentication
+metadata: {name: default, namespace: istio-system}
+spec: {mtls: {mode: STRICT}}
+"#;
+
+fn objects(yaml: &str, ambient: bool) -> Vec<ConfigObject> {
+    let parsed = parse_documents("mesh.yaml", yaml);
+    assert!(!parsed.has_errors(), "{:?}", parsed.problems);
+    let mesh =
+        MeshConfig { ambient: AmbientSettings { enabled: ambient, dry_run_policies: false }, ..Default::default() };
+    let mut objects: Vec<ConfigObject> = parsed.objects.into_iter().map(|(o, _)| o).collect();
+    objects.push(ConfigObject::MeshConfig(Box::new(MeshConfigObject::new(mesh))));
+    objects
+}
+
+/// ztunnel's node, as it builds it (`Config::node`): the id, and its
+/// metadata as strings.
+fn ztunnel_node() -> Node {
+    let text = |s: &str| Value { kind: Some(Kind::StringValue(s.into())) };
+    let metadata: BTreeMap<String, Value> = [
+        ("NAME", "ztunnel-hq5pl"),
+        ("NAMESPACE", "istio-system"),
+        ("INSTANCE_IPS", "10.1.0.2"),
+        ("NODE_NAME", "node-a"),
+        ("CLUSTER_ID", "Kubernetes"),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_string(), text(v)))
+    .collect();
+    Node {
+        id: "ztunnel~10.1.0.2~ztunnel-hq5pl.istio-system~istio-system.svc.cluster.local".into(),
+        metadata: Some(Struct { fields: metadata.into_iter().collect() }),
+        ..Default::default()
+    }
+}
+
+/// One ztunnel stream.
+struct Ztunnel {
+    tx: mpsc::Sender<DeltaDiscoveryRequest>,
+    rx: Streaming<DeltaDiscoveryResponse>,
+}
+
+impl Ztunnel {
+    /// Connects and sends both initial requests, as ztunnel does: Address
+    /// then Authorization, the node on each, each carrying what it holds.
+    async fn connect(
+        addr: std::net::SocketAddr,
+        held: &[HashMap<String, String>; 2],
+    ) -> Result<Ztunnel, tonic::Status> {
+        let mut client = AggregatedDiscoveryServiceClient::connect(format!("http://{addr}")).await.unwrap();
+        let (tx, rx) = mpsc::channel(16);
+        for (t, versions) in [TypeUrl::Address, TypeUrl::Authorization].into_iter().zip(held) {
+            tx.send(DeltaDiscoveryRequest {
+                node: Some(ztunnel_node()),
+                type_url: t.as_str().into(),
+                initial_resource_versions: versions.clone(),
+                ..Default::default()
+            })
+            .await
+            .unwrap();
+        }
+        let response = tokio::time::timeout(WAIT, client.delta_aggregated_resources(ReceiverStream::new(rx)))
+            .await
+            .expect("the stream opens or is refused within the deadline")?;
+        Ok(Ztunnel { tx, rx: response.into_inner() })
+    }
+
+    async fn recv(&mut self) -> DeltaDiscoveryResponse {
+        tokio::time::timeout(WAIT, self.rx.message())
+            .await
+            .expect("a response within the deadline")
+            .expect("no stream error")
+            .expect("stream still open")
+    }
+
+    /// ACKs `r`; or NACKs it, as ztunnel does, naming what it rejected.
+    async fn answer(&mut self, r: &DeltaDiscoveryResponse, rejected: Option<&str>) {
+        let error_detail = rejected.map(|m| RpcStatus { code: 0, message: m.into(), details: vec![] });
+        let req = DeltaDiscoveryRequest {
+            type_url: r.type_url.clone(),
+            response_nonce: r.nonce.clone(),
+            error_detail,
+            ..Default::default()
+        };
+        self.tx.send(req).await.unwrap();
+    }
+
+    /// The first response of each of its two types, ACKed.
+    async fn initial(&mut self) -> (DeltaDiscoveryResponse, DeltaDiscoveryResponse) {
+        let mut by_type: HashMap<String, DeltaDiscoveryResponse> = HashMap::new();
+        while by_type.len() < 2 {
+            let r = self.recv().await;
+            self.answer(&r, None).await;
+            by_type.insert(r.type_url.clone(), r);
+        }
+        (by_type.remove(TypeUrl::Address.as_str()).unwrap(), by_type.remove(TypeUrl::Authorization.as_str()).unwrap())
+    }
+}
+
+/// The resources of a response by name, decoded.
+fn decoded<M: Message + Default>(r: &DeltaDiscoveryResponse) -> BTreeMap<String, M> {
+    r.resources
+        .iter()
+        .map(|x| {
+            let any = x.resource.as_ref().expect("a resource carries its body");
+            assert_eq!(any.type_url, r.type_url, "each Any is of the response's type");
+            (x.name.clone(), M::decode(&any.value[..]).expect("decodes with ztunnel's protos"))
+        })
+        .collect()
+}
+
+fn versions(r: &DeltaDiscoveryResponse) -> HashMap<String, String> {
+    r.resources.iter().map(|x| (x.name.clone(), x.version.clone())).collect()
+}
+
+fn workload(w: Workload) -> Address {
+    Address { r#type: Some(address::Type::Workload(w)) }
+}
+
+fn service(s: Service) -> Address {
+    Address { r#type: Some(address::Type::Service(s)) }
+}
+
+fn ports(pairs: &[(u32, u32)]) -> PortList {
+    PortList {
+        ports: pairs
+            .iter()
+            .map(|&(service_port, target_port)| Port { service_port, target_port, app_protocol: 0 })
+            .collect(),
+    }
+}
+
+/// What istiod sends ztunnel for [`MESH`], resource by resource.
+fn expected_addresses() -> BTreeMap<String, Address> {
+    let server_ports = ports(&[(80, 8080), (9000, 9000)]);
+    let strict = "istio-system/istio_converted_static_strict".to_string();
+    let eu = Some(Locality { region: "eu".into(), zone: "eu-1".into(), subzone: String::new() });
+    let vip = |ip: [u8; 4]| NetworkAddress { network: String::new(), address: ip.to_vec(), length: None };
+    [
+        (
+            "Kubernetes//Pod/demo/client-6f7d9-x2x8q",
+            workload(Workload {
+                uid: "Kubernetes//Pod/demo/client-6f7d9-x2x8q".into(),
+                name: "client-6f7d9-x2x8q".into(),
+                namespace: "demo".into(),
+                addresses: vec![vec![10, 1, 0, 5]],
+                tunnel_protocol: TunnelProtocol::Hbone as i32,
+                service_account: "client".into(),
+                node: "node-a".into(),
+                canonical_name: "client".into(),
+                canonical_revision: "latest".into(),
+                workload_type: WorkloadType::Pod as i32,
+                workload_name: "client".into(),
+                authorization_policies: vec![strict.clone()],
+                status: WorkloadStatus::Healthy as i32,
+                cluster_id: "Kubernetes".into(),
+                locality: eu.clone(),
+                ..Default::default()
+            }),
+        ),
+        (
+            "Kubernetes//Pod/demo/server-0",
+            workload(Workload {
+                uid: "Kubernetes//Pod/demo/server-0".into(),
+                name: "server-0".into(),
+                namespace: "demo".into(),
+                addresses: vec![vec![10, 1, 0, 6]],
+                tunnel_protocol: TunnelProtocol::Hbone as i32,
+                service_account: "server".into(),
+                node: "node-a".into(),
+                canonical_name: "server".into(),
+                canonical_revision: "v2".into(),
+                workload_type: WorkloadType::Pod as i32,
+                workload_name: "server-0".into(),
+                services: [("demo/server.demo.svc.cluster.local".to_string(), server_ports)].into(),
+                authorization_policies: vec!["demo/server-from-client".into(), strict.clone()],
+                // Not Ready: ztunnel sends it nothing while others are.
+                status: WorkloadStatus::Unhealthy as i32,
+                cluster_id: "Kubernetes".into(),
+                locality: eu,
+                ..Default::default()
+            }),
+        ),
+        (
+            "Kubernetes/networking.istio.io/WorkloadEntry/demo/vm-1",
+            workload(Workload {
+                uid: "Kubernetes/networking.istio.io/WorkloadEntry/demo/vm-1".into(),
+                name: "vm-1".into(),
+                namespace: "demo".into(),
+                addresses: vec![vec![10, 2, 0, 9]],
+                service_account: "server".into(),
+                canonical_name: "server".into(),
+                canonical_revision: "latest".into(),
+                workload_type: WorkloadType::Pod as i32,
+                workload_name: "vm-1".into(),
+                // The Service's named target port, by the entry's port of that name.
+                services: [("demo/server.demo.svc.cluster.local".to_string(), ports(&[(80, 8081), (9000, 9000)]))]
+                    .into(),
+                authorization_policies: vec!["demo/server-from-client".into(), strict.clone()],
+                status: WorkloadStatus::Healthy as i32,
+                cluster_id: "Kubernetes".into(),
+                locality: Some(Locality { region: "us".into(), zone: "us-2".into(), subzone: String::new() }),
+                ..Default::default()
+            }),
+        ),
+        (
+            "Kubernetes/networking.istio.io/ServiceEntry/demo/payments/203.0.113.7",
+            workload(Workload {
+                uid: "Kubernetes/networking.istio.io/ServiceEntry/demo/payments/203.0.113.7".into(),
+                name: "payments".into(),
+                namespace: "demo".into(),
+                addresses: vec![vec![203, 0, 113, 7]],
+                canonical_name: "payments".into(),
+                canonical_revision: "latest".into(),
+                workload_type: WorkloadType::Pod as i32,
+                workload_name: "payments".into(),
+                services: [("demo/api.payments.example".to_string(), ports(&[(443, 443)]))].into(),
+                authorization_policies: vec![strict],
+                status: WorkloadStatus::Healthy as i32,
+                cluster_id: "Kubernetes".into(),
+                ..Default::default()
+            }),
+        ),
+        (
+            "demo/server.demo.svc.cluster.local",
+            service(Service {
+                name: "server".into(),
+                namespace: "demo".into(),
+                hostname: "server.demo.svc.cluster.local".into(),
+                addresses: vec![vip([10, 96, 0, 20])],
+                ports: vec![
+                    Port { service_port: 80, target_port: 0, app_protocol: AppProtocol::Http11 as i32 },
+                    Port { service_port: 9000, target_port: 9000, app_protocol: AppProtocol::Tcp as i32 },
+                ],
+                canonical: true,
+                ..Default::default()
+            }),
+        ),
+        (
+            "demo/api.payments.example",
+            service(Service {
+                name: "payments".into(),
+                namespace: "demo".into(),
+                hostname: "api.payments.example".into(),
+                addresses: vec![vip([240, 0, 0, 10])],
+                ports: vec![Port { service_port: 443, target_port: 443, app_protocol: AppProtocol::Tls as i32 }],
+                // The only service of its hostname.
+                canonical: true,
+                ..Default::default()
+            }),
+        ),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_string(), v))
+    .collect()
+}
+
+fn expected_authorizations() -> BTreeMap<String, Authorization> {
+    let exact = |s: &str| StringMatch { match_type: Some(string_match::MatchType::Exact(s.into())) };
+    [
+        Authorization {
+            name: "server-from-client".into(),
+            namespace: "demo".into(),
+            scope: Scope::WorkloadSelector as i32,
+            action: Action::Allow as i32,
+            rules: vec![Rule {
+                clauses: vec![
+                    Clause { matches: vec![Match { destination_ports: vec![8080], ..Default::default() }] },
+                    Clause {
+                        matches: vec![Match {
+                            principals: vec![exact("cluster.local/ns/demo/sa/client")],
+                            ..Default::default()
+                        }],
+                    },
+                ],
+            }],
+            ..Default::default()
+        },
+        Authorization {
+            name: "deny-blocked".into(),
+            namespace: "demo".into(),
+            scope: Scope::Namespace as i32,
+            action: Action::Deny as i32,
+            rules: vec![Rule {
+                clauses: vec![Clause {
+                    matches: vec![Match { namespaces: vec![exact("blocked")], ..Default::default() }],
+                }],
+            }],
+            ..Default::default()
+        },
+        Authorization {
+            name: "istio_converted_static_strict".into(),
+            namespace: "istio-system".into(),
+            scope: Scope::WorkloadSelector as i32,
+            action: Action::Deny as i32,
+            rules: vec![Rule {
+                clauses: vec![Clause {
+                    matches: vec![Match {
+                        not_principals: vec![StringMatch { match_type: Some(string_match::MatchType::Presence(())) }],
+                        ..Default::default()
+                    }],
+                }],
+            }],
+            ..Default::default()
+        },
+    ]
+    .into_iter()
+    .map(|a| (format!("{}/{}", a.namespace, a.name), a))
+    .collect()
+}
+
+#[tokio::test]
+async fn a_ztunnel_is_sent_every_workload_service_and_policy_exactly_as_istiod_builds_them() {
+    let server = support::ads_server::AdsServer::with_objects(objects(MESH, true)).await;
+    let mut z = Ztunnel::connect(server.addr, &Default::default()).await.expect("ztunnel is served");
+    let (addresses, authorizations) = z.initial().await;
+    assert!(addresses.removed_resources.is_empty() && authorizations.removed_resources.is_empty());
+    assert_eq!(decoded::<Address>(&addresses), expected_addresses());
+    assert_eq!(decoded::<Authorization>(&authorizations), expected_authorizations());
+    for r in addresses.resources.iter().chain(&authorizations.resources) {
+        assert!(r.version.len() == 16 && r.version.chars().all(|c| c.is_ascii_hexdigit()), "{}", r.version);
+    }
+}
+
+#[tokio::test]
+async fn changes_reach_a_ztunnel_as_deltas_and_a_reconnect_resends_only_what_moved() {
+    let server = support::ads_server::AdsServer::with_objects(objects(MESH, true)).await;
+    let mut z = Ztunnel::connect(server.addr, &Default::default()).await.unwrap();
+    let (addresses, authorizations) = z.initial().await;
+    let held = [versions(&addresses), versions(&authorizations)];
+
+    // The server Pod turns Ready: that workload alone is sent.
+    server.apply(&MESH.split("---").nth(3).unwrap().replace(r#"status: "False""#, r#"status: "True""#)).await;
+    let r = z.recv().await;
+    assert_eq!(r.type_url, TypeUrl::Address.as_str());
+    let sent = decoded::<Address>(&r);
+    assert_eq!(sent.keys().collect::<Vec<_>>(), ["Kubernetes//Pod/demo/server-0"], "only what changed");
+    let Some(address::Type::Workload(w)) = &sent["Kubernetes//Pod/demo/server-0"].r#type else { panic!() };
+    assert_eq!(w.status, WorkloadStatus::Healthy as i32);
+    z.answer(&r, None).await;
+
+    // A NACK is not answered; the next change still comes.
+    server.delete(vec![ConfigKey::new(ConfigKind::WorkloadEntry, "demo", "vm-1")]).await;
+    let r = z.recv().await;
+    assert_eq!(r.removed_resources, ["Kubernetes/networking.istio.io/WorkloadEntry/demo/vm-1"]);
+    assert!(r.resources.is_empty(), "{:?}", r.resources);
+    z.answer(&r, Some("Kubernetes/networking.istio.io/WorkloadEntry/demo/vm-1: rejected for the test")).await;
+    server.delete(vec![ConfigKey::new(ConfigKind::AuthorizationPolicy, "demo", "deny-blocked")]).await;
+    let r = z.recv().await;
+    assert_eq!(r.type_url, TypeUrl::Authorization.as_str(), "{r:?}");
+    assert_eq!(r.removed_resources, ["demo/deny-blocked"]);
+    z.answer(&r, None).await;
+    drop(z);
+
+    // Reconnecting with what it held before those changes: only the
+    // moved workload is resent, and what is gone is removed; nothing
+    // unchanged comes again.
+    let mut z = Ztunnel::connect(server.addr, &held).await.unwrap();
+    let (addresses, authorizations) = z.initial().await;
+    assert_eq!(decoded::<Address>(&addresses).keys().collect::<Vec<_>>(), ["Kubernetes//Pod/demo/server-0"]);
+    assert_eq!(addresses.removed_resources, ["Kubernetes/networking.istio.io/WorkloadEntry/demo/vm-1"]);
+    assert!(authorizations.resources.is_empty(), "{:?}", authorizations.resources);
+    assert_eq!(authorizations.removed_resources, ["demo/deny-blocked"]);
+}
+
+#[tokio::test]
+async fn a_ztunnel_is_refused_where_ambient_mode_is_off() {
+    let server = support::ads_server::AdsServer::with_objects(objects(MESH, false)).await;
+    let refused = match Ztunnel::connect(server.addr, &Default::default()).await {
+        Err(status) => status,
+        Ok(mut z) => match tokio::time::timeout(WAIT, z.rx.message()).await.expect("an answer") {
+            Err(status) => status,
+            Ok(m) => panic!("a ztunnel was served with ambient mode off: {m:?}"),
+        },
+    };
+    assert_eq!(refused.code(), tonic::Code::FailedPrecondition, "{refused:?}");
+    assert!(refused.message().contains("PILOT_ENABLE_AMBIENT"), "{}", refused.message());
+}
