@@ -299,6 +299,9 @@ pub async fn configz(State(state): State<AdminState>) -> Json<Value> {
     let ctx = state.engine.snapshot();
     let problems: Vec<Problem> = state.problems();
     let skipped = skipped_patches(&state);
+    // What ztunnel does not enforce of each AuthorizationPolicy, where
+    // ztunnel is served.
+    let ambient = ctx.mesh.ambient.enabled.then(|| ctx.ambient().clone());
     let objects: Vec<Value> = ctx
         .store
         .iter()
@@ -309,7 +312,7 @@ pub async fn configz(State(state): State<AdminState>) -> Json<Value> {
                 .filter(|p| p.object.as_ref() == Some(&key))
                 .map(|p| format!("{}: {p}", p.severity))
                 .collect();
-            json!({
+            let mut view = json!({
                 "kind": key.kind.as_str(),
                 "namespace": key.namespace,
                 "name": key.name,
@@ -319,7 +322,11 @@ pub async fn configz(State(state): State<AdminState>) -> Json<Value> {
                 "object": stored.object,
                 "status": ctx.gateway_api.status.get(&key),
                 "patchesSkipped": skipped.iter().filter(|f| f.filter == key).collect::<Vec<_>>(),
-            })
+            });
+            if let Some(notes) = ambient.as_ref().and_then(|a| a.notes.get(&key)) {
+                view["ztunnelNotEnforced"] = json!(notes);
+            }
+            view
         })
         .collect();
     // What the Gateway API became: Istio Gateways and VirtualServices.

@@ -581,3 +581,29 @@ async fn expensive_views_stop_when_their_time_budget_is_spent_whoever_asks() {
     assert_eq!(get_from(other, admin, "/metrics").await, 200);
     http.abort();
 }
+
+#[tokio::test]
+async fn configz_says_what_ztunnel_does_not_enforce_of_a_policy_where_ambient_mode_is_on() {
+    let s = Server::start().await;
+    let l7 = "apiVersion: security.istio.io/v1\nkind: AuthorizationPolicy\nmetadata: {name: get-only, namespace: default}\n\
+              spec:\n  action: ALLOW\n  rules: [{to: [{operation: {methods: [GET]}}]}]\n";
+    s.apply(l7).await;
+    let notes = |configz: &Value| -> Option<Value> {
+        let objects = configz["objects"].as_array().unwrap();
+        let policy = objects.iter().find(|o| o["kind"] == "AuthorizationPolicy" && o["name"] == "get-only").unwrap();
+        policy.get("ztunnelNotEnforced").cloned()
+    };
+    assert_eq!(notes(&s.json("/debug/configz").await), None, "no ztunnel is served: nothing to say");
+
+    let mesh = meshpush::config::mesh::MeshConfig {
+        ambient: meshpush::config::mesh::AmbientSettings { enabled: true, dry_run_policies: false },
+        ..Default::default()
+    };
+    let object = meshpush::config::ConfigObject::MeshConfig(Box::new(meshpush::config::mesh::MeshConfigObject::new(mesh)));
+    let source = meshpush::config::SourceRef { file: "mesh".into(), doc: 0 };
+    let changes = s.store.apply([Write::Put(object, source)]);
+    s.engine.push(PushRequest::new(changes)).await;
+    let notes = notes(&s.json("/debug/configz").await).expect("the policy's notes");
+    let text = notes[0].as_str().unwrap();
+    assert!(text.contains("methods") && text.contains("allows less"), "{text}");
+}
