@@ -599,7 +599,8 @@ async fn configz_says_what_ztunnel_does_not_enforce_of_a_policy_where_ambient_mo
         ambient: meshpush::config::mesh::AmbientSettings { enabled: true, dry_run_policies: false },
         ..Default::default()
     };
-    let object = meshpush::config::ConfigObject::MeshConfig(Box::new(meshpush::config::mesh::MeshConfigObject::new(mesh)));
+    let object =
+        meshpush::config::ConfigObject::MeshConfig(Box::new(meshpush::config::mesh::MeshConfigObject::new(mesh)));
     let source = meshpush::config::SourceRef { file: "mesh".into(), doc: 0 };
     let changes = s.store.apply([Write::Put(object, source)]);
     s.engine.push(PushRequest::new(changes)).await;

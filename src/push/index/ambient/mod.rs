@@ -26,6 +26,8 @@ mod test;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
+use rayon::prelude::*;
+
 use crate::config::istio::{AuthorizationPolicy, PeerAuthentication};
 use crate::config::mesh::MeshConfig;
 use crate::config::{ConfigKey, ConfigKind, ConfigObject};
@@ -111,7 +113,7 @@ impl AmbientIndex {
             peer_authentications: &peer_authentications,
         };
         index.addresses = address::addresses(store, &inputs)
-            .into_iter()
+            .into_par_iter()
             .map(|(name, address)| Arc::new(EncodedResource::encode(TypeUrl::Address, name.into(), &address)))
             .collect();
         index.addresses.sort_by(|a, b| a.name.cmp(&b.name));

@@ -262,3 +262,51 @@ fn a_workload_names_the_static_strict_policy_or_its_converted_one() {
         (peer_mtls::STATIC_STRICT, ROOT, Action::Deny as i32)
     );
 }
+
+/// The addresses of `yaml`'s objects, by name.
+fn addresses_of(yaml: &str) -> std::collections::BTreeMap<String, crate::workload_api::workload::Address> {
+    let store = crate::model::ConfigStore::new();
+    let parsed = crate::config::parse::parse_documents("test.yaml", yaml);
+    assert!(!parsed.has_errors(), "{:?}", parsed.problems);
+    let changes = store.apply(parsed.objects.into_iter().map(|(o, s)| crate::model::store::Write::Put(o, s)));
+    let mesh = crate::config::mesh::MeshConfig::default();
+    let inputs = super::address::Inputs { mesh: &mesh, selector_policies: &[], peer_authentications: &[] };
+    super::address::addresses(&changes.snapshot, &inputs).into_iter().collect()
+}
+
+#[test]
+fn a_dns_service_entry_without_endpoints_has_one_implicit_workload_per_host_reached_by_name() {
+    use crate::workload_api::workload::address::Type;
+    let found = addresses_of(
+        "apiVersion: networking.istio.io/v1\nkind: ServiceEntry\nmetadata: {name: ext, namespace: ns, labels: {app: ext}}\n\
+         spec: {hosts: [a.example, b.example], ports: [{number: 80, name: http, protocol: HTTP}], resolution: DNS}\n",
+    );
+    let names: Vec<&str> = found.keys().map(String::as_str).collect();
+    assert_eq!(
+        names,
+        [
+            "Kubernetes/networking.istio.io/ServiceEntry/ns/ext/a.example",
+            "Kubernetes/networking.istio.io/ServiceEntry/ns/ext/b.example",
+            "ns/a.example",
+            "ns/b.example",
+        ]
+    );
+    let Some(Type::Workload(w)) = &found["Kubernetes/networking.istio.io/ServiceEntry/ns/ext/a.example"].r#type else {
+        panic!()
+    };
+    assert!(w.addresses.is_empty() && w.hostname == "a.example", "{w:?}");
+    assert_eq!(w.services.keys().collect::<Vec<_>>(), ["ns/a.example"], "each backs its own host only");
+    assert_eq!(w.canonical_name, "ext", "the entry's labels name it");
+}
+
+#[test]
+fn a_pod_of_a_cron_job_is_a_workload_of_the_cron_job() {
+    let pod: crate::config::k8s::Pod = serde_yaml_ng::from_str(
+        "metadata: {name: backup-29012345-x7k2p, generateName: backup-29012345-, \
+         ownerReferences: [{kind: Job, name: backup-29012345, controller: true}]}",
+    )
+    .unwrap();
+    assert_eq!(super::address::workload_name(&pod), "backup");
+    let bare: crate::config::k8s::Pod = serde_yaml_ng::from_str("metadata: {name: lone}").unwrap();
+    assert_eq!(super::address::workload_name(&bare), "lone");
+}

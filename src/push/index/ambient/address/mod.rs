@@ -29,6 +29,8 @@ mod service;
 use std::collections::{BTreeMap, HashMap};
 use std::net::IpAddr;
 
+use rayon::prelude::*;
+
 use super::peer_mtls;
 use crate::config::istio::{PeerAuthentication, ServiceEntry, WorkloadEntrySpec};
 use crate::config::k8s::{self, IntOrString, Pod};
@@ -94,15 +96,18 @@ pub struct Inputs<'a> {
 /// Every workload and service of `store`, each with its resource name.
 pub fn addresses(store: &StoreSnapshot, inputs: &Inputs<'_>) -> Vec<(String, Address)> {
     let builder = Builder::new(store, inputs);
-    let mut out = Vec::new();
     let mut services = Vec::new();
-    for stored in store.kind(ConfigKind::Pod).values() {
-        if let ConfigObject::Pod(pod) = &stored.object
-            && let Some(w) = builder.pod(pod)
-        {
-            out.push((w.uid.clone(), wrap_workload(w)));
-        }
-    }
+    // Pods are most of a mesh: built in parallel.
+    let pods: Vec<&Pod> = store
+        .kind(ConfigKind::Pod)
+        .values()
+        .filter_map(|s| match &s.object {
+            ConfigObject::Pod(pod) => Some(pod),
+            _ => None,
+        })
+        .collect();
+    let mut out: Vec<(String, Address)> =
+        pods.par_iter().filter_map(|pod| builder.pod(pod)).map(|w| (w.uid.clone(), wrap_workload(w))).collect();
     for stored in store.kind(ConfigKind::WorkloadEntry).values() {
         if let ConfigObject::WorkloadEntry(we) = &stored.object {
             let uid = format!(
@@ -110,23 +115,21 @@ pub fn addresses(store: &StoreSnapshot, inputs: &Inputs<'_>) -> Vec<(String, Add
                 we.metadata.namespace(),
                 we.metadata.name
             );
-            if let Some(w) = builder.entry(&we.metadata, &we.spec, uid, None) {
-                out.push((w.uid.clone(), wrap_workload(w)));
-            }
+            let w = builder.entry(&we.metadata, &we.spec, uid, None);
+            out.push((w.uid.clone(), wrap_workload(w)));
         }
     }
     for stored in store.kind(ConfigKind::ServiceEntry).values() {
         if let ConfigObject::ServiceEntry(se) = &stored.object {
-            for endpoint in &se.spec.endpoints {
+            for (endpoint, hosts) in service_entry_endpoints(se) {
                 let uid = format!(
                     "{CLUSTER_ID}/networking.istio.io/ServiceEntry/{}/{}/{}",
                     se.metadata.namespace(),
                     se.metadata.name,
                     endpoint.address
                 );
-                if let Some(w) = builder.entry(&se.metadata, endpoint, uid, Some(se)) {
-                    out.push((w.uid.clone(), wrap_workload(w)));
-                }
+                let w = builder.entry(&se.metadata, &endpoint, uid, Some(&hosts));
+                out.push((w.uid.clone(), wrap_workload(w)));
             }
             let origin = Origin::of(&se.metadata, false);
             services.extend(builder.service_entry(se).into_iter().map(|s| (origin.clone(), s)));
@@ -143,6 +146,18 @@ pub fn addresses(store: &StoreSnapshot, inputs: &Inputs<'_>) -> Vec<(String, Add
         out.push((format!("{}/{}", service.namespace, service.hostname), wrap_service(service)));
     }
     out
+}
+
+/// A ServiceEntry's endpoints, each with the hosts it backs: every host;
+/// or, for a DNS entry without endpoints or a selector, one implicit
+/// endpoint per host, at that host's name (istiod's implicit endpoints).
+fn service_entry_endpoints(se: &ServiceEntry) -> Vec<(WorkloadEntrySpec, Vec<String>)> {
+    let dns = matches!(se.spec.resolution.as_deref(), Some("DNS" | "DYNAMIC_DNS" | "DNS_ROUND_ROBIN"));
+    if se.spec.endpoints.is_empty() && dns && se.spec.workload_selector.is_none() {
+        let implicit = |host: &String| WorkloadEntrySpec { address: host.clone(), ..WorkloadEntrySpec::default() };
+        return se.spec.hosts.iter().map(|h| (implicit(h), vec![h.clone()])).collect();
+    }
+    se.spec.endpoints.iter().map(|e| (e.clone(), se.spec.hosts.clone())).collect()
 }
 
 fn wrap_workload(w: Workload) -> Address {
@@ -301,39 +316,30 @@ impl<'a> Builder<'a> {
         if pod.spec.host_network {
             w.network_mode = NetworkMode::HostNetwork as i32;
         }
-        if pod.metadata.annotations.get(k8s::AMBIENT_REDIRECTION).is_some_and(|v| v == "enabled") {
-            w.tunnel_protocol = TunnelProtocol::Hbone as i32;
-        }
-        if labels.get(TUNNEL_LABEL).is_some_and(|v| v == "http") {
-            w.tunnel_protocol = TunnelProtocol::Hbone as i32;
-            w.native_tunnel = true;
-        }
+        set_tunnel(&mut w, labels, &pod.metadata.annotations);
         Some(w)
     }
 
     /// The Workload of a WorkloadEntry, or of an endpoint of `service_entry`.
-    fn entry(
-        &self,
-        meta: &ObjectMeta,
-        spec: &WorkloadEntrySpec,
-        uid: String,
-        service_entry: Option<&ServiceEntry>,
-    ) -> Option<Workload> {
+    /// The Workload of a WorkloadEntry, or (`hosts` given) of an endpoint
+    /// of a ServiceEntry backing those of its hosts.
+    fn entry(&self, meta: &ObjectMeta, spec: &WorkloadEntrySpec, uid: String, hosts: Option<&[String]>) -> Workload {
         let ns = meta.namespace();
         // A WorkloadEntry's labels are its spec's over its metadata's; an
-        // endpoint's are its own over its ServiceEntry's.
+        // endpoint is known by its ServiceEntry's labels (istiod's policies
+        // and canonical names read those).
         let mut labels = meta.labels.clone();
-        labels.extend(spec.labels.iter().map(|(k, v)| (k.clone(), v.clone())));
+        if hosts.is_none() {
+            labels.extend(spec.labels.iter().map(|(k, v)| (k.clone(), v.clone())));
+        }
         let (addresses, hostname) = match spec.address.parse::<IpAddr>() {
             Ok(ip) => (vec![octets(ip)], String::new()),
-            Err(_) if spec.address.starts_with("unix://") => return None,
             Err(_) => (Vec::new(), spec.address.clone()),
         };
         let mut services = BTreeMap::new();
-        let backs: Vec<&ServiceInfo> = match service_entry {
-            // An endpoint backs every host of its ServiceEntry.
-            Some(se) => {
-                let keys: Vec<String> = se.spec.hosts.iter().map(|h| format!("{ns}/{h}")).collect();
+        let backs: Vec<&ServiceInfo> = match hosts {
+            Some(hosts) => {
+                let keys: Vec<String> = hosts.iter().map(|h| format!("{ns}/{h}")).collect();
                 self.services
                     .get(ns)
                     .into_iter()
@@ -367,7 +373,7 @@ impl<'a> Builder<'a> {
         let name = meta.name.clone();
         let (canonical_name, canonical_revision) = canonical(&labels, &name);
         let locality = spec.locality.as_deref().and_then(split_locality);
-        Some(Workload {
+        let mut w = Workload {
             uid,
             name: name.clone(),
             namespace: ns.to_string(),
@@ -387,7 +393,9 @@ impl<'a> Builder<'a> {
             capacity: spec.weight.filter(|w| *w > 0),
             status: WorkloadStatus::Healthy as i32,
             ..Workload::default()
-        })
+        };
+        set_tunnel(&mut w, &labels, &meta.annotations);
+        w
     }
 
     /// The locality of a Node, from its topology labels.
@@ -435,6 +443,18 @@ impl<'a> Builder<'a> {
         }
         keys.extend(peer_mtls::workload_keys(&applying, root));
         keys
+    }
+}
+
+/// HBONE where Istio's CNI captured the workload, HBONE natively where it
+/// is an HBONE-capable sidecar (istiod's `setTunnelProtocol`).
+fn set_tunnel(w: &mut Workload, labels: &BTreeMap<String, String>, annotations: &BTreeMap<String, String>) {
+    if annotations.get(k8s::AMBIENT_REDIRECTION).is_some_and(|v| v == "enabled") {
+        w.tunnel_protocol = TunnelProtocol::Hbone as i32;
+    }
+    if labels.get(TUNNEL_LABEL).is_some_and(|v| v == "http") {
+        w.tunnel_protocol = TunnelProtocol::Hbone as i32;
+        w.native_tunnel = true;
     }
 }
 
