@@ -41,7 +41,7 @@ use crate::workload_api::workload::{
     Address, Locality, NetworkMode, Port, PortList, Service, TunnelProtocol, Workload, WorkloadStatus, WorkloadType,
     address,
 };
-use service::{Origin, se_ports, select_services};
+use service::{Origin, numeric_target_port, se_ports, select_services};
 
 /// The cluster id in workload uids: istiod's default, which meshpush, one
 /// registry, uses for it.
@@ -204,11 +204,7 @@ impl<'a> Builder<'a> {
                     .iter()
                     .map(|p| PortInfo {
                         service_port: p.port,
-                        target_port: match &p.target_port {
-                            Some(IntOrString::Int(n)) => *n,
-                            Some(IntOrString::String(_)) => 0,
-                            None => p.port,
-                        },
+                        target_port: numeric_target_port(p),
                         name: p.name.clone().unwrap_or_default(),
                         target_name: match &p.target_port {
                             Some(IntOrString::String(name)) => Some(name.clone()),

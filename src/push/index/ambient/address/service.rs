@@ -70,6 +70,12 @@ pub(super) fn select_services(services: Vec<(Origin, Service)>) -> Vec<Service> 
 }
 
 impl Builder<'_> {
+    /// The traffic distribution a namespace's annotation sets for its services.
+    fn namespace_traffic_distribution(&self, namespace: &str) -> Option<String> {
+        let stored = self.store.get(&crate::config::ConfigKey::new(ConfigKind::Namespace, "", namespace))?;
+        stored.object.meta().annotations.get(k8s::TRAFFIC_DISTRIBUTION).cloned()
+    }
+
     /// A Kubernetes Service, or `None` for an ExternalName one.
     pub(super) fn kubernetes_service(&self, svc: &k8s::Service) -> Option<Service> {
         if svc.spec.service_type.as_deref() == Some("ExternalName") {
@@ -93,19 +99,11 @@ impl Builder<'_> {
             .iter()
             .map(|p| Port {
                 service_port: p.port,
-                target_port: match &p.target_port {
-                    Some(IntOrString::Int(n)) => *n,
-                    Some(IntOrString::String(_)) => 0,
-                    None => p.port,
-                },
+                target_port: numeric_target_port(p),
                 app_protocol: kubernetes_app_protocol(p) as i32,
             })
             .collect();
-        let namespace_annotations = self
-            .store
-            .get(&crate::config::ConfigKey::new(ConfigKind::Namespace, "", ns))
-            .map(|s| s.object.meta().annotations.clone())
-            .unwrap_or_default();
+        let namespace_distribution = self.namespace_traffic_distribution(ns);
         let mut load_balancing = if svc.spec.internal_traffic_policy.as_deref() == Some("Local") {
             Some(LoadBalancing {
                 routing_preference: vec![load_balancing::Scope::Node as i32],
@@ -116,7 +114,7 @@ impl Builder<'_> {
             traffic_distribution(
                 svc.spec.traffic_distribution.as_deref(),
                 svc.metadata.annotations.get(k8s::TRAFFIC_DISTRIBUTION).map(String::as_str),
-                namespace_annotations.get(k8s::TRAFFIC_DISTRIBUTION).map(String::as_str),
+                namespace_distribution.as_deref(),
             )
         };
         if svc.spec.publish_not_ready_addresses {
@@ -157,15 +155,11 @@ impl Builder<'_> {
                 health_policy: load_balancing::HealthPolicy::AllowAll as i32,
             })
         } else {
-            let namespace_annotations = self
-                .store
-                .get(&crate::config::ConfigKey::new(ConfigKind::Namespace, "", ns))
-                .map(|s| s.object.meta().annotations.clone())
-                .unwrap_or_default();
+            let namespace_distribution = self.namespace_traffic_distribution(ns);
             traffic_distribution(
                 None,
                 se.metadata.annotations.get(k8s::TRAFFIC_DISTRIBUTION).map(String::as_str),
-                namespace_annotations.get(k8s::TRAFFIC_DISTRIBUTION).map(String::as_str),
+                namespace_distribution.as_deref(),
             )
         };
         se.spec
@@ -276,5 +270,15 @@ fn app_protocol_named(name: &str) -> AppProtocol {
         "tls" | "https" => AppProtocol::Tls,
         "tcp" => AppProtocol::Tcp,
         _ => AppProtocol::Unknown,
+    }
+}
+
+/// A Service port's numeric target port: its number, 0 for a named one
+/// (resolved per workload), the port itself when absent (the API server's default).
+pub(super) fn numeric_target_port(port: &k8s::ServicePort) -> u32 {
+    match &port.target_port {
+        Some(IntOrString::Int(n)) => *n,
+        Some(IntOrString::String(_)) => 0,
+        None => port.port,
     }
 }
