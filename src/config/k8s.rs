@@ -378,4 +378,6 @@ pub struct SlicePort {
     pub name: Option<String>,
     /// The workload port.
     pub port: Option<u32>,
+    /// `TCP` (absent: TCP, as the API server defaults it), `UDP` or `SCTP`.
+    pub protocol: Option<String>,
 }

@@ -146,7 +146,7 @@ impl MeshSpec {
                     ..Default::default()
                 })
                 .collect(),
-            ports: vec![SlicePort { name: Some("http".into()), port: Some(self.port) }],
+            ports: vec![SlicePort { name: Some("http".into()), port: Some(self.port), protocol: None }],
         })
     }
 

@@ -36,8 +36,9 @@ use crate::resource::{EncodedResource, TypeUrl};
 use crate::workload_api::security::Scope;
 
 /// The kinds whose objects the index reads: a change of one rebuilds it.
-pub const INPUTS: [ConfigKind; 8] = [
+pub const INPUTS: [ConfigKind; 9] = [
     ConfigKind::Pod,
+    ConfigKind::EndpointSlice,
     ConfigKind::Service,
     ConfigKind::ServiceEntry,
     ConfigKind::WorkloadEntry,

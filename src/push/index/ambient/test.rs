@@ -310,3 +310,24 @@ fn a_pod_of_a_cron_job_is_a_workload_of_the_cron_job() {
     let bare: crate::config::k8s::Pod = serde_yaml_ng::from_str("metadata: {name: lone}").unwrap();
     assert_eq!(super::address::workload_name(&bare), "lone");
 }
+
+#[test]
+fn the_addresses_of_a_selectorless_service_that_are_no_pods_are_workloads_sharing_their_address() {
+    use crate::workload_api::workload::{NetworkMode, WorkloadStatus, address::Type};
+    let found = addresses_of(
+        "apiVersion: v1\nkind: Service\nmetadata: {name: db, namespace: ns}\n\
+         spec: {clusterIP: 10.96.0.9, ports: [{name: sql, port: 5432}]}\n---\n\
+         apiVersion: discovery.k8s.io/v1\nkind: EndpointSlice\n\
+         metadata: {name: db-1, namespace: ns, labels: {kubernetes.io/service-name: db}}\naddressType: IPv4\n\
+         ports: [{name: sql, port: 6432, protocol: TCP}]\n\
+         endpoints:\n- addresses: [192.168.0.7]\n  conditions: {ready: false}\n\
+         - addresses: [10.1.0.3]\n  targetRef: {kind: Pod, name: db-0, namespace: ns}\n",
+    );
+    let names: Vec<&str> = found.keys().map(String::as_str).collect();
+    assert_eq!(names, ["Kubernetes/discovery.k8s.io/EndpointSlice/ns/db-1/192.168.0.7", "ns/db.ns.svc.cluster.local"]);
+    let Some(Type::Workload(w)) = &found[names[0]].r#type else { panic!() };
+    assert_eq!(w.addresses, [vec![192, 168, 0, 7]]);
+    assert_eq!((w.network_mode, w.status), (NetworkMode::HostNetwork as i32, WorkloadStatus::Unhealthy as i32));
+    let ports = &w.services["ns/db.ns.svc.cluster.local"].ports;
+    assert_eq!((ports[0].service_port, ports[0].target_port), (5432, 6432));
+}

@@ -4,7 +4,8 @@
 //!
 //! - **Workloads**: every Pod that has an IP and has not finished (whatever
 //!   its data-plane mode: ztunnel needs to know its peers too), every
-//!   WorkloadEntry, and every endpoint of a ServiceEntry. Each is named by
+//!   WorkloadEntry, every endpoint of a ServiceEntry, and every address of
+//!   a Service's EndpointSlice that is not a Pod's. Each is named by
 //!   its uid (`CLUSTER//Pod/NS/NAME`, `CLUSTER/networking.istio.io/WorkloadEntry/NS/NAME`,
 //!   `CLUSTER/networking.istio.io/ServiceEntry/NS/NAME/ADDRESS`).
 //!   A Pod speaks HBONE when Istio's CNI captured it
@@ -108,6 +109,11 @@ pub fn addresses(store: &StoreSnapshot, inputs: &Inputs<'_>) -> Vec<(String, Add
         .collect();
     let mut out: Vec<(String, Address)> =
         pods.par_iter().filter_map(|pod| builder.pod(pod)).map(|w| (w.uid.clone(), wrap_workload(w))).collect();
+    for stored in store.kind(ConfigKind::EndpointSlice).values() {
+        if let ConfigObject::EndpointSlice(slice) = &stored.object {
+            out.extend(builder.slice_endpoints(slice).into_iter().map(|w| (w.uid.clone(), wrap_workload(w))));
+        }
+    }
     for stored in store.kind(ConfigKind::WorkloadEntry).values() {
         if let ConfigObject::WorkloadEntry(we) = &stored.object {
             let uid = format!(
@@ -392,6 +398,61 @@ impl<'a> Builder<'a> {
         };
         set_tunnel(&mut w, &labels, &meta.annotations);
         w
+    }
+
+    /// The workloads of a Service's EndpointSlice that are not Pods (a
+    /// selector-less Service's addresses): known only by their address, so
+    /// sent as sharing it (`HOST_NETWORK`), with no identity and no policy.
+    fn slice_endpoints(&self, slice: &k8s::EndpointSlice) -> Vec<Workload> {
+        let Some(service) = slice.metadata.labels.get(k8s::SERVICE_NAME_LABEL) else { return Vec::new() };
+        if slice.address_type.as_deref() == Some("FQDN") {
+            return Vec::new();
+        }
+        let ns = slice.metadata.namespace();
+        let key = format!("{ns}/{}", crate::model::host::service_fqdn(service, ns));
+        let Some(info) = self.services.get(ns).into_iter().flatten().find(|s| !s.service_entry && s.key == key) else {
+            return Vec::new();
+        };
+        let mut ports = Vec::new();
+        for p in &slice.ports {
+            let (name, Some(port)) = (p.name.as_deref().unwrap_or(""), p.port) else { continue };
+            if p.protocol.as_deref().is_some_and(|proto| proto != "TCP") {
+                continue;
+            }
+            if let Some(service_port) = info.ports.iter().find(|sp| sp.name == name) {
+                ports.push(Port { service_port: service_port.service_port, target_port: port, app_protocol: 0 });
+            }
+        }
+        let mut seen = std::collections::HashSet::new();
+        let mut out = Vec::new();
+        for endpoint in &slice.endpoints {
+            if endpoint.target_ref.as_ref().is_some_and(|r| r.kind.as_deref() == Some("Pod")) {
+                continue; // a Pod is a workload of its own, with all it carries
+            }
+            let Some(first) = endpoint.addresses.first() else { continue };
+            if !seen.insert(first.clone()) {
+                continue;
+            }
+            let Some(addresses) = ip_bytes(endpoint.addresses.iter().map(String::as_str).collect()) else { continue };
+            out.push(Workload {
+                uid: format!("{CLUSTER_ID}/discovery.k8s.io/EndpointSlice/{ns}/{}/{first}", slice.metadata.name),
+                name: slice.metadata.name.clone(),
+                namespace: ns.to_string(),
+                addresses,
+                network: self.network.clone(),
+                trust_domain: self.trust_domain.clone(),
+                services: [(key.clone(), PortList { ports: ports.clone() })].into(),
+                status: if endpoint.conditions.ready.unwrap_or(true) {
+                    WorkloadStatus::Healthy as i32
+                } else {
+                    WorkloadStatus::Unhealthy as i32
+                },
+                cluster_id: CLUSTER_ID.to_string(),
+                network_mode: NetworkMode::HostNetwork as i32,
+                ..Workload::default()
+            });
+        }
+        out
     }
 
     /// The locality of a Node, from its topology labels.
