@@ -331,3 +331,20 @@ fn the_addresses_of_a_selectorless_service_that_are_no_pods_are_workloads_sharin
     let ports = &w.services["ns/db.ns.svc.cluster.local"].ports;
     assert_eq!((ports[0].service_port, ports[0].target_port), (5432, 6432));
 }
+
+#[test]
+fn a_pod_an_endpoint_slice_names_backs_its_selectorless_service() {
+    use crate::workload_api::workload::address::Type;
+    let found = addresses_of(
+        "apiVersion: v1\nkind: Service\nmetadata: {name: db, namespace: ns}\n\
+         spec: {clusterIP: 10.96.0.9, ports: [{name: sql, port: 5432, targetPort: 6432}]}\n---\n\
+         apiVersion: discovery.k8s.io/v1\nkind: EndpointSlice\n\
+         metadata: {name: db-1, namespace: ns, labels: {kubernetes.io/service-name: db}}\naddressType: IPv4\n\
+         ports: [{name: sql, port: 6432}]\n\
+         endpoints:\n- addresses: [10.1.0.3]\n  targetRef: {kind: Pod, name: db-0, namespace: ns}\n---\n\
+         apiVersion: v1\nkind: Pod\nmetadata: {name: db-0, namespace: ns}\nstatus: {podIP: 10.1.0.3}\n",
+    );
+    let Some(Type::Workload(w)) = &found["Kubernetes//Pod/ns/db-0"].r#type else { panic!("{found:?}") };
+    let ports = &w.services["ns/db.ns.svc.cluster.local"].ports;
+    assert_eq!((ports[0].service_port, ports[0].target_port), (5432, 6432));
+}

@@ -16,7 +16,8 @@
 //! - A workload lists the services it backs (`NAMESPACE/HOSTNAME` → its
 //!   ports): the Services of its namespace whose selector matches it, and
 //!   the ServiceEntries of its namespace whose `workloadSelector` does
-//!   (a ServiceEntry's own endpoints back all its hosts). A Service's
+//!   (a ServiceEntry's own endpoints back all its hosts), and the
+//!   Services whose EndpointSlices name the Pod (a selector-less Service). A Service's
 //!   named `targetPort` is looked up in the Pod's TCP container ports (and
 //!   its native sidecars'); a Pod without it does not back that port.
 //! - A workload names the policies ztunnel applies to it beyond the
@@ -183,6 +184,9 @@ struct Builder<'a> {
     services: HashMap<String, Vec<ServiceInfo>>,
     /// PeerAuthentications by namespace.
     peer_authentications: HashMap<String, Vec<&'a PeerAuthentication>>,
+    /// The services whose EndpointSlices name a Pod, by the Pod's
+    /// namespace and name (how a selector-less Service reaches its Pods).
+    sliced: HashMap<(String, String), Vec<String>>,
 }
 
 impl<'a> Builder<'a> {
@@ -253,7 +257,22 @@ impl<'a> Builder<'a> {
         for pa in inputs.peer_authentications {
             peer_authentications.entry(pa.metadata.namespace.clone()).or_default().push(pa);
         }
-        Builder { store, inputs, network, trust_domain, services, peer_authentications }
+        let mut sliced: HashMap<(String, String), Vec<String>> = HashMap::new();
+        for stored in store.kind(ConfigKind::EndpointSlice).values() {
+            let ConfigObject::EndpointSlice(slice) = &stored.object else { continue };
+            let Some(service) = slice.metadata.labels.get(k8s::SERVICE_NAME_LABEL) else { continue };
+            let ns = slice.metadata.namespace();
+            let key = format!("{ns}/{}", crate::model::host::service_fqdn(service, ns));
+            for r in slice.endpoints.iter().filter_map(|e| e.target_ref.as_ref()) {
+                if r.kind.as_deref() == Some("Pod")
+                    && let Some(name) = &r.name
+                {
+                    let pod = (r.namespace.clone().unwrap_or_else(|| ns.to_string()), name.clone());
+                    sliced.entry(pod).or_default().push(key.clone());
+                }
+            }
+        }
+        Builder { store, inputs, network, trust_domain, services, peer_authentications, sliced }
     }
 
     /// The Workload of a Pod, or `None` for a Pod without an IP or one that finished.
@@ -267,10 +286,20 @@ impl<'a> Builder<'a> {
         let workload_name = workload_name(pod);
         let (canonical_name, canonical_revision) = canonical(labels, &workload_name);
         let mut services = BTreeMap::new();
-        for info in self.services.get(ns).into_iter().flatten() {
-            if !selects(&info.selector, labels) {
-                continue;
+        let in_namespace = || self.services.get(ns).into_iter().flatten();
+        let mut backs: Vec<&ServiceInfo> = in_namespace().filter(|s| selects(&s.selector, labels)).collect();
+        // A Service whose EndpointSlice names the Pod backs it too (a
+        // selector-less Service's Pods).
+        for key in self.sliced.get(&(ns.to_string(), pod.metadata.name.clone())).into_iter().flatten() {
+            if !backs.iter().any(|b| &b.key == key)
+                && let Some((service_ns, _)) = key.split_once('/')
+                && let Some(info) =
+                    self.services.get(service_ns).into_iter().flatten().find(|s| !s.service_entry && &s.key == key)
+            {
+                backs.push(info);
             }
+        }
+        for info in backs {
             let mut ports = Vec::new();
             for port in &info.ports {
                 let target_port = if let Some(name) = &port.target_name {
