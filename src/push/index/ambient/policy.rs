@@ -136,14 +136,15 @@ fn clauses(
     namespace: &str,
     http: &mut BTreeSet<String>,
 ) -> Option<Vec<Clause>> {
+    let (no_operation, no_source) = (Operation::default(), Source::default());
     let mut has_http = false;
     let mut clauses = Vec::new();
     let to: Vec<Match> = rule
         .to
         .iter()
         .map(|to| {
-            let op = to.operation.clone().unwrap_or_default();
-            has_http |= http_operation_fields(&op, http);
+            let op = to.operation.as_ref().unwrap_or(&no_operation);
+            has_http |= http_operation_fields(op, http);
             Match {
                 destination_ports: ports(&op.ports),
                 not_destination_ports: ports(&op.not_ports),
@@ -158,8 +159,8 @@ fn clauses(
         .from
         .iter()
         .map(|from| {
-            let source = from.source.clone().unwrap_or_default();
-            has_http |= http_source_fields(&source, http);
+            let source = from.source.as_ref().unwrap_or(&no_source);
+            has_http |= http_source_fields(source, http);
             Match {
                 source_ips: addresses(&source.ip_blocks),
                 not_source_ips: addresses(&source.not_ip_blocks),
