@@ -43,6 +43,8 @@ pub fn versions(kind: &str) -> &'static [&'static str] {
 /// The controller name of Istio's GatewayClasses (`istio`,
 /// `istio-remote`): the classes whose Gateways meshpush serves.
 pub const ISTIO_CONTROLLER: &str = "istio.io/gateway-controller";
+/// The controller name of Istio's waypoint GatewayClass (`istio-waypoint`).
+pub const ISTIO_MESH_CONTROLLER: &str = "istio.io/mesh-controller";
 /// The label Istio's automated deployment puts on a Gateway's pods.
 pub const GATEWAY_NAME_LABEL: &str = "gateway.networking.k8s.io/gateway-name";
 /// The older label with the same meaning.

@@ -25,10 +25,25 @@ pub(super) fn gateway_class(check: &mut Checker, class: &GatewayClass) {
     }
 }
 
-/// The listener protocols the API names (a domain-prefixed one is an
-/// implementation's own). meshpush serves all but UDP, as Istio: a UDP
-/// listener is reported in the Gateway's status, not refused here.
-const PROTOCOLS: [&str; 5] = ["HTTP", "HTTPS", "TLS", "TCP", "UDP"];
+/// Whether `p` is a listener protocol the API's schema takes: a name of
+/// letters, digits and inner dashes (`HTTP`, Istio's waypoints' `HBONE`),
+/// or a domain-prefixed one (`example.com/udp`). Which protocols are
+/// served is the translation's business: one meshpush does not serve is
+/// reported in the Gateway's status, not refused here.
+fn is_protocol_name(p: &str) -> bool {
+    let name = |s: &str| {
+        !s.is_empty()
+            && s.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-')
+            && !s.starts_with('-')
+            && !s.ends_with('-')
+    };
+    let alnum = |s: &str| !s.is_empty() && s.bytes().all(|b| b.is_ascii_alphanumeric());
+    p.len() <= 255
+        && match p.split_once('/') {
+            None => name(p),
+            Some((domain, rest)) => domain.split('.').all(alnum) && alnum(rest),
+        }
+}
 
 pub(super) fn gateway(check: &mut Checker, gw: &Gateway) {
     if gw.spec.gateway_class_name.is_empty() {
@@ -49,10 +64,12 @@ pub(super) fn gateway(check: &mut Checker, gw: &Gateway) {
         }
         check.port(format!("{path}.port"), l.port);
         let protocol = l.protocol.as_str();
-        if !PROTOCOLS.contains(&protocol) && !protocol.contains('/') {
+        if !is_protocol_name(protocol) {
             check.error(
                 format!("{path}.protocol"),
-                format!("{protocol:?} is not a protocol: HTTP, HTTPS, TLS, TCP, UDP or a domain-prefixed one"),
+                format!(
+                    "{protocol:?} is not a protocol: a name such as HTTP, HTTPS, TLS, TCP or UDP, or a domain-prefixed one"
+                ),
             );
         }
         if let Some(h) = &l.hostname {

@@ -497,6 +497,24 @@ fn gateway_api_route_rules() {
     assert_eq!((found[0].0, found[0].1.as_str()), (Severity::Warning, "spec.listeners[0].tls.certificateRefs"));
 }
 
+#[test]
+fn a_listener_protocol_is_any_name_the_schema_takes() {
+    // Istio's own waypoint manifests name HBONE; the API's schema takes any
+    // such name, and the translation says whether it is served.
+    let listener = |protocol: &str| {
+        format!(
+            "apiVersion: gateway.networking.k8s.io/v1\nkind: Gateway\nmetadata: {{name: g}}\nspec:\n  \
+             gatewayClassName: istio-waypoint\n  listeners:\n  - {{name: mesh, port: 15008, protocol: {protocol:?}}}\n"
+        )
+    };
+    for ok in ["HBONE", "UDP", "example.com/udp", "a-b"] {
+        assert!(findings(&listener(ok)).is_empty(), "{ok}: {:#?}", findings(&listener(ok)));
+    }
+    for bad in ["", "-x", "x-", "a b", "example.com/", "/udp", "a/b/c", "h_t"] {
+        assert_eq!(error_paths(&listener(bad)), ["spec.listeners[0].protocol"], "{bad:?}");
+    }
+}
+
 fn telemetry(spec: &str) -> String {
     format!(
         "apiVersion: telemetry.istio.io/v1alpha1\nkind: Telemetry\nmetadata: {{name: t, namespace: shop}}\nspec:\n{spec}"

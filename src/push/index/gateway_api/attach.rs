@@ -10,14 +10,14 @@
 //! but its rules reach only the served ones, so that the listener status
 //! tells the truth about attachment even while the listener is broken.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use crate::config::gateway_api::{self as api, ParentReference};
 use crate::config::{ConfigKey, ConfigKind, ConfigObject};
 use crate::model::{StoreSnapshot, host};
 
 use super::grants::Grants;
-use super::listeners::{Gateways, ListenerState};
+use super::listeners::{Gateways, ListenerState, WAYPOINT_NOT_SERVED};
 use super::mesh::{is_service, mesh_parent};
 use super::routes::{Converted, ROUTE_KINDS, Route, convert_route, resolved_condition};
 use super::status::{CONTROLLER, Condition, ObjectStatus, RouteParentStatus};
@@ -38,6 +38,7 @@ pub(super) fn attach_routes(
     store: &StoreSnapshot,
     grants: &Grants<'_>,
     gateways: &mut Gateways<'_>,
+    waypoints: &BTreeSet<ConfigKey>,
     status: &mut BTreeMap<ConfigKey, ObjectStatus>,
 ) -> RulesByHost {
     // Namespace labels, for `allowedRoutes` selectors.
@@ -84,8 +85,12 @@ pub(super) fn attach_routes(
             let gw_key = ConfigKey::new(ConfigKind::KubernetesGateway, parent.namespace(route_ns), &parent.name);
             let Some(listeners) = gateways.get_mut(&gw_key) else {
                 // Not a Gateway of a class meshpush serves: another
-                // controller's, or none. Report only when it does not exist.
-                if store.get(&gw_key).is_none() {
+                // controller's, a waypoint, or none. Report only when it
+                // does not exist or is a waypoint.
+                if waypoints.contains(&gw_key) {
+                    let accepted = Condition::new("Accepted", false, "NoMatchingParent", WAYPOINT_NOT_SERVED);
+                    parents.push(parent_status(parent, accepted, &converted));
+                } else if store.get(&gw_key).is_none() {
                     let accepted = Condition::new(
                         "Accepted",
                         false,

@@ -22,7 +22,7 @@ use crate::push::index::secrets;
 
 use super::grants::Grants;
 use super::status::{Condition, ListenerStatus, ObjectStatus, RouteKind};
-use super::{DEFAULT_CLASS, DerivedGateway};
+use super::{DEFAULT_CLASS, DerivedGateway, WAYPOINT_CLASS};
 
 /// The listeners of each served Gateway, by the Gateway's key, in the
 /// order the Gateway lists them.
@@ -85,6 +85,47 @@ pub(super) fn served_classes<'a>(
     }
     classes
 }
+
+/// Every Gateway of Istio's waypoint class (`istio-waypoint`, unless a
+/// GatewayClass of that name names another controller) gets a status that
+/// says meshpush does not serve it: ztunnel is not told of the waypoint,
+/// and no waypoint proxy is configured for it. Returns their keys, so
+/// routes that name one as a parent can say the same.
+pub(super) fn unserved_waypoints(
+    store: &StoreSnapshot,
+    status: &mut BTreeMap<ConfigKey, ObjectStatus>,
+) -> BTreeSet<ConfigKey> {
+    let redefined = store.kind(ConfigKind::GatewayClass).values().any(|stored| {
+        matches!(&stored.object, ConfigObject::GatewayClass(c)
+            if c.metadata.name == WAYPOINT_CLASS && c.spec.controller_name != api::ISTIO_MESH_CONTROLLER)
+    });
+    let mut out = BTreeSet::new();
+    if redefined {
+        return out;
+    }
+    for stored in store.kind(ConfigKind::KubernetesGateway).values() {
+        let ConfigObject::KubernetesGateway(gw) = &stored.object else { continue };
+        if gw.spec.gateway_class_name != WAYPOINT_CLASS {
+            continue;
+        }
+        let key = stored.object.key();
+        status.insert(
+            key.clone(),
+            ObjectStatus::Gateway {
+                addresses: gw.spec.addresses.clone(),
+                conditions: vec![Condition::new("Accepted", false, "Pending", WAYPOINT_NOT_SERVED)],
+                listeners: Vec::new(),
+            },
+        );
+        out.insert(key);
+    }
+    out
+}
+
+/// Why a waypoint Gateway, and a route parented to one, is not served.
+pub(super) const WAYPOINT_NOT_SERVED: &str = "waypoints are not served by meshpush yet: ztunnel is not sent this \
+     waypoint, so traffic bound to it by istio.io/use-waypoint goes straight to its destination, and no waypoint \
+     proxy is configured for it";
 
 /// The listeners of every Gateway of a served class, each with its
 /// conditions and its conflicts with the others of its Gateway; no route

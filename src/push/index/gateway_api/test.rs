@@ -144,6 +144,49 @@ spec:
 }
 
 #[test]
+fn a_waypoint_gateway_and_routes_parented_to_it_say_they_are_not_served() {
+    let waypoint = r#"
+apiVersion: gateway.networking.k8s.io/v1
+kind: Gateway
+metadata: {name: waypoint, namespace: apps}
+spec:
+  gatewayClassName: istio-waypoint
+  listeners: [{name: mesh, port: 15008, protocol: HBONE}]
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: HTTPRoute
+metadata: {name: via-waypoint, namespace: apps}
+spec:
+  parentRefs: [{name: waypoint}]
+  rules: [{backendRefs: [{name: app, port: 8080}]}]
+"#;
+    let index = build(waypoint);
+    assert!(index.gateways.iter().all(|g| &*g.deployment == "edge"), "no Istio Gateway for a waypoint");
+    let (conditions, listeners) = gateway_status(&index, "apps", "waypoint");
+    let accepted = condition(conditions, "Accepted");
+    assert!(!accepted.is_true() && accepted.message.contains("waypoints are not served"), "{accepted:?}");
+    assert!(listeners.is_empty());
+    let parents = route_status(&index, "apps", "via-waypoint");
+    assert_eq!(parents.len(), 1);
+    let parent = condition(&parents[0].conditions, "Accepted");
+    assert_eq!((parent.status, parent.reason), ("False", "NoMatchingParent"));
+    let store = ConfigStore::new();
+    store.apply(puts(&format!("{BASE}---\n{waypoint}")));
+    let problems = index.problems(&store.snapshot());
+    assert!(
+        problems.iter().any(|p| p.object.as_ref().is_some_and(|k| &*k.name == "waypoint") && p.path == "status"),
+        "{problems:?}"
+    );
+
+    // A GatewayClass of that name for another controller makes the
+    // Gateways its own.
+    let theirs = build(&format!(
+        "{waypoint}---\napiVersion: gateway.networking.k8s.io/v1\nkind: GatewayClass\nmetadata: {{name: istio-waypoint}}\nspec: {{controllerName: example.com/other}}\n"
+    ));
+    assert!(!theirs.status.contains_key(&ConfigKey::new(ConfigKind::KubernetesGateway, "apps", "waypoint")));
+}
+
+#[test]
 fn routes_of_one_host_merge_oldest_first_and_sort_by_precedence() {
     let index = build(
         r#"
