@@ -150,6 +150,14 @@ enum JwtCommand {
         /// How long the token is valid.
         #[arg(long, default_value = "24h", value_parser = parse_duration)]
         ttl: Duration,
+        /// Bind the token to this Pod (of the namespace), as Kubernetes binds a
+        /// Pod's projected token; a node agent (ztunnel) needs one for the CA
+        /// to know its node.
+        #[arg(long)]
+        pod: Option<String>,
+        /// The bound Pod's UID (checked against the Pod's `metadata.uid`).
+        #[arg(long, requires = "pod")]
+        pod_uid: Option<String>,
     },
 }
 
@@ -267,8 +275,9 @@ fn main() -> ExitCode {
                 ExitCode::FAILURE
             }
         },
-        Command::Jwt(JwtCommand::Issue { key, namespace, service_account, ttl }) => {
-            match meshpush::cli::jwt::issue(&key, &namespace, &service_account, ttl) {
+        Command::Jwt(JwtCommand::Issue { key, namespace, service_account, ttl, pod, pod_uid }) => {
+            let pod = pod.map(|name| meshpush::ca::authn::CallerPod { name, uid: pod_uid });
+            match meshpush::cli::jwt::issue_for_pod(&key, &namespace, &service_account, pod.as_ref(), ttl) {
                 Ok(token) => {
                     println!("{token}");
                     ExitCode::SUCCESS

@@ -378,7 +378,7 @@ impl Metrics {
         );
         r.register(
             "meshpush_xds_streams_refused",
-            "Secure-port requests refused for what the client proved, by reason (no_certificate, identity, \
+            "Secure-port requests refused for what the client proved, by reason (no_certificate, token, identity, \
              gateway_labels, registry_writer)",
             m.streams_refused.clone(),
         );

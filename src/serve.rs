@@ -109,6 +109,9 @@ pub struct SecureXds {
     pub server_names: Vec<String>,
     /// Identities that may use the registry API on this port.
     pub registry_writers: Vec<crate::model::Identity>,
+    /// The `(namespace, service account)` pairs trusted as node agents
+    /// (ztunnel): the CA issues them their node's workloads' certificates.
+    pub trusted_node_accounts: std::collections::BTreeSet<(String, String)>,
     /// Workload certificate lifetimes.
     pub lifetimes: crate::ca::Lifetimes,
     /// Where the admission webhooks listen (HTTPS, with the secure port's
@@ -172,6 +175,9 @@ struct SecurePort {
     webhook: Option<tokio::net::TcpListener>,
     tls: crate::ca::ServerTls,
     ca: crate::ca::CaService,
+    /// Checks the bearer tokens of ADS clients without a certificate (the
+    /// CA's own authenticators).
+    tokens: Arc<crate::ca::Authenticators>,
     registry_writers: Vec<crate::model::Identity>,
 }
 
@@ -181,9 +187,9 @@ impl SecurePort {
     async fn open(
         secure: &SecureXds,
         kube: Option<kube::Client>,
-        metrics: Arc<crate::metrics::Metrics>,
+        engine: Arc<PushEngine>,
     ) -> anyhow::Result<SecurePort> {
-        use crate::ca::{Authenticators, CaMaterial, CaService, CertificateAuthority, ServerTls};
+        use crate::ca::{Authenticators, CaMaterial, CaService, CertificateAuthority, Impersonation, ServerTls};
         let plug_in = CaMaterial::read(&secure.ca_dir)
             .with_context(|| format!("reading the CA directory {}", secure.ca_dir.display()))?
             .is_some();
@@ -224,6 +230,7 @@ impl SecurePort {
         if let Some(client) = kube {
             authenticators = authenticators.with_token_review(client);
         }
+        let authenticators = Arc::new(authenticators);
         if !authenticators.accepts_tokens() {
             tracing::warn!(
                 "the CA accepts no tokens (no --jwks and no Kubernetes cluster): only workloads that already hold a \
@@ -248,7 +255,10 @@ impl SecurePort {
             roots_pem: ca.roots_pem().to_string(),
             webhook,
             tls,
-            ca: CaService::new(ca, Arc::new(authenticators), metrics),
+            ca: CaService::new(ca, authenticators.clone(), engine.metrics().clone()).with_impersonation(
+                Impersonation::new(secure.trusted_node_accounts.clone(), &secure.trust_domain, engine),
+            ),
+            tokens: authenticators,
             registry_writers: secure.registry_writers.clone(),
         })
     }
@@ -299,7 +309,7 @@ pub async fn run(options: ServeOptions) -> anyhow::Result<()> {
         None => None,
     };
     let secure = match &options.secure {
-        Some(secure) => Some(SecurePort::open(secure, kube_client.clone(), engine.metrics().clone()).await?),
+        Some(secure) => Some(SecurePort::open(secure, kube_client.clone(), engine.clone()).await?),
         None => None,
     };
     let admin_listener = std::net::TcpListener::bind(options.admin_addr)
@@ -369,7 +379,10 @@ pub async fn run(options: ServeOptions) -> anyhow::Result<()> {
             options.connections,
             engine.metrics().clone(),
             shutdown_rx.clone(),
-            Some(port.tls.acceptor()),
+            Some(connections::SecureTransport {
+                acceptor: port.tls.acceptor(),
+                tokens: Some(port.tokens.clone()).filter(|t| t.accepts_tokens()).map(|t| t as _),
+            }),
         ))
     });
     let admin_state = crate::admin::AdminState::new(ads_service);

@@ -15,6 +15,12 @@
 //!    the cluster meshpush reads (audience `istio-ca`, as istiod asks for
 //!    it); the reviewed username names the identity.
 //!
+//! A token bound to a Pod (Kubernetes' projected tokens are) also names
+//! that Pod: the JWT's `kubernetes.io.pod` claim, or the review's
+//! `authentication.kubernetes.io/pod-name` and `pod-uid` extras. The CA
+//! needs it to know which node a caller such as ztunnel runs on
+//! ([`impersonation`](super::impersonation)).
+//!
 //! Tokens come as `authorization: Bearer TOKEN`. No token or key material
 //! ever reaches a message: refusals say which check failed.
 
@@ -33,6 +39,27 @@ pub const CA_AUDIENCE: &str = "istio-ca";
 
 /// Longest token read; Kubernetes' projected tokens are about 1 KB.
 pub const MAX_TOKEN_BYTES: usize = 16 * 1024;
+
+/// Who a caller proved to be.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Caller {
+    /// The identities it holds (a certificate may name several; a token
+    /// names one).
+    pub identities: Vec<Identity>,
+    /// The Pod its token is bound to, if it is a Pod-bound token.
+    pub pod: Option<CallerPod>,
+}
+
+/// The Pod a token is bound to (in its service account's namespace).
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Deserialize)]
+pub struct CallerPod {
+    /// The Pod's name.
+    pub name: String,
+    /// Its UID: a Pod deleted and created again under the same name has
+    /// another.
+    #[serde(default)]
+    pub uid: Option<String>,
+}
 
 /// A caller that could not be authenticated, and why.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -92,15 +119,20 @@ impl Authenticators {
         &self,
         certificate: &[Identity],
         authorization: Option<&str>,
-    ) -> Result<Vec<Identity>, AuthError> {
+    ) -> Result<Caller, AuthError> {
         if !certificate.is_empty() {
-            return Ok(certificate.to_vec());
+            return Ok(Caller { identities: certificate.to_vec(), pod: None });
         }
         let Some(header) = authorization else {
             return Err(AuthError(
                 "no credential: present a workload certificate or an `authorization: Bearer TOKEN` header".into(),
             ));
         };
+        self.authenticate_token(header).await
+    }
+
+    /// The caller an `authorization: Bearer TOKEN` header proves.
+    pub async fn authenticate_token(&self, header: &str) -> Result<Caller, AuthError> {
         let token = bearer_token(header)?;
         if !self.accepts_tokens() {
             return Err(AuthError("this CA accepts no tokens (no --jwks file and no Kubernetes cluster)".into()));
@@ -108,17 +140,28 @@ impl Authenticators {
         let mut refusals = Vec::new();
         if let Some(jwks) = &self.jwks {
             match jwks.verify(token, &self.trust_domain) {
-                Ok(identity) => return Ok(vec![identity]),
+                Ok(caller) => return Ok(caller),
                 Err(e) => refusals.push(format!("JWKS: {e}")),
             }
         }
         if let Some(client) = &self.token_review {
             match token_review(client, token, &self.trust_domain).await {
-                Ok(identity) => return Ok(vec![identity]),
+                Ok(caller) => return Ok(caller),
                 Err(e) => refusals.push(format!("TokenReview: {e}")),
             }
         }
         Err(AuthError(format!("the token was refused ({})", refusals.join("; "))))
+    }
+}
+
+impl crate::xds::stream::peer::TokenAuthenticator for Authenticators {
+    fn authenticate<'a>(
+        &'a self,
+        authorization: &'a str,
+    ) -> futures::future::BoxFuture<'a, Result<Vec<Identity>, String>> {
+        Box::pin(async move {
+            self.authenticate_token(authorization).await.map(|caller| caller.identities).map_err(|e| e.0)
+        })
     }
 }
 
@@ -182,7 +225,7 @@ impl JwksFile {
         Ok(keys)
     }
 
-    fn verify(&self, token: &str, trust_domain: &str) -> Result<Identity, AuthError> {
+    fn verify(&self, token: &str, trust_domain: &str) -> Result<Caller, AuthError> {
         let keys = self.keys()?;
         let header = jsonwebtoken::decode_header(token).map_err(|e| AuthError(format!("not a JWT: {e}")))?;
         if !ALGORITHMS.contains(&header.alg) {
@@ -206,12 +249,14 @@ impl JwksFile {
             let Ok(key) = DecodingKey::from_jwk(jwk) else { continue };
             match jsonwebtoken::decode::<Claims>(token, &key, &validation) {
                 Ok(data) => {
-                    return from_service_account_subject(trust_domain, &data.claims.sub).ok_or_else(|| {
+                    let identity = from_service_account_subject(trust_domain, &data.claims.sub).ok_or_else(|| {
                         AuthError(format!(
                             "the JWT's subject {:?} is not system:serviceaccount:NAMESPACE:NAME",
                             crate::text::shown(&data.claims.sub)
                         ))
-                    });
+                    })?;
+                    let pod = data.claims.kubernetes.and_then(|k| k.pod).filter(|p| !p.name.is_empty());
+                    return Ok(Caller { identities: vec![identity], pod });
                 }
                 Err(e) => last = AuthError(format!("the JWT does not verify: {e}")),
             }
@@ -223,10 +268,23 @@ impl JwksFile {
 #[derive(Debug, serde::Deserialize)]
 struct Claims {
     sub: String,
+    /// Kubernetes' own claims; a Pod-bound token names its Pod here.
+    #[serde(rename = "kubernetes.io", default)]
+    kubernetes: Option<KubernetesClaims>,
 }
 
-/// The identity the cluster's TokenReview gives `token`.
-async fn token_review(client: &kube::Client, token: &str, trust_domain: &str) -> Result<Identity, AuthError> {
+#[derive(Debug, serde::Deserialize)]
+struct KubernetesClaims {
+    #[serde(default)]
+    pod: Option<CallerPod>,
+}
+
+/// The TokenReview extras that name the Pod a token is bound to.
+const POD_NAME_EXTRA: &str = "authentication.kubernetes.io/pod-name";
+const POD_UID_EXTRA: &str = "authentication.kubernetes.io/pod-uid";
+
+/// The caller the cluster's TokenReview says `token` is.
+async fn token_review(client: &kube::Client, token: &str, trust_domain: &str) -> Result<Caller, AuthError> {
     use k8s_openapi::api::authentication::v1::{TokenReview, TokenReviewSpec};
     let review = TokenReview {
         spec: TokenReviewSpec { token: Some(token.to_string()), audiences: Some(vec![CA_AUDIENCE.to_string()]) },
@@ -247,10 +305,15 @@ async fn token_review(client: &kube::Client, token: &str, trust_domain: &str) ->
     {
         return Err(AuthError(format!("the token is not for the audience {CA_AUDIENCE}")));
     }
-    let username = status.user.and_then(|u| u.username).unwrap_or_default();
-    from_service_account_subject(trust_domain, &username).ok_or_else(|| {
+    let user = status.user.unwrap_or_default();
+    let username = user.username.unwrap_or_default();
+    let identity = from_service_account_subject(trust_domain, &username).ok_or_else(|| {
         AuthError(format!("the token's user {:?} is not a service account", crate::text::shown(&username)))
-    })
+    })?;
+    let extra = user.extra.unwrap_or_default();
+    let first = |key: &str| extra.get(key).and_then(|values| values.first()).filter(|v| !v.is_empty()).cloned();
+    let pod = first(POD_NAME_EXTRA).map(|name| CallerPod { name, uid: first(POD_UID_EXTRA) });
+    Ok(Caller { identities: vec![identity], pod })
 }
 
 #[cfg(test)]

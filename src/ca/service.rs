@@ -3,12 +3,15 @@
 //! chain out.
 //!
 //! Istio's agents call it with their service-account token, and again with
-//! their current certificate to renew; so do meshpush's. The answers follow
-//! istiod's codes: `UNAUTHENTICATED` for a caller with no valid credential,
-//! `PERMISSION_DENIED` for a CSR naming an identity the caller does not
-//! hold, `INVALID_ARGUMENT` for a CSR that does not parse or a TTL above
-//! the maximum. Each request is logged at DEBUG with the identity issued,
-//! never the CSR or the token; refusals at INFO.
+//! their current certificate to renew; so do meshpush's. ztunnel calls it
+//! for each workload on its node, naming the workload's identity in the
+//! request's `ImpersonatedIdentity` metadata ([`impersonation`](super::impersonation)).
+//! The answers follow istiod's codes: `UNAUTHENTICATED` for a caller with
+//! no valid credential, `PERMISSION_DENIED` for a CSR naming an identity
+//! the caller does not hold (or may not impersonate), `INVALID_ARGUMENT`
+//! for a CSR that does not parse or a TTL above the maximum. Each request
+//! is logged at DEBUG with the identity issued, never the CSR or the token;
+//! refusals at INFO, refused impersonations at WARN.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -17,7 +20,9 @@ use tonic::{Request, Response, Status};
 
 use super::authn::Authenticators;
 use super::authority::{CertificateAuthority, SignError};
+use super::impersonation::{self, Impersonation};
 use crate::metrics::Metrics;
+use crate::text::Shown;
 use crate::xds::stream::peer::ConnectionContext;
 
 /// The code generated from `proto/istio/v1/auth/ca.proto`.
@@ -37,14 +42,22 @@ pub const MAX_REQUEST_BYTES: usize = 64 * 1024;
 pub struct CaService {
     ca: Arc<CertificateAuthority>,
     authenticators: Arc<Authenticators>,
+    impersonation: Option<Arc<Impersonation>>,
     metrics: Arc<Metrics>,
 }
 
 impl CaService {
     /// A service signing with `ca` for callers `authenticators` accept,
-    /// counting in `metrics`.
+    /// counting in `metrics`; it issues only the callers' own identities.
     pub fn new(ca: Arc<CertificateAuthority>, authenticators: Arc<Authenticators>, metrics: Arc<Metrics>) -> CaService {
-        CaService { ca, authenticators, metrics }
+        CaService { ca, authenticators, impersonation: None, metrics }
+    }
+
+    /// Also issues node agents the identities of their node's workloads,
+    /// as `impersonation` allows (without it, every such request is refused).
+    pub fn with_impersonation(mut self, impersonation: Impersonation) -> CaService {
+        self.impersonation = Some(Arc::new(impersonation));
+        self
     }
 
     /// The service ready for a tonic router.
@@ -73,9 +86,27 @@ impl IstioCertificateService for CaService {
             }
         };
         let request = request.into_inner();
+        let held = match impersonation::requested(request.metadata.as_ref()) {
+            None => caller.identities,
+            Some(asked) => {
+                let allowed = match &self.impersonation {
+                    Some(impersonation) => impersonation.authorize(&caller, asked).await,
+                    None => Err("this CA issues no certificate for another identity".to_string()),
+                };
+                match allowed {
+                    Ok(identity) => vec![identity],
+                    Err(why) => {
+                        self.metrics.ca_authentication_failures.inc();
+                        let by = caller.identities.iter().map(ToString::to_string).collect::<Vec<_>>().join(", ");
+                        tracing::warn!(?peer, caller = %by, asked = %Shown(asked), "CA: refused an impersonation: {why}");
+                        return Err(Status::permission_denied(format!("impersonation refused: {why}")));
+                    }
+                }
+            }
+        };
         let ttl = Duration::from_secs(u64::try_from(request.validity_duration).unwrap_or(0));
         let ca = self.ca.clone();
-        let held = caller.clone();
+        let caller = held.clone();
         // Signing is CPU work (an RSA signer takes milliseconds).
         let signed = tokio::task::spawn_blocking(move || ca.sign_workload(&request.csr, &held, ttl))
             .await

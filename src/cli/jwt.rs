@@ -17,7 +17,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use base64::Engine as _;
 use rcgen::KeyPair;
 
-use crate::ca::authn::CA_AUDIENCE;
+use crate::ca::authn::{CA_AUDIENCE, CallerPod};
 use crate::ca::keys;
 
 /// The signing key's file name in the `keygen` directory.
@@ -53,6 +53,20 @@ pub fn keygen(dir: &Path) -> Result<(PathBuf, PathBuf), String> {
 /// A token for service account `name` of `namespace`, signed by the key
 /// in `key_path`, valid for `ttl`.
 pub fn issue(key_path: &Path, namespace: &str, name: &str, ttl: Duration) -> Result<String, String> {
+    issue_for_pod(key_path, namespace, name, None, ttl)
+}
+
+/// A token as [`issue`] makes, bound to `pod` (of `namespace`) as
+/// Kubernetes binds a Pod's projected token: its `kubernetes.io.pod` claim
+/// names the Pod and, if known, its UID. A node agent (ztunnel) proves
+/// which node it runs on with such a token.
+pub fn issue_for_pod(
+    key_path: &Path,
+    namespace: &str,
+    name: &str,
+    pod: Option<&CallerPod>,
+    ttl: Duration,
+) -> Result<String, String> {
     let pem = std::fs::read(key_path).map_err(|e| format!("{}: {e}", key_path.display()))?;
     let key = keys::key_pair_from_pem(&pem).map_err(|e| format!("{}: {e}", key_path.display()))?;
     if !key.is_compatible(&rcgen::PKCS_ECDSA_P256_SHA256) {
@@ -70,6 +84,14 @@ pub fn issue(key_path: &Path, namespace: &str, name: &str, ttl: Duration) -> Res
         "exp": now + ttl.as_secs(),
         "kubernetes.io": { "namespace": namespace, "serviceaccount": { "name": name } },
     });
+    let mut claims = claims;
+    if let Some(pod) = pod {
+        let mut bound = serde_json::json!({ "name": pod.name });
+        if let Some(uid) = &pod.uid {
+            bound["uid"] = serde_json::Value::from(uid.as_str());
+        }
+        claims["kubernetes.io"]["pod"] = bound;
+    }
     let mut header = jsonwebtoken::Header::new(jsonwebtoken::Algorithm::ES256);
     header.kid = Some(key_id(&key));
     let encoding = jsonwebtoken::EncodingKey::from_ec_der(&key.serialize_der());
@@ -109,9 +131,15 @@ mod tests {
         let (key, jwks) = keygen(dir.path()).unwrap();
         let token = issue(&key, "bar", "httpbin", Duration::from_secs(600)).unwrap();
         let authn = Authenticators::new("cluster.local").with_jwks(&jwks).unwrap();
-        let ids = authn.authenticate(&[], Some(&format!("Bearer {token}"))).await.unwrap();
-        assert_eq!(ids[0].to_string(), "spiffe://cluster.local/ns/bar/sa/httpbin");
+        let caller = authn.authenticate(&[], Some(&format!("Bearer {token}"))).await.unwrap();
+        assert_eq!(caller.identities[0].to_string(), "spiffe://cluster.local/ns/bar/sa/httpbin");
+        assert_eq!(caller.pod, None);
         assert!(keygen(dir.path()).unwrap_err().contains("never overwritten"));
+        // Bound to a Pod, as a projected token is: the CA learns the Pod.
+        let pod = CallerPod { name: "httpbin-7f9c".into(), uid: Some("0b5c-uid".into()) };
+        let bound = issue_for_pod(&key, "bar", "httpbin", Some(&pod), Duration::from_secs(600)).unwrap();
+        let caller = authn.authenticate(&[], Some(&format!("Bearer {bound}"))).await.unwrap();
+        assert_eq!(caller.pod, Some(pod));
     }
 
     #[tokio::test]
@@ -188,7 +216,7 @@ mod tests {
         let file = std::fs::File::options().write(true).open(&jwks).unwrap();
         std::fs::copy(&jwks2, &jwks).unwrap();
         file.set_modified(SystemTime::now() + Duration::from_secs(5)).unwrap();
-        let ids = authn.authenticate(&[], Some(&format!("Bearer {token}"))).await.unwrap();
-        assert_eq!(ids[0].to_string(), "spiffe://td/ns/a/sa/b");
+        let caller = authn.authenticate(&[], Some(&format!("Bearer {token}"))).await.unwrap();
+        assert_eq!(caller.identities[0].to_string(), "spiffe://td/ns/a/sa/b");
     }
 }

@@ -307,6 +307,11 @@ pub struct ObjectMeta {
     /// Set once the object is being deleted (a Pod terminating).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub deletion_timestamp: Option<String>,
+    /// The API server's unique id of the object: a Pod deleted and created
+    /// again under its name has another (the CA checks a Pod-bound token's
+    /// Pod by it). Objects of a file have none.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub uid: Option<String>,
 }
 
 /// `metadata.ownerReferences[]` (the part meshpush reads).

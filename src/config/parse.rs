@@ -281,6 +281,16 @@ impl FileReader {
             meta.annotations.retain(|k, _| k == k8s::AMBIENT_REDIRECTION || k == k8s::TRAFFIC_DISTRIBUTION);
             meta.creation_timestamp = None;
         }
+        // Only a Pod's UID is read (the CA checks a Pod-bound token by it):
+        // the other kinds a large mesh has many of do not keep theirs.
+        match &mut object {
+            ConfigObject::EndpointSlice(o) => o.metadata.uid = None,
+            ConfigObject::Node(o) => o.metadata.uid = None,
+            ConfigObject::Namespace(o) => o.metadata.uid = None,
+            ConfigObject::Service(o) => o.metadata.uid = None,
+            ConfigObject::WorkloadEntry(o) => o.metadata.uid = None,
+            _ => {}
+        }
         if object.meta().name.is_empty() {
             let message = format!("is missing: every {config_kind} needs a name");
             return self.problem(Severity::Error, doc, None, &field(prefix, "metadata.name"), message);

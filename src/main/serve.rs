@@ -196,6 +196,13 @@ pub(crate) struct ServeArgs {
     /// (`spiffe://cluster.local/ns/NS/sa/SA`); repeatable.
     #[arg(long = "registry-writer", requires = "ca_dir")]
     registry_writers: Vec<meshpush::model::Identity>,
+    /// Service accounts (`NAMESPACE/NAME`, comma-separated) trusted as node
+    /// agents: with a Pod-bound token, they are issued the certificates of
+    /// the workloads on their Pod's node (ztunnel's `ImpersonatedIdentity`).
+    /// Istio's chart sets `istio-system/ztunnel`; none by default.
+    #[arg(long = "ca-trusted-node-accounts", env = "CA_TRUSTED_NODE_ACCOUNTS", value_delimiter = ',',
+          requires = "ca_dir", value_parser = parse_namespaced)]
+    ca_trusted_node_accounts: Vec<(String, String)>,
     /// Trust the mesh config's `caCertificates` roots beside the CA's own,
     /// as istiod's ISTIO_MULTIROOT_MESH does: they are sent to each agent
     /// over PCDS (an agent uses them with PROXY_CONFIG_XDS_AGENT=true).
@@ -277,6 +284,7 @@ impl ServeArgs {
                 self.server_sans.clone()
             },
             registry_writers: self.registry_writers.clone(),
+            trusted_node_accounts: self.ca_trusted_node_accounts.iter().cloned().collect(),
             ca_secret: self.ca_secret.clone(),
             webhook_addr: match self.webhook_addr.as_str() {
                 "off" => None,

@@ -15,8 +15,10 @@
 //! On the secure port each connection first completes a TLS handshake
 //! (within [`HANDSHAKE_TIMEOUT`]; one that does not is closed), and the
 //! identities of the client certificate it verified go with the
-//! connection. Every request gets a [`ConnectionContext`] extension: the
-//! peer address, the connection's drain and its [`Transport`].
+//! connection, with the [`TokenAuthenticator`] that checks a bearer token
+//! where there is no certificate. Every request gets a
+//! [`ConnectionContext`] extension: the peer address, the connection's
+//! drain, its [`Transport`] and that authenticator.
 
 use std::io;
 use std::net::SocketAddr;
@@ -30,7 +32,7 @@ use tokio::task::JoinSet;
 
 use crate::metrics::Metrics;
 use crate::xds::stream::drain::{DrainReason, DrainSignal};
-use crate::xds::stream::peer::{ConnectionContext, Transport};
+use crate::xds::stream::peer::{ConnectionContext, TokenAuthenticator, Transport};
 
 /// How the xDS port treats its connections.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -110,16 +112,26 @@ impl XdsListener {
 /// How long a client has to complete the TLS handshake on the secure port.
 pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 
+/// The secure port's side of a connection: its TLS, and how a client
+/// without a certificate proves who it is.
+#[derive(Clone)]
+pub struct SecureTransport {
+    /// Completes each connection's handshake.
+    pub acceptor: tokio_rustls::TlsAcceptor,
+    /// Checks bearer tokens (ADS streams of clients without a certificate).
+    pub tokens: Option<Arc<dyn TokenAuthenticator>>,
+}
+
 /// Accepts and serves connections with `routes` until `shutdown` turns
 /// true; then drains every connection and returns once all are closed.
-/// With `tls`, every connection is mutual TLS first (the secure port).
+/// With `secure`, every connection is mutual TLS first (the secure port).
 pub async fn serve(
     listener: XdsListener,
     routes: tonic::service::Routes,
     policy: ConnectionPolicy,
     metrics: Arc<Metrics>,
     shutdown: watch::Receiver<bool>,
-    tls: Option<tokio_rustls::TlsAcceptor>,
+    secure: Option<SecureTransport>,
 ) {
     let builder = policy.http2();
     let mut connections = JoinSet::new();
@@ -146,11 +158,12 @@ pub async fn serve(
             metrics: metrics.clone(),
             shutdown: shutdown.clone(),
         };
-        match (io, tls.clone()) {
-            (Accepted::Tcp(io), None) => connections.spawn(connection.serve(io, peer, Transport::Plaintext)),
-            (Accepted::Unix(io), None) => connections.spawn(connection.serve(io, peer, Transport::Plaintext)),
-            (Accepted::Tcp(io), Some(tls)) => connections.spawn(connection.serve_tls(tls, io, peer)),
-            (Accepted::Unix(io), Some(tls)) => connections.spawn(connection.serve_tls(tls, io, peer)),
+        let plain = |transport| (transport, None);
+        match (io, secure.clone()) {
+            (Accepted::Tcp(io), None) => connections.spawn(connection.serve(io, peer, plain(Transport::Plaintext))),
+            (Accepted::Unix(io), None) => connections.spawn(connection.serve(io, peer, plain(Transport::Plaintext))),
+            (Accepted::Tcp(io), Some(secure)) => connections.spawn(connection.serve_tls(secure, io, peer)),
+            (Accepted::Unix(io), Some(secure)) => connections.spawn(connection.serve_tls(secure, io, peer)),
         };
     }
     drop(listener);
@@ -188,11 +201,11 @@ struct Connection {
 impl Connection {
     /// Completes the TLS handshake, then serves the connection with the
     /// identities its client certificate proved.
-    async fn serve_tls<IO>(self, tls: tokio_rustls::TlsAcceptor, io: IO, peer: Option<SocketAddr>)
+    async fn serve_tls<IO>(self, secure: SecureTransport, io: IO, peer: Option<SocketAddr>)
     where
         IO: AsyncRead + AsyncWrite + Unpin + Send + 'static,
     {
-        let stream = match tokio::time::timeout(HANDSHAKE_TIMEOUT, tls.accept(io)).await {
+        let stream = match tokio::time::timeout(HANDSHAKE_TIMEOUT, secure.acceptor.accept(io)).await {
             Ok(Ok(stream)) => stream,
             Ok(Err(e)) => {
                 // A client certificate from another CA ends here.
@@ -214,15 +227,19 @@ impl Connection {
             .map(crate::ca::tls::identities_of)
             .unwrap_or_default()
             .into();
-        self.serve(stream, peer, Transport::Mtls { identities }).await;
+        self.serve(stream, peer, (Transport::Mtls { identities }, secure.tokens)).await;
     }
 
-    async fn serve<IO>(mut self, io: IO, peer: Option<SocketAddr>, transport: Transport)
-    where
+    async fn serve<IO>(
+        mut self,
+        io: IO,
+        peer: Option<SocketAddr>,
+        (transport, tokens): (Transport, Option<Arc<dyn TokenAuthenticator>>),
+    ) where
         IO: AsyncRead + AsyncWrite + Unpin + Send + 'static,
     {
         let (signal, drain) = DrainSignal::new();
-        let context = ConnectionContext { peer, drain, transport };
+        let context = ConnectionContext { peer, drain, transport, tokens };
         let routes = self.routes;
         let service = hyper::service::service_fn(move |mut req: http::Request<hyper::body::Incoming>| {
             req.extensions_mut().insert(context.clone());

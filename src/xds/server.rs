@@ -50,7 +50,7 @@ use super::stream::buffers;
 use super::stream::connection::ConnectionCore;
 use super::stream::drain::Drain;
 use super::stream::messages::{self, RequestMessages};
-use super::stream::peer::{ConnectionContext, Transport};
+use super::stream::peer::{ConnectionContext, TokenAuthenticator, Transport};
 use super::stream::published::Published;
 use super::stream::recorder::StreamRecorder;
 use super::stream::request::{RequestError, StreamNode};
@@ -264,7 +264,16 @@ where
     let connection = req.extensions().get::<ConnectionContext>().cloned();
     let peer = connection.as_ref().and_then(|c| c.peer).map(|a| a.to_string()).unwrap_or_default();
     let transport = connection.as_ref().map(|c| c.transport.clone()).unwrap_or_default();
+    let tokens = connection.as_ref().and_then(|c| c.tokens.clone());
     let drain = connection.map_or_else(Drain::never, |c| c.drain);
+    // Read now: the headers go with `into_body` below. Only a secure-port
+    // client without a certificate is asked for its token.
+    let authorization = match (&transport, &tokens) {
+        (Transport::Mtls { identities }, Some(_)) if identities.is_empty() => {
+            req.headers().get(http::header::AUTHORIZATION).and_then(|v| v.to_str().ok()).map(str::to_owned)
+        }
+        _ => None,
+    };
     let shared = &ads.shared;
     // In arrival order, at the configured rate: a reconnect storm is served
     // a slice at a time, each slice synced before the next is read.
@@ -305,7 +314,7 @@ where
         .into_http();
     }
     if let Transport::Mtls { identities } = &transport
-        && let Err(refusal) = authorize_node(shared, &proxy, identities).await
+        && let Err(refusal) = authorize_secure(shared, &proxy, identities, tokens.zip(authorization)).await
     {
         shared.engine.metrics().streams_refused.get_or_create(&[("reason", refusal.reason)]).inc();
         tracing::warn!(%peer, node_id = %Shown(&proxy.id), "refused a secure ADS stream: {}", refusal.message);
@@ -318,10 +327,26 @@ where
     response
 }
 
-/// Whether a secure-port client proving `identities` may be `proxy`
-/// ([`authorize`](super::stream::authorize)). A router's labels are checked
-/// against a published snapshot's workloads, so it waits for the first.
-async fn authorize_node(shared: &Shared, proxy: &Proxy, identities: &[Identity]) -> Result<(), Refusal> {
+/// Whether a secure-port client may be `proxy`
+/// ([`authorize`](super::stream::authorize)): it proves who it is with the
+/// `identities` of its certificate or, without one, with its bearer token
+/// (the connection's authenticator and the `authorization` header). A
+/// router's labels are checked against a published snapshot's workloads,
+/// so it waits for the first.
+async fn authorize_secure(
+    shared: &Shared,
+    proxy: &Proxy,
+    identities: &[Identity],
+    token: Option<(Arc<dyn TokenAuthenticator>, String)>,
+) -> Result<(), Refusal> {
+    let proven;
+    let identities = match token {
+        Some((tokens, header)) if identities.is_empty() => {
+            proven = tokens.authenticate(&header).await.map_err(authorize::token_refused)?;
+            &proven[..]
+        }
+        _ => identities,
+    };
     let identity = authorize::node_identity(proxy, identities)?;
     if proxy.kind == crate::model::ProxyKind::Router && !proxy.labels.is_empty() {
         shared.engine.wait_ready().await;

@@ -43,3 +43,4 @@ mod tls_gateway;
 mod tls_sidecar;
 mod traffic_rules;
 mod webhook;
+mod ztunnel;

@@ -1,22 +1,15 @@
-//! A stand-in ztunnel: a delta ADS client that behaves on the wire as
-//! ztunnel does (its node, its two types asked for at once with empty
-//! subscriptions, ACKs, NACKs, reconnects with `initial_resource_versions`),
-//! decoding with the workload API's own protos. It checks the exact
-//! `Address` and `Authorization` resources meshpush serves for a mesh of
-//! Pods, Services, a ServiceEntry, a WorkloadEntry and policies, and how
-//! changes reach it. The real ztunnel runs against meshpush in
-//! `tests/e2e/ztunnel.rs` when a binary is present.
+//! The stand-in ztunnel (`support::ztunnel`: a delta ADS client that
+//! behaves on the wire as ztunnel does) against the in-process server. It
+//! checks the exact `Address` and `Authorization` resources meshpush serves
+//! for a mesh of Pods, Services, a ServiceEntry, a WorkloadEntry and
+//! policies, and how changes reach it. The secure port (token and CA) is
+//! checked in `tests/e2e/ztunnel.rs`, where the real ztunnel also runs
+//! when a binary is present.
 
 use crate::support;
 
-use std::collections::{BTreeMap, HashMap};
-use std::time::Duration;
+use std::collections::BTreeMap;
 
-use envoy_types::pb::envoy::config::core::v3::Node;
-use envoy_types::pb::envoy::service::discovery::v3::aggregated_discovery_service_client::AggregatedDiscoveryServiceClient;
-use envoy_types::pb::envoy::service::discovery::v3::{DeltaDiscoveryRequest, DeltaDiscoveryResponse};
-use envoy_types::pb::google::protobuf::{Struct, Value, value::Kind};
-use envoy_types::pb::google::rpc::Status as RpcStatus;
 use meshpush::config::mesh::{AmbientSettings, MeshConfig, MeshConfigObject};
 use meshpush::config::parse::parse_documents;
 use meshpush::config::{ConfigKey, ConfigKind, ConfigObject};
@@ -26,12 +19,7 @@ use meshpush::workload_api::workload::{
     Address, AppProtocol, Locality, NetworkAddress, Port, PortList, Service, TunnelProtocol, Workload, WorkloadStatus,
     WorkloadType, address,
 };
-use prost::Message;
-use tokio::sync::mpsc;
-use tokio_stream::wrappers::ReceiverStream;
-use tonic::Streaming;
-
-const WAIT: Duration = Duration::from_secs(10);
+use support::ztunnel::{Ztunnel, decoded, versions};
 
 /// The mesh: an ambient namespace with a client and a server Pod (the
 /// server behind a Service with a named target port), a VM as a
@@ -124,106 +112,6 @@ fn objects(yaml: &str, ambient: bool) -> Vec<ConfigObject> {
     let mut objects: Vec<ConfigObject> = parsed.objects.into_iter().map(|(o, _)| o).collect();
     objects.push(ConfigObject::MeshConfig(Box::new(MeshConfigObject::new(mesh))));
     objects
-}
-
-/// ztunnel's node, as it builds it (`Config::node`): the id, and its
-/// metadata as strings.
-fn ztunnel_node() -> Node {
-    let text = |s: &str| Value { kind: Some(Kind::StringValue(s.into())) };
-    let metadata: BTreeMap<String, Value> = [
-        ("NAME", "ztunnel-hq5pl"),
-        ("NAMESPACE", "istio-system"),
-        ("INSTANCE_IPS", "10.1.0.2"),
-        ("NODE_NAME", "node-a"),
-        ("CLUSTER_ID", "Kubernetes"),
-    ]
-    .into_iter()
-    .map(|(k, v)| (k.to_string(), text(v)))
-    .collect();
-    Node {
-        id: "ztunnel~10.1.0.2~ztunnel-hq5pl.istio-system~istio-system.svc.cluster.local".into(),
-        metadata: Some(Struct { fields: metadata.into_iter().collect() }),
-        ..Default::default()
-    }
-}
-
-/// One ztunnel stream.
-struct Ztunnel {
-    tx: mpsc::Sender<DeltaDiscoveryRequest>,
-    rx: Streaming<DeltaDiscoveryResponse>,
-}
-
-impl Ztunnel {
-    /// Connects and sends both initial requests, as ztunnel does: Address
-    /// then Authorization, the node on each, each carrying what it holds.
-    async fn connect(
-        addr: std::net::SocketAddr,
-        held: &[HashMap<String, String>; 2],
-    ) -> Result<Ztunnel, tonic::Status> {
-        let mut client = AggregatedDiscoveryServiceClient::connect(format!("http://{addr}")).await.unwrap();
-        let (tx, rx) = mpsc::channel(16);
-        for (t, versions) in [TypeUrl::Address, TypeUrl::Authorization].into_iter().zip(held) {
-            tx.send(DeltaDiscoveryRequest {
-                node: Some(ztunnel_node()),
-                type_url: t.as_str().into(),
-                initial_resource_versions: versions.clone(),
-                ..Default::default()
-            })
-            .await
-            .unwrap();
-        }
-        let response = tokio::time::timeout(WAIT, client.delta_aggregated_resources(ReceiverStream::new(rx)))
-            .await
-            .expect("the stream opens or is refused within the deadline")?;
-        Ok(Ztunnel { tx, rx: response.into_inner() })
-    }
-
-    async fn recv(&mut self) -> DeltaDiscoveryResponse {
-        tokio::time::timeout(WAIT, self.rx.message())
-            .await
-            .expect("a response within the deadline")
-            .expect("no stream error")
-            .expect("stream still open")
-    }
-
-    /// ACKs `r`; or NACKs it, as ztunnel does, naming what it rejected.
-    async fn answer(&mut self, r: &DeltaDiscoveryResponse, rejected: Option<&str>) {
-        let error_detail = rejected.map(|m| RpcStatus { code: 0, message: m.into(), details: vec![] });
-        let req = DeltaDiscoveryRequest {
-            type_url: r.type_url.clone(),
-            response_nonce: r.nonce.clone(),
-            error_detail,
-            ..Default::default()
-        };
-        self.tx.send(req).await.unwrap();
-    }
-
-    /// The first response of each of its two types, ACKed.
-    async fn initial(&mut self) -> (DeltaDiscoveryResponse, DeltaDiscoveryResponse) {
-        let mut by_type: HashMap<String, DeltaDiscoveryResponse> = HashMap::new();
-        while by_type.len() < 2 {
-            let r = self.recv().await;
-            self.answer(&r, None).await;
-            by_type.insert(r.type_url.clone(), r);
-        }
-        (by_type.remove(TypeUrl::Address.as_str()).unwrap(), by_type.remove(TypeUrl::Authorization.as_str()).unwrap())
-    }
-}
-
-/// The resources of a response by name, decoded.
-fn decoded<M: Message + Default>(r: &DeltaDiscoveryResponse) -> BTreeMap<String, M> {
-    r.resources
-        .iter()
-        .map(|x| {
-            let any = x.resource.as_ref().expect("a resource carries its body");
-            assert_eq!(any.type_url, r.type_url, "each Any is of the response's type");
-            (x.name.clone(), M::decode(&any.value[..]).expect("decodes with ztunnel's protos"))
-        })
-        .collect()
-}
-
-fn versions(r: &DeltaDiscoveryResponse) -> HashMap<String, String> {
-    r.resources.iter().map(|x| (x.name.clone(), x.version.clone())).collect()
 }
 
 fn workload(w: Workload) -> Address {
@@ -479,13 +367,7 @@ async fn changes_reach_a_ztunnel_as_deltas_and_a_reconnect_resends_only_what_mov
 #[tokio::test]
 async fn a_ztunnel_is_refused_where_ambient_mode_is_off() {
     let server = support::ads_server::AdsServer::with_objects(objects(MESH, false)).await;
-    let refused = match Ztunnel::connect(server.addr, &Default::default()).await {
-        Err(status) => status,
-        Ok(mut z) => match tokio::time::timeout(WAIT, z.rx.message()).await.expect("an answer") {
-            Err(status) => status,
-            Ok(m) => panic!("a ztunnel was served with ambient mode off: {m:?}"),
-        },
-    };
+    let refused = Ztunnel::refusal(Ztunnel::connect(server.addr, &Default::default()).await).await;
     assert_eq!(refused.code(), tonic::Code::FailedPrecondition, "{refused:?}");
     assert!(refused.message().contains("PILOT_ENABLE_AMBIENT"), "{}", refused.message());
 }

@@ -309,8 +309,9 @@ struct Shared {
     watching: std::sync::atomic::AtomicUsize,
     /// Every change (and every `break_watches`, as `None`), to the open watches.
     events: broadcast::Sender<Option<Change>>,
-    /// Service-account tokens a TokenReview accepts: token → username.
-    tokens: Mutex<BTreeMap<String, String>>,
+    /// Service-account tokens a TokenReview accepts: token → the user it
+    /// reviews as (username, and the extras of a Pod-bound token).
+    tokens: Mutex<BTreeMap<String, Value>>,
 }
 
 impl KubeApi {
@@ -386,11 +387,26 @@ impl KubeApi {
 
     /// Makes TokenReviews accept `token` as service account `name` of `namespace`.
     pub fn accept_token(&self, token: &str, namespace: &str, name: &str) {
-        self.state
-            .tokens
-            .lock()
-            .expect("tokens")
-            .insert(token.to_string(), format!("system:serviceaccount:{namespace}:{name}"));
+        let user = serde_json::json!({
+            "username": format!("system:serviceaccount:{namespace}:{name}"),
+            "groups": ["system:serviceaccounts", "system:authenticated"],
+        });
+        self.state.tokens.lock().expect("tokens").insert(token.to_string(), user);
+    }
+
+    /// As [`KubeApi::accept_token`], for a token bound to Pod `pod` (UID
+    /// `uid`): the review names the Pod in its extras, as the API server's
+    /// does for a projected token.
+    pub fn accept_pod_token(&self, token: &str, namespace: &str, name: &str, pod: &str, uid: &str) {
+        let user = serde_json::json!({
+            "username": format!("system:serviceaccount:{namespace}:{name}"),
+            "groups": ["system:serviceaccounts", "system:authenticated"],
+            "extra": {
+                "authentication.kubernetes.io/pod-name": [pod],
+                "authentication.kubernetes.io/pod-uid": [uid],
+            },
+        });
+        self.state.tokens.lock().expect("tokens").insert(token.to_string(), user);
     }
 
     /// `http://127.0.0.1:PORT` (`https://` when it serves TLS).
@@ -578,11 +594,7 @@ async fn create_review(
     let audiences = review["spec"]["audiences"].clone();
     let user = state.tokens.lock().expect("tokens").get(token).cloned();
     let status = match user {
-        Some(username) => serde_json::json!({
-            "authenticated": true,
-            "user": { "username": username, "groups": ["system:serviceaccounts", "system:authenticated"] },
-            "audiences": audiences,
-        }),
+        Some(user) => serde_json::json!({ "authenticated": true, "user": user, "audiences": audiences }),
         None => serde_json::json!({ "authenticated": false, "error": "invalid bearer token" }),
     };
     let answer = serde_json::json!({

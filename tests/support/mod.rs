@@ -27,6 +27,7 @@
 //! * [`manifests`]: the YAML of Services, Pods, Istio rules for scenario meshes.
 //! * [`zipkin`]: a Zipkin collector (v2 JSON) that keeps the spans Envoy reports.
 //! * [`ext_authz`]: external authorizers (HTTP and gRPC) that decide by a header and count their checks.
+//! * [`ztunnel`]: a stand-in ztunnel (delta ADS of the workload API, as ztunnel speaks it), and the real one's binary.
 
 // Each test binary uses a different part of the harness.
 #![allow(dead_code)]
@@ -53,3 +54,4 @@ pub mod secure;
 pub mod tls;
 pub mod traffic;
 pub mod zipkin;
+pub mod ztunnel;

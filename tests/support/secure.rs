@@ -102,9 +102,27 @@ pub async fn create_certificate(
     csr: &str,
     token: Option<&str>,
 ) -> Result<IstioCertificateResponse, tonic::Status> {
+    create_certificate_for(channel, csr, token, None).await
+}
+
+/// As [`create_certificate`], asking for `impersonated` (a SPIFFE URI) in
+/// the request's `ImpersonatedIdentity` metadata, as ztunnel asks for the
+/// certificates of the workloads on its node.
+pub async fn create_certificate_for(
+    channel: tonic::transport::Channel,
+    csr: &str,
+    token: Option<&str>,
+    impersonated: Option<&str>,
+) -> Result<IstioCertificateResponse, tonic::Status> {
+    use prost_types::{Struct, Value, value::Kind};
+    let metadata = impersonated.map(|id| Struct {
+        fields: [("ImpersonatedIdentity".to_string(), Value { kind: Some(Kind::StringValue(id.into())) })]
+            .into_iter()
+            .collect(),
+    });
     let mut client = IstioCertificateServiceClient::new(channel);
     let mut request =
-        tonic::Request::new(IstioCertificateRequest { csr: csr.into(), validity_duration: 3600, metadata: None });
+        tonic::Request::new(IstioCertificateRequest { csr: csr.into(), validity_duration: 3600, metadata });
     if let Some(token) = token {
         request.metadata_mut().insert("authorization", format!("Bearer {token}").parse().expect("ASCII"));
     }
@@ -153,5 +171,19 @@ impl SecureMesh {
     /// A token proving `namespace`/`service_account`, valid an hour.
     pub fn token(&self, namespace: &str, service_account: &str) -> String {
         meshpush::cli::jwt::issue(&self.jwt_key, namespace, service_account, Duration::from_secs(3600)).unwrap()
+    }
+
+    /// A token as [`SecureMesh::token`], bound to Pod `pod` of the namespace
+    /// (with `uid`, if given), as a Pod's projected token is.
+    pub fn pod_token(&self, namespace: &str, service_account: &str, pod: &str, uid: Option<&str>) -> String {
+        let pod = meshpush::ca::authn::CallerPod { name: pod.into(), uid: uid.map(Into::into) };
+        meshpush::cli::jwt::issue_for_pod(
+            &self.jwt_key,
+            namespace,
+            service_account,
+            Some(&pod),
+            Duration::from_secs(3600),
+        )
+        .unwrap()
     }
 }

@@ -2,17 +2,19 @@
 //!
 //! A stream's node says who the proxy is — its namespace, service account,
 //! labels — and the config it is sent follows from that; on the secure port
-//! the client certificate says who the client is. A node must be its
-//! certificate's (Istio's `checkConnectionIdentity`): its namespace is the
-//! identity's namespace and, when the node names a service account
-//! (`SERVICE_ACCOUNT` metadata), that too. A router's labels choose the
+//! the client certificate says who the client is, or, for a client without
+//! one (ztunnel), its bearer token, as istiod authenticates xDS with either.
+//! A node must be that identity's (Istio's `checkConnectionIdentity`): its
+//! namespace is the identity's namespace and, when the node names a service
+//! account (`SERVICE_ACCOUNT` metadata), that too. A router's labels choose the
 //! Gateways it serves, and with them which listeners and certificates it is
 //! sent; so a router may claim only labels a workload of its own namespace
 //! carries (a Pod or WorkloadEntry with every label it claims, running as
 //! its service account when the workload names one).
 //!
-//! A client without a certificate is `UNAUTHENTICATED`; a node that is not
-//! its certificate's is `PERMISSION_DENIED`, with the reason.
+//! A client with neither a certificate nor a token that verifies is
+//! `UNAUTHENTICATED`; a node that is not its identity's is
+//! `PERMISSION_DENIED`, with the reason.
 
 use tonic::Status;
 
@@ -23,7 +25,7 @@ use crate::text::Shown;
 /// Why a secure-port stream was refused.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Refusal {
-    /// The metric label (`no_certificate`, `identity`, `gateway_labels`).
+    /// The metric label (`no_certificate`, `token`, `identity`, `gateway_labels`).
     pub reason: &'static str,
     /// The status it ends with.
     pub code: tonic::Code,
@@ -38,13 +40,21 @@ impl Refusal {
     }
 }
 
+/// The refusal of a client whose bearer token proved nothing (`why` says
+/// which check failed; it never holds the token).
+pub fn token_refused(why: String) -> Refusal {
+    Refusal { reason: "token", code: tonic::Code::Unauthenticated, message: format!("authentication failure: {why}") }
+}
+
 /// The identity of `identities` that `proxy` may claim to be.
 pub fn node_identity<'a>(proxy: &Proxy, identities: &'a [Identity]) -> Result<&'a Identity, Refusal> {
     if identities.is_empty() {
         return Err(Refusal {
             reason: "no_certificate",
             code: tonic::Code::Unauthenticated,
-            message: "the secure xDS port serves ADS only to a client with a workload certificate of this mesh".into(),
+            message: "the secure xDS port serves ADS only to a client with a workload certificate of this mesh or \
+                      an `authorization: Bearer TOKEN` header with a service-account token"
+                .into(),
         });
     }
     let account = proxy.metadata.get("SERVICE_ACCOUNT").filter(|sa| !sa.is_empty());
@@ -55,7 +65,7 @@ pub fn node_identity<'a>(proxy: &Proxy, identities: &'a [Identity]) -> Result<&'
             reason: "identity",
             code: tonic::Code::PermissionDenied,
             message: format!(
-                "the node claims namespace {}{}, but the client certificate is {}",
+                "the node claims namespace {}{}, but the client proved {}",
                 Shown(&proxy.namespace),
                 account.map(|sa| format!(" and service account {}", Shown(sa))).unwrap_or_default(),
                 identities.iter().map(ToString::to_string).collect::<Vec<_>>().join(", "),

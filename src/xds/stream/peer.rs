@@ -5,11 +5,17 @@
 //! On the plaintext port a client is whoever its node says it is; on the
 //! secure port the TLS handshake has verified its client certificate (if
 //! it presented one) against the mesh root, and [`Transport::Mtls`] carries
-//! the SPIFFE identities that certificate names. Those identities are
-//! the only thing about a client that is proven.
+//! the SPIFFE identities that certificate names. A client without one (a
+//! new workload; ztunnel, always) proves who it is with a bearer token
+//! instead, which the connection's [`TokenAuthenticator`] checks (the CA's
+//! authenticators, set by `serve`: `xds` cannot import `ca`). What a token
+//! proves is never folded into [`Transport::Mtls`], which the registry API
+//! trusts for its writers: only a certificate writes the registry.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
+
+use futures::future::BoxFuture;
 
 use super::drain::Drain;
 use crate::model::Identity;
@@ -38,6 +44,13 @@ impl Transport {
     }
 }
 
+/// Checks the bearer token of a secure-port client without a certificate.
+pub trait TokenAuthenticator: std::fmt::Debug + Send + Sync {
+    /// The identities the `authorization` header's token proves, or why it
+    /// proves none (a message fit for the client: no token in it).
+    fn authenticate<'a>(&'a self, authorization: &'a str) -> BoxFuture<'a, Result<Vec<Identity>, String>>;
+}
+
 /// What a request knows of the connection it came on.
 #[derive(Debug, Clone)]
 pub struct ConnectionContext {
@@ -47,4 +60,7 @@ pub struct ConnectionContext {
     pub drain: Drain,
     /// How the connection is secured, and what its client proved.
     pub transport: Transport,
+    /// How a bearer token is checked on this connection (the secure port's;
+    /// `None` on the plaintext port, where nothing is proven).
+    pub tokens: Option<Arc<dyn TokenAuthenticator>>,
 }
