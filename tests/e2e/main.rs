@@ -44,3 +44,4 @@ mod tls_sidecar;
 mod traffic_rules;
 mod webhook;
 mod ztunnel;
+mod ztunnel_hbone;

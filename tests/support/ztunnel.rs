@@ -189,3 +189,108 @@ pub fn decoded<M: Message + Default>(r: &DeltaDiscoveryResponse) -> BTreeMap<Str
 pub fn versions(r: &DeltaDiscoveryResponse) -> HashMap<String, String> {
     r.resources.iter().map(|x| (x.name.clone(), x.version.clone())).collect()
 }
+
+/// The real ztunnel's binary: `ZTUNNEL_BIN`, when it names a file
+/// (`scripts/build-ztunnel.sh` builds one); `None` otherwise, and the
+/// tests that need it say they did not run.
+pub fn ztunnel_binary() -> Option<std::path::PathBuf> {
+    let path = std::path::PathBuf::from(std::env::var_os("ZTUNNEL_BIN")?);
+    assert!(path.is_file(), "ZTUNNEL_BIN={} is not a file", path.display());
+    Some(path)
+}
+
+/// The user the real ztunnel runs as: `nobody`, as a dedicated ztunnel
+/// needs no privilege.
+pub const ZTUNNEL_UID: u32 = 65534;
+
+/// A real ztunnel in dedicated mode (one workload's proxy, as a pod's
+/// sidecar would be), in network namespace `ns`, as a non-root user.
+/// Its fixed ports (15001, 15006, 15008, 15021, 15080 SOCKS5, admin 15000)
+/// are the namespace's own.
+pub struct RealZtunnel {
+    /// The process.
+    pub process: super::process::ChildGuard,
+    /// Owned by the ztunnel's user: its token, the mesh root, its working directory.
+    _home: tempfile::TempDir,
+}
+
+/// Who a dedicated ztunnel serves, and where its control plane is.
+pub struct Dedicated<'a> {
+    /// The workload: `namespace/pod/service account`.
+    pub workload: (&'a str, &'a str, &'a str),
+    /// Its IP (`INSTANCE_IP`) and node (`NODE_NAME`).
+    pub ip: &'a str,
+    /// The node.
+    pub node: &'a str,
+    /// The secure port (`https://IP:PORT`), for both xDS and the CA.
+    pub control_plane: &'a str,
+    /// The mesh root (PEM).
+    pub root_pem: &'a str,
+    /// The workload's service-account token.
+    pub token: &'a str,
+}
+
+impl RealZtunnel {
+    /// Starts `binary` in `ns` for `d`; returns once it is ready
+    /// (`/healthz/ready`: its workload and certificates known), or panics
+    /// with its log.
+    pub fn start(binary: &std::path::Path, ns: &super::netns::NetNs, d: &Dedicated<'_>) -> RealZtunnel {
+        use std::os::unix::fs::PermissionsExt as _;
+        let home = super::process::scratch_dir("ztunnel-home");
+        std::fs::write(home.path().join("token"), d.token).unwrap();
+        std::fs::write(home.path().join("root-cert.pem"), d.root_pem).unwrap();
+        for entry in [home.path().to_path_buf(), home.path().join("token"), home.path().join("root-cert.pem")] {
+            std::os::unix::fs::chown(&entry, Some(ZTUNNEL_UID), Some(ZTUNNEL_UID)).unwrap();
+        }
+        std::fs::set_permissions(home.path(), std::fs::Permissions::from_mode(0o700)).unwrap();
+        let (namespace, pod, account) = d.workload;
+        let at = |file: &str| home.path().join(file).display().to_string();
+        let env = [
+            format!("XDS_ADDRESS={}", d.control_plane),
+            format!("CA_ADDRESS={}", d.control_plane),
+            format!("XDS_ROOT_CA={}", at("root-cert.pem")),
+            format!("CA_ROOT_CA={}", at("root-cert.pem")),
+            format!("AUTH_TOKEN={}", at("token")),
+            "CLUSTER_ID=Kubernetes".into(),
+            format!("POD_NAME={pod}"),
+            format!("POD_NAMESPACE={namespace}"),
+            format!("INSTANCE_IP={}", d.ip),
+            format!("NODE_NAME={}", d.node),
+            "PROXY_MODE=dedicated".into(),
+            format!("PROXY_WORKLOAD_INFO={namespace}/{pod}/{account}"),
+            "ISTIO_META_DNS_CAPTURE=false".into(),
+            "IPV6_ENABLED=false".into(),
+            "UNSTABLE_ENABLE_SOCKS5=true".into(),
+            "RUST_LOG=info".into(),
+        ];
+        let uid = format!("--reuid={ZTUNNEL_UID}");
+        let gid = format!("--regid={ZTUNNEL_UID}");
+        let mut args: Vec<String> = ["netns", "exec", ns.name(), "setpriv", &uid, &gid, "--clear-groups", "env", "-i"]
+            .iter()
+            .map(|s| s.to_string())
+            .collect();
+        args.push(format!("--chdir={}", home.path().display()));
+        args.extend(env);
+        args.extend([binary.display().to_string(), "proxy".into(), "ztunnel".into()]);
+        let process = super::process::ChildGuard::spawn(
+            &format!("ztunnel-{pod}"),
+            super::process::scratch_dir("ztunnel"),
+            std::path::Path::new("ip"),
+            args,
+        );
+        let ztunnel = RealZtunnel { process, _home: home };
+        super::process::wait_until(
+            std::time::Instant::now() + Duration::from_secs(30),
+            &format!("ztunnel of {pod} is ready"),
+            &[&ztunnel.process],
+            || ns.run("curl", &["-sf", "-o", "/dev/null", "127.0.0.1:15021/healthz/ready"]).status.success(),
+        );
+        ztunnel
+    }
+
+    /// Its `/config_dump` (JSON), read from inside `ns`.
+    pub fn config_dump(ns: &super::netns::NetNs) -> serde_json::Value {
+        let text = ns.ok("curl", &["-sf", "127.0.0.1:15000/config_dump"]);
+        serde_json::from_str(&text).unwrap_or_else(|e| panic!("ztunnel's config_dump is not JSON: {e}"))
+    }
+}
