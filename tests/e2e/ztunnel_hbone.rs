@@ -7,7 +7,8 @@
 //! secure port on the namespace's address) and a dedicated ztunnel for the
 //! client Pod; in the second a dedicated ztunnel for the server Pod and an
 //! HTTP server. Both ztunnels run as `nobody`, authenticate with their
-//! workload's token, and get their certificates from meshpush's CA. A
+//! workload's token, and get their certificates from meshpush's CA; the
+//! server's asks for workloads on demand (`XDS_ON_DEMAND`). A
 //! request from the client's side through ztunnel's SOCKS5 port to the
 //! server's Service VIP crosses over HBONE (mTLS, HTTP/2 CONNECT to
 //! 15008); an AuthorizationPolicy that denies the client then stops it.
@@ -165,6 +166,7 @@ fn two_real_ztunnels_carry_a_request_over_hbone_with_meshpush_s_config_and_certi
             control_plane: CONTROL_PLANE,
             root_pem: &root,
             token: &client_token,
+            on_demand: false,
         },
     );
     let server_token = token("server", "server-0");
@@ -178,6 +180,7 @@ fn two_real_ztunnels_carry_a_request_over_hbone_with_meshpush_s_config_and_certi
             control_plane: CONTROL_PLANE,
             root_pem: &root,
             token: &server_token,
+            on_demand: true,
         },
     );
     let procs = [&mesh, &client.process, &server.process, &backend];
@@ -212,7 +215,13 @@ fn two_real_ztunnels_carry_a_request_over_hbone_with_meshpush_s_config_and_certi
     let service = services.get("server.demo.svc.cluster.local").unwrap_or_else(|| panic!("{dump}"));
     assert_eq!((&service["vips"], &service["ports"]), (&json!(["/10.96.0.20"]), &json!({"80": 8080})));
 
-    // A request crosses over HBONE, each side with its certificate from meshpush's CA.
+    // The server's ztunnel asks on demand: it holds its own node's workload only.
+    let on_demand = RealZtunnel::config_dump(&node_b);
+    assert_eq!(by(&on_demand, "workloads", "uid").keys().collect::<Vec<_>>(), ["Kubernetes//Pod/demo/server-0"]);
+
+    // A request crosses over HBONE, each side with its certificate from
+    // meshpush's CA; the server's ztunnel looks the client up by its
+    // address (`/10.77.0.1`), which meshpush answers.
     wait_until(deadline(), "a request reaches the server through both ztunnels", &procs, || request(&node_a) == "200");
     let identities_of_certificate = |dump: &Value, identity: &str| {
         let certs = by(dump, "certificates", "identity");
@@ -230,7 +239,9 @@ fn two_real_ztunnels_carry_a_request_over_hbone_with_meshpush_s_config_and_certi
     let client_spiffe = "spiffe://cluster.local/ns/demo/sa/client";
     let server_spiffe = "spiffe://cluster.local/ns/demo/sa/server";
     assert_eq!(identities_of_certificate(&RealZtunnel::config_dump(&node_a), client_spiffe), [client_spiffe]);
-    assert_eq!(identities_of_certificate(&RealZtunnel::config_dump(&node_b), server_spiffe), [server_spiffe]);
+    let server_dump = RealZtunnel::config_dump(&node_b);
+    assert_eq!(identities_of_certificate(&server_dump, server_spiffe), [server_spiffe]);
+    assert!(by(&server_dump, "workloads", "uid").contains_key("Kubernetes//Pod/demo/client-0"), "{server_dump}");
 
     // A DENY policy reaches the server's ztunnel, which refuses the client.
     dir.write("deny.yaml", DENY_CLIENT);

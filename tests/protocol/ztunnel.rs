@@ -10,6 +10,7 @@ use crate::support;
 
 use std::collections::BTreeMap;
 
+use envoy_types::pb::envoy::service::discovery::v3::DeltaDiscoveryResponse;
 use meshpush::config::mesh::{AmbientSettings, MeshConfig, MeshConfigObject};
 use meshpush::config::parse::parse_documents;
 use meshpush::config::{ConfigKey, ConfigKind, ConfigObject};
@@ -19,7 +20,7 @@ use meshpush::workload_api::workload::{
     Address, AppProtocol, Locality, NetworkAddress, Port, PortList, Service, TunnelProtocol, Workload, WorkloadStatus,
     WorkloadType, address,
 };
-use support::ztunnel::{Ztunnel, decoded, versions};
+use support::ztunnel::{Open, Ztunnel, decoded, versions};
 
 /// The mesh: an ambient namespace with a client and a server Pod (the
 /// server behind a Service with a named target port), a VM as a
@@ -370,4 +371,91 @@ async fn a_ztunnel_is_refused_where_ambient_mode_is_off() {
     let refused = Ztunnel::refusal(Ztunnel::connect(server.addr, &Default::default()).await).await;
     assert_eq!(refused.code(), tonic::Code::FailedPrecondition, "{refused:?}");
     assert!(refused.message().contains("PILOT_ENABLE_AMBIENT"), "{}", refused.message());
+}
+
+/// A Pod of the server's Service on another node, and one on no Service there.
+const FAR: &str = r#"
+apiVersion: v1
+kind: Pod
+metadata: {name: far-0, namespace: demo, labels: {app: server}, annotations: {ambient.istio.io/redirection: enabled}}
+spec: {serviceAccountName: server, nodeName: node-b}
+status: {phase: Running, podIP: 10.1.1.7, conditions: [{type: Ready, status: "True"}]}
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: lone-0, namespace: demo, annotations: {ambient.istio.io/redirection: enabled}}
+spec: {serviceAccountName: lone, nodeName: node-b}
+status: {phase: Running, podIP: 10.1.1.8, conditions: [{type: Ready, status: "True"}]}
+"#;
+
+fn names(r: &DeltaDiscoveryResponse) -> Vec<&str> {
+    r.resources.iter().map(|x| x.name.as_str()).collect()
+}
+
+/// Subscribes to `key`, as ztunnel's lookup does on a miss; the answer, ACKed.
+async fn ask(z: &mut Ztunnel, key: &str) -> DeltaDiscoveryResponse {
+    z.subscribe(TypeUrl::Address, &[key]).await;
+    let r = z.recv().await;
+    z.answer(&r, None).await;
+    r
+}
+
+/// ztunnel's `XDS_ON_DEMAND`: it starts with its node's workloads, then
+/// asks for a uid, an address or a service name as a connection needs one.
+/// Each answer names the key itself (as the resource, or in
+/// `removed_resources` for an address key, which ztunnel ignores there but
+/// wakes on), so the lookup waiting on it resumes.
+#[tokio::test]
+async fn an_on_demand_ztunnel_gets_its_node_then_each_key_it_asks_for_and_changes_to_what_it_holds() {
+    let server = support::ads_server::AdsServer::with_objects(objects(&format!("{MESH}---{FAR}"), true)).await;
+    let channel = || async {
+        tonic::transport::Endpoint::from_shared(format!("http://{}", server.addr)).unwrap().connect().await.unwrap()
+    };
+    let mut z = Ztunnel::open(channel().await, Open { on_demand: true, ..Open::default() }).await.unwrap();
+    let (addresses, authorizations) = z.initial().await;
+    assert_eq!(names(&addresses), ["Kubernetes//Pod/demo/client-6f7d9-x2x8q", "Kubernetes//Pod/demo/server-0"]);
+    assert_eq!(authorizations.resources.len(), expected_authorizations().len(), "policies are a wildcard still");
+
+    let far = "Kubernetes//Pod/demo/far-0";
+    let r = ask(&mut z, far).await;
+    assert_eq!((names(&r), r.removed_resources.is_empty()), (vec![far], true));
+    // The VIP: the Service and what backs it that ztunnel lacks (the VM);
+    // the Pods it holds are not sent again. The key itself is "removed".
+    let r = ask(&mut z, "/10.96.0.20").await;
+    let service = "demo/server.demo.svc.cluster.local";
+    assert_eq!(names(&r), ["Kubernetes/networking.istio.io/WorkloadEntry/demo/vm-1", service]);
+    assert_eq!(r.removed_resources, ["/10.96.0.20"]);
+    assert_eq!(decoded::<Address>(&r)[service], expected_addresses()[service], "the very resource a wildcard gets");
+    let r = ask(&mut z, "/10.9.9.9").await;
+    assert!(r.resources.is_empty());
+    assert_eq!(r.removed_resources, ["/10.9.9.9"], "nothing there: said at once");
+    // Asked again (its lookup missed): answered again.
+    let r = ask(&mut z, service).await;
+    assert_eq!(names(&r), [service]);
+
+    // Pushes: a change to what it holds reaches it; one to what it never
+    // asked for does not (the next change it is sent is its own node's).
+    server.apply(&FAR.split("---").next().unwrap().replace(r#"status: "True""#, r#"status: "False""#)).await;
+    let r = z.recv().await;
+    assert_eq!(names(&r), [far]);
+    z.answer(&r, None).await;
+    server.apply(&FAR.split("---").nth(1).unwrap().replace("lone-0", "lone-1").replace("10.1.1.8", "10.1.1.9")).await;
+    server.apply(&MESH.split("---").nth(3).unwrap().replace(r#"status: "False""#, r#"status: "True""#)).await;
+    let r = z.recv().await;
+    assert_eq!(names(&r), ["Kubernetes//Pod/demo/server-0"], "lone-1 is nobody's business here");
+    z.answer(&r, None).await;
+    drop(z);
+
+    // A reconnect names what it holds (here only server-0, and an address
+    // key it still waits on): what it holds unchanged is not resent; the
+    // address key is answered and named in `removed_resources`.
+    let mut held = versions(&r);
+    held.insert("/10.96.0.20".into(), String::new());
+    let open = Open { on_demand: true, held: [held, Default::default()], ..Open::default() };
+    let mut z = Ztunnel::open(channel().await, open).await.unwrap();
+    let (addresses, _) = z.initial().await;
+    let sent = names(&addresses);
+    assert!(!sent.contains(&"Kubernetes//Pod/demo/server-0"), "unchanged, not resent: {sent:?}");
+    assert!(sent.contains(&service) && sent.contains(&far), "what the address key answers: {sent:?}");
+    assert_eq!(addresses.removed_resources, ["/10.96.0.20"]);
 }

@@ -61,8 +61,10 @@ pub struct Open {
     /// The versions it holds of each type (Address, Authorization): sent
     /// as `initial_resource_versions` on a reconnect.
     pub held: [HashMap<String, String>; 2],
-    /// The names it subscribes to first, per type; empty for a wildcard.
-    pub subscribe: [Vec<String>; 2],
+    /// `XDS_ON_DEMAND`: its Address request subscribes to nothing (`*` in
+    /// both lists), and it asks for each key as it needs it; its
+    /// Authorization request is a wildcard all the same.
+    pub on_demand: bool,
     /// Its bearer token (the secure port), sent with `clusterid: Kubernetes`.
     pub token: Option<String>,
 }
@@ -93,14 +95,14 @@ impl Ztunnel {
         let mut client = AggregatedDiscoveryServiceClient::new(channel);
         let (tx, rx) = mpsc::channel(16);
         let node = open.node.unwrap_or_else(ztunnel_node);
-        for ((t, versions), names) in
-            [TypeUrl::Address, TypeUrl::Authorization].into_iter().zip(open.held).zip(open.subscribe)
-        {
+        for (t, versions) in [TypeUrl::Address, TypeUrl::Authorization].into_iter().zip(open.held) {
+            let nothing = || if open.on_demand && t == TypeUrl::Address { vec!["*".to_string()] } else { Vec::new() };
             tx.send(DeltaDiscoveryRequest {
                 node: Some(node.clone()),
                 type_url: t.as_str().into(),
                 initial_resource_versions: versions,
-                resource_names_subscribe: names,
+                resource_names_subscribe: nothing(),
+                resource_names_unsubscribe: nothing(),
                 ..Default::default()
             })
             .await
@@ -228,6 +230,9 @@ pub struct Dedicated<'a> {
     pub root_pem: &'a str,
     /// The workload's service-account token.
     pub token: &'a str,
+    /// `XDS_ON_DEMAND`: it holds its node's workloads and asks for others
+    /// as its connections need them.
+    pub on_demand: bool,
 }
 
 impl RealZtunnel {
@@ -261,6 +266,7 @@ impl RealZtunnel {
             "ISTIO_META_DNS_CAPTURE=false".into(),
             "IPV6_ENABLED=false".into(),
             "UNSTABLE_ENABLE_SOCKS5=true".into(),
+            format!("XDS_ON_DEMAND={}", d.on_demand),
             "RUST_LOG=info".into(),
         ];
         let uid = format!("--reuid={ZTUNNEL_UID}");

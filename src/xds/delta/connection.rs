@@ -118,11 +118,13 @@ impl DeltaConnection {
         }
         let mut subscribe: Vec<&str> = Vec::new();
         let mut seen: HashSet<&str> = HashSet::new();
+        // ztunnel asks again for a key only when its lookup missed: answer.
+        let again = |n: &str| t.is_workload_api() && !first && !req.resource_names_subscribe.is_empty() && n != "*";
         for n in &req.resource_names_subscribe {
             if n == "*" {
                 wildcard_added |= !w.wildcard;
                 w.wildcard = true;
-            } else if first || (!w.names.contains(n) && seen.insert(n)) {
+            } else if first || ((!w.names.contains(n) || again(n)) && seen.insert(n)) {
                 subscribe.push(n);
                 let n: Arc<str> = Arc::from(n.as_str());
                 if !first {
@@ -133,6 +135,12 @@ impl DeltaConnection {
             }
         }
         let unsubscribe: Vec<&str> = req.resource_names_unsubscribe.iter().map(String::as_str).collect();
+        let wildcard_after = w.wildcard && !unsubscribe.contains(&"*");
+        if first && !wildcard_after {
+            // What a client reports holding it is subscribed to, as istiod
+            // takes it (an on-demand ztunnel reconnecting names nothing else).
+            subscribe.extend(req.initial_resource_versions.keys().map(String::as_str));
+        }
         if !subscribe.is_empty() || !unsubscribe.is_empty() {
             w.names = w.names.edit(&subscribe, &unsubscribe);
         }
@@ -197,6 +205,7 @@ impl DeltaConnection {
                 let set = view.proxy_set(scope, inbound, t);
                 set.resources.iter().filter(|r| wanted(&r.name)).cloned().collect()
             }
+            TypeUrl::Address if !w.wildcard => self.on_demand_addresses(view, scope),
             TypeUrl::Route
             | TypeUrl::Secret
             | TypeUrl::ProxyConfig
@@ -228,6 +237,26 @@ impl DeltaConnection {
         resources.sort_by(|a, b| a.name.cmp(&b.name));
         resources.dedup_by(|a, b| a.name == b.name);
         resources
+    }
+
+    /// What an on-demand ztunnel should have (`push::index::ambient::lookup`):
+    /// what each key it subscribed resolves to, what it was sent before
+    /// (its subscriptions grow with that, as istiod's do), and the
+    /// workloads on its node.
+    fn on_demand_addresses(&self, view: &Published<'_>, scope: &Scope) -> Vec<Arc<EncodedResource>> {
+        let set = view.scoped(scope, TypeUrl::Address);
+        let keys = &view.ctx.ambient().keys;
+        let mut out = Vec::new();
+        let mut add = |name: &str| out.extend(set.get(name).cloned());
+        for key in self.core.watches[TypeUrl::Address.index()].names.names() {
+            add(key);
+            keys.resolve(key).into_iter().for_each(|n| add(n));
+        }
+        self.held[TypeUrl::Address.index()].names().for_each(|n| add(n));
+        if let Some(node) = self.core.proxy.metadata.get("NODE_NAME").filter(|n| !n.is_empty()) {
+            keys.on_node(node).iter().for_each(|n| add(n));
+        }
+        out
     }
 
     /// Builds the response for `t` if the client lacks anything or holds

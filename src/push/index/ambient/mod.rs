@@ -9,7 +9,9 @@
 //! - [`policy`]: an AuthorizationPolicy, its L4 parts only, with what
 //!   ztunnel leaves out reported;
 //! - [`peer_mtls`]: PeerAuthentications as DENY policies on connections
-//!   without a peer identity, and which of them a workload names.
+//!   without a peer identity, and which of them a workload names;
+//! - [`lookup`]: the keys an on-demand ztunnel asks for, and the
+//!   resources that answer each.
 //!
 //! Every ztunnel is sent the same resources (istiod filters none per
 //! node), so the index is one per snapshot, built on first use: a mesh no
@@ -17,6 +19,7 @@
 //! ztunnel moving between control planes is resent nothing it holds.
 
 pub mod address;
+pub mod lookup;
 pub mod peer_mtls;
 pub mod policy;
 
@@ -53,6 +56,8 @@ pub const INPUTS: [ConfigKind; 9] = [
 pub struct AmbientIndex {
     /// Workloads and services, sorted by name.
     pub addresses: Vec<Arc<EncodedResource>>,
+    /// What answers an on-demand ztunnel's keys.
+    pub keys: lookup::AddressKeys,
     /// Authorization policies, sorted by name.
     pub authorizations: Vec<Arc<EncodedResource>>,
     /// What ztunnel does not enforce of each AuthorizationPolicy, and what
@@ -113,9 +118,12 @@ impl AmbientIndex {
             selector_policies: &selector_policies,
             peer_authentications: &peer_authentications,
         };
-        index.addresses = address::addresses(store, &inputs)
+        let addresses: Vec<(Arc<str>, _)> =
+            address::addresses(store, &inputs).into_iter().map(|(name, address)| (Arc::from(name), address)).collect();
+        index.keys = lookup::AddressKeys::of(addresses.iter().map(|(name, address)| (name, address)));
+        index.addresses = addresses
             .into_par_iter()
-            .map(|(name, address)| Arc::new(EncodedResource::encode(TypeUrl::Address, name.into(), &address)))
+            .map(|(name, address)| Arc::new(EncodedResource::encode(TypeUrl::Address, name, &address)))
             .collect();
         index.addresses.sort_by(|a, b| a.name.cmp(&b.name));
         index.addresses.dedup_by(|a, b| a.name == b.name);
