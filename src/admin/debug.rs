@@ -326,6 +326,9 @@ pub async fn configz(State(state): State<AdminState>) -> Json<Value> {
             if let Some(notes) = ambient.as_ref().and_then(|a| a.notes.get(&key)) {
                 view["ztunnelNotEnforced"] = json!(notes);
             }
+            if let Some(why) = ambient.as_ref().and_then(|a| a.bindings.get(&key)) {
+                view["waypoint"] = json!(why);
+            }
             view
         })
         .collect();

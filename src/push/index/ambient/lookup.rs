@@ -21,7 +21,7 @@ use std::collections::HashMap;
 use std::net::IpAddr;
 use std::sync::Arc;
 
-use crate::workload_api::workload::{Address, NetworkAddress, address};
+use crate::workload_api::workload::{Address, NetworkAddress, TunnelProtocol, address};
 
 /// The keys of one snapshot's addresses.
 #[derive(Debug, Default)]
@@ -34,6 +34,9 @@ pub struct AddressKeys {
     behind: HashMap<Arc<str>, Vec<Arc<str>>>,
     /// Node name → the workloads on it.
     on_node: HashMap<Box<str>, Vec<Arc<str>>>,
+    /// `NETWORK/IP` of the workloads that take HBONE (a waypoint reaches
+    /// them over it).
+    hbone: std::collections::HashSet<Box<str>>,
 }
 
 impl AddressKeys {
@@ -45,8 +48,12 @@ impl AddressKeys {
         for (name, address) in addresses {
             match &address.r#type {
                 Some(address::Type::Workload(w)) => {
+                    let hbone = w.tunnel_protocol == TunnelProtocol::Hbone as i32;
                     for ip in &w.addresses {
                         if let Some(key) = key(&w.network, ip) {
+                            if hbone {
+                                keys.hbone.insert(key.clone());
+                            }
                             keys.workloads_at.entry(key).or_default().push(name.clone());
                         }
                     }
@@ -91,6 +98,11 @@ impl AddressKeys {
         let mut out = vec![service];
         out.extend(self.behind.get(service).into_iter().flatten());
         out
+    }
+
+    /// Whether the workload at `key` (`NETWORK/IP`) takes HBONE.
+    pub fn takes_hbone(&self, key: &str) -> bool {
+        self.hbone.contains(key)
     }
 
     /// The workloads on `node`.

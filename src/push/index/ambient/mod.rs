@@ -11,7 +11,9 @@
 //! - [`peer_mtls`]: PeerAuthentications as DENY policies on connections
 //!   without a peer identity, and which of them a workload names;
 //! - [`lookup`]: the keys an on-demand ztunnel asks for, and the
-//!   resources that answer each.
+//!   resources that answer each;
+//! - [`waypoint`]: waypoints (Gateways of class `istio-waypoint`), and which
+//!   Services and workloads bind to them.
 //!
 //! Every ztunnel is sent the same resources (istiod filters none per
 //! node), so the index is one per snapshot, built on first use: a mesh no
@@ -22,6 +24,7 @@ pub mod address;
 pub mod lookup;
 pub mod peer_mtls;
 pub mod policy;
+pub mod waypoint;
 
 #[cfg(test)]
 mod test;
@@ -39,7 +42,9 @@ use crate::resource::{EncodedResource, TypeUrl};
 use crate::workload_api::security::Scope;
 
 /// The kinds whose objects the index reads: a change of one rebuilds it.
-pub const INPUTS: [ConfigKind; 9] = [
+pub const INPUTS: [ConfigKind; 11] = [
+    ConfigKind::KubernetesGateway,
+    ConfigKind::GatewayClass,
     ConfigKind::Pod,
     ConfigKind::EndpointSlice,
     ConfigKind::Service,
@@ -63,6 +68,16 @@ pub struct AmbientIndex {
     /// What ztunnel does not enforce of each AuthorizationPolicy, and what
     /// happens instead.
     pub notes: BTreeMap<ConfigKey, Vec<String>>,
+    /// The mesh's network (`""`, the default one, unless the root
+    /// namespace names one).
+    pub network: String,
+    /// The ready waypoints.
+    pub waypoints: waypoint::Waypoints,
+    /// Objects whose waypoint binding cannot hold, and why (istiod's
+    /// `istio.io/WaypointBound` condition); and waypoints not ready.
+    pub bindings: BTreeMap<ConfigKey, String>,
+    /// What each ready waypoint (namespace, name) serves.
+    pub bound: BTreeMap<(String, String), waypoint::Bound>,
 }
 
 impl AmbientIndex {
@@ -113,10 +128,14 @@ impl AmbientIndex {
                 authorizations.push(Arc::new(EncodedResource::encode(TypeUrl::Authorization, name.into(), &converted)));
             }
         }
+        index.network = address::network(store, mesh);
+        index.waypoints = waypoint::Waypoints::build(store, &index.network);
+        (index.bindings, index.bound) = waypoint_bindings(store, &index.waypoints);
         let inputs = address::Inputs {
             mesh,
             selector_policies: &selector_policies,
             peer_authentications: &peer_authentications,
+            waypoints: &index.waypoints,
         };
         let addresses: Vec<(Arc<str>, _)> =
             address::addresses(store, &inputs).into_iter().map(|(name, address)| (Arc::from(name), address)).collect();
@@ -132,6 +151,51 @@ impl AmbientIndex {
         index.authorizations = authorizations;
         index
     }
+}
+
+/// Why each object that asks for a waypoint cannot have it (and why each
+/// waypoint that is not ready is not); and what each waypoint serves.
+fn waypoint_bindings(
+    store: &StoreSnapshot,
+    waypoints: &waypoint::Waypoints,
+) -> (BTreeMap<ConfigKey, String>, BTreeMap<(String, String), waypoint::Bound>) {
+    use waypoint::Target;
+    let mut errors = BTreeMap::new();
+    let mut bound: BTreeMap<(String, String), waypoint::Bound> = BTreeMap::new();
+    for ((namespace, name), why) in waypoints.not_ready() {
+        errors.insert(ConfigKey::new(ConfigKind::KubernetesGateway, namespace, name), format!("not ready: {why}"));
+    }
+    let kinds = [
+        (ConfigKind::Service, Target::Service),
+        (ConfigKind::ServiceEntry, Target::Service),
+        (ConfigKind::Pod, Target::Workload),
+        (ConfigKind::WorkloadEntry, Target::Workload),
+    ];
+    let asking = |meta: &crate::config::ObjectMeta| {
+        meta.labels.contains_key(waypoint::USE_WAYPOINT)
+            || store
+                .get(&ConfigKey::new(ConfigKind::Namespace, "", meta.namespace()))
+                .is_some_and(|n| n.object.meta().labels.contains_key(waypoint::USE_WAYPOINT))
+    };
+    for (kind, target) in kinds {
+        for stored in store.kind(kind).values() {
+            let meta = stored.object.meta();
+            if !asking(meta) {
+                continue;
+            }
+            match waypoints.bind(store, meta, target) {
+                Err(why) => {
+                    errors.insert(stored.object.key(), why);
+                }
+                Ok(None) => {}
+                Ok(Some(w)) => {
+                    let entry = bound.entry((w.namespace.clone(), w.name.clone())).or_default();
+                    waypoint::Bound::add(entry, &stored.object, w);
+                }
+            }
+        }
+    }
+    (errors, bound)
 }
 
 /// The policy with Kubernetes' default namespace where its file named none.

@@ -7,9 +7,9 @@ use std::path::{Path, PathBuf};
 use base64::Engine as _;
 use serde_yaml_ng::Value;
 
-use super::{peer_mtls, policy};
-use crate::config::ConfigObject;
+use super::{AmbientIndex, peer_mtls, policy};
 use crate::config::istio::{AuthorizationPolicy, PeerAuthentication};
+use crate::config::{ConfigKey, ConfigKind, ConfigObject};
 use crate::workload_api::security::{
     Action, Address, Authorization, Clause, Match, Rule, Scope, ServiceAccountMatch, StringMatch, string_match,
 };
@@ -270,7 +270,13 @@ fn addresses_of(yaml: &str) -> std::collections::BTreeMap<String, crate::workloa
     assert!(!parsed.has_errors(), "{:?}", parsed.problems);
     let changes = store.apply(parsed.objects.into_iter().map(|(o, s)| crate::model::store::Write::Put(o, s)));
     let mesh = crate::config::mesh::MeshConfig::default();
-    let inputs = super::address::Inputs { mesh: &mesh, selector_policies: &[], peer_authentications: &[] };
+    let waypoints = super::waypoint::Waypoints::build(&changes.snapshot, "");
+    let inputs = super::address::Inputs {
+        mesh: &mesh,
+        selector_policies: &[],
+        peer_authentications: &[],
+        waypoints: &waypoints,
+    };
     super::address::addresses(&changes.snapshot, &inputs).into_iter().collect()
 }
 
@@ -347,4 +353,108 @@ fn a_pod_an_endpoint_slice_names_backs_its_selectorless_service() {
     let Some(Type::Workload(w)) = &found["Kubernetes//Pod/ns/db-0"].r#type else { panic!("{found:?}") };
     let ports = &w.services["ns/db.ns.svc.cluster.local"].ports;
     assert_eq!((ports[0].service_port, ports[0].target_port), (5432, 6432));
+}
+
+/// A waypoint as istiod would deploy it in `demo` (its Gateway, the Service
+/// of its name), a namespace that uses it, and objects that bind or not.
+const WAYPOINTS: &str = r#"
+apiVersion: v1
+kind: Namespace
+metadata: {name: demo, labels: {istio.io/use-waypoint: waypoint}}
+---
+apiVersion: v1
+kind: Namespace
+metadata: {name: other}
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: Gateway
+metadata: {name: waypoint, namespace: demo}
+spec:
+  gatewayClassName: istio-waypoint
+  listeners: [{name: mesh, port: 15008, protocol: HBONE}]
+---
+apiVersion: v1
+kind: Service
+metadata: {name: waypoint, namespace: demo, labels: {gateway.istio.io/managed: istio.io-mesh-controller}}
+spec: {clusterIP: 10.96.0.15, ports: [{name: mesh, port: 15008}]}
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: Gateway
+metadata: {name: pending, namespace: demo, labels: {istio.io/waypoint-for: all}}
+spec:
+  gatewayClassName: istio-waypoint
+  listeners: [{name: mesh, port: 15008, protocol: HBONE}]
+---
+apiVersion: v1
+kind: Service
+metadata: {name: web, namespace: demo}
+spec: {clusterIP: 10.96.0.20, selector: {app: web}, ports: [{name: http, port: 80}]}
+---
+apiVersion: v1
+kind: Service
+metadata: {name: direct, namespace: demo, labels: {istio.io/use-waypoint: none}}
+spec: {clusterIP: 10.96.0.21, ports: [{name: http, port: 80}]}
+---
+apiVersion: v1
+kind: Service
+metadata: {name: cross, namespace: other, labels: {istio.io/use-waypoint: waypoint, istio.io/use-waypoint-namespace: demo}}
+spec: {clusterIP: 10.96.0.22, ports: [{name: http, port: 80}]}
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: web-0, namespace: demo, labels: {app: web}}
+spec: {serviceAccountName: web, nodeName: n1}
+status: {phase: Running, podIP: 10.1.0.5}
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: pinned-0, namespace: demo, labels: {istio.io/use-waypoint: waypoint}}
+spec: {serviceAccountName: web, nodeName: n1}
+status: {phase: Running, podIP: 10.1.0.6}
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: early-0, namespace: demo, labels: {istio.io/use-waypoint: pending}}
+spec: {serviceAccountName: web, nodeName: n1}
+status: {phase: Running, podIP: 10.1.0.7}
+"#;
+
+#[test]
+fn services_and_workloads_bind_to_a_ready_waypoint_as_istiod_binds_them() {
+    use crate::workload_api::workload::address::Type;
+    use crate::workload_api::workload::gateway_address::Destination;
+    let found = addresses_of(WAYPOINTS);
+    let waypoint_of = |name: &str| match &found[name].r#type {
+        Some(Type::Service(s)) => s.waypoint.clone(),
+        Some(Type::Workload(w)) => w.waypoint.clone(),
+        None => None,
+    };
+    let web = waypoint_of("demo/web.demo.svc.cluster.local").expect("the namespace's waypoint takes service traffic");
+    assert_eq!(web.hbone_mtls_port, 15008);
+    let Some(Destination::Hostname(h)) = &web.destination else { panic!("{web:?}") };
+    assert_eq!((h.namespace.as_str(), h.hostname.as_str()), ("demo", "waypoint.demo.svc.cluster.local"));
+    assert_eq!(waypoint_of("demo/direct.demo.svc.cluster.local"), None, "use-waypoint: none opts out");
+    assert_eq!(waypoint_of("demo/waypoint.demo.svc.cluster.local"), None, "a waypoint's own Service never binds");
+    assert_eq!(waypoint_of("other/cross.other.svc.cluster.local"), None, "its listener allows its own namespace only");
+    assert_eq!(
+        waypoint_of("Kubernetes//Pod/demo/web-0"),
+        None,
+        "a service waypoint: the namespace's binding is for services"
+    );
+    assert_eq!(waypoint_of("Kubernetes//Pod/demo/early-0"), None, "not ready: no Service of its name");
+
+    // What cannot hold is said, for the object that asked.
+    let store = crate::model::ConfigStore::new();
+    let parsed = crate::config::parse::parse_documents("test.yaml", WAYPOINTS);
+    let changes = store.apply(parsed.objects.into_iter().map(|(o, s)| crate::model::store::Write::Put(o, s)));
+    let index = AmbientIndex::build(&changes.snapshot, &crate::config::mesh::MeshConfig::default());
+    let said = |kind: ConfigKind, ns: &str, name: &str| index.bindings.get(&ConfigKey::new(kind, ns, name)).cloned();
+    assert!(said(ConfigKind::Service, "other", "cross").unwrap().contains("does not allow namespace other"));
+    assert!(said(ConfigKind::Pod, "demo", "pinned-0").unwrap().contains("does not take workload traffic"));
+    assert!(said(ConfigKind::Pod, "demo", "early-0").unwrap().contains("not ready"));
+    assert!(said(ConfigKind::KubernetesGateway, "demo", "pending").unwrap().contains("no Service demo/pending"));
+    assert_eq!(said(ConfigKind::Pod, "demo", "web-0"), None, "a namespace's binding of the other kind is no error");
+    let bound = &index.bound[&("demo".to_string(), "waypoint".to_string())];
+    assert_eq!(bound.hosts, ["web.demo.svc.cluster.local"]);
+    assert!(bound.workload_ips.is_empty());
 }

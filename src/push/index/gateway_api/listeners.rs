@@ -22,7 +22,7 @@ use crate::push::index::secrets;
 
 use super::grants::Grants;
 use super::status::{Condition, ListenerStatus, ObjectStatus, RouteKind};
-use super::{DEFAULT_CLASS, DerivedGateway, WAYPOINT_CLASS};
+use super::{DEFAULT_CLASS, DerivedGateway};
 
 /// The listeners of each served Gateway, by the Gateway's key, in the
 /// order the Gateway lists them.
@@ -86,46 +86,62 @@ pub(super) fn served_classes<'a>(
     classes
 }
 
-/// Every Gateway of Istio's waypoint class (`istio-waypoint`, unless a
-/// GatewayClass of that name names another controller) gets a status that
-/// says meshpush does not serve it: ztunnel is not told of the waypoint,
-/// and no waypoint proxy is configured for it. Returns their keys, so
-/// routes that name one as a parent can say the same.
-pub(super) fn unserved_waypoints(
+/// Every waypoint (a Gateway of class `istio-waypoint`, or of a class
+/// whose controller is `istio.io/mesh-controller`) gets its status as
+/// istiod's controller writes it: accepted; programmed once it is ready
+/// (its Service exists, or it asks for an IP), with that address
+/// (`push::index::ambient::waypoint`); else not programmed, and why.
+/// Returns their keys, so that routes naming one as a parent say how
+/// routes attach to a waypoint.
+pub(super) fn waypoint_status(
     store: &StoreSnapshot,
     status: &mut BTreeMap<ConfigKey, ObjectStatus>,
 ) -> BTreeSet<ConfigKey> {
-    let redefined = store.kind(ConfigKind::GatewayClass).values().any(|stored| {
-        matches!(&stored.object, ConfigObject::GatewayClass(c)
-            if c.metadata.name == WAYPOINT_CLASS && c.spec.controller_name != api::ISTIO_MESH_CONTROLLER)
-    });
+    use crate::push::index::ambient::waypoint::Waypoints;
+    use crate::workload_api::workload::gateway_address::Destination;
+    let waypoints = Waypoints::build(store, "");
     let mut out = BTreeSet::new();
-    if redefined {
-        return out;
+    for w in waypoints.all() {
+        let key = ConfigKey::new(ConfigKind::KubernetesGateway, &w.namespace, &w.name);
+        let address = match &w.address.destination {
+            Some(Destination::Hostname(h)) => {
+                api::GatewayAddress { kind: Some("Hostname".into()), value: h.hostname.clone() }
+            }
+            Some(Destination::Address(a)) => {
+                let ip = match a.address.len() {
+                    4 => <[u8; 4]>::try_from(&a.address[..]).map(std::net::IpAddr::from).ok(),
+                    _ => <[u8; 16]>::try_from(&a.address[..]).map(std::net::IpAddr::from).ok(),
+                };
+                api::GatewayAddress {
+                    kind: Some("IPAddress".into()),
+                    value: ip.map(|i| i.to_string()).unwrap_or_default(),
+                }
+            }
+            None => continue,
+        };
+        let conditions = vec![
+            Condition::new("Accepted", true, "Accepted", "Handled by meshpush"),
+            Condition::new("Programmed", true, "Programmed", "ztunnel is sent this waypoint"),
+        ];
+        status
+            .insert(key.clone(), ObjectStatus::Gateway { addresses: vec![address], conditions, listeners: Vec::new() });
+        out.insert(key);
     }
-    for stored in store.kind(ConfigKind::KubernetesGateway).values() {
-        let ConfigObject::KubernetesGateway(gw) = &stored.object else { continue };
-        if gw.spec.gateway_class_name != WAYPOINT_CLASS {
-            continue;
-        }
-        let key = stored.object.key();
-        status.insert(
-            key.clone(),
-            ObjectStatus::Gateway {
-                addresses: gw.spec.addresses.clone(),
-                conditions: vec![Condition::new("Accepted", false, "Pending", WAYPOINT_NOT_SERVED)],
-                listeners: Vec::new(),
-            },
-        );
+    for ((namespace, name), why) in waypoints.not_ready() {
+        let key = ConfigKey::new(ConfigKind::KubernetesGateway, namespace, name);
+        let conditions = vec![
+            Condition::new("Accepted", true, "Accepted", "Handled by meshpush"),
+            Condition::new("Programmed", false, "Invalid", why.clone()),
+        ];
+        status.insert(key.clone(), ObjectStatus::Gateway { addresses: Vec::new(), conditions, listeners: Vec::new() });
         out.insert(key);
     }
     out
 }
 
-/// Why a waypoint Gateway, and a route parented to one, is not served.
-pub(super) const WAYPOINT_NOT_SERVED: &str = "waypoints are not served by meshpush yet: ztunnel is not sent this \
-     waypoint, so traffic bound to it by istio.io/use-waypoint goes straight to its destination, and no waypoint \
-     proxy is configured for it";
+/// Why a route parented to a waypoint Gateway is not attached there.
+pub(super) const WAYPOINT_NOT_SERVED: &str = "a route reaches a waypoint through the Service it is for: name the \
+     Service (parentRefs kind Service) whose traffic the waypoint takes";
 
 /// The listeners of every Gateway of a served class, each with its
 /// conditions and its conflicts with the others of its Gateway; no route

@@ -86,8 +86,6 @@ pub const GATEWAY_SEMANTICS: &str = "gateway";
 /// The GatewayClass istiod serves without a GatewayClass object (it creates
 /// the object itself).
 pub const DEFAULT_CLASS: &str = "istio";
-/// The GatewayClass of Istio's waypoints (ambient mode's L7 proxies).
-pub const WAYPOINT_CLASS: &str = "istio-waypoint";
 
 /// An Istio Gateway derived from a Gateway API listener, and the Gateway
 /// whose routers serve it.
@@ -164,7 +162,7 @@ impl GatewayApiIndex {
         let classes = listeners::served_classes(store, &mut status);
         let grants = grants::Grants::of(store);
         let mut gateways = listeners::served_gateways(store, &classes, &grants);
-        let waypoints = listeners::unserved_waypoints(store, &mut status);
+        let waypoints = listeners::waypoint_status(store, &mut status);
         // Routes: attach, convert, collect per (listener, host), and per
         // (namespace, port, Service) for mesh routing.
         let per_host = attach::attach_routes(store, &grants, &mut gateways, &waypoints, &mut status);

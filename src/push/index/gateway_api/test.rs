@@ -144,7 +144,7 @@ spec:
 }
 
 #[test]
-fn a_waypoint_gateway_and_routes_parented_to_it_say_they_are_not_served() {
+fn a_waypoint_is_programmed_once_its_service_exists_and_routes_attach_through_services() {
     let waypoint = r#"
 apiVersion: gateway.networking.k8s.io/v1
 kind: Gateway
@@ -163,13 +163,15 @@ spec:
     let index = build(waypoint);
     assert!(index.gateways.iter().all(|g| &*g.deployment == "edge"), "no Istio Gateway for a waypoint");
     let (conditions, listeners) = gateway_status(&index, "apps", "waypoint");
-    let accepted = condition(conditions, "Accepted");
-    assert!(!accepted.is_true() && accepted.message.contains("waypoints are not served"), "{accepted:?}");
+    assert!(condition(conditions, "Accepted").is_true());
+    let programmed = condition(conditions, "Programmed");
+    assert!(!programmed.is_true() && programmed.message.contains("no Service apps/waypoint"), "{programmed:?}");
     assert!(listeners.is_empty());
     let parents = route_status(&index, "apps", "via-waypoint");
     assert_eq!(parents.len(), 1);
     let parent = condition(&parents[0].conditions, "Accepted");
     assert_eq!((parent.status, parent.reason), ("False", "NoMatchingParent"));
+    assert!(parent.message.contains("parentRefs kind Service"), "{parent:?}");
     let store = ConfigStore::new();
     store.apply(puts(&format!("{BASE}---\n{waypoint}")));
     let problems = index.problems(&store.snapshot());
@@ -177,6 +179,19 @@ spec:
         problems.iter().any(|p| p.object.as_ref().is_some_and(|k| &*k.name == "waypoint") && p.path == "status"),
         "{problems:?}"
     );
+
+    // Once the Service of its name exists (as istiod's deployment makes
+    // it), it is programmed at that Service's hostname.
+    let service = "apiVersion: v1\nkind: Service\nmetadata: {name: waypoint, namespace: apps}\nspec: {ports: [{name: mesh, port: 15008}]}\n";
+    let ready = build(&format!("{waypoint}---\n{service}"));
+    let Some(ObjectStatus::Gateway { conditions, addresses, .. }) =
+        ready.status.get(&ConfigKey::new(ConfigKind::KubernetesGateway, "apps", "waypoint"))
+    else {
+        panic!("no status")
+    };
+    assert!(condition(conditions, "Programmed").is_true());
+    assert_eq!(addresses[0].value, "waypoint.apps.svc.cluster.local");
+    assert_eq!(addresses[0].kind.as_deref(), Some("Hostname"));
 
     // A GatewayClass of that name for another controller makes the
     // Gateways its own.

@@ -34,14 +34,15 @@ use std::net::IpAddr;
 use rayon::prelude::*;
 
 use super::peer_mtls;
+use super::waypoint::{MANAGED, MESH_CONTROLLER_LABEL, Target, Waypoints};
 use crate::config::istio::{PeerAuthentication, ServiceEntry, WorkloadEntrySpec};
 use crate::config::k8s::{self, IntOrString, Pod};
 use crate::config::mesh::MeshConfig;
 use crate::config::{ConfigKind, ConfigObject, ObjectMeta};
 use crate::model::StoreSnapshot;
 use crate::workload_api::workload::{
-    Address, Locality, NetworkMode, Port, PortList, Service, TunnelProtocol, Workload, WorkloadStatus, WorkloadType,
-    address,
+    Address, GatewayAddress, Locality, NetworkMode, Port, PortList, Service, TunnelProtocol, Workload, WorkloadStatus,
+    WorkloadType, address,
 };
 use service::{Origin, numeric_target_port, se_ports, select_services};
 
@@ -93,6 +94,18 @@ pub struct Inputs<'a> {
     pub selector_policies: &'a [SelectorPolicy],
     /// Every PeerAuthentication, each in its namespace.
     pub peer_authentications: &'a [PeerAuthentication],
+    /// The ready waypoints, which Services and workloads bind to.
+    pub waypoints: &'a Waypoints,
+}
+
+/// The mesh's network: the root namespace's `topology.istio.io/network`
+/// label, else the default network (`""`), as istiod reads it.
+pub fn network(store: &StoreSnapshot, mesh: &MeshConfig) -> String {
+    let root = &*mesh.root_namespace;
+    store
+        .get(&crate::config::ConfigKey::new(ConfigKind::Namespace, "", root))
+        .and_then(|s| s.object.meta().labels.get(NETWORK_LABEL).cloned())
+        .unwrap_or_default()
 }
 
 /// Every workload and service of `store`, each with its resource name.
@@ -191,11 +204,7 @@ struct Builder<'a> {
 
 impl<'a> Builder<'a> {
     fn new(store: &'a StoreSnapshot, inputs: &'a Inputs<'a>) -> Builder<'a> {
-        let root = &*inputs.mesh.root_namespace;
-        let network = store
-            .get(&crate::config::ConfigKey::new(ConfigKind::Namespace, "", root))
-            .and_then(|s| s.object.meta().labels.get(NETWORK_LABEL).cloned())
-            .unwrap_or_default();
+        let network = network(store, inputs.mesh);
         let trust_domain = match &*inputs.mesh.trust_domain {
             crate::config::mesh::DEFAULT_TRUST_DOMAIN => String::new(),
             other => other.to_string(),
@@ -275,6 +284,12 @@ impl<'a> Builder<'a> {
         Builder { store, inputs, network, trust_domain, services, peer_authentications, sliced }
     }
 
+    /// The address of the waypoint an object binds to, if it binds to a
+    /// ready one (what cannot bind is reported by the index).
+    fn waypoint(&self, meta: &ObjectMeta, target: Target) -> Option<GatewayAddress> {
+        self.inputs.waypoints.bind(self.store, meta, target).ok().flatten().map(|w| w.address.clone())
+    }
+
     /// The Workload of a Pod, or `None` for a Pod without an IP or one that finished.
     fn pod(&self, pod: &Pod) -> Option<Workload> {
         if pod.is_terminal() {
@@ -346,6 +361,9 @@ impl<'a> Builder<'a> {
         };
         if pod.spec.host_network {
             w.network_mode = NetworkMode::HostNetwork as i32;
+        }
+        if !is_waypoint_pod(labels) {
+            w.waypoint = self.waypoint(&pod.metadata, Target::Workload);
         }
         set_tunnel(&mut w, labels, &pod.metadata.annotations);
         Some(w)
@@ -423,6 +441,7 @@ impl<'a> Builder<'a> {
             authorization_policies: self.policies(ns, &labels),
             capacity: spec.weight.filter(|w| *w > 0),
             status: WorkloadStatus::Healthy as i32,
+            waypoint: self.waypoint(meta, Target::Workload),
             ..Workload::default()
         };
         set_tunnel(&mut w, &labels, &meta.annotations);
@@ -545,6 +564,12 @@ fn set_tunnel(w: &mut Workload, labels: &BTreeMap<String, String>, annotations: 
 }
 
 /// Whether a Service's (non-empty) selector selects `labels`.
+/// Whether a Pod is a waypoint's own (Istio's waypoint template labels
+/// it): it never binds to a waypoint.
+fn is_waypoint_pod(labels: &BTreeMap<String, String>) -> bool {
+    labels.get(MANAGED).is_some_and(|v| v == MESH_CONTROLLER_LABEL)
+}
+
 fn selects(selector: &BTreeMap<String, String>, labels: &BTreeMap<String, String>) -> bool {
     !selector.is_empty() && selects_all(selector, labels)
 }

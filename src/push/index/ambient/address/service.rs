@@ -7,6 +7,7 @@
 use std::collections::BTreeMap;
 use std::net::IpAddr;
 
+use super::super::waypoint::{Target, binds_entry};
 use super::{Builder, octets};
 use crate::config::istio::ServiceEntry;
 use crate::config::k8s::{self, IntOrString};
@@ -135,6 +136,7 @@ impl Builder<'_> {
             ports,
             load_balancing,
             ip_families: ip_families as i32,
+            waypoint: self.waypoint(&svc.metadata, Target::Service),
             ..Service::default()
         })
     }
@@ -162,6 +164,14 @@ impl Builder<'_> {
                 namespace_distribution.as_deref(),
             )
         };
+        let waypoint = self
+            .inputs
+            .waypoints
+            .bind(self.store, &se.metadata, Target::Service)
+            .ok()
+            .flatten()
+            .filter(|w| binds_entry(se, w))
+            .map(|w| w.address.clone());
         se.spec
             .hosts
             .iter()
@@ -173,6 +183,7 @@ impl Builder<'_> {
                 ports: se_ports(se),
                 subject_alt_names: se.spec.subject_alt_names.clone(),
                 load_balancing: load_balancing.clone(),
+                waypoint: waypoint.clone(),
                 ..Service::default()
             })
             .collect()
