@@ -164,15 +164,15 @@ pub fn parse_key_value(flag: &'static str, arg: &str) -> Result<(String, String)
 }
 
 /// The labels that make a router serve the Gateway API Gateway `gateway`
-/// (`NAMESPACE/NAME`).
+/// (`NAMESPACE/NAME`), or a waypoint stand for it.
 fn gateway_labels(gateway: &str, proxy: &Proxy) -> Result<[(String, String); 2], BootstrapError> {
     use crate::config::gateway_api::{GATEWAY_NAME_LABEL, ISTIO_GATEWAY_NAME_LABEL};
     let Some((namespace, name)) = gateway.split_once('/').filter(|(ns, n)| !ns.is_empty() && !n.is_empty()) else {
         return Err(BootstrapError::Gateway(format!("{gateway:?}: expected NAMESPACE/NAME (istio-system/ingress)")));
     };
-    if proxy.kind != crate::model::ProxyKind::Router {
+    if !matches!(proxy.kind, crate::model::ProxyKind::Router | crate::model::ProxyKind::Waypoint) {
         return Err(BootstrapError::Gateway(format!(
-            "{gateway}: a Gateway is served by a router; --node-id must start with router~"
+            "{gateway}: a Gateway is served by a router (or a waypoint); --node-id must start with router~ or waypoint~"
         )));
     }
     if *proxy.namespace != *namespace {
@@ -291,6 +291,18 @@ pub fn render(opts: &BootstrapOptions) -> Result<String, BootstrapError> {
         .and_then(|c| c.proxy_stats_matcher.as_ref())
         .map(|matcher| observability::stats_config(matcher, &[&*proxy.ip]));
     let static_resources = json!({ "clusters": clusters });
+    // A waypoint's listeners hand connections to each other through Envoy's
+    // internal listeners, which this extension turns on (as Istio's
+    // bootstrap does).
+    let bootstrap_extensions = (proxy.kind == crate::model::ProxyKind::Waypoint).then(|| {
+        json!([{
+            "name": "envoy.bootstrap.internal_listener",
+            "typed_config": {
+                "@type": "type.googleapis.com/envoy.extensions.bootstrap.internal_listener.v3.InternalListener",
+                "buffer_size_kb": 64,
+            },
+        }])
+    });
     let admin = json!({
         "address": { "socket_address": { "address": "127.0.0.1", "port_value": opts.admin_port } },
     });
@@ -319,7 +331,9 @@ pub fn render(opts: &BootstrapOptions) -> Result<String, BootstrapError> {
     ] {
         doc.insert(key.into(), serde_yaml_ng::to_value(section)?);
     }
-    for (key, section) in [("tracing", tracing), ("stats_config", stats_config)] {
+    for (key, section) in
+        [("tracing", tracing), ("stats_config", stats_config), ("bootstrap_extensions", bootstrap_extensions)]
+    {
         if let Some(section) = section {
             doc.insert(key.into(), serde_yaml_ng::to_value(section)?);
         }

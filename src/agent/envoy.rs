@@ -94,7 +94,7 @@ impl EnvoyCommand {
             concurrency: config.concurrency.and_then(|n| u32::try_from(n).ok()).filter(|n| *n > 0),
             drain_time: config.drain_duration.map_or(DEFAULT_DRAIN_DURATION, |d| d.0),
             termination_drain: config.termination_drain_duration.map_or(DEFAULT_TERMINATION_DRAIN_DURATION, |d| d.0),
-            drain_all_listeners: kind == ProxyKind::Router,
+            drain_all_listeners: matches!(kind, ProxyKind::Router | ProxyKind::Waypoint),
             file_flush_interval: config.file_flush_interval.map_or(DEFAULT_FILE_FLUSH_INTERVAL, |d| d.0),
             file_flush_min_size_kb: config.file_flush_min_size_kb.filter(|kb| *kb > 0),
             env: config.proxy_metadata.clone(),

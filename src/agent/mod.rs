@@ -260,7 +260,7 @@ pub async fn run(opts: AgentOptions) -> Result<(), AgentError> {
         current: current.clone(),
         admin_port: opts.admin_port,
         shutdown: shutting_down.clone(),
-        drain_all_listeners: proxy.kind == crate::model::ProxyKind::Router,
+        drain_all_listeners: matches!(proxy.kind, crate::model::ProxyKind::Router | crate::model::ProxyKind::Waypoint),
     };
     let probers = Some(opts.app_probers.clone());
     let on_readiness_port = probers.clone().filter(|_| opts.status_port == opts.status_addr.port());

@@ -73,6 +73,9 @@ const MAX_RING_SIZE: u64 = 8_388_608;
 
 /// Every cluster a proxy of `scope` needs, sorted by name.
 pub fn clusters(ctx: &PushContext, scope: &Scope) -> Vec<Cluster> {
+    if scope.key.kind == ProxyKind::Waypoint {
+        return super::waypoint::clusters(ctx, scope);
+    }
     let mut out = Vec::new();
     let router = scope.key.kind == ProxyKind::Router;
     let proxy = OutboundProxy { router, mesh_certificates: scope.key.mesh_certificates };
@@ -253,6 +256,19 @@ fn outbound(
             Some(LocalityConfigSpecifier::LocalityWeightedLbConfig(LocalityWeightedLbConfig::default()));
     }
     cluster
+}
+
+/// The cluster of `port` of `svc` (`subset` empty: the whole service) under
+/// `rule`, with no mesh TLS of its own: a waypoint's `inbound-vip` cluster
+/// before its name and transport change (`generate::waypoint`).
+pub(crate) fn service_cluster(
+    ctx: &PushContext,
+    svc: &Service,
+    port: &ServicePort,
+    subset: &str,
+    rule: Option<&DestinationRuleSpec>,
+) -> Cluster {
+    outbound(ctx, svc, port, subset, rule, OutboundProxy { router: false, mesh_certificates: false })
 }
 
 /// `inbound|port||`: the local workload, where the port's endpoint says,

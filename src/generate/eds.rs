@@ -47,7 +47,10 @@ pub fn load_assignment(
     cluster_name: &str,
     view: Option<&EndpointView>,
 ) -> Option<ClusterLoadAssignment> {
-    let name = naming::parse_cluster(cluster_name)?;
+    let Some(name) = naming::parse_cluster(cluster_name) else {
+        // A waypoint's `inbound-vip` cluster, or nothing.
+        return super::waypoint::load_assignment(ctx, cluster_name);
+    };
     if name.direction != Direction::Outbound {
         return None;
     }
@@ -257,7 +260,10 @@ fn from_proto(l: &EnvoyLocality) -> Locality {
 /// The service host of a cluster name (`reviews.default.svc.cluster.local`
 /// for `outbound|9080|v1|reviews.default.svc.cluster.local`).
 pub fn host_of(cluster_name: &str) -> Option<&str> {
-    naming::parse_cluster(cluster_name).filter(|n| n.direction == Direction::Outbound).map(|n| n.host)
+    match naming::parse_cluster(cluster_name) {
+        Some(n) => (n.direction == Direction::Outbound).then_some(n.host),
+        None => super::waypoint::parse_inbound_vip(cluster_name).map(|n| n.host),
+    }
 }
 
 /// An assignment without endpoints.

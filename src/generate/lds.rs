@@ -76,6 +76,7 @@ pub fn listeners(ctx: &PushContext, scope: &Scope) -> Vec<Listener> {
         ProxyKind::Sidecar => sidecar_listeners(ctx, scope),
         ProxyKind::Router => gateway::listeners(ctx, scope),
         ProxyKind::Ztunnel => Vec::new(),
+        ProxyKind::Waypoint => super::waypoint::listeners(ctx, scope),
     };
     out.sort_by(|a, b| a.name.cmp(&b.name));
     out.dedup_by(|a, b| a.name == b.name);
@@ -554,7 +555,7 @@ fn subnet_chains(
 }
 
 /// tcp_proxy to `backends`, logging as `telemetry` says.
-fn tcp_proxy(stat_prefix: &str, backends: Backends, telemetry: &AppliedTelemetry) -> Filter {
+pub(super) fn tcp_proxy(stat_prefix: &str, backends: Backends, telemetry: &AppliedTelemetry) -> Filter {
     let specifier = match backends {
         Backends::Single(cluster) => TcpClusterSpecifier::Cluster(cluster),
         Backends::Weighted(clusters) => TcpClusterSpecifier::WeightedClusters(tcp_proxy::WeightedCluster {
@@ -655,14 +656,14 @@ fn guarded_tcp_proxy(
     filters
 }
 
-fn connection_manager_filter(hcm: &HttpConnectionManager) -> Filter {
+pub(super) fn connection_manager_filter(hcm: &HttpConnectionManager) -> Filter {
     Filter {
         name: proto::HTTP_CONNECTION_MANAGER.to_string(),
         config_type: Some(filter::ConfigType::TypedConfig(proto::any(hcm))),
     }
 }
 
-fn connection_manager(
+pub(super) fn connection_manager(
     stat_prefix: String,
     routes: RouteSpecifier,
     telemetry: &AppliedTelemetry,

@@ -47,6 +47,7 @@ mod proto;
 mod route;
 mod tls;
 pub mod trace;
+pub mod waypoint;
 
 pub use cds::clusters;
 pub use eds::{host_of, load_assignment};

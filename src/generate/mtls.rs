@@ -259,6 +259,45 @@ fn trust_domain_checks(trust_domains: &[Arc<str>]) -> CertificateValidationConte
     }
 }
 
+/// A waypoint's HBONE server socket (istiod's `buildCommonConnectTLSContext`):
+/// the workload certificate, a client certificate of the mesh required
+/// (a SPIFFE name in one of `trust_domains`), ALPN `h2`.
+pub fn hbone_server_socket(trust_domains: &[Arc<str>]) -> TransportSocket {
+    let common = CommonTlsContext {
+        tls_params: Some(hbone_tls()),
+        ..workload_server_context(&["h2"], trust_domain_checks(trust_domains))
+    };
+    mutual_socket(common)
+}
+
+/// HBONE is TLS 1.3 only (ztunnel takes nothing older; Envoy's client
+/// offers 1.2 at most unless told).
+fn hbone_tls() -> TlsParameters {
+    TlsParameters {
+        tls_minimum_protocol_version: TlsProtocol::TlSv13 as i32,
+        tls_maximum_protocol_version: TlsProtocol::TlSv13 as i32,
+        ..Default::default()
+    }
+}
+
+/// A waypoint's HBONE client socket, to a destination's ztunnel or
+/// sidecar on 15008: the workload certificate, the peer checked against
+/// the mesh root and for a SPIFFE name in one of `trust_domains`, ALPN `h2`.
+pub fn hbone_client_socket(trust_domains: &[Arc<str>]) -> TransportSocket {
+    let common = CommonTlsContext {
+        tls_params: Some(hbone_tls()),
+        alpn_protocols: vec!["h2".to_string()],
+        tls_certificate_sds_secret_configs: vec![sds(WORKLOAD_SECRET)],
+        validation_context_type: Some(root_checks(trust_domain_checks(trust_domains))),
+        ..Default::default()
+    };
+    let context = UpstreamTlsContext { common_tls_context: Some(common), ..Default::default() };
+    TransportSocket {
+        name: tls::TLS_TRANSPORT_SOCKET.to_string(),
+        config_type: Some(transport_socket::ConfigType::TypedConfig(proto::any(&context))),
+    }
+}
+
 /// The TLS socket of a Gateway server in `ISTIO_MUTUAL` mode, as Istio's
 /// `BuildListenerTLSContext` makes it: the router's own workload
 /// certificate, a client certificate required and checked against the mesh

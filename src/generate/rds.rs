@@ -41,7 +41,8 @@ pub fn route_configs(ctx: &PushContext, scope: &Scope) -> Vec<RouteConfiguration
             .map(|p| sidecar_config(ctx, scope, p))
             .collect(),
         ProxyKind::Router => gateway_configs(ctx, scope),
-        ProxyKind::Ztunnel => Vec::new(),
+        // A waypoint's routes are inline in its listeners, as istiod's are.
+        ProxyKind::Ztunnel | ProxyKind::Waypoint => Vec::new(),
     };
     out.sort_by(|a, b| a.name.cmp(&b.name));
     out
@@ -57,7 +58,7 @@ pub fn route_config(ctx: &PushContext, scope: &Scope, name: &str) -> Option<Rout
             Some(sidecar_config(ctx, scope, p))
         }
         ProxyKind::Router => gateway_configs(ctx, scope).into_iter().find(|c| c.name == name),
-        ProxyKind::Ztunnel => None,
+        ProxyKind::Ztunnel | ProxyKind::Waypoint => None,
     }
 }
 

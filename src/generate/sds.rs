@@ -44,8 +44,9 @@ pub fn secret_names(ctx: &PushContext, scope: &Scope) -> BTreeSet<String> {
 pub fn reader(scope: &Scope) -> Reader {
     match scope.key.kind {
         ProxyKind::Router => Reader::Router,
-        // A ztunnel gets its certificates from the CA, never over SDS.
-        ProxyKind::Sidecar | ProxyKind::Ztunnel => Reader::Sidecar,
+        // A ztunnel gets its certificates from the CA, never over SDS; a
+        // waypoint, as a sidecar, its own from its agent.
+        ProxyKind::Sidecar | ProxyKind::Ztunnel | ProxyKind::Waypoint => Reader::Sidecar,
     }
 }
 

@@ -1,7 +1,7 @@
 //! `Proxy`: the Envoy on the other end of an ADS stream, parsed once from its `node`.
 //!
 //! Node ids follow Istio: `TYPE~IP~POD.NAMESPACE~NAMESPACE.svc.cluster.local`,
-//! TYPE being `sidecar`, `router` or `ztunnel`. Metadata keys follow Istio too
+//! TYPE being `sidecar`, `router`, `waypoint` or `ztunnel`. Metadata keys follow Istio too
 //! (`NAMESPACE`, `LABELS`, `INTERCEPTION_MODE`, `ISTIO_VERSION`, `CLUSTER_ID`).
 
 use std::collections::BTreeMap;
@@ -25,6 +25,11 @@ pub enum ProxyKind {
     /// Ambient mode's node proxy, ztunnel: it asks for the workload API
     /// only (workloads, services and policies), never for Envoy's types.
     Ztunnel,
+    /// Ambient mode's L7 proxy: an Envoy that a Gateway of class
+    /// `istio-waypoint` stands for; it takes HBONE from ztunnel for the
+    /// Services and workloads bound to it, applies their L7 policy and
+    /// routes, and sends HBONE on to the destination.
+    Waypoint,
 }
 
 /// How traffic reaches the sidecar.
@@ -46,7 +51,7 @@ pub enum NodeError {
     #[error("the first request of the stream has no node")]
     Missing,
     /// The node id is not `type~ip~id~domain`.
-    #[error("node id \"{}\" is not of the form TYPE~IP~POD.NAMESPACE~DOMAIN (TYPE sidecar, router or ztunnel)", Shown(.0))]
+    #[error("node id \"{}\" is not of the form TYPE~IP~POD.NAMESPACE~DOMAIN (TYPE sidecar, router, waypoint or ztunnel)", Shown(.0))]
     BadId(String),
     /// A metadata value could not be read.
     #[error("node \"{}\": metadata {key}: {}", Shown(id), Shown(reason))]
@@ -111,6 +116,7 @@ impl Proxy {
             "sidecar" => ProxyKind::Sidecar,
             "router" => ProxyKind::Router,
             "ztunnel" => ProxyKind::Ztunnel,
+            "waypoint" => ProxyKind::Waypoint,
             _ => return Err(bad_id()),
         };
         if ip.is_empty() || workload.is_empty() {

@@ -76,6 +76,11 @@ impl PushChanges {
         if scope.key.kind == crate::model::ProxyKind::Ztunnel {
             return self.ambient;
         }
+        if scope.key.kind == crate::model::ProxyKind::Waypoint {
+            // Few proxies, reading much (bindings, routes, policies): any
+            // change but a move of endpoints regenerates them.
+            return self.ambient || !self.endpoint_only;
+        }
         if self.endpoint_only {
             return false;
         }

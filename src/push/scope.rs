@@ -378,6 +378,22 @@ pub fn scope_key(ctx: &PushContext, proxy: &Proxy) -> ScopeKey {
             telemetry: ctx.telemetry.client(proxy),
             envoy_filters: ctx.envoy_filters.outbound(proxy),
         },
+        // A waypoint serves what binds to its Gateway (named by the label
+        // Istio's waypoint template puts on its pods).
+        ProxyKind::Waypoint => ScopeKey {
+            kind: ProxyKind::Waypoint,
+            namespace: proxy.namespace.clone(),
+            interception: proxy.interception,
+            sidecar: None,
+            gateways: waypoint_gateway(proxy).into_iter().collect(),
+            addresses: Vec::new(),
+            source_labels: Vec::new(),
+            mesh_certificates: proxy.mesh_certificates,
+            authorization: Vec::new(),
+            jwt_rules: Vec::new(),
+            telemetry: Arc::default(),
+            envoy_filters: Vec::new(),
+        },
         // ztunnel is sent the workload API only, alike for every ztunnel:
         // nothing of the proxy's own decides it.
         ProxyKind::Ztunnel => ScopeKey {
@@ -395,6 +411,25 @@ pub fn scope_key(ctx: &PushContext, proxy: &Proxy) -> ScopeKey {
             envoy_filters: Vec::new(),
         },
     }
+}
+
+/// The Services bound to the waypoint of `key`, by hostname.
+fn waypoint_services(ctx: &PushContext, key: &ScopeKey) -> Vec<Arc<Service>> {
+    let Some(gateway) = key.gateways.first() else { return Vec::new() };
+    let ambient = ctx.ambient();
+    let Some(bound) = ambient.bound.get(&(gateway.namespace.to_string(), gateway.name.to_string())) else {
+        return Vec::new();
+    };
+    bound.hosts.iter().filter_map(|h| ctx.services.get(h).cloned()).collect()
+}
+
+/// The Gateway a waypoint proxy stands for: its pods' Gateway name label
+/// (Istio's `gateway.networking.k8s.io/gateway-name`, or the older
+/// `istio.io/gateway-name`), in its namespace.
+fn waypoint_gateway(proxy: &Proxy) -> Option<ConfigKey> {
+    use crate::config::gateway_api::{GATEWAY_NAME_LABEL, ISTIO_GATEWAY_NAME_LABEL};
+    let name = proxy.labels.get(GATEWAY_NAME_LABEL).or_else(|| proxy.labels.get(ISTIO_GATEWAY_NAME_LABEL))?;
+    Some(ConfigKey::new(ConfigKind::KubernetesGateway, &proxy.namespace, name))
 }
 
 /// Computes the inbound key of a proxy: the ingress listeners of the
@@ -565,6 +600,15 @@ pub fn compute(ctx: &PushContext, id: ScopeId, key: ScopeKey) -> Scope {
         // It sees no Envoy services: only the ambient index moves its output.
         let outbound_policy = OutboundPolicy::ALLOW_ANY;
         let (services, visible_hosts, egress, gateways) = Default::default();
+        return Scope { id, key, services, visible_hosts, egress, outbound_policy, gateways };
+    }
+    if key.kind == ProxyKind::Waypoint {
+        // It serves the Services bound to its Gateway, and has no outbound
+        // listeners of its own.
+        let services = waypoint_services(ctx, &key);
+        let visible_hosts = services.iter().map(|s| s.hostname.clone()).collect();
+        let (egress, gateways) = Default::default();
+        let outbound_policy = OutboundPolicy::ALLOW_ANY;
         return Scope { id, key, services, visible_hosts, egress, outbound_policy, gateways };
     }
     let exported = || -> Vec<Arc<Service>> {

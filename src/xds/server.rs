@@ -305,12 +305,14 @@ where
             return Status::invalid_argument(e.to_string()).into_http();
         }
     };
-    // As istiod: ztunnel is served only where ambient mode is on.
-    if proxy.kind == crate::model::ProxyKind::Ztunnel && !shared.engine.snapshot().mesh.ambient.enabled {
-        tracing::warn!(%peer, node_id = %Shown(&proxy.id), "refused a ztunnel: ambient mode is off");
-        return Status::failed_precondition(
-            "ztunnel requires ambient mode: serve with --enable-ambient (PILOT_ENABLE_AMBIENT=true)",
-        )
+    // As istiod: ztunnel and waypoints are served only where ambient mode is on.
+    let ambient = matches!(proxy.kind, crate::model::ProxyKind::Ztunnel | crate::model::ProxyKind::Waypoint);
+    if ambient && !shared.engine.snapshot().mesh.ambient.enabled {
+        tracing::warn!(%peer, node_id = %Shown(&proxy.id), "refused an ambient proxy: ambient mode is off");
+        return Status::failed_precondition(format!(
+            "{} requires ambient mode: serve with --enable-ambient (PILOT_ENABLE_AMBIENT=true)",
+            if proxy.kind == crate::model::ProxyKind::Ztunnel { "ztunnel" } else { "a waypoint" }
+        ))
         .into_http();
     }
     if let Transport::Mtls { identities } = &transport
@@ -348,7 +350,9 @@ async fn authorize_secure(
         _ => identities,
     };
     let identity = authorize::node_identity(proxy, identities)?;
-    if proxy.kind == crate::model::ProxyKind::Router && !proxy.labels.is_empty() {
+    if matches!(proxy.kind, crate::model::ProxyKind::Router | crate::model::ProxyKind::Waypoint)
+        && !proxy.labels.is_empty()
+    {
         shared.engine.wait_ready().await;
         authorize::gateway_labels(proxy, identity, &shared.engine.snapshot().workloads)?;
     }

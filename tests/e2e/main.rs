@@ -42,6 +42,7 @@ mod telemetry;
 mod tls_gateway;
 mod tls_sidecar;
 mod traffic_rules;
+mod waypoint;
 mod webhook;
 mod ztunnel;
 mod ztunnel_hbone;

@@ -18,6 +18,9 @@ use rustls_pki_types::CertificateDer;
 use rustls_pki_types::pem::PemObject as _;
 use serde_json::{Value, json};
 
+use crate::support::agent::{Agent, AgentSpec};
+use crate::support::isolated::ECHO_SERVER;
+use crate::support::meshpush::meshpush_in;
 use crate::support::netns::NetNs;
 use crate::support::process::{ChildGuard, scratch_dir, wait_until};
 use crate::support::scene::MeshDir;
@@ -62,66 +65,69 @@ spec:
   rules: [{from: [{source: {principals: [cluster.local/ns/demo/sa/client]}}]}]
 "#;
 
+/// A waypoint for the server's Service, as istiod would deploy it, on a
+/// node of its own; an HTTPRoute that marks what passes through it, and an
+/// L7 policy it applies.
+const WAYPOINT: &str = r#"
+apiVersion: gateway.networking.k8s.io/v1
+kind: Gateway
+metadata: {name: waypoint, namespace: demo}
+spec:
+  gatewayClassName: istio-waypoint
+  listeners: [{name: mesh, port: 15008, protocol: HBONE}]
+---
+apiVersion: v1
+kind: Service
+metadata: {name: waypoint, namespace: demo, labels: {gateway.istio.io/managed: istio.io-mesh-controller}}
+spec:
+  clusterIP: 10.96.0.15
+  selector: {gateway.networking.k8s.io/gateway-name: waypoint}
+  ports: [{name: mesh, port: 15008}]
+---
+apiVersion: v1
+kind: Pod
+metadata:
+  name: waypoint-0
+  namespace: demo
+  labels: {gateway.networking.k8s.io/gateway-name: waypoint, gateway.istio.io/managed: istio.io-mesh-controller}
+spec: {serviceAccountName: waypoint, nodeName: node-c}
+status: {phase: Running, podIP: 10.77.0.3, conditions: [{type: Ready, status: "True"}]}
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: HTTPRoute
+metadata: {name: server, namespace: demo}
+spec:
+  parentRefs: [{group: "", kind: Service, name: server, port: 80}]
+  rules:
+  - filters: [{type: RequestHeaderModifier, requestHeaderModifier: {add: [{name: x-through, value: waypoint}]}}]
+    backendRefs: [{name: server, port: 80}]
+---
+apiVersion: security.istio.io/v1
+kind: AuthorizationPolicy
+metadata: {name: no-admin, namespace: demo}
+spec:
+  targetRefs: [{kind: Service, group: "", name: server}]
+  action: DENY
+  rules: [{to: [{operation: {paths: ["/admin*"]}}]}]
+"#;
+
 /// The secure port, inside the first namespace.
 const CONTROL_PLANE: &str = "https://10.77.0.1:15012";
-
-/// meshpush serving `dir` inside `ns` on 10.77.0.1 (its CA's root is
-/// `CA_DIR/root-cert.pem`, tokens signed by the key set in `jwks`).
-fn meshpush_in(ns: &NetNs, dir: &MeshDir, ca_dir: &std::path::Path, jwks: &std::path::Path) -> ChildGuard {
-    let binary = env!("CARGO_BIN_EXE_meshpush");
-    let mut args: Vec<String> = ["netns", "exec", ns.name(), binary, "serve"].map(String::from).to_vec();
-    let config = dir.path().display().to_string();
-    let (ca, jwks) = (ca_dir.display().to_string(), jwks.display().to_string());
-    for flag in [
-        "--config",
-        &config,
-        "--xds-addr",
-        "127.0.0.1:15010",
-        "--admin-addr",
-        "127.0.0.1:15014",
-        "--ca-dir",
-        &ca,
-        "--secure-xds-addr",
-        "10.77.0.1:15012",
-        "--server-san",
-        "10.77.0.1",
-        "--webhook-addr",
-        "off",
-        "--jwks",
-        &jwks,
-    ]
-    .into_iter()
-    .chain(AMBIENT_FLAGS)
-    {
-        args.push(flag.to_string());
-    }
-    let mesh = ChildGuard::spawn("meshpush", scratch_dir("meshpush"), std::path::Path::new("ip"), args);
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
-    wait_until(deadline, "meshpush is ready", &[&mesh], || {
-        std::fs::read_to_string(mesh.log_path()).is_ok_and(|log| log.contains("first snapshot published"))
-    });
-    mesh
-}
 
 /// One request from the client's namespace, through its ztunnel's SOCKS5
 /// port, to the server's Service; the HTTP status (`000`: no response).
 fn request(client: &NetNs) -> String {
-    let out = client.run(
-        "curl",
-        &[
-            "-s",
-            "-m",
-            "5",
-            "-o",
-            "/dev/null",
-            "-w",
-            "%{http_code}",
-            "--socks5",
-            "127.0.0.1:15080",
-            "http://10.96.0.20:80/",
-        ],
-    );
-    String::from_utf8_lossy(&out.stdout).into_owned()
+    request_to(client, "/").0
+}
+
+/// `GET path` of the server's Service through the client's ztunnel:
+/// `(status, response headers)`.
+fn request_to(client: &NetNs, path: &str) -> (String, String) {
+    let url = format!("http://10.96.0.20:80{path}");
+    let out = client.run("curl", &["-s", "-m", "5", "-D", "-", "-o", "/dev/null", "--socks5", "127.0.0.1:15080", &url]);
+    let head = String::from_utf8_lossy(&out.stdout).to_ascii_lowercase();
+    let status = head.split_whitespace().nth(1).unwrap_or("000").to_string();
+    (status, head)
 }
 
 /// The entries of a config_dump section, by a field of each.
@@ -136,13 +142,14 @@ fn two_real_ztunnels_carry_a_request_over_hbone_with_meshpush_s_config_and_certi
         eprintln!("not run: ZTUNNEL_BIN is not set (scripts/build-ztunnel.sh builds ztunnel from its source)");
         return;
     };
-    let node_a = NetNs::new("zt-a", "10.77.0.1/24");
-    let node_b = node_a.peer("zt-b", "10.77.0.2/24");
+    let (_hub, nodes) = NetNs::lan("zt", &["10.77.0.1/24", "10.77.0.2/24", "10.77.0.3/24"]);
+    let [node_a, node_b, node_c] = &nodes[..] else { unreachable!() };
     let dir = MeshDir::new();
     dir.write("mesh.yaml", MESH);
     let (ca_dir, jwt_dir) = (scratch_dir("ca"), scratch_dir("jwt"));
     let (jwt_key, jwks) = meshpush::cli::jwt::keygen(jwt_dir.path()).unwrap();
-    let mesh = meshpush_in(&node_a, &dir, ca_dir.path(), &jwks);
+    let flags = ["--secure-xds-addr", "10.77.0.1:15012", "--server-san", "10.77.0.1"];
+    let mesh = meshpush_in(node_a, &dir, ca_dir.path(), &jwks, &[&flags[..], &AMBIENT_FLAGS[..]].concat());
     let root = std::fs::read_to_string(ca_dir.path().join("root-cert.pem")).unwrap();
     let token = |sa: &str, pod: &str| {
         let pod = meshpush::ca::authn::CallerPod { name: pod.into(), uid: None };
@@ -153,12 +160,12 @@ fn two_real_ztunnels_carry_a_request_over_hbone_with_meshpush_s_config_and_certi
         "backend",
         scratch_dir("backend"),
         std::path::Path::new("ip"),
-        ["netns", "exec", node_b.name(), "python3", "-m", "http.server", "8080", "--bind", "10.77.0.2"],
+        ["netns", "exec", node_b.name(), "python3", "-c", ECHO_SERVER, "server", "10.77.0.2", "8080"],
     );
     let client_token = token("client", "client-0");
     let client = RealZtunnel::start(
         &binary,
-        &node_a,
+        node_a,
         &Dedicated {
             workload: ("demo", "client-0", "client"),
             ip: "10.77.0.1",
@@ -172,7 +179,7 @@ fn two_real_ztunnels_carry_a_request_over_hbone_with_meshpush_s_config_and_certi
     let server_token = token("server", "server-0");
     let server = RealZtunnel::start(
         &binary,
-        &node_b,
+        node_b,
         &Dedicated {
             workload: ("demo", "server-0", "server"),
             ip: "10.77.0.2",
@@ -188,7 +195,7 @@ fn two_real_ztunnels_carry_a_request_over_hbone_with_meshpush_s_config_and_certi
 
     // What the client's ztunnel holds: both workloads and the Service, as
     // istiod would build them.
-    let dump = RealZtunnel::config_dump(&node_a);
+    let dump = RealZtunnel::config_dump(node_a);
     let workloads = by(&dump, "workloads", "uid");
     assert_eq!(
         workloads.keys().collect::<Vec<_>>(),
@@ -216,13 +223,13 @@ fn two_real_ztunnels_carry_a_request_over_hbone_with_meshpush_s_config_and_certi
     assert_eq!((&service["vips"], &service["ports"]), (&json!(["/10.96.0.20"]), &json!({"80": 8080})));
 
     // The server's ztunnel asks on demand: it holds its own node's workload only.
-    let on_demand = RealZtunnel::config_dump(&node_b);
+    let on_demand = RealZtunnel::config_dump(node_b);
     assert_eq!(by(&on_demand, "workloads", "uid").keys().collect::<Vec<_>>(), ["Kubernetes//Pod/demo/server-0"]);
 
     // A request crosses over HBONE, each side with its certificate from
     // meshpush's CA; the server's ztunnel looks the client up by its
     // address (`/10.77.0.1`), which meshpush answers.
-    wait_until(deadline(), "a request reaches the server through both ztunnels", &procs, || request(&node_a) == "200");
+    wait_until(deadline(), "a request reaches the server through both ztunnels", &procs, || request(node_a) == "200");
     let identities_of_certificate = |dump: &Value, identity: &str| {
         let certs = by(dump, "certificates", "identity");
         let cert = certs.get(identity).unwrap_or_else(|| panic!("no certificate of {identity}: {dump}"));
@@ -238,20 +245,58 @@ fn two_real_ztunnels_carry_a_request_over_hbone_with_meshpush_s_config_and_certi
     };
     let client_spiffe = "spiffe://cluster.local/ns/demo/sa/client";
     let server_spiffe = "spiffe://cluster.local/ns/demo/sa/server";
-    assert_eq!(identities_of_certificate(&RealZtunnel::config_dump(&node_a), client_spiffe), [client_spiffe]);
-    let server_dump = RealZtunnel::config_dump(&node_b);
+    assert_eq!(identities_of_certificate(&RealZtunnel::config_dump(node_a), client_spiffe), [client_spiffe]);
+    let server_dump = RealZtunnel::config_dump(node_b);
     assert_eq!(identities_of_certificate(&server_dump, server_spiffe), [server_spiffe]);
     assert!(by(&server_dump, "workloads", "uid").contains_key("Kubernetes//Pod/demo/client-0"), "{server_dump}");
 
     // A DENY policy reaches the server's ztunnel, which refuses the client.
     dir.write("deny.yaml", DENY_CLIENT);
     wait_until(deadline(), "the server's ztunnel holds the policy", &procs, || {
-        by(&RealZtunnel::config_dump(&node_b), "policies", "name").contains_key("deny-client")
+        by(&RealZtunnel::config_dump(node_b), "policies", "name").contains_key("deny-client")
     });
-    assert_ne!(request(&node_a), "200", "a denied request got through");
+    assert_ne!(request(node_a), "200", "a denied request got through");
     wait_until(deadline(), "the server's ztunnel says why", &procs, || {
         std::fs::read_to_string(server.process.log_path())
             .is_ok_and(|log| log.contains("explicitly denied by: demo/deny-client"))
     });
+
+    // A waypoint on a third node takes the Service's traffic: ztunnel sends
+    // it there over HBONE, it applies the HTTPRoute and the L7 policy, and
+    // sends it on over HBONE to the server's ztunnel.
+    dir.remove("deny.yaml");
+    dir.write("waypoint.yaml", WAYPOINT);
+    let bound = "metadata: {name: server, namespace: demo, labels: {istio.io/use-waypoint: waypoint}}";
+    dir.write("mesh.yaml", &MESH.replace("metadata: {name: server, namespace: demo}", bound));
+    let root_path = ca_dir.path().join("root-cert.pem");
+    let waypoint_token = token("waypoint", "waypoint-0");
+    let labels =
+        ["gateway.networking.k8s.io/gateway-name=waypoint", "gateway.istio.io/managed=istio.io-mesh-controller"];
+    let waypoint = Agent::spawn_in(
+        node_c.name(),
+        "waypoint",
+        AgentSpec {
+            node_id: "waypoint~10.77.0.3~waypoint-0.demo~demo.svc.cluster.local".into(),
+            discovery: "10.77.0.1:15012".parse().unwrap(),
+            root_cert: &root_path,
+            token: &waypoint_token,
+            extra: labels.iter().flat_map(|l| ["--label".to_string(), l.to_string()]).collect(),
+        },
+    );
+    let ready = format!("http://{}/healthz/ready", waypoint.readiness_addr());
+    let procs = [&mesh, &client.process, &server.process, &backend, waypoint.process()];
+    wait_until(deadline(), "the waypoint is ready", &procs, || {
+        node_c.run("curl", &["-sf", "-o", "/dev/null", &ready]).status.success()
+    });
+    let mut last = (String::new(), String::new());
+    wait_until(deadline(), "a request passes through the waypoint", &procs, || {
+        last = request_to(node_a, "/hello");
+        last.0 == "200" && last.1.contains("x-echo-x-through: waypoint")
+    });
+    assert_eq!(request_to(node_a, "/admin/users").0, "403", "the waypoint's L7 policy");
+    let client_dump = RealZtunnel::config_dump(node_a);
+    let services = by(&client_dump, "services", "hostname");
+    let server_service = services["server.demo.svc.cluster.local"];
+    assert!(server_service["waypoint"].to_string().contains("waypoint.demo.svc.cluster.local"), "{server_service}");
     assert!(!mesh.log_tail(10_000).contains(&client_token[client_token.len() - 20..]), "a token reached the log");
 }

@@ -54,6 +54,23 @@ impl Agent {
 
     /// [`Agent::spawn`] with `env` set (through `env(1)`).
     pub fn spawn_with_env(name: &str, spec: AgentSpec<'_>, env: &[(&str, &str)]) -> Agent {
+        let mut prefix: Vec<String> = Vec::new();
+        if !env.is_empty() {
+            prefix.push("env".into());
+            prefix.extend(env.iter().map(|(k, v)| format!("{k}={v}")));
+        }
+        Agent::spawn_via(name, spec, prefix)
+    }
+
+    /// [`Agent::spawn`] inside network namespace `netns` (`ip netns exec`):
+    /// its ports are the namespace's, so read them from there.
+    pub fn spawn_in(netns: &str, name: &str, spec: AgentSpec<'_>) -> Agent {
+        Agent::spawn_via(name, spec, vec!["ip".into(), "netns".into(), "exec".into(), netns.into()])
+    }
+
+    /// Starts the agent through `prefix` (a program and its first
+    /// arguments, before the agent's binary), or directly when it is empty.
+    fn spawn_via(name: &str, spec: AgentSpec<'_>, prefix: Vec<String>) -> Agent {
         let dir = scratch_dir(name);
         let token_file = dir.path().join("token");
         std::fs::write(&token_file, spec.token).expect("write the token");
@@ -99,13 +116,14 @@ impl Agent {
         }
         args.extend(spec.extra);
         let binary = Path::new(env!("CARGO_BIN_EXE_meshpush"));
-        let child = if env.is_empty() {
-            ChildGuard::spawn(name, dir, binary, args)
-        } else {
-            let mut with_env: Vec<String> = env.iter().map(|(k, v)| format!("{k}={v}")).collect();
-            with_env.push(binary.display().to_string());
-            with_env.extend(args);
-            ChildGuard::spawn(name, dir, Path::new("env"), with_env)
+        let child = match prefix.split_first() {
+            None => ChildGuard::spawn(name, dir, binary, args),
+            Some((program, first)) => {
+                let mut all: Vec<String> = first.to_vec();
+                all.push(binary.display().to_string());
+                all.extend(args);
+                ChildGuard::spawn(name, dir, Path::new(program), all)
+            }
         };
         let status_port = SocketAddr::new(status.ip(), status_port.port());
         Agent { child, admin: SocketAddr::from((Ipv4Addr::LOCALHOST, admin_port)), status, status_port, socket_dir }
@@ -134,6 +152,11 @@ impl Agent {
     /// The process guard, mutably (to wait for or stop the agent).
     pub fn process_mut(&mut self) -> &mut ChildGuard {
         &mut self.child
+    }
+
+    /// Envoy's admin address (on the loopback of the agent's namespace).
+    pub fn admin_addr(&self) -> SocketAddr {
+        self.admin
     }
 
     /// The readiness probe's answer.

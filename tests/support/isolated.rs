@@ -18,8 +18,9 @@ use std::time::{Duration, Instant};
 use super::envoy::Envoy;
 use super::process::{ChildGuard, scratch_dir};
 
-/// The server a [`NamespacedBackend`] runs.
-const SERVER: &str = r#"
+/// The server a [`NamespacedBackend`] runs (python: NAME HOST PORT), for
+/// tests that run it in namespaces of their own too.
+pub const ECHO_SERVER: &str = r#"
 import http.server, sys
 name, host, port = sys.argv[1], sys.argv[2], int(sys.argv[3])
 class Echo(http.server.BaseHTTPRequestHandler):
@@ -66,7 +67,7 @@ impl NamespacedBackend {
         let mut args: Vec<String> = command.get_args().map(|a| a.to_string_lossy().into_owned()).collect();
         args.extend([
             "-c".to_string(),
-            SERVER.to_string(),
+            ECHO_SERVER.to_string(),
             name.to_string(),
             addr.ip().to_string(),
             addr.port().to_string(),

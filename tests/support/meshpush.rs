@@ -213,3 +213,46 @@ fn spawn(
     });
     child
 }
+
+/// meshpush serving `dir` inside network namespace `ns` (its xDS and admin
+/// ports on the namespace's loopback), as the mesh's CA (`ca_dir`) taking
+/// tokens signed by the key set `jwks`, with more `flags` (where its
+/// secure port listens, among them); returns once its first snapshot is
+/// published.
+pub fn meshpush_in(
+    ns: &super::netns::NetNs,
+    dir: &super::scene::MeshDir,
+    ca_dir: &Path,
+    jwks: &Path,
+    flags: &[&str],
+) -> ChildGuard {
+    let binary = env!("CARGO_BIN_EXE_meshpush");
+    let mut args: Vec<String> = ["netns", "exec", ns.name(), binary, "serve"].map(String::from).to_vec();
+    let (config, ca, jwks) =
+        (dir.path().display().to_string(), ca_dir.display().to_string(), jwks.display().to_string());
+    for flag in [
+        "--config",
+        &config,
+        "--xds-addr",
+        "127.0.0.1:15010",
+        "--admin-addr",
+        "127.0.0.1:15014",
+        "--ca-dir",
+        &ca,
+        "--webhook-addr",
+        "off",
+        "--jwks",
+        &jwks,
+    ]
+    .into_iter()
+    .chain(flags.iter().copied())
+    {
+        args.push(flag.to_string());
+    }
+    let mesh = ChildGuard::spawn("meshpush", scratch_dir("meshpush"), Path::new("ip"), args);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    super::process::wait_until(deadline, "meshpush is ready", &[&mesh], || {
+        std::fs::read_to_string(mesh.log_path()).is_ok_and(|log| log.contains("first snapshot published"))
+    });
+    mesh
+}

@@ -48,7 +48,7 @@ pub(super) fn authorization_policy(check: &mut Checker, policy: &AuthorizationPo
     if action == "CUSTOM" {
         custom_checks(check, policy);
     }
-    policy_targets(check, spec.selector.is_some(), spec.target_ref.is_some(), !spec.target_refs.is_empty());
+    authorization_targets(check, policy);
     if let Some(value) = policy.metadata.annotations.get(DRY_RUN_ANNOTATION)
         && value != "true"
         && value != "false"
@@ -166,6 +166,54 @@ pub(super) fn request_authentication(check: &mut Checker, policy: &RequestAuthen
         }
         if rule.timeout.is_some_and(|t| t.0.is_zero()) {
             check.error(format!("{path}.timeout"), "is zero: a key set fetch needs time");
+        }
+    }
+}
+
+/// An AuthorizationPolicy's selector and targets: one or the other, and
+/// each target as Istio takes it: a name, no namespace (no reference
+/// crosses namespaces), and a Service, ServiceEntry, Gateway or
+/// GatewayClass. A waypoint applies those that name a Service or
+/// ServiceEntry bound to it, its Gateway, or (from the root namespace) the
+/// GatewayClass `istio-waypoint`; a Gateway API gateway's are not applied,
+/// and that is said.
+fn authorization_targets(check: &mut Checker, policy: &crate::config::istio::AuthorizationPolicy) {
+    let spec = &policy.spec;
+    let targets = spec.target_ref.is_some() || !spec.target_refs.is_empty();
+    if targets && spec.selector.is_some() {
+        check.error("spec.selector", "cannot be set with targetRef or targetRefs (Istio refuses this too)");
+        return;
+    }
+    let refs = spec.target_ref.iter().map(|t| ("spec.targetRef".to_string(), t));
+    let refs = refs.chain(spec.target_refs.iter().enumerate().map(|(i, t)| (format!("spec.targetRefs[{i}]"), t)));
+    for (path, target) in refs {
+        if target.name.is_empty() {
+            check.error(format!("{path}.name"), "is required");
+        }
+        if target.namespace.as_deref().is_some_and(|n| !n.is_empty()) {
+            check.error(
+                format!("{path}.namespace"),
+                "must not be set: a target is in the policy's namespace (Istio refuses cross-namespace targets)",
+            );
+        }
+        let group = target.group.as_deref().filter(|g| !g.is_empty()).unwrap_or("core");
+        match (group, target.kind.as_str()) {
+            ("core", "Service") | ("networking.istio.io", "ServiceEntry") => {}
+            ("gateway.networking.k8s.io", "GatewayClass") => {}
+            ("gateway.networking.k8s.io", "Gateway") => check.warning(
+                path,
+                "applied only when the Gateway is a waypoint's: a Gateway API gateway's policies by targetRef are \
+                 not applied by meshpush (select its pods with a selector)",
+            ),
+            (group, kind) => check.error(
+                format!("{path}.kind"),
+                format!(
+                    "{}/{}: a target is a Service, a networking.istio.io ServiceEntry, or a gateway.networking.k8s.io \
+                     Gateway or GatewayClass",
+                    crate::text::shown(group),
+                    crate::text::shown(kind)
+                ),
+            ),
         }
     }
 }

@@ -384,9 +384,19 @@ fn authorization_policy_rules() {
     );
     let dry_run = "apiVersion: security.istio.io/v1\nkind: AuthorizationPolicy\nmetadata: {name: p, annotations: {istio.io/dry-run: \"true\"}}\nspec:\n  action: CUSTOM\n  provider: {name: opa}\n  rules: [{}]\n";
     assert!(message_at(dry_run, "metadata.annotations.istio.io/dry-run").contains("denied without asking"));
-    // What is not served is reported with what happens now.
+    // A waypoint applies what names a Service; a Gateway API gateway's
+    // targets, or another kind, are reported with what happens now.
     let waypoint = ap("  targetRefs: [{kind: Service, name: web}]\n");
-    assert!(message_at(&waypoint, "spec.targetRefs").contains("applies to no workload"));
+    assert!(findings(&waypoint).is_empty(), "{:?}", findings(&waypoint));
+    let gateway = ap("  targetRefs: [{kind: Gateway, group: gateway.networking.k8s.io, name: edge}]\n");
+    assert!(message_at(&gateway, "spec.targetRefs[0]").contains("not applied by meshpush"));
+    let wrong = ap(
+        "  targetRefs: [{kind: Pod, name: x}, {kind: Service, name: web, namespace: other}, {kind: ServiceEntry, name: e}]\n",
+    );
+    assert_eq!(
+        error_paths(&wrong),
+        ["spec.targetRefs[0].kind", "spec.targetRefs[1].namespace", "spec.targetRefs[2].kind"]
+    );
 }
 
 #[test]

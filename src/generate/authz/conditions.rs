@@ -14,7 +14,7 @@ use envoy_types::pb::envoy::r#type::matcher::v3::{
 
 use super::permissions::rule;
 use super::principals::{
-    authenticated, id, namespace_matcher, payload_matcher, service_account_regex, spiffe_matcher, trust_domain_matcher,
+    id, namespace_matcher, payload_matcher, service_account_regex, spiffe_matcher, trust_domain_matcher,
 };
 use super::wildcard::{header_matcher, regex, string_matcher, string_value};
 use super::{RuleBuilder, Unchecked, one_of_none_of};
@@ -43,17 +43,15 @@ impl RuleBuilder<'_> {
                 proto::cidr_range(v).map(|c| id(principal::Identifier::RemoteIp(c)))
             }),
             "source.namespace" => {
-                one_of_none_of(&mut principals, values, not, |v| Some(authenticated(namespace_matcher(v))))
+                one_of_none_of(&mut principals, values, not, |v| Some(self.peer(namespace_matcher(v))))
             }
             "source.trustDomain" => {
-                one_of_none_of(&mut principals, values, not, |v| Some(authenticated(trust_domain_matcher(v))))
+                one_of_none_of(&mut principals, values, not, |v| Some(self.peer(trust_domain_matcher(v))))
             }
             "source.serviceAccount" => one_of_none_of(&mut principals, values, not, |v| {
-                Some(authenticated(regex(&service_account_regex(self.namespace, v))))
+                Some(self.peer(regex(&service_account_regex(self.namespace, v))))
             }),
-            "source.principal" => {
-                one_of_none_of(&mut principals, values, not, |v| Some(authenticated(spiffe_matcher(v))))
-            }
+            "source.principal" => one_of_none_of(&mut principals, values, not, |v| Some(self.peer(spiffe_matcher(v)))),
             "request.auth.principal" => self.request_principals(&mut principals, values, not)?,
             "request.auth.audiences" => self.claims(&mut principals, &["aud"], values, not)?,
             "request.auth.presenter" => self.claims(&mut principals, &["azp"], values, not)?,

@@ -27,7 +27,9 @@ use envoy_types::pb::envoy::config::rbac::v3::rbac::Action;
 use envoy_types::pb::envoy::extensions::filters::network::http_connection_manager::v3::{HttpFilter, http_filter};
 
 use super::ext_authz::{self, HTTP_EXT_AUTHZ, NETWORK_EXT_AUTHZ, SHADOW_STAT_PREFIX};
-use super::{HttpRbac, NamedPolicy, NetworkRbac, RbacRules, TCP_STAT_PREFIX, http_rbac_filter, network_rbac_filter};
+use super::{
+    HttpRbac, NamedPolicy, NetworkRbac, Peer, RbacRules, TCP_STAT_PREFIX, http_rbac_filter, network_rbac_filter,
+};
 use crate::generate::proto;
 use crate::model::authorizers::Authorizer;
 use crate::push::index::AppliedPolicy;
@@ -47,9 +49,9 @@ struct ProviderRules {
 }
 
 /// The HTTP filters of the CUSTOM policies among `policies`, in order.
-pub(super) fn http_filters(policies: &[Arc<AppliedPolicy>]) -> Vec<HttpFilter> {
+pub(super) fn http_filters(policies: &[Arc<AppliedPolicy>], peer: Peer) -> Vec<HttpFilter> {
     let enforcing = |rules: RbacRules| http_rbac_filter(&HttpRbac { rules: Some(rules), ..Default::default() });
-    filters(policies, false, enforcing, |group| {
+    filters(policies, false, peer, enforcing, |group| {
         let authorizer = match &group.authorizer {
             Err(_) => return vec![enforcing(bad_custom(&group.enforced))],
             Ok(authorizer) => authorizer,
@@ -71,12 +73,12 @@ pub(super) fn http_filters(policies: &[Arc<AppliedPolicy>]) -> Vec<HttpFilter> {
 
 /// The network filters of the CUSTOM policies among `policies` for a TCP
 /// port, in order.
-pub(super) fn network_filters(policies: &[Arc<AppliedPolicy>]) -> Vec<Filter> {
+pub(super) fn network_filters(policies: &[Arc<AppliedPolicy>], peer: Peer) -> Vec<Filter> {
     let enforcing = |rules: RbacRules| {
         let config = NetworkRbac { rules: Some(rules), stat_prefix: TCP_STAT_PREFIX.to_string(), ..Default::default() };
         network_rbac_filter(&config)
     };
-    filters(policies, true, enforcing, |group| {
+    filters(policies, true, peer, enforcing, |group| {
         let authorizer = match &group.authorizer {
             Err(_) => return vec![enforcing(bad_custom(&group.enforced))],
             Ok(authorizer) => authorizer,
@@ -103,10 +105,11 @@ pub(super) fn network_filters(policies: &[Arc<AppliedPolicy>]) -> Vec<Filter> {
 fn filters<F>(
     policies: &[Arc<AppliedPolicy>],
     tcp: bool,
+    peer: Peer,
     enforcing: impl Fn(RbacRules) -> F,
     per_provider: impl Fn(&ProviderRules) -> Vec<F>,
 ) -> Vec<F> {
-    let groups = groups(policies, tcp);
+    let groups = groups(policies, tcp, peer);
     if groups.len() > 1 {
         return groups.iter().map(|(_, group)| enforcing(bad_custom(&group.enforced))).collect();
     }
@@ -114,7 +117,7 @@ fn filters<F>(
 }
 
 /// The CUSTOM policies of `policies` by provider name, in name order.
-fn groups(policies: &[Arc<AppliedPolicy>], tcp: bool) -> Vec<(Arc<str>, ProviderRules)> {
+fn groups(policies: &[Arc<AppliedPolicy>], tcp: bool, peer: Peer) -> Vec<(Arc<str>, ProviderRules)> {
     let mut out: Vec<(Arc<str>, ProviderRules)> = Vec::new();
     for policy in policies.iter().filter(|p| p.is_custom()) {
         let provider: Arc<str> = policy.spec.provider.as_ref().map_or("", |p| p.name.as_str()).into();
@@ -128,7 +131,7 @@ fn groups(policies: &[Arc<AppliedPolicy>], tcp: bool) -> Vec<(Arc<str>, Provider
         };
         let group = &mut out[index].1;
         let prefix = format!("{}-", ext_authz::rule_prefix(&provider));
-        let rules = super::rbac_policies(policy, &prefix, false, tcp);
+        let rules = super::rbac_policies(policy, &prefix, false, tcp, peer);
         if policy.dry_run { group.dry_run.extend(rules) } else { group.enforced.extend(rules) }
     }
     for (_, group) in &mut out {

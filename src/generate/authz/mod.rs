@@ -81,9 +81,20 @@ const DRY_RUN_DENY: &str = "istio_dry_run_deny_";
 /// filter `authentication` where istiod puts it: after the CUSTOM filters,
 /// before the RBAC filters of the other actions.
 pub fn http_filters(policies: &[Arc<AppliedPolicy>], authentication: Option<HttpFilter>) -> Vec<HttpFilter> {
-    let mut filters = custom::http_filters(policies);
+    http_filters_of(policies, authentication, Peer::Certificate)
+}
+
+/// [`http_filters`] of a waypoint: the peer's identity is the filter state
+/// its HBONE listener recorded ([`PEER_PRINCIPAL`]), the TLS having ended
+/// there.
+pub fn waypoint_http_filters(policies: &[Arc<AppliedPolicy>]) -> Vec<HttpFilter> {
+    http_filters_of(policies, None, Peer::FilterState)
+}
+
+fn http_filters_of(policies: &[Arc<AppliedPolicy>], authentication: Option<HttpFilter>, peer: Peer) -> Vec<HttpFilter> {
+    let mut filters = custom::http_filters(policies, peer);
     filters.extend(authentication);
-    filters.extend(groups(policies, false).into_iter().map(|(rules, shadow, prefix)| {
+    filters.extend(groups(policies, false, peer).into_iter().map(|(rules, shadow, prefix)| {
         http_rbac_filter(&HttpRbac { rules, shadow_rules: shadow, shadow_rules_stat_prefix: prefix })
     }));
     filters
@@ -92,8 +103,17 @@ pub fn http_filters(policies: &[Arc<AppliedPolicy>], authentication: Option<Http
 /// The network filters `policies` make for a TCP port, in order: CUSTOM's,
 /// then the RBAC filters of the other actions.
 pub fn network_filters(policies: &[Arc<AppliedPolicy>]) -> Vec<Filter> {
-    let mut filters = custom::network_filters(policies);
-    filters.extend(groups(policies, true).into_iter().map(|(rules, shadow, prefix)| {
+    network_filters_of(policies, Peer::Certificate)
+}
+
+/// [`network_filters`] of a waypoint (see [`waypoint_http_filters`]).
+pub fn waypoint_network_filters(policies: &[Arc<AppliedPolicy>]) -> Vec<Filter> {
+    network_filters_of(policies, Peer::FilterState)
+}
+
+fn network_filters_of(policies: &[Arc<AppliedPolicy>], peer: Peer) -> Vec<Filter> {
+    let mut filters = custom::network_filters(policies, peer);
+    filters.extend(groups(policies, true, peer).into_iter().map(|(rules, shadow, prefix)| {
         network_rbac_filter(&NetworkRbac {
             rules,
             shadow_rules: shadow,
@@ -152,8 +172,25 @@ fn kind_of(policy: &AppliedPolicy) -> Kind {
     }
 }
 
+/// The filter state key where a waypoint's HBONE listener keeps the peer's
+/// SPIFFE identity (Istio's name), for its RBAC filters to match.
+pub const PEER_PRINCIPAL: &str = "io.istio.peer_principal";
+
+/// Where a rule reads the peer's identity from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Peer {
+    /// The peer certificate of the connection (a sidecar's, a gateway's).
+    Certificate,
+    /// The filter state [`PEER_PRINCIPAL`] (a waypoint's inner listeners).
+    FilterState,
+}
+
 /// Per action present, in order: `(rules, shadow rules, shadow stat prefix)`.
-fn groups(policies: &[Arc<AppliedPolicy>], tcp: bool) -> Vec<(Option<RbacRules>, Option<RbacRules>, String)> {
+fn groups(
+    policies: &[Arc<AppliedPolicy>],
+    tcp: bool,
+    peer: Peer,
+) -> Vec<(Option<RbacRules>, Option<RbacRules>, String)> {
     let mut out = Vec::new();
     for (kind, action) in [(Kind::Audit, Action::Log), (Kind::Deny, Action::Deny), (Kind::Allow, Action::Allow)] {
         let of_kind: Vec<&Arc<AppliedPolicy>> = policies.iter().filter(|p| kind_of(p) == kind).collect();
@@ -167,7 +204,7 @@ fn groups(policies: &[Arc<AppliedPolicy>], tcp: bool) -> Vec<(Option<RbacRules>,
             }
             let strict = kind == Kind::Allow;
             let mut policies: Vec<NamedPolicy> =
-                chosen.iter().flat_map(|p| rbac_policies(p, "", strict, tcp)).collect();
+                chosen.iter().flat_map(|p| rbac_policies(p, "", strict, tcp, peer)).collect();
             policies.sort_by(|a, b| a.name.cmp(&b.name));
             Some(RbacRules { action: action as i32, policies })
         };
@@ -184,7 +221,7 @@ fn groups(policies: &[Arc<AppliedPolicy>], tcp: bool) -> Vec<(Option<RbacRules>,
 /// The RBAC policies of one AuthorizationPolicy, named as Istio names them
 /// (after `prefix`, CUSTOM's); `strict` (ALLOW) leaves out a rule with a
 /// part Envoy cannot check here, else the part is left out.
-fn rbac_policies(policy: &AppliedPolicy, prefix: &str, strict: bool, tcp: bool) -> Vec<NamedPolicy> {
+fn rbac_policies(policy: &AppliedPolicy, prefix: &str, strict: bool, tcp: bool, peer: Peer) -> Vec<NamedPolicy> {
     let name = |i: usize| format!("{prefix}ns[{}]-policy[{}]-rule[{i}]", policy.namespace, policy.name);
     if policy.spec.rules.is_empty() {
         return vec![NamedPolicy { name: name(0), policy: Some(match_never()) }];
@@ -195,7 +232,7 @@ fn rbac_policies(policy: &AppliedPolicy, prefix: &str, strict: bool, tcp: bool) 
         .iter()
         .enumerate()
         .filter_map(|(i, rule)| {
-            let built = RuleBuilder { namespace: &policy.namespace, tcp, strict }.rule(rule)?;
+            let built = RuleBuilder { namespace: &policy.namespace, tcp, strict, peer }.rule(rule)?;
             Some(NamedPolicy { name: name(i), policy: Some(built) })
         })
         .collect()
@@ -225,6 +262,8 @@ struct RuleBuilder<'a> {
     /// An ALLOW rule: a part that cannot be checked leaves the rule out
     /// (else the part is left out).
     strict: bool,
+    /// Where the peer's identity is read.
+    peer: Peer,
 }
 
 /// A part of a rule Envoy cannot check here.

@@ -8,28 +8,40 @@
 
 use envoy_types::pb::envoy::config::rbac::v3::{MetadataSource, Principal, SourcedMetadata, principal};
 use envoy_types::pb::envoy::r#type::matcher::v3::{
-    MetadataMatcher, StringMatcher, ValueMatcher, metadata_matcher, string_matcher::MatchPattern,
+    FilterStateMatcher, MetadataMatcher, StringMatcher, ValueMatcher, filter_state_matcher, metadata_matcher,
+    string_matcher::MatchPattern,
 };
 
 use super::wildcard::{regex, regex_quote, string_matcher, string_value};
-use super::{RbacMatcher, RuleBuilder, Unchecked, one_of_none_of};
+use super::{PEER_PRINCIPAL, Peer, RbacMatcher, RuleBuilder, Unchecked, one_of_none_of};
 use crate::config::istio::Source;
 use crate::generate::jwt::{JWT_AUTHN, PAYLOAD_METADATA};
 use crate::generate::proto;
 
 impl RuleBuilder<'_> {
+    /// The peer's identity (its SPIFFE URI) matches `m`: the connection's
+    /// peer certificate, or on a waypoint the filter state its HBONE
+    /// listener recorded.
+    pub(super) fn peer(&self, m: StringMatcher) -> Principal {
+        match self.peer {
+            Peer::Certificate => authenticated(m),
+            Peer::FilterState => id(principal::Identifier::FilterState(FilterStateMatcher {
+                key: PEER_PRINCIPAL.to_string(),
+                matcher: Some(filter_state_matcher::Matcher::StringMatch(m)),
+            })),
+        }
+    }
+
     /// The principal conditions of a source, in Istio's order.
     pub(super) fn source(&self, s: &Source) -> Result<Vec<Principal>, Unchecked> {
         let mut and = Vec::new();
-        one_of_none_of(&mut and, &s.principals, &s.not_principals, |v| Some(authenticated(spiffe_matcher(v))));
+        one_of_none_of(&mut and, &s.principals, &s.not_principals, |v| Some(self.peer(spiffe_matcher(v))));
         self.request_principals(&mut and, &s.request_principals, &s.not_request_principals)?;
         one_of_none_of(&mut and, &s.service_accounts, &s.not_service_accounts, |v| {
-            Some(authenticated(regex(&service_account_regex(self.namespace, v))))
+            Some(self.peer(regex(&service_account_regex(self.namespace, v))))
         });
-        one_of_none_of(&mut and, &s.trust_domains, &s.not_trust_domains, |v| {
-            Some(authenticated(trust_domain_matcher(v)))
-        });
-        one_of_none_of(&mut and, &s.namespaces, &s.not_namespaces, |v| Some(authenticated(namespace_matcher(v))));
+        one_of_none_of(&mut and, &s.trust_domains, &s.not_trust_domains, |v| Some(self.peer(trust_domain_matcher(v))));
+        one_of_none_of(&mut and, &s.namespaces, &s.not_namespaces, |v| Some(self.peer(namespace_matcher(v))));
         one_of_none_of(&mut and, &s.remote_ip_blocks, &s.not_remote_ip_blocks, |v| {
             proto::cidr_range(v).map(|c| id(principal::Identifier::RemoteIp(c)))
         });

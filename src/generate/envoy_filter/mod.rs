@@ -67,8 +67,9 @@ impl Context {
     pub fn of_scope(scope: &Scope) -> Context {
         match scope.key.kind {
             ProxyKind::Router => Context::Gateway,
-            // A ztunnel scope holds no patches (it is sent no Envoy type).
-            ProxyKind::Sidecar | ProxyKind::Ztunnel => Context::SidecarOutbound,
+            // A ztunnel scope holds no patches (it is sent no Envoy type),
+            // nor does a waypoint's (see `EnvoyFilterIndex::outbound`).
+            ProxyKind::Sidecar | ProxyKind::Ztunnel | ProxyKind::Waypoint => Context::SidecarOutbound,
         }
     }
 

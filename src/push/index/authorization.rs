@@ -2,8 +2,12 @@
 //! workload, as Istio selects them (`ListAuthorizationPolicies`): those of
 //! the root namespace and of the workload's namespace whose selector is
 //! absent or matches the workload's labels. Policies that name targets
-//! (`targetRef`, `targetRefs`: Gateway API gateways and waypoints, which
-//! meshpush does not serve) apply to no workload; validation says so.
+//! (`targetRef`, `targetRefs`) apply to no workload: a waypoint applies
+//! them, to the Services and ServiceEntries they name
+//! ([`AuthorizationIndex::for_waypoint`]), or to all its traffic when they
+//! name its Gateway (or, from the root namespace, the GatewayClass
+//! `istio-waypoint`). Those naming a Gateway API gateway are not applied;
+//! validation says so.
 //!
 //! A CUSTOM policy carries the external authorizer it names, resolved
 //! against the mesh config and the registry (`model::authorizers`), or why
@@ -49,12 +53,18 @@ impl AppliedPolicy {
     }
 }
 
+/// What a policy's `targetRef(s)` names: (`GROUP/KIND`, the group `core`
+/// when empty; namespace, the policy's; name).
+type Target = (String, Arc<str>, String);
+
 /// The AuthorizationPolicies of a snapshot, by namespace.
 #[derive(Debug, Default)]
 pub struct AuthorizationIndex {
     root_namespace: Arc<str>,
     /// Policies without targets, by namespace, in name order.
     by_namespace: HashMap<Arc<str>, Vec<Arc<AppliedPolicy>>>,
+    /// Policies with targets: each with what it names.
+    targeted: Vec<(Vec<Target>, Arc<AppliedPolicy>)>,
     /// Whether any of them is CUSTOM: its authorizer reads the registry.
     has_custom: bool,
 }
@@ -70,9 +80,7 @@ impl AuthorizationIndex {
         for stored in store.kind(ConfigKind::AuthorizationPolicy).values() {
             let ConfigObject::AuthorizationPolicy(policy) = &stored.object else { continue };
             let spec = &policy.spec;
-            if spec.target_ref.is_some() || !spec.target_refs.is_empty() {
-                continue;
-            }
+            let targets: Vec<_> = spec.target_ref.iter().chain(&spec.target_refs).collect();
             let namespace: Arc<str> = policy.metadata.namespace().into();
             let custom = spec.action.as_deref() == Some("CUSTOM");
             let authorizer = spec.provider.as_ref().filter(|_| custom).map(|provider| {
@@ -87,7 +95,19 @@ impl AuthorizationIndex {
                 spec: trust_domains.migrate(spec),
                 authorizer,
             };
-            index.by_namespace.entry(namespace).or_default().push(Arc::new(applied));
+            if targets.is_empty() {
+                index.by_namespace.entry(namespace).or_default().push(Arc::new(applied));
+            } else {
+                let named = targets
+                    .iter()
+                    .map(|t| {
+                        let ns: Arc<str> = t.namespace.as_deref().map_or(namespace.clone(), Arc::from);
+                        let group = t.group.as_deref().filter(|g| !g.is_empty()).unwrap_or("core");
+                        (format!("{group}/{}", t.kind), ns, t.name.clone())
+                    })
+                    .collect();
+                index.targeted.push((named, Arc::new(applied)));
+            }
         }
         index
     }
@@ -100,7 +120,38 @@ impl AuthorizationIndex {
 
     /// Whether `other` indexes the same policies (authorizers included).
     pub fn same_policies(&self, other: &AuthorizationIndex) -> bool {
-        self.by_namespace == other.by_namespace
+        self.by_namespace == other.by_namespace && self.targeted == other.targeted
+    }
+
+    /// The policies waypoint `gateway` (namespace, name) applies to traffic
+    /// for `service` (its namespace, its name, and whether it is a
+    /// ServiceEntry; `None`: to all its traffic only): those naming the
+    /// Service (or ServiceEntry), those naming the Gateway, and the root
+    /// namespace's naming the GatewayClass `istio-waypoint`. By namespace
+    /// then name.
+    pub fn for_waypoint(&self, gateway: (&str, &str), service: Option<(&str, &str, bool)>) -> Vec<Arc<AppliedPolicy>> {
+        let names = |kind: &str, ns: &str, name: &str| -> bool {
+            match kind {
+                "gateway.networking.k8s.io/Gateway" => (ns, name) == gateway,
+                "gateway.networking.k8s.io/GatewayClass" => {
+                    ns == &*self.root_namespace && name == super::ambient::waypoint::WAYPOINT_CLASS
+                }
+                "core/Service" => service.is_some_and(|(sns, sname, entry)| !entry && (ns, name) == (sns, sname)),
+                "networking.istio.io/ServiceEntry" => {
+                    service.is_some_and(|(sns, sname, entry)| entry && (ns, name) == (sns, sname))
+                }
+                _ => false,
+            }
+        };
+        let mut out: Vec<Arc<AppliedPolicy>> = self
+            .targeted
+            .iter()
+            .filter(|(targets, _)| targets.iter().any(|(kind, ns, name)| names(kind, ns, name)))
+            .map(|(_, p)| p.clone())
+            .collect();
+        out.sort();
+        out.dedup();
+        out
     }
 
     /// The policies that apply to a workload of `namespace` with `labels`,

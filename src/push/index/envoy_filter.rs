@@ -43,8 +43,6 @@ use crate::model::{Proxy, StoreSnapshot};
 
 /// The label that makes a proxy a Gateway API one, naming its Gateway.
 pub const GATEWAY_NAME_LABEL: &str = "gateway.networking.k8s.io/gateway-name";
-/// The GatewayClass of Istio's waypoints.
-pub const WAYPOINT_CLASS: &str = "istio-waypoint";
 /// The node metadata key that holds a proxy's Istio version.
 pub const ISTIO_VERSION: &str = "ISTIO_VERSION";
 
@@ -251,7 +249,9 @@ impl EnvoyFilterIndex {
             crate::model::ProxyKind::Router => PatchContext::Gateway,
             crate::model::ProxyKind::Sidecar => PatchContext::SidecarOutbound,
             // EnvoyFilters patch Envoy's configuration; ztunnel has none.
-            crate::model::ProxyKind::Ztunnel => return Vec::new(),
+            // A waypoint's patches (istiod's WAYPOINT matches and
+            // SIDECAR_INBOUND on it) are not applied: README says so.
+            crate::model::ProxyKind::Ztunnel | crate::model::ProxyKind::Waypoint => return Vec::new(),
         };
         let mut patches = self.for_proxy(proxy);
         patches.retain(|p| {
@@ -287,7 +287,9 @@ fn selects(filter: &IndexedFilter, proxy: &Proxy, root: &str) -> bool {
                 return false;
             }
             match t.kind.as_str() {
-                "GatewayClass" => waypoint && &*filter.key.namespace == root && t.name == WAYPOINT_CLASS,
+                "GatewayClass" => {
+                    waypoint && &*filter.key.namespace == root && t.name == super::ambient::waypoint::WAYPOINT_CLASS
+                }
                 "Gateway" => filter.key.namespace == proxy.namespace && &t.name == gateway,
                 _ => false,
             }

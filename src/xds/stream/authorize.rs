@@ -73,12 +73,12 @@ pub fn node_identity<'a>(proxy: &Proxy, identities: &'a [Identity]) -> Result<&'
         })
 }
 
-/// Whether a router of `identity` may claim its node's labels: some
+/// Whether a router (or waypoint) of `identity` may claim its node's labels: some
 /// workload of its namespace carries them all (and runs as its service
 /// account, when it names one). Sidecars, and routers without labels,
 /// pass.
 pub fn gateway_labels(proxy: &Proxy, identity: &Identity, workloads: &WorkloadIndex) -> Result<(), Refusal> {
-    if proxy.kind != ProxyKind::Router || proxy.labels.is_empty() {
+    if !matches!(proxy.kind, ProxyKind::Router | ProxyKind::Waypoint) || proxy.labels.is_empty() {
         return Ok(());
     }
     let owned = workloads
@@ -92,7 +92,8 @@ pub fn gateway_labels(proxy: &Proxy, identity: &Identity, workloads: &WorkloadIn
         reason: "gateway_labels",
         code: tonic::Code::PermissionDenied,
         message: format!(
-            "the router claims labels {} that no workload of namespace {} running as {} carries",
+            "the {} claims labels {} that no workload of namespace {} running as {} carries",
+            if proxy.kind == ProxyKind::Waypoint { "waypoint" } else { "router" },
             Shown(&labels.join(",")),
             Shown(&proxy.namespace),
             identity.service_account(),
