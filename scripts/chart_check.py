@@ -67,6 +67,7 @@ VARIANTS = {
                             "neverInjectSelector": [{"matchLabels": {"batch": "true"}}]},
     },
     "revision canary": {"revision": "canary"},
+    "ambient mode": {"ambient": {"enabled": True}},
 }
 
 # Istio's injection webhooks: name → (namespaceSelector, objectSelector),
@@ -281,6 +282,10 @@ def check_objects(variant, values, objects):
             fail(f"{variant}: the container's flags lack {flag}: {args}")
     if revision and f"--revision={revision}" not in args:
         fail(f"{variant}: the container's flags lack --revision={revision}")
+    ambient = values.get("ambient", {}).get("enabled", False)
+    for flag in ["--enable-ambient", "--ca-trusted-node-accounts=istio-system/ztunnel"]:
+        if (flag in args) != ambient:
+            fail(f"{variant}: {flag} is {'missing' if ambient else 'set'} with ambient.enabled={ambient}: {args}")
     selectors = [a for a in args if a.startswith("--discovery-selector=")]
     if len(selectors) != len(values.get("discoverySelectors", [])):
         fail(f"{variant}: {len(selectors)} --discovery-selector flags for {values.get('discoverySelectors')}")

@@ -26,7 +26,11 @@ pub(super) fn service(check: &mut Checker, service: &Service) {
             check.one_of(format!("{path}.protocol"), protocol, &["TCP", "UDP", "SCTP"]);
         }
         let tcp = port.protocol.as_deref().is_none_or(|p| p == "TCP");
+        // Istio's own Services (a waypoint's, a gateway's) name no protocol
+        // on purpose: no sidecar sends to them as HTTP.
+        let istio_managed = service.metadata.labels.contains_key("gateway.istio.io/managed");
         if tcp
+            && !istio_managed
             && Protocol::of_kubernetes_port(port.port, port.name.as_deref(), port.app_protocol.as_deref())
                 == Protocol::Unknown
         {
@@ -68,6 +72,26 @@ pub(super) fn service(check: &mut Checker, service: &Service) {
     }
     if let Some(service_type) = &spec.service_type {
         check.one_of("spec.type", service_type, &["ClusterIP", "NodePort", "LoadBalancer", "ExternalName"]);
+    }
+    // ztunnel is sent both (push::index::ambient); a sidecar's endpoints
+    // are the same for every proxy (EDS is shared), so neither is applied
+    // to sidecars yet.
+    if spec.internal_traffic_policy.as_deref() == Some("Local") {
+        check.warning(
+            "spec.internalTrafficPolicy",
+            "Local is applied by ztunnel (ambient mode); sidecars are not applied it: they send to every endpoint, \
+             where istiod sends a sidecar only its node's",
+        );
+    }
+    if let Some(distribution) = spec.traffic_distribution.as_deref().filter(|d| !d.is_empty()) {
+        check.warning(
+            "spec.trafficDistribution",
+            format!(
+                "{} is applied by ztunnel (ambient mode); sidecars are not applied it: they do not prefer near \
+                 endpoints unless a DestinationRule's locality load balancing says so",
+                crate::text::shown(distribution)
+            ),
+        );
     }
 }
 

@@ -321,6 +321,14 @@ fn ports_without_a_protocol_istio_knows_are_reported_as_served_as_tcp() {
     assert_eq!(warned("{ports: [{name: dns, port: 5353, protocol: UDP}]}"), Vec::<String>::new(), "UDP is not served");
     let message = message_at(&service("{ports: [{name: web, port: 8080}]}"), "spec.ports[0]");
     assert!(message.contains("sniffing") && message.contains("plain TCP"), "{message}");
+    // Istio's own Services (a waypoint's) name none on purpose.
+    let waypoint = "apiVersion: v1\nkind: Service\nmetadata: {name: w, labels: {gateway.istio.io/managed: istio.io-mesh-controller}}\nspec: {ports: [{name: mesh, port: 15008}]}\n";
+    assert!(findings(waypoint).is_empty(), "{:?}", findings(waypoint));
+    // What ztunnel applies and sidecars do not yet.
+    assert_eq!(
+        warned("{ports: [{name: http, port: 80}], internalTrafficPolicy: Local, trafficDistribution: PreferClose}"),
+        vec!["spec.internalTrafficPolicy", "spec.trafficDistribution"]
+    );
 }
 
 #[test]
