@@ -17,6 +17,7 @@ use std::time::{Duration, Instant};
 
 use crate::support::agent::{Agent, AgentSpec};
 use crate::support::isolated::ECHO_SERVER;
+use crate::support::manifests::{DEMO_WAYPOINT_RULES, demo_waypoint, demo_waypoint_node, docs, waypoint_label_flags};
 use crate::support::meshpush::meshpush_in;
 use crate::support::netns::NetNs;
 use crate::support::process::{ChildGuard, scratch_dir, wait_until};
@@ -25,38 +26,15 @@ use crate::support::secure;
 
 use super::ztunnel::AMBIENT_FLAGS;
 
-/// A namespace whose Services use the waypoint `waypoint`; the waypoint's
-/// Gateway, Service and Pod as istiod would deploy them; the Service
-/// `server` and its Pod (the echo server, plain TCP: no ztunnel there);
-/// an HTTPRoute for it; a DENY on a path and an ALLOW for one client only.
-const MESH: &str = r#"
+/// A namespace whose Services use the waypoint `waypoint` (deployed as
+/// istiod would); the Service `server` and its Pod (the echo server, plain
+/// TCP: no ztunnel there); its HTTPRoute and a DENY on a path; an ALLOW for
+/// one client only.
+fn mesh() -> String {
+    let own = r#"
 apiVersion: v1
 kind: Namespace
 metadata: {name: demo, labels: {istio.io/dataplane-mode: ambient, istio.io/use-waypoint: waypoint}}
----
-apiVersion: gateway.networking.k8s.io/v1
-kind: Gateway
-metadata: {name: waypoint, namespace: demo}
-spec:
-  gatewayClassName: istio-waypoint
-  listeners: [{name: mesh, port: 15008, protocol: HBONE}]
----
-apiVersion: v1
-kind: Service
-metadata: {name: waypoint, namespace: demo, labels: {gateway.istio.io/managed: istio.io-mesh-controller}}
-spec:
-  clusterIP: 10.96.0.15
-  selector: {gateway.networking.k8s.io/gateway-name: waypoint}
-  ports: [{name: mesh, port: 15008}]
----
-apiVersion: v1
-kind: Pod
-metadata:
-  name: waypoint-0
-  namespace: demo
-  labels: {gateway.networking.k8s.io/gateway-name: waypoint, gateway.istio.io/managed: istio.io-mesh-controller}
-spec: {serviceAccountName: waypoint, nodeName: node-a}
-status: {phase: Running, podIP: 10.78.0.1, conditions: [{type: Ready, status: "True"}]}
 ---
 apiVersion: v1
 kind: Service
@@ -72,23 +50,6 @@ metadata: {name: server-0, namespace: demo, labels: {app: server}}
 spec: {serviceAccountName: server, nodeName: node-a}
 status: {phase: Running, podIP: 127.0.0.1, conditions: [{type: Ready, status: "True"}]}
 ---
-apiVersion: gateway.networking.k8s.io/v1
-kind: HTTPRoute
-metadata: {name: server, namespace: demo}
-spec:
-  parentRefs: [{group: "", kind: Service, name: server, port: 80}]
-  rules:
-  - filters: [{type: RequestHeaderModifier, requestHeaderModifier: {add: [{name: x-through, value: waypoint}]}}]
-    backendRefs: [{name: server, port: 80}]
----
-apiVersion: security.istio.io/v1
-kind: AuthorizationPolicy
-metadata: {name: no-admin, namespace: demo}
-spec:
-  targetRefs: [{kind: Service, group: "", name: server}]
-  action: DENY
-  rules: [{to: [{operation: {paths: ["/admin*"]}}]}]
----
 apiVersion: security.istio.io/v1
 kind: AuthorizationPolicy
 metadata: {name: client-only, namespace: demo}
@@ -97,6 +58,8 @@ spec:
   action: ALLOW
   rules: [{from: [{source: {principals: [cluster.local/ns/demo/sa/client]}}]}]
 "#;
+    docs(&[own.to_string(), demo_waypoint("10.96.0.15", "10.78.0.1", "node-a"), DEMO_WAYPOINT_RULES.to_string()])
+}
 
 /// A workload certificate of `demo/SA` from meshpush's CA, written as
 /// `SA.pem` and `SA-key.pem` into `dir`.
@@ -156,7 +119,7 @@ fn through_waypoint(ns: &NetNs, certs: &Path, sa: &str, path: &str) -> (String, 
 fn a_waypoint_takes_hbone_and_applies_its_service_s_l7_policy_and_routes() {
     let ns = NetNs::new("wp", "10.78.0.1/24");
     let dir = MeshDir::new();
-    dir.write("mesh.yaml", MESH);
+    dir.write("mesh.yaml", &mesh());
     let (ca_dir, jwt_dir, certs) = (scratch_dir("ca"), scratch_dir("jwt"), scratch_dir("certs"));
     let (jwt_key, jwks) = meshpush::cli::jwt::keygen(jwt_dir.path()).unwrap();
     let mesh = meshpush_in(
@@ -180,18 +143,11 @@ fn a_waypoint_takes_hbone_and_applies_its_service_s_l7_policy_and_routes() {
         ns.name(),
         "waypoint",
         AgentSpec {
-            node_id: "waypoint~10.78.0.1~waypoint-0.demo~demo.svc.cluster.local".into(),
+            node_id: demo_waypoint_node("10.78.0.1"),
             discovery: "127.0.0.1:15012".parse().unwrap(),
             root_cert: &root_path,
             token: &waypoint_token,
-            extra: [
-                "--label",
-                "gateway.networking.k8s.io/gateway-name=waypoint",
-                "--label",
-                "gateway.istio.io/managed=istio.io-mesh-controller",
-            ]
-            .map(String::from)
-            .to_vec(),
+            extra: waypoint_label_flags(),
         },
     );
     let ready = format!("http://{}/healthz/ready", waypoint.readiness_addr());

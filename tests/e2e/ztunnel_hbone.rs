@@ -20,6 +20,7 @@ use serde_json::{Value, json};
 
 use crate::support::agent::{Agent, AgentSpec};
 use crate::support::isolated::ECHO_SERVER;
+use crate::support::manifests::{DEMO_WAYPOINT_RULES, demo_waypoint, demo_waypoint_node, docs, waypoint_label_flags};
 use crate::support::meshpush::meshpush_in;
 use crate::support::netns::NetNs;
 use crate::support::process::{ChildGuard, scratch_dir, wait_until};
@@ -63,52 +64,6 @@ spec:
   selector: {matchLabels: {app: server}}
   action: DENY
   rules: [{from: [{source: {principals: [cluster.local/ns/demo/sa/client]}}]}]
-"#;
-
-/// A waypoint for the server's Service, as istiod would deploy it, on a
-/// node of its own; an HTTPRoute that marks what passes through it, and an
-/// L7 policy it applies.
-const WAYPOINT: &str = r#"
-apiVersion: gateway.networking.k8s.io/v1
-kind: Gateway
-metadata: {name: waypoint, namespace: demo}
-spec:
-  gatewayClassName: istio-waypoint
-  listeners: [{name: mesh, port: 15008, protocol: HBONE}]
----
-apiVersion: v1
-kind: Service
-metadata: {name: waypoint, namespace: demo, labels: {gateway.istio.io/managed: istio.io-mesh-controller}}
-spec:
-  clusterIP: 10.96.0.15
-  selector: {gateway.networking.k8s.io/gateway-name: waypoint}
-  ports: [{name: mesh, port: 15008}]
----
-apiVersion: v1
-kind: Pod
-metadata:
-  name: waypoint-0
-  namespace: demo
-  labels: {gateway.networking.k8s.io/gateway-name: waypoint, gateway.istio.io/managed: istio.io-mesh-controller}
-spec: {serviceAccountName: waypoint, nodeName: node-c}
-status: {phase: Running, podIP: 10.77.0.3, conditions: [{type: Ready, status: "True"}]}
----
-apiVersion: gateway.networking.k8s.io/v1
-kind: HTTPRoute
-metadata: {name: server, namespace: demo}
-spec:
-  parentRefs: [{group: "", kind: Service, name: server, port: 80}]
-  rules:
-  - filters: [{type: RequestHeaderModifier, requestHeaderModifier: {add: [{name: x-through, value: waypoint}]}}]
-    backendRefs: [{name: server, port: 80}]
----
-apiVersion: security.istio.io/v1
-kind: AuthorizationPolicy
-metadata: {name: no-admin, namespace: demo}
-spec:
-  targetRefs: [{kind: Service, group: "", name: server}]
-  action: DENY
-  rules: [{to: [{operation: {paths: ["/admin*"]}}]}]
 "#;
 
 /// The secure port, inside the first namespace.
@@ -265,22 +220,23 @@ fn two_real_ztunnels_carry_a_request_over_hbone_with_meshpush_s_config_and_certi
     // it there over HBONE, it applies the HTTPRoute and the L7 policy, and
     // sends it on over HBONE to the server's ztunnel.
     dir.remove("deny.yaml");
-    dir.write("waypoint.yaml", WAYPOINT);
+    dir.write(
+        "waypoint.yaml",
+        &docs(&[demo_waypoint("10.96.0.15", "10.77.0.3", "node-c"), DEMO_WAYPOINT_RULES.into()]),
+    );
     let bound = "metadata: {name: server, namespace: demo, labels: {istio.io/use-waypoint: waypoint}}";
     dir.write("mesh.yaml", &MESH.replace("metadata: {name: server, namespace: demo}", bound));
     let root_path = ca_dir.path().join("root-cert.pem");
     let waypoint_token = token("waypoint", "waypoint-0");
-    let labels =
-        ["gateway.networking.k8s.io/gateway-name=waypoint", "gateway.istio.io/managed=istio.io-mesh-controller"];
     let waypoint = Agent::spawn_in(
         node_c.name(),
         "waypoint",
         AgentSpec {
-            node_id: "waypoint~10.77.0.3~waypoint-0.demo~demo.svc.cluster.local".into(),
+            node_id: demo_waypoint_node("10.77.0.3"),
             discovery: "10.77.0.1:15012".parse().unwrap(),
             root_cert: &root_path,
             token: &waypoint_token,
-            extra: labels.iter().flat_map(|l| ["--label".to_string(), l.to_string()]).collect(),
+            extra: waypoint_label_flags(),
         },
     );
     let ready = format!("http://{}/healthz/ready", waypoint.readiness_addr());

@@ -97,3 +97,72 @@ pub fn sidecar_node(ip: &str, pod: &str, namespace: &str) -> String {
 pub fn router_node(ip: &str, pod: &str, namespace: &str) -> String {
     format!("router~{ip}~{pod}.{namespace}~{namespace}.svc.cluster.local")
 }
+
+/// The waypoint `waypoint` of namespace `demo` as istiod would deploy it:
+/// its Gateway (class `istio-waypoint`, the HBONE listener istioctl
+/// writes), the Service of its name (VIP `vip`), and its Pod at `ip` on
+/// `node`, labelled as Istio's waypoint template labels it.
+pub fn demo_waypoint(vip: &str, ip: &str, node: &str) -> String {
+    format!(
+        r#"apiVersion: gateway.networking.k8s.io/v1
+kind: Gateway
+metadata: {{name: waypoint, namespace: demo}}
+spec:
+  gatewayClassName: istio-waypoint
+  listeners: [{{name: mesh, port: 15008, protocol: HBONE}}]
+---
+apiVersion: v1
+kind: Service
+metadata: {{name: waypoint, namespace: demo, labels: {{gateway.istio.io/managed: istio.io-mesh-controller}}}}
+spec:
+  clusterIP: {vip}
+  selector: {{gateway.networking.k8s.io/gateway-name: waypoint}}
+  ports: [{{name: mesh, port: 15008}}]
+---
+apiVersion: v1
+kind: Pod
+metadata:
+  name: waypoint-0
+  namespace: demo
+  labels: {{gateway.networking.k8s.io/gateway-name: waypoint, gateway.istio.io/managed: istio.io-mesh-controller}}
+spec: {{serviceAccountName: waypoint, nodeName: {node}}}
+status: {{phase: Running, podIP: {ip}, conditions: [{{type: Ready, status: "True"}}]}}
+"#
+    )
+}
+
+/// What a waypoint applies for the Service `server` of `demo`: an
+/// HTTPRoute (the Service as its parent) that adds `x-through: waypoint`,
+/// and an AuthorizationPolicy (its `targetRefs` the Service) that denies
+/// paths under `/admin`.
+pub const DEMO_WAYPOINT_RULES: &str = r#"apiVersion: gateway.networking.k8s.io/v1
+kind: HTTPRoute
+metadata: {name: server, namespace: demo}
+spec:
+  parentRefs: [{group: "", kind: Service, name: server, port: 80}]
+  rules:
+  - filters: [{type: RequestHeaderModifier, requestHeaderModifier: {add: [{name: x-through, value: waypoint}]}}]
+    backendRefs: [{name: server, port: 80}]
+---
+apiVersion: security.istio.io/v1
+kind: AuthorizationPolicy
+metadata: {name: no-admin, namespace: demo}
+spec:
+  targetRefs: [{kind: Service, group: "", name: server}]
+  action: DENY
+  rules: [{to: [{operation: {paths: ["/admin*"]}}]}]
+"#;
+
+/// The node id of the waypoint Pod `waypoint-0` of `demo` at `ip`.
+pub fn demo_waypoint_node(ip: &str) -> String {
+    format!("waypoint~{ip}~waypoint-0.demo~demo.svc.cluster.local")
+}
+
+/// The labels Istio's waypoint template gives the pods of waypoint
+/// `waypoint`, as `meshpush agent --label` flags.
+pub fn waypoint_label_flags() -> Vec<String> {
+    ["gateway.networking.k8s.io/gateway-name=waypoint", "gateway.istio.io/managed=istio.io-mesh-controller"]
+        .iter()
+        .flat_map(|l| ["--label".to_string(), l.to_string()])
+        .collect()
+}
