@@ -515,6 +515,12 @@ impl PushContext {
         let ambient = OnceLock::new();
         if changes.ambient {
             changes.types = changes.types.union(TypeSet::of(&[TypeUrl::Address, TypeUrl::Authorization]));
+            // A waypoint's listeners and clusters follow what binds to it
+            // (a Pod's label can bind it): its scopes regenerate those too.
+            if ambient::waypoint::any_declared(&store) {
+                changes.types =
+                    changes.types.union(TypeSet::of(&[TypeUrl::Listener, TypeUrl::Cluster, TypeUrl::Endpoint]));
+            }
         } else if let Some(index) = prev.ambient.get() {
             let _ = ambient.set(index.clone());
         }

@@ -66,6 +66,17 @@ spec:
   rules: [{from: [{source: {principals: [cluster.local/ns/demo/sa/client]}}]}]
 "#;
 
+/// A policy of the waypoint itself (its `targetRefs` the Gateway): no path
+/// under `/secret`, whatever it is for.
+const NO_SECRETS: &str = r#"apiVersion: security.istio.io/v1
+kind: AuthorizationPolicy
+metadata: {name: no-secrets, namespace: demo}
+spec:
+  targetRefs: [{kind: Gateway, group: gateway.networking.k8s.io, name: waypoint}]
+  action: DENY
+  rules: [{to: [{operation: {paths: ["/secret*"]}}]}]
+"#;
+
 /// The secure port, inside the first namespace.
 const CONTROL_PLANE: &str = "https://10.77.0.1:15012";
 
@@ -254,5 +265,33 @@ fn two_real_ztunnels_carry_a_request_over_hbone_with_meshpush_s_config_and_certi
     let services = by(&client_dump, "services", "hostname");
     let server_service = services["server.demo.svc.cluster.local"];
     assert!(server_service["waypoint"].to_string().contains("waypoint.demo.svc.cluster.local"), "{server_service}");
+
+    // The waypoint takes workload traffic too: the server Pod binds to it,
+    // a request to the Pod's own address passes it, and a policy naming
+    // the waypoint's Gateway applies there.
+    let all = demo_waypoint("10.96.0.15", "10.77.0.3", "node-c").replace(
+        "metadata: {name: waypoint, namespace: demo}\n",
+        "metadata: {name: waypoint, namespace: demo, labels: {istio.io/waypoint-for: all}}\n",
+    );
+    dir.write("waypoint.yaml", &docs(&[all, DEMO_WAYPOINT_RULES.into(), NO_SECRETS.into()]));
+    let bound_pod = MESH.replace(
+        "labels: {app: server}, annotations",
+        "labels: {app: server, istio.io/use-waypoint: waypoint}, annotations",
+    );
+    dir.write("mesh.yaml", &bound_pod.replace("metadata: {name: server, namespace: demo}", bound));
+    let direct = |path: &str| {
+        let url = format!("http://10.77.0.2:8080{path}");
+        let out = node_a.run(
+            "curl",
+            &["-s", "-m", "5", "-o", "/dev/null", "-w", "%{http_code}", "--socks5", "127.0.0.1:15080", &url],
+        );
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    wait_until(deadline(), "the waypoint's Gateway policy applies to the Pod's traffic", &procs, || {
+        direct("/secret") == "403"
+    });
+    assert_eq!(direct("/hello"), "200", "the Pod is reached through the waypoint");
+    let workloads = by(&RealZtunnel::config_dump(node_a), "workloads", "uid")["Kubernetes//Pod/demo/server-0"].clone();
+    assert!(workloads["waypoint"].to_string().contains("waypoint.demo.svc.cluster.local"), "{workloads}");
     assert!(!mesh.log_tail(10_000).contains(&client_token[client_token.len() - 20..]), "a token reached the log");
 }

@@ -3,7 +3,7 @@
 use std::sync::Arc;
 
 use envoy_types::pb::envoy::config::core::v3::{
-    DataSource, Http2ProtocolOptions, SubstitutionFormatString, TrafficDirection, data_source,
+    CidrRange, DataSource, Http2ProtocolOptions, SubstitutionFormatString, TrafficDirection, data_source,
     substitution_format_string,
 };
 use envoy_types::pb::envoy::config::listener::v3::{
@@ -55,6 +55,9 @@ const LOCAL_PRINCIPAL: &str = "io.istio.local_principal";
 /// Upstream Envoy's filter state factory of a plain string (istiod uses
 /// Istio's `istio.hashable_string`, which upstream Envoy lacks).
 const STRING_FACTORY: &str = "envoy.string";
+/// The chains (and the route config) of traffic to bound workloads.
+const DIRECT_HTTP: &str = "direct-http";
+const DIRECT_TCP: &str = "direct-tcp";
 /// HTTP/2 streams a ztunnel connection may carry at once (istiod's).
 const MAX_CONCURRENT_STREAMS: u32 = 100;
 /// What `http_inspector` names a plain-text HTTP connection.
@@ -220,7 +223,8 @@ fn main_internal(ctx: &PushContext, scope: &Scope) -> Listener {
     }
     let workloads: Vec<_> = bound_workloads(ctx, scope).iter().filter_map(|ip| proto::cidr_range(ip)).collect();
     if !workloads.is_empty() {
-        chains.push(direct_chain(workloads, &everything));
+        sniffs = true;
+        chains.extend(direct_chains(workloads, &everything));
     }
     let mut listener_filters = vec![listener_filter(proto::ORIGINAL_DST, proto::any(&OriginalDst::default()))];
     if sniffs {
@@ -304,27 +308,66 @@ fn tcp_chain(svc: &Service, port: &ServicePort, on: FilterChainMatch, policies: 
 }
 
 /// Traffic to a bound workload: the waypoint's own policies, then on as it
-/// is (its destination handed to `connect_originate` in filter state).
-fn direct_chain(
-    workloads: Vec<envoy_types::pb::envoy::config::core::v3::CidrRange>,
-    policies: &[Arc<AppliedPolicy>],
-) -> FilterChain {
+/// is, its destination handed to `connect_originate` in filter state. HTTP
+/// (found by `http_inspector`) goes through a connection manager, so that
+/// policies with HTTP attributes apply (`direct-http`); the rest through
+/// tcp_proxy (`direct-tcp`).
+fn direct_chains(workloads: Vec<CidrRange>, policies: &[Arc<AppliedPolicy>]) -> Vec<FilterChain> {
     let state = NetworkSetFilterState {
         on_new_connection: vec![state_value(LOCAL_IP, None, "%DOWNSTREAM_LOCAL_ADDRESS%")],
         ..Default::default()
     };
-    let mut filters = vec![Filter {
+    let authority = Filter {
         name: "connect_authority".to_string(),
         config_type: Some(filter::ConfigType::TypedConfig(proto::any(&state))),
-    }];
+    };
+    let on = |application_protocols: Vec<String>| FilterChainMatch {
+        prefix_ranges: workloads.clone(),
+        application_protocols,
+        ..Default::default()
+    };
+
+    let routes = RouteConfiguration {
+        name: DIRECT_HTTP.to_string(),
+        virtual_hosts: vec![VirtualHost {
+            name: DIRECT_HTTP.to_string(),
+            domains: vec!["*".to_string()],
+            routes: vec![Route {
+                name: "default".to_string(),
+                r#match: Some(crate::generate::route::prefix_match("/")),
+                action: Some(Action::Route(RouteAction {
+                    cluster_specifier: Some(ClusterSpecifier::Cluster(ENCAP.to_string())),
+                    timeout: Some(proto::seconds(0)),
+                    ..Default::default()
+                })),
+                ..Default::default()
+            }],
+            ..Default::default()
+        }],
+        ..Default::default()
+    };
+    let mut hcm =
+        connection_manager(DIRECT_HTTP.to_string(), RouteSpecifier::RouteConfig(routes), &AppliedTelemetry::default());
+    let mut filters = authz::waypoint_http_filters(policies);
+    filters.append(&mut hcm.http_filters);
+    hcm.http_filters = filters;
+    let http = FilterChain {
+        name: DIRECT_HTTP.to_string(),
+        filter_chain_match: Some(on(HTTP_PROTOCOLS.map(str::to_string).to_vec())),
+        filters: vec![authority.clone(), connection_manager_filter(&hcm)],
+        ..Default::default()
+    };
+
+    let mut filters = vec![authority];
     filters.extend(authz::waypoint_network_filters(policies));
-    filters.push(tcp_proxy("direct-tcp", Backends::Single(ENCAP.to_string()), &AppliedTelemetry::default()));
-    FilterChain {
-        name: "direct-tcp".to_string(),
-        filter_chain_match: Some(FilterChainMatch { prefix_ranges: workloads, ..Default::default() }),
+    filters.push(tcp_proxy(DIRECT_TCP, Backends::Single(ENCAP.to_string()), &AppliedTelemetry::default()));
+    let tcp = FilterChain {
+        name: DIRECT_TCP.to_string(),
+        filter_chain_match: Some(on(Vec::new())),
         filters,
         ..Default::default()
-    }
+    };
+    vec![http, tcp]
 }
 
 /// `connect_originate`: every connection tunnelled on as HBONE to its

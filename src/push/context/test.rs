@@ -279,3 +279,29 @@ fn an_envoy_filter_reaches_its_namespace_or_from_the_root_every_proxy() {
     let (_, pushed) = PushContext::next(&next, changes.snapshot.clone(), &PushRequest::new(changes));
     assert!(pushed.full && pushed.rescope);
 }
+
+#[test]
+fn a_pod_binding_to_a_waypoint_regenerates_the_waypoint_s_listeners_even_when_only_endpoints_moved() {
+    let store = bookinfo::store();
+    let waypoint = "apiVersion: gateway.networking.k8s.io/v1\nkind: Gateway\nmetadata: {name: waypoint, namespace: default}\n\
+        spec: {gatewayClassName: istio-waypoint, listeners: [{name: mesh, port: 15008, protocol: HBONE}]}\n---\n\
+        apiVersion: v1\nkind: Service\nmetadata: {name: waypoint, namespace: default}\nspec: {ports: [{name: mesh, port: 15008}]}\n";
+    store.apply(bookinfo::puts(waypoint));
+    let prev = PushContext::build(store.snapshot(), 1, Arc::new(ScopeInterner::default()));
+    let mut proxy = productpage();
+    proxy.kind = crate::model::ProxyKind::Waypoint;
+    proxy.labels = [("gateway.networking.k8s.io/gateway-name".to_string(), "waypoint".to_string())].into();
+    let scope = prev.scope_for(&proxy);
+    let sidecar = prev.scope_for(&productpage());
+    // A Pod of a known account takes the waypoint for its traffic: for
+    // sidecars only its endpoint moved.
+    let changes = store.apply(bookinfo::puts(
+        "apiVersion: v1\nkind: Pod\nmetadata: {name: ratings-v1-b, namespace: default, labels: {app: ratings, version: v1, \
+         istio.io/use-waypoint: waypoint}}\nspec: {serviceAccountName: bookinfo-ratings}\nstatus: {podIP: 10.0.9.1, phase: Running}\n",
+    ));
+    let (_, pushed) = PushContext::next(&prev, changes.snapshot.clone(), &PushRequest::new(changes));
+    assert!(pushed.endpoint_only);
+    assert!(pushed.types.contains(TypeUrl::Listener) && pushed.types.contains(TypeUrl::Cluster), "{:?}", pushed.types);
+    assert!(pushed.touches_scope(&scope), "the waypoint's chains follow its bound workloads");
+    assert!(!pushed.touches_scope(&sidecar), "a sidecar regenerates nothing for it");
+}

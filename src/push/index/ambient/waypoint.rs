@@ -276,6 +276,26 @@ pub fn binds_entry(se: &crate::config::istio::ServiceEntry, to: &Waypoint) -> bo
     !own_namespace || to.namespace == se.metadata.namespace()
 }
 
+/// Whether `store` declares any waypoint (a Gateway of class
+/// `istio-waypoint`, or of a class naming Istio's mesh controller): only
+/// then can an ambient change alter a waypoint proxy's configuration.
+pub fn any_declared(store: &StoreSnapshot) -> bool {
+    let mesh_classes: Vec<&str> = store
+        .kind(ConfigKind::GatewayClass)
+        .values()
+        .filter_map(|s| match &s.object {
+            ConfigObject::GatewayClass(c) if c.spec.controller_name == api::ISTIO_MESH_CONTROLLER => {
+                Some(c.metadata.name.as_str())
+            }
+            _ => None,
+        })
+        .collect();
+    store.kind(ConfigKind::KubernetesGateway).values().any(|s| {
+        matches!(&s.object, ConfigObject::KubernetesGateway(gw)
+            if gw.spec.gateway_class_name == WAYPOINT_CLASS || mesh_classes.contains(&gw.spec.gateway_class_name.as_str()))
+    })
+}
+
 /// The label every namespace carries with its own name.
 const NAME_LABEL: &str = "kubernetes.io/metadata.name";
 
