@@ -164,7 +164,7 @@ enum JwtCommand {
 /// Who the Envoy is: the flags `bootstrap` and `agent` share.
 #[derive(Debug, clap::Args)]
 pub(crate) struct NodeArgs {
-    /// Istio node id: `sidecar~IP~POD.NAMESPACE~NAMESPACE.svc.cluster.local` (or `router~…`).
+    /// Istio node id: `sidecar~IP~POD.NAMESPACE~NAMESPACE.svc.cluster.local` (or `router~…`, `waypoint~…`).
     #[arg(long)]
     pub(crate) node_id: String,
     /// Envoy admin port (on 127.0.0.1).
@@ -202,10 +202,10 @@ struct BootstrapArgs {
     /// endpoints near it.
     #[arg(long)]
     locality: Option<String>,
-    /// Serve the Gateway API Gateway NAMESPACE/NAME: the router gets the
-    /// labels Istio's automated deployment gives that Gateway's pods
-    /// (`gateway.networking.k8s.io/gateway-name`). The node must be a
-    /// router of the Gateway's namespace.
+    /// Serve the Gateway API Gateway NAMESPACE/NAME: the router (or
+    /// waypoint) gets the labels Istio's automated deployment gives that
+    /// Gateway's pods (`gateway.networking.k8s.io/gateway-name`). The node
+    /// must be a router or waypoint of the Gateway's namespace.
     #[arg(long)]
     gateway: Option<String>,
 }
