@@ -39,10 +39,6 @@ pub use crate::generate::mtls::SDS_CLUSTER;
 pub const DERIVED_META: [&str; 6] =
     ["NAMESPACE", "LABELS", "INTERCEPTION_MODE", "ISTIO_VERSION", "SDS", PROXY_CONFIG_METADATA];
 
-/// Labels Istio reads, in order, to name a workload's canonical service
-/// (which becomes `node.cluster` as `NAME.NAMESPACE`).
-const CANONICAL_NAME_LABELS: [&str; 3] = ["service.istio.io/canonical-name", "app.kubernetes.io/name", "app"];
-
 /// What a bootstrap is made from: the flags of `meshpush bootstrap`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct BootstrapOptions {
@@ -50,7 +46,7 @@ pub struct BootstrapOptions {
     /// (or `router~…` for a gateway).
     pub node_id: String,
     /// `node.cluster`; when `None`, derived as Istio does: `APP.NAMESPACE`, APP being
-    /// the canonical-name, `app.kubernetes.io/name` or `app` label, else the pod name.
+    /// the `app`, `app.kubernetes.io/name` or canonical-name label, else the pod name.
     pub cluster: Option<String>,
     /// The meshpush xDS addresses, each `host:port` (`127.0.0.1:15010`,
     /// `[::1]:15010`, `meshpush.mesh.svc:15010`) or `unix:PATH` (a Unix domain
@@ -362,12 +358,10 @@ pub fn proxy(opts: &BootstrapOptions) -> Result<Proxy, BootstrapError> {
     })
 }
 
-/// `APP.NAMESPACE`, as Istio names a workload's `node.cluster`.
+/// `APP.NAMESPACE`, as Istio names a workload's `node.cluster`
+/// (`model::canonical::app`, else the pod name).
 fn derived_cluster(proxy: &Proxy, labels: &BTreeMap<String, String>) -> String {
-    let app = CANONICAL_NAME_LABELS
-        .iter()
-        .find_map(|l| labels.get(*l).filter(|v| !v.is_empty()))
-        .map(String::as_str)
+    let app = crate::model::canonical::app(labels)
         .unwrap_or_else(|| proxy.workload.split('.').next().unwrap_or(&proxy.workload));
     format!("{app}.{}", proxy.namespace)
 }

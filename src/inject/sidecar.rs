@@ -242,17 +242,12 @@ fn label(injector: &Injector, plan: &Plan, meta: &mut ObjectMeta, spec: &PodSpec
     if !plan.gateway {
         labels.entry("security.istio.io/tlsMode".into()).or_insert_with(|| "istio".into());
     }
-    let name = ["service.istio.io/canonical-name", "app.kubernetes.io/name", "app"]
-        .iter()
-        .find_map(|k| labels.get(*k).cloned())
-        .unwrap_or_else(|| plan.workload.name.clone());
-    let name: String = name.chars().take(63).collect();
-    labels.insert("service.istio.io/canonical-name".into(), name.trim_matches(['-', '_', '.']).to_string());
-    let version = ["service.istio.io/canonical-revision", "app.kubernetes.io/version", "version"]
-        .iter()
-        .find_map(|k| labels.get(*k).cloned())
-        .unwrap_or_else(|| "latest".into());
-    labels.insert("service.istio.io/canonical-revision".into(), version);
+    use crate::model::canonical;
+    // A label value: at most 63 characters, not starting or ending with a separator.
+    let name: String = canonical::name(labels, &plan.workload.name).chars().take(63).collect();
+    let version = canonical::revision(labels).to_string();
+    labels.insert(canonical::NAME_LABEL.into(), name.trim_matches(['-', '_', '.']).to_string());
+    labels.insert(canonical::REVISION_LABEL.into(), version);
     let annotations = meta.annotations.get_or_insert_default();
     annotations.insert("istio.io/rev".into(), revision(&injector.settings).to_string());
     if let Some(app) = spec.containers.iter().find(|c| c.name != PROXY_CONTAINER) {

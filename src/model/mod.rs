@@ -16,6 +16,7 @@
 //! a change produces new values, never edits old ones in place.
 
 pub mod authorizers;
+pub mod canonical;
 pub mod endpoint;
 pub mod host;
 pub mod identity;

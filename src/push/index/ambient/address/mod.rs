@@ -633,15 +633,10 @@ fn cron_job_name(job: &str) -> Option<&str> {
     ((8..=10).contains(&stamp.len()) && stamp.bytes().all(|b| b.is_ascii_digit()) && !name.is_empty()).then_some(name)
 }
 
-/// Istio's canonical service name and revision: the first of its labels
-/// that is set, else the workload name and `latest`.
+/// Istio's canonical service name and revision (`model::canonical`).
 fn canonical(labels: &BTreeMap<String, String>, workload_name: &str) -> (String, String) {
-    let first = |keys: [&str; 3]| keys.iter().find_map(|k| labels.get(*k).filter(|v| !v.is_empty()).cloned());
-    let name = first(["service.istio.io/canonical-name", "app.kubernetes.io/name", "app"])
-        .unwrap_or_else(|| workload_name.to_string());
-    let revision = first(["service.istio.io/canonical-revision", "app.kubernetes.io/version", "version"])
-        .unwrap_or_else(|| "latest".to_string());
-    (name, revision)
+    use crate::model::canonical::{name, revision};
+    (name(labels, workload_name).to_string(), revision(labels).to_string())
 }
 
 /// `region/zone/subzone`.
