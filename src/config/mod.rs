@@ -320,6 +320,9 @@ pub struct ObjectMeta {
 pub struct OwnerReference {
     /// The owner's kind (`ReplicaSet`, `Job`, …).
     pub kind: String,
+    /// The owner's API version (`apps/v1`, …).
+    #[serde(skip_serializing_if = "String::is_empty")]
+    pub api_version: String,
     /// The owner's name.
     pub name: String,
     /// Whether the owner is the object's controller.

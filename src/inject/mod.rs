@@ -73,50 +73,21 @@ pub struct Workload {
 }
 
 impl Workload {
-    /// The workload of a Pod created by a controller, as Istio derives it
-    /// from the controller reference: a ReplicaSet named after its pod
-    /// template hash is its Deployment's, a Job named `NAME-TIMESTAMP` its
-    /// CronJob's; a Pod with no controller is its own workload.
+    /// The workload of a Pod, as Istio derives it from its controller
+    /// reference (`model::workload_name`).
     pub fn of_pod(meta: &ObjectMeta, namespace: &str) -> Workload {
-        let namespace = namespace.to_string();
+        use crate::model::workload_name::{Controller, of_pod};
         let controller = meta.owner_references.iter().flatten().find(|o| o.controller == Some(true));
-        let Some(owner) = controller else {
-            let name = match (&meta.name, &meta.generate_name) {
-                (Some(name), _) if !name.is_empty() => name.clone(),
-                (_, Some(prefix)) => prefix.trim_end_matches('-').to_string(),
-                _ => String::new(),
-            };
-            return Workload { kind: "Pod".into(), api_version: "v1".into(), name, namespace };
+        // At admission a Pod of a controller has no name yet: its prefix stands for it.
+        let name = match (&meta.name, &meta.generate_name) {
+            (Some(name), _) if !name.is_empty() => name.clone(),
+            (_, Some(prefix)) => prefix.trim_end_matches('-').to_string(),
+            _ => String::new(),
         };
-        let hash = meta.labels.as_ref().and_then(|l| l.get("pod-template-hash"));
-        if owner.kind == "ReplicaSet"
-            && let Some(deployment) = hash.and_then(|h| owner.name.strip_suffix(&format!("-{h}")))
-        {
-            return Workload {
-                kind: "Deployment".into(),
-                api_version: "apps/v1".into(),
-                name: deployment.into(),
-                namespace,
-            };
-        }
-        if owner.kind == "Job"
-            && let Some((cron_job, stamp)) = owner.name.rsplit_once('-')
-            && stamp.len() >= 8
-            && stamp.bytes().all(|b| b.is_ascii_digit())
-        {
-            return Workload {
-                kind: "CronJob".into(),
-                api_version: "batch/v1".into(),
-                name: cron_job.into(),
-                namespace,
-            };
-        }
-        Workload {
-            kind: owner.kind.clone(),
-            api_version: owner.api_version.clone(),
-            name: owner.name.clone(),
-            namespace,
-        }
+        let labels = meta.labels.clone().unwrap_or_default();
+        let controller = controller.map(|o| Controller { kind: &o.kind, api_version: &o.api_version, name: &o.name });
+        let w = of_pod(&name, meta.generate_name.as_deref(), &labels, controller);
+        Workload { kind: w.kind, api_version: w.api_version, name: w.name, namespace: namespace.to_string() }
     }
 
     /// `ISTIO_META_OWNER`: `kubernetes://apis/VERSION/namespaces/NS/KINDs/NAME`.

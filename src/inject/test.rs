@@ -102,8 +102,10 @@ fn a_pods_workload_is_its_controllers_as_istio_names_it() {
         controller: Some(true),
         ..OwnerReference::default()
     };
+    // A controller's Pod has a generated name (Istio looks into no other).
     let meta = ObjectMeta {
         name: Some("reviews-v1-7d8f9c-x2x4q".into()),
+        generate_name: Some("reviews-v1-7d8f9c-".into()),
         labels: Some(map(&[("pod-template-hash", "7d8f9c")])),
         owner_references: Some(vec![owner("ReplicaSet", "reviews-v1-7d8f9c")]),
         ..ObjectMeta::default()
@@ -111,9 +113,26 @@ fn a_pods_workload_is_its_controllers_as_istio_names_it() {
     let w = Workload::of_pod(&meta, "shop");
     assert_eq!((w.kind.as_str(), w.name.as_str()), ("Deployment", "reviews-v1"));
     assert_eq!(w.owner(), "kubernetes://apis/apps/v1/namespaces/shop/deployments/reviews-v1");
-    let cron = ObjectMeta { owner_references: Some(vec![owner("Job", "backup-28801440")]), ..ObjectMeta::default() };
+    let cron = ObjectMeta {
+        generate_name: Some("backup-28801440-".into()),
+        owner_references: Some(vec![owner("Job", "backup-28801440")]),
+        ..ObjectMeta::default()
+    };
     assert_eq!(Workload::of_pod(&cron, "ops").kind, "CronJob");
     assert_eq!(Workload::of_pod(&cron, "ops").name, "backup");
+    let rollout = ObjectMeta {
+        generate_name: Some("cart-5c6f-".into()),
+        labels: Some(map(&[("rollouts-pod-template-hash", "5c6f")])),
+        owner_references: Some(vec![owner("ReplicaSet", "cart-5c6f")]),
+        ..ObjectMeta::default()
+    };
+    assert_eq!(
+        (Workload::of_pod(&rollout, "shop").kind.as_str(), Workload::of_pod(&rollout, "shop").name.as_str()),
+        ("Rollout", "cart")
+    );
+    let named = ObjectMeta { name: Some("pinned".into()), ..meta.clone() };
+    let named = ObjectMeta { generate_name: None, ..named };
+    assert_eq!(Workload::of_pod(&named, "shop").kind, "Pod", "a name not generated: the Pod is its own workload");
     let bare = ObjectMeta { generate_name: Some("worker-".into()), ..ObjectMeta::default() };
     assert_eq!(
         (Workload::of_pod(&bare, "ops").kind.as_str(), Workload::of_pod(&bare, "ops").name.as_str()),

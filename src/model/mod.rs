@@ -26,6 +26,7 @@ pub mod proxy_config;
 pub mod references;
 pub mod service;
 pub mod store;
+pub mod workload_name;
 
 pub use endpoint::{Endpoint, Labels, ServiceEndpoints, no_labels};
 pub use host::Hostname;

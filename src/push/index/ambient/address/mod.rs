@@ -600,37 +600,11 @@ pub fn workload_name(pod: &Pod) -> String {
         return name.clone();
     }
     let meta = &pod.metadata;
-    let mut name = meta.name.clone();
-    if meta.generate_name.as_deref().is_some_and(|g| !g.is_empty())
-        && let Some(owner) = meta.owner_references.iter().find(|o| o.controller == Some(true))
-    {
-        name = owner.name.clone();
-        let label = |k: &str| meta.labels.get(k).filter(|v| !v.is_empty());
-        if owner.kind == "ReplicaSet"
-            && let Some(hash) = label("pod-template-hash").filter(|h| owner.name.ends_with(h.as_str()))
-        {
-            name = owner.name.strip_suffix(&format!("-{hash}")).unwrap_or(&owner.name).to_string();
-        } else if owner.kind == "ReplicaSet"
-            && let Some(hash) = label("rollouts-pod-template-hash").filter(|h| owner.name.ends_with(h.as_str()))
-        {
-            name = owner.name.strip_suffix(&format!("-{hash}")).unwrap_or(&owner.name).to_string();
-        } else if owner.kind == "ReplicationController"
-            && let Some(config) = label("deploymentconfig")
-        {
-            name = config.clone();
-        } else if owner.kind == "Job"
-            && let Some(cron) = cron_job_name(&owner.name)
-        {
-            name = cron.to_string();
-        }
-    }
-    if name.is_empty() { meta.name.clone() } else { name }
-}
-
-/// A CronJob's name from its Job's (`NAME-TIMESTAMP`, 8 to 10 digits).
-fn cron_job_name(job: &str) -> Option<&str> {
-    let (name, stamp) = job.rsplit_once('-')?;
-    ((8..=10).contains(&stamp.len()) && stamp.bytes().all(|b| b.is_ascii_digit()) && !name.is_empty()).then_some(name)
+    let controller =
+        meta.owner_references.iter().find(|o| o.controller == Some(true)).map(|o| {
+            crate::model::workload_name::Controller { kind: &o.kind, api_version: &o.api_version, name: &o.name }
+        });
+    crate::model::workload_name::of_pod(&meta.name, meta.generate_name.as_deref(), &meta.labels, controller).name
 }
 
 /// Istio's canonical service name and revision (`model::canonical`).
