@@ -15,9 +15,9 @@
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use crate::support::agent::{Agent, AgentSpec};
+use crate::support::agent::Agent;
 use crate::support::isolated::ECHO_SERVER;
-use crate::support::manifests::{DEMO_WAYPOINT_RULES, demo_waypoint, demo_waypoint_node, docs, waypoint_label_flags};
+use crate::support::manifests::{DEMO_WAYPOINT_RULES, demo_waypoint, docs};
 use crate::support::meshpush::meshpush_in;
 use crate::support::netns::NetNs;
 use crate::support::process::{ChildGuard, scratch_dir, wait_until};
@@ -139,20 +139,10 @@ fn a_waypoint_takes_hbone_and_applies_its_service_s_l7_policy_and_routes() {
         ["netns", "exec", ns.name(), "python3", "-c", ECHO_SERVER, "server", "127.0.0.1", "8080"],
     );
     let waypoint_token = token("waypoint");
-    let waypoint = Agent::spawn_in(
-        ns.name(),
-        "waypoint",
-        AgentSpec {
-            node_id: demo_waypoint_node("10.78.0.1"),
-            discovery: "127.0.0.1:15012".parse().unwrap(),
-            root_cert: &root_path,
-            token: &waypoint_token,
-            extra: waypoint_label_flags(),
-        },
-    );
-    let ready = format!("http://{}/healthz/ready", waypoint.readiness_addr());
+    let discovery = "127.0.0.1:15012".parse().unwrap();
+    let waypoint = Agent::demo_waypoint_in(&ns, "10.78.0.1", discovery, &root_path, &waypoint_token);
     wait_until(Instant::now() + Duration::from_secs(30), "the waypoint is ready", &[waypoint.process(), &mesh], || {
-        ns.run("curl", &["-sf", "-o", "/dev/null", &ready]).status.success()
+        waypoint.ready_in(&ns)
     });
     certificate(&ns, &root, &token("client"), "client", certs.path());
     certificate(&ns, &root, &token("other"), "other", certs.path());

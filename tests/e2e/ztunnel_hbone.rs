@@ -18,9 +18,9 @@ use rustls_pki_types::CertificateDer;
 use rustls_pki_types::pem::PemObject as _;
 use serde_json::{Value, json};
 
-use crate::support::agent::{Agent, AgentSpec};
+use crate::support::agent::Agent;
 use crate::support::isolated::ECHO_SERVER;
-use crate::support::manifests::{DEMO_WAYPOINT_RULES, demo_waypoint, demo_waypoint_node, docs, waypoint_label_flags};
+use crate::support::manifests::{DEMO_WAYPOINT_RULES, demo_waypoint, docs};
 use crate::support::meshpush::meshpush_in;
 use crate::support::netns::NetNs;
 use crate::support::process::{ChildGuard, scratch_dir, wait_until};
@@ -239,22 +239,10 @@ fn two_real_ztunnels_carry_a_request_over_hbone_with_meshpush_s_config_and_certi
     dir.write("mesh.yaml", &MESH.replace("metadata: {name: server, namespace: demo}", bound));
     let root_path = ca_dir.path().join("root-cert.pem");
     let waypoint_token = token("waypoint", "waypoint-0");
-    let waypoint = Agent::spawn_in(
-        node_c.name(),
-        "waypoint",
-        AgentSpec {
-            node_id: demo_waypoint_node("10.77.0.3"),
-            discovery: "10.77.0.1:15012".parse().unwrap(),
-            root_cert: &root_path,
-            token: &waypoint_token,
-            extra: waypoint_label_flags(),
-        },
-    );
-    let ready = format!("http://{}/healthz/ready", waypoint.readiness_addr());
+    let discovery = "10.77.0.1:15012".parse().unwrap();
+    let waypoint = Agent::demo_waypoint_in(node_c, "10.77.0.3", discovery, &root_path, &waypoint_token);
     let procs = [&mesh, &client.process, &server.process, &backend, waypoint.process()];
-    wait_until(deadline(), "the waypoint is ready", &procs, || {
-        node_c.run("curl", &["-sf", "-o", "/dev/null", &ready]).status.success()
-    });
+    wait_until(deadline(), "the waypoint is ready", &procs, || waypoint.ready_in(node_c));
     let mut last = (String::new(), String::new());
     wait_until(deadline(), "a request passes through the waypoint", &procs, || {
         last = request_to(node_a, "/hello");

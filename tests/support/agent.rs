@@ -68,6 +68,32 @@ impl Agent {
         Agent::spawn_via(name, spec, vec!["ip".into(), "netns".into(), "exec".into(), netns.into()])
     }
 
+    /// The agent of the demo waypoint (`manifests::demo_waypoint`: Pod
+    /// `waypoint-0` of `demo` at `ip`, with its pods' labels) inside `ns`.
+    pub fn demo_waypoint_in(
+        ns: &super::netns::NetNs,
+        ip: &str,
+        discovery: SocketAddr,
+        root_cert: &Path,
+        token: &str,
+    ) -> Agent {
+        let spec = AgentSpec {
+            node_id: super::manifests::demo_waypoint_node(ip),
+            discovery,
+            root_cert,
+            token,
+            extra: super::manifests::waypoint_label_flags(),
+        };
+        Agent::spawn_in(ns.name(), "waypoint", spec)
+    }
+
+    /// Whether its readiness probe answers 200, asked from inside `ns`
+    /// (an agent started with [`Agent::spawn_in`]).
+    pub fn ready_in(&self, ns: &super::netns::NetNs) -> bool {
+        let url = format!("http://{}/healthz/ready", self.status);
+        ns.run("curl", &["-sf", "-o", "/dev/null", &url]).status.success()
+    }
+
     /// Starts the agent through `prefix` (a program and its first
     /// arguments, before the agent's binary), or directly when it is empty.
     fn spawn_via(name: &str, spec: AgentSpec<'_>, prefix: Vec<String>) -> Agent {

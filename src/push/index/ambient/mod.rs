@@ -195,6 +195,7 @@ fn waypoint_bindings(
             }
         }
     }
+    bound.values_mut().for_each(waypoint::Bound::settle);
     (errors, bound)
 }
 

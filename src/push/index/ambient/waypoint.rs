@@ -133,10 +133,14 @@ impl Bound {
             }
             _ => {}
         }
-        bound.hosts.sort();
-        bound.hosts.dedup();
-        bound.workload_ips.sort();
-        bound.workload_ips.dedup();
+    }
+
+    /// Sorts and dedups what was added (once, after every object is in).
+    pub(super) fn settle(&mut self) {
+        self.hosts.sort();
+        self.hosts.dedup();
+        self.workload_ips.sort();
+        self.workload_ips.dedup();
     }
 }
 
