@@ -329,6 +329,11 @@ pub async fn configz(State(state): State<AdminState>) -> Json<Value> {
             if let Some(why) = ambient.as_ref().and_then(|a| a.bindings.get(&key)) {
                 view["waypoint"] = json!(why);
             }
+            // What proxyless gRPC applications do not apply of it.
+            let grpc = crate::generate::grpc::unsupported::notes(&stored.object);
+            if !grpc.is_empty() {
+                view["proxylessGrpcNotApplied"] = json!(grpc);
+            }
             view
         })
         .collect();

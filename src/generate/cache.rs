@@ -31,6 +31,7 @@ use parking_lot::RwLock;
 use prost::Message;
 
 use crate::generate;
+use crate::model::XdsClient;
 use crate::push::index::secrets::Reader;
 use crate::push::scope::EndpointView;
 use crate::push::{InboundId, InboundKey, PushChanges, PushContext, Scope, ScopeId};
@@ -84,7 +85,15 @@ struct Maps {
     endpoints_by_host: HashMap<Arc<str>, Vec<Arc<str>>>,
     /// Secrets by the namespace that reads them, its reader, and SDS name.
     secrets: HashMap<SecretKey, Cell<Option<Arc<EncodedResource>>>>,
+    /// Proxyless gRPC servers' listeners, by workload shape and the name
+    /// the server asked for (at most [`GRPC_SERVER_LISTENERS`]).
+    grpc_servers: HashMap<(InboundId, Arc<str>), Arc<EncodedResource>>,
 }
+
+/// How many gRPC server listeners are kept: their names carry the address
+/// a server listens on, a client string; past this many, they are built
+/// for each request instead (small and cheap) rather than kept.
+const GRPC_SERVER_LISTENERS: usize = 4096;
 
 /// The cache. One per server, shared by every stream.
 #[derive(Debug, Default)]
@@ -194,6 +203,9 @@ impl ScopedCache {
         CacheStats::count(&self.stats.generations, type_url, 1);
         let mut record = generate::envoy_filter::Record::default();
         let resources: Vec<Arc<EncodedResource>> = match type_url {
+            // A gRPC server's listeners are asked for by name
+            // (`grpc_server_listener`), and it has no inbound clusters.
+            _ if key.client == XdsClient::Grpc => Vec::new(),
             TypeUrl::Cluster => generate::envoy_filter::inbound_clusters(key, &mut record)
                 .iter()
                 .map(|c| Arc::new(self.encode(type_url, c.name.as_str().into(), c)))
@@ -214,6 +226,27 @@ impl ScopedCache {
         let set = Arc::new(ResourceSet::new(resources));
         // A pure function of the key: no generation check needed.
         self.maps.write().inbound.entry((type_url, id)).or_insert(set).clone()
+    }
+
+    /// The listener `name` of a proxyless gRPC server of shape `inbound`
+    /// (`generate::grpc::lds::server_listener`); `None` when the name is
+    /// not one of its server listeners.
+    pub fn grpc_server_listener(&self, inbound: &(InboundId, InboundKey), name: &str) -> Option<Arc<EncodedResource>> {
+        let (id, key) = inbound;
+        if let Some(hit) = self.maps.read().grpc_servers.get(&(*id, Arc::from(name))) {
+            CacheStats::count(&self.stats.hits, TypeUrl::Listener, 1);
+            return Some(hit.clone());
+        }
+        CacheStats::count(&self.stats.misses, TypeUrl::Listener, 1);
+        let listener = generate::grpc::lds::server_listener(key, name)?;
+        CacheStats::count(&self.stats.generations, TypeUrl::Listener, 1);
+        let encoded = Arc::new(self.encode(TypeUrl::Listener, name.into(), &listener));
+        // A pure function of the key and the name: no generation check needed.
+        let mut maps = self.maps.write();
+        if maps.grpc_servers.len() < GRPC_SERVER_LISTENERS {
+            maps.grpc_servers.insert((*id, encoded.name.clone()), encoded.clone());
+        }
+        Some(encoded)
     }
 
     /// The ClusterLoadAssignment for a cluster name as a proxy with endpoint
@@ -286,7 +319,21 @@ impl ScopedCache {
     fn generate(&self, ctx: &PushContext, scope: &Scope, type_url: TypeUrl) -> ResourceSet {
         CacheStats::count(&self.stats.generations, type_url, 1);
         let mut record = generate::envoy_filter::Record::default();
+        let grpc = scope.key.client == XdsClient::Grpc;
         let resources: Vec<Arc<EncodedResource>> = match type_url {
+            // Proxyless gRPC: its own generator, and no EnvoyFilter.
+            TypeUrl::Cluster if grpc => generate::grpc::cds::clusters(ctx, scope)
+                .iter()
+                .map(|c| Arc::new(self.encode(type_url, c.name.as_str().into(), c)))
+                .collect(),
+            TypeUrl::Listener if grpc => generate::grpc::lds::listeners(ctx, scope)
+                .iter()
+                .map(|l| Arc::new(self.encode(type_url, l.name.as_str().into(), l)))
+                .collect(),
+            TypeUrl::Route if grpc => generate::grpc::rds::route_configs(ctx, scope)
+                .iter()
+                .map(|r| Arc::new(self.encode(type_url, r.name.as_str().into(), r)))
+                .collect(),
             TypeUrl::Cluster => generate::envoy_filter::clusters(ctx, scope, &mut record)
                 .iter()
                 .map(|c| Arc::new(self.encode(type_url, c.name.as_str().into(), c)))
@@ -358,6 +405,7 @@ impl ScopedCache {
         maps.sets.retain(|(_, scope), _| scopes.contains(scope));
         maps.proxy_sets.retain(|(_, scope, id), _| scopes.contains(scope) && inbound.contains(id));
         maps.inbound.retain(|(_, id), _| inbound.contains(id));
+        maps.grpc_servers.retain(|(id, _), _| inbound.contains(id));
     }
 
     /// Number of cached scope sets and assignments.

@@ -330,10 +330,12 @@ pub(crate) fn assignment(
     ClusterLoadAssignment { cluster_name: cluster_name.to_string(), endpoints, ..Default::default() }
 }
 
-/// `region/zone/subzone` (any suffix may be missing); `None` when empty.
+/// `region/zone/subzone` (any suffix may be missing); an empty locality
+/// when unknown, never none: proxyless gRPC refuses an assignment with a
+/// group of endpoints without one, and istiod sends an empty one too.
 fn parse_locality(text: &str) -> Option<EnvoyLocality> {
     if text.is_empty() {
-        return None;
+        return Some(EnvoyLocality::default());
     }
     let mut parts = text.splitn(3, '/');
     let mut next = || parts.next().unwrap_or("").to_string();

@@ -12,6 +12,9 @@
 //! * [`authz`]: AuthorizationPolicies as RBAC filters on inbound chains.
 //! * [`naming`]: Istio's naming, made and parsed in one place.
 //! * [`envoy_filter`]: EnvoyFilter patches applied to the generated resources.
+//! * [`grpc`]: what proxyless gRPC applications are sent instead of the
+//!   above (listeners by dialled name, a route config and clusters per
+//!   service port, certificate-provider TLS).
 //! * [`cache`]: the per-scope cache of encoded resources built on the above.
 //!
 //! Role in the data flow: the cache layer calls these once per
@@ -32,6 +35,7 @@ pub mod cache;
 pub mod cds;
 pub mod eds;
 pub mod envoy_filter;
+pub mod grpc;
 pub mod jwt;
 pub mod lds;
 pub mod naming;

@@ -157,7 +157,7 @@ pub fn is_istio_mutual(tls: &ClientTls) -> bool {
 
 /// The SPIFFE identities a destination's certificates may name: those of
 /// its endpoints' service accounts, and a ServiceEntry's `subjectAltNames`.
-fn identities(ctx: &PushContext, svc: &Service) -> Vec<String> {
+pub(crate) fn identities(ctx: &PushContext, svc: &Service) -> Vec<String> {
     let mut out: Vec<String> = ctx
         .endpoints
         .get(&svc.hostname)

@@ -142,7 +142,7 @@ fn sidecar_config(ctx: &PushContext, scope: &Scope, port: &OutboundPort<'_>) -> 
 /// `name.ns.svc` and `name.ns`, in Istio's order; every virtual IP. A
 /// headless service's names also match with any prefix (`*.name…`), for
 /// its Pods' own names (`web-0.web.ns.svc…`).
-fn sidecar_domains(svc: &Service, proxy_namespace: &str) -> Vec<String> {
+pub(crate) fn sidecar_domains(svc: &Service, proxy_namespace: &str) -> Vec<String> {
     let fqdn = &*svc.hostname;
     let mut out: Vec<String> = Vec::with_capacity(6 + svc.addresses.len());
     out.push(fqdn.to_string());

@@ -32,7 +32,7 @@ pub use endpoint::{Endpoint, Labels, ServiceEndpoints, no_labels};
 pub use host::Hostname;
 pub use identity::Identity;
 pub use locality::Locality;
-pub use proxy::{InterceptionMode, NodeError, Proxy, ProxyKind};
+pub use proxy::{InterceptionMode, NodeError, Proxy, ProxyKind, XdsClient};
 pub use references::{check_ext_authz, check_references, check_telemetry};
 pub use service::{Alias, Protocol, Resolution, Service, ServicePort};
 pub use store::{ChangeSet, ConfigStore, StoreSnapshot, StoredObject};

@@ -1,8 +1,10 @@
 //! `Proxy`: the Envoy on the other end of an ADS stream, parsed once from its `node`.
 //!
 //! Node ids follow Istio: `TYPE~IP~POD.NAMESPACE~NAMESPACE.svc.cluster.local`,
-//! TYPE being `sidecar`, `router`, `waypoint` or `ztunnel`. Metadata keys follow Istio too
-//! (`NAMESPACE`, `LABELS`, `INTERCEPTION_MODE`, `ISTIO_VERSION`, `CLUSTER_ID`).
+//! TYPE being `sidecar`, `router`, `waypoint` or `ztunnel`; the last part is
+//! the proxy's DNS domain. Metadata keys follow Istio too
+//! (`NAMESPACE`, `LABELS`, `INTERCEPTION_MODE`, `ISTIO_VERSION`, `CLUSTER_ID`,
+//! `GENERATOR`: `grpc` for a proxyless gRPC application, see [`XdsClient`]).
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -31,6 +33,27 @@ pub enum ProxyKind {
     /// routes, and sends HBONE on to the destination.
     Waypoint,
 }
+
+/// Which xDS client is on the other end: Envoy, or a gRPC library that
+/// speaks xDS itself (proxyless gRPC, node metadata `GENERATOR: grpc`, as
+/// Istio's `grpc-agent` template and bootstraps set it). A gRPC client
+/// understands a subset of Envoy's API and names every resource it wants
+/// (`HOST:PORT` listeners, `outbound|…` routes and clusters), so it is
+/// served by a generator of its own (`generate::grpc`), while its kind
+/// (a sidecar, by its node id) still decides what it sees.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+pub enum XdsClient {
+    /// Envoy (a sidecar, gateway or waypoint) or ztunnel.
+    #[default]
+    Envoy,
+    /// A proxyless gRPC application.
+    Grpc,
+}
+
+/// The node metadata key that picks istiod's generator; [`GRPC_GENERATOR`] is proxyless gRPC.
+pub const GENERATOR_METADATA: &str = "GENERATOR";
+/// The value of [`GENERATOR_METADATA`] a proxyless gRPC node sends.
+pub const GRPC_GENERATOR: &str = "grpc";
 
 /// How traffic reaches the sidecar.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
@@ -96,6 +119,11 @@ pub struct Proxy {
     /// The ProxyConfig its agent runs it by (metadata `PROXY_CONFIG`);
     /// `None`: the node sent none, and the mesh's `defaultConfig` applies.
     pub proxy_config: Option<Arc<ProxyConfig>>,
+    /// Envoy, or a proxyless gRPC application (metadata `GENERATOR: grpc`).
+    pub client: XdsClient,
+    /// The DNS domain of the node id's last part (`NAMESPACE.svc.cluster.local`):
+    /// a gRPC client's short names (`foo:8080`) expand with it, as Istio's do.
+    pub dns_domain: Arc<str>,
     /// Every other metadata value, flattened to strings.
     pub metadata: BTreeMap<String, String>,
 }
@@ -174,6 +202,11 @@ impl Proxy {
                 .unwrap_or_default(),
             mesh_certificates: metadata.get(SDS_METADATA).is_none_or(|v| v != "false"),
             proxy_config,
+            client: match metadata.get(GENERATOR_METADATA).map(String::as_str) {
+                Some(GRPC_GENERATOR) => XdsClient::Grpc,
+                _ => XdsClient::Envoy,
+            },
+            dns_domain: domain.into(),
             metadata,
         })
     }
@@ -276,6 +309,16 @@ mod tests {
         assert!(holds(&[]), "Istio's pilot-agent sends no SDS key: it holds one, as istiod assumes");
         assert!(holds(&[("SDS", s("true"))]));
         assert!(!holds(&[("SDS", s("false"))]), "a bootstrap without an agent");
+    }
+
+    #[test]
+    fn a_grpc_generator_node_is_a_proxyless_grpc_client_with_its_dns_domain() {
+        let id = "sidecar~10.1.2.3~echo-abc.app~app.svc.cluster.local";
+        let p = Proxy::from_node(&node(id, &[("GENERATOR", s("grpc"))])).unwrap();
+        assert_eq!((p.kind, p.client), (ProxyKind::Sidecar, XdsClient::Grpc));
+        assert_eq!(&*p.dns_domain, "app.svc.cluster.local");
+        let envoy = Proxy::from_node(&node(id, &[("GENERATOR", s("api"))])).unwrap();
+        assert_eq!(envoy.client, XdsClient::Envoy, "only `grpc` picks the gRPC generator");
     }
 
     #[test]

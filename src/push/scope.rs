@@ -31,7 +31,7 @@ use super::index::{AppliedPolicy, AppliedTelemetry, ResolvedGateway, ResolvedJwt
 use crate::config::istio::{self, ConnectionPoolSettings, MtlsMode};
 use crate::config::mesh::{InboundTrafficMode, OutboundTrafficMode};
 use crate::config::{ConfigKey, ConfigKind};
-use crate::model::{Hostname, InterceptionMode, Locality, Protocol, Proxy, ProxyKind, Service, host};
+use crate::model::{Hostname, InterceptionMode, Locality, Protocol, Proxy, ProxyKind, Service, XdsClient, host};
 
 /// Interned [`ScopeKey`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
@@ -99,6 +99,12 @@ const LOCALHOST: &str = "127.0.0.1";
 pub struct ScopeKey {
     /// Sidecar or router.
     pub kind: ProxyKind,
+    /// Envoy, or a proxyless gRPC application (a sidecar by kind, served
+    /// by `generate::grpc`): the two never share generated resources.
+    pub client: XdsClient,
+    /// A gRPC client's DNS domain, which its short names expand with
+    /// (empty for Envoy, so that Envoy sidecars keep sharing scopes).
+    pub dns_domain: Arc<str>,
     /// The proxy's namespace (visibility, rule selection).
     pub namespace: Arc<str>,
     /// Interception mode (listener shapes).
@@ -140,6 +146,13 @@ pub struct InboundId(pub u32);
 pub struct InboundKey {
     /// Sidecar or router (routers have no inbound configuration).
     pub kind: ProxyKind,
+    /// Envoy, or a proxyless gRPC server (its inbound listeners are gRPC's).
+    pub client: XdsClient,
+    /// For a gRPC server: whether its pod is labelled
+    /// `security.istio.io/tlsMode: istio`, which makes a PERMISSIVE port
+    /// take mTLS only, as istiod decides (gRPC cannot tell plaintext from
+    /// TLS on one port).
+    pub tls_mode_istio: bool,
     /// Interception mode (NONE has no `virtualInbound`).
     pub interception: InterceptionMode,
     /// The workload's ports, sorted.
@@ -351,6 +364,8 @@ pub fn scope_key(ctx: &PushContext, proxy: &Proxy) -> ScopeKey {
             let gateways = ctx.gateways.matching(&proxy.namespace, &proxy.labels);
             ScopeKey {
                 kind: ProxyKind::Router,
+                client: XdsClient::Envoy,
+                dns_domain: Arc::from(""),
                 namespace: proxy.namespace.clone(),
                 interception: proxy.interception,
                 sidecar: None,
@@ -364,8 +379,31 @@ pub fn scope_key(ctx: &PushContext, proxy: &Proxy) -> ScopeKey {
                 envoy_filters: ctx.envoy_filters.outbound(proxy),
             }
         }
+        ProxyKind::Sidecar if proxy.client == XdsClient::Grpc => ScopeKey {
+            kind: ProxyKind::Sidecar,
+            client: XdsClient::Grpc,
+            dns_domain: proxy.dns_domain.clone(),
+            namespace: proxy.namespace.clone(),
+            // A gRPC client dials its targets itself: nothing is captured.
+            interception: InterceptionMode::None,
+            sidecar: ctx.sidecars.for_workload(&proxy.namespace, &proxy.labels).map(|(k, _)| k.clone()),
+            gateways: Vec::new(),
+            addresses: Vec::new(),
+            source_labels,
+            // Its certificates come from its bootstrap's certificate
+            // provider, used where a DestinationRule says ISTIO_MUTUAL.
+            mesh_certificates: false,
+            authorization: Vec::new(),
+            jwt_rules: Vec::new(),
+            // gRPC has no access log or tracing filters, and istiod applies
+            // no EnvoyFilter to it.
+            telemetry: Arc::default(),
+            envoy_filters: Vec::new(),
+        },
         ProxyKind::Sidecar => ScopeKey {
             kind: ProxyKind::Sidecar,
+            client: XdsClient::Envoy,
+            dns_domain: Arc::from(""),
             namespace: proxy.namespace.clone(),
             interception: proxy.interception,
             sidecar: ctx.sidecars.for_workload(&proxy.namespace, &proxy.labels).map(|(k, _)| k.clone()),
@@ -382,6 +420,8 @@ pub fn scope_key(ctx: &PushContext, proxy: &Proxy) -> ScopeKey {
         // Istio's waypoint template puts on its pods).
         ProxyKind::Waypoint => ScopeKey {
             kind: ProxyKind::Waypoint,
+            client: XdsClient::Envoy,
+            dns_domain: Arc::from(""),
             namespace: proxy.namespace.clone(),
             interception: proxy.interception,
             sidecar: None,
@@ -398,6 +438,8 @@ pub fn scope_key(ctx: &PushContext, proxy: &Proxy) -> ScopeKey {
         // nothing of the proxy's own decides it.
         ProxyKind::Ztunnel => ScopeKey {
             kind: ProxyKind::Ztunnel,
+            client: XdsClient::Envoy,
+            dns_domain: Arc::from(""),
             namespace: proxy.namespace.clone(),
             interception: proxy.interception,
             sidecar: None,
@@ -474,6 +516,25 @@ pub fn inbound_key(ctx: &PushContext, proxy: &Proxy) -> InboundKey {
     }
     // Routers have no inbound configuration: they share one key.
     let sidecar = proxy.kind == ProxyKind::Sidecar;
+    if sidecar && proxy.client == XdsClient::Grpc {
+        // A gRPC server: its listeners take its ports' mTLS modes and the
+        // AuthorizationPolicies that select it, nothing else (no JWT, no
+        // telemetry, no EnvoyFilter, as istiod's gRPC generator).
+        return InboundKey {
+            kind: proxy.kind,
+            client: XdsClient::Grpc,
+            tls_mode_istio: proxy.labels.get(crate::model::endpoint::TLS_MODE_LABEL).is_some_and(|v| v == "istio"),
+            interception: InterceptionMode::None,
+            ports,
+            mesh_certificates: false,
+            authorization: ctx.authorization.for_workload(&proxy.namespace, &proxy.labels),
+            jwt_rules: Vec::new(),
+            mtls,
+            telemetry: Arc::default(),
+            defaults: InboundDefaults::default(),
+            envoy_filters: None,
+        };
+    }
     let mesh_certificates = proxy.mesh_certificates && sidecar;
     let (authorization, jwt_rules, telemetry) = if sidecar {
         (
@@ -486,6 +547,8 @@ pub fn inbound_key(ctx: &PushContext, proxy: &Proxy) -> InboundKey {
     };
     InboundKey {
         kind: proxy.kind,
+        client: XdsClient::Envoy,
+        tls_mode_istio: false,
         interception: proxy.interception,
         ports,
         mesh_certificates,

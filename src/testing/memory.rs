@@ -79,6 +79,21 @@ pub fn node(id: &str, interception: &str, labels: &[(&str, &str)]) -> Node {
     }
 }
 
+/// A proxyless gRPC application's node, as the bootstrap `meshpush agent
+/// --grpc-bootstrap` writes names it: metadata `GENERATOR: grpc`,
+/// `NAMESPACE` and `LABELS`; its DNS domain the id's last part.
+pub fn grpc_node(id: &str, labels: &[(&str, &str)]) -> Node {
+    use envoy_types::pb::google::protobuf::{Value, value::Kind};
+    let mut node = node(id, "NONE", labels);
+    let metadata = node.metadata.as_mut().expect("set above");
+    metadata.fields.remove(crate::model::proxy::SDS_METADATA);
+    metadata.fields.insert(
+        crate::model::proxy::GENERATOR_METADATA.to_string(),
+        Value { kind: Some(Kind::StringValue(crate::model::proxy::GRPC_GENERATOR.into())) },
+    );
+    node
+}
+
 /// Decodes a response as it came off the wire.
 pub fn decode(response: &OutgoingResponse) -> DiscoveryResponse {
     let mut wire = Vec::with_capacity(response.wire_len());

@@ -17,7 +17,7 @@ use super::principals::{
     id, namespace_matcher, payload_matcher, service_account_regex, spiffe_matcher, trust_domain_matcher,
 };
 use super::wildcard::{header_matcher, regex, string_matcher, string_value};
-use super::{RuleBuilder, Unchecked, one_of_none_of};
+use super::{Peer, RuleBuilder, Unchecked, one_of_none_of};
 use crate::config::istio::Condition;
 use crate::generate::proto;
 
@@ -33,6 +33,8 @@ impl RuleBuilder<'_> {
             "destination.port" => one_of_none_of(&mut permissions, values, not, |v| {
                 v.parse().ok().map(|p| rule(permission::Rule::DestinationPort(p)))
             }),
+            // gRPC sees no SNI (it matches only the empty name).
+            "connection.sni" if self.peer == Peer::Grpc => self.unchecked()?,
             "connection.sni" => one_of_none_of(&mut permissions, values, not, |v| {
                 Some(rule(permission::Rule::RequestedServerName(string_matcher(v, ""))))
             }),
@@ -66,6 +68,8 @@ impl RuleBuilder<'_> {
                         self.claims(&mut principals, &path, values, not)?
                     }
                     None => match filter_metadata_key(key) {
+                        // gRPC has no filters that leave metadata.
+                        Some(_) if self.peer == Peer::Grpc => self.unchecked()?,
                         Some((filter, field)) => {
                             if !values.is_empty() {
                                 permissions.push(filter_metadata(filter, field, values));
@@ -92,8 +96,8 @@ impl RuleBuilder<'_> {
         values: &[String],
         not: &[String],
     ) -> Result<(), Unchecked> {
-        if self.tcp {
-            return if self.strict { Err(Unchecked) } else { Ok(()) };
+        if self.tcp || self.peer == Peer::Grpc {
+            return self.unchecked();
         }
         if !values.is_empty() {
             and.push(claim_matcher(path, values));

@@ -53,6 +53,7 @@ use envoy_types::pb::envoy::config::rbac::v3::{Permission, Policy, Principal, pe
 use envoy_types::pb::envoy::extensions::filters::network::http_connection_manager::v3::{HttpFilter, http_filter};
 use envoy_types::pb::google::protobuf::Any;
 
+pub use self::grpc::{GRPC_HTTP_RBAC_DENY, grpc_http_filters};
 use self::permissions::permission_and;
 use self::principals::principal_and;
 use crate::config::istio::AuthorizationRule;
@@ -61,6 +62,7 @@ use crate::push::index::AppliedPolicy;
 mod conditions;
 mod custom;
 pub mod ext_authz;
+mod grpc;
 mod permissions;
 mod principals;
 #[cfg(test)]
@@ -176,13 +178,17 @@ fn kind_of(policy: &AppliedPolicy) -> Kind {
 /// SPIFFE identity (Istio's name), for its RBAC filters to match.
 pub const PEER_PRINCIPAL: &str = "io.istio.peer_principal";
 
-/// Where a rule reads the peer's identity from.
+/// Who checks a rule, which decides where it reads the peer's identity from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) enum Peer {
-    /// The peer certificate of the connection (a sidecar's, a gateway's).
+    /// Envoy, from the peer certificate of the connection (a sidecar's, a gateway's).
     Certificate,
-    /// The filter state [`PEER_PRINCIPAL`] (a waypoint's inner listeners).
+    /// Envoy, from the filter state [`PEER_PRINCIPAL`] (a waypoint's inner listeners).
     FilterState,
+    /// A proxyless gRPC server, from the peer certificate, with only the
+    /// matchers gRPC has (gRFC A41: no JWT, no filter metadata, no path
+    /// templates, no SNI), see `grpc`.
+    Grpc,
 }
 
 /// Per action present, in order: `(rules, shadow rules, shadow stat prefix)`.
@@ -293,6 +299,12 @@ fn one_of_none_of<M: RbacMatcher>(and: &mut Vec<M>, values: &[String], not: &[St
 }
 
 impl RuleBuilder<'_> {
+    /// A part of a rule that cannot be checked here: an ALLOW rule is left
+    /// out (`Err`), any other rule is kept without the part (`Ok`).
+    fn unchecked(&self) -> Result<(), Unchecked> {
+        if self.strict { Err(Unchecked) } else { Ok(()) }
+    }
+
     /// The RBAC policy of `rule`; `None` when it is an ALLOW rule with a part Envoy cannot check here.
     fn rule(&self, rule: &AuthorizationRule) -> Option<Policy> {
         let mut base_permissions: Vec<Permission> = Vec::new();

@@ -12,7 +12,7 @@ use envoy_types::pb::envoy::extensions::path::r#match::uri_template::v3::UriTemp
 use envoy_types::pb::envoy::r#type::matcher::v3::{PathMatcher, path_matcher};
 
 use super::wildcard::{header_matcher, string_matcher};
-use super::{RbacMatcher, RuleBuilder, Unchecked, one_of_none_of};
+use super::{Peer, RbacMatcher, RuleBuilder, Unchecked, one_of_none_of};
 use crate::config::istio::{ANY_SEGMENTS, ONE_SEGMENT, Operation};
 use crate::generate::proto;
 
@@ -35,7 +35,13 @@ impl RuleBuilder<'_> {
             one_of_none_of(&mut and, &o.methods, &o.not_methods, |v| {
                 Some(rule(permission::Rule::Header(header_matcher(":method", v, false))))
             });
-            one_of_none_of(&mut and, &o.paths, &o.not_paths, |v| Some(path_permission(v)));
+            let templated = |v: &String| v.contains(ONE_SEGMENT) || v.contains(ANY_SEGMENTS);
+            if self.peer == Peer::Grpc && o.paths.iter().chain(&o.not_paths).any(templated) {
+                // gRPC has no URI template matcher.
+                self.unchecked()?;
+            } else {
+                one_of_none_of(&mut and, &o.paths, &o.not_paths, |v| Some(path_permission(v)));
+            }
         }
         one_of_none_of(&mut and, &o.ports, &o.not_ports, |v| {
             v.parse().ok().map(|p| rule(permission::Rule::DestinationPort(p)))

@@ -24,7 +24,7 @@ impl RuleBuilder<'_> {
     /// listener recorded.
     pub(super) fn peer(&self, m: StringMatcher) -> Principal {
         match self.peer {
-            Peer::Certificate => authenticated(m),
+            Peer::Certificate | Peer::Grpc => authenticated(m),
             Peer::FilterState => id(principal::Identifier::FilterState(FilterStateMatcher {
                 key: PEER_PRINCIPAL.to_string(),
                 matcher: Some(filter_state_matcher::Matcher::StringMatch(m)),
@@ -62,8 +62,8 @@ impl RuleBuilder<'_> {
         if values.is_empty() && not.is_empty() {
             return Ok(());
         }
-        if self.tcp {
-            return if self.strict { Err(Unchecked) } else { Ok(()) };
+        if self.tcp || self.peer == Peer::Grpc {
+            return self.unchecked();
         }
         one_of_none_of(and, values, not, |v| Some(request_principal(v)));
         Ok(())

@@ -198,12 +198,14 @@ impl DeltaConnection {
         hosts: Option<&HashSet<Hostname>>,
     ) -> Vec<Arc<EncodedResource>> {
         let w = &self.core.watches[t.index()];
-        let wanted = |name: &str| w.wildcard || w.names.contains(name);
         let mut resources: Vec<Arc<EncodedResource>> = match t {
             TypeUrl::Cluster | TypeUrl::Listener => {
                 let inbound = self.core.placement().inbound().expect("set with the scope");
-                let set = view.proxy_set(scope, inbound, t);
-                set.resources.iter().filter(|r| wanted(&r.name)).cloned().collect()
+                if w.wildcard {
+                    view.proxy_set(scope, inbound, t).resources.clone()
+                } else {
+                    view.named(scope, inbound, t, w.names.names().iter().map(|n| &**n))
+                }
             }
             TypeUrl::Address if !w.wildcard => self.on_demand_addresses(view, scope),
             TypeUrl::Route

@@ -301,11 +301,10 @@ impl Connection {
         match t {
             TypeUrl::Cluster | TypeUrl::Listener => {
                 let inbound = placement.inbound().expect("set with the scope");
-                let set = view.proxy_set(scope, inbound, t);
                 if w.wildcard {
-                    return Current::Set(set);
+                    return Current::Set(view.proxy_set(scope, inbound, t));
                 }
-                let named = set.resources.iter().filter(|r| w.names.contains(&r.name)).cloned().collect();
+                let named = view.named(scope, inbound, t, w.names.names().iter().map(|n| &**n));
                 Current::Set(Arc::new(ResourceSet::new(named)))
             }
             TypeUrl::Endpoint => {

@@ -12,6 +12,8 @@ use bytes::Bytes;
 
 use super::bodies::{BodyCache, Key};
 use crate::generate::cache::ScopedCache;
+use crate::generate::grpc::SERVER_LISTENER_PREFIX;
+use crate::model::XdsClient;
 use crate::push::scope::EndpointView;
 use crate::push::{InboundId, InboundKey, PushContext, Scope};
 use crate::resource::{EncodedResource, ResourceSet, TypeUrl};
@@ -36,6 +38,31 @@ impl Published<'_> {
     /// The CDS or LDS set of a proxy in `scope` with workload shape `inbound`.
     pub fn proxy_set(&self, scope: &Scope, inbound: &(InboundId, InboundKey), type_url: TypeUrl) -> Arc<ResourceSet> {
         self.cache.proxy_set(self.ctx, scope, inbound, type_url)
+    }
+
+    /// The CDS or LDS resources a proxy in `scope` with workload shape
+    /// `inbound` asked for by `names`: those of its set, and for a
+    /// proxyless gRPC server the listeners of the addresses it listens on
+    /// (built by name, `ScopedCache::grpc_server_listener`).
+    pub fn named<'n>(
+        &self,
+        scope: &Scope,
+        inbound: &(InboundId, InboundKey),
+        type_url: TypeUrl,
+        names: impl IntoIterator<Item = &'n str>,
+    ) -> Vec<Arc<EncodedResource>> {
+        let set = self.proxy_set(scope, inbound, type_url);
+        let grpc_server = type_url == TypeUrl::Listener && inbound.1.client == XdsClient::Grpc;
+        names
+            .into_iter()
+            .filter_map(|name| match set.get(name) {
+                Some(r) => Some(r.clone()),
+                None if grpc_server && name.starts_with(SERVER_LISTENER_PREFIX) => {
+                    self.cache.grpc_server_listener(inbound, name)
+                }
+                None => None,
+            })
+            .collect()
     }
 
     /// The ClusterLoadAssignment of a cluster as a proxy with endpoint
