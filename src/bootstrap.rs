@@ -25,6 +25,7 @@ use serde_json::{Map, json};
 use crate::config::mesh::proxy_config::{PROXY_CONFIG_METADATA, ProxyConfig};
 use crate::model::{NodeError, Proxy};
 
+pub mod grpc;
 mod observability;
 
 /// Name of the static cluster that carries ADS. Istio uses the same name, so
@@ -184,43 +185,7 @@ fn gateway_labels(gateway: &str, proxy: &Proxy) -> Result<[(String, String); 2],
 pub fn render(opts: &BootstrapOptions) -> Result<String, BootstrapError> {
     let proxy = proxy(opts)?;
     let (discovery, xds_endpoints) = xds_endpoints(&opts.xds_addrs)?;
-    let mut labels = opts.labels.clone();
-    if let Some(gateway) = &opts.gateway {
-        labels.extend(gateway_labels(gateway, &proxy)?);
-    }
-
-    let mut metadata = Map::new();
-    if let Some(config) = &opts.proxy_config {
-        for (key, value) in config.node_metadata() {
-            metadata.insert(key, json!(value));
-        }
-        metadata.insert(PROXY_CONFIG_METADATA.into(), serde_json::to_value(config).map_err(BootstrapError::Json)?);
-    }
-    for (key, value) in &opts.meta {
-        metadata.insert(key.clone(), json!(value));
-    }
-    metadata.insert("NAMESPACE".into(), json!(&*proxy.namespace));
-    metadata.insert("LABELS".into(), json!(labels));
-    metadata.insert("INTERCEPTION_MODE".into(), json!(opts.interception));
-    metadata.insert("ISTIO_VERSION".into(), json!("meshpush"));
-    // The server sends mesh mTLS to every proxy (as istiod does) unless it
-    // says it cannot fetch the workload certificate it would name (over
-    // `sds-grpc`): one without an agent says so.
-    let holds_certificate = if opts.sds_socket.is_some() { "true" } else { "false" };
-    metadata.insert(crate::model::proxy::SDS_METADATA.into(), json!(holds_certificate));
-
-    let cluster = opts.cluster.clone().unwrap_or_else(|| derived_cluster(&proxy, &labels));
-
-    let mut node = json!({
-        "id": opts.node_id,
-        "cluster": cluster,
-        "metadata": metadata,
-    });
-    if let Some(locality) = opts.locality.as_deref().filter(|l| !l.is_empty()) {
-        let mut parts = locality.splitn(3, '/');
-        let mut next = || parts.next().unwrap_or("").to_string();
-        node["locality"] = json!({ "region": next(), "zone": next(), "sub_zone": next() });
-    }
+    let (node, cluster) = node(opts, &proxy)?;
     let dynamic_resources = json!({
         "ads_config": {
             "api_type": if opts.delta { "DELTA_GRPC" } else { "GRPC" },
@@ -335,6 +300,50 @@ pub fn render(opts: &BootstrapOptions) -> Result<String, BootstrapError> {
         }
     }
     Ok(serde_yaml_ng::to_string(&doc)?)
+}
+
+/// The bootstrap's `node`: its id, `node.cluster` (returned too), locality
+/// and Istio-style metadata. Envoy's bootstrap and gRPC's
+/// ([`grpc::render`]) carry the same one.
+fn node(opts: &BootstrapOptions, proxy: &Proxy) -> Result<(serde_json::Value, String), BootstrapError> {
+    let mut labels = opts.labels.clone();
+    if let Some(gateway) = &opts.gateway {
+        labels.extend(gateway_labels(gateway, proxy)?);
+    }
+
+    let mut metadata = Map::new();
+    if let Some(config) = &opts.proxy_config {
+        for (key, value) in config.node_metadata() {
+            metadata.insert(key, json!(value));
+        }
+        metadata.insert(PROXY_CONFIG_METADATA.into(), serde_json::to_value(config).map_err(BootstrapError::Json)?);
+    }
+    for (key, value) in &opts.meta {
+        metadata.insert(key.clone(), json!(value));
+    }
+    metadata.insert("NAMESPACE".into(), json!(&*proxy.namespace));
+    metadata.insert("LABELS".into(), json!(labels));
+    metadata.insert("INTERCEPTION_MODE".into(), json!(opts.interception));
+    metadata.insert("ISTIO_VERSION".into(), json!("meshpush"));
+    // The server sends mesh mTLS to every proxy (as istiod does) unless it
+    // says it cannot fetch the workload certificate it would name (over
+    // `sds-grpc`): one without an agent says so.
+    let holds_certificate = if opts.sds_socket.is_some() { "true" } else { "false" };
+    metadata.insert(crate::model::proxy::SDS_METADATA.into(), json!(holds_certificate));
+
+    let cluster = opts.cluster.clone().unwrap_or_else(|| derived_cluster(proxy, &labels));
+
+    let mut node = json!({
+        "id": opts.node_id,
+        "cluster": cluster,
+        "metadata": metadata,
+    });
+    if let Some(locality) = opts.locality.as_deref().filter(|l| !l.is_empty()) {
+        let mut parts = locality.splitn(3, '/');
+        let mut next = || parts.next().unwrap_or("").to_string();
+        node["locality"] = json!({ "region": next(), "zone": next(), "sub_zone": next() });
+    }
+    Ok((node, cluster))
 }
 
 /// The proxy `opts` describe, as the server will read it: checks the node

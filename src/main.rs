@@ -208,6 +208,13 @@ struct BootstrapArgs {
     /// must be a router or waypoint of the Gateway's namespace.
     #[arg(long)]
     gateway: Option<String>,
+    /// Print a proxyless gRPC application's bootstrap (the JSON gRPC reads
+    /// from `GRPC_XDS_BOOTSTRAP`, node metadata `GENERATOR: grpc`) instead
+    /// of Envoy's, dialling meshpush directly as Istio's `grpc-simple`
+    /// template does: no certificates, so no mTLS (`meshpush agent
+    /// --grpc-bootstrap` writes one that has them).
+    #[arg(long, conflicts_with = "gateway")]
+    grpc: bool,
 }
 
 pub(crate) fn parse_duration(s: &str) -> Result<Duration, String> {
@@ -362,6 +369,9 @@ fn bootstrap(args: BootstrapArgs) -> Result<String, meshpush::bootstrap::Bootstr
         gateway: args.gateway,
         proxy_config: None,
     };
+    if args.grpc {
+        return meshpush::bootstrap::grpc::render(&opts, None);
+    }
     meshpush::bootstrap::render(&opts)
 }
 

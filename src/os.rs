@@ -24,6 +24,16 @@ pub fn bind_unix(path: &Path) -> io::Result<tokio::net::UnixListener> {
     }
 }
 
+/// Binds the abstract Unix socket `name` (Linux: no file; it lives in the
+/// network namespace, which a pod's containers share).
+pub fn bind_abstract_unix(name: &str) -> io::Result<tokio::net::UnixListener> {
+    use std::os::linux::net::SocketAddrExt as _;
+    let address = std::os::unix::net::SocketAddr::from_abstract_name(name.as_bytes())?;
+    let listener = std::os::unix::net::UnixListener::bind_addr(&address)?;
+    listener.set_nonblocking(true)?;
+    tokio::net::UnixListener::from_std(listener)
+}
+
 /// Resolves on SIGINT (Ctrl-C) or SIGTERM.
 pub async fn shutdown_signal() {
     let ctrl_c = tokio::signal::ctrl_c();

@@ -17,17 +17,23 @@
 //! `--service-account` names it; the node carries it as `SERVICE_ACCOUNT`,
 //! which meshpush checks against the certificate.
 //!
+//! For a proxyless gRPC application ([`proxyless`]) it writes gRPC's
+//! bootstrap (`--grpc-bootstrap`) and keeps the certificate files gRPC
+//! reads (`--output-certs`), with or without an Envoy (`--disable-envoy`).
+//!
 //! Invariants: Envoy starts only once the agent holds a certificate, so
 //! its first SDS request is answered at once; the private key is in memory
 //! and in SDS responses on the agent's own socket (mode 0600) only, never
-//! in a log or a file; SIGTERM drains Envoy and stops it before the agent
-//! exits.
+//! in a log, and in a file only where `--output-certs` asks for one (the
+//! application's mTLS reads it there, as under Istio); SIGTERM drains
+//! Envoy and stops it before the agent exits.
 
 pub mod ads_proxy;
 pub mod app_probe;
 pub mod certificate;
 pub mod envoy;
 pub mod proxy_config;
+pub mod proxyless;
 pub mod sds;
 pub mod status;
 pub mod subscriptions;
@@ -120,6 +126,12 @@ pub struct AgentOptions {
     /// pilot-agent's `PROXY_CONFIG_XDS_AGENT`: ask meshpush for PCDS, and
     /// add the mesh's extra roots it brings to `ROOTCA`.
     pub xds_proxy_config: bool,
+    /// Where a proxyless gRPC application's bootstrap is written ([`proxyless`]).
+    pub grpc_bootstrap: Option<PathBuf>,
+    /// Where the workload's certificate files are kept ([`proxyless`]).
+    pub output_certs: Option<PathBuf>,
+    /// Whether an Envoy runs (pilot-agent's `DISABLE_ENVOY` turns it off).
+    pub envoy: bool,
 }
 
 /// Why the agent could not start or run.
@@ -198,10 +210,12 @@ pub async fn run(opts: AgentOptions) -> Result<(), AgentError> {
     let xds_listener = crate::os::bind_unix(&xds_path).map_err(io_error(&xds_path))?;
     let sds_listener = crate::os::bind_unix(&sds_path).map_err(io_error(&sds_path))?;
     // The SDS socket hands out the workload's key: only this user (Envoy
-    // runs as the agent's user) may connect to either socket.
-    for path in [&xds_path, &sds_path] {
+    // runs as the agent's user) may connect to it. So for the XDS socket,
+    // unless a proxyless application (which may run as another user of
+    // the pod) dials it: it serves configuration, no secret.
+    for (path, mode) in [(&xds_path, if opts.grpc_bootstrap.is_some() { 0o666 } else { 0o600 }), (&sds_path, 0o600)] {
         use std::os::unix::fs::PermissionsExt as _;
-        std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600)).map_err(io_error(path))?;
+        std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)).map_err(io_error(path))?;
     }
     let _sockets = scopeguard::guard((xds_path.clone(), sds_path.clone()), |(xds, sds)| {
         let _ = std::fs::remove_file(xds);
@@ -245,9 +259,31 @@ pub async fn run(opts: AgentOptions) -> Result<(), AgentError> {
     holder.send_replace(Some(Arc::new(first)));
 
     let bootstrap_path = opts.socket_dir.join(BOOTSTRAP_FILE);
-    std::fs::write(&bootstrap_path, rendered).map_err(io_error(&bootstrap_path))?;
+    if opts.envoy {
+        std::fs::write(&bootstrap_path, rendered).map_err(io_error(&bootstrap_path))?;
+    }
 
     let (bundle_holder, bundle) = watch::channel(Arc::new(trust_bundle::TrustBundle::default()));
+    // A proxyless application's certificate files first, then its
+    // bootstrap: gRPC reads the files the bootstrap names as it starts.
+    if let Some(dir) = &opts.output_certs {
+        let files = proxyless::CertificateFiles::new(dir).map_err(io_error(dir))?;
+        files.write(current.borrow().as_deref(), &bundle.borrow()).map_err(io_error(dir))?;
+        tokio::spawn(files.keep_written(current.clone(), bundle.clone()));
+    }
+    if let Some(path) = &opts.grpc_bootstrap {
+        let name = proxyless::xds_socket_name(&opts.socket_dir);
+        let listener = crate::os::bind_abstract_unix(&name)
+            .map_err(|source| AgentError::Io { path: format!("the abstract socket {name}"), source })?;
+        let ads = ads_proxy::AdsProxy::new(upstream.clone());
+        tokio::spawn(serve_unix(listener, "gRPC XDS", move |router| router.add_service(ads.into_server())));
+        let mut grpc = bootstrap.clone();
+        grpc.xds_addrs = vec![format!("unix-abstract:{name}")];
+        let certificates = opts.output_certs.as_deref().map(std::path::absolute).transpose().map_err(io_error(path))?;
+        let text = crate::bootstrap::grpc::render(&grpc, certificates.as_deref())?;
+        proxyless::write_file(path, text.as_bytes(), 0o644).map_err(io_error(path))?;
+        tracing::info!(bootstrap = %path.display(), "wrote the proxyless gRPC bootstrap");
+    }
     let mut ads = ads_proxy::AdsProxy::new(upstream);
     if opts.xds_proxy_config {
         ads = ads.with_trust_bundle(bundle_holder);
@@ -261,6 +297,7 @@ pub async fn run(opts: AgentOptions) -> Result<(), AgentError> {
         admin_port: opts.admin_port,
         shutdown: shutting_down.clone(),
         drain_all_listeners: matches!(proxy.kind, crate::model::ProxyKind::Router | crate::model::ProxyKind::Waypoint),
+        envoy: opts.envoy,
     };
     let probers = Some(opts.app_probers.clone());
     let on_readiness_port = probers.clone().filter(|_| opts.status_port == opts.status_addr.port());
@@ -279,6 +316,11 @@ pub async fn run(opts: AgentOptions) -> Result<(), AgentError> {
     }
     tokio::spawn(requester.renew_forever(holder));
 
+    if !opts.envoy {
+        stop.await;
+        tracing::info!("meshpush agent stopped");
+        return Ok(());
+    }
     let command = envoy::EnvoyCommand::new(
         opts.envoy_binary.clone(),
         bootstrap_path,
@@ -486,6 +528,9 @@ mod tests {
             proxy_config: ProxyConfig::istio_default(),
             envoy_args: Vec::new(),
             xds_proxy_config: false,
+            grpc_bootstrap: None,
+            output_certs: None,
+            envoy: true,
         }
     }
 

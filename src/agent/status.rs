@@ -2,8 +2,8 @@
 //! - the readiness port (Istio's 15021, `--status-addr`): `/healthz/ready`
 //!   answers 200 only when the agent holds a valid workload certificate,
 //!   Envoy's admin API says it is live (it has its first listeners and
-//!   clusters), and the agent is not shutting down; else 503 with the
-//!   reason;
+//!   clusters; when an Envoy runs), and the agent is not shutting down;
+//!   else 503 with the reason;
 //! - the status port (ProxyConfig `statusPort`, Istio's 15020): the same
 //!   `/healthz/ready`, and the application's probes the injector pointed
 //!   there (`/app-health/…`, `/app-lifecycle/…`, [`super::app_probe`]),
@@ -32,6 +32,8 @@ pub struct Readiness {
     pub shutdown: watch::Receiver<bool>,
     /// Whether a drain takes every listener (a gateway) or the inbound ones.
     pub drain_all_listeners: bool,
+    /// Whether an Envoy runs (without one, the certificate is all readiness asks).
+    pub envoy: bool,
 }
 
 impl Readiness {
@@ -44,7 +46,7 @@ impl Readiness {
         if !valid {
             return Some("no valid workload certificate yet");
         }
-        if !super::envoy::is_ready(self.admin_port).await {
+        if self.envoy && !super::envoy::is_ready(self.admin_port).await {
             return Some("Envoy is not live yet");
         }
         None

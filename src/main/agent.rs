@@ -107,6 +107,24 @@ pub(crate) struct AgentArgs {
     /// One more Envoy argument (repeatable), after the agent's own.
     #[arg(long = "envoy-arg", allow_hyphen_values = true)]
     envoy_args: Vec<String>,
+    /// Write a proxyless gRPC application's bootstrap to this file (what
+    /// it reads from `GRPC_XDS_BOOTSTRAP`, as Istio's grpc-agent template
+    /// sets it): the application dials the agent's XDS socket, with
+    /// `GENERATOR: grpc`, and its mTLS reads the `--output-certs` files.
+    #[arg(long, env = "GRPC_XDS_BOOTSTRAP")]
+    grpc_bootstrap: Option<PathBuf>,
+    /// Keep the workload's certificate chain, key and mesh roots in this
+    /// directory (`cert-chain.pem`, `key.pem`, `root-cert.pem`, Istio's
+    /// `OUTPUT_CERTS`), rewritten at every renewal, for an application that
+    /// does its own mTLS (a proxyless gRPC one).
+    #[arg(long, env = "OUTPUT_CERTS")]
+    output_certs: Option<PathBuf>,
+    /// Run no Envoy (Istio's `DISABLE_ENVOY`, as its grpc-agent template
+    /// sets it): the agent only keeps the certificate, the XDS socket and
+    /// the files above; it is ready once it holds a certificate.
+    #[arg(long, env = "DISABLE_ENVOY", num_args = 0..=1, default_value = "false",
+          default_missing_value = "true", value_parser = meshpush::os::parse_switch)]
+    disable_envoy: bool,
 }
 
 /// Where Istio mounts the mesh config for pilot-agent.
@@ -193,6 +211,9 @@ fn options(args: AgentArgs) -> Result<meshpush::agent::AgentOptions, String> {
         proxy_config: config,
         envoy_args: args.envoy_args,
         xds_proxy_config,
+        grpc_bootstrap: args.grpc_bootstrap,
+        output_certs: args.output_certs,
+        envoy: !args.disable_envoy,
     })
 }
 

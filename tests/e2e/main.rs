@@ -33,6 +33,7 @@ mod mtls;
 mod multi_root;
 mod operate;
 mod proxy_config;
+mod proxyless_grpc;
 mod redirect;
 mod routing;
 mod scoping;

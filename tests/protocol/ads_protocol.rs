@@ -556,3 +556,34 @@ async fn a_huge_node_id_is_refused_with_a_bounded_message() {
     assert!(status.message().contains("not-an-istio-id\\nxxx"), "escaped: {}", status.message());
     assert!(status.message().contains("(1048592 bytes)"), "{}", status.message());
 }
+
+#[tokio::test]
+async fn named_listeners_are_answered_at_every_change_of_the_names() {
+    let h = Harness::start().await;
+    // A proxyless gRPC client of bookinfo's namespace: it names the
+    // listeners it wants (`HOST:PORT`, as its application dialled them).
+    let node = meshpush::testing::memory::grpc_node(
+        "sidecar~127.0.0.12~client-1.default~default.svc.cluster.local",
+        &[("app", "client")],
+    );
+    let mut s = Stream::open_with_first(h.addr, node, TypeUrl::Cluster, "").await;
+    let cds = s.recv_type(TypeUrl::Cluster).await;
+    s.ack(&cds, &[]).await;
+    s.send(TypeUrl::Listener, &["reviews:9080"], "", "").await;
+    let lds = s.recv_type(TypeUrl::Listener).await;
+    let names = |r: &DiscoveryResponse| -> Vec<String> {
+        r.resources.iter().map(|a| Listener::decode(a.value.as_slice()).unwrap().name).collect()
+    };
+    assert_eq!(names(&lds), ["reviews:9080"], "the listener, named as asked");
+    s.ack(&lds, &["reviews:9080"]).await;
+    // A name that resolves to nothing: the answer leaves it out, and comes
+    // although what exists did not change.
+    s.send(TypeUrl::Listener, &["reviews:9080", "nothing:9080"], &lds.version_info, &lds.nonce).await;
+    let again = s.recv_type(TypeUrl::Listener).await;
+    assert_eq!(names(&again), ["reviews:9080"]);
+    assert_ne!(again.nonce, lds.nonce);
+    // The same names again is an ACK: not answered.
+    s.ack(&again, &["reviews:9080", "nothing:9080"]).await;
+    let probe = s.probe_nothing_pending().await;
+    assert!(names(&probe).is_empty(), "after names, an empty list unsubscribes them all");
+}

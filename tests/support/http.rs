@@ -47,6 +47,14 @@ pub fn get(addr: SocketAddr, path: &str, headers: &[(&str, &str)]) -> io::Result
     request(addr, "GET", path, headers)
 }
 
+/// `GET path` from `addr`, waiting up to `timeout` for the answer.
+pub fn get_within(addr: SocketAddr, path: &str, timeout: Duration) -> io::Result<Response> {
+    let stream = TcpStream::connect_timeout(&addr, TIMEOUT)?;
+    stream.set_read_timeout(Some(timeout))?;
+    stream.set_write_timeout(Some(TIMEOUT))?;
+    exchange(stream, &addr.to_string(), "GET", path, &[])
+}
+
 /// `METHOD path` from `addr` with extra `headers` (no body).
 pub fn request(addr: SocketAddr, method: &str, path: &str, headers: &[(&str, &str)]) -> io::Result<Response> {
     let stream = TcpStream::connect_timeout(&addr, TIMEOUT)?;

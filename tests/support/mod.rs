@@ -27,6 +27,7 @@
 //! * [`manifests`]: the YAML of Services, Pods, Istio rules for scenario meshes.
 //! * [`zipkin`]: a Zipkin collector (v2 JSON) that keeps the spans Envoy reports.
 //! * [`ext_authz`]: external authorizers (HTTP and gRPC) that decide by a header and count their checks.
+//! * [`proxyless`]: gRPC's own xDS client and server (Python grpcio), with their bootstraps.
 //! * [`ztunnel`]: a stand-in ztunnel (delta ADS of the workload API, as ztunnel speaks it), and the real one's binary.
 
 // Each test binary uses a different part of the harness.
@@ -49,6 +50,7 @@ pub mod manifests;
 pub mod meshpush;
 pub mod netns;
 pub mod process;
+pub mod proxyless;
 pub mod scene;
 pub mod secure;
 pub mod tls;

@@ -12,7 +12,8 @@
 //! * a NACK (`error_detail`) is recorded and logged once; the rejected
 //!   content is not sent again, the next real change is;
 //! * CDS and LDS responses carry the full set; EDS and RDS responses carry
-//!   only what the client lacks or what changed;
+//!   only what the client lacks or what changed; a CDS or LDS subscription
+//!   by name that changed is always answered (what it lacks does not exist);
 //! * make before break: a push sends CDS, EDS, LDS, RDS in that order;
 //!   clusters that disappeared stay until the listeners and routes of the
 //!   same push are ACKed, then a second CDS response drops them; a cluster
@@ -255,7 +256,12 @@ impl Connection {
                 return Vec::new();
             }
         }
-        self.respond(view, t, false, first).into_iter().collect()
+        // A named CDS or LDS subscription that changed is always answered:
+        // the client (a gRPC one) learns that a name it added does not
+        // exist from its absence in the answer, as xDS has it for these
+        // types, instead of waiting out its timer.
+        let named_set = t.is_wildcard_type() && !self.core.watches[t.index()].wildcard;
+        self.respond(view, t, false, first || named_set).into_iter().collect()
     }
 
     /// Follow-ups once a response was ACKed: the delayed cluster removal,
