@@ -47,9 +47,25 @@ kind: DestinationRule
 metadata: {name: echo, namespace: app}
 spec:
   host: echo
+  trafficPolicy: {loadBalancer: {simple: LEAST_REQUEST}}
   subsets:
   - {name: v1, labels: {version: v1}}
   - {name: v2, labels: {version: v2}}
+---
+apiVersion: v1
+kind: Service
+metadata: {name: sticky, namespace: app}
+spec:
+  clusterIP: 10.96.0.12
+  selector: {app: echo}
+  ports: [{name: grpc, port: 7071, targetPort: TARGET}]
+---
+apiVersion: networking.istio.io/v1
+kind: DestinationRule
+metadata: {name: sticky, namespace: app}
+spec:
+  host: sticky
+  trafficPolicy: {loadBalancer: {consistentHash: {httpHeaderName: x-user}}}
 ---
 apiVersion: networking.istio.io/v1
 kind: VirtualService
@@ -61,6 +77,13 @@ spec:
     route: [{destination: {host: echo, subset: v2}}]
   - match: [{uri: {prefix: /echo.Echo/Fail}}]
     fault: {abort: {grpcStatus: UNAVAILABLE, percentage: {value: 100}}}
+    route: [{destination: {host: echo, subset: v1}}]
+  - match: [{uri: {prefix: /echo.Echo/Slow}}]
+    fault: {delay: {fixedDelay: 400ms, percentage: {value: 100}}}
+    route: [{destination: {host: echo, subset: v1}}]
+  - match: [{uri: {prefix: /echo.Echo/Late}}]
+    timeout: 300ms
+    fault: {delay: {fixedDelay: 2s, percentage: {value: 100}}}
     route: [{destination: {host: echo, subset: v1}}]
   - route:
     - {destination: {host: echo, subset: v1}, weight: 80}
@@ -122,7 +145,7 @@ fn proxyless_clients_route_by_full_and_short_names_by_weight_by_header_and_take_
     );
     assert!(client.servers(&target, "/echo.Echo/Call", &[], 2).iter().all(|s| s.starts_with("echo-v")));
 
-    dir.write("rules.yaml", RULES);
+    dir.write("rules.yaml", &RULES.replace("TARGET", &port.to_string()));
     wait_until(Instant::now() + DEADLINE, "the header match to pick v2", &procs, || {
         let got = client.servers(&target, "/echo.Echo/Call", &[("x-canary", "yes")], 5);
         if count(&got, "echo-v2") == 5 { Ok(()) } else { Err(format!("{got:?}")) }
@@ -140,6 +163,23 @@ fn proxyless_clients_route_by_full_and_short_names_by_weight_by_header_and_take_
         let Err((status, details)) = outcome else { panic!("a fault is injected: {faulted:?}") };
         assert_eq!(status, "UNAVAILABLE", "the abort's gRPC status: {details}");
     }
+    let started = Instant::now();
+    let slow = client.servers(&target, "/echo.Echo/Slow", &[], 1);
+    assert_eq!(slow, ["echo-v1"], "a delayed call is answered");
+    assert!(started.elapsed() >= Duration::from_millis(400), "the delay held the call {:?}", started.elapsed());
+    // The route's timeout bounds the call (gRPC's own deadline is 3 s).
+    let late = client.servers(&target, "/echo.Echo/Late", &[], 1);
+    assert_eq!(late, ["DEADLINE_EXCEEDED"], "the 300 ms timeout ended the call the 2 s delay held");
+    // A ring hash by header: each user sticks to one server, the users spread.
+    let mut chosen = std::collections::BTreeSet::new();
+    for user in 0..16 {
+        let header = format!("user-{user}");
+        let got = client.servers("xds:///sticky:7071", "/echo.Echo/Call", &[("x-user", &header)], 3);
+        assert!(got.iter().all(|s| s == &got[0] && s.starts_with("echo-v")), "{header} sticks: {got:?}");
+        chosen.insert(got[0].clone());
+    }
+    assert_eq!(chosen.len(), 2, "sixteen users over both servers: {chosen:?}");
+    assert!(!mesh.log().contains("NACK"), "gRPC took everything it was sent:\n{}", mesh.log_tail(40));
 }
 
 #[test]

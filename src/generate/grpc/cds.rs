@@ -6,8 +6,11 @@
 //! merged DestinationRule policy (the subset's over the port's over the
 //! rule's) it carries what gRPC applies:
 //! * load balancing: round robin (gRPC's default, also for `RANDOM`,
-//!   which gRPC does not have), `LEAST_REQUEST`, or a consistent hash as a
-//!   ring hash (Maglev too: gRPC has no Maglev) with the ring's minimum size;
+//!   which gRPC does not have), `LEAST_REQUEST` (as a load balancing
+//!   policy list, so that gRPC libraries without it take round robin
+//!   rather than refuse the cluster, as C-core does the `lb_policy` field
+//!   istiod sends), or a consistent hash as a ring hash (Maglev too: gRPC
+//!   has no Maglev) with the ring's minimum size;
 //! * circuit breaking: `http.http2MaxRequests` as `max_requests`, the one
 //!   threshold gRPC reads;
 //! * TLS: `ISTIO_MUTUAL` only, from the client's certificate provider,
@@ -25,10 +28,15 @@ use envoy_types::pb::envoy::config::cluster::v3::{
     circuit_breakers::Thresholds,
     cluster::{ClusterDiscoveryType, DiscoveryType, EdsClusterConfig, LbConfig, LbPolicy, RingHashLbConfig},
 };
+use envoy_types::pb::envoy::config::cluster::v3::{LoadBalancingPolicy, load_balancing_policy::Policy};
+use envoy_types::pb::envoy::config::core::v3::TypedExtensionConfig;
 use envoy_types::pb::envoy::config::endpoint::v3::{
     ClusterLoadAssignment, Endpoint, LbEndpoint, LocalityLbEndpoints, lb_endpoint::HostIdentifier,
 };
-use envoy_types::pb::google::protobuf::UInt64Value;
+use envoy_types::pb::envoy::extensions::load_balancing_policies::least_request::v3::LeastRequest;
+use envoy_types::pb::envoy::extensions::load_balancing_policies::round_robin::v3::RoundRobin;
+use envoy_types::pb::envoy::extensions::load_balancing_policies::wrr_locality::v3::WrrLocality;
+use envoy_types::pb::google::protobuf::{Any, UInt64Value};
 
 use super::tls;
 use crate::config::istio::{DestinationRuleSpec, LoadBalancerSettings, TrafficPolicy};
@@ -111,8 +119,27 @@ fn set_load_balancer(cluster: &mut Cluster, lb: Option<&LoadBalancerSettings>) {
         return;
     }
     if lb.simple.as_deref() == Some("LEAST_REQUEST") {
-        cluster.lb_policy = LbPolicy::LeastRequest as i32;
+        cluster.load_balancing_policy = Some(least_request());
     }
+}
+
+/// Least request where the gRPC library has it (Go, Java), else round
+/// robin (C-core: C++, Python, which refuse a cluster whose `lb_policy` is
+/// LEAST_REQUEST): the load balancing policy field's list, of which each
+/// client takes the first it knows, inside the locality weighting gRPC
+/// gives its default policy.
+fn least_request() -> LoadBalancingPolicy {
+    let policy = |name: &str, config: Any| Policy {
+        typed_extension_config: Some(TypedExtensionConfig { name: name.to_string(), typed_config: Some(config) }),
+    };
+    let picking = LoadBalancingPolicy {
+        policies: vec![
+            policy("envoy.load_balancing_policies.least_request", proto::any(&LeastRequest::default())),
+            policy("envoy.load_balancing_policies.round_robin", proto::any(&RoundRobin::default())),
+        ],
+    };
+    let locality = WrrLocality { endpoint_picking_policy: Some(picking) };
+    LoadBalancingPolicy { policies: vec![policy("envoy.load_balancing_policies.wrr_locality", proto::any(&locality))] }
 }
 
 /// `max_requests` from `http2MaxRequests`, when the rule sets a positive one.

@@ -223,7 +223,24 @@ fn clusters_carry_what_grpc_applies_of_the_destination_rule() {
     let v1 = cluster(&clusters, &format!("outbound|7070|v1|{ECHO}"));
     assert_eq!(v1.cluster_discovery_type, Some(ClusterDiscoveryType::Type(DiscoveryType::Eds as i32)));
     assert_eq!(v1.eds_cluster_config.as_ref().map(|e| e.service_name.as_str()), Some(v1.name.as_str()));
-    assert_eq!(v1.lb_policy, LbPolicy::LeastRequest as i32);
+    assert_eq!(v1.lb_policy, LbPolicy::RoundRobin as i32, "C-core refuses LEAST_REQUEST there");
+    let outer = &v1.load_balancing_policy.as_ref().expect("a policy list").policies[0];
+    let wrr = outer.typed_extension_config.as_ref().expect("a policy");
+    assert_eq!(wrr.name, "envoy.load_balancing_policies.wrr_locality");
+    let wrr: envoy_types::pb::envoy::extensions::load_balancing_policies::wrr_locality::v3::WrrLocality =
+        decode(wrr.typed_config.as_ref().expect("typed"));
+    let picking: Vec<String> = wrr
+        .endpoint_picking_policy
+        .expect("a picking policy")
+        .policies
+        .iter()
+        .map(|p| p.typed_extension_config.as_ref().expect("a policy").name.clone())
+        .collect();
+    assert_eq!(
+        picking,
+        ["envoy.load_balancing_policies.least_request", "envoy.load_balancing_policies.round_robin"],
+        "least request first, round robin for the libraries without it"
+    );
     let thresholds = &v1.circuit_breakers.as_ref().expect("circuit breakers").thresholds;
     assert_eq!(thresholds.len(), 1);
     assert_eq!(thresholds[0].max_requests.as_ref().map(|v| v.value), Some(50));

@@ -142,6 +142,9 @@ fn traffic_policy(out: &mut Vec<String>, path: &str, policy: &TrafficPolicy) {
                 Some("RANDOM") | Some("PASSTHROUGH") => out.push(format!(
                     "{path}.loadBalancer.simple: gRPC balances by round robin, least request or ring hash; round robin used"
                 )),
+                Some("LEAST_REQUEST") => out.push(format!(
+                    "{path}.loadBalancer.simple: gRPC libraries without least request (C++, Python) balance by round robin"
+                )),
                 _ => {}
             }
             if lb.warmup.is_some() || lb.warmup_duration_secs.is_some() {
