@@ -608,3 +608,22 @@ async fn configz_says_what_ztunnel_does_not_enforce_of_a_policy_where_ambient_mo
     let text = notes[0].as_str().unwrap();
     assert!(text.contains("methods") && text.contains("allows less"), "{text}");
 }
+
+#[tokio::test]
+async fn configz_says_what_proxyless_grpc_does_not_apply_of_an_object() {
+    let s = Server::start().await;
+    s.apply(
+        "apiVersion: networking.istio.io/v1\nkind: VirtualService\nmetadata: {name: mirrored, namespace: default}\n\
+         spec:\n  hosts: [reviews]\n  http:\n  - mirror: {host: ratings}\n    route: [{destination: {host: reviews}}]\n",
+    )
+    .await;
+    let configz = s.json("/debug/configz").await;
+    let objects = configz["objects"].as_array().unwrap();
+    let find = |kind: &str, name: &str| objects.iter().find(|o| o["kind"] == kind && o["name"] == name).unwrap();
+    let notes = find("VirtualService", "mirrored")["proxylessGrpcNotApplied"].as_array().expect("notes").clone();
+    assert_eq!(notes.len(), 1, "{notes:?}");
+    let text = notes[0].as_str().unwrap();
+    assert!(text.starts_with("spec.http[0].mirror: ") && text.contains("not applied"), "{text}");
+    let plain = find("Service", "reviews");
+    assert!(plain.get("proxylessGrpcNotApplied").is_none(), "nothing to say of an object gRPC applies whole");
+}
