@@ -52,7 +52,8 @@ use super::policy::{self, DestinationPolicy};
 use super::{eds, gateway, naming, proto, tls};
 use crate::config::Duration;
 use crate::config::istio::{
-    ConnectionPoolSettings, DestinationRuleSpec, LoadBalancerSettings, TcpKeepalive as IstioTcpKeepalive, TrafficPolicy,
+    ConnectionPoolSettings, ConsistentHashLb, DestinationRuleSpec, LoadBalancerSettings,
+    TcpKeepalive as IstioTcpKeepalive, TrafficPolicy,
 };
 use crate::config::mesh::{H2UpgradePolicy, TrafficSettings};
 use crate::model::{InterceptionMode, Protocol, ProxyKind, Resolution, Service, ServicePort};
@@ -456,16 +457,22 @@ fn set_load_balancer(cluster: &mut Cluster, lb: Option<&LoadBalancerSettings>) {
         return;
     }
     cluster.lb_policy = LbPolicy::RingHash as i32;
+    cluster.lb_config = ring_hash_config(hash);
+}
+
+/// The ring of a consistent hash: its minimum size as the rule sets it
+/// (Istio's 1024 when it sets none, up to Envoy's and gRPC's bound).
+pub(crate) fn ring_hash_config(hash: &ConsistentHashLb) -> Option<LbConfig> {
     let size = match &hash.ring_hash {
         Some(ring) => ring.minimum_ring_size.filter(|s| *s > 0),
         None => Some(hash.minimum_ring_size.filter(|s| *s > 0).unwrap_or(DEFAULT_RING_SIZE)),
     };
-    cluster.lb_config = size.map(|size| {
+    size.map(|size| {
         LbConfig::RingHashLbConfig(RingHashLbConfig {
-            minimum_ring_size: Some(u64_value(size.min(MAX_RING_SIZE))),
+            minimum_ring_size: Some(envoy_types::pb::google::protobuf::UInt64Value { value: size.min(MAX_RING_SIZE) }),
             ..Default::default()
         })
-    });
+    })
 }
 
 /// Slow start from `warmup` (Istio's defaults: aggression 1, 10% minimum

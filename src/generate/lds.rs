@@ -46,14 +46,11 @@ use envoy_types::pb::envoy::extensions::filters::network::http_connection_manage
     http_connection_manager::{
         CodecType, ForwardClientCertDetails, RouteSpecifier, SetCurrentClientCertDetails, UpgradeConfig,
     },
-    http_filter,
 };
 use envoy_types::pb::envoy::extensions::filters::network::tcp_proxy::v3::{
     TcpProxy,
     tcp_proxy::{self, ClusterSpecifier as TcpClusterSpecifier},
 };
-
-use envoy_types::pb::google::protobuf::Any;
 
 use super::jwt::{self, JwtPlacement};
 use super::outbound::{self, OutboundPort};
@@ -668,11 +665,7 @@ pub(super) fn connection_manager(
     routes: RouteSpecifier,
     telemetry: &AppliedTelemetry,
 ) -> HttpConnectionManager {
-    let filter = |name: &str, config: Any| HttpFilter {
-        name: name.to_string(),
-        config_type: Some(http_filter::ConfigType::TypedConfig(config)),
-        ..Default::default()
-    };
+    let filter = proto::http_filter;
     HttpConnectionManager {
         codec_type: CodecType::Auto as i32,
         stat_prefix,

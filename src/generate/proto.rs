@@ -36,6 +36,17 @@ pub const PREVIOUS_PRIORITIES: &str = "envoy.retry_priorities.previous_prioritie
 /// Retry host predicate preferring hosts not tried yet.
 pub const PREVIOUS_HOSTS: &str = "envoy.retry_host_predicates.previous_hosts";
 
+/// An HTTP filter `name` configured by `config`.
+pub fn http_filter(
+    name: &str,
+    config: Any,
+) -> envoy_types::pb::envoy::extensions::filters::network::http_connection_manager::v3::HttpFilter {
+    use envoy_types::pb::envoy::extensions::filters::network::http_connection_manager::v3::{
+        HttpFilter, http_filter::ConfigType,
+    };
+    HttpFilter { name: name.to_string(), config_type: Some(ConfigType::TypedConfig(config)), ..Default::default() }
+}
+
 /// `{ads: {}, resource_api_version: V3}`: fetch over the ADS stream.
 pub fn ads_config_source() -> ConfigSource {
     ConfigSource {

@@ -26,7 +26,7 @@
 use envoy_types::pb::envoy::config::cluster::v3::{
     CircuitBreakers, Cluster,
     circuit_breakers::Thresholds,
-    cluster::{ClusterDiscoveryType, DiscoveryType, EdsClusterConfig, LbConfig, LbPolicy, RingHashLbConfig},
+    cluster::{ClusterDiscoveryType, DiscoveryType, EdsClusterConfig, LbPolicy},
 };
 use envoy_types::pb::envoy::config::cluster::v3::{LoadBalancingPolicy, load_balancing_policy::Policy};
 use envoy_types::pb::envoy::config::core::v3::TypedExtensionConfig;
@@ -36,7 +36,7 @@ use envoy_types::pb::envoy::config::endpoint::v3::{
 use envoy_types::pb::envoy::extensions::load_balancing_policies::least_request::v3::LeastRequest;
 use envoy_types::pb::envoy::extensions::load_balancing_policies::round_robin::v3::RoundRobin;
 use envoy_types::pb::envoy::extensions::load_balancing_policies::wrr_locality::v3::WrrLocality;
-use envoy_types::pb::google::protobuf::{Any, UInt64Value};
+use envoy_types::pb::google::protobuf::Any;
 
 use super::tls;
 use crate::config::istio::{DestinationRuleSpec, LoadBalancerSettings, TrafficPolicy};
@@ -44,11 +44,6 @@ use crate::generate::policy::{self, DestinationPolicy};
 use crate::generate::{mtls, naming, proto};
 use crate::model::{Resolution, Service, ServicePort};
 use crate::push::{PushContext, Scope};
-
-/// Istio's ring size when a consistent hash sets none.
-const DEFAULT_RING_SIZE: u64 = 1024;
-/// The largest minimum ring size gRPC accepts (gRFC A42).
-const MAX_RING_SIZE: u64 = 8_388_608;
 
 /// Every cluster of a gRPC scope, sorted by name.
 pub fn clusters(ctx: &PushContext, scope: &Scope) -> Vec<Cluster> {
@@ -106,16 +101,7 @@ fn set_load_balancer(cluster: &mut Cluster, lb: Option<&LoadBalancerSettings>) {
     let Some(lb) = lb else { return };
     if let Some(hash) = &lb.consistent_hash {
         cluster.lb_policy = LbPolicy::RingHash as i32;
-        let size = match &hash.ring_hash {
-            Some(ring) => ring.minimum_ring_size.filter(|s| *s > 0),
-            None => Some(hash.minimum_ring_size.filter(|s| *s > 0).unwrap_or(DEFAULT_RING_SIZE)),
-        };
-        cluster.lb_config = size.map(|size| {
-            LbConfig::RingHashLbConfig(RingHashLbConfig {
-                minimum_ring_size: Some(UInt64Value { value: size.min(MAX_RING_SIZE) }),
-                ..Default::default()
-            })
-        });
+        cluster.lb_config = crate::generate::cds::ring_hash_config(hash);
         return;
     }
     if lb.simple.as_deref() == Some("LEAST_REQUEST") {

@@ -23,7 +23,7 @@ use envoy_types::pb::envoy::config::route::v3::{
 use envoy_types::pb::envoy::extensions::filters::http::fault::v3::HttpFault;
 use envoy_types::pb::envoy::extensions::filters::http::router::v3::Router;
 use envoy_types::pb::envoy::extensions::filters::network::http_connection_manager::v3::{
-    HttpConnectionManager, HttpFilter, Rds, http_connection_manager::RouteSpecifier, http_filter,
+    HttpConnectionManager, Rds, http_connection_manager::RouteSpecifier,
 };
 
 use super::{SERVER_LISTENER_PREFIX, tls};
@@ -76,8 +76,8 @@ fn client_listener(svc: &Service, host: &str, port: u32) -> Listener {
     let address = addresses.next().map_or(NO_ADDRESS, |a| &**a);
     let manager = HttpConnectionManager {
         http_filters: vec![
-            http_filter(proto::FAULT, proto::any(&HttpFault::default())),
-            http_filter(proto::ROUTER, proto::any(&Router::default())),
+            proto::http_filter(proto::FAULT, proto::any(&HttpFault::default())),
+            proto::http_filter(proto::ROUTER, proto::any(&Router::default())),
         ],
         route_specifier: Some(RouteSpecifier::Rds(Rds {
             config_source: Some(proto::ads_config_source()),
@@ -92,14 +92,6 @@ fn client_listener(svc: &Service, host: &str, port: u32) -> Listener {
             .map(|a| AdditionalAddress { address: Some(proto::socket_address(a, port)), ..Default::default() })
             .collect(),
         api_listener: Some(ApiListener { api_listener: Some(proto::any(&manager)) }),
-        ..Default::default()
-    }
-}
-
-fn http_filter(name: &str, config: envoy_types::pb::google::protobuf::Any) -> HttpFilter {
-    HttpFilter {
-        name: name.to_string(),
-        config_type: Some(http_filter::ConfigType::TypedConfig(config)),
         ..Default::default()
     }
 }
@@ -123,7 +115,7 @@ pub fn server_listener(key: &InboundKey, name: &str) -> Option<Listener> {
     };
     let suffix = if mtls { "mtls" } else { "plaintext" };
     let mut http_filters = authz::grpc_http_filters(&key.authorization);
-    http_filters.push(http_filter(proto::ROUTER, proto::any(&Router::default())));
+    http_filters.push(proto::http_filter(proto::ROUTER, proto::any(&Router::default())));
     let manager = HttpConnectionManager {
         route_specifier: Some(RouteSpecifier::RouteConfig(RouteConfiguration {
             name: "inbound".to_string(),

@@ -26,9 +26,8 @@ use envoy_types::pb::envoy::extensions::filters::http::set_filter_state::v3::Con
 use envoy_types::pb::envoy::extensions::filters::listener::http_inspector::v3::HttpInspector;
 use envoy_types::pb::envoy::extensions::filters::listener::original_dst::v3::OriginalDst;
 use envoy_types::pb::envoy::extensions::filters::network::http_connection_manager::v3::{
-    HttpConnectionManager, HttpFilter,
+    HttpConnectionManager,
     http_connection_manager::{CodecType, RouteSpecifier, UpgradeConfig},
-    http_filter,
 };
 use envoy_types::pb::envoy::extensions::filters::network::set_filter_state::v3::Config as NetworkSetFilterState;
 use envoy_types::pb::envoy::extensions::filters::network::tcp_proxy::v3::{
@@ -113,8 +112,8 @@ fn connect_terminate(ctx: &PushContext) -> Listener {
         stat_prefix: CONNECT_TERMINATE.to_string(),
         route_specifier: Some(RouteSpecifier::RouteConfig(routes)),
         http_filters: vec![
-            http_filter("connect_authority", proto::any(&state)),
-            http_filter(proto::ROUTER, proto::any(&Router::default())),
+            proto::http_filter("connect_authority", proto::any(&state)),
+            proto::http_filter(proto::ROUTER, proto::any(&Router::default())),
         ],
         http2_protocol_options: Some(Http2ProtocolOptions {
             allow_connect: true,
@@ -155,14 +154,6 @@ fn state_value(key: &str, factory: Option<&str>, format: &str) -> FilterStateVal
             ..Default::default()
         })),
         shared_with_upstream: SharedWithUpstream::Once as i32,
-        ..Default::default()
-    }
-}
-
-fn http_filter(name: &str, config: envoy_types::pb::google::protobuf::Any) -> HttpFilter {
-    HttpFilter {
-        name: name.to_string(),
-        config_type: Some(http_filter::ConfigType::TypedConfig(config)),
         ..Default::default()
     }
 }
