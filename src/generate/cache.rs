@@ -456,6 +456,33 @@ mod tests {
     }
 
     #[test]
+    fn grpc_clients_of_a_namespace_share_one_generation_apart_from_envoys() {
+        let (ctx, cache) = cache_at(1);
+        let grpc = |id: &str| {
+            crate::model::Proxy::from_node(&crate::testing::memory::grpc_node(id, &[("app", "productpage")])).unwrap()
+        };
+        let first = ctx.scope_for(&grpc("sidecar~10.0.0.1~productpage-v1.default~default.svc.cluster.local"));
+        let second = ctx.scope_for(&grpc("sidecar~10.0.0.2~productpage-v2.default~default.svc.cluster.local"));
+        assert_eq!(first.id, second.id);
+        let set = cache.scoped(&ctx, &first, TypeUrl::Listener);
+        assert!(Arc::ptr_eq(&set, &cache.scoped(&ctx, &second, TypeUrl::Listener)));
+        assert_eq!(generations(&cache, TypeUrl::Listener), 1, "one generation for the namespace's gRPC clients");
+        assert!(set.get("reviews:9080").is_some(), "gRPC's listeners, by dialled name");
+        let envoy = cache.scoped(&ctx, &productpage(&ctx), TypeUrl::Listener);
+        assert!(envoy.get("reviews:9080").is_none(), "the sidecar's own set");
+
+        // A server's listener, by the address it listens on: built once.
+        let server = grpc("sidecar~10.0.0.1~productpage-v1.default~default.svc.cluster.local");
+        let inbound = ctx.inbound_for(&server);
+        let name = "xds.istio.io/grpc/lds/inbound/0.0.0.0:9080";
+        let before = generations(&cache, TypeUrl::Listener);
+        let listener = cache.grpc_server_listener(&inbound, name).expect("productpage's port");
+        assert!(Arc::ptr_eq(&listener, &cache.grpc_server_listener(&inbound, name).unwrap()));
+        assert_eq!(generations(&cache, TypeUrl::Listener) - before, 1);
+        assert!(cache.grpc_server_listener(&inbound, "xds.istio.io/grpc/lds/inbound/0.0.0.0:1").is_none());
+    }
+
+    #[test]
     fn a_builder_on_an_older_snapshot_never_stores_its_output() {
         let (ctx, cache) = cache_at(2);
         let older = PushContext::build(bookinfo::store().snapshot(), 1, ctx.interner().clone());
