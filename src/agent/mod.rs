@@ -280,7 +280,9 @@ pub async fn run(opts: AgentOptions) -> Result<(), AgentError> {
         let mut grpc = bootstrap.clone();
         grpc.xds_addrs = vec![format!("unix-abstract:{name}")];
         let certificates = opts.output_certs.as_deref().map(std::path::absolute).transpose().map_err(io_error(path))?;
-        let text = crate::bootstrap::grpc::render(&grpc, certificates.as_deref())?;
+        let files =
+            certificates.as_deref().map(|dir| crate::bootstrap::grpc::CertificateFiles { dir, ttl: opts.cert_ttl });
+        let text = crate::bootstrap::grpc::render(&grpc, files)?;
         proxyless::write_file(path, text.as_bytes(), 0o644).map_err(io_error(path))?;
         tracing::info!(bootstrap = %path.display(), "wrote the proxyless gRPC bootstrap");
     }

@@ -31,16 +31,28 @@ pub const PRIVATE_KEY_FILE: &str = "key.pem";
 /// The mesh roots' file.
 pub const ROOT_CERTIFICATE_FILE: &str = "root-cert.pem";
 
-/// How often gRPC re-reads the certificate files (Istio's value).
-const REFRESH_INTERVAL: &str = "900s";
+/// How often gRPC re-reads the certificate files at most (Istio's value).
+const REFRESH_INTERVAL: std::time::Duration = std::time::Duration::from_secs(900);
+
+/// Where the workload's certificate files are, and how long a certificate
+/// lives: gRPC re-reads the files every [`REFRESH_INTERVAL`], or a quarter
+/// of a certificate's life when that is shorter, so that a renewal (at
+/// half the life) is read well before the old certificate expires.
+#[derive(Debug, Clone, Copy)]
+pub struct CertificateFiles<'a> {
+    /// The directory.
+    pub dir: &'a Path,
+    /// The life of a certificate.
+    pub ttl: std::time::Duration,
+}
 
 /// Renders the gRPC bootstrap for `opts`: its xDS servers are
 /// `opts.xds_addrs` in order (the first, then fallbacks), each
 /// `HOST:PORT`, `unix:PATH` or `unix-abstract:NAME` (the agent's, see
 /// `agent::proxyless`: gRPC's C-core clients cannot dial a Rust HTTP/2
-/// server on a Unix socket file); `certificates` is the directory the
-/// workload's certificate files are kept in, if any.
-pub fn render(opts: &BootstrapOptions, certificates: Option<&Path>) -> Result<String, BootstrapError> {
+/// server on a Unix socket file); `certificates` are the workload's
+/// certificate files, if any are kept.
+pub fn render(opts: &BootstrapOptions, certificates: Option<CertificateFiles<'_>>) -> Result<String, BootstrapError> {
     let proxy = proxy(opts)?;
     if opts.xds_addrs.is_empty() {
         return Err(BootstrapError::XdsAddrs("at least one address is needed"));
@@ -73,8 +85,9 @@ pub fn render(opts: &BootstrapOptions, certificates: Option<&Path>) -> Result<St
         "node": node,
         "server_listener_resource_name_template": SERVER_LISTENER_TEMPLATE,
     });
-    if let Some(dir) = certificates {
+    if let Some(CertificateFiles { dir, ttl }) = certificates {
         let file = |name: &str| dir.join(name).display().to_string();
+        let refresh = REFRESH_INTERVAL.min(ttl / 4).max(std::time::Duration::from_secs(1));
         bootstrap["certificate_providers"] = json!({
             "default": {
                 "plugin_name": "file_watcher",
@@ -82,7 +95,7 @@ pub fn render(opts: &BootstrapOptions, certificates: Option<&Path>) -> Result<St
                     "certificate_file": file(CERTIFICATE_CHAIN_FILE),
                     "private_key_file": file(PRIVATE_KEY_FILE),
                     "ca_certificate_file": file(ROOT_CERTIFICATE_FILE),
-                    "refresh_interval": REFRESH_INTERVAL,
+                    "refresh_interval": format!("{}s", refresh.as_secs()),
                 },
             },
         });
@@ -136,7 +149,9 @@ mod tests {
 
     #[test]
     fn certificate_files_make_the_default_provider() {
-        let text = render(&options("unix:/var/run/agent/XDS"), Some(Path::new("/var/lib/istio/data"))).unwrap();
+        let day = std::time::Duration::from_secs(86_400);
+        let files = CertificateFiles { dir: Path::new("/var/lib/istio/data"), ttl: day };
+        let text = render(&options("unix:/var/run/agent/XDS"), Some(files)).unwrap();
         let b: serde_json::Value = serde_json::from_str(&text).unwrap();
         assert_eq!(b["xds_servers"][0]["server_uri"], "unix:/var/run/agent/XDS");
         let provider = &b["certificate_providers"]["default"];
@@ -144,6 +159,11 @@ mod tests {
         assert_eq!(provider["config"]["certificate_file"], "/var/lib/istio/data/cert-chain.pem");
         assert_eq!(provider["config"]["private_key_file"], "/var/lib/istio/data/key.pem");
         assert_eq!(provider["config"]["ca_certificate_file"], "/var/lib/istio/data/root-cert.pem");
+        assert_eq!(provider["config"]["refresh_interval"], "900s", "Istio's, for a day's certificates");
+        let short = CertificateFiles { dir: Path::new("/certs"), ttl: std::time::Duration::from_secs(600) };
+        let text = render(&options("127.0.0.1:15010"), Some(short)).unwrap();
+        let b: serde_json::Value = serde_json::from_str(&text).unwrap();
+        assert_eq!(b["certificate_providers"]["default"]["config"]["refresh_interval"], "150s", "a quarter of 10 min");
     }
 
     #[test]

@@ -116,7 +116,8 @@ pub(crate) struct AgentArgs {
     /// Keep the workload's certificate chain, key and mesh roots in this
     /// directory (`cert-chain.pem`, `key.pem`, `root-cert.pem`, Istio's
     /// `OUTPUT_CERTS`), rewritten at every renewal, for an application that
-    /// does its own mTLS (a proxyless gRPC one).
+    /// does its own mTLS (a proxyless gRPC one). Default with
+    /// `--grpc-bootstrap`: the bootstrap's directory.
     #[arg(long, env = "OUTPUT_CERTS")]
     output_certs: Option<PathBuf>,
     /// Run no Envoy (Istio's `DISABLE_ENVOY`, as its grpc-agent template
@@ -211,8 +212,12 @@ fn options(args: AgentArgs) -> Result<meshpush::agent::AgentOptions, String> {
         proxy_config: config,
         envoy_args: args.envoy_args,
         xds_proxy_config,
+        output_certs: args.output_certs.or_else(|| {
+            // A proxyless application's mTLS needs the files: beside its bootstrap.
+            let dir = args.grpc_bootstrap.as_deref()?.parent()?;
+            Some(if dir.as_os_str().is_empty() { PathBuf::from(".") } else { dir.to_path_buf() })
+        }),
         grpc_bootstrap: args.grpc_bootstrap,
-        output_certs: args.output_certs,
         envoy: !args.disable_envoy,
     })
 }

@@ -282,16 +282,27 @@ fn a_proxyless_client_and_server_do_mtls_with_the_agents_certificates() {
          spec: {host: echo, trafficPolicy: {tls: {mode: ISTIO_MUTUAL}}}\n",
     );
     let secure = SecureMesh::start(&dir);
+    // Certificates of 8 s, renewed every 4 s: the calls below outlive the first ones.
     let agent = |name: &str, node: String, account: &str, labels: &[(&str, &str)]| {
-        let bootstrap = work.path().join(format!("{name}.json"));
-        let certs = work.path().join(format!("{name}-certs"));
-        let mut extra: Vec<String> = vec![
+        let (bootstrap, certs, mut extra): (_, _, Vec<String>) = if name == "server-agent" {
+            // The files beside the bootstrap, by default.
+            let dir = work.path().join("server");
+            (dir.join("bootstrap.json"), dir, vec![])
+        } else {
+            let certs = work.path().join(format!("{name}-certs"));
+            (
+                work.path().join(format!("{name}.json")),
+                certs.clone(),
+                vec!["--output-certs".into(), certs.display().to_string()],
+            )
+        };
+        extra.extend([
             "--disable-envoy".into(),
             "--grpc-bootstrap".into(),
             bootstrap.display().to_string(),
-            "--output-certs".into(),
-            certs.display().to_string(),
-        ];
+            "--cert-ttl".into(),
+            "8s".into(),
+        ]);
         for (k, v) in labels {
             extra.extend(["--label".into(), format!("{k}={v}")]);
         }
@@ -321,18 +332,33 @@ fn a_proxyless_client_and_server_do_mtls_with_the_agents_certificates() {
     let server = bootstrap["xds_servers"][0]["server_uri"].as_str().unwrap();
     assert!(server.starts_with("unix-abstract:meshpush-grpc-xds-"), "the agent's socket: {server}");
     assert_eq!(bootstrap["certificate_providers"]["default"]["plugin_name"], "file_watcher");
+    assert_eq!(bootstrap["certificate_providers"]["default"]["config"]["refresh_interval"], "2s");
 
     let server = GrpcServer::start("echo-v1", SocketAddr::new("127.0.91.1".parse().unwrap(), port), &server_bootstrap);
     let client = GrpcClient::start("client", &client_bootstrap);
     let procs =
         [secure.mesh.process(), server_agent.process(), client_agent.process(), server.process(), client.process()];
     let target = format!("xds:///echo:{PORT}");
+    let identity = "echo-v1 /echo.Echo/Call spiffe://cluster.local/ns/app/sa/client";
     wait_until(Instant::now() + DEADLINE, "an mTLS call, the server seeing the client's identity", &procs, || {
         let got = client.call(&target, "/echo.Echo/Call", &[], 1);
         match &got[0] {
-            Ok(answer) if answer == "echo-v1 /echo.Echo/Call spiffe://cluster.local/ns/app/sa/client" => Ok(()),
+            Ok(answer) if answer == identity => Ok(()),
             other => Err(format!("{other:?}")),
         }
+    });
+    // Renewals rewrite both sides' files (the bootstraps tell gRPC to
+    // read them every quarter of a certificate's life), and calls go on
+    // meanwhile, past the first certificates' expiry.
+    let chains = || [&server_certs, &client_certs].map(|d| std::fs::read_to_string(d.join("cert-chain.pem")).unwrap());
+    let first = chains();
+    let began = Instant::now();
+    wait_until(Instant::now() + DEADLINE, "renewed files and calls past the first certificates' life", &procs, || {
+        let got = client.call(&target, "/echo.Echo/Call", &[], 1);
+        assert!(matches!(&got[0], Ok(a) if a == identity), "a call failed while certificates rotate: {got:?}");
+        let now = chains();
+        let renewed = now[0] != first[0] && now[1] != first[1];
+        if renewed && began.elapsed() > Duration::from_secs(10) { Ok(()) } else { Err(format!("renewed: {renewed}")) }
     });
     // A client without certificates cannot reach the STRICT server.
     let plain_bootstrap_path = work.path().join("plain.json");
