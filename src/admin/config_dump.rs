@@ -99,18 +99,27 @@ fn rds_names(listeners: &[(Listener, &Any)]) -> Vec<String> {
     names
 }
 
-/// The connection managers of `listeners`' chains.
+/// The connection managers of `listeners`' chains, and of their API
+/// listeners (a proxyless gRPC client's).
 fn connection_managers<'a>(listeners: &'a [(Listener, &Any)]) -> impl Iterator<Item = HttpConnectionManager> + 'a {
-    listeners
+    let decode = |any: &Any| {
+        (any.type_url == HttpConnectionManager::type_url())
+            .then(|| HttpConnectionManager::decode(any.value.as_slice()).ok())
+            .flatten()
+    };
+    let chains = listeners
         .iter()
         .flat_map(|(l, _)| l.filter_chains.iter().chain(l.default_filter_chain.as_ref()))
         .flat_map(|fc| fc.filters.iter())
-        .filter_map(|f| match &f.config_type {
-            Some(filter::ConfigType::TypedConfig(any)) if any.type_url == HttpConnectionManager::type_url() => {
-                HttpConnectionManager::decode(any.value.as_slice()).ok()
-            }
+        .filter_map(move |f| match &f.config_type {
+            Some(filter::ConfigType::TypedConfig(any)) => decode(any),
             _ => None,
-        })
+        });
+    let api = listeners
+        .iter()
+        .filter_map(|(l, _)| l.api_listener.as_ref().and_then(|a| a.api_listener.as_ref()))
+        .filter_map(decode);
+    chains.chain(api)
 }
 
 /// The extension configs the HTTP filters of `listeners` discover (ECDS), by name.

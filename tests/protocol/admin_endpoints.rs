@@ -158,11 +158,15 @@ struct Stream {
 
 impl Stream {
     async fn open(addr: std::net::SocketAddr, id: &str) -> Stream {
+        Stream::open_node(addr, node(id)).await
+    }
+
+    async fn open_node(addr: std::net::SocketAddr, node: envoy_types::pb::envoy::config::core::v3::Node) -> Stream {
         let mut client = AggregatedDiscoveryServiceClient::connect(format!("http://{addr}")).await.unwrap();
         let (tx, rx) = mpsc::channel(16);
         tx.send(DiscoveryRequest {
             type_url: TypeUrl::Cluster.as_str().into(),
-            node: Some(node(id)),
+            node: Some(node),
             ..Default::default()
         })
         .await
@@ -626,4 +630,23 @@ async fn configz_says_what_proxyless_grpc_does_not_apply_of_an_object() {
     assert!(text.starts_with("spec.http[0].mirror: ") && text.contains("not applied"), "{text}");
     let plain = find("Service", "reviews");
     assert!(plain.get("proxylessGrpcNotApplied").is_none(), "nothing to say of an object gRPC applies whole");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn config_dump_of_a_proxyless_grpc_client_shows_the_routes_its_api_listeners_name() {
+    let s = Server::start().await;
+    let id = "sidecar~127.0.0.30~client-1.default~default.svc.cluster.local";
+    let mut st = Stream::open_node(s.xds, meshpush::testing::memory::grpc_node(id, &[("app", "client")])).await;
+    st.recv(TypeUrl::Cluster).await;
+    let dump = s.json(&format!("/debug/config_dump?proxyID={id}")).await;
+    let configs = dump["configs"].as_array().expect("configs");
+    let listeners = configs[1]["dynamic_listeners"].as_array().unwrap();
+    assert!(listeners.iter().any(|l| l["name"] == "reviews:9080"), "gRPC's listeners, by dialled name");
+    let routes = configs[2]["dynamic_route_configs"].as_array().unwrap();
+    let reviews = routes
+        .iter()
+        .find(|r| r["route_config"]["name"] == "outbound|9080||reviews.default.svc.cluster.local")
+        .expect("the route config an API listener names");
+    let domains = reviews["route_config"]["virtual_hosts"][0]["domains"].as_array().unwrap();
+    assert!(domains.iter().any(|d| d == "reviews:9080"), "{domains:?}");
 }
