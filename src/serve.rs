@@ -51,6 +51,12 @@ pub struct ServeOptions {
     /// The Istio revision served (`istio.io/rev`): objects read from
     /// Kubernetes that are labelled for another revision are not.
     pub revision: Option<String>,
+    /// This cluster's id (Istio's `CLUSTER_ID`).
+    pub cluster_id: String,
+    /// meshpush's own namespace: where remote secrets are read.
+    pub system_namespace: String,
+    /// How long readiness waits for a remote cluster (zero: for ever).
+    pub remote_cluster_timeout: Duration,
     /// ADS address.
     pub xds_addr: ListenAddr,
     /// Admin address.
@@ -440,10 +446,12 @@ pub async fn run(options: ServeOptions) -> anyhow::Result<()> {
         Some(client) => {
             let resources =
                 crate::source::kube::resources(&client).await.context("discovering the Kubernetes API's kinds")?;
+            let remote_client = client.clone();
             let status_writer =
                 crate::source::gateway_status::GatewayStatusWriter::new(engine.clone(), client.clone(), &resources);
             let (status, watchers) = crate::source::kube::start(
                 client,
+                crate::config::ClusterId::LOCAL,
                 resources,
                 options.discovery_selectors.clone(),
                 options.revision.as_deref(),
@@ -453,7 +461,17 @@ pub async fn run(options: ServeOptions) -> anyhow::Result<()> {
             admin_state.set_kube(status.clone());
             let mut watchers = watchers;
             watchers.push(tokio::spawn(status_writer.run()));
-            (Some(status), watchers)
+            let remote = crate::source::kube::remote::RemoteOptions {
+                namespace: options.system_namespace.clone(),
+                local_id: options.cluster_id.clone(),
+                timeout: options.remote_cluster_timeout,
+                selectors: options.discovery_selectors.clone(),
+            };
+            let (remotes, controller) =
+                crate::source::kube::remote::start(remote_client, remote, store.clone(), changes_tx.clone());
+            admin_state.set_remote_clusters(remotes.clone());
+            watchers.push(controller);
+            (Some((status, remotes)), watchers)
         }
         None => (None, Vec::new()),
     };
@@ -472,16 +490,20 @@ pub async fn run(options: ServeOptions) -> anyhow::Result<()> {
         }
         let status = source.as_ref().map(FileSource::status);
         let engine = engine.clone();
+        let store_revision = store.clone();
         Some(tokio::spawn(async move {
             if let Some(status) = status {
                 while !status.unread_files().is_empty() {
                     tokio::time::sleep(Duration::from_millis(200)).await;
                 }
             }
-            if let Some(kube) = kube {
+            if let Some((kube, remotes)) = kube {
                 // As istiod waits for its informers: ready once what every
-                // watcher listed first is in a published snapshot.
-                let revision = kube.wait_synced().await;
+                // watcher listed first is in a published snapshot, the
+                // remote clusters' included (each up to its timeout).
+                let mut revision = kube.wait_synced().await;
+                remotes.wait_settled().await;
+                revision = revision.max(store_revision.snapshot().revision());
                 let mut versions = engine.versions();
                 while engine.snapshot().store.revision() < revision {
                     if versions.changed().await.is_err() {

@@ -323,6 +323,9 @@ pub async fn configz(State(state): State<AdminState>) -> Json<Value> {
                 "status": ctx.gateway_api.status.get(&key),
                 "patchesSkipped": skipped.iter().filter(|f| f.filter == key).collect::<Vec<_>>(),
             });
+            if let Some(cluster) = key.cluster.remote_id() {
+                view["cluster"] = json!(cluster);
+            }
             if let Some(notes) = ambient.as_ref().and_then(|a| a.notes.get(&key)) {
                 view["ztunnelNotEnforced"] = json!(notes);
             }
@@ -360,9 +363,17 @@ pub async fn configz(State(state): State<AdminState>) -> Json<Value> {
             })
         })
         .collect();
+    // The remote clusters read, and the keys of remote secrets that are not.
+    let remote_clusters = state.remote_clusters().map(|r| {
+        json!({
+            "clusters": r.clusters(),
+            "notRead": r.skipped(),
+        })
+    });
     Json(json!({
         "revision": ctx.store.revision(),
         "mesh": ctx.mesh,
+        "remoteClusters": remote_clusters,
         "objects": objects,
         "gatewayApi": gateway_api,
         "problems": problems,

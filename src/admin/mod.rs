@@ -37,6 +37,7 @@ use axum::routing::get;
 use crate::config::Problem;
 use crate::engine::PushEngine;
 use crate::source::kube::KubeStatus;
+use crate::source::kube::remote::RemoteClusters;
 use crate::source::mesh_config::MeshConfigStatus;
 use crate::source::{ReferenceReport, SourceStatus};
 use crate::xds::AdsService;
@@ -61,6 +62,8 @@ pub struct AdminState {
     source: Arc<OnceLock<SourceStatus>>,
     /// The Kubernetes source's problems, when there is one.
     kube: Arc<OnceLock<KubeStatus>>,
+    /// The remote clusters read, when Kubernetes is.
+    remotes: Arc<OnceLock<RemoteClusters>>,
     /// Reference problems of the served store.
     references: ReferenceReport,
     /// What the mesh config file sets that meshpush does not apply.
@@ -75,6 +78,7 @@ impl AdminState {
             ads,
             source: Arc::new(OnceLock::new()),
             kube: Arc::new(OnceLock::new()),
+            remotes: Arc::new(OnceLock::new()),
             references: ReferenceReport::new(),
             mesh: Arc::new(OnceLock::new()),
         }
@@ -93,6 +97,16 @@ impl AdminState {
     /// Attaches the Kubernetes source (once; later calls are ignored).
     pub fn set_kube(&self, kube: KubeStatus) {
         let _ = self.kube.set(kube);
+    }
+
+    /// Attaches the remote clusters' controller (once; later calls are ignored).
+    pub fn set_remote_clusters(&self, remotes: RemoteClusters) {
+        let _ = self.remotes.set(remotes);
+    }
+
+    /// The remote clusters' controller, when Kubernetes is read.
+    pub fn remote_clusters(&self) -> Option<&RemoteClusters> {
+        self.remotes.get()
     }
 
     /// What the server waits for before it is ready, or `None` once it is:
@@ -116,6 +130,13 @@ impl AdminState {
                     pending.iter().map(|k| k.as_str()).collect::<Vec<_>>().join(", ")
                 ),
             });
+        }
+        if let Some(remotes) = self.remotes.get() {
+            let waiting = remotes.waiting();
+            if !waiting.is_empty() {
+                waits
+                    .push(format!("the remote clusters (each up to --remote-cluster-timeout): {}", waiting.join(", ")));
+            }
         }
         if waits.is_empty() {
             waits.push("the first snapshot of the sources to be published".to_string());

@@ -120,11 +120,12 @@ fn service_account(pod: &k8s::Pod) -> &str {
 /// `Failed`, is scheduled on `node` (a range of the namespace's Pods).
 fn on_node(store: &crate::model::StoreSnapshot, identity: &Identity, node: &str) -> bool {
     use std::ops::Bound;
-    let key = |namespace: &str| ConfigKey { kind: ConfigKind::Pod, namespace: namespace.into(), name: Arc::from("") };
+    let key = |namespace: &str| ConfigKey::new(ConfigKind::Pod, namespace, "");
     // Every key of `namespace` sorts before any of `namespace\0`.
     let namespace = identity.namespace();
     let range = (Bound::Included(key(namespace)), Bound::Excluded(key(&format!("{namespace}\0"))));
-    store.kind(ConfigKind::Pod).range(range).any(|(_, stored)| {
+    // A node name is its cluster's: only Pods of the CA's own cluster count.
+    store.kind(ConfigKind::Pod).range(range).filter(|(key, _)| key.cluster.is_local()).any(|(_, stored)| {
         matches!(&stored.object, ConfigObject::Pod(pod)
             if pod.spec.node_name.as_deref() == Some(node)
                 && service_account(pod) == identity.service_account()

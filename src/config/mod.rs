@@ -255,6 +255,37 @@ impl fmt::Display for ConfigKind {
     }
 }
 
+/// Which Kubernetes cluster an object was read from: [`ClusterId::LOCAL`]
+/// for meshpush's own (the cluster of its `--cluster-id`, where the mesh's
+/// Istio config lives, and every object of its files and registry API),
+/// else a remote cluster's id, as a remote secret names it.
+///
+/// Remote clusters are read for their registry (Services, Pods,
+/// EndpointSlices, Nodes, Namespaces) only, as istiod reads them; their
+/// objects are kept apart from the local ones of the same name.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct ClusterId(Option<Arc<str>>);
+
+impl ClusterId {
+    /// meshpush's own cluster.
+    pub const LOCAL: ClusterId = ClusterId(None);
+
+    /// Remote cluster `id`.
+    pub fn remote(id: &str) -> ClusterId {
+        ClusterId(Some(id.into()))
+    }
+
+    /// Whether it is meshpush's own cluster.
+    pub fn is_local(&self) -> bool {
+        self.0.is_none()
+    }
+
+    /// The remote cluster's id; `None` for the local one.
+    pub fn remote_id(&self) -> Option<&str> {
+        self.0.as_deref()
+    }
+}
+
 /// Identity of one config object: what a change is about.
 ///
 /// Every write to the store yields `ConfigKey`s; there is no "something
@@ -267,18 +298,31 @@ pub struct ConfigKey {
     pub namespace: Arc<str>,
     /// Its name.
     pub name: Arc<str>,
+    /// The cluster it was read from (last, so that the keys of one kind
+    /// and namespace stay together in key order whatever their cluster).
+    #[serde(default, skip_serializing_if = "ClusterId::is_local")]
+    pub cluster: ClusterId,
 }
 
 impl ConfigKey {
-    /// Builds a key.
+    /// Builds a key of the local cluster.
     pub fn new(kind: ConfigKind, namespace: &str, name: &str) -> Self {
-        ConfigKey { kind, namespace: namespace.into(), name: name.into() }
+        ConfigKey { kind, namespace: namespace.into(), name: name.into(), cluster: ClusterId::LOCAL }
+    }
+
+    /// Builds a key of `cluster`.
+    pub fn in_cluster(kind: ConfigKind, namespace: &str, name: &str, cluster: &ClusterId) -> Self {
+        ConfigKey { kind, namespace: namespace.into(), name: name.into(), cluster: cluster.clone() }
     }
 }
 
 impl fmt::Display for ConfigKey {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{} {}/{}", self.kind, self.namespace, self.name)
+        write!(f, "{} {}/{}", self.kind, self.namespace, self.name)?;
+        match self.cluster.remote_id() {
+            Some(cluster) => write!(f, " (cluster {cluster})"),
+            None => Ok(()),
+        }
     }
 }
 
@@ -312,6 +356,10 @@ pub struct ObjectMeta {
     /// Pod by it). Objects of a file have none.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub uid: Option<String>,
+    /// The cluster the object was read from (set by the source that read
+    /// it, never by the object's text).
+    #[serde(skip)]
+    pub cluster: ClusterId,
 }
 
 /// `metadata.ownerReferences[]` (the part meshpush reads).
@@ -500,11 +548,49 @@ impl ConfigObject {
         }
     }
 
+    /// The object's metadata, to change (a source stamps the cluster it read it from).
+    pub fn meta_mut(&mut self) -> &mut ObjectMeta {
+        match self {
+            ConfigObject::Service(o) => &mut o.metadata,
+            ConfigObject::Pod(o) => &mut o.metadata,
+            ConfigObject::EndpointSlice(o) => &mut o.metadata,
+            ConfigObject::Node(o) => &mut o.metadata,
+            ConfigObject::ServiceEntry(o) => &mut o.metadata,
+            ConfigObject::WorkloadEntry(o) => &mut o.metadata,
+            ConfigObject::VirtualService(o) => &mut o.metadata,
+            ConfigObject::DestinationRule(o) => &mut o.metadata,
+            ConfigObject::Gateway(o) => &mut o.metadata,
+            ConfigObject::Sidecar(o) => &mut o.metadata,
+            ConfigObject::WorkloadGroup(o) => &mut o.metadata,
+            ConfigObject::Secret(o) => &mut o.metadata,
+            ConfigObject::PeerAuthentication(o) => &mut o.metadata,
+            ConfigObject::AuthorizationPolicy(o) => &mut o.metadata,
+            ConfigObject::RequestAuthentication(o) => &mut o.metadata,
+            ConfigObject::Telemetry(o) => &mut o.metadata,
+            ConfigObject::ProxyConfig(o) => &mut o.metadata,
+            ConfigObject::EnvoyFilter(o) => &mut o.metadata,
+            ConfigObject::FetchedJwks(o) => &mut o.metadata,
+            ConfigObject::FetchedTrustBundle(o) => &mut o.metadata,
+            ConfigObject::MeshConfig(o) => &mut o.metadata,
+            ConfigObject::Namespace(o) => &mut o.metadata,
+            ConfigObject::GatewayClass(o) => &mut o.metadata,
+            ConfigObject::KubernetesGateway(o) => &mut o.metadata,
+            ConfigObject::HttpRoute(o) => &mut o.metadata,
+            ConfigObject::GrpcRoute(o) => &mut o.metadata,
+            ConfigObject::TcpRoute(o) => &mut o.metadata,
+            ConfigObject::TlsRoute(o) => &mut o.metadata,
+            ConfigObject::ReferenceGrant(o) => &mut o.metadata,
+            ConfigObject::Ingress(o) => &mut o.metadata,
+            ConfigObject::IngressClass(o) => &mut o.metadata,
+        }
+    }
+
     /// The key this object is stored under (with an empty namespace for a
     /// cluster-scoped kind).
     pub fn key(&self) -> ConfigKey {
         let meta = self.meta();
         let kind = self.kind();
-        ConfigKey::new(kind, if kind.is_cluster_scoped() { "" } else { meta.namespace() }, &meta.name)
+        let namespace = if kind.is_cluster_scoped() { "" } else { meta.namespace() };
+        ConfigKey::in_cluster(kind, namespace, &meta.name, &meta.cluster)
     }
 }

@@ -63,6 +63,20 @@ pub(crate) struct ServeArgs {
     /// Kubernetes that are labelled for another revision are not served.
     #[arg(long)]
     revision: Option<String>,
+    /// This cluster's id (Istio's `CLUSTER_ID`): a remote secret's key that
+    /// names it is not read as a remote cluster.
+    #[arg(long, env = "CLUSTER_ID", default_value = "Kubernetes")]
+    cluster_id: String,
+    /// meshpush's own namespace (Istio's `POD_NAMESPACE`): reading
+    /// Kubernetes, the remote secrets (labelled `istio/multiCluster: "true"`)
+    /// in it name the mesh's other clusters.
+    #[arg(long, env = "POD_NAMESPACE", default_value = "istio-system")]
+    system_namespace: String,
+    /// How long readiness waits for a remote cluster's first lists (Istio's
+    /// `PILOT_REMOTE_CLUSTER_TIMEOUT`); `0s`: for ever. A cluster that takes
+    /// longer keeps syncing.
+    #[arg(long, env = "PILOT_REMOTE_CLUSTER_TIMEOUT", default_value = "30s", value_parser = parse_duration)]
+    remote_cluster_timeout: Duration,
     /// ADS gRPC address: `IP:PORT`, or `unix:PATH` for a Unix domain socket.
     #[arg(long, default_value = "127.0.0.1:15010")]
     xds_addr: meshpush::serve::ListenAddr,
@@ -397,6 +411,9 @@ pub(crate) fn run(args: ServeArgs, log_level: &str, log_format: LogFormat) -> Ex
         kube: kube.clone(),
         revision: args.revision.clone(),
         discovery_selectors: settings.discovery_selectors.clone().unwrap_or_default(),
+        cluster_id: args.cluster_id.clone(),
+        system_namespace: args.system_namespace.clone(),
+        remote_cluster_timeout: args.remote_cluster_timeout,
         config_dir: match (args.config.clone(), args.kube_access()) {
             (Some(dir), _) => Some(dir),
             (None, None) => Some(PathBuf::from("examples/bookinfo")),

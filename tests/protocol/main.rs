@@ -11,6 +11,7 @@ mod ads_protocol;
 mod connections;
 mod delta_bytes;
 mod kube_source;
+mod multicluster;
 mod push_engine;
 mod request_limits;
 mod ztunnel;

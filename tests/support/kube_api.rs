@@ -756,6 +756,27 @@ struct ListQuery {
     #[serde(rename = "continue")]
     continue_token: Option<String>,
     field_selector: Option<String>,
+    label_selector: Option<String>,
+}
+
+/// Whether `object` passes a label selector, as the API server reads the
+/// equality-based one: comma-separated `key=value`, `key==value`,
+/// `key!=value`, `key` (present) or `!key` (absent) terms, all of which hold.
+fn labels_selected(object: &Value, selector: Option<&str>) -> bool {
+    let Some(selector) = selector.filter(|s| !s.is_empty()) else { return true };
+    let labels = &object["metadata"]["labels"];
+    let label = |key: &str| labels[key.trim()].as_str();
+    selector.split(',').all(|term| {
+        if let Some((key, value)) = term.split_once("!=") {
+            label(key) != Some(value.trim())
+        } else if let Some((key, value)) = term.split_once('=') {
+            label(key) == Some(value.trim_start_matches('=').trim())
+        } else if let Some(key) = term.trim().strip_prefix('!') {
+            label(key).is_none()
+        } else {
+            label(term).is_some()
+        }
+    })
 }
 
 /// Whether `object` passes a field selector, as the API server reads one:
@@ -1070,6 +1091,7 @@ async fn collection(
         .iter()
         .filter(|((g, p, ns, _), _)| *g == r.group && *p == r.plural && in_scope(ns))
         .filter(|(_, object)| selected(object, query.field_selector.as_deref()))
+        .filter(|(_, object)| labels_selected(object, query.label_selector.as_deref()))
         .skip(offset);
     let page: Vec<_> = matching.by_ref().take(limit).collect();
     let remaining = matching.count();
@@ -1120,11 +1142,13 @@ fn watch(
         (backlog, gone, objects.revision.max(from))
     };
     let fields = query.field_selector.clone();
+    let labels = query.label_selector.clone();
     let matches = move |c: &Change| {
         c.group == r.group
             && c.plural == r.plural
             && namespace.as_deref().is_none_or(|ns| ns == c.namespace)
             && selected(&c.object["object"], fields.as_deref())
+            && labels_selected(&c.object["object"], labels.as_deref())
     };
     let line = move |c: &Change| {
         let mut event = c.object.clone();

@@ -39,11 +39,7 @@ fn slices_in<'a>(snapshot: &'a StoreSnapshot, namespaces: &HashSet<&str>) -> Sli
     let mut map: SliceMap<'_> = HashMap::new();
     let slices = snapshot.kind(ConfigKind::EndpointSlice);
     for namespace in namespaces {
-        let key = |namespace: &str| ConfigKey {
-            kind: ConfigKind::EndpointSlice,
-            namespace: namespace.into(),
-            name: Arc::from(""),
-        };
+        let key = |namespace: &str| ConfigKey::new(ConfigKind::EndpointSlice, namespace, "");
         // Every key of `namespace` sorts before any of `namespace\0`.
         let range = (Bound::Included(key(namespace)), Bound::Excluded(key(&format!("{namespace}\0"))));
         add_slices(&mut map, slices.range(range).map(|(_, stored)| stored));
@@ -217,7 +213,9 @@ fn endpoints_of(
                                     .as_ref()
                                     .and_then(|r| r.namespace.as_deref())
                                     .unwrap_or(&svc.namespace);
-                                workloads.get(&crate::config::ConfigKey::new(ConfigKind::Pod, ns, name))
+                                // The Pod of the slice's own cluster.
+                                let cluster = &slice.metadata.cluster;
+                                workloads.get(&crate::config::ConfigKey::in_cluster(ConfigKind::Pod, ns, name, cluster))
                             });
                         let labels = pod.map_or_else(no_labels, |w| w.labels.clone());
                         let service_account = pod.and_then(|w| w.service_account.clone());

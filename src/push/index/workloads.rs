@@ -96,14 +96,16 @@ fn from_pod(pod: &k8s::Pod, snapshot: &StoreSnapshot) -> Option<Workload> {
         .collect();
     let node = pod.spec.node_name.as_deref().filter(|n| !n.is_empty());
     let locality = k8s::locality_label(&pod.metadata.labels).unwrap_or_else(|| {
-        let node = node.and_then(|name| snapshot.get(&ConfigKey::new(ConfigKind::Node, "", name)));
+        // A Node of the Pod's own cluster.
+        let node = node
+            .and_then(|name| snapshot.get(&ConfigKey::in_cluster(ConfigKind::Node, "", name, &pod.metadata.cluster)));
         match node.map(|stored| &stored.object) {
             Some(ConfigObject::Node(node)) => node.locality(),
             _ => String::new(),
         }
     });
     Some(Workload {
-        key: ConfigKey::new(ConfigKind::Pod, ns, &pod.metadata.name),
+        key: ConfigKey::in_cluster(ConfigKind::Pod, ns, &pod.metadata.name, &pod.metadata.cluster),
         namespace: ns.into(),
         address: ip.into(),
         labels: Arc::new(pod.metadata.labels.clone()),

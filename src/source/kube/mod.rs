@@ -64,10 +64,15 @@ use kube::runtime::watcher::{self, Event};
 use tokio::sync::{mpsc, watch};
 
 use crate::config::parse::{ISTIO_VERSIONS, SECURITY_VERSIONS, TELEMETRY_VERSIONS, parse_json};
-use crate::config::{ConfigKey, ConfigKind, Problem, Severity, SourceRef, gateway_api};
+use crate::config::{ClusterId, ConfigKey, ConfigKind, Problem, Severity, SourceRef, gateway_api};
 use crate::model::store::Write;
 use crate::model::{ChangeSet, ConfigStore};
 use crate::text::Shown;
+
+pub mod remote;
+mod status;
+
+pub use status::KubeStatus;
 
 /// Which namespaces are read: every one, or those matching a selector.
 pub type Selected = Option<Arc<BTreeSet<String>>>;
@@ -140,14 +145,17 @@ const DISCOVERED_GROUPS: [(&str, &[&str]); 5] = [
 /// Istio kind at the first version the server serves (none when Istio's
 /// CRDs are not installed: logged, and those kinds stay empty).
 pub async fn resources(client: &kube::Client) -> Result<Vec<(ConfigKind, ApiResource)>, KubeError> {
-    let mut resources = vec![
-        (ConfigKind::Service, core("Service", "services")),
-        (ConfigKind::Pod, core("Pod", "pods")),
-        (ConfigKind::Node, core("Node", "nodes")),
-        (ConfigKind::EndpointSlice, resource("discovery.k8s.io", "v1", "EndpointSlice", "endpointslices")),
-        (ConfigKind::Secret, core("Secret", "secrets")),
-        (ConfigKind::Namespace, core("Namespace", "namespaces")),
-    ];
+    let mut resources: Vec<(ConfigKind, ApiResource)> = [
+        ConfigKind::Service,
+        ConfigKind::Pod,
+        ConfigKind::Node,
+        ConfigKind::EndpointSlice,
+        ConfigKind::Secret,
+        ConfigKind::Namespace,
+    ]
+    .into_iter()
+    .map(|kind| (kind, api_resource(kind)))
+    .collect();
     for (name, versions) in DISCOVERED_GROUPS {
         let group = match kube::discovery::group(client, name).await {
             Ok(group) => Some(group),
@@ -193,6 +201,19 @@ fn watch_config(kind: ConfigKind) -> watcher::Config {
     }
 }
 
+/// The resource of a kind every API server serves (core and discovery).
+fn api_resource(kind: ConfigKind) -> ApiResource {
+    match kind {
+        ConfigKind::Service => core("Service", "services"),
+        ConfigKind::Pod => core("Pod", "pods"),
+        ConfigKind::Node => core("Node", "nodes"),
+        ConfigKind::EndpointSlice => resource("discovery.k8s.io", "v1", "EndpointSlice", "endpointslices"),
+        ConfigKind::Secret => core("Secret", "secrets"),
+        ConfigKind::Namespace => core("Namespace", "namespaces"),
+        other => unreachable!("{other} is found by discovery"),
+    }
+}
+
 fn core(kind: &str, plural: &str) -> ApiResource {
     resource("", "v1", kind, plural)
 }
@@ -202,82 +223,17 @@ fn resource(group: &str, version: &str, kind: &str, plural: &str) -> ApiResource
     ApiResource { group: group.into(), version: version.into(), api_version, kind: kind.into(), plural: plural.into() }
 }
 
-/// What the watchers report: each object's problems, and which kinds have
-/// not had their first list applied yet. Cheap to clone.
-#[derive(Debug, Clone)]
-pub struct KubeStatus {
-    inner: Arc<parking_lot::Mutex<StatusInner>>,
-    synced: watch::Sender<Option<u64>>,
-}
-
-#[derive(Debug, Default)]
-struct StatusInner {
-    /// The current problems of each object that has any.
-    problems: HashMap<ConfigKey, Vec<Problem>>,
-    /// Kinds still waiting for their first complete list.
-    pending: BTreeSet<ConfigKind>,
-    /// The highest store revision written by a first list so far.
-    revision: u64,
-}
-
-impl KubeStatus {
-    /// A status whose watchers of `kinds` have not listed yet.
-    pub(crate) fn new(kinds: impl IntoIterator<Item = ConfigKind>) -> KubeStatus {
-        let pending: BTreeSet<ConfigKind> = kinds.into_iter().collect();
-        let synced = watch::Sender::new(pending.is_empty().then_some(0));
-        KubeStatus { inner: Arc::new(parking_lot::Mutex::new(StatusInner { pending, ..Default::default() })), synced }
-    }
-
-    /// Every object's current problems, sorted by source.
-    pub fn problems(&self) -> Vec<Problem> {
-        let mut problems: Vec<Problem> = self.inner.lock().problems.values().flatten().cloned().collect();
-        problems.sort_by(|a, b| (&a.source.file, a.severity).cmp(&(&b.source.file, b.severity)));
-        problems
-    }
-
-    /// Kinds whose first list has not been applied yet.
-    pub fn pending(&self) -> Vec<ConfigKind> {
-        self.inner.lock().pending.iter().copied().collect()
-    }
-
-    /// Waits until every kind's first list is applied; the store revision
-    /// that holds them all.
-    pub async fn wait_synced(&self) -> u64 {
-        let mut rx = self.synced.subscribe();
-        match rx.wait_for(Option::is_some).await {
-            Ok(revision) => revision.unwrap_or(0),
-            // The sender lives in `self`: it cannot be gone while we wait.
-            Err(_) => 0,
-        }
-    }
-
-    fn set_problems(&self, key: &ConfigKey, problems: Vec<Problem>) {
-        let mut inner = self.inner.lock();
-        if problems.is_empty() {
-            inner.problems.remove(key);
-        } else {
-            inner.problems.insert(key.clone(), problems);
-        }
-    }
-
-    fn listed(&self, kind: ConfigKind, revision: u64) {
-        let mut inner = self.inner.lock();
-        inner.revision = inner.revision.max(revision);
-        if inner.pending.remove(&kind) && inner.pending.is_empty() {
-            let revision = inner.revision;
-            drop(inner);
-            tracing::info!(revision, "every Kubernetes watcher's first list is applied");
-            self.synced.send_replace(Some(revision));
-        }
-    }
-}
-
 /// Starts one watcher per resource, writing into `store` and sending each
 /// change set on `changes`, reading only the namespaces `selectors` pick
 /// (any of them; none: every namespace) and, for a server of `revision`,
 /// only the Istio objects for it. The watchers run until aborted.
+///
+/// The objects are of `cluster`. A remote cluster's watcher takes over what
+/// the store holds of its kind and cluster: its first list deletes what the
+/// list no longer has (what the watchers of a kubeconfig replaced left).
 pub fn start(
     client: kube::Client,
+    cluster: ClusterId,
     resources: Vec<(ConfigKind, ApiResource)>,
     selectors: Vec<kube::core::Selector>,
     revision: Option<&str>,
@@ -293,14 +249,27 @@ pub fn start(
         tasks.push(tokio::spawn(watch_namespaces(client.clone(), selectors, tx)));
         rx
     };
+    let snapshot = store.snapshot();
     for (kind, resource) in resources {
+        // The local cluster's keys are the files' and the registry API's
+        // too: only a remote cluster's are all its watchers'.
+        let held = match cluster.is_local() {
+            true => HashMap::new(),
+            false => snapshot
+                .kind(kind)
+                .iter()
+                .filter(|(key, _)| key.cluster == cluster)
+                .map(|(key, _)| (key.clone(), Arc::from("")))
+                .collect(),
+        };
         let watch = KindWatch {
             kind,
             resource,
+            cluster: cluster.clone(),
             store: store.clone(),
             changes: changes.clone(),
             status: status.clone(),
-            held: HashMap::new(),
+            held,
             revision: revision.map(Arc::from),
         };
         tasks.push(tokio::spawn(watch.run(client.clone(), namespaces.clone())));
@@ -374,6 +343,8 @@ async fn watch_namespaces(
 struct KindWatch {
     kind: ConfigKind,
     resource: ApiResource,
+    /// The cluster the objects are read from.
+    cluster: ClusterId,
     store: Arc<ConfigStore>,
     changes: mpsc::Sender<ChangeSet>,
     status: KubeStatus,
@@ -494,25 +465,30 @@ impl KindWatch {
                     // The backoff retries; a relist follows a watch that
                     // cannot resume (410 Gone).
                     let text = e.to_string();
-                    tracing::warn!(kind = %self.kind, "watching the Kubernetes API: {}; retrying", Shown(&text));
+                    let cluster = self.cluster.remote_id().unwrap_or("local");
+                    tracing::warn!(kind = %self.kind, cluster, "watching the Kubernetes API: {}; retrying", Shown(&text));
+                    self.status.set_error(self.kind, Some(Shown(&text).to_string()));
+                    continue;
                 }
             }
+            self.status.set_error(self.kind, None);
         }
     }
 
     fn key_of(&self, object: &DynamicObject) -> ConfigKey {
         let namespace = object.metadata.namespace.as_deref().filter(|n| !n.is_empty()).unwrap_or("default");
         let namespace = if self.kind.is_cluster_scoped() { "" } else { namespace };
-        ConfigKey::new(self.kind, namespace, object.metadata.name.as_deref().unwrap_or_default())
+        ConfigKey::in_cluster(self.kind, namespace, object.metadata.name.as_deref().unwrap_or_default(), &self.cluster)
     }
 
     fn parse(&self, mut object: DynamicObject) -> Parsed {
         let key = self.key_of(&object);
         let resource_version: Arc<str> = object.metadata.resource_version.as_deref().unwrap_or_default().into();
+        let cluster = self.cluster.remote_id().map(|c| format!("{c}/")).unwrap_or_default();
         let label = if key.namespace.is_empty() {
-            format!("k8s:{}/{}@{}", self.kind, key.name, resource_version)
+            format!("k8s:{cluster}{}/{}@{}", self.kind, key.name, resource_version)
         } else {
-            format!("k8s:{}/{}/{}@{}", self.kind, key.namespace, key.name, resource_version)
+            format!("k8s:{cluster}{}/{}/{}@{}", self.kind, key.namespace, key.name, resource_version)
         };
         // List items carry no apiVersion and kind: the resource says them.
         object.types = Some(kube::api::TypeMeta {
@@ -533,11 +509,20 @@ impl KindWatch {
             }
         };
         drop(object);
-        let parsed = parse_json(&label, &json);
+        let mut parsed = parse_json(&label, &json);
         let refused = parsed.has_errors();
+        for problem in &mut parsed.problems {
+            if let Some(object) = &mut problem.object {
+                object.cluster = self.cluster.clone();
+            }
+        }
         let put = parsed
             .objects
             .into_iter()
+            .map(|(mut object, source)| {
+                object.meta_mut().cluster = self.cluster.clone();
+                (object, source)
+            })
             .find(|(o, _)| o.key() == key)
             .filter(|_| !refused)
             .map(|(object, source)| Write::Put(object, source));
