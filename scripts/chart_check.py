@@ -68,6 +68,7 @@ VARIANTS = {
     },
     "revision canary": {"revision": "canary"},
     "ambient mode": {"ambient": {"enabled": True}},
+    "a remote cluster": {"remote": True},
 }
 
 # Istio's injection webhooks: name → (namespaceSelector, objectSelector),
@@ -190,8 +191,29 @@ def check_webhooks(variant, values, kinds):
         fail(f"{variant}: validation calls {hook.get('clientConfig')}")
 
 
+def check_remote(variant, kinds):
+    """A remote cluster's install is its reader alone, read-only on the registry."""
+    wanted = {"ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Secret"}
+    if set(kinds) != wanted:
+        fail(f"{variant}: rendered kinds {sorted(kinds)}, expected {sorted(wanted)}")
+        return
+    verbs = {v for rule in kinds["ClusterRole"][0]["rules"] for v in rule["verbs"]}
+    if verbs != {"get", "list", "watch"}:
+        fail(f"{variant}: the reader may {sorted(verbs)}, not only read")
+    resources = {r for rule in kinds["ClusterRole"][0]["rules"] for r in rule["resources"]}
+    if resources != {"services", "pods", "nodes", "namespaces", "endpointslices"}:
+        fail(f"{variant}: the reader reads {sorted(resources)}")
+    token = kinds["Secret"][0]
+    if token.get("type") != "kubernetes.io/service-account-token" or \
+            token["metadata"]["annotations"].get("kubernetes.io/service-account.name") != "meshpush-reader":
+        fail(f"{variant}: the reader's token Secret is {token}")
+
+
 def check_objects(variant, values, objects):
     kinds = by_kind(objects)
+    if values.get("remote"):
+        check_remote(variant, kinds)
+        return
     wanted = {"Deployment", "Service", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding", "ConfigMap",
               "MutatingWebhookConfiguration"}
     if values.get("webhooks", {}).get("configValidation", True):

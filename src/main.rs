@@ -124,6 +124,27 @@ enum Command {
         #[command(subcommand)]
         action: Option<iptables::CaptureAction>,
     },
+    /// Print the remote secret that lets a primary meshpush read a remote
+    /// cluster, as `istioctl create-remote-secret` does: a kubeconfig of
+    /// that cluster with its reader service account's token.
+    CreateRemoteSecret {
+        /// The remote cluster's kubeconfig (its current context).
+        #[arg(long)]
+        kubeconfig: PathBuf,
+        /// The remote cluster's id in the mesh (a DNS label).
+        #[arg(long)]
+        name: String,
+        /// The namespace of the reader service account in the remote
+        /// cluster, and of the secret in the primary.
+        #[arg(short = 'n', long, default_value = "istio-system")]
+        namespace: String,
+        /// The reader service account (the chart's with `remote: true`).
+        #[arg(long, default_value = "meshpush-reader")]
+        service_account: String,
+        /// The API server address the primary dials (default: the kubeconfig's).
+        #[arg(long)]
+        server: Option<String>,
+    },
     /// Print the version.
     Version,
 }
@@ -247,6 +268,26 @@ fn init_tracing(level: &str, format: LogFormat) {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
+        Command::CreateRemoteSecret { kubeconfig, name, namespace, service_account, server } => {
+            let request = meshpush::cli::remote_secret::RemoteSecretRequest {
+                kubeconfig: &kubeconfig,
+                name: &name,
+                namespace: &namespace,
+                service_account: &service_account,
+                server: server.as_deref(),
+            };
+            let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("tokio runtime");
+            match runtime.block_on(meshpush::cli::remote_secret::create(&request)) {
+                Ok(yaml) => {
+                    print!("{yaml}");
+                    ExitCode::SUCCESS
+                }
+                Err(e) => {
+                    eprintln!("meshpush create-remote-secret: {e}");
+                    ExitCode::FAILURE
+                }
+            }
+        }
         Command::Version => {
             println!("meshpush {}", env!("CARGO_PKG_VERSION"));
             ExitCode::SUCCESS

@@ -1,8 +1,9 @@
 //! The operator commands that talk to a running meshpush: `proxy-status` and
 //! `proxy-config` through its admin address, shaped like `istioctl`'s, and
 //! `apply`/`delete` through its registry API, shaped like `kubectl`'s;
-//! and `jwt`, which makes service-account tokens for a mesh without
-//! Kubernetes.
+//! `jwt`, which makes service-account tokens for a mesh without
+//! Kubernetes; and `create-remote-secret`, which reads a remote cluster's
+//! reader token through its API and prints the Secret a primary reads it by.
 //!
 //! They read only the admin JSON endpoints (`/debug/syncz`,
 //! `/debug/config_dump`), so they work against any meshpush an operator can
@@ -13,6 +14,7 @@ pub mod apply;
 pub mod jwt;
 pub mod proxy_config;
 pub mod proxy_status;
+pub mod remote_secret;
 pub mod table;
 
 /// Why a command failed.

@@ -241,3 +241,45 @@ fn a_remote_cluster_that_goes_away_keeps_its_endpoints_and_one_that_never_syncs_
     assert!(started.elapsed() >= Duration::from_secs(2), "ready before the timeout: {:?}", started.elapsed());
     assert_eq!(remote(&late, "cluster3").unwrap()["phase"], "timeout");
 }
+
+#[test]
+fn create_remote_secret_prints_the_secret_a_primary_reads_the_remote_cluster_by() {
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let local = cluster(&[("reviews-1", "10.1.0.1")]);
+    let second = cluster(&[("reviews-2", "10.2.0.1")]);
+    // The reader's token, as the chart's remote install and Kubernetes'
+    // token controller leave it.
+    let token = base64::engine::general_purpose::STANDARD.encode("reader-token");
+    second.put(&format!(
+        "apiVersion: v1\nkind: Secret\ntype: kubernetes.io/service-account-token\nmetadata:\n  name: meshpush-reader-token\n  \
+         namespace: istio-system\n  annotations: {{kubernetes.io/service-account.name: meshpush-reader}}\ndata: {{token: {token}}}\n"
+    ));
+    let kubeconfig = tempfile::NamedTempFile::new().unwrap();
+    std::fs::write(kubeconfig.path(), second.kubeconfig()).unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_meshpush"))
+        .args(["create-remote-secret", "--name", "cluster2", "--kubeconfig"])
+        .arg(kubeconfig.path())
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "create-remote-secret: {}", String::from_utf8_lossy(&out.stderr));
+    let secret = String::from_utf8(out.stdout).unwrap();
+    assert!(secret.contains("token: reader-token") && secret.contains("istio-remote-secret-cluster2"), "{secret}");
+
+    let (mesh, _kubeconfig) = start(&local, &[]);
+    let mut eds = rt.block_on(Eds::open(&mesh));
+    rt.block_on(eds.wait_for(&["10.1.0.1"], &mesh));
+    local.put(secret.trim_end().trim_end_matches("---"));
+    rt.block_on(eds.wait_for(&["10.1.0.1", "10.2.0.1"], &mesh));
+    assert!(!mesh.log().contains("reader-token"), "the token is never logged");
+
+    // Without the reader's token there is nothing to print, and it says why.
+    second.delete("Secret", "istio-system", "meshpush-reader-token");
+    let out = Command::new(env!("CARGO_BIN_EXE_meshpush"))
+        .args(["create-remote-secret", "--name", "cluster2", "--kubeconfig"])
+        .arg(kubeconfig.path())
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let why = String::from_utf8_lossy(&out.stderr);
+    assert!(why.contains("no token Secret of service account istio-system/meshpush-reader"), "{why}");
+}
