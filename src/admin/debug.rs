@@ -67,6 +67,10 @@ pub struct ProxySync {
     pub conn_id: u64,
     /// Envoy's `node.cluster`.
     pub cluster: String,
+    /// The Kubernetes cluster the proxy runs in: its `CLUSTER_ID` metadata,
+    /// else meshpush's own `--cluster-id` (as istiod defaults it).
+    #[serde(default)]
+    pub cluster_id: String,
     /// The proxy's `ISTIO_VERSION` metadata, if any.
     pub proxy_version: Option<String>,
     /// meshpush's version (Istio's ISTIOD column).
@@ -104,13 +108,15 @@ pub fn sorted_connections(state: &AdminState) -> Vec<Arc<ConnectionHandle>> {
 }
 
 /// The sync view of one connection.
-pub fn proxy_sync(conn: &ConnectionHandle, status: &StreamStatus) -> ProxySync {
+pub fn proxy_sync(conn: &ConnectionHandle, status: &StreamStatus, own_cluster: &str) -> ProxySync {
     // What a client sent is shown bounded (`text::Shown`): one client's
     // megabyte of node id must not become a megabyte of every answer.
+    let cluster_id = conn.proxy.metadata.get("CLUSTER_ID").filter(|c| !c.is_empty()).map_or(own_cluster, |c| c);
     ProxySync {
         proxy: shown(&conn.proxy.id).into_owned(),
         conn_id: conn.id,
         cluster: shown(&conn.proxy.cluster).into_owned(),
+        cluster_id: shown(cluster_id).into_owned(),
         proxy_version: conn.proxy.metadata.get("ISTIO_VERSION").map(|v| shown(v).into_owned()),
         meshpush_version: VERSION.to_string(),
         types: STATUS_ORDER.iter().map(|t| type_sync(*t, status.get(*t))).collect(),
@@ -120,7 +126,8 @@ pub fn proxy_sync(conn: &ConnectionHandle, status: &StreamStatus) -> ProxySync {
 /// `GET /debug/syncz`: per connection and type, sent and ACKed nonce and
 /// version, the sync state and the last NACK.
 pub async fn syncz(State(state): State<AdminState>) -> Json<Vec<ProxySync>> {
-    Json(sorted_connections(&state).iter().map(|c| proxy_sync(c, &state.status(c.id))).collect())
+    let own = state.cluster_id();
+    Json(sorted_connections(&state).iter().map(|c| proxy_sync(c, &state.status(c.id), &own)).collect())
 }
 
 /// One entry of `/debug/connections`.

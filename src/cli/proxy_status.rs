@@ -30,7 +30,7 @@ pub fn render(proxies: &[ProxySync]) -> String {
         let state = |t: &str| p.state(t).map(|s| s.status.clone()).unwrap_or_else(|| "NOT SENT".into());
         table.row(vec![
             short_name(&p.proxy).to_string(),
-            p.cluster.clone(),
+            p.cluster_id.clone(),
             state("cds"),
             state("lds"),
             state("eds"),
@@ -50,6 +50,22 @@ pub fn run(admin: &str) -> Result<String, CliError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_cluster_column_is_the_proxys_cluster_id() {
+        let proxy = ProxySync {
+            proxy: "sidecar~10.0.0.1~reviews-v1.default~default.svc.cluster.local".into(),
+            conn_id: 1,
+            cluster: "reviews.default".into(),
+            cluster_id: "cluster2".into(),
+            proxy_version: None,
+            meshpush_version: "0".into(),
+            types: Vec::new(),
+        };
+        let table = render(&[proxy]);
+        let row = table.lines().nth(1).unwrap();
+        assert!(row.contains("cluster2") && !row.contains("reviews.default "), "{table}");
+    }
 
     #[test]
     fn short_names_are_pod_dot_namespace() {
