@@ -392,7 +392,6 @@ pub async fn run(options: ServeOptions) -> anyhow::Result<()> {
         ))
     });
     let admin_state = crate::admin::AdminState::new(ads_service);
-    admin_state.set_cluster_id(&options.cluster_id);
     for problem in &options.mesh_problems {
         tracing::warn!("mesh config {problem}");
     }

@@ -64,8 +64,6 @@ pub struct AdminState {
     kube: Arc<OnceLock<KubeStatus>>,
     /// The remote clusters read, when Kubernetes is.
     remotes: Arc<OnceLock<RemoteClusters>>,
-    /// meshpush's own cluster id (`--cluster-id`).
-    cluster_id: Arc<OnceLock<String>>,
     /// Reference problems of the served store.
     references: ReferenceReport,
     /// What the mesh config file sets that meshpush does not apply.
@@ -81,7 +79,6 @@ impl AdminState {
             source: Arc::new(OnceLock::new()),
             kube: Arc::new(OnceLock::new()),
             remotes: Arc::new(OnceLock::new()),
-            cluster_id: Arc::new(OnceLock::new()),
             references: ReferenceReport::new(),
             mesh: Arc::new(OnceLock::new()),
         }
@@ -107,14 +104,9 @@ impl AdminState {
         let _ = self.remotes.set(remotes);
     }
 
-    /// Sets meshpush's own cluster id (once; later calls are ignored).
-    pub fn set_cluster_id(&self, id: &str) {
-        let _ = self.cluster_id.set(id.to_string());
-    }
-
-    /// meshpush's own cluster id (Istio's default, `Kubernetes`, until set).
+    /// meshpush's own cluster id (`--cluster-id`), as the served mesh says it.
     pub fn cluster_id(&self) -> String {
-        self.cluster_id.get().cloned().unwrap_or_else(|| "Kubernetes".to_string())
+        self.engine.snapshot().mesh.cluster_id.to_string()
     }
 
     /// The remote clusters' controller, when Kubernetes is read.

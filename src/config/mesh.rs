@@ -91,7 +91,13 @@ pub struct MeshConfig {
     pub cluster_local_hosts: cluster_local::ClusterLocalHosts,
     /// Ambient mode's switches (istiod's environment, meshpush's flags).
     pub ambient: AmbientSettings,
+    /// This cluster's id (istiod's `CLUSTER_ID`, meshpush's `--cluster-id`):
+    /// the cluster of every object that is not a remote cluster's.
+    pub cluster_id: Arc<str>,
 }
+
+/// Istio's cluster id when none is set.
+pub const DEFAULT_CLUSTER_ID: &str = "Kubernetes";
 
 /// Ambient mode's switches, as istiod reads them from its environment.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
@@ -125,6 +131,7 @@ impl Default for MeshConfig {
             trust_anchors: trust_anchors::TrustAnchors::default(),
             cluster_local_hosts: cluster_local::ClusterLocalHosts::default(),
             ambient: AmbientSettings::default(),
+            cluster_id: DEFAULT_CLUSTER_ID.into(),
         }
     }
 }

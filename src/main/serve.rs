@@ -278,6 +278,7 @@ impl ServeArgs {
             skip_validate_trust_domain: Some(self.skip_validate_trust_domain),
             enable_ambient: Some(self.enable_ambient),
             ambient_dry_run_policies: Some(self.ambient_dry_run_policies),
+            cluster_id: Some(self.cluster_id.clone()),
             ..Default::default()
         }
     }

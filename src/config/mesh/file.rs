@@ -112,6 +112,8 @@ pub struct MeshSettings {
     pub enable_ambient: Option<bool>,
     /// istiod's `AMBIENT_ENABLE_DRY_RUN_AUTHORIZATION_POLICY` (a flag, never the file).
     pub ambient_dry_run_policies: Option<bool>,
+    /// istiod's `CLUSTER_ID` (a flag, never the file).
+    pub cluster_id: Option<String>,
     /// The fields set that meshpush does not apply, each with its path.
     pub problems: Vec<Problem>,
 }
@@ -364,6 +366,7 @@ impl MeshSettings {
             skip_validate_trust_domain: None,
             enable_ambient: None,
             ambient_dry_run_policies: None,
+            cluster_id: None,
             problems,
         })
     }
@@ -410,6 +413,7 @@ impl MeshSettings {
             skip_validate_trust_domain: over.skip_validate_trust_domain.or(self.skip_validate_trust_domain),
             enable_ambient: over.enable_ambient.or(self.enable_ambient),
             ambient_dry_run_policies: over.ambient_dry_run_policies.or(self.ambient_dry_run_policies),
+            cluster_id: over.cluster_id.or(self.cluster_id),
             problems: self.problems.into_iter().chain(over.problems).collect(),
         }
     }
@@ -527,6 +531,7 @@ impl MeshSettings {
                 enabled: self.enable_ambient.unwrap_or(false),
                 dry_run_policies: self.ambient_dry_run_policies.unwrap_or(false),
             },
+            cluster_id: self.cluster_id.as_deref().map_or(default.cluster_id, Arc::from),
         }
     }
 }

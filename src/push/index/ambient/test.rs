@@ -458,3 +458,34 @@ fn services_and_workloads_bind_to_a_ready_waypoint_as_istiod_binds_them() {
     assert_eq!(bound.hosts, ["web.demo.svc.cluster.local"]);
     assert!(bound.workload_ips.is_empty());
 }
+
+#[test]
+fn pods_of_two_clusters_with_one_name_are_two_workloads_each_of_its_cluster() {
+    use crate::workload_api::workload::address::Type;
+    let yaml = "apiVersion: v1\nkind: Pod\nmetadata: {name: web-0, namespace: demo}\nspec: {nodeName: n1}\n\
+                status: {podIP: 10.0.0.1, phase: Running}\n";
+    let store = crate::model::ConfigStore::new();
+    let parsed = crate::config::parse::parse_documents("test.yaml", yaml);
+    let (local, source) = parsed.objects.into_iter().next().unwrap();
+    let mut remote = local.clone();
+    remote.meta_mut().cluster = crate::config::ClusterId::remote("east");
+    if let crate::config::ConfigObject::Pod(pod) = &mut remote {
+        pod.status.pod_ip = Some("10.1.0.1".into());
+    }
+    use crate::model::store::Write;
+    let changes = store.apply([Write::Put(local, source.clone()), Write::Put(remote, source)]);
+    let mesh = crate::config::mesh::MeshConfig { cluster_id: "west".into(), ..Default::default() };
+    let waypoints = super::waypoint::Waypoints::build(&changes.snapshot, "");
+    let inputs = super::address::Inputs {
+        mesh: &mesh,
+        selector_policies: &[],
+        peer_authentications: &[],
+        waypoints: &waypoints,
+    };
+    let found: std::collections::BTreeMap<String, _> =
+        super::address::addresses(&changes.snapshot, &inputs).into_iter().collect();
+    let names: Vec<&str> = found.keys().map(String::as_str).collect();
+    assert_eq!(names, ["east//Pod/demo/web-0", "west//Pod/demo/web-0"], "uids name each Pod's cluster");
+    let Some(Type::Workload(w)) = &found["east//Pod/demo/web-0"].r#type else { panic!("a workload") };
+    assert_eq!(w.cluster_id, "east");
+}

@@ -46,10 +46,6 @@ use crate::workload_api::workload::{
 };
 use service::{Origin, numeric_target_port, se_ports, select_services};
 
-/// The cluster id in workload uids: istiod's default, which meshpush, one
-/// registry, uses for it.
-pub const CLUSTER_ID: &str = "Kubernetes";
-
 /// The label of the system namespace that names the local cluster's network.
 pub const NETWORK_LABEL: &str = "topology.istio.io/network";
 
@@ -131,7 +127,8 @@ pub fn addresses(store: &StoreSnapshot, inputs: &Inputs<'_>) -> Vec<(String, Add
     for stored in store.kind(ConfigKind::WorkloadEntry).values() {
         if let ConfigObject::WorkloadEntry(we) = &stored.object {
             let uid = format!(
-                "{CLUSTER_ID}/networking.istio.io/WorkloadEntry/{}/{}",
+                "{}/networking.istio.io/WorkloadEntry/{}/{}",
+                builder.cluster(&we.metadata),
                 we.metadata.namespace(),
                 we.metadata.name
             );
@@ -143,7 +140,8 @@ pub fn addresses(store: &StoreSnapshot, inputs: &Inputs<'_>) -> Vec<(String, Add
         if let ConfigObject::ServiceEntry(se) = &stored.object {
             for (endpoint, hosts) in service_entry_endpoints(se) {
                 let uid = format!(
-                    "{CLUSTER_ID}/networking.istio.io/ServiceEntry/{}/{}/{}",
+                    "{}/networking.istio.io/ServiceEntry/{}/{}/{}",
+                    builder.cluster(&se.metadata),
                     se.metadata.namespace(),
                     se.metadata.name,
                     endpoint.address
@@ -203,6 +201,12 @@ struct Builder<'a> {
 }
 
 impl<'a> Builder<'a> {
+    /// The cluster an object was read from, by id: a remote one's, else
+    /// this cluster's (`--cluster-id`), as workload uids name it.
+    fn cluster<'m>(&'m self, meta: &'m ObjectMeta) -> &'m str {
+        meta.cluster.remote_id().unwrap_or(&self.inputs.mesh.cluster_id)
+    }
+
     fn new(store: &'a StoreSnapshot, inputs: &'a Inputs<'a>) -> Builder<'a> {
         let network = network(store, inputs.mesh);
         let trust_domain = match &*inputs.mesh.trust_domain {
@@ -336,7 +340,7 @@ impl<'a> Builder<'a> {
             services.insert(info.key.clone(), PortList { ports });
         }
         let mut w = Workload {
-            uid: format!("{CLUSTER_ID}//Pod/{ns}/{}", pod.metadata.name),
+            uid: format!("{}//Pod/{ns}/{}", self.cluster(&pod.metadata), pod.metadata.name),
             name: pod.metadata.name.clone(),
             namespace: ns.to_string(),
             addresses,
@@ -349,8 +353,8 @@ impl<'a> Builder<'a> {
                 WorkloadStatus::Unhealthy as i32
             },
             trust_domain: self.trust_domain.clone(),
-            cluster_id: CLUSTER_ID.to_string(),
-            locality: pod.spec.node_name.as_deref().and_then(|n| self.node_locality(n)),
+            cluster_id: self.cluster(&pod.metadata).to_string(),
+            locality: pod.spec.node_name.as_deref().and_then(|n| self.node_locality(n, &pod.metadata.cluster)),
             workload_name,
             workload_type: WorkloadType::Pod as i32,
             canonical_name,
@@ -431,7 +435,7 @@ impl<'a> Builder<'a> {
             network: spec.network.clone().unwrap_or_else(|| self.network.clone()),
             service_account: spec.service_account.clone().unwrap_or_default(),
             trust_domain: self.trust_domain.clone(),
-            cluster_id: CLUSTER_ID.to_string(),
+            cluster_id: self.cluster(meta).to_string(),
             locality,
             workload_name: name,
             workload_type: WorkloadType::Pod as i32,
@@ -483,7 +487,11 @@ impl<'a> Builder<'a> {
             }
             let Some(addresses) = ip_bytes(endpoint.addresses.iter().map(String::as_str).collect()) else { continue };
             out.push(Workload {
-                uid: format!("{CLUSTER_ID}/discovery.k8s.io/EndpointSlice/{ns}/{}/{first}", slice.metadata.name),
+                uid: format!(
+                    "{}/discovery.k8s.io/EndpointSlice/{ns}/{}/{first}",
+                    self.cluster(&slice.metadata),
+                    slice.metadata.name
+                ),
                 name: slice.metadata.name.clone(),
                 namespace: ns.to_string(),
                 addresses,
@@ -495,7 +503,7 @@ impl<'a> Builder<'a> {
                 } else {
                     WorkloadStatus::Unhealthy as i32
                 },
-                cluster_id: CLUSTER_ID.to_string(),
+                cluster_id: self.cluster(&slice.metadata).to_string(),
                 network_mode: NetworkMode::HostNetwork as i32,
                 ..Workload::default()
             });
@@ -504,8 +512,8 @@ impl<'a> Builder<'a> {
     }
 
     /// The locality of a Node, from its topology labels.
-    fn node_locality(&self, node: &str) -> Option<Locality> {
-        let stored = self.store.get(&crate::config::ConfigKey::new(ConfigKind::Node, "", node))?;
+    fn node_locality(&self, node: &str, cluster: &crate::config::ClusterId) -> Option<Locality> {
+        let stored = self.store.get(&crate::config::ConfigKey::in_cluster(ConfigKind::Node, "", node, cluster))?;
         let labels = &stored.object.meta().labels;
         let get = |label: &str, beta: Option<&str>| {
             labels.get(label).or_else(|| beta.and_then(|b| labels.get(b))).cloned().unwrap_or_default()
