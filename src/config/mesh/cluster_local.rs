@@ -8,9 +8,10 @@
 //! (`pilot/pkg/model/cluster_local.go`), and the result is the mesh
 //! config's `clusterLocalHosts`, shown on `/debug/configz`.
 //!
-//! What it changes: nothing meshpush serves today. istiod drops the
-//! endpoints of other clusters for a cluster-local host; meshpush serves
-//! one cluster, so every endpoint is already the proxy's own cluster's.
+//! What it changes: nothing meshpush serves yet, and a warning says so.
+//! istiod drops the endpoints of other clusters for a cluster-local host;
+//! meshpush serves every cluster's (the remote clusters' of
+//! `source::kube::remote` included), which with one cluster is the same.
 //! (istiod also gives a proxy whose `CLUSTER_ID` is not its registry's
 //! cluster no endpoints at all for these hosts; meshpush's endpoints are
 //! generated per cluster, not per proxy, and do not copy that.)
@@ -36,9 +37,10 @@ pub const DOMAIN_SUFFIX: &str = "cluster.local";
 
 /// What the mesh config's report says of `serviceSettings` that list hosts.
 pub const ONE_CLUSTER: &str = "is validated and resolved (the cluster-local hosts are shown on /debug/configz), \
-                               but has no effect on what is served: with one cluster every endpoint is the \
-                               cluster's own, so keeping a host to its own cluster's endpoints changes nothing; \
-                               it matters when meshpush serves several clusters";
+                               but has no effect on what is served yet: a cluster-local host is served with the \
+                               endpoints of every cluster meshpush reads (with one cluster, every endpoint is \
+                               the cluster's own, and nothing changes); keeping it to the proxy's own cluster \
+                               among several clusters is not built yet";
 
 /// One `serviceSettings` entry: the settings of the hosts it lists.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]

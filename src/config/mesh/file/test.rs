@@ -352,7 +352,9 @@ fn service_settings_are_resolved_and_reported_as_without_effect_on_one_cluster()
                 - settings: {cluster_local: true}\n  hosts: ['*.prod.svc.cluster.local']\n";
     let settings = MeshSettings::parse("mesh.yaml", text).unwrap();
     assert_eq!(problem_paths(&settings), [("serviceSettings", cluster_local::ONE_CLUSTER)], "one warning, no more");
-    for says in ["validated and resolved", "/debug/configz", "no effect", "one cluster", "several clusters"] {
+    for says in
+        ["validated and resolved", "/debug/configz", "no effect", "one cluster", "several clusters", "every cluster"]
+    {
         assert!(cluster_local::ONE_CLUSTER.contains(says), "{says}");
     }
     let hosts = settings.mesh_config().cluster_local_hosts;
