@@ -269,15 +269,18 @@ fn addresses_of(yaml: &str) -> std::collections::BTreeMap<String, crate::workloa
     let parsed = crate::config::parse::parse_documents("test.yaml", yaml);
     assert!(!parsed.has_errors(), "{:?}", parsed.problems);
     let changes = store.apply(parsed.objects.into_iter().map(|(o, s)| crate::model::store::Write::Put(o, s)));
-    let mesh = crate::config::mesh::MeshConfig::default();
-    let waypoints = super::waypoint::Waypoints::build(&changes.snapshot, "");
-    let inputs = super::address::Inputs {
-        mesh: &mesh,
-        selector_policies: &[],
-        peer_authentications: &[],
-        waypoints: &waypoints,
-    };
-    super::address::addresses(&changes.snapshot, &inputs).into_iter().collect()
+    addresses_in(&changes.snapshot, &crate::config::mesh::MeshConfig::default())
+}
+
+/// The addresses of a store's objects under `mesh`, by name.
+fn addresses_in(
+    snapshot: &crate::model::StoreSnapshot,
+    mesh: &crate::config::mesh::MeshConfig,
+) -> std::collections::BTreeMap<String, crate::workload_api::workload::Address> {
+    let waypoints = super::waypoint::Waypoints::build(snapshot, "");
+    let inputs =
+        super::address::Inputs { mesh, selector_policies: &[], peer_authentications: &[], waypoints: &waypoints };
+    super::address::addresses(snapshot, &inputs).into_iter().collect()
 }
 
 #[test]
@@ -475,15 +478,7 @@ fn pods_of_two_clusters_with_one_name_are_two_workloads_each_of_its_cluster() {
     use crate::model::store::Write;
     let changes = store.apply([Write::Put(local, source.clone()), Write::Put(remote, source)]);
     let mesh = crate::config::mesh::MeshConfig { cluster_id: "west".into(), ..Default::default() };
-    let waypoints = super::waypoint::Waypoints::build(&changes.snapshot, "");
-    let inputs = super::address::Inputs {
-        mesh: &mesh,
-        selector_policies: &[],
-        peer_authentications: &[],
-        waypoints: &waypoints,
-    };
-    let found: std::collections::BTreeMap<String, _> =
-        super::address::addresses(&changes.snapshot, &inputs).into_iter().collect();
+    let found = addresses_in(&changes.snapshot, &mesh);
     let names: Vec<&str> = found.keys().map(String::as_str).collect();
     assert_eq!(names, ["east//Pod/demo/web-0", "west//Pod/demo/web-0"], "uids name each Pod's cluster");
     let Some(Type::Workload(w)) = &found["east//Pod/demo/web-0"].r#type else { panic!("a workload") };
