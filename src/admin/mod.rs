@@ -15,7 +15,7 @@
 //! | `/debug/connections` | connected streams |
 //! | `/debug/push_status` | the last push, per-type totals |
 //! | `/debug/scopes` | scopes, their members and visible services |
-//! | `/debug/configz` | the mesh config served, objects with their source file, validation problems, what ztunnel and proxyless gRPC do not apply of each |
+//! | `/debug/configz` | the mesh config served, the remote clusters read (and the remote secrets' keys that are not), objects with their source file and cluster, validation problems, what ztunnel and proxyless gRPC do not apply of each |
 //! | `/` | the status page |
 //!
 //! The admin server runs on a runtime of its own (see `serve`), and what
