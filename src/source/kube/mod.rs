@@ -431,6 +431,8 @@ impl KindWatch {
         };
         // The objects of a list in progress, applied together at its end.
         let mut listing: Option<Vec<Parsed>> = None;
+        // Whether the last event was an error (shown until the next event).
+        let mut failing = false;
         while let Some(event) = events.next().await {
             let event = match event {
                 Ok(Event::InitApply(object)) if !wanted(&object) => continue,
@@ -468,10 +470,14 @@ impl KindWatch {
                     let cluster = self.cluster.remote_id().unwrap_or("local");
                     tracing::warn!(kind = %self.kind, cluster, "watching the Kubernetes API: {}; retrying", Shown(&text));
                     self.status.set_error(self.kind, Some(Shown(&text).to_string()));
+                    failing = true;
                     continue;
                 }
             }
-            self.status.set_error(self.kind, None);
+            // Cleared by the first event after an error (not a lock per event).
+            if std::mem::take(&mut failing) {
+                self.status.set_error(self.kind, None);
+            }
         }
     }
 
