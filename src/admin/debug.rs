@@ -111,7 +111,7 @@ pub fn sorted_connections(state: &AdminState) -> Vec<Arc<ConnectionHandle>> {
 pub fn proxy_sync(conn: &ConnectionHandle, status: &StreamStatus, own_cluster: &str) -> ProxySync {
     // What a client sent is shown bounded (`text::Shown`): one client's
     // megabyte of node id must not become a megabyte of every answer.
-    let cluster_id = conn.proxy.metadata.get("CLUSTER_ID").filter(|c| !c.is_empty()).map_or(own_cluster, |c| c);
+    let cluster_id = conn.proxy.cluster_id().unwrap_or(own_cluster);
     ProxySync {
         proxy: shown(&conn.proxy.id).into_owned(),
         conn_id: conn.id,

@@ -15,6 +15,7 @@
 pub mod cluster_local;
 pub mod ext_authz;
 pub mod file;
+pub mod networks;
 pub mod providers;
 pub mod proxy_config;
 pub mod spiffe_bundle;
@@ -94,6 +95,12 @@ pub struct MeshConfig {
     /// This cluster's id (istiod's `CLUSTER_ID`, meshpush's `--cluster-id`):
     /// the cluster of every object that is not a remote cluster's.
     pub cluster_id: Arc<str>,
+    /// This server's own namespace (istiod's `POD_NAMESPACE`, a flag):
+    /// its `topology.istio.io/network` label in each cluster is that
+    /// cluster's network.
+    pub system_namespace: Arc<str>,
+    /// `meshNetworks`, read beside the mesh config (`networks`).
+    pub networks: Arc<networks::MeshNetworks>,
 }
 
 /// Istio's cluster id when none is set.
@@ -132,6 +139,8 @@ impl Default for MeshConfig {
             cluster_local_hosts: cluster_local::ClusterLocalHosts::default(),
             ambient: AmbientSettings::default(),
             cluster_id: DEFAULT_CLUSTER_ID.into(),
+            system_namespace: DEFAULT_ROOT_NAMESPACE.into(),
+            networks: Arc::default(),
         }
     }
 }
@@ -178,6 +187,16 @@ impl std::str::FromStr for AccessLogEncoding {
             "JSON" => Ok(AccessLogEncoding::Json),
             _ => Err(format!("{s:?} is not an access log encoding: TEXT or JSON")),
         }
+    }
+}
+
+/// The labels of a JSON access log format: a JSON object, as Istio reads
+/// `accessLogFormat` under JSON encoding.
+pub fn json_labels(format: &str) -> Result<serde_json::Map<String, serde_json::Value>, String> {
+    match serde_json::from_str::<serde_json::Value>(format) {
+        Ok(serde_json::Value::Object(labels)) => Ok(labels),
+        Ok(_) => Err("not a JSON object of labels".into()),
+        Err(e) => Err(format!("not a JSON object of labels: {e}")),
     }
 }
 

@@ -258,15 +258,9 @@ impl ScopedCache {
         cluster: &str,
         view: Option<&EndpointView>,
     ) -> Option<Arc<EncodedResource>> {
-        let view = view.filter(|_| crate::generate::eds::depends_on_view(ctx, cluster));
-        let keyed;
-        let key = match view {
-            None => cluster,
-            Some(v) => {
-                keyed = format!("{cluster}\u{1f}{}", v.key);
-                &keyed
-            }
-        };
+        let keyed = view.and_then(|v| crate::generate::eds::view_key(ctx, cluster, v));
+        let view = view.filter(|_| keyed.is_some());
+        let key = keyed.as_deref().unwrap_or(cluster);
         // Hits look up by `&str`: no allocation on the hot path.
         let hit = self.maps.read().endpoints.get(key).cloned();
         let cell = match hit {

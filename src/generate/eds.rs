@@ -20,8 +20,19 @@
 //! DNS clusters carry their endpoints inline in CDS, which is shared by a
 //! scope: they get no locality priorities.
 //!
+//! Across networks and clusters (`network`): a proxy's view names its
+//! network, and the networks it asks to see, when a network gateway
+//! exists or it asks; endpoints of other networks are then replaced by
+//! their network's gateways (Istio's split horizon). A cluster-local host
+//! (`serviceSettings`, Istio's defaults) is served with the endpoints of
+//! the proxy's own cluster only. A gateway's SNI-DNAT cluster
+//! (`outbound_.PORT_.SUBSET_.HOST`) holds only the endpoints mesh mTLS
+//! reaches: nothing else may cross a network gateway.
+//!
 //! A known cluster with no endpoints gets an assignment with no endpoints
 //! (never silence: Envoy keeps an EDS cluster warming until it gets one).
+
+mod network;
 
 use std::collections::BTreeMap;
 
@@ -32,8 +43,9 @@ use envoy_types::pb::envoy::config::endpoint::v3::{
 
 use super::naming::{self, Direction};
 use super::{mtls, policy, proto};
+use crate::config::istio::MtlsMode;
 use crate::config::istio::{LocalityDistribute, LocalityFailover, LocalityLbSetting, TrafficPolicy};
-use crate::model::{Locality, Resolution, Service, ServiceEndpoints};
+use crate::model::{Endpoint, Locality, Resolution, Service, ServiceEndpoints};
 use crate::push::PushContext;
 use crate::push::scope::EndpointView;
 
@@ -65,15 +77,58 @@ pub fn load_assignment(
         return Some(empty(cluster_name));
     }
     let endpoints = ctx.endpoints.get(&svc.hostname).map(|e| &**e);
-    let mut cla = assignment(cluster_name, svc, name.port, endpoints, &policy.labels);
+    // Whether mesh mTLS would be used to an endpoint on its port, as
+    // istiod's `mtlsChecker` decides it: the rule's TLS mode when it sets
+    // one, else the endpoint's sidecar unless its PeerAuthentication
+    // disables mTLS on the port.
+    let mtls = |e: &Endpoint, port: u32| match policy.traffic.tls.as_ref() {
+        Some(tls) => tls.mode.as_deref() == Some("ISTIO_MUTUAL"),
+        None => {
+            e.mesh_mtls && ctx.peer_authentications.workload(&svc.namespace, &e.labels).port(port) != MtlsMode::Disable
+        }
+    };
+    let shaping = Shaping {
+        network: view.filter(|v| v.network_key.is_some()).map(|v| (&*ctx.networks, v)),
+        cluster: view.filter(|_| cluster_local(ctx, svc)).map(|v| &*v.cluster),
+        mtls_only: naming::parse_sni_dnat_cluster(cluster_name).is_some(),
+        mtls: &mtls,
+    };
+    let mut cla = build(cluster_name, svc, name.port, endpoints, &policy.labels, &shaping);
     if let (Some(view), Some(mode)) = (view, LocalityMode::of(&policy.traffic, ctx.mesh.locality_lb_setting.as_ref())) {
         apply_locality(&mut cla, endpoints, &mode, view);
     }
     Some(cla)
 }
 
-/// Whether the assignment of `cluster_name` depends on the proxy's endpoint
-/// view (its rule turns on locality load balancing).
+/// Whether the proxy's cluster decides what it is sent of `svc`: a
+/// cluster-local host in a mesh of several clusters.
+fn cluster_local(ctx: &PushContext, svc: &Service) -> bool {
+    ctx.networks.multi_cluster() && ctx.mesh.cluster_local_hosts.is_cluster_local(&svc.hostname)
+}
+
+/// The cache key of the assignment of `cluster_name` as a proxy with
+/// `view` gets it: `None` when it does not depend on the view (every proxy
+/// shares it); else the name with the parts of the view it depends on.
+pub fn view_key(ctx: &PushContext, cluster_name: &str, view: &EndpointView) -> Option<String> {
+    let locality = depends_on_view(ctx, cluster_name);
+    let network = view.network_key.as_deref();
+    let cluster = eds_service(ctx, cluster_name).is_some_and(|svc| cluster_local(ctx, svc));
+    if !locality && network.is_none() && !cluster {
+        return None;
+    }
+    let locality = if locality { &*view.key } else { "" };
+    let cluster = if cluster { &*view.cluster } else { "" };
+    Some(format!("{cluster_name}\u{1f}{locality}\u{1f}{}\u{1f}{cluster}", network.unwrap_or("")))
+}
+
+/// The service whose endpoints the outbound cluster `cluster_name` holds.
+fn eds_service<'c>(ctx: &'c PushContext, cluster_name: &str) -> Option<&'c Service> {
+    let name = naming::parse_cluster(cluster_name).filter(|n| n.direction == Direction::Outbound)?;
+    ctx.services.get(name.host).map(|s| &**s)
+}
+
+/// Whether the assignment of `cluster_name` depends on the proxy's
+/// locality (its rule turns on locality load balancing).
 pub fn depends_on_view(ctx: &PushContext, cluster_name: &str) -> bool {
     if !ctx.destination_rules.locality_aware() {
         return false;
@@ -195,8 +250,8 @@ fn split_by_failover_labels(
     labels: &[String],
     view: &EndpointView,
 ) {
-    let by_address: BTreeMap<&str, &BTreeMap<String, String>> =
-        endpoints.map(|e| e.endpoints.iter().map(|e| (&*e.address, &*e.labels)).collect()).unwrap_or_default();
+    let by_address: BTreeMap<&str, &Endpoint> =
+        endpoints.map(|e| e.endpoints.iter().map(|e| (&*e.address, e)).collect()).unwrap_or_default();
     let wanted: Vec<(&str, Option<&str>)> = labels
         .iter()
         .map(|l| match l.split_once('=') {
@@ -204,10 +259,10 @@ fn split_by_failover_labels(
             None => (l.as_str(), None),
         })
         .collect();
-    let priority = |labels: Option<&&BTreeMap<String, String>>| -> u32 {
+    let priority = |endpoint: Option<&&Endpoint>| -> u32 {
         for (j, (name, value)) in wanted.iter().enumerate() {
             let mine = value.or_else(|| view.labels.get(*name).map(String::as_str));
-            let theirs = labels.and_then(|l| l.get(*name)).map(String::as_str);
+            let theirs = endpoint.and_then(|e| e.label(name));
             if mine != theirs {
                 return (wanted.len() - j) as u32;
             }
@@ -281,28 +336,66 @@ pub(crate) fn assignment(
     endpoints: Option<&ServiceEndpoints>,
     subset_labels: &BTreeMap<String, String>,
 ) -> ClusterLoadAssignment {
+    let shaping = Shaping { network: None, cluster: None, mtls_only: false, mtls: &|_, _| true };
+    build(cluster_name, svc, port, endpoints, subset_labels, &shaping)
+}
+
+/// What of a proxy and of the cluster shapes an assignment beyond subset
+/// labels.
+struct Shaping<'a> {
+    /// Split horizon, for the proxy's view.
+    network: Option<(&'a crate::push::index::NetworkIndex, &'a EndpointView)>,
+    /// Only endpoints of this cluster (a cluster-local host).
+    cluster: Option<&'a str>,
+    /// Only endpoints mesh mTLS reaches (an SNI-DNAT cluster).
+    mtls_only: bool,
+    /// Whether mesh mTLS would be used to an endpoint on its port.
+    mtls: &'a dyn Fn(&Endpoint, u32) -> bool,
+}
+
+/// [`assignment`] shaped by `shaping`.
+fn build(
+    cluster_name: &str,
+    svc: &Service,
+    port: u32,
+    endpoints: Option<&ServiceEndpoints>,
+    subset_labels: &BTreeMap<String, String>,
+    shaping: &Shaping<'_>,
+) -> ClusterLoadAssignment {
     // A passthrough service's endpoints are asked for only by routers (a
     // sidecar's cluster of it is ORIGINAL_DST): they need IPs too.
     let need_ip = matches!(svc.resolution, Resolution::Static | Resolution::Passthrough);
-    // locality → (address, port, weight, its sidecar terminates mesh mTLS)
-    let mut groups: BTreeMap<&str, Vec<(&str, u32, u32, bool)>> = BTreeMap::new();
+    // locality → (endpoint, the port it serves on)
+    let mut groups: BTreeMap<&str, Vec<(&Endpoint, u32)>> = BTreeMap::new();
     for e in endpoints.map(|e| e.endpoints.as_slice()).unwrap_or_default() {
         let Some(&target) = e.ports.get(&port) else {
             continue;
         };
-        if !e.matches(subset_labels) {
+        if !e.matches(subset_labels) || shaping.cluster.is_some_and(|c| *e.cluster != *c) {
             continue;
         }
         if need_ip && !proto::is_ip(&e.address) && !e.address.starts_with(UNIX_PREFIX) {
             tracing::debug!(cluster = cluster_name, address = %e.address, "endpoint is not an IP address; left out of EDS");
             continue;
         }
-        groups.entry(&e.locality).or_default().push((&e.address, target, e.weight.max(1), e.mesh_mtls));
+        if shaping.mtls_only && !(shaping.mtls)(e, target) {
+            continue;
+        }
+        groups.entry(&e.locality).or_default().push((e, target));
     }
     let endpoints = groups
         .into_iter()
-        .map(|(locality, mut members)| {
-            members.sort_unstable();
+        .map(|(locality, group)| {
+            // (address, port, weight, its sidecar terminates mesh mTLS)
+            let members: Vec<network::Member<'_>> = match shaping.network {
+                Some((networks, view)) => network::split(&group, networks, view, shaping.mtls),
+                None => {
+                    let mut members: Vec<_> =
+                        group.iter().map(|(e, port)| (&*e.address, *port, e.weight.max(1), e.mesh_mtls)).collect();
+                    members.sort_unstable();
+                    members
+                }
+            };
             let total = members.iter().fold(0u32, |sum, m| sum.saturating_add(m.2));
             LocalityLbEndpoints {
                 locality: parse_locality(locality),

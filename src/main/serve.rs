@@ -52,6 +52,13 @@ pub(crate) struct ServeArgs {
     /// Without it, a server reading Kubernetes follows Istio's ConfigMap.
     #[arg(long)]
     mesh_config: Option<PathBuf>,
+    /// Istio's `meshNetworks` (the YAML of the `istio` ConfigMap's
+    /// `meshNetworks` key, istiod's `--networksConfig`): which network each
+    /// cluster or address range is on, and the gateways that reach it;
+    /// followed with --mesh-config. Without it, a server reading
+    /// Kubernetes reads the ConfigMap's key.
+    #[arg(long, requires = "mesh_config")]
+    mesh_networks: Option<PathBuf>,
     /// The ConfigMap (`NAMESPACE/NAME`) whose `mesh` key is the mesh config,
     /// read and followed through the Kubernetes API when no --mesh-config
     /// is given. Default: `istio-system/istio`, or `istio-system/istio-REV`
@@ -69,7 +76,9 @@ pub(crate) struct ServeArgs {
     cluster_id: String,
     /// meshpush's own namespace (Istio's `POD_NAMESPACE`): reading
     /// Kubernetes, the remote secrets (labelled `istio/multiCluster: "true"`)
-    /// in it name the mesh's other clusters.
+    /// in it name the mesh's other clusters, and its
+    /// `topology.istio.io/network` label in each cluster names that
+    /// cluster's network.
     #[arg(long, env = "POD_NAMESPACE", default_value = "istio-system")]
     system_namespace: String,
     /// How long readiness waits for a remote cluster's first lists (Istio's
@@ -253,7 +262,7 @@ impl ServeArgs {
     /// the ConfigMap.
     fn mesh_origin(&self) -> Option<MeshOrigin> {
         if let Some(path) = &self.mesh_config {
-            return Some(MeshOrigin::File(path.clone()));
+            return Some(MeshOrigin::File { mesh: path.clone(), networks: self.mesh_networks.clone() });
         }
         let access = self.kube_access()?;
         Some(match &self.mesh_configmap {
@@ -279,6 +288,7 @@ impl ServeArgs {
             enable_ambient: Some(self.enable_ambient),
             ambient_dry_run_policies: Some(self.ambient_dry_run_policies),
             cluster_id: Some(self.cluster_id.clone()),
+            system_namespace: Some(self.system_namespace.clone()),
             ..Default::default()
         }
     }

@@ -36,7 +36,17 @@ pub struct Endpoint {
     /// `security.istio.io/tlsMode: istio`), read once from the labels
     /// because every assignment that holds the endpoint asks.
     pub mesh_mtls: bool,
+    /// Its network (`""`: the default network, which every proxy reaches).
+    pub network: Arc<str>,
+    /// The id of the cluster it is in.
+    pub cluster: Arc<str>,
 }
+
+/// The label that names a workload's (or a namespace's) network.
+pub const NETWORK_LABEL: &str = "topology.istio.io/network";
+/// The label istiod gives every endpoint with its cluster's id, which
+/// subsets and failover priorities may select on.
+pub const CLUSTER_LABEL: &str = "topology.istio.io/cluster";
 
 /// The label that says an endpoint's sidecar terminates mesh mTLS.
 pub const TLS_MODE_LABEL: &str = "security.istio.io/tlsMode";
@@ -51,7 +61,19 @@ pub fn has_mesh_mtls(labels: &BTreeMap<String, String>) -> bool {
 impl Endpoint {
     /// Whether every `selector` label is present with the same value.
     pub fn matches(&self, selector: &BTreeMap<String, String>) -> bool {
-        selector.iter().all(|(k, v)| self.labels.get(k) == Some(v))
+        selector.iter().all(|(k, v)| self.label(k) == Some(v.as_str()))
+    }
+
+    /// The value of label `key`, with the topology labels istiod adds to
+    /// every endpoint (its network and cluster) where its own labels do
+    /// not set them.
+    pub fn label(&self, key: &str) -> Option<&str> {
+        match self.labels.get(key) {
+            Some(v) => Some(v),
+            None if key == NETWORK_LABEL && !self.network.is_empty() => Some(&self.network),
+            None if key == CLUSTER_LABEL => Some(&self.cluster),
+            None => None,
+        }
     }
 }
 

@@ -135,6 +135,26 @@ pub struct Proxy {
 pub const SDS_METADATA: &str = "SDS";
 
 impl Proxy {
+    /// The network it is on (metadata `NETWORK`, which the injector sets
+    /// from `ISTIO_META_NETWORK`); `""`: the default network.
+    pub fn network(&self) -> &str {
+        self.metadata.get("NETWORK").map_or("", String::as_str)
+    }
+
+    /// The id of the cluster it runs in (metadata `CLUSTER_ID`), when it says.
+    pub fn cluster_id(&self) -> Option<&str> {
+        self.metadata.get("CLUSTER_ID").map(String::as_str).filter(|c| !c.is_empty())
+    }
+
+    /// The networks whose endpoints it asks to see (metadata
+    /// `REQUESTED_NETWORK_VIEW`, comma-separated, as an east-west gateway
+    /// names its own network); `None`: every network.
+    pub fn requested_network_view(&self) -> Option<Vec<&str>> {
+        let view = self.metadata.get("REQUESTED_NETWORK_VIEW")?;
+        let networks: Vec<&str> = view.split(',').map(str::trim).filter(|n| !n.is_empty()).collect();
+        (!networks.is_empty()).then_some(networks)
+    }
+
     /// Parses an Envoy node. This is the one place node ids are read.
     pub fn from_node(node: &Node) -> Result<Proxy, NodeError> {
         let bad_id = || NodeError::BadId(node.id.clone());

@@ -19,7 +19,7 @@ use super::affected::{affected_hosts, affected_types};
 use super::index::ambient::{self, AmbientIndex};
 use super::index::envoy_filter::EnvoyFilterIndex;
 use super::index::{
-    AuthorizationIndex, DestinationRuleIndex, EndpointIndex, GatewayApiIndex, GatewayIndex, IngressIndex,
+    AuthorizationIndex, DestinationRuleIndex, EndpointIndex, GatewayApiIndex, GatewayIndex, IngressIndex, NetworkIndex,
     PeerAuthenticationIndex, RequestAuthenticationIndex, SecretIndex, ServiceIndex, SidecarIndex, TelemetryIndex,
     VirtualServiceIndex, WorkloadIndex,
 };
@@ -108,6 +108,8 @@ pub struct PushContext {
     pub workloads: Arc<WorkloadIndex>,
     /// Endpoints by host.
     pub endpoints: Arc<EndpointIndex>,
+    /// Networks: of clusters, and their gateways.
+    pub networks: Arc<NetworkIndex>,
     /// VirtualServices.
     pub virtual_services: Arc<VirtualServiceIndex>,
     /// DestinationRules.
@@ -191,7 +193,8 @@ impl PushContext {
                 )
             },
         );
-        let endpoints = EndpointIndex::build(&store, &services, &workloads);
+        let networks = NetworkIndex::build(&store, &mesh);
+        let endpoints = EndpointIndex::build(&store, &services, &workloads, &networks);
         let secrets = SecretIndex::build(&store);
         let peer_authentications = PeerAuthenticationIndex::build(&store, &mesh);
         let authorization = AuthorizationIndex::build(&store, &mesh);
@@ -205,6 +208,7 @@ impl PushContext {
             services: Arc::new(services),
             workloads: Arc::new(workloads),
             endpoints: Arc::new(endpoints),
+            networks: Arc::new(networks),
             virtual_services: Arc::new(vs),
             destination_rules: Arc::new(dr),
             gateways: Arc::new(gw),
@@ -480,11 +484,29 @@ impl PushContext {
             if gateway_api_moved { own.union(affected_types(ConfigKind::Gateway)) } else { own }
         };
 
+        // Networks: which network each cluster is on and the gateways that
+        // reach them. When they move, every endpoint's network and every
+        // assignment may: rebuilt, and pushed to every proxy (as istiod
+        // pushes in full on a network change).
+        let networks = if changed(ConfigKind::Service) || changed(ConfigKind::Namespace) {
+            let next = NetworkIndex::build(&store, &prev.mesh);
+            if next == *prev.networks { prev.networks.clone() } else { Arc::new(next) }
+        } else {
+            prev.networks.clone()
+        };
+        let networks_moved = !Arc::ptr_eq(&networks, &prev.networks);
+        if networks_moved {
+            changes.full = true;
+            changes.types = TypeSet::ALL;
+        }
+
         // Endpoints: rebuild the dirty hosts only (a service change can move
         // its endpoints too: new selector, new ports).
-        let endpoints = if services_changed || workloads_changed || changed(ConfigKind::EndpointSlice) {
+        let endpoints = if networks_moved {
+            Arc::new(EndpointIndex::build(&store, &services, &workloads, &networks))
+        } else if services_changed || workloads_changed || changed(ConfigKind::EndpointSlice) {
             let (index, moved) =
-                EndpointIndex::update(&prev.endpoints, &store, &services, &workloads, &changes.dirty_hosts);
+                EndpointIndex::update(&prev.endpoints, &store, &services, &workloads, &networks, &changes.dirty_hosts);
             // A headless service's TCP chains match its endpoints' addresses:
             // when they move, so do the listeners of the scopes that see it
             // (Istio pushes in full for a headless service's endpoints).
@@ -532,6 +554,7 @@ impl PushContext {
             services,
             workloads,
             endpoints,
+            networks,
             virtual_services,
             destination_rules,
             gateways,

@@ -33,7 +33,8 @@ use super::PushContext;
 use super::index::envoy_filter::ResolvedPatch;
 use super::index::{AppliedPolicy, AppliedTelemetry, ResolvedGateway, ResolvedJwtRule};
 use crate::config::mesh::OutboundTrafficMode;
-use crate::config::{ConfigKey, ConfigKind};
+use crate::config::{ClusterId, ConfigKey, ConfigKind};
+use crate::model::endpoint::{CLUSTER_LABEL, NETWORK_LABEL};
 use crate::model::{Hostname, InterceptionMode, Locality, Proxy, ProxyKind, Service, XdsClient, host};
 
 /// Interned [`ScopeKey`].
@@ -83,46 +84,91 @@ pub struct ScopeKey {
     pub envoy_filters: Vec<Arc<ResolvedPatch>>,
 }
 
-/// What of a proxy decides its endpoint assignments, when a DestinationRule
-/// makes them depend on the proxy (locality failover or weights, failover
-/// priority labels): its locality and the values of the labels the mesh's
-/// `failoverPriority` entries compare. Proxies with equal views share every
-/// assignment; with no such rule in the mesh there is no view at all and
-/// every proxy shares every assignment.
+/// What of a proxy decides its endpoint assignments, when the mesh makes
+/// them depend on the proxy: its locality and the values of the labels the
+/// mesh's `failoverPriority` entries compare (when a DestinationRule turns
+/// on locality failover or weights); its network and the networks it asks
+/// to see (when a network gateway exists, or it asks); its cluster (for
+/// cluster-local hosts, when the mesh has several clusters). Proxies with
+/// equal views share every assignment; in a mesh where none of these
+/// matters there is no view at all and every proxy shares every
+/// assignment.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize)]
 pub struct EndpointView {
     /// The proxy's locality.
     pub locality: Locality,
     /// Values of the failover-priority labels the proxy has.
     pub labels: BTreeMap<String, String>,
-    /// The view as a cache key: `region/zone/subzone|k=v,…`.
+    /// The locality part as a cache key: `region/zone/subzone|k=v,…`.
     pub key: Arc<str>,
+    /// The proxy's network (`""`: the default network).
+    pub network: Arc<str>,
+    /// The networks it asks to see (`None`: all).
+    pub requested: Option<Vec<Arc<str>>>,
+    /// The network part as a cache key, when assignments depend on it:
+    /// the network (under split horizon) and the requested networks.
+    pub network_key: Option<Arc<str>>,
+    /// The id of the proxy's cluster.
+    pub cluster: Arc<str>,
 }
 
-/// The endpoint view of `proxy` in `ctx`; `None` when no rule needs one.
+impl EndpointView {
+    /// Whether the proxy sees endpoints of `network` (the default network
+    /// is seen by every proxy).
+    pub fn sees(&self, network: &str) -> bool {
+        network.is_empty() || self.requested.as_ref().is_none_or(|r| r.iter().any(|n| &**n == network))
+    }
+}
+
+/// The endpoint view of `proxy` in `ctx`; `None` when nothing needs one.
 ///
-/// The proxy's locality is its Pod's, as Istio takes it from the registry
-/// first (the Pod's Node, or its locality label); Envoy's `node.locality`
-/// when the Pod is not known or has none.
+/// The proxy's locality is its Pod's (in the proxy's own cluster), as
+/// Istio takes it from the registry first (the Pod's Node, or its
+/// locality label); Envoy's `node.locality` when the Pod is not known or
+/// has none.
 pub fn endpoint_view(ctx: &PushContext, proxy: &Proxy) -> Option<Arc<EndpointView>> {
-    if !ctx.destination_rules.locality_aware() {
+    let requested = proxy.requested_network_view();
+    let split_horizon = ctx.networks.split_horizon();
+    if !ctx.destination_rules.locality_aware() && !split_horizon && requested.is_none() && !ctx.networks.multi_cluster()
+    {
         return None;
     }
+    let cluster: Arc<str> = proxy.cluster_id().map_or_else(|| ctx.mesh.cluster_id.clone(), Arc::from);
+    let in_cluster = if cluster == ctx.mesh.cluster_id { ClusterId::LOCAL } else { ClusterId::remote(&cluster) };
     let locality = proxy
         .workload
         .split_once('.')
-        .and_then(|(pod, namespace)| ctx.workloads.get(&ConfigKey::new(ConfigKind::Pod, namespace, pod)))
+        .and_then(|(pod, namespace)| {
+            ctx.workloads.get(&ConfigKey::in_cluster(ConfigKind::Pod, namespace, pod, &in_cluster))
+        })
         .filter(|pod| !pod.locality.is_empty())
         .map_or_else(|| proxy.locality.clone(), |pod| Locality::parse(&pod.locality));
     let labels: BTreeMap<String, String> = ctx
         .destination_rules
         .failover_labels()
         .iter()
-        .filter_map(|l| proxy.labels.get(l).map(|v| (l.clone(), v.clone())))
+        .filter_map(|l| topology_label(proxy, &cluster, l).map(|v| (l.clone(), v.to_string())))
         .collect();
     let listed: Vec<String> = labels.iter().map(|(k, v)| format!("{k}={v}")).collect();
     let key = format!("{locality}|{}", listed.join(","));
-    Some(Arc::new(EndpointView { locality, labels, key: key.into() }))
+    let network: Arc<str> = proxy.network().into();
+    let requested: Option<Vec<Arc<str>>> = requested.map(|r| r.into_iter().map(Arc::from).collect());
+    let network_key = (split_horizon || requested.is_some()).then(|| {
+        let seen = requested.as_ref().map(|r| r.join(",")).unwrap_or_default();
+        Arc::from(format!("{}|{seen}", if split_horizon { &*network } else { "" }))
+    });
+    Some(Arc::new(EndpointView { locality, labels, key: key.into(), network, requested, network_key, cluster }))
+}
+
+/// The value of the proxy's label `key`, with the topology labels istiod
+/// gives every proxy (its network and cluster) where its own do not set them.
+fn topology_label<'p>(proxy: &'p Proxy, cluster: &'p str, key: &str) -> Option<&'p str> {
+    match proxy.labels.get(key) {
+        Some(v) => Some(v),
+        None if key == NETWORK_LABEL && !proxy.network().is_empty() => Some(proxy.network()),
+        None if key == CLUSTER_LABEL => Some(cluster),
+        None => None,
+    }
 }
 
 /// Hands out [`ScopeId`]s and [`InboundId`]s; shared by every `PushContext` of a server.

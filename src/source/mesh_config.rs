@@ -16,6 +16,11 @@
 //! does not parse keeps the last good mesh config served, and its error is
 //! a problem on `/debug/configz` until the file is mended.
 //!
+//! istiod reads `meshNetworks` the same way, and so does meshpush: from
+//! the file `serve --mesh-networks FILE` names (beside `--mesh-config`), or
+//! from the ConfigMap's `meshNetworks` key; it is served as the mesh
+//! config's `networks`, and an edit of it is a mesh config change.
+//!
 //! Invariant: the store's `MeshConfig` object is always the last good file
 //! with the flags over it; [`MeshConfigStatus`] always says what of the
 //! current file is not applied.
@@ -28,6 +33,7 @@ use k8s_openapi::api::core::v1::ConfigMap;
 use notify::{RecursiveMode, Watcher};
 use tokio::sync::mpsc;
 
+use crate::config::mesh::networks::MeshNetworks;
 use crate::config::mesh::{MeshConfig, MeshConfigObject, MeshSettings};
 use crate::config::{ConfigObject, Problem, Severity, SourceRef};
 use crate::model::store::Write;
@@ -37,12 +43,20 @@ use crate::text::Shown;
 
 /// The key of Istio's ConfigMap that holds the mesh config.
 pub const MESH_KEY: &str = "mesh";
+/// The key of Istio's ConfigMap that holds `meshNetworks`.
+pub const NETWORKS_KEY: &str = "meshNetworks";
 
 /// Where the mesh config is read.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum MeshOrigin {
-    /// A file (`--mesh-config`).
-    File(PathBuf),
+    /// Files: the mesh config (`--mesh-config`), and `meshNetworks`
+    /// (`--mesh-networks`; none: no networks).
+    File {
+        /// The mesh config file.
+        mesh: PathBuf,
+        /// The `meshNetworks` file.
+        networks: Option<PathBuf>,
+    },
     /// The `mesh` key of a ConfigMap, through the Kubernetes API.
     ConfigMap {
         /// How to reach the API server.
@@ -69,8 +83,20 @@ impl MeshOrigin {
     /// `k8s:ConfigMap/NS/NAME` as the Kubernetes source names its objects.
     pub fn name(&self) -> String {
         match self {
-            MeshOrigin::File(path) => path.display().to_string(),
+            MeshOrigin::File { mesh, .. } => mesh.display().to_string(),
             MeshOrigin::ConfigMap { namespace, name, .. } => format!("k8s:ConfigMap/{namespace}/{name}"),
+        }
+    }
+
+    /// How problems name where `meshNetworks` is read.
+    pub fn networks_name(&self) -> String {
+        match self {
+            MeshOrigin::File { networks, .. } => {
+                networks.as_ref().map_or_else(|| "no meshNetworks".to_string(), |p| p.display().to_string())
+            }
+            MeshOrigin::ConfigMap { namespace, name, .. } => {
+                format!("k8s:ConfigMap/{namespace}/{name}[{NETWORKS_KEY}]")
+            }
         }
     }
 
@@ -80,13 +106,16 @@ impl MeshOrigin {
     pub async fn read(&self) -> Result<MeshSettings, String> {
         let origin = self.name();
         match self {
-            MeshOrigin::File(path) => MeshSettings::read(path),
+            MeshOrigin::File { mesh, networks } => {
+                let texts = read_files(mesh, networks.as_deref())?;
+                parse_texts(&origin, &self.networks_name(), &texts)
+            }
             MeshOrigin::ConfigMap { access, namespace, name } => {
                 let client = crate::source::kube::client(access).await.map_err(|e| format!("{origin}: {e}"))?;
                 let api: kube::Api<ConfigMap> = kube::Api::namespaced(client, namespace);
                 let found = api.get_opt(name).await.map_err(|e| format!("{origin}: {e}"))?;
-                let (text, problem) = configmap_text(&origin, found.as_ref());
-                let mut settings = MeshSettings::parse(&origin, &text)?;
+                let (texts, problem) = configmap_text(&origin, found.as_ref());
+                let mut settings = parse_texts(&origin, &self.networks_name(), &texts)?;
                 settings.problems.extend(problem);
                 Ok(settings)
             }
@@ -94,11 +123,37 @@ impl MeshOrigin {
     }
 }
 
-/// The mesh config text of a ConfigMap (empty: Istio's defaults), and why
-/// it is empty when its `mesh` key is missing. No ConfigMap at all is a
-/// mesh on Istio's defaults, as istiod runs one: said in the log (at
-/// INFO), no problem.
-fn configmap_text(origin: &str, configmap: Option<&ConfigMap>) -> (String, Option<Problem>) {
+/// What an origin holds: the mesh config text, and the `meshNetworks`
+/// text (empty: Istio's defaults, no networks).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+struct Texts {
+    mesh: String,
+    networks: String,
+}
+
+/// Reads the mesh config file and, when one is named, the `meshNetworks`
+/// file; an error says which cannot be read.
+fn read_files(mesh: &Path, networks: Option<&Path>) -> Result<Texts, String> {
+    let read = |path: &Path| std::fs::read_to_string(path).map_err(|e| format!("{}: cannot read: {e}", path.display()));
+    Ok(Texts { mesh: read(mesh)?, networks: networks.map(read).transpose()?.unwrap_or_default() })
+}
+
+/// The settings `texts` give: the mesh config read from `file`, with the
+/// `meshNetworks` read from `networks_file` as its networks.
+fn parse_texts(file: &str, networks_file: &str, texts: &Texts) -> Result<MeshSettings, String> {
+    let mut settings = MeshSettings::parse(file, &texts.mesh)?;
+    let (networks, problems) = MeshNetworks::parse(networks_file, &texts.networks)?;
+    settings.networks = Some(Arc::new(networks));
+    settings.problems.extend(problems);
+    Ok(settings)
+}
+
+/// The mesh config and `meshNetworks` texts of a ConfigMap (empty:
+/// Istio's defaults), and why the mesh config is empty when its `mesh` key
+/// is missing (a missing `meshNetworks` key is no networks, as in Istio).
+/// No ConfigMap at all is a mesh on Istio's defaults, as istiod runs one:
+/// said in the log (at INFO), no problem.
+fn configmap_text(origin: &str, configmap: Option<&ConfigMap>) -> (Texts, Option<Problem>) {
     let defaults = |why: &str| Problem {
         severity: Severity::Warning,
         source: SourceRef { file: origin.into(), doc: 0 },
@@ -106,15 +161,15 @@ fn configmap_text(origin: &str, configmap: Option<&ConfigMap>) -> (String, Optio
         path: String::new(),
         message: format!("{why}: Istio's default mesh config is served"),
     };
-    match configmap {
-        None => {
-            tracing::info!("no ConfigMap {origin}: Istio's default mesh config is served");
-            (String::new(), None)
-        }
-        Some(cm) => match cm.data.as_ref().and_then(|d| d.get(MESH_KEY)) {
-            Some(text) => (text.clone(), None),
-            None => (String::new(), Some(defaults("the ConfigMap has no `mesh` key"))),
-        },
+    let Some(cm) = configmap else {
+        tracing::info!("no ConfigMap {origin}: Istio's default mesh config is served");
+        return (Texts::default(), None);
+    };
+    let key = |key: &str| cm.data.as_ref().and_then(|d| d.get(key)).cloned();
+    let networks = key(NETWORKS_KEY).unwrap_or_default();
+    match key(MESH_KEY) {
+        Some(mesh) => (Texts { mesh, networks }, None),
+        None => (Texts { mesh: String::new(), networks }, Some(defaults("the ConfigMap has no `mesh` key"))),
     }
 }
 
@@ -152,8 +207,8 @@ pub struct MeshConfigSource {
     flags: MeshSettings,
     /// The mesh config served (the startup one, then each applied edit).
     served: MeshConfig,
-    /// The text last read.
-    text: Option<String>,
+    /// The texts last read.
+    text: Option<Texts>,
     /// Why the text last read is empty, when its ConfigMap or key is missing.
     missing: Option<Problem>,
     /// The discovery selectors the file gave at startup, as text.
@@ -194,7 +249,7 @@ impl MeshConfigSource {
         changes: mpsc::Sender<ChangeSet>,
     ) -> std::io::Result<tokio::task::JoinHandle<()>> {
         match self.origin.clone() {
-            MeshOrigin::File(path) => self.watch_file(path, store, changes),
+            MeshOrigin::File { mesh, networks } => self.watch_file(mesh, networks, store, changes),
             MeshOrigin::ConfigMap { access, namespace, name } => {
                 Ok(tokio::spawn(self.watch_configmap(access, namespace, name, store, changes)))
             }
@@ -204,6 +259,7 @@ impl MeshConfigSource {
     fn watch_file(
         mut self,
         path: PathBuf,
+        networks: Option<PathBuf>,
         store: Arc<ConfigStore>,
         changes: mpsc::Sender<ChangeSet>,
     ) -> std::io::Result<tokio::task::JoinHandle<()>> {
@@ -212,8 +268,14 @@ impl MeshConfigSource {
             let _ = notices.try_send(());
         })
         .map_err(std::io::Error::other)?;
-        let dir = path.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new(".")).to_path_buf();
-        watcher.watch(&dir, RecursiveMode::NonRecursive).map_err(std::io::Error::other)?;
+        let dir_of =
+            |p: &Path| p.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new(".")).to_path_buf();
+        let mut dirs = vec![dir_of(&path)];
+        dirs.extend(networks.as_deref().map(dir_of));
+        dirs.dedup();
+        for dir in &dirs {
+            watcher.watch(dir, RecursiveMode::NonRecursive).map_err(std::io::Error::other)?;
+        }
         Ok(tokio::spawn(async move {
             let _watcher = watcher;
             let mut first = true;
@@ -221,7 +283,7 @@ impl MeshConfigSource {
                 first = false;
                 // Let the writer finish: read once the directory is quiet.
                 while tokio::time::timeout(SETTLE, queue.recv()).await.is_ok_and(|n| n.is_some()) {}
-                let Some(write) = self.reread(&path) else { continue };
+                let Some(write) = self.reread(&path, networks.as_deref()) else { continue };
                 if !write_through(&store, &changes, write).await {
                     return;
                 }
@@ -272,37 +334,38 @@ impl MeshConfigSource {
                     continue;
                 }
             };
-            let (text, missing) = configmap_text(&origin, current.as_ref());
+            let (texts, missing) = configmap_text(&origin, current.as_ref());
             self.missing = missing;
-            let Some(write) = self.take(&origin, text) else { continue };
+            let Some(write) = self.take(&origin, texts) else { continue };
             if !write_through(&store, &changes, write).await {
                 return;
             }
         }
     }
 
-    /// Reads the file at `path` again; the store write that serves what
-    /// changed, if anything did.
-    fn reread(&mut self, path: &Path) -> Option<Write> {
+    /// Reads the file at `path` (and the `meshNetworks` file) again; the
+    /// store write that serves what changed, if anything did.
+    fn reread(&mut self, path: &Path, networks: Option<&Path>) -> Option<Write> {
         let file = path.display().to_string();
-        let text = match std::fs::read_to_string(path) {
-            Ok(text) => text,
+        let texts = match read_files(path, networks) {
+            Ok(texts) => texts,
             Err(e) => {
-                self.refuse(&file, format!("cannot read the file: {e}"));
+                self.refuse(&file, e);
                 return None;
             }
         };
-        self.take(&file, text)
+        self.take(&file, texts)
     }
 
     /// Takes the text read from the origin (named `file` in problems); the
     /// store write that serves what changed, if anything did.
-    fn take(&mut self, file: &str, text: String) -> Option<Write> {
-        if self.text.as_deref() == Some(&text) {
+    fn take(&mut self, file: &str, texts: Texts) -> Option<Write> {
+        if self.text.as_ref() == Some(&texts) {
             return None;
         }
-        self.text = Some(text.clone());
-        let settings = match MeshSettings::parse(file, &text) {
+        let settings = parse_texts(file, &self.origin.networks_name(), &texts);
+        self.text = Some(texts);
+        let settings = match settings {
             Ok(settings) => settings,
             Err(e) => {
                 let message = e.strip_prefix(&format!("{file}: ")).unwrap_or(&e).to_string();

@@ -33,6 +33,7 @@ use super::traffic::{
 use super::trust_anchors::{CaCertificate, TrustAnchors, check_trust_domain};
 use super::{
     AccessLogEncoding, AccessLogSettings, AmbientSettings, IngressControllerMode, IngressSettings, MeshConfig,
+    json_labels,
 };
 use crate::config::Duration;
 use crate::config::istio::api::{self, ApiField};
@@ -114,6 +115,10 @@ pub struct MeshSettings {
     pub ambient_dry_run_policies: Option<bool>,
     /// istiod's `CLUSTER_ID` (a flag, never the file).
     pub cluster_id: Option<String>,
+    /// istiod's `POD_NAMESPACE` (a flag, never the file).
+    pub system_namespace: Option<String>,
+    /// `meshNetworks`, read from its own document (never the mesh file's).
+    pub networks: Option<Arc<super::networks::MeshNetworks>>,
     /// The fields set that meshpush does not apply, each with its path.
     pub problems: Vec<Problem>,
 }
@@ -367,6 +372,8 @@ impl MeshSettings {
             enable_ambient: None,
             ambient_dry_run_policies: None,
             cluster_id: None,
+            system_namespace: None,
+            networks: None,
             problems,
         })
     }
@@ -414,6 +421,8 @@ impl MeshSettings {
             enable_ambient: over.enable_ambient.or(self.enable_ambient),
             ambient_dry_run_policies: over.ambient_dry_run_policies.or(self.ambient_dry_run_policies),
             cluster_id: over.cluster_id.or(self.cluster_id),
+            system_namespace: over.system_namespace.or(self.system_namespace),
+            networks: over.networks.or(self.networks),
             problems: self.problems.into_iter().chain(over.problems).collect(),
         }
     }
@@ -532,6 +541,8 @@ impl MeshSettings {
                 dry_run_policies: self.ambient_dry_run_policies.unwrap_or(false),
             },
             cluster_id: self.cluster_id.as_deref().map_or(default.cluster_id, Arc::from),
+            system_namespace: self.system_namespace.as_deref().map_or(default.system_namespace, Arc::from),
+            networks: self.networks.clone().unwrap_or(default.networks),
         }
     }
 }
@@ -637,16 +648,6 @@ fn default_provider_problems(file: &str, defaults: &DefaultProvidersPatch, all: 
         out.push(warning(file, "defaultProviders.metrics", message));
     }
     out
-}
-
-/// The labels of a JSON access log format: a JSON object, as Istio reads
-/// `accessLogFormat` under JSON encoding.
-pub fn json_labels(format: &str) -> Result<serde_json::Map<String, serde_json::Value>, String> {
-    match serde_json::from_str::<serde_json::Value>(format) {
-        Ok(serde_json::Value::Object(labels)) => Ok(labels),
-        Ok(_) => Err("not a JSON object of labels".into()),
-        Err(e) => Err(format!("not a JSON object of labels: {e}")),
-    }
 }
 
 /// The report of a field the file sets that [`Document`] does not model.

@@ -56,6 +56,7 @@ mod jwt;
 mod listeners;
 mod mesh_traffic;
 mod mtls;
+mod networks;
 mod routes;
 mod service_shapes;
 mod telemetry;

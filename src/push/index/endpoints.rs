@@ -3,6 +3,10 @@
 //! Each service's endpoints are one `Arc<ServiceEndpoints>`, so an endpoint
 //! change rebuilds only the services it touches and shares every other entry
 //! with the previous index.
+//!
+//! Every endpoint carries its cluster and network (`NetworkIndex`), and a
+//! service's endpoints hold one per network and address: two clusters on
+//! different networks may reuse each other's Pod addresses.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::ops::Bound;
@@ -10,7 +14,7 @@ use std::sync::Arc;
 
 use rayon::prelude::*;
 
-use super::{ServiceIndex, Workload, WorkloadIndex};
+use super::{NetworkIndex, ServiceIndex, Workload, WorkloadIndex};
 use crate::config::{ConfigKey, ConfigKind, ConfigObject, k8s};
 use crate::model::endpoint::has_mesh_mtls;
 use crate::model::{Endpoint, Hostname, Service, ServiceEndpoints, StoreSnapshot, StoredObject, no_labels};
@@ -59,13 +63,16 @@ fn add_slices<'a>(map: &mut SliceMap<'a>, stored: impl Iterator<Item = &'a Arc<S
 
 impl EndpointIndex {
     /// Builds endpoints for every service, in parallel.
-    pub fn build(snapshot: &StoreSnapshot, services: &ServiceIndex, workloads: &WorkloadIndex) -> EndpointIndex {
+    pub fn build(
+        snapshot: &StoreSnapshot,
+        services: &ServiceIndex,
+        workloads: &WorkloadIndex,
+        networks: &NetworkIndex,
+    ) -> EndpointIndex {
         let slices = slices_by_service(snapshot);
-        let built: Vec<(Hostname, Arc<ServiceEndpoints>)> = services
-            .all()
-            .par_iter()
-            .map(|svc| (svc.hostname.clone(), Arc::new(endpoints_of(svc, snapshot, workloads, &slices))))
-            .collect();
+        let inputs = Inputs { snapshot, workloads, networks, slices: &slices };
+        let built: Vec<(Hostname, Arc<ServiceEndpoints>)> =
+            services.all().par_iter().map(|svc| (svc.hostname.clone(), Arc::new(endpoints_of(svc, &inputs)))).collect();
         EndpointIndex { by_host: built.into_iter().collect() }
     }
 
@@ -77,16 +84,18 @@ impl EndpointIndex {
         snapshot: &StoreSnapshot,
         services: &ServiceIndex,
         workloads: &WorkloadIndex,
+        networks: &NetworkIndex,
         hosts: &HashSet<Hostname>,
     ) -> (EndpointIndex, HashSet<Hostname>) {
         let namespaces: HashSet<&str> = hosts.iter().filter_map(|h| services.get(h)).map(|s| &*s.namespace).collect();
         let slices = slices_in(snapshot, &namespaces);
+        let inputs = Inputs { snapshot, workloads, networks, slices: &slices };
         let mut next = prev.clone();
         let mut changed = HashSet::new();
         for host in hosts {
             match services.get(host) {
                 Some(svc) => {
-                    let eps = endpoints_of(svc, snapshot, workloads, &slices);
+                    let eps = endpoints_of(svc, &inputs);
                     if prev.by_host.get(host).is_none_or(|old| **old != eps) {
                         next.by_host.insert(host.clone(), Arc::new(eps));
                         changed.insert(host.clone());
@@ -129,12 +138,27 @@ fn workload_port(port: &crate::model::ServicePort, w: &Workload) -> Option<u32> 
     }
 }
 
-fn endpoint_from_workload(svc: &Service, w: &Workload) -> Option<Endpoint> {
+/// What a service's endpoints are computed from.
+struct Inputs<'a> {
+    snapshot: &'a StoreSnapshot,
+    workloads: &'a WorkloadIndex,
+    networks: &'a NetworkIndex,
+    slices: &'a SliceMap<'a>,
+}
+
+fn endpoint_from_workload(svc: &Service, w: &Workload, networks: &NetworkIndex) -> Option<Endpoint> {
     let ports: BTreeMap<u32, u32> =
         svc.ports.iter().filter_map(|p| workload_port(p, w).map(|wp| (p.port, wp))).collect();
     if ports.is_empty() {
         return None;
     }
+    let cluster = networks.cluster_name(&w.key.cluster);
+    let network = match &w.network {
+        Some(network) => network.clone(),
+        // istiod leaves a WorkloadEntry that names no network on the default one.
+        None if w.is_workload_entry => Arc::from(""),
+        None => networks.network_of(&cluster, &w.address),
+    };
     Some(Endpoint {
         address: w.address.clone(),
         ports,
@@ -143,20 +167,18 @@ fn endpoint_from_workload(svc: &Service, w: &Workload) -> Option<Endpoint> {
         weight: w.weight,
         service_account: w.service_account.clone(),
         mesh_mtls: has_mesh_mtls(&w.labels),
+        network,
+        cluster,
     })
 }
 
 /// Computes one service's endpoints from every source Kubernetes and Istio use.
-fn endpoints_of(
-    svc: &Service,
-    snapshot: &StoreSnapshot,
-    workloads: &WorkloadIndex,
-    slices: &SliceMap<'_>,
-) -> ServiceEndpoints {
+fn endpoints_of(svc: &Service, inputs: &Inputs<'_>) -> ServiceEndpoints {
+    let Inputs { snapshot, workloads, networks, slices } = *inputs;
     let mut out: Vec<Endpoint> = Vec::new();
-    let mut seen: HashSet<Arc<str>> = HashSet::new();
+    let mut seen: HashSet<(Arc<str>, Arc<str>)> = HashSet::new();
     let mut push = |e: Endpoint, out: &mut Vec<Endpoint>| {
-        if seen.insert(e.address.clone()) {
+        if seen.insert((e.network.clone(), e.address.clone())) {
             out.push(e);
         }
     };
@@ -171,7 +193,7 @@ fn endpoints_of(
         if sliced && !w.is_workload_entry {
             continue;
         }
-        if let Some(e) = endpoint_from_workload(svc, w) {
+        if let Some(e) = endpoint_from_workload(svc, w, networks) {
             push(e, &mut out);
         }
     }
@@ -221,6 +243,9 @@ fn endpoints_of(
                         let service_account = pod.and_then(|w| w.service_account.clone());
                         // Istio takes the locality from the Pod (its Node), not the slice's zone.
                         let locality = pod.map(|w| w.locality.clone()).unwrap_or_else(|| Arc::from(""));
+                        let cluster = networks.cluster_name(&slice.metadata.cluster);
+                        let network =
+                            pod.and_then(|w| w.network.clone()).unwrap_or_else(|| networks.network_of(&cluster, addr));
                         push(
                             Endpoint {
                                 address: addr.as_str().into(),
@@ -230,6 +255,8 @@ fn endpoints_of(
                                 locality,
                                 weight: 1,
                                 service_account,
+                                network,
+                                cluster,
                             },
                             &mut out,
                         );
@@ -241,20 +268,22 @@ fn endpoints_of(
             if let Some(stored) = snapshot.get(&svc.source)
                 && let ConfigObject::ServiceEntry(se) = &stored.object
             {
-                for e in inline_endpoints(svc, se) {
+                for e in inline_endpoints(svc, se, networks) {
                     push(e, &mut out);
                 }
             }
         }
         _ => {}
     }
-    out.sort_by(|a, b| a.address.cmp(&b.address));
+    out.sort_by(|a, b| a.address.cmp(&b.address).then_with(|| a.network.cmp(&b.network)));
     ServiceEndpoints { endpoints: out }
 }
 
 /// Inline endpoints of a ServiceEntry host, and the host itself for DNS
 /// entries without endpoints.
-fn inline_endpoints(svc: &Service, se: &crate::config::istio::ServiceEntry) -> Vec<Endpoint> {
+fn inline_endpoints(svc: &Service, se: &crate::config::istio::ServiceEntry, networks: &NetworkIndex) -> Vec<Endpoint> {
+    // A ServiceEntry is config: of the config (local) cluster.
+    let cluster = networks.cluster_name(&crate::config::ClusterId::LOCAL);
     let mut out: Vec<Endpoint> = se
         .spec
         .endpoints
@@ -271,6 +300,9 @@ fn inline_endpoints(svc: &Service, se: &crate::config::istio::ServiceEntry) -> V
             weight: e.weight.unwrap_or(1).max(1),
             service_account: e.service_account.as_deref().map(Arc::from),
             mesh_mtls: has_mesh_mtls(&e.labels),
+            // As a WorkloadEntry: the network it names, else the default one.
+            network: e.network.as_deref().unwrap_or("").into(),
+            cluster: cluster.clone(),
         })
         .collect();
     if out.is_empty() && svc.resolution.is_dns() && !svc.hostname.starts_with('*') {
@@ -282,6 +314,8 @@ fn inline_endpoints(svc: &Service, se: &crate::config::istio::ServiceEntry) -> V
             weight: 1,
             service_account: None,
             mesh_mtls: false,
+            network: Arc::from(""),
+            cluster,
         });
     }
     out
@@ -320,7 +354,7 @@ spec: {address: 10.0.9.9, labels: {app: ledger}}
         let snapshot = store.snapshot();
         let services = ServiceIndex::build(&snapshot, &Default::default());
         let workloads = WorkloadIndex::build(&snapshot);
-        let index = EndpointIndex::build(&snapshot, &services, &workloads);
+        let index = EndpointIndex::build(&snapshot, &services, &workloads, &NetworkIndex::default());
         let endpoints = index.get("ledger.shop.svc.cluster.local").expect("ledger has endpoints");
         endpoints
             .endpoints
@@ -387,14 +421,20 @@ spec: {address: 10.0.9.9, labels: {app: ledger}}
             let snapshot = store.snapshot();
             let services = ServiceIndex::build(&snapshot, &Default::default());
             let workloads = WorkloadIndex::build(&snapshot);
-            (EndpointIndex::build(&snapshot, &services, &workloads), snapshot, services, workloads)
+            (
+                EndpointIndex::build(&snapshot, &services, &workloads, &NetworkIndex::default()),
+                snapshot,
+                services,
+                workloads,
+            )
         };
         let (before, ..) = build(&store);
         store.apply(puts(&mesh("10.0.0.2")));
         let (rebuilt, snapshot, services, workloads) = build(&store);
         let hosts: HashSet<Hostname> =
             ["ledger.shop.svc.cluster.local", "ledger.sho.svc.cluster.local"].into_iter().map(Hostname::from).collect();
-        let (updated, changed) = EndpointIndex::update(&before, &snapshot, &services, &workloads, &hosts);
+        let (updated, changed) =
+            EndpointIndex::update(&before, &snapshot, &services, &workloads, &NetworkIndex::default(), &hosts);
         let changed: Vec<&str> = changed.iter().map(|h| &**h).collect();
         assert_eq!(changed, ["ledger.shop.svc.cluster.local"]);
         for ns in ["sho", "shop", "shop-2"] {

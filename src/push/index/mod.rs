@@ -11,6 +11,7 @@ mod endpoints;
 pub mod envoy_filter;
 pub mod gateway_api;
 pub mod ingress;
+pub mod networks;
 pub mod peer_authentication;
 pub mod request_authentication;
 mod rules;
@@ -24,6 +25,7 @@ pub use authorization::{AppliedPolicy, AuthorizationIndex};
 pub use endpoints::EndpointIndex;
 pub use gateway_api::GatewayApiIndex;
 pub use ingress::IngressIndex;
+pub use networks::NetworkIndex;
 pub use peer_authentication::{PeerAuthenticationIndex, WorkloadMtls};
 pub use request_authentication::{RequestAuthenticationIndex, ResolvedJwtRule};
 pub use rules::{

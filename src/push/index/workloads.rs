@@ -12,6 +12,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use crate::config::{ConfigKey, ConfigKind, ConfigObject, k8s};
+use crate::model::endpoint::NETWORK_LABEL;
 use crate::model::{Labels, StoreSnapshot};
 
 /// One workload instance.
@@ -37,6 +38,11 @@ pub struct Workload {
     pub service_account: Option<Arc<str>>,
     /// Whether this is a WorkloadEntry (whose `ports` map is by *service* port name).
     pub is_workload_entry: bool,
+    /// The network it names itself: a Pod's `topology.istio.io/network`
+    /// label, a WorkloadEntry's `network`. A Pod without one is on its
+    /// cluster's network (`NetworkIndex::network_of`); a WorkloadEntry
+    /// without one is on the default network, as istiod places it.
+    pub network: Option<Arc<str>>,
 }
 
 impl Workload {
@@ -66,6 +72,7 @@ impl Workload {
                     weight: we.spec.weight.unwrap_or(1).max(1),
                     service_account: we.spec.service_account.as_deref().map(Arc::from),
                     is_workload_entry: true,
+                    network: we.spec.network.as_deref().filter(|n| !n.is_empty()).map(Arc::from),
                 })
             }
             _ => None,
@@ -116,6 +123,7 @@ fn from_pod(pod: &k8s::Pod, snapshot: &StoreSnapshot) -> Option<Workload> {
         // The API server gives a Pod that names none the namespace's `default`.
         service_account: Some(Arc::from(pod.spec.service_account_name.as_deref().unwrap_or("default"))),
         is_workload_entry: false,
+        network: pod.metadata.labels.get(NETWORK_LABEL).filter(|n| !n.is_empty()).map(|n| Arc::from(n.as_str())),
     })
 }
 

@@ -8,7 +8,14 @@ fn source(dir: &tempfile::TempDir, text: &str, flags: MeshSettings) -> MeshConfi
     std::fs::write(&path, text).unwrap();
     let startup = MeshSettings::parse("mesh", text).unwrap().over(flags.clone());
     let served = startup.mesh_config();
-    MeshConfigSource::new(MeshOrigin::File(path), flags, &startup, served, true, MeshConfigStatus::default())
+    MeshConfigSource::new(
+        MeshOrigin::File { mesh: path, networks: None },
+        flags,
+        &startup,
+        served,
+        true,
+        MeshConfigStatus::default(),
+    )
 }
 
 fn served(write: Option<Write>) -> Arc<MeshConfig> {
@@ -22,13 +29,13 @@ fn served(write: Option<Write>) -> Arc<MeshConfig> {
 fn an_edit_is_written_as_the_mesh_config_object_and_an_unchanged_read_writes_nothing() {
     let dir = tempfile::TempDir::new().unwrap();
     let mut source = source(&dir, "rootNamespace: first\n", MeshSettings::default());
-    assert!(source.reread(&dir.path().join("mesh")).is_none(), "the startup text again: nothing to write");
-    assert!(source.reread(&dir.path().join("mesh")).is_none(), "and again");
+    assert!(source.reread(&dir.path().join("mesh"), None).is_none(), "the startup text again: nothing to write");
+    assert!(source.reread(&dir.path().join("mesh"), None).is_none(), "and again");
     std::fs::write(dir.path().join("mesh"), "rootNamespace: second\nenablePrometheusMerge: false\n").unwrap();
-    assert_eq!(&*served(source.reread(&dir.path().join("mesh"))).root_namespace, "second");
+    assert_eq!(&*served(source.reread(&dir.path().join("mesh"), None)).root_namespace, "second");
     let problems = source.status.problems();
     assert_eq!(problems.iter().map(|p| p.path.as_str()).collect::<Vec<_>>(), vec!["enablePrometheusMerge"]);
-    assert!(source.reread(&dir.path().join("mesh")).is_none(), "read again, unchanged");
+    assert!(source.reread(&dir.path().join("mesh"), None).is_none(), "read again, unchanged");
 }
 
 #[test]
@@ -36,13 +43,13 @@ fn a_broken_edit_keeps_the_served_mesh_config_and_says_why_until_mended() {
     let dir = tempfile::TempDir::new().unwrap();
     let mut source = source(&dir, "rootNamespace: first\n", MeshSettings::default());
     std::fs::write(dir.path().join("mesh"), "rootNamespace: [\n").unwrap();
-    assert!(source.reread(&dir.path().join("mesh")).is_none(), "nothing is written");
+    assert!(source.reread(&dir.path().join("mesh"), None).is_none(), "nothing is written");
     let problems = source.status.problems();
     assert_eq!(problems.len(), 1);
     assert!(problems[0].is_error() && problems[0].message.contains("the last good mesh config stays served"));
     assert_eq!(&*source.served.root_namespace, "first");
     std::fs::write(dir.path().join("mesh"), "rootNamespace: mended\n").unwrap();
-    assert_eq!(&*served(source.reread(&dir.path().join("mesh"))).root_namespace, "mended");
+    assert_eq!(&*served(source.reread(&dir.path().join("mesh"), None)).root_namespace, "mended");
     assert!(source.status.problems().is_empty(), "the mended file has nothing to report");
 }
 
@@ -53,7 +60,7 @@ fn the_trust_domain_stays_until_restart_and_flags_stay_over_the_file() {
     let mut source = source(&dir, "trustDomain: one.org\n", flags);
     std::fs::write(dir.path().join("mesh"), "trustDomain: two.org\nrootNamespace: file-root\ningressClass: edge\n")
         .unwrap();
-    let mesh = served(source.reread(&dir.path().join("mesh")));
+    let mesh = served(source.reread(&dir.path().join("mesh"), None));
     assert_eq!(&*mesh.trust_domain, "one.org", "the CA's trust domain stays");
     assert_eq!(&*mesh.root_namespace, "flag-root", "the flag stays over the file");
     assert_eq!(&*mesh.ingress.class, "edge");
@@ -68,10 +75,10 @@ fn moved_discovery_selectors_are_reported_for_the_next_start() {
     let text = "discoverySelectors: [{matchLabels: {mesh: a}}]\n";
     let mut source = source(&dir, text, MeshSettings::default());
     std::fs::write(dir.path().join("mesh"), format!("{text}rootNamespace: other\n")).unwrap();
-    served(source.reread(&dir.path().join("mesh")));
+    served(source.reread(&dir.path().join("mesh"), None));
     assert!(source.status.problems().is_empty(), "the same selectors: nothing to say");
     std::fs::write(dir.path().join("mesh"), "discoverySelectors: [{matchLabels: {mesh: b}}]\n").unwrap();
-    served(source.reread(&dir.path().join("mesh")));
+    served(source.reread(&dir.path().join("mesh"), None));
     let problems = source.status.problems();
     assert_eq!(problems.iter().map(|p| p.path.as_str()).collect::<Vec<_>>(), vec!["discoverySelectors"]);
 }
@@ -93,12 +100,13 @@ fn a_revision_reads_its_own_configmap_as_istio_names_it() {
 #[test]
 fn a_missing_configmap_or_key_is_istios_defaults_and_a_missing_key_is_a_problem() {
     let origin = "k8s:ConfigMap/istio-system/istio";
-    assert_eq!(configmap_text(origin, None), (String::new(), None), "none at all: Istio's defaults, no problem");
+    assert_eq!(configmap_text(origin, None), (Texts::default(), None), "none at all: Istio's defaults, no problem");
     let mut cm = ConfigMap {
         data: Some([("meshNetworks".to_string(), "networks: {}".to_string())].into()),
         ..Default::default()
     };
     assert!(configmap_text(origin, Some(&cm)).1.unwrap().message.contains("no `mesh` key"));
     cm.data.as_mut().unwrap().insert("mesh".into(), "rootNamespace: x\n".into());
-    assert_eq!(configmap_text(origin, Some(&cm)), ("rootNamespace: x\n".to_string(), None));
+    let texts = Texts { mesh: "rootNamespace: x\n".to_string(), networks: "networks: {}".to_string() };
+    assert_eq!(configmap_text(origin, Some(&cm)), (texts, None));
 }

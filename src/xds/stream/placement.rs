@@ -18,11 +18,11 @@ pub struct Placement {
     inbound: Option<(InboundId, InboundKey)>,
     scope: Option<Arc<Scope>>,
     version: u64,
-    /// The endpoint view, recomputed when the DestinationRules or the
-    /// workloads (a Pod's locality) change.
+    /// The endpoint view, recomputed when the DestinationRules, the
+    /// workloads (a Pod's locality) or the networks change.
     view: Option<Arc<EndpointView>>,
-    /// The DestinationRule and workload indexes `view` was computed from.
-    view_inputs: (usize, usize),
+    /// The DestinationRule, workload and network indexes `view` was computed from.
+    view_inputs: (usize, usize, usize),
 }
 
 impl Placement {
@@ -38,7 +38,11 @@ impl Placement {
             let (id, key) = self.key.as_ref().expect("set above");
             self.scope = Some(ctx.scope_of(*id, key));
             self.version = ctx.version;
-            let inputs = (Arc::as_ptr(&ctx.destination_rules) as usize, Arc::as_ptr(&ctx.workloads) as usize);
+            let inputs = (
+                Arc::as_ptr(&ctx.destination_rules) as usize,
+                Arc::as_ptr(&ctx.workloads) as usize,
+                Arc::as_ptr(&ctx.networks) as usize,
+            );
             if inputs != self.view_inputs {
                 self.view = endpoint_view(ctx, proxy);
                 self.view_inputs = inputs;

@@ -53,7 +53,7 @@ use super::ServiceIndex;
 use crate::config::istio::{AccessLogging, ModeSelector, Side, Telemetry, TelemetrySpec, Tracing};
 use crate::config::mesh::providers::{self, ExtensionProvider};
 use crate::config::mesh::proxy_config::{ProxyConfig, TracingConfig};
-use crate::config::mesh::{AccessLogEncoding, AccessLogSettings, MeshConfig, file::json_labels};
+use crate::config::mesh::{AccessLogEncoding, AccessLogSettings, MeshConfig, json_labels};
 use crate::config::{ConfigKind, ConfigObject};
 use crate::model::{Proxy, ProxyKind, StoreSnapshot};
 

@@ -47,7 +47,7 @@ use crate::workload_api::workload::{
 use service::{Origin, numeric_target_port, se_ports, select_services};
 
 /// The label of the system namespace that names the local cluster's network.
-pub const NETWORK_LABEL: &str = "topology.istio.io/network";
+pub use crate::model::endpoint::NETWORK_LABEL;
 
 /// The label that marks an HBONE-capable sidecar.
 const TUNNEL_LABEL: &str = "networking.istio.io/tunnel";
