@@ -381,6 +381,8 @@ pub async fn configz(State(state): State<AdminState>) -> Json<Value> {
         "revision": ctx.store.revision(),
         "mesh": ctx.mesh,
         "remoteClusters": remote_clusters,
+        // Each cluster's network, the network gateways, and what gives none.
+        "networks": ctx.networks,
         "objects": objects,
         "gatewayApi": gateway_api,
         "problems": problems,

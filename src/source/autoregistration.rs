@@ -2,7 +2,8 @@
 //! connects with node metadata `AUTO_REGISTER_GROUP=NAME` (pilot-agent sets
 //! it on a VM) gets a WorkloadEntry made from WorkloadGroup `NAME` of its
 //! namespace — named `NAME-IP`, the proxy's IP as address, the template's
-//! ports and weight, the proxy's locality (else the template's), and the
+//! ports and weight, the proxy's locality (else the template's), its
+//! network (metadata `NETWORK`, else the template's), and the
 //! template's labels with the group's metadata labels and the proxy's own
 //! labels over them. When its last
 //! stream goes away, the entry is deleted after a grace period (Istio's
@@ -160,7 +161,13 @@ pub fn entry_for(snapshot: &crate::model::StoreSnapshot, proxy: &Proxy) -> Optio
             creation_timestamp: None,
             ..ObjectMeta::default()
         },
-        spec: WorkloadEntrySpec { address: proxy.ip.to_string(), labels, locality, ..template.clone() },
+        spec: WorkloadEntrySpec {
+            address: proxy.ip.to_string(),
+            labels,
+            locality,
+            network: Some(proxy.network()).filter(|n| !n.is_empty()).map(str::to_string).or(template.network.clone()),
+            ..template.clone()
+        },
     };
     // What a file could not hold, registration does not write either.
     let refused = validate(&ConfigObject::WorkloadEntry(entry.clone())).iter().any(|p| p.severity == Severity::Error);

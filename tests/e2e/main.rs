@@ -31,6 +31,7 @@ mod many;
 mod mesh_config;
 mod mtls;
 mod multi_root;
+mod multicluster;
 mod operate;
 mod proxy_config;
 mod proxyless_grpc;

@@ -18,7 +18,7 @@ use envoy_types::pb::envoy::service::discovery::v3::{DiscoveryRequest, Discovery
 use meshpush::resource::TypeUrl;
 use prost::Message as _;
 use serde_json::Value;
-use support::kube_api::KubeApi;
+use support::kube_api::{KubeApi, remote_secret};
 use support::meshpush::Meshpush;
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
@@ -48,22 +48,6 @@ fn cluster(addresses: &[(&str, &str)]) -> KubeApi {
         api.put(&pod(name, ip));
     }
     api
-}
-
-/// A remote secret as `istioctl create-remote-secret` writes it (the API
-/// server keeps `data` base64): each key a cluster id, each value a kubeconfig.
-fn remote_secret(name: &str, clusters: &[(&str, &str)]) -> String {
-    let data: Vec<String> = clusters
-        .iter()
-        .map(|(id, kubeconfig)| format!("{id}: {}", base64::engine::general_purpose::STANDARD.encode(kubeconfig)))
-        .collect();
-    format!(
-        "apiVersion: v1\nkind: Secret\nmetadata:\n  name: {name}\n  namespace: istio-system\n  \
-         labels: {{istio/multiCluster: \"true\"}}\n  annotations: {{networking.istio.io/cluster: {}}}\n\
-         data: {{{}}}\n",
-        clusters[0].0,
-        data.join(", ")
-    )
 }
 
 fn start(local: &KubeApi, flags: &[&str]) -> (Meshpush, tempfile::NamedTempFile) {

@@ -1220,3 +1220,20 @@ impl Drop for OpenWatch {
         self.0.watching.fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
     }
 }
+
+/// A remote secret as `istioctl create-remote-secret` writes it (the API
+/// server keeps `data` base64): each key a cluster id, each value a kubeconfig.
+pub fn remote_secret(name: &str, clusters: &[(&str, &str)]) -> String {
+    use base64::Engine as _;
+    let data: Vec<String> = clusters
+        .iter()
+        .map(|(id, kubeconfig)| format!("{id}: {}", base64::engine::general_purpose::STANDARD.encode(kubeconfig)))
+        .collect();
+    format!(
+        "apiVersion: v1\nkind: Secret\nmetadata:\n  name: {name}\n  namespace: istio-system\n  \
+         labels: {{istio/multiCluster: \"true\"}}\n  annotations: {{networking.istio.io/cluster: {}}}\n\
+         data: {{{}}}\n",
+        clusters[0].0,
+        data.join(", ")
+    )
+}

@@ -153,6 +153,16 @@ impl SecureMesh {
 
     /// [`SecureMesh::start`] with more `serve` flags.
     pub fn start_with_flags(dir: &MeshDir, extra: &[&str]) -> SecureMesh {
+        SecureMesh::start_via(extra, |flags| Meshpush::start_with_flags(&dir.path(), flags))
+    }
+
+    /// A secure meshpush reading the mesh from the API server of
+    /// `kubeconfig` (a stand-in), with more `serve` flags.
+    pub fn start_kube(kubeconfig: &std::path::Path, extra: &[&str]) -> SecureMesh {
+        SecureMesh::start_via(extra, |flags| Meshpush::start_kube(kubeconfig, flags))
+    }
+
+    fn start_via(extra: &[&str], start: impl FnOnce(&[&str]) -> Meshpush) -> SecureMesh {
         let ca_dir = scratch_dir("ca");
         let jwt_dir = scratch_dir("jwt");
         let (jwt_key, jwks) = meshpush::cli::jwt::keygen(jwt_dir.path()).unwrap();
@@ -163,7 +173,7 @@ impl SecureMesh {
         let mut flags =
             vec!["--ca-dir", &ca, "--secure-xds-addr", &secure_addr, "--jwks", &jwks, "--webhook-addr", &webhook_addr];
         flags.extend_from_slice(extra);
-        let mesh = Meshpush::start_with_flags(&dir.path(), &flags);
+        let mesh = start(&flags);
         let root = ca_dir.path().join("root-cert.pem");
         SecureMesh { mesh, secure, webhook, root, jwt_key, _dirs: (ca_dir, jwt_dir) }
     }

@@ -26,9 +26,6 @@ pub(super) fn workload_group(check: &mut Checker, group: &WorkloadGroup) {
     if template.weight == Some(0) {
         check.error("spec.template.weight", "0 is not a weight: it must be at least 1 (leave it out for 1)");
     }
-    if template.network.as_deref().is_some_and(|v| !v.is_empty()) {
-        check.unsupported("spec.template.network", Some("meshpush serves one network: the entry is reached directly"));
-    }
     if group.spec.probe.is_some() {
         check.unsupported(
             "spec.probe",
@@ -62,11 +59,5 @@ pub(super) fn workload(check: &mut Checker, path: &str, spec: &WorkloadEntrySpec
     }
     if spec.weight == Some(0) {
         check.error(format!("{path}.weight"), "0 is not a weight: it must be at least 1 (leave it out for 1)");
-    }
-    if spec.network.as_deref().is_some_and(|n| !n.is_empty()) {
-        check.unsupported(
-            format!("{path}.network"),
-            Some("meshpush serves one network: the endpoint is reached directly, as if on the caller's network"),
-        );
     }
 }

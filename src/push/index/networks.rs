@@ -99,6 +99,9 @@ struct GatewayGroup {
     by_cluster: HashMap<Arc<str>, Vec<u32>>,
 }
 
+/// `registryServiceName` gateways: (host, cluster) → (network, port).
+type RegistryGateways = HashMap<(Arc<str>, Arc<str>), (Arc<str>, u32)>;
+
 /// The default network, shared.
 fn no_network() -> Arc<str> {
     static EMPTY: std::sync::LazyLock<Arc<str>> = std::sync::LazyLock::new(|| Arc::from(""));
@@ -117,8 +120,7 @@ impl NetworkIndex {
                 index.cluster_networks.insert(index.cluster_name(&meta.cluster), network.as_str().into());
             }
         }
-        // `registryServiceName` gateways: (host, cluster) → (network, port).
-        let mut registry_gateways: HashMap<(Arc<str>, Arc<str>), (Arc<str>, u32)> = HashMap::new();
+        let mut registry_gateways: RegistryGateways = HashMap::new();
         for (name, network) in &mesh.networks.networks {
             let mut registries: Vec<Arc<str>> = Vec::new();
             for endpoints in &network.endpoints {
