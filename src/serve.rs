@@ -192,7 +192,7 @@ impl SecurePort {
     /// none), sets up TLS and binds the port.
     async fn open(
         secure: &SecureXds,
-        kube: Option<kube::Client>,
+        kube: Option<(kube::Client, &str, crate::ca::authn::ClusterClients)>,
         engine: Arc<PushEngine>,
     ) -> anyhow::Result<SecurePort> {
         use crate::ca::{Authenticators, CaMaterial, CaService, CertificateAuthority, Impersonation, ServerTls};
@@ -200,7 +200,7 @@ impl SecurePort {
             .with_context(|| format!("reading the CA directory {}", secure.ca_dir.display()))?
             .is_some();
         let ca = match (&secure.ca_secret, &kube) {
-            (Some((namespace, name)), Some(client)) if !plug_in => {
+            (Some((namespace, name)), Some((client, ..))) if !plug_in => {
                 let (material, created) =
                     crate::source::ca_bundle::root_secret(client.clone(), namespace, name, &secure.trust_domain)
                         .await
@@ -233,8 +233,8 @@ impl SecurePort {
         if let Some(jwks) = &secure.jwks {
             authenticators = authenticators.with_jwks(jwks).with_context(|| format!("--jwks {}", jwks.display()))?;
         }
-        if let Some(client) = kube {
-            authenticators = authenticators.with_token_review(client);
+        if let Some((client, cluster_id, remotes)) = kube {
+            authenticators = authenticators.with_token_review(client).with_remote_clusters(cluster_id, remotes);
         }
         let authenticators = Arc::new(authenticators);
         if !authenticators.accepts_tokens() {
@@ -314,8 +314,13 @@ pub async fn run(options: ServeOptions) -> anyhow::Result<()> {
         Some(access) => Some(crate::source::kube::client(access).await.context("connecting to the Kubernetes API")?),
         None => None,
     };
+    // The remote clusters' clients, which the CA reviews their workloads' tokens with.
+    let remote_clients = crate::ca::authn::ClusterClients::default();
     let secure = match &options.secure {
-        Some(secure) => Some(SecurePort::open(secure, kube_client.clone(), engine.clone()).await?),
+        Some(secure) => {
+            let kube = kube_client.clone().map(|c| (c, options.cluster_id.as_str(), remote_clients.clone()));
+            Some(SecurePort::open(secure, kube, engine.clone()).await?)
+        }
         None => None,
     };
     let admin_listener = std::net::TcpListener::bind(options.admin_addr)
@@ -466,6 +471,7 @@ pub async fn run(options: ServeOptions) -> anyhow::Result<()> {
                 local_id: options.cluster_id.clone(),
                 timeout: options.remote_cluster_timeout,
                 selectors: options.discovery_selectors.clone(),
+                clients: remote_clients.clone(),
             };
             let (remotes, controller) =
                 crate::source::kube::remote::start(remote_client, remote, store.clone(), changes_tx.clone());

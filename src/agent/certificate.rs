@@ -132,6 +132,7 @@ pub async fn create_certificate(
     channel: tonic::transport::Channel,
     csr: String,
     token: Option<&str>,
+    cluster_id: Option<&str>,
     ttl: Duration,
 ) -> Result<Vec<String>, tonic::Status> {
     let mut client = IstioCertificateServiceClient::new(channel);
@@ -142,6 +143,10 @@ pub async fn create_certificate(
             .parse()
             .map_err(|_| tonic::Status::invalid_argument("the token file holds characters a header cannot carry"))?;
         request.metadata_mut().insert("authorization", bearer);
+    }
+    // The cluster whose API server reviews the token (pilot-agent's header).
+    if let Some(id) = cluster_id.and_then(|id| id.parse().ok()) {
+        request.metadata_mut().insert(crate::ca::authn::CLUSTER_ID_HEADER, id);
     }
     let IstioCertificateResponse { cert_chain } = client.create_certificate(request).await?.into_inner();
     Ok(cert_chain)

@@ -435,8 +435,10 @@ impl Requester {
         // is authenticated by the current certificate.
         let token = read_token(&self.opts.token_file).ok();
         let channel = self.upstream.channel().await.map_err(|e| Failure::Transient(e.to_string()))?;
-        let chain = certificate::create_certificate(channel, csr, token.as_deref(), self.opts.cert_ttl).await.map_err(
-            |status| {
+        let cluster = self.opts.meta.get("CLUSTER_ID").map(String::as_str);
+        let chain = certificate::create_certificate(channel, csr, token.as_deref(), cluster, self.opts.cert_ttl)
+            .await
+            .map_err(|status| {
                 let why = format!("{:?}: {}", status.code(), Shown(status.message()));
                 match status.code() {
                     tonic::Code::Unauthenticated | tonic::Code::PermissionDenied | tonic::Code::InvalidArgument => {
@@ -444,8 +446,7 @@ impl Requester {
                     }
                     _ => Failure::Transient(why),
                 }
-            },
-        )?;
+            })?;
         certificate::accept(&self.identity, &key, &chain).map_err(|e| Failure::Transient(e.to_string()))
     }
 

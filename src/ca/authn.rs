@@ -13,7 +13,10 @@
 //!    it changes, so keys rotate without a restart.
 //! 3. **A Kubernetes service-account token, checked by TokenReview** with
 //!    the cluster meshpush reads (audience `istio-ca`, as istiod asks for
-//!    it); the reviewed username names the identity.
+//!    it); the reviewed username names the identity. A caller of another
+//!    cluster says which (the `ClusterID` header pilot-agent sends): its
+//!    token is reviewed by that remote cluster, as istiod reviews it, and
+//!    refused when meshpush reads no cluster of that id.
 //!
 //! A token bound to a Pod (Kubernetes' projected tokens are) also names
 //! that Pod: the JWT's `kubernetes.io.pod` claim, or the review's
@@ -66,12 +69,44 @@ pub struct CallerPod {
 #[error("{0}")]
 pub struct AuthError(pub String);
 
+/// The header a caller names its cluster in (pilot-agent's `ClusterID`).
+pub const CLUSTER_ID_HEADER: &str = "clusterid";
+
+/// The API clients of the mesh's remote clusters, by id, kept current by
+/// what reads them (`source::kube::remote`). Cheap to clone.
+#[derive(Clone, Default)]
+pub struct ClusterClients(std::sync::Arc<parking_lot::RwLock<std::collections::HashMap<String, kube::Client>>>);
+
+impl ClusterClients {
+    /// Sets (or, with `None`, forgets) the client of cluster `id`.
+    pub fn set(&self, id: &str, client: Option<kube::Client>) {
+        let mut clients = self.0.write();
+        match client {
+            Some(client) => clients.insert(id.to_string(), client),
+            None => clients.remove(id),
+        };
+    }
+
+    /// The client of cluster `id`.
+    pub fn get(&self, id: &str) -> Option<kube::Client> {
+        self.0.read().get(id).cloned()
+    }
+}
+
+impl std::fmt::Debug for ClusterClients {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_list().entries(self.0.read().keys()).finish()
+    }
+}
+
 /// The ways callers are authenticated. See the module docs.
 #[derive(Default)]
 pub struct Authenticators {
     trust_domain: String,
     jwks: Option<JwksFile>,
     token_review: Option<kube::Client>,
+    /// The local cluster's id, and the remote clusters' clients.
+    clusters: Option<(String, ClusterClients)>,
 }
 
 impl std::fmt::Debug for Authenticators {
@@ -80,6 +115,7 @@ impl std::fmt::Debug for Authenticators {
             .field("trust_domain", &self.trust_domain)
             .field("jwks", &self.jwks.as_ref().map(|j| &j.path))
             .field("token_review", &self.token_review.is_some())
+            .field("clusters", &self.clusters)
             .finish()
     }
 }
@@ -106,6 +142,14 @@ impl Authenticators {
         self
     }
 
+    /// Also review the tokens of callers of remote clusters with those
+    /// clusters' `clients` (a caller naming `local_id`, or no cluster, is
+    /// reviewed by the local cluster).
+    pub fn with_remote_clusters(mut self, local_id: &str, clients: ClusterClients) -> Authenticators {
+        self.clusters = Some((local_id.to_string(), clients));
+        self
+    }
+
     /// Whether any token check is configured (without one, only callers
     /// that already hold a certificate can be served).
     pub fn accepts_tokens(&self) -> bool {
@@ -120,6 +164,17 @@ impl Authenticators {
         certificate: &[Identity],
         authorization: Option<&str>,
     ) -> Result<Caller, AuthError> {
+        self.authenticate_in(certificate, authorization, None).await
+    }
+
+    /// [`authenticate`](Self::authenticate) for a caller of `cluster` (its
+    /// `ClusterID` header; `None`: the local cluster).
+    pub async fn authenticate_in(
+        &self,
+        certificate: &[Identity],
+        authorization: Option<&str>,
+        cluster: Option<&str>,
+    ) -> Result<Caller, AuthError> {
         if !certificate.is_empty() {
             return Ok(Caller { identities: certificate.to_vec(), pod: None });
         }
@@ -128,11 +183,16 @@ impl Authenticators {
                 "no credential: present a workload certificate or an `authorization: Bearer TOKEN` header".into(),
             ));
         };
-        self.authenticate_token(header).await
+        self.authenticate_token_in(header, cluster).await
     }
 
     /// The caller an `authorization: Bearer TOKEN` header proves.
     pub async fn authenticate_token(&self, header: &str) -> Result<Caller, AuthError> {
+        self.authenticate_token_in(header, None).await
+    }
+
+    /// [`authenticate_token`](Self::authenticate_token) for a caller of `cluster`.
+    async fn authenticate_token_in(&self, header: &str, cluster: Option<&str>) -> Result<Caller, AuthError> {
         let token = bearer_token(header)?;
         if !self.accepts_tokens() {
             return Err(AuthError("this CA accepts no tokens (no --jwks file and no Kubernetes cluster)".into()));
@@ -144,10 +204,24 @@ impl Authenticators {
                 Err(e) => refusals.push(format!("JWKS: {e}")),
             }
         }
-        if let Some(client) = &self.token_review {
-            match token_review(client, token, &self.trust_domain).await {
+        let remote = match (cluster, &self.clusters) {
+            (Some(id), Some((local, clients))) if id != local => Some((id, clients.get(id))),
+            _ => None,
+        };
+        match remote {
+            Some((id, Some(client))) => match token_review(&client, token, &self.trust_domain).await {
                 Ok(caller) => return Ok(caller),
-                Err(e) => refusals.push(format!("TokenReview: {e}")),
+                Err(e) => refusals.push(format!("TokenReview of cluster {}: {e}", crate::text::Shown(id))),
+            },
+            Some((id, None)) => refusals
+                .push(format!("TokenReview: no cluster {} is read (its ClusterID header)", crate::text::Shown(id))),
+            None => {
+                if let Some(client) = &self.token_review {
+                    match token_review(client, token, &self.trust_domain).await {
+                        Ok(caller) => return Ok(caller),
+                        Err(e) => refusals.push(format!("TokenReview: {e}")),
+                    }
+                }
             }
         }
         Err(AuthError(format!("the token was refused ({})", refusals.join("; "))))

@@ -18,7 +18,7 @@ use std::time::Duration;
 
 use tonic::{Request, Response, Status};
 
-use super::authn::Authenticators;
+use super::authn::{Authenticators, CLUSTER_ID_HEADER};
 use super::authority::{CertificateAuthority, SignError};
 use super::impersonation::{self, Impersonation};
 use crate::metrics::Metrics;
@@ -77,7 +77,10 @@ impl IstioCertificateService for CaService {
         let peer = connection.as_ref().and_then(|c| c.peer);
         let certificate = connection.as_ref().map(|c| c.transport.identities().to_vec()).unwrap_or_default();
         let authorization = request.metadata().get("authorization").and_then(|v| v.to_str().ok()).map(str::to_owned);
-        let caller = match self.authenticators.authenticate(&certificate, authorization.as_deref()).await {
+        let cluster = request.metadata().get(CLUSTER_ID_HEADER).and_then(|v| v.to_str().ok()).map(str::to_owned);
+        let authenticated =
+            self.authenticators.authenticate_in(&certificate, authorization.as_deref(), cluster.as_deref()).await;
+        let caller = match authenticated {
             Ok(caller) => caller,
             Err(e) => {
                 self.metrics.ca_authentication_failures.inc();

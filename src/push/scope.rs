@@ -82,6 +82,11 @@ pub struct ScopeKey {
     /// The EnvoyFilter patches of its outbound side (a router's: all), in
     /// istiod's order (empty in a mesh without EnvoyFilters).
     pub envoy_filters: Vec<Arc<ResolvedPatch>>,
+    /// The proxy's cluster, when some service has other virtual IPs there
+    /// than the ones it is served with elsewhere (its listeners and route
+    /// domains take that cluster's); `None` otherwise, so that proxies of
+    /// every cluster share scopes.
+    pub cluster: Option<Arc<str>>,
 }
 
 /// What of a proxy decides its endpoint assignments, when the mesh makes
@@ -282,6 +287,7 @@ pub fn scope_key(ctx: &PushContext, proxy: &Proxy) -> ScopeKey {
         .filter(|selector| selector.iter().all(|(k, v)| proxy.labels.get(k) == Some(v)))
         .cloned()
         .collect();
+    let cluster = proxy.cluster_id().filter(|c| ctx.services.has_variants_in(c)).map(Arc::from);
     match proxy.kind {
         ProxyKind::Router => {
             let gateways = ctx.gateways.matching(&proxy.namespace, &proxy.labels);
@@ -300,6 +306,7 @@ pub fn scope_key(ctx: &PushContext, proxy: &Proxy) -> ScopeKey {
                 jwt_rules: ctx.request_authentication.for_workload(&proxy.namespace, &proxy.labels),
                 telemetry: ctx.telemetry.client(proxy),
                 envoy_filters: ctx.envoy_filters.outbound(proxy),
+                cluster,
             }
         }
         ProxyKind::Sidecar if proxy.client == XdsClient::Grpc => ScopeKey {
@@ -322,6 +329,7 @@ pub fn scope_key(ctx: &PushContext, proxy: &Proxy) -> ScopeKey {
             // no EnvoyFilter to it.
             telemetry: Arc::default(),
             envoy_filters: Vec::new(),
+            cluster,
         },
         ProxyKind::Sidecar => ScopeKey {
             kind: ProxyKind::Sidecar,
@@ -338,6 +346,7 @@ pub fn scope_key(ctx: &PushContext, proxy: &Proxy) -> ScopeKey {
             jwt_rules: Vec::new(),
             telemetry: ctx.telemetry.client(proxy),
             envoy_filters: ctx.envoy_filters.outbound(proxy),
+            cluster,
         },
         // A waypoint serves what binds to its Gateway (named by the label
         // Istio's waypoint template puts on its pods).
@@ -356,6 +365,7 @@ pub fn scope_key(ctx: &PushContext, proxy: &Proxy) -> ScopeKey {
             jwt_rules: Vec::new(),
             telemetry: Arc::default(),
             envoy_filters: Vec::new(),
+            cluster: None,
         },
         // ztunnel is sent the workload API only, alike for every ztunnel:
         // nothing of the proxy's own decides it.
@@ -374,6 +384,7 @@ pub fn scope_key(ctx: &PushContext, proxy: &Proxy) -> ScopeKey {
             jwt_rules: Vec::new(),
             telemetry: Arc::default(),
             envoy_filters: Vec::new(),
+            cluster: None,
         },
     }
 }
@@ -504,6 +515,15 @@ pub fn compute(ctx: &PushContext, id: ScopeId, key: ScopeKey) -> Scope {
         ),
     };
 
+    // A proxy of a cluster whose Services have other virtual IPs sees them.
+    let mut egress = egress;
+    if let Some(cluster) = &key.cluster {
+        for listener in &mut egress {
+            for svc in &mut listener.services {
+                *svc = ctx.services.in_cluster(cluster, svc);
+            }
+        }
+    }
     let mut services: Vec<Arc<Service>> = egress.iter().flat_map(|e| e.services.iter().cloned()).collect();
     services.sort_by(|a, b| a.hostname.cmp(&b.hostname));
     services.dedup_by(|a, b| a.hostname == b.hostname);

@@ -195,3 +195,55 @@ fn a_sidecar_reaches_another_networks_service_over_mtls_through_its_east_west_ga
     });
     http::get(through_a, "/direct", &[("host", HOST)]).expect("A still reaches B, directly");
 }
+
+/// The SPIFFE identities of a chain's leaf.
+fn leaf_identities(chain: &[String]) -> Vec<String> {
+    use rustls_pki_types::pem::PemObject as _;
+    let leaf = rustls_pki_types::CertificateDer::pem_slice_iter(chain[0].as_bytes()).next().unwrap().unwrap();
+    meshpush::ca::tls::identities_of(&leaf).iter().map(ToString::to_string).collect()
+}
+
+#[test]
+fn a_remote_clusters_workload_token_is_reviewed_by_its_own_cluster() {
+    use crate::support::process::{free_addr, scratch_dir};
+    use crate::support::secure;
+    let west = KubeApi::start();
+    west.accept_token("west-token", "default", "b");
+    let east = KubeApi::start();
+    east.accept_token("east-token", "default", "a");
+    east.put(&remote_secret("istio-remote-secret-west", &[("west", &west.kubeconfig())]));
+    let kubeconfig = tempfile::NamedTempFile::new().unwrap();
+    std::fs::write(kubeconfig.path(), east.kubeconfig()).unwrap();
+    let ca_dir = scratch_dir("ca");
+    let (secure_addr, ca) = (free_addr(), ca_dir.path().display().to_string());
+    let secure_flag = secure_addr.to_string();
+    let flags = ["--ca-dir", &ca, "--secure-xds-addr", &secure_flag, "--webhook-addr", "off", "--cluster-id", "east"];
+    // Ready once west has synced: its client is known.
+    let mesh = crate::support::meshpush::Meshpush::start_kube(kubeconfig.path(), &flags);
+    let root = std::fs::read_to_string(ca_dir.path().join("root-cert.pem")).unwrap();
+    tokio::runtime::Runtime::new().unwrap().block_on(async {
+        let ask = |token: &'static str, cluster: Option<&'static str>| {
+            let root = root.clone();
+            async move {
+                let (_, csr) = secure::csr(&[]);
+                let channel = secure::channel(secure_addr, &root, None).await.unwrap();
+                secure::create_certificate_in(channel, &csr, token, cluster).await
+            }
+        };
+        let issued = ask("west-token", Some("west")).await.unwrap_or_else(|e| panic!("{e:?}\n{}", mesh.log_tail(20)));
+        assert_eq!(leaf_identities(&issued.cert_chain), ["spiffe://cluster.local/ns/default/sa/b"]);
+        let issued = ask("east-token", None).await.expect("the local cluster reviews a caller naming none");
+        assert_eq!(leaf_identities(&issued.cert_chain), ["spiffe://cluster.local/ns/default/sa/a"]);
+        let issued = ask("east-token", Some("east")).await.expect("or naming the local cluster");
+        assert_eq!(leaf_identities(&issued.cert_chain), ["spiffe://cluster.local/ns/default/sa/a"]);
+        for (token, cluster, why) in [
+            ("west-token", None, "TokenReview"),
+            ("east-token", Some("west"), "TokenReview of cluster west"),
+            ("west-token", Some("south"), "no cluster south is read"),
+        ] {
+            let refused = ask(token, cluster).await.expect_err("refused");
+            assert_eq!(refused.code(), tonic::Code::Unauthenticated, "{refused:?}");
+            assert!(refused.message().contains(why), "{token} from {cluster:?}: {}", refused.message());
+        }
+    });
+}

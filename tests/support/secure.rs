@@ -129,6 +129,24 @@ pub async fn create_certificate_for(
     client.create_certificate(request).await.map(tonic::Response::into_inner)
 }
 
+/// As [`create_certificate`], for a caller of cluster `cluster` (the
+/// `ClusterID` header pilot-agent sends).
+pub async fn create_certificate_in(
+    channel: tonic::transport::Channel,
+    csr: &str,
+    token: &str,
+    cluster: Option<&str>,
+) -> Result<IstioCertificateResponse, tonic::Status> {
+    let mut client = IstioCertificateServiceClient::new(channel);
+    let mut request =
+        tonic::Request::new(IstioCertificateRequest { csr: csr.into(), validity_duration: 3600, metadata: None });
+    request.metadata_mut().insert("authorization", format!("Bearer {token}").parse().expect("ASCII"));
+    if let Some(cluster) = cluster {
+        request.metadata_mut().insert("clusterid", cluster.parse().expect("ASCII"));
+    }
+    client.create_certificate(request).await.map(tonic::Response::into_inner)
+}
+
 /// A meshpush that is the mesh's CA (a self-signed root in a directory of
 /// its own) and takes tokens signed by a key set of its own, serving `dir`.
 pub struct SecureMesh {

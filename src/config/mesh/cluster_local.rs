@@ -8,13 +8,12 @@
 //! (`pilot/pkg/model/cluster_local.go`), and the result is the mesh
 //! config's `clusterLocalHosts`, shown on `/debug/configz`.
 //!
-//! What it changes: nothing meshpush serves yet, and a warning says so.
-//! istiod drops the endpoints of other clusters for a cluster-local host;
-//! meshpush serves every cluster's (the remote clusters' of
-//! `source::kube::remote` included), which with one cluster is the same.
-//! (istiod also gives a proxy whose `CLUSTER_ID` is not its registry's
-//! cluster no endpoints at all for these hosts; meshpush's endpoints are
-//! generated per cluster, not per proxy, and do not copy that.)
+//! What it changes (`generate::eds`): in a mesh of several clusters, a
+//! cluster-local host is served to a proxy with the endpoints of the
+//! proxy's own cluster only (its `CLUSTER_ID`, else this server's
+//! cluster), as istiod serves it; a proxy whose cluster has none gets
+//! none. With one cluster every endpoint is the cluster's own, and every
+//! proxy shares one assignment.
 //!
 //! Invariants: the defaults are Istio's (`*.kube-system.svc`,
 //! `kubernetes.default.svc` and the host of the mesh's
@@ -34,13 +33,6 @@ use crate::config::validate::is_wildcard_host;
 /// Istio's default domain suffix (istiod's `--domain`), which the cluster's
 /// services live under: `model::host::CLUSTER_DOMAIN` is `svc.` and it.
 pub const DOMAIN_SUFFIX: &str = "cluster.local";
-
-/// What the mesh config's report says of `serviceSettings` that list hosts.
-pub const ONE_CLUSTER: &str = "is validated and resolved (the cluster-local hosts are shown on /debug/configz), \
-                               but has no effect on what is served yet: a cluster-local host is served with the \
-                               endpoints of every cluster meshpush reads (with one cluster, every endpoint is \
-                               the cluster's own, and nothing changes); keeping it to the proxy's own cluster \
-                               among several clusters is not built yet";
 
 /// One `serviceSettings` entry: the settings of the hosts it lists.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]

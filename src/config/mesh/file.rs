@@ -325,7 +325,6 @@ impl MeshSettings {
         }
         if let Some(entries) = doc.service_settings.as_deref().filter(|e| !e.is_empty()) {
             cluster_local::check(entries).map_err(|(path, why)| format!("{file}: {path}: {why}"))?;
-            problems.push(warning(file, "serviceSettings", cluster_local::ONE_CLUSTER.into()));
         }
         let dns_refresh_rate = doc.dns_refresh_rate.filter(|rate| match traffic::check_dns_refresh_rate(*rate) {
             Ok(()) => true,

@@ -1,7 +1,7 @@
-//! EDS across clusters and networks: split horizon with Istio's weights
-//! (the cases of istiod's `TestSplitHorizonEds` and `TestMeshNetworking`),
-//! mTLS-only crossing, gateways from labelled Services, an east-west
-//! gateway's own view, and cluster-local hosts.
+//! Serving across clusters and networks: per-cluster virtual IPs; EDS
+//! with split horizon and Istio's weights (the case of istiod's
+//! `TestSplitHorizonEds`), mTLS-only crossing, gateways from labelled
+//! Services, an east-west gateway's own view, and cluster-local hosts.
 
 use super::*;
 use crate::config::mesh::networks::MeshNetworks;
@@ -287,4 +287,43 @@ fn a_cluster_local_host_is_served_with_the_proxys_own_clusters_endpoints() {
     };
     assert_ne!(key(None, dns_cluster), key(Some("west"), dns_cluster));
     assert_eq!(key(None, books), None, "shared by every proxy");
+}
+
+#[test]
+fn a_proxy_is_served_its_own_clusters_virtual_ips() {
+    let service = |vip: &str| {
+        format!(
+            "apiVersion: v1\nkind: Service\nmetadata: {{name: ledger, namespace: default}}\n\
+             spec: {{clusterIP: {vip}, selector: {{app: ledger}}, ports: [{{name: tcp-db, port: 5432}}, {{name: http, port: 8080}}]}}\n"
+        )
+    };
+    let mut writes = vec![mesh_config("east", "")];
+    writes.extend(in_cluster(None, &service("10.96.0.10")));
+    writes.extend(in_cluster(Some("west"), &service("10.200.0.10")));
+    writes.extend(in_cluster(Some("north"), &service("10.96.0.10")));
+    let ctx = context(writes);
+    // (the TCP chain's range, whether the HTTP route domains hold the VIP)
+    let seen = |cluster: Option<&str>| {
+        let scope = ctx.scope_for(&sidecar_in("", cluster));
+        let listeners = lds::listeners(&ctx, &scope);
+        let tcp = listener(&listeners, "0.0.0.0_5432");
+        let ranges: Vec<String> = tcp
+            .filter_chains
+            .iter()
+            .filter_map(|c| c.filter_chain_match.as_ref())
+            .flat_map(|m| &m.prefix_ranges)
+            .map(|r| r.address_prefix.clone())
+            .collect();
+        let routes = rds::route_config(&ctx, &scope, "8080").expect("the port's routes");
+        let domains: Vec<String> = routes.virtual_hosts.iter().flat_map(|v| v.domains.clone()).collect();
+        (ranges, domains.iter().any(|d| d.starts_with("10.200.0.10")), scope.id)
+    };
+    let (east, west, north) = (seen(None), seen(Some("west")), seen(Some("north")));
+    assert_eq!(east.0, ["10.96.0.10"]);
+    assert!(!east.1);
+    assert_eq!(west.0, ["10.200.0.10"], "west's own virtual IP");
+    assert!(west.1, "west's route domains name its VIP");
+    assert_eq!(north.0, ["10.96.0.10"]);
+    assert_eq!(north.2, east.2, "a cluster with the same VIPs shares the scope");
+    assert_ne!(west.2, east.2);
 }

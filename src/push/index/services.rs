@@ -8,6 +8,14 @@
 //! them ([`Service::aliases`]). An alias of a host no service defines has
 //! no effect: its clients' DNS leads them out of the mesh's names.
 //!
+//! Across clusters, the Services of one host are one service, as istiod's
+//! aggregate registry merges them: the first by key (the local cluster's,
+//! else the first remote cluster's by id) gives its attributes, and the
+//! endpoints are every cluster's (`EndpointIndex`). A cluster whose
+//! Service has other virtual IPs keeps them: its proxies see a copy of the
+//! service with their cluster's addresses ([`ServiceIndex::in_cluster`]),
+//! as istiod gives a proxy its own cluster's VIPs.
+//!
 //! Indexed by host, by namespace, and by selector (each service under its
 //! namespace and its selector's first label), so finding the services that
 //! select a workload costs the candidates under the workload's own labels,
@@ -36,6 +44,10 @@ pub struct ServiceIndex {
     by_selector: HashMap<u64, Vec<Arc<Service>>>,
     /// Whether any service is an alias.
     has_aliases: bool,
+    /// By cluster id: the services whose Service in that cluster has
+    /// other virtual IPs than the one that gives their attributes, with
+    /// that cluster's.
+    cluster_variants: HashMap<Arc<str>, HashMap<Hostname, Arc<Service>>>,
 }
 
 /// The longest chain of aliases followed; a longer one is taken as a loop.
@@ -60,10 +72,21 @@ impl ServiceIndex {
     pub fn build(snapshot: &StoreSnapshot, mesh: &MeshConfig) -> ServiceIndex {
         let default_export = &mesh.export_to.services;
         let mut services: HashMap<Hostname, Service> = HashMap::new();
+        // The cluster of each host's first Service; the other clusters'
+        // addresses of the same host.
+        let mut first_cluster: HashMap<Hostname, Arc<str>> = HashMap::new();
+        let mut others: Vec<(Hostname, Arc<str>, Vec<Arc<str>>)> = Vec::new();
         for stored in snapshot.kind(ConfigKind::Service).values() {
             if let ConfigObject::Service(svc) = &stored.object {
                 let s = from_kubernetes(svc, default_export);
-                services.entry(s.hostname.clone()).or_insert(s);
+                let cluster = svc.metadata.cluster.remote_id().map_or_else(|| mesh.cluster_id.clone(), Arc::from);
+                match services.entry(s.hostname.clone()) {
+                    std::collections::hash_map::Entry::Vacant(slot) => {
+                        first_cluster.insert(s.hostname.clone(), cluster);
+                        slot.insert(s);
+                    }
+                    std::collections::hash_map::Entry::Occupied(_) => others.push((s.hostname, cluster, s.addresses)),
+                }
             }
         }
         for stored in snapshot.kind(ConfigKind::ServiceEntry).values() {
@@ -86,12 +109,32 @@ impl ServiceIndex {
             }
         }
         let has_aliases = sorted.iter().any(|s| s.is_alias());
-        ServiceIndex { by_host, sorted, by_namespace, by_selector, has_aliases }
+        let mut cluster_variants: HashMap<Arc<str>, HashMap<Hostname, Arc<Service>>> = HashMap::new();
+        for (host, cluster, addresses) in others {
+            let Some(base) = by_host.get(&host) else { continue };
+            if first_cluster.get(&host) != Some(&cluster) && base.addresses != addresses && base.is_kubernetes() {
+                let variant = Service { addresses, ..(**base).clone() };
+                cluster_variants.entry(cluster).or_default().insert(host, Arc::new(variant));
+            }
+        }
+        ServiceIndex { by_host, sorted, by_namespace, by_selector, has_aliases, cluster_variants }
     }
 
     /// The service for an FQDN.
     pub fn get(&self, host: &str) -> Option<&Arc<Service>> {
         self.by_host.get(host)
+    }
+
+    /// Whether some service has other virtual IPs in cluster `cluster`.
+    pub fn has_variants_in(&self, cluster: &str) -> bool {
+        self.cluster_variants.contains_key(cluster)
+    }
+
+    /// `svc` as proxies of `cluster` see it: with that cluster's virtual
+    /// IPs when its Service there has others.
+    pub fn in_cluster(&self, cluster: &str, svc: &Arc<Service>) -> Arc<Service> {
+        let variant = self.cluster_variants.get(cluster).and_then(|v| v.get(&svc.hostname));
+        variant.unwrap_or(svc).clone()
     }
 
     /// The services defined in `namespace`, sorted by host.

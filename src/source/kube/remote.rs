@@ -72,6 +72,9 @@ pub struct RemoteOptions {
     pub timeout: Duration,
     /// The namespaces read of each cluster (MeshConfig's `discoverySelectors`).
     pub selectors: Vec<kube::core::Selector>,
+    /// Where each remote cluster's client is kept for the CA, which
+    /// reviews the tokens of that cluster's workloads with it.
+    pub clients: crate::ca::authn::ClusterClients,
 }
 
 /// Where a remote cluster stands.
@@ -330,6 +333,7 @@ impl Controller {
         match client_of(kubeconfig).await {
             Err(why) => {
                 tracing::error!(cluster = id, secret, "remote cluster not read: {why}");
+                self.options.clients.set(id, None);
                 reporting.phase = Phase::Failed;
                 reporting.failure = Some(why);
                 self.running.insert(id.to_string(), Running { secret: secret.to_string(), hash, tasks: Vec::new() });
@@ -337,6 +341,7 @@ impl Controller {
             Ok((client, server)) => {
                 tracing::info!(cluster = id, secret, server = %server, "reading remote cluster");
                 reporting.server = server;
+                self.options.clients.set(id, Some(client.clone()));
                 let resources = REMOTE_KINDS.iter().map(|kind| (*kind, super::api_resource(*kind))).collect();
                 let (status, mut tasks) = super::start(
                     client,
@@ -382,6 +387,7 @@ impl Controller {
     /// Stops reading cluster `id` and deletes every object of it.
     async fn stop(&mut self, id: &str) {
         self.running.remove(id);
+        self.options.clients.set(id, None);
         self.reported.inner.lock().clusters.remove(id);
         let cluster = ClusterId::remote(id);
         let snapshot = self.store.snapshot();
