@@ -13,7 +13,12 @@
 //! resources, conditions, IPs): Pods are most of what a cluster holds, and
 //! the source must keep only what it needs of them. `--write-pods DIR`
 //! also writes those Pods as YAML files into DIR (a file source of the same
-//! objects, for comparison). Runs until Ctrl-C.
+//! objects, for comparison). `--two-clusters` spreads the mesh over two
+//! stand-ins, as one mesh over two clusters: the Services, EndpointSlices
+//! and Pods of about half the namespaces (by their name's bytes) go to a
+//! second API server, which a remote secret in the first names (cluster
+//! `remote`); the Istio objects stay in the first, the config cluster, and
+//! both hold every Namespace. Runs until Ctrl-C.
 
 #[path = "../tests/support/kube_api.rs"]
 #[allow(dead_code)]
@@ -29,6 +34,7 @@ fn main() -> Result<(), String> {
     let mut kubeconfig = None;
     let mut pods = false;
     let mut write = None;
+    let mut two_clusters = false;
     let mut args = std::env::args().skip(1);
     while let Some(arg) = args.next() {
         match arg.as_str() {
@@ -36,6 +42,7 @@ fn main() -> Result<(), String> {
             "--kubeconfig" => kubeconfig = args.next().map(PathBuf::from),
             "--pods" => pods = true,
             "--write-pods" => write = args.next().map(PathBuf::from),
+            "--two-clusters" => two_clusters = true,
             other => return Err(format!("unknown argument {other:?}: --mesh DIR [--pods] --kubeconfig FILE")),
         }
     }
@@ -43,6 +50,12 @@ fn main() -> Result<(), String> {
         return Err("usage: kube_standin --mesh DIR [--pods] --kubeconfig FILE".into());
     };
     let api = kube_api::KubeApi::start();
+    let remote = two_clusters.then(kube_api::KubeApi::start);
+    // Where a registry object of `namespace` goes.
+    let cluster_of = |namespace: &str| match &remote {
+        Some(remote) if namespace.bytes().map(u32::from).sum::<u32>() % 2 == 1 => remote,
+        _ => &api,
+    };
     let mut files = Vec::new();
     yaml_files(&mesh, &mut files)?;
     files.sort();
@@ -66,7 +79,7 @@ fn main() -> Result<(), String> {
                         text.push_str("---\n");
                         text.push_str(&serde_yaml_ng::to_string(&pod).map_err(|e| e.to_string())?);
                     }
-                    api.put_value(pod);
+                    cluster_of(object["metadata"]["namespace"].as_str().unwrap_or("")).put_value(pod);
                     pod_count += 1;
                 }
                 if let Some(dir) = &write {
@@ -76,12 +89,20 @@ fn main() -> Result<(), String> {
                     std::fs::write(&file, text).map_err(|e| format!("{}: {e}", file.display()))?;
                 }
             }
-            api.put_value(object);
+            let registry = matches!(object["kind"].as_str(), Some("Service" | "EndpointSlice" | "Pod"));
+            let namespace = object["metadata"]["namespace"].as_str().unwrap_or("").to_string();
+            if registry { cluster_of(&namespace) } else { &api }.put_value(object);
             objects += 1;
         }
     }
     for ns in &namespaces {
-        api.put_value(json!({ "apiVersion": "v1", "kind": "Namespace", "metadata": { "name": ns } }));
+        for api in std::iter::once(&api).chain(&remote) {
+            api.put_value(json!({ "apiVersion": "v1", "kind": "Namespace", "metadata": { "name": ns } }));
+        }
+    }
+    if let Some(remote) = &remote {
+        api.put(&kube_api::remote_secret("istio-remote-secret-remote", &[("remote", &remote.kubeconfig())]));
+        remote.compact();
     }
     // The load's events need not be replayed to anyone: drop them.
     api.compact();

@@ -6,7 +6,7 @@
 # later (and its peak), CPU. Needs `cargo build --release --workspace` and
 # `cargo build --release --examples`.
 #
-#   scripts/kube-sizing.sh file|kube|kube-pods|file-pods
+#   scripts/kube-sizing.sh file|kube|kube2|kube-pods|kube2-pods|file-pods
 #
 # MESHPUSH=path runs another meshpush binary (to compare two builds,
 # interleaved). LOADTEST=s2 then runs the loadtest's s2 scenario against
@@ -15,10 +15,12 @@
 #
 # kube-pods adds a realistic Pod for each of the 100,000 endpoints to the
 # stand-in API server (examples/kube_standin.rs); file-pods reads the same
-# Pods from YAML files.
+# Pods from YAML files. kube2 and kube2-pods spread the mesh over two
+# stand-ins (two clusters: the second named by a remote secret in the
+# first, its registry objects about half the namespaces').
 set -euo pipefail
 cd "$(dirname "$0")/.."
-mode="${1:?file, kube, kube-pods or file-pods}"
+mode="${1:?file, kube, kube2, kube-pods, kube2-pods or file-pods}"
 work="$(mktemp -d)"
 admin=127.0.0.1:27014
 pids=()
@@ -32,6 +34,7 @@ target/release/loadtest s2 --write-mesh "$work/mesh" >/dev/null 2>&1
 pods=()
 [[ "$mode" == *-pods ]] && pods=(--pods)
 [[ "$mode" == file-pods ]] && pods+=(--write-pods "$work/mesh")
+[[ "$mode" == kube2* ]] && pods+=(--two-clusters)
 if [[ "$mode" == kube* || "$mode" == file-pods ]]; then
     setsid target/release/examples/kube_standin --mesh "$work/mesh" "${pods[@]}" \
         --kubeconfig "$work/kubeconfig" >"$work/standin.log" 2>&1 &
