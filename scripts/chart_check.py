@@ -12,8 +12,9 @@ ConfigMaps, the webhook configurations and TokenReviews (a Role: creating
 the root's Secret); the Deployment runs `serve --in-cluster` with the
 values' flags, the CA and the webhooks; the Service has the secure and
 webhook ports; the webhooks select pods and objects exactly as Istio's
-chart does; the mesh config points proxies at the secure port. With
-CHART_CHECK_OUT set, the rendered mesh config and injector settings of
+chart does; the mesh config points proxies at the secure port, and
+meshNetworks is the values'. With
+CHART_CHECK_OUT set, the rendered mesh config, meshNetworks and injector settings of
 each variant are written there for meshpush itself to read
 (tests/deploy.rs). A deliberately broken value must be reported invalid,
 so the validation itself is known to work. Exits 1 on any failure, saying
@@ -62,6 +63,8 @@ VARIANTS = {
         "tolerations": [{"key": "dedicated", "operator": "Equal", "value": "mesh", "effect": "NoSchedule"}],
         "service": {"type": "LoadBalancer", "annotations": {"example.com/internal": "true"}},
         "meshConfig": {"accessLogFile": "/dev/stdout", "defaultConfig": {"holdApplicationUntilProxyStarts": True}},
+        "meshNetworks": {"net-east": {"endpoints": [{"fromRegistry": "Kubernetes"}], "gateways": [
+            {"registryServiceName": "istio-eastwestgateway.istio-system.svc.cluster.local", "port": 15443}]}},
         "webhooks": {"enableNamespacesByDefault": True, "configValidation": False},
         "sidecarInjector": {"policy": "disabled", "nativeSidecars": True,
                             "neverInjectSelector": [{"matchLabels": {"batch": "true"}}]},
@@ -280,6 +283,9 @@ def check_objects(variant, values, objects):
     mesh = yaml.safe_load(config_maps.get(mesh_name, {}).get("data", {}).get("mesh", "{}"))
     if mesh.get("defaultConfig", {}).get("discoveryAddress") != "meshpush.istio-system.svc:15012":
         fail(f"{variant}: the mesh config's discoveryAddress is {mesh.get('defaultConfig')}")
+    networks = yaml.safe_load(config_maps.get(mesh_name, {}).get("data", {}).get("meshNetworks", "{}"))
+    if networks != {"networks": values.get("meshNetworks", {})}:
+        fail(f"{variant}: meshNetworks is {networks} in the ConfigMap, expected the values' {values.get('meshNetworks')}")
     for key, value in values.get("meshConfig", {}).items():
         if key != "defaultConfig" and mesh.get(key) != value:
             fail(f"{variant}: meshConfig.{key} is {mesh.get(key)} in the ConfigMap, expected {value}")
@@ -288,6 +294,8 @@ def check_objects(variant, values, objects):
         os.makedirs(out, exist_ok=True)
         with open(os.path.join(out, "mesh"), "w") as f:
             f.write(config_maps.get(mesh_name, {}).get("data", {}).get("mesh", ""))
+        with open(os.path.join(out, "meshNetworks"), "w") as f:
+            f.write(config_maps.get(mesh_name, {}).get("data", {}).get("meshNetworks", ""))
         with open(os.path.join(out, "injector.yaml"), "w") as f:
             f.write(config_maps.get(injector_name, {}).get("data", {}).get("config.yaml", ""))
 

@@ -5,7 +5,8 @@
 //! and fails (exit 1, naming each manifest and field) on any problem, the
 //! webhooks' selectors included. It also proves its validation can fail: a
 //! broken value must be reported. Then meshpush itself reads what the chart
-//! renders for it: the `istio` ConfigMap's mesh config without a problem,
+//! renders for it: the `istio` ConfigMap's mesh config and meshNetworks
+//! without a problem,
 //! the injector's settings, and a pod injected by both dials the secure
 //! port of the chart's Service.
 
@@ -30,6 +31,11 @@ fn the_helm_chart_renders_and_every_manifest_validates() {
         let mesh = std::fs::read_to_string(dir.join("mesh")).unwrap();
         let mesh = meshpush::config::mesh::MeshSettings::parse("mesh", &mesh).unwrap();
         assert!(mesh.problems.is_empty(), "{variant}: {:?}", mesh.problems);
+        let networks = std::fs::read_to_string(dir.join("meshNetworks")).unwrap();
+        let (networks, problems) =
+            meshpush::config::mesh::networks::MeshNetworks::parse("meshNetworks", &networks).unwrap();
+        assert!(problems.is_empty(), "{variant}: {problems:?}");
+        assert_eq!(networks.networks.len(), usize::from(variant == "every-option-turned"), "{variant}: {networks:?}");
         let settings = meshpush::inject::InjectorSettings::read(&dir.join("injector.yaml")).unwrap();
         let injector = meshpush::inject::Injector { mesh: mesh.mesh_config(), settings };
         // Opted in: one variant's policy injects only pods that ask.

@@ -222,7 +222,8 @@ fn outbound(
                 cluster.dns_lookup_family = DnsLookupFamily::V4Only as i32;
                 set_dns_refresh(&mut cluster, mesh.dns_refresh_rate);
                 let endpoints = ctx.endpoints.get(&svc.hostname).map(|e| &**e);
-                cluster.load_assignment = Some(eds::assignment(&name, svc, port.port, endpoints, &labels));
+                cluster.load_assignment =
+                    Some(eds::assignment(&name, svc, port.port, endpoints, &labels, &ctx.mesh.cluster_id));
             }
             Resolution::Static | Resolution::Passthrough | Resolution::Alias => {
                 set_type(&mut cluster, DiscoveryType::Eds);

@@ -92,10 +92,11 @@ pub fn load_assignment(
         cluster: view.filter(|_| cluster_local(ctx, svc)).map(|v| &*v.cluster),
         mtls_only: naming::parse_sni_dnat_cluster(cluster_name).is_some(),
         mtls: &mtls,
+        local_cluster: &ctx.mesh.cluster_id,
     };
     let mut cla = build(cluster_name, svc, name.port, endpoints, &policy.labels, &shaping);
     if let (Some(view), Some(mode)) = (view, LocalityMode::of(&policy.traffic, ctx.mesh.locality_lb_setting.as_ref())) {
-        apply_locality(&mut cla, endpoints, &mode, view);
+        apply_locality(&mut cla, endpoints, &mode, view, &ctx.mesh.cluster_id);
     }
     Some(cla)
 }
@@ -186,12 +187,13 @@ fn apply_locality(
     endpoints: Option<&ServiceEndpoints>,
     mode: &LocalityMode<'_>,
     view: &EndpointView,
+    local_cluster: &str,
 ) {
     match mode {
         LocalityMode::Distribute(rules) => distribute(cla, rules, &view.locality),
         LocalityMode::Failover { failover, labels } => {
             if !labels.is_empty() {
-                split_by_failover_labels(cla, endpoints, labels, view);
+                split_by_failover_labels(cla, endpoints, labels, view, local_cluster);
             }
             // With failover labels, localities rank only when `failover` names regions (as in Istio).
             let by_locality = labels.is_empty() || !failover.is_empty();
@@ -249,6 +251,7 @@ fn split_by_failover_labels(
     endpoints: Option<&ServiceEndpoints>,
     labels: &[String],
     view: &EndpointView,
+    local_cluster: &str,
 ) {
     let by_address: BTreeMap<&str, &Endpoint> =
         endpoints.map(|e| e.endpoints.iter().map(|e| (&*e.address, e)).collect()).unwrap_or_default();
@@ -262,7 +265,7 @@ fn split_by_failover_labels(
     let priority = |endpoint: Option<&&Endpoint>| -> u32 {
         for (j, (name, value)) in wanted.iter().enumerate() {
             let mine = value.or_else(|| view.labels.get(*name).map(String::as_str));
-            let theirs = endpoint.and_then(|e| e.label(name));
+            let theirs = endpoint.and_then(|e| e.label(name, local_cluster));
             if mine != theirs {
                 return (wanted.len() - j) as u32;
             }
@@ -335,8 +338,9 @@ pub(crate) fn assignment(
     port: u32,
     endpoints: Option<&ServiceEndpoints>,
     subset_labels: &BTreeMap<String, String>,
+    local_cluster: &str,
 ) -> ClusterLoadAssignment {
-    let shaping = Shaping { network: None, cluster: None, mtls_only: false, mtls: &|_, _| true };
+    let shaping = Shaping { network: None, cluster: None, mtls_only: false, mtls: &|_, _| true, local_cluster };
     build(cluster_name, svc, port, endpoints, subset_labels, &shaping)
 }
 
@@ -351,6 +355,8 @@ struct Shaping<'a> {
     mtls_only: bool,
     /// Whether mesh mTLS would be used to an endpoint on its port.
     mtls: &'a dyn Fn(&Endpoint, u32) -> bool,
+    /// The local cluster's id (the cluster of its endpoints).
+    local_cluster: &'a str,
 }
 
 /// [`assignment`] shaped by `shaping`.
@@ -371,7 +377,9 @@ fn build(
         let Some(&target) = e.ports.get(&port) else {
             continue;
         };
-        if !e.matches(subset_labels) || shaping.cluster.is_some_and(|c| *e.cluster != *c) {
+        if !e.matches(subset_labels, shaping.local_cluster)
+            || shaping.cluster.is_some_and(|c| e.cluster_id(shaping.local_cluster) != c)
+        {
             continue;
         }
         if need_ip && !proto::is_ip(&e.address) && !e.address.starts_with(UNIX_PREFIX) {

@@ -5,6 +5,8 @@ use std::sync::Arc;
 
 use serde::Serialize;
 
+use crate::config::ClusterId;
+
 /// A workload's labels, shared by the workload and its endpoints.
 pub type Labels = Arc<BTreeMap<String, String>>;
 
@@ -36,10 +38,11 @@ pub struct Endpoint {
     /// `security.istio.io/tlsMode: istio`), read once from the labels
     /// because every assignment that holds the endpoint asks.
     pub mesh_mtls: bool,
-    /// Its network (`""`: the default network, which every proxy reaches).
-    pub network: Arc<str>,
-    /// The id of the cluster it is in.
-    pub cluster: Arc<str>,
+    /// Its network (`None`: the default network, which every proxy
+    /// reaches). An option, so that a mesh of one network holds no name.
+    pub network: Option<Arc<str>>,
+    /// The cluster it is in (`ClusterId::LOCAL`: this server's).
+    pub cluster: ClusterId,
 }
 
 /// The label that names a workload's (or a namespace's) network.
@@ -59,21 +62,32 @@ pub fn has_mesh_mtls(labels: &BTreeMap<String, String>) -> bool {
 }
 
 impl Endpoint {
-    /// Whether every `selector` label is present with the same value.
-    pub fn matches(&self, selector: &BTreeMap<String, String>) -> bool {
-        selector.iter().all(|(k, v)| self.label(k) == Some(v.as_str()))
+    /// Whether every `selector` label is present with the same value (in
+    /// a mesh whose own cluster's id is `local_cluster`).
+    pub fn matches(&self, selector: &BTreeMap<String, String>, local_cluster: &str) -> bool {
+        selector.iter().all(|(k, v)| self.label(k, local_cluster) == Some(v.as_str()))
     }
 
     /// The value of label `key`, with the topology labels istiod adds to
     /// every endpoint (its network and cluster) where its own labels do
     /// not set them.
-    pub fn label(&self, key: &str) -> Option<&str> {
+    pub fn label<'a>(&'a self, key: &str, local_cluster: &'a str) -> Option<&'a str> {
         match self.labels.get(key) {
             Some(v) => Some(v),
-            None if key == NETWORK_LABEL && !self.network.is_empty() => Some(&self.network),
-            None if key == CLUSTER_LABEL => Some(&self.cluster),
+            None if key == NETWORK_LABEL => self.network.as_deref(),
+            None if key == CLUSTER_LABEL => Some(self.cluster_id(local_cluster)),
             None => None,
         }
+    }
+
+    /// Its network's name (`""`: the default network).
+    pub fn network_name(&self) -> &str {
+        self.network.as_deref().unwrap_or("")
+    }
+
+    /// The id of its cluster, the local one's being `local_cluster`.
+    pub fn cluster_id<'a>(&'a self, local_cluster: &'a str) -> &'a str {
+        self.cluster.remote_id().unwrap_or(local_cluster)
     }
 }
 

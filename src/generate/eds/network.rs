@@ -44,7 +44,8 @@ pub(super) fn split<'e>(
     let split_horizon = networks.split_horizon();
     let scale = if split_horizon { networks.scale() } else { 1 };
     for &(e, port) in endpoints {
-        if !view.sees(&e.network) {
+        let network = e.network_name();
+        if !view.sees(network) {
             continue;
         }
         let weight = e.weight.max(1).saturating_mul(scale);
@@ -52,9 +53,9 @@ pub(super) fn split<'e>(
             direct.push((&e.address, port, weight, e.mesh_mtls));
             continue;
         }
-        let gateways: Vec<_> = networks.gateways_for(&e.network, &e.cluster).collect();
-        let force_gateway = view.network.is_empty() && !e.network.is_empty() && !gateways.is_empty();
-        let same_network = view.network.is_empty() || e.network.is_empty() || view.network == e.network;
+        let gateways: Vec<_> = networks.gateways_for(network, e.cluster_id(networks.local_cluster())).collect();
+        let force_gateway = view.network.is_empty() && !network.is_empty() && !gateways.is_empty();
+        let same_network = view.network.is_empty() || network.is_empty() || *view.network == *network;
         if !force_gateway && (same_network || gateways.is_empty()) {
             direct.push((&e.address, port, weight, e.mesh_mtls));
             continue;

@@ -60,6 +60,14 @@ const NO_EFFECT: &[(&str, &str, &str)] = &[
     ("ProxyConfig", "spec.selector.matchLabels.*", "applied at injection"),
     ("ProxyConfig", "spec.concurrency", "applied at injection"),
     ("ProxyConfig", "spec.environmentVariables.*", "applied at injection"),
+    // The coverage mesh is one cluster; `networks::a_cluster_local_host_is_served_with_the_proxys_own_clusters_endpoints`
+    // tests what these do among several.
+    (
+        "MeshConfig",
+        "serviceSettings[].settings.clusterLocal",
+        "with one cluster every endpoint is the proxy's own cluster's",
+    ),
+    ("MeshConfig", "serviceSettings[].hosts[]", "with one cluster every endpoint is the proxy's own cluster's"),
 ];
 
 /// The Secrets the Gateway variants name (`web-cert`, `web-cert-2`,

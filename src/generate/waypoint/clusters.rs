@@ -140,7 +140,7 @@ pub fn load_assignment(ctx: &PushContext, cluster_name: &str) -> Option<ClusterL
         return Some(eds::empty(cluster_name));
     }
     let endpoints = ctx.endpoints.get(&svc.hostname).map(|e| &**e);
-    let mut cla = eds::assignment(cluster_name, svc, name.port, endpoints, &rule.labels);
+    let mut cla = eds::assignment(cluster_name, svc, name.port, endpoints, &rule.labels, &ctx.mesh.cluster_id);
     let ambient = ctx.ambient();
     for group in &mut cla.endpoints {
         for lb in &mut group.lb_endpoints {

@@ -152,12 +152,11 @@ fn endpoint_from_workload(svc: &Service, w: &Workload, networks: &NetworkIndex) 
     if ports.is_empty() {
         return None;
     }
-    let cluster = networks.cluster_name(&w.key.cluster);
     let network = match &w.network {
-        Some(network) => network.clone(),
+        Some(network) => Some(network.clone()),
         // istiod leaves a WorkloadEntry that names no network on the default one.
-        None if w.is_workload_entry => Arc::from(""),
-        None => networks.network_of(&cluster, &w.address),
+        None if w.is_workload_entry => None,
+        None => networks.network_of(&w.key.cluster, &w.address),
     };
     Some(Endpoint {
         address: w.address.clone(),
@@ -168,7 +167,7 @@ fn endpoint_from_workload(svc: &Service, w: &Workload, networks: &NetworkIndex) 
         service_account: w.service_account.clone(),
         mesh_mtls: has_mesh_mtls(&w.labels),
         network,
-        cluster,
+        cluster: w.key.cluster.clone(),
     })
 }
 
@@ -176,12 +175,9 @@ fn endpoint_from_workload(svc: &Service, w: &Workload, networks: &NetworkIndex) 
 fn endpoints_of(svc: &Service, inputs: &Inputs<'_>) -> ServiceEndpoints {
     let Inputs { snapshot, workloads, networks, slices } = *inputs;
     let mut out: Vec<Endpoint> = Vec::new();
-    let mut seen: HashSet<(Arc<str>, Arc<str>)> = HashSet::new();
-    let mut push = |e: Endpoint, out: &mut Vec<Endpoint>| {
-        if seen.insert((e.network.clone(), e.address.clone())) {
-            out.push(e);
-        }
-    };
+    // One endpoint per network and address: the first pushed (a stable
+    // sort keeps it first among its equals, below).
+    let push = |e: Endpoint, out: &mut Vec<Endpoint>| out.push(e);
 
     // A Service with EndpointSlices takes its Pods' endpoints from them,
     // readiness included, as Istio does; a directory mesh that lists Pods
@@ -243,9 +239,11 @@ fn endpoints_of(svc: &Service, inputs: &Inputs<'_>) -> ServiceEndpoints {
                         let service_account = pod.and_then(|w| w.service_account.clone());
                         // Istio takes the locality from the Pod (its Node), not the slice's zone.
                         let locality = pod.map(|w| w.locality.clone()).unwrap_or_else(|| Arc::from(""));
-                        let cluster = networks.cluster_name(&slice.metadata.cluster);
-                        let network =
-                            pod.and_then(|w| w.network.clone()).unwrap_or_else(|| networks.network_of(&cluster, addr));
+                        let cluster = slice.metadata.cluster.clone();
+                        let network = match pod.and_then(|w| w.network.clone()) {
+                            Some(network) => Some(network),
+                            None => networks.network_of(&cluster, addr),
+                        };
                         push(
                             Endpoint {
                                 address: addr.as_str().into(),
@@ -268,7 +266,7 @@ fn endpoints_of(svc: &Service, inputs: &Inputs<'_>) -> ServiceEndpoints {
             if let Some(stored) = snapshot.get(&svc.source)
                 && let ConfigObject::ServiceEntry(se) = &stored.object
             {
-                for e in inline_endpoints(svc, se, networks) {
+                for e in inline_endpoints(svc, se) {
                     push(e, &mut out);
                 }
             }
@@ -276,14 +274,15 @@ fn endpoints_of(svc: &Service, inputs: &Inputs<'_>) -> ServiceEndpoints {
         _ => {}
     }
     out.sort_by(|a, b| a.address.cmp(&b.address).then_with(|| a.network.cmp(&b.network)));
+    out.dedup_by(|later, first| later.address == first.address && later.network == first.network);
     ServiceEndpoints { endpoints: out }
 }
 
 /// Inline endpoints of a ServiceEntry host, and the host itself for DNS
 /// entries without endpoints.
-fn inline_endpoints(svc: &Service, se: &crate::config::istio::ServiceEntry, networks: &NetworkIndex) -> Vec<Endpoint> {
+fn inline_endpoints(svc: &Service, se: &crate::config::istio::ServiceEntry) -> Vec<Endpoint> {
     // A ServiceEntry is config: of the config (local) cluster.
-    let cluster = networks.cluster_name(&crate::config::ClusterId::LOCAL);
+    let cluster = crate::config::ClusterId::LOCAL;
     let mut out: Vec<Endpoint> = se
         .spec
         .endpoints
@@ -301,7 +300,7 @@ fn inline_endpoints(svc: &Service, se: &crate::config::istio::ServiceEntry, netw
             service_account: e.service_account.as_deref().map(Arc::from),
             mesh_mtls: has_mesh_mtls(&e.labels),
             // As a WorkloadEntry: the network it names, else the default one.
-            network: e.network.as_deref().unwrap_or("").into(),
+            network: e.network.as_deref().filter(|n| !n.is_empty()).map(Arc::from),
             cluster: cluster.clone(),
         })
         .collect();
@@ -314,7 +313,7 @@ fn inline_endpoints(svc: &Service, se: &crate::config::istio::ServiceEntry, netw
             weight: 1,
             service_account: None,
             mesh_mtls: false,
-            network: Arc::from(""),
+            network: None,
             cluster,
         });
     }

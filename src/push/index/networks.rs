@@ -85,7 +85,8 @@ pub struct NetworkIndex {
     /// The weight scale (1 without gateways).
     scale: u32,
     /// The clusters with Services.
-    clusters: std::collections::BTreeSet<Arc<str>>,
+    #[serde(skip)]
+    clusters: std::collections::BTreeSet<ClusterId>,
     /// What gives no gateway, and why.
     problems: Vec<NetworkProblem>,
 }
@@ -163,11 +164,14 @@ impl NetworkIndex {
         }
         for stored in store.kind(ConfigKind::Service).values() {
             let ConfigObject::Service(svc) = &stored.object else { continue };
-            let cluster = index.cluster_name(&svc.metadata.cluster);
-            if !index.clusters.contains(&cluster) {
-                index.clusters.insert(cluster.clone());
+            if !index.clusters.contains(&svc.metadata.cluster) {
+                index.clusters.insert(svc.metadata.cluster.clone());
             }
             let labelled = svc.metadata.labels.get(NETWORK_LABEL).filter(|n| !n.is_empty());
+            if labelled.is_none() && registry_gateways.is_empty() {
+                continue;
+            }
+            let cluster = index.cluster_name(&svc.metadata.cluster);
             let (network, port) = match labelled {
                 Some(network) => (Arc::from(network.as_str()), index.labelled_port(svc, &stored.object)),
                 None => {
@@ -264,18 +268,22 @@ impl NetworkIndex {
     }
 
     /// The network of an endpoint at `address` in `cluster` that has no
-    /// label saying it.
-    pub fn network_of(&self, cluster: &str, address: &str) -> Arc<str> {
+    /// label saying it (`None`: the default network).
+    pub fn network_of(&self, cluster: &ClusterId, address: &str) -> Option<Arc<str>> {
+        if self.cluster_networks.is_empty() && self.registry_networks.is_empty() && self.cidrs.is_empty() {
+            return None;
+        }
+        let cluster = cluster.remote_id().unwrap_or(&self.local_cluster);
         if let Some(network) = self.cluster_networks.get(cluster).or_else(|| self.registry_networks.get(cluster)) {
-            return network.clone();
+            return Some(network.clone());
         }
-        if !self.cidrs.is_empty()
-            && let Ok(ip) = address.parse::<std::net::IpAddr>()
-            && let Some((_, network)) = self.cidrs.iter().find(|(cidr, _)| cidr.contains(&ip))
-        {
-            return network.clone();
-        }
-        no_network()
+        let ip = address.parse::<std::net::IpAddr>().ok()?;
+        self.cidrs.iter().find(|(cidr, _)| cidr.contains(&ip)).map(|(_, network)| network.clone())
+    }
+
+    /// The local cluster's id.
+    pub fn local_cluster(&self) -> &str {
+        &self.local_cluster
     }
 
     /// Whether any gateway exists: only then are endpoints of other

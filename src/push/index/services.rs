@@ -25,7 +25,7 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
 
 use crate::config::mesh::MeshConfig;
-use crate::config::{ConfigKind, ConfigObject, istio, k8s};
+use crate::config::{ClusterId, ConfigKey, ConfigKind, ConfigObject, istio, k8s};
 use crate::model::service::{ExportTo, Location};
 use crate::model::{Alias, Hostname, Protocol, Resolution, Service, ServicePort, StoreSnapshot, host};
 
@@ -72,20 +72,22 @@ impl ServiceIndex {
     pub fn build(snapshot: &StoreSnapshot, mesh: &MeshConfig) -> ServiceIndex {
         let default_export = &mesh.export_to.services;
         let mut services: HashMap<Hostname, Service> = HashMap::new();
-        // The cluster of each host's first Service; the other clusters'
-        // addresses of the same host.
-        let mut first_cluster: HashMap<Hostname, Arc<str>> = HashMap::new();
-        let mut others: Vec<(Hostname, Arc<str>, Vec<Arc<str>>)> = Vec::new();
-        for stored in snapshot.kind(ConfigKind::Service).values() {
+        // The Services of one host are adjacent in key order (by name,
+        // then cluster): the first gives its attributes; the other
+        // clusters' addresses are kept.
+        let mut others: Vec<(Hostname, ClusterId, Vec<Arc<str>>)> = Vec::new();
+        let mut first: Option<&ConfigKey> = None;
+        for (key, stored) in snapshot.kind(ConfigKind::Service).iter() {
             if let ConfigObject::Service(svc) = &stored.object {
                 let s = from_kubernetes(svc, default_export);
-                let cluster = svc.metadata.cluster.remote_id().map_or_else(|| mesh.cluster_id.clone(), Arc::from);
-                match services.entry(s.hostname.clone()) {
-                    std::collections::hash_map::Entry::Vacant(slot) => {
-                        first_cluster.insert(s.hostname.clone(), cluster);
-                        slot.insert(s);
+                match first {
+                    Some(f) if f.namespace == key.namespace && f.name == key.name => {
+                        others.push((s.hostname, key.cluster.clone(), s.addresses));
                     }
-                    std::collections::hash_map::Entry::Occupied(_) => others.push((s.hostname, cluster, s.addresses)),
+                    _ => {
+                        first = Some(key);
+                        services.entry(s.hostname.clone()).or_insert(s);
+                    }
                 }
             }
         }
@@ -112,8 +114,9 @@ impl ServiceIndex {
         let mut cluster_variants: HashMap<Arc<str>, HashMap<Hostname, Arc<Service>>> = HashMap::new();
         for (host, cluster, addresses) in others {
             let Some(base) = by_host.get(&host) else { continue };
-            if first_cluster.get(&host) != Some(&cluster) && base.addresses != addresses && base.is_kubernetes() {
+            if base.addresses != addresses && base.is_kubernetes() {
                 let variant = Service { addresses, ..(**base).clone() };
+                let cluster: Arc<str> = cluster.remote_id().map_or_else(|| mesh.cluster_id.clone(), Arc::from);
                 cluster_variants.entry(cluster).or_default().insert(host, Arc::new(variant));
             }
         }

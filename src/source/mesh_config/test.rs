@@ -110,3 +110,30 @@ fn a_missing_configmap_or_key_is_istios_defaults_and_a_missing_key_is_a_problem(
     let texts = Texts { mesh: "rootNamespace: x\n".to_string(), networks: "networks: {}".to_string() };
     assert_eq!(configmap_text(origin, Some(&cm)), (texts, None));
 }
+
+#[test]
+fn a_mesh_networks_edit_is_served_and_a_broken_one_keeps_the_last_good() {
+    let dir = tempfile::TempDir::new().unwrap();
+    let networks = dir.path().join("meshNetworks");
+    std::fs::write(&networks, "networks: {}\n").unwrap();
+    let mut source = source(&dir, "rootNamespace: first\n", MeshSettings::default());
+    let mesh = dir.path().join("mesh");
+    let reread = |source: &mut MeshConfigSource| source.reread(&mesh, Some(&networks));
+    std::fs::write(
+        &networks,
+        "networks:\n  west: {endpoints: [{fromRegistry: west}], gateways: [{address: 192.0.2.9, port: 15443}]}\n",
+    )
+    .unwrap();
+    let served_networks = served(reread(&mut source)).networks.clone();
+    assert_eq!(served_networks.networks.keys().map(|k| &**k).collect::<Vec<_>>(), ["west"]);
+    // Broken: refused with its path; the last good networks stay served.
+    std::fs::write(&networks, "networks: {west: {gateways: [{address: 192.0.2.9, port: 0}]}}\n").unwrap();
+    assert!(reread(&mut source).is_none(), "nothing is written");
+    let problems = source.status.problems();
+    assert!(problems[0].is_error() && problems[0].message.contains("networks.west.gateways[0].port"), "{problems:?}");
+    assert_eq!(source.served.networks, served_networks);
+    // A missing file is a problem too, and changes nothing served.
+    std::fs::remove_file(&networks).unwrap();
+    assert!(reread(&mut source).is_none());
+    assert!(source.status.problems()[0].message.contains("cannot read"), "{:?}", source.status.problems());
+}

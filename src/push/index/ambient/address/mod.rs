@@ -94,12 +94,13 @@ pub struct Inputs<'a> {
     pub waypoints: &'a Waypoints,
 }
 
-/// The mesh's network: the root namespace's `topology.istio.io/network`
-/// label, else the default network (`""`), as istiod reads it.
+/// The local cluster's network: the `topology.istio.io/network` label of
+/// this server's own namespace (`--system-namespace`), else the default
+/// network (`""`), as istiod reads it.
 pub fn network(store: &StoreSnapshot, mesh: &MeshConfig) -> String {
-    let root = &*mesh.root_namespace;
+    let system = &*mesh.system_namespace;
     store
-        .get(&crate::config::ConfigKey::new(ConfigKind::Namespace, "", root))
+        .get(&crate::config::ConfigKey::new(ConfigKind::Namespace, "", system))
         .and_then(|s| s.object.meta().labels.get(NETWORK_LABEL).cloned())
         .unwrap_or_default()
 }
