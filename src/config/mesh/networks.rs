@@ -206,11 +206,13 @@ impl MeshNetworks {
     }
 }
 
-/// A DNS-1123 label: what a cluster id must be.
+/// A DNS-1123 label as Istio's validation reads one (letters of either
+/// case: Istio's default cluster id is `Kubernetes`): what a cluster id
+/// must be.
 fn is_dns_label(s: &str) -> bool {
     !s.is_empty()
         && s.len() <= 63
-        && s.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+        && s.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-')
         && !s.starts_with('-')
         && !s.ends_with('-')
 }
@@ -218,7 +220,7 @@ fn is_dns_label(s: &str) -> bool {
 /// A fully qualified host name: dot-separated DNS labels, at least two.
 fn is_fqdn(s: &str) -> bool {
     let s = s.strip_suffix('.').unwrap_or(s);
-    s.len() <= 255 && s.contains('.') && s.split('.').all(|l| is_dns_label(&l.to_ascii_lowercase()))
+    s.len() <= 255 && s.contains('.') && s.split('.').all(is_dns_label)
 }
 
 #[cfg(test)]
@@ -264,10 +266,14 @@ networks:
         // snake_case keys, as the protos spell them, and an unknown field.
         let (snake, problems) = MeshNetworks::parse(
             "f",
-            "networks: {n: {endpoints: [{from_registry: c1}], gateways: [{registry_service_name: a.b, port: 1}], weight: 3}}",
+            "networks: {n: {endpoints: [{from_registry: Kubernetes}], gateways: [{registry_service_name: a.b, port: 1}], weight: 3}}",
         )
         .unwrap();
-        assert_eq!(snake.networks["n"].endpoints, [NetworkEndpoints::FromRegistry("c1".into())]);
+        assert_eq!(
+            snake.networks["n"].endpoints,
+            [NetworkEndpoints::FromRegistry("Kubernetes".into())],
+            "Istio's default id"
+        );
         assert_eq!(problems[0].path, "networks.n.weight");
         assert_eq!(MeshNetworks::parse("f", "").unwrap().0, MeshNetworks::default());
         assert_eq!(MeshNetworks::parse("f", "networks: {}").unwrap().0, MeshNetworks::default());
@@ -277,7 +283,7 @@ networks:
     fn refuses_what_istios_validation_refuses_with_the_path() {
         for (doc, wanted) in [
             ("networks: {n: {endpoints: [{fromCidr: 10.0.0.0/33}]}}", "networks.n.endpoints[0].fromCidr"),
-            ("networks: {n: {endpoints: [{fromRegistry: Not_A_Label}]}}", "networks.n.endpoints[0].fromRegistry"),
+            ("networks: {n: {endpoints: [{fromRegistry: not_a_label}]}}", "networks.n.endpoints[0].fromRegistry"),
             ("networks: {n: {endpoints: [{fromRegistry: a, fromCidr: 10.0.0.0/8}]}}", "one of them"),
             ("networks: {n: {gateways: [{address: 1.2.3.4}]}}", "networks.n.gateways[0].port: 0"),
             ("networks: {n: {gateways: [{address: '-x', port: 15443}]}}", "networks.n.gateways[0].address"),
