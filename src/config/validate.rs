@@ -198,15 +198,17 @@ pub(crate) fn is_wildcard_host(s: &str) -> bool {
         return true;
     }
     let name = s.strip_prefix("*.").unwrap_or(s);
-    !name.is_empty()
-        && name.len() <= 255
-        && name.split('.').all(|label| {
-            !label.is_empty()
-                && label.len() <= 63
-                && label.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-')
-                && !label.starts_with('-')
-                && !label.ends_with('-')
-        })
+    !name.is_empty() && name.len() <= 255 && name.split('.').all(is_dns_label_any_case)
+}
+
+/// A DNS label as Istio's `IsDNS1123Label` reads one: letters of either
+/// case, digits and inner hyphens, at most 63.
+pub(crate) fn is_dns_label_any_case(label: &str) -> bool {
+    !label.is_empty()
+        && label.len() <= 63
+        && label.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-')
+        && !label.starts_with('-')
+        && !label.ends_with('-')
 }
 
 fn is_ip(s: &str) -> bool {

@@ -24,6 +24,7 @@ use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
+use crate::config::validate::is_dns_label_any_case as is_dns_label;
 use crate::config::{Problem, Severity, SourceRef};
 
 /// Istio's `MeshNetworks`: networks by name.
@@ -204,17 +205,6 @@ impl MeshNetworks {
     pub fn is_empty(&self) -> bool {
         self.networks.is_empty()
     }
-}
-
-/// A DNS-1123 label as Istio's validation reads one (letters of either
-/// case: Istio's default cluster id is `Kubernetes`): what a cluster id
-/// must be.
-fn is_dns_label(s: &str) -> bool {
-    !s.is_empty()
-        && s.len() <= 63
-        && s.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-')
-        && !s.starts_with('-')
-        && !s.ends_with('-')
 }
 
 /// A fully qualified host name: dot-separated DNS labels, at least two.

@@ -3,18 +3,7 @@
 use super::*;
 
 fn addresses(cla: &envoy_types::pb::envoy::config::endpoint::v3::ClusterLoadAssignment) -> Vec<(String, u32)> {
-    cla.endpoints
-        .iter()
-        .flat_map(|g| &g.lb_endpoints)
-        .map(|e| {
-            let Some(HostIdentifier::Endpoint(ep)) = &e.host_identifier else { panic!() };
-            let Some(address::Address::SocketAddress(sa)) = ep.address.as_ref().unwrap().address.as_ref() else {
-                panic!()
-            };
-            let Some(PortSpecifier::PortValue(p)) = sa.port_specifier else { panic!() };
-            (sa.address.clone(), p)
-        })
-        .collect()
+    cla.endpoints.iter().flat_map(|g| &g.lb_endpoints).map(socket_of).collect()
 }
 
 #[test]

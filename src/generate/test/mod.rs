@@ -93,6 +93,16 @@ fn context(writes: Vec<Write>) -> PushContext {
 
 use crate::testing::bookinfo::proxy;
 
+/// An endpoint's socket address: `(address, port)`.
+fn socket_of(e: &envoy_types::pb::envoy::config::endpoint::v3::LbEndpoint) -> (String, u32) {
+    let Some(HostIdentifier::Endpoint(ep)) = &e.host_identifier else { panic!("an endpoint") };
+    let Some(address::Address::SocketAddress(sa)) = ep.address.as_ref().unwrap().address.as_ref() else {
+        panic!("a socket address")
+    };
+    let Some(PortSpecifier::PortValue(p)) = sa.port_specifier else { panic!("a port") };
+    (sa.address.clone(), p)
+}
+
 fn productpage(ctx: &PushContext, mode: &str) -> Arc<Scope> {
     ctx.scope_for(&crate::testing::bookinfo::productpage_in(mode))
 }

@@ -64,12 +64,8 @@ fn sent(ctx: &PushContext, cluster: &str, proxy: &Proxy) -> Vec<(String, u32, u3
         .iter()
         .flat_map(|g| &g.lb_endpoints)
         .map(|e| {
-            let Some(HostIdentifier::Endpoint(ep)) = &e.host_identifier else { panic!() };
-            let Some(address::Address::SocketAddress(sa)) = ep.address.as_ref().unwrap().address.as_ref() else {
-                panic!()
-            };
-            let Some(PortSpecifier::PortValue(p)) = sa.port_specifier else { panic!() };
-            (sa.address.clone(), p, e.load_balancing_weight.unwrap().value, e.metadata.is_some())
+            let (address, port) = socket_of(e);
+            (address, port, e.load_balancing_weight.unwrap().value, e.metadata.is_some())
         })
         .collect()
 }
