@@ -559,6 +559,17 @@ pub async fn run(options: ServeOptions) -> anyhow::Result<()> {
         tokio::spawn(fetcher.run())
     });
 
+    // Network gateways known by host name (idle while there are none).
+    let gateway_dns = tokio::spawn(
+        crate::source::gateway_dns::GatewayResolver::new(
+            store.clone(),
+            engine.clone(),
+            changes_tx.clone(),
+            crate::source::gateway_dns::REFRESH,
+        )
+        .run(),
+    );
+
     crate::os::shutdown_signal().await;
     tracing::info!("shutting down");
     let _ = shutdown_tx.send(true);
@@ -576,6 +587,7 @@ pub async fn run(options: ServeOptions) -> anyhow::Result<()> {
     checker.abort();
     registration.abort();
     jwks.abort();
+    gateway_dns.abort();
     if let Some(spiffe_bundles) = spiffe_bundles {
         spiffe_bundles.abort();
     }

@@ -82,6 +82,9 @@ pub enum ConfigKind {
     /// config's `caCertificates` (internal: written by
     /// `source::spiffe_bundle` only, never read from a file or an API).
     FetchedTrustBundle,
+    /// The addresses meshpush resolved for a network gateway known by host
+    /// name (internal: written by `source::gateway_dns` only).
+    ResolvedGatewayHost,
     /// The mesh config served (internal: written by `source::mesh_config`
     /// from Istio's mesh config file, with the command line over it).
     MeshConfig,
@@ -110,7 +113,7 @@ pub enum ConfigKind {
 
 impl ConfigKind {
     /// Every kind, in a fixed order.
-    pub const ALL: [ConfigKind; 31] = [
+    pub const ALL: [ConfigKind; 32] = [
         ConfigKind::Service,
         ConfigKind::Pod,
         ConfigKind::EndpointSlice,
@@ -131,6 +134,7 @@ impl ConfigKind {
         ConfigKind::EnvoyFilter,
         ConfigKind::FetchedJwks,
         ConfigKind::FetchedTrustBundle,
+        ConfigKind::ResolvedGatewayHost,
         ConfigKind::MeshConfig,
         ConfigKind::Namespace,
         ConfigKind::GatewayClass,
@@ -169,6 +173,7 @@ impl ConfigKind {
             ConfigKind::EnvoyFilter => "EnvoyFilter",
             ConfigKind::FetchedJwks => "FetchedJwks",
             ConfigKind::FetchedTrustBundle => "FetchedTrustBundle",
+            ConfigKind::ResolvedGatewayHost => "ResolvedGatewayHost",
             ConfigKind::MeshConfig => "MeshConfig",
             ConfigKind::Namespace => "Namespace",
             ConfigKind::GatewayClass => "GatewayClass",
@@ -202,7 +207,10 @@ impl ConfigKind {
                 "security.istio.io"
             }
             ConfigKind::Telemetry => "telemetry.istio.io",
-            ConfigKind::FetchedJwks | ConfigKind::FetchedTrustBundle | ConfigKind::MeshConfig => "meshpush.io",
+            ConfigKind::FetchedJwks
+            | ConfigKind::FetchedTrustBundle
+            | ConfigKind::ResolvedGatewayHost
+            | ConfigKind::MeshConfig => "meshpush.io",
             ConfigKind::GatewayClass
             | ConfigKind::KubernetesGateway
             | ConfigKind::HttpRoute
@@ -223,7 +231,13 @@ impl ConfigKind {
     /// Kinds meshpush writes itself: never read from a file, the registry
     /// API or Kubernetes.
     pub fn is_internal(self) -> bool {
-        matches!(self, ConfigKind::FetchedJwks | ConfigKind::FetchedTrustBundle | ConfigKind::MeshConfig)
+        matches!(
+            self,
+            ConfigKind::FetchedJwks
+                | ConfigKind::FetchedTrustBundle
+                | ConfigKind::ResolvedGatewayHost
+                | ConfigKind::MeshConfig
+        )
     }
 
     /// Kinds whose objects belong to no namespace (their keys' namespace is
@@ -234,6 +248,7 @@ impl ConfigKind {
             ConfigKind::Node
                 | ConfigKind::FetchedJwks
                 | ConfigKind::FetchedTrustBundle
+                | ConfigKind::ResolvedGatewayHost
                 | ConfigKind::MeshConfig
                 | ConfigKind::Namespace
                 | ConfigKind::GatewayClass
@@ -449,6 +464,8 @@ pub enum ConfigObject {
     FetchedJwks(Box<istio::FetchedJwks>),
     /// A fetched SPIFFE bundle (boxed, as the kinds above).
     FetchedTrustBundle(Box<mesh::spiffe_bundle::FetchedTrustBundle>),
+    /// A network gateway host name's addresses (internal).
+    ResolvedGatewayHost(Box<mesh::networks::ResolvedGatewayHost>),
     /// The mesh config served (boxed, as the kinds above).
     MeshConfig(Box<mesh::MeshConfigObject>),
     /// `v1 Namespace`.
@@ -497,6 +514,7 @@ impl ConfigObject {
             ConfigObject::EnvoyFilter(_) => ConfigKind::EnvoyFilter,
             ConfigObject::FetchedJwks(_) => ConfigKind::FetchedJwks,
             ConfigObject::FetchedTrustBundle(_) => ConfigKind::FetchedTrustBundle,
+            ConfigObject::ResolvedGatewayHost(_) => ConfigKind::ResolvedGatewayHost,
             ConfigObject::MeshConfig(_) => ConfigKind::MeshConfig,
             ConfigObject::Namespace(_) => ConfigKind::Namespace,
             ConfigObject::GatewayClass(_) => ConfigKind::GatewayClass,
@@ -534,6 +552,7 @@ impl ConfigObject {
             ConfigObject::EnvoyFilter(o) => &o.metadata,
             ConfigObject::FetchedJwks(o) => &o.metadata,
             ConfigObject::FetchedTrustBundle(o) => &o.metadata,
+            ConfigObject::ResolvedGatewayHost(o) => &o.metadata,
             ConfigObject::MeshConfig(o) => &o.metadata,
             ConfigObject::Namespace(o) => &o.metadata,
             ConfigObject::GatewayClass(o) => &o.metadata,
@@ -571,6 +590,7 @@ impl ConfigObject {
             ConfigObject::EnvoyFilter(o) => &mut o.metadata,
             ConfigObject::FetchedJwks(o) => &mut o.metadata,
             ConfigObject::FetchedTrustBundle(o) => &mut o.metadata,
+            ConfigObject::ResolvedGatewayHost(o) => &mut o.metadata,
             ConfigObject::MeshConfig(o) => &mut o.metadata,
             ConfigObject::Namespace(o) => &mut o.metadata,
             ConfigObject::GatewayClass(o) => &mut o.metadata,

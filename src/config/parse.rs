@@ -227,7 +227,10 @@ impl FileReader {
                 ConfigKind::Telemetry => {
                     typed::<istio::Telemetry>(value, &mut ignored).map(|o| ConfigObject::Telemetry(Box::new(o)))
                 }
-                ConfigKind::FetchedJwks | ConfigKind::FetchedTrustBundle | ConfigKind::MeshConfig => {
+                ConfigKind::FetchedJwks
+                | ConfigKind::FetchedTrustBundle
+                | ConfigKind::ResolvedGatewayHost
+                | ConfigKind::MeshConfig => {
                     unreachable!("config_kind never names an internal kind")
                 }
                 ConfigKind::Namespace => typed::<k8s::Namespace>(value, &mut ignored).map(ConfigObject::Namespace),
@@ -449,7 +452,9 @@ fn expected_api_versions(kind: ConfigKind) -> &'static str {
         ConfigKind::Telemetry => "telemetry.istio.io/v1 or v1alpha1",
         ConfigKind::ProxyConfig => "networking.istio.io/v1beta1",
         ConfigKind::EnvoyFilter => "networking.istio.io/v1alpha3",
-        ConfigKind::FetchedJwks | ConfigKind::FetchedTrustBundle => "no file (meshpush writes it itself)",
+        ConfigKind::FetchedJwks | ConfigKind::FetchedTrustBundle | ConfigKind::ResolvedGatewayHost => {
+            "no file (meshpush writes it itself)"
+        }
         ConfigKind::MeshConfig => "no file (the mesh config is --mesh-config's)",
         _ => "networking.istio.io/v1, v1beta1 or v1alpha3",
     }

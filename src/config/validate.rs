@@ -76,7 +76,10 @@ pub fn validate(object: &ConfigObject) -> Vec<FieldError> {
         ConfigObject::ProxyConfig(o) => proxy_config::proxy_config(&mut check, o),
         ConfigObject::EnvoyFilter(o) => envoy_filter::envoy_filter(&mut check, o),
         // Written by meshpush from what it fetched; the fetch checked it.
-        ConfigObject::FetchedJwks(_) | ConfigObject::FetchedTrustBundle(_) | ConfigObject::MeshConfig(_) => {}
+        ConfigObject::FetchedJwks(_)
+        | ConfigObject::FetchedTrustBundle(_)
+        | ConfigObject::ResolvedGatewayHost(_)
+        | ConfigObject::MeshConfig(_) => {}
         // Labels are all a Namespace has that meshpush reads.
         ConfigObject::Namespace(_) => {}
         ConfigObject::GatewayClass(o) => gateway_api::gateway_class(&mut check, o),

@@ -50,6 +50,9 @@ pub fn affected_types(kind: ConfigKind) -> TypeSet {
         ConfigKind::RequestAuthentication | ConfigKind::FetchedJwks => TypeSet::of(&[Listener]),
         // The trust bundle agents are sent; nothing Envoy holds.
         ConfigKind::FetchedTrustBundle => TypeSet::of(&[TypeUrl::ProxyConfig]),
+        // The network gateways a host name gives: assignments (`next`
+        // pushes everything when the networks move).
+        ConfigKind::ResolvedGatewayHost => TypeSet::of(&[TypeUrl::Endpoint]),
         // The access loggers and tracers of connection managers and TCP proxies.
         ConfigKind::Telemetry => TypeSet::of(&[Listener]),
         // The Gateway API becomes Istio Gateways and VirtualServices: what a
@@ -143,6 +146,7 @@ pub(super) fn affected_hosts(
         | ConfigObject::FetchedJwks(_)
         | ConfigObject::Telemetry(_)
         | ConfigObject::FetchedTrustBundle(_)
+        | ConfigObject::ResolvedGatewayHost(_)
         | ConfigObject::MeshConfig(_) => {}
         // Read at injection only.
         ConfigObject::ProxyConfig(_) => {}

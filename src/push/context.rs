@@ -488,7 +488,10 @@ impl PushContext {
         // reach them. When they move, every endpoint's network and every
         // assignment may: rebuilt, and pushed to every proxy (as istiod
         // pushes in full on a network change).
-        let networks = if changed(ConfigKind::Service) || changed(ConfigKind::Namespace) {
+        let networks = if changed(ConfigKind::Service)
+            || changed(ConfigKind::Namespace)
+            || changed(ConfigKind::ResolvedGatewayHost)
+        {
             let next = NetworkIndex::build(&store, &prev.mesh);
             if next == *prev.networks { prev.networks.clone() } else { Arc::new(next) }
         } else {

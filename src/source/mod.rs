@@ -32,6 +32,7 @@ pub mod autoregistration;
 pub mod ca_bundle;
 mod fetch;
 pub mod file;
+pub mod gateway_dns;
 pub mod gateway_status;
 pub mod jwks;
 pub mod kube;

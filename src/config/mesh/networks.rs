@@ -71,9 +71,31 @@ pub enum GatewayTarget {
     /// (a fully qualified host) in the clusters the network's
     /// `fromRegistry` entries name.
     RegistryServiceName(Arc<str>),
-    /// `address`: an IP (or a host name, which meshpush reports and does
-    /// not resolve).
+    /// `address`: an IP, or a host name, resolved as istiod resolves it.
     Address(Arc<str>),
+}
+
+/// The addresses meshpush resolved for a network gateway known by host
+/// name (a `meshNetworks` gateway `address`, a load balancer's
+/// `hostname`), as istiod resolves them (`RESOLVE_HOSTNAME_GATEWAYS`): an
+/// internal object `source::gateway_dns` keeps, one per host name.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct ResolvedGatewayHost {
+    /// Metadata: a cluster-scoped name made from the host name.
+    pub metadata: crate::config::ObjectMeta,
+    /// The host name.
+    pub host: String,
+    /// Its addresses at the last good lookup, sorted (none before the
+    /// first).
+    pub addresses: Vec<String>,
+    /// Why the last lookup failed, when it did: the addresses of the last
+    /// good one stay.
+    pub error: Option<String>,
+}
+
+/// The name of the [`ResolvedGatewayHost`] of `host`.
+pub fn resolved_gateway_host_name(host: &str) -> String {
+    format!("gateway-host-{:016x}", xxhash_rust::xxh3::xxh3_64(host.to_ascii_lowercase().as_bytes()))
 }
 
 /// The document as written, with the keys Istio reads (camelCase or the

@@ -323,3 +323,50 @@ fn a_proxy_is_served_its_own_clusters_virtual_ips() {
     assert_eq!(north.2, east.2, "a cluster with the same VIPs shares the scope");
     assert_ne!(west.2, east.2);
 }
+
+#[test]
+fn a_gateway_known_by_host_name_takes_the_addresses_resolved_for_it() {
+    use crate::config::mesh::networks::{ResolvedGatewayHost, resolved_gateway_host_name};
+    let mut writes = vec![mesh_config(
+        "east",
+        "networks: {net-west: {endpoints: [{fromRegistry: west}], gateways: [{address: ew.west.example, port: 15443}]}}",
+    )];
+    writes.extend(in_cluster(None, &service_with_pods("books", 80, 8080, "10.1.0", 1, "")));
+    writes.extend(in_cluster(Some("west"), &service_with_pods("books", 80, 8080, "10.2.0", 1, "")));
+    // West's load balancer is known by name only, as a cloud's often is.
+    writes.extend(in_cluster(
+        Some("west"),
+        "apiVersion: v1\nkind: Service\nmetadata: {name: eastwest, namespace: istio-system, labels: {topology.istio.io/network: net-west}}\n\
+         spec: {type: LoadBalancer, ports: [{name: tls, port: 15443}]}\n\
+         status: {loadBalancer: {ingress: [{hostname: lb-1.elb.example}]}}\n",
+    ));
+    let ctx = context(writes.clone());
+    let hosts: Vec<&str> = ctx.networks.gateway_hosts().map(|h| &**h).collect();
+    assert_eq!(hosts, ["ew.west.example", "lb-1.elb.example"], "the names the resolver is asked for");
+    assert!(ctx.networks.gateways().is_empty());
+    let problems: Vec<&str> = ctx.networks.problems().iter().map(|p| p.message.as_str()).collect();
+    assert!(problems.iter().all(|p| p.contains("not resolved yet")) && problems.len() == 2, "{problems:?}");
+    let books = "outbound|80||books.default.svc.cluster.local";
+    // No gateway: net-west is reached directly, as istiod does.
+    assert_eq!(sent(&ctx, books, &sidecar_in("net-east", None)).len(), 2);
+    let resolved = |host: &str, addresses: &[&str]| {
+        let object = ResolvedGatewayHost {
+            metadata: crate::config::ObjectMeta { name: resolved_gateway_host_name(host), ..Default::default() },
+            host: host.into(),
+            addresses: addresses.iter().map(|a| a.to_string()).collect(),
+            error: None,
+        };
+        Write::Put(ConfigObject::ResolvedGatewayHost(Box::new(object)), SourceRef { file: "dns".into(), doc: 0 })
+    };
+    writes.push(resolved("ew.west.example", &["198.51.100.7"]));
+    writes.push(resolved("lb-1.elb.example", &["203.0.113.5", "203.0.113.6"]));
+    let ctx = context(writes);
+    // West's endpoint: through its cluster's two load balancer addresses
+    // (the meshNetworks gateway fronts the network, not the cluster). The
+    // groups hold 3 (the network), 1 and 2 (by cluster) gateways: every
+    // weight is scaled by 6, and west's 6 split in two.
+    assert_eq!(
+        sent(&ctx, books, &sidecar_in("net-east", None)),
+        owned(&[("10.1.0.1", 8080, 6), ("203.0.113.5", 15443, 3), ("203.0.113.6", 15443, 3)])
+    );
+}

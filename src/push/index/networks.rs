@@ -15,7 +15,10 @@
 //! `topology.istio.io/network` in any namespace and cluster. A Service
 //! gateway takes mesh mTLS on 15443, or the port its
 //! `networking.istio.io/gatewayPort` label names, which it must declare;
-//! its addresses are its load balancer's and its `externalIPs`.
+//! its addresses are its load balancer's and its `externalIPs`. A
+//! gateway known by host name has the addresses `source::gateway_dns`
+//! resolved for it (its `ResolvedGatewayHost`), as istiod resolves them;
+//! the index lists every such name for that source to resolve.
 //!
 //! Invariants: gateways are sorted by address and port, each once;
 //! [`NetworkIndex::scale`] is the least common multiple of the sizes of
@@ -31,8 +34,8 @@ use std::sync::Arc;
 use serde::Serialize;
 
 use crate::config::mesh::MeshConfig;
-use crate::config::mesh::networks::{GatewayTarget, NetworkEndpoints};
-use crate::config::{ClusterId, ConfigKind, ConfigObject, k8s};
+use crate::config::mesh::networks::{GatewayTarget, NetworkEndpoints, resolved_gateway_host_name};
+use crate::config::{ClusterId, ConfigKey, ConfigKind, ConfigObject, k8s};
 use crate::model::endpoint::NETWORK_LABEL;
 use crate::model::{StoreSnapshot, host};
 
@@ -89,6 +92,8 @@ pub struct NetworkIndex {
     clusters: std::collections::BTreeSet<ClusterId>,
     /// What gives no gateway, and why.
     problems: Vec<NetworkProblem>,
+    /// The host names of gateways, which `source::gateway_dns` resolves.
+    gateway_hosts: std::collections::BTreeSet<Arc<str>>,
 }
 
 /// The gateways of one network, by position in the sorted list.
@@ -150,10 +155,17 @@ impl NetworkIndex {
                             cluster: no_network(),
                         });
                     }
-                    GatewayTarget::Address(address) => index.problem(
-                        "meshNetworks",
-                        format!("gateway {address} of network {name} is a host name, which meshpush does not resolve: not a gateway"),
-                    ),
+                    GatewayTarget::Address(host) => {
+                        let source = format!("meshNetworks gateway {host} of network {name}");
+                        for address in index.resolve(store, host, &source) {
+                            index.gateways.push(NetworkGateway {
+                                address,
+                                port: gateway.port,
+                                network: name.clone(),
+                                cluster: no_network(),
+                            });
+                        }
+                    }
                     GatewayTarget::RegistryServiceName(host) => {
                         for cluster in &registries {
                             registry_gateways.insert((host.clone(), cluster.clone()), (name.clone(), gateway.port));
@@ -188,31 +200,29 @@ impl NetworkIndex {
             let ips = svc.status.load_balancer.ingress.iter().map(|i| (i.ip.as_deref(), i.hostname.as_deref()));
             let external = svc.spec.external_ips.iter().map(|ip| (Some(ip.as_str()), None));
             for (ip, hostname) in ips.chain(external) {
-                match (ip.filter(|ip| !ip.is_empty()), hostname.filter(|h| !h.is_empty())) {
-                    (Some(ip), _) => {
-                        found = true;
-                        index.gateways.push(NetworkGateway {
-                            address: ip.into(),
-                            port,
-                            network: network.clone(),
-                            cluster: cluster.clone(),
-                        });
-                    }
-                    (None, Some(hostname)) => index.problem(
-                        &source,
-                        format!(
-                            "load balancer host name {hostname} is not resolved by meshpush: not a gateway address"
-                        ),
-                    ),
-                    (None, None) => {}
+                let addresses: Vec<Arc<str>> =
+                    match (ip.filter(|ip| !ip.is_empty()), hostname.filter(|h| !h.is_empty())) {
+                        (Some(ip), _) => vec![ip.into()],
+                        (None, Some(hostname)) => index.resolve(store, hostname, &source),
+                        (None, None) => Vec::new(),
+                    };
+                for address in addresses {
+                    found = true;
+                    index.gateways.push(NetworkGateway {
+                        address,
+                        port,
+                        network: network.clone(),
+                        cluster: cluster.clone(),
+                    });
                 }
             }
-            if !found {
+            let named = !svc.status.load_balancer.ingress.is_empty() || !svc.spec.external_ips.is_empty();
+            if !found && !named {
                 index.problem(
                     &source,
                     format!(
-                        "gateway of network {network}, but it has no load balancer IP or externalIPs (yet): \
-                         endpoints behind it are not reached through it"
+                        "gateway of network {network}, but it has no load balancer address or externalIPs (yet): \
+                         it is no gateway until it has one"
                     ),
                 );
             }
@@ -243,6 +253,29 @@ impl NetworkIndex {
         }
         self.problem(&source, format!("gateway Service without port {port}: not a network gateway"));
         None
+    }
+
+    /// The addresses resolved for gateway host name `host` (named by
+    /// `source`); a problem says why there are none.
+    fn resolve(&mut self, store: &StoreSnapshot, host: &str, source: &str) -> Vec<Arc<str>> {
+        self.gateway_hosts.insert(host.to_ascii_lowercase().into());
+        let key = ConfigKey::new(ConfigKind::ResolvedGatewayHost, "", &resolved_gateway_host_name(host));
+        let resolved = match store.get(&key).map(|s| &s.object) {
+            Some(ConfigObject::ResolvedGatewayHost(r)) => Some(r),
+            _ => None,
+        };
+        let addresses: Vec<Arc<str>> =
+            resolved.map(|r| r.addresses.iter().map(|a| Arc::from(a.as_str())).collect()).unwrap_or_default();
+        if addresses.is_empty() {
+            let why = resolved.and_then(|r| r.error.as_deref()).unwrap_or("not resolved yet");
+            self.problem(source, format!("host name {host} has no address ({why}): not a gateway address"));
+        }
+        addresses
+    }
+
+    /// The host names of gateways, to resolve.
+    pub fn gateway_hosts(&self) -> impl Iterator<Item = &Arc<str>> {
+        self.gateway_hosts.iter()
     }
 
     fn problem(&mut self, source: &str, message: String) {
