@@ -3,7 +3,7 @@
 //! other field reported with its path on `/debug/configz` and in the log,
 //! and a broken file refused with its line; then followed while serving:
 //! an edit is served, a broken edit keeps the last good mesh config and
-//! says why until mended.
+//! says why until mended. `meshNetworks` is read and followed beside it.
 
 use std::path::Path;
 use std::process::Command;
@@ -210,4 +210,68 @@ fn the_istio_configmap_is_read_and_followed_and_a_revision_reads_its_own() {
     api.delete("ConfigMap", "istio-system", "istio");
     wait_root(&default, "istio-system");
     assert!(default.log().contains("no ConfigMap k8s:ConfigMap/istio-system/istio"), "{}", default.log_tail(10));
+}
+
+/// The addresses of the network gateways `/debug/configz` shows.
+fn gateways(mesh: &Meshpush) -> Vec<String> {
+    let configz = configz(mesh);
+    let listed = configz["networks"]["gateways"].as_array().cloned().unwrap_or_default();
+    listed.iter().map(|g| format!("{}:{}", g["address"].as_str().unwrap_or(""), g["port"])).collect()
+}
+
+/// `meshNetworks` is read beside the mesh config, from `--mesh-networks`
+/// or the ConfigMap's `meshNetworks` key, and followed: an edit is served,
+/// a broken one keeps the last good networks and says where it is broken.
+#[test]
+fn mesh_networks_are_read_from_their_file_or_the_configmap_and_followed() {
+    let dir = tempfile::TempDir::new().unwrap();
+    let (file, networks) = (dir.path().join("mesh"), dir.path().join("meshNetworks"));
+    std::fs::write(&file, "rootNamespace: istio-system\n").unwrap();
+    let doc = |ip: &str, port: &str| {
+        format!(
+            "networks:\n  net-a:\n    endpoints: [{{fromRegistry: Kubernetes}}]\n    gateways: [{{address: {ip}, port: {port}}}]\n"
+        )
+    };
+    std::fs::write(&networks, doc("192.0.2.1", "15443")).unwrap();
+    let (file_arg, networks_arg) = (file.display().to_string(), networks.display().to_string());
+    let mesh = Meshpush::start_with_flags(bookinfo(), &["--mesh-config", &file_arg, "--mesh-networks", &networks_arg]);
+    assert_eq!(gateways(&mesh), ["192.0.2.1:15443"]);
+    let deadline = || Instant::now() + Duration::from_secs(10);
+    let edit = |text: String| {
+        let tmp = dir.path().join(".meshNetworks.tmp");
+        std::fs::write(&tmp, text).unwrap();
+        std::fs::rename(&tmp, &networks).unwrap();
+    };
+    edit(doc("192.0.2.2", "15443"));
+    support::process::wait_until(deadline(), "the edited networks to be served", &[mesh.process()], || {
+        let served = gateways(&mesh);
+        if served == ["192.0.2.2:15443"] { Ok(()) } else { Err(format!("{served:?}")) }
+    });
+    edit(doc("192.0.2.3", "0"));
+    support::process::wait_until(deadline(), "the broken networks to be reported", &[mesh.process()], || {
+        let problems = configz(&mesh)["problems"].to_string();
+        if problems.contains("networks.net-a.gateways[0].port") { Ok(()) } else { Err(problems) }
+    });
+    assert_eq!(gateways(&mesh), ["192.0.2.2:15443"], "the last good networks stay");
+
+    // From Kubernetes: the ConfigMap's key, followed.
+    use support::kube_api::KubeApi;
+    let api = KubeApi::start();
+    let configmap = |ip: &str| {
+        let networks: String = doc(ip, "15443").lines().map(|l| format!("    {l}\n")).collect();
+        format!(
+            "apiVersion: v1\nkind: ConfigMap\nmetadata: {{name: istio, namespace: istio-system}}\n\
+             data:\n  mesh: |\n    rootNamespace: istio-system\n  meshNetworks: |\n{networks}"
+        )
+    };
+    api.put(&configmap("198.51.100.1"));
+    let kubeconfig = tempfile::NamedTempFile::new().unwrap();
+    std::fs::write(kubeconfig.path(), api.kubeconfig()).unwrap();
+    let kube = Meshpush::start_kube(kubeconfig.path(), &[]);
+    assert_eq!(gateways(&kube), ["198.51.100.1:15443"]);
+    api.put(&configmap("198.51.100.2"));
+    support::process::wait_until(deadline(), "the ConfigMap's new networks", &[kube.process()], || {
+        let served = gateways(&kube);
+        if served == ["198.51.100.2:15443"] { Ok(()) } else { Err(format!("{served:?}")) }
+    });
 }

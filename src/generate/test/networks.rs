@@ -200,6 +200,13 @@ fn gateways_and_networks_come_from_labelled_services_and_namespaces() {
         Some("west"),
         &service_with_pods("books", 80, 8080, "10.3.0", 1, ", topology.istio.io/network: net-east"),
     ));
+    // A Gateway API Gateway labelled for a network: reported, not read.
+    writes.extend(in_cluster(
+        None,
+        "apiVersion: gateway.networking.k8s.io/v1\nkind: Gateway\n\
+         metadata: {name: cross-network, namespace: istio-system, labels: {topology.istio.io/network: net-east}}\n\
+         spec: {gatewayClassName: istio, listeners: [{name: tls, port: 15443, protocol: TLS, hostname: '*.local', tls: {mode: Passthrough}}]}\n",
+    ));
     let ctx = context(writes);
     let gateways: Vec<(&str, u32, &str, &str)> =
         ctx.networks.gateways().iter().map(|g| (&*g.address, g.port, &*g.network, &*g.cluster)).collect();
@@ -208,6 +215,10 @@ fn gateways_and_networks_come_from_labelled_services_and_namespaces() {
         ctx.networks.problems().iter().map(|p| format!("{}: {}", p.source, p.message)).collect();
     assert!(
         problems.iter().any(|p| p.contains("istio-eastwestgateway") && p.contains("without port 443")),
+        "{problems:?}"
+    );
+    assert!(
+        problems.iter().any(|p| p.contains("cross-network") && p.contains("not read as a network gateway")),
         "{problems:?}"
     );
     let books = "outbound|80||books.default.svc.cluster.local";

@@ -227,6 +227,21 @@ impl NetworkIndex {
                 );
             }
         }
+        // istiod also takes a network-labelled Gateway API Gateway's
+        // addresses and auto-passthrough listeners as gateways; meshpush
+        // takes its Service's (labelled alike), and says so.
+        for stored in store.kind(ConfigKind::KubernetesGateway).values() {
+            let meta = stored.object.meta();
+            if let Some(network) = meta.labels.get(NETWORK_LABEL).filter(|n| !n.is_empty()) {
+                index.problem(
+                    &stored.object.key().to_string(),
+                    format!(
+                        "a Gateway API Gateway labelled for network {network} is not read as a network gateway: \
+                         label its Service topology.istio.io/network={network} (with the gateway port) instead"
+                    ),
+                );
+            }
+        }
         index.gateways.sort();
         index.gateways.dedup();
         index.group();
