@@ -74,27 +74,15 @@ impl GatewayResolver {
 
     /// Resolves what is due whenever a snapshot is published or a lookup
     /// falls due, until the channel closes.
-    pub async fn run(mut self) {
-        let mut versions = self.engine.versions();
-        loop {
-            let listed: Vec<Arc<str>> = self.engine.snapshot().networks.gateway_hosts().cloned().collect();
-            if !self.reconcile(&listed, Instant::now(), lookup).await {
-                return;
-            }
-            let next = self.due.values().map(|(at, _)| *at).min();
-            let wait = next.map_or(Duration::from_secs(3600), |at| at.saturating_duration_since(Instant::now()));
-            tokio::select! {
-                changed = versions.changed() => if changed.is_err() { return },
-                () = tokio::time::sleep(wait) => {}
-                () = self.changes.closed() => return,
-            }
-        }
+    pub async fn run(self) {
+        let (engine, changes) = (self.engine.clone(), self.changes.clone());
+        super::refresh::follow(self, &engine, &changes).await;
     }
 
     /// Resolves the due names of `listed` with `resolve` and writes what
     /// changed; deletes the objects of names no longer listed. Returns
     /// false when the changes channel is closed.
-    async fn reconcile<F, Fut>(&mut self, listed: &[Arc<str>], now: Instant, resolve: F) -> bool
+    async fn reconcile_with<F, Fut>(&mut self, listed: &[Arc<str>], now: Instant, resolve: F) -> bool
     where
         F: Fn(Arc<str>) -> Fut,
         Fut: std::future::Future<Output = Result<Vec<IpAddr>, String>>,
@@ -177,6 +165,22 @@ impl GatewayResolver {
     }
 }
 
+impl super::refresh::Refreshing for GatewayResolver {
+    type Named = Vec<Arc<str>>;
+
+    fn named(&self, ctx: &crate::push::PushContext) -> Self::Named {
+        ctx.networks.gateway_hosts().cloned().collect()
+    }
+
+    fn reconcile(&mut self, named: &Self::Named, now: Instant) -> impl std::future::Future<Output = bool> + Send {
+        self.reconcile_with(named, now, lookup)
+    }
+
+    fn next_due(&self) -> Option<Instant> {
+        self.due.values().map(|(at, _)| *at).min()
+    }
+}
+
 /// The system resolver's addresses for `host` (A and AAAA).
 async fn lookup(host: Arc<str>) -> Result<Vec<IpAddr>, String> {
     let found = tokio::net::lookup_host((&*host, 0)).await.map_err(|e| e.to_string())?;
@@ -213,25 +217,25 @@ mod tests {
             move |_: Arc<str>| async move { Ok(ips.iter().map(|ip| ip.parse().unwrap()).collect::<Vec<IpAddr>>()) }
         };
         let t0 = Instant::now();
-        assert!(r.reconcile(std::slice::from_ref(&host), t0, answer(&["192.0.2.2", "192.0.2.1"])).await);
+        assert!(r.reconcile_with(std::slice::from_ref(&host), t0, answer(&["192.0.2.2", "192.0.2.1"])).await);
         assert_eq!(held(&r), [(host.to_string(), vec!["192.0.2.1".into(), "192.0.2.2".into()], None)]);
         assert!(rx.try_recv().is_ok(), "the change was sent");
         // Not due yet: nothing is looked up, nothing written.
         let never = |_: Arc<str>| async { Err::<Vec<IpAddr>, String>("must not be called".into()) };
-        assert!(r.reconcile(std::slice::from_ref(&host), t0, never).await);
+        assert!(r.reconcile_with(std::slice::from_ref(&host), t0, never).await);
         assert!(rx.try_recv().is_err());
         // Due, and the same answer: nothing written.
         let later = t0 + REFRESH;
-        assert!(r.reconcile(std::slice::from_ref(&host), later, answer(&["192.0.2.1", "192.0.2.2"])).await);
+        assert!(r.reconcile_with(std::slice::from_ref(&host), later, answer(&["192.0.2.1", "192.0.2.2"])).await);
         assert!(rx.try_recv().is_err(), "the same addresses write nothing");
         // A failure keeps the addresses and says why.
         let failing = |_: Arc<str>| async { Err::<Vec<IpAddr>, String>("no such host".into()) };
-        assert!(r.reconcile(std::slice::from_ref(&host), later + REFRESH, failing).await);
+        assert!(r.reconcile_with(std::slice::from_ref(&host), later + REFRESH, failing).await);
         let kept = held(&r);
         assert_eq!(kept[0].1, ["192.0.2.1", "192.0.2.2"]);
         assert_eq!(kept[0].2.as_deref(), Some("no such host"));
         // No longer listed: deleted.
-        assert!(r.reconcile(&[], later + REFRESH * 2, never).await);
+        assert!(r.reconcile_with(&[], later + REFRESH * 2, never).await);
         assert!(held(&r).is_empty());
     }
 

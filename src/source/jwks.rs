@@ -70,21 +70,9 @@ impl JwksFetcher {
 
     /// Fetches what is due whenever a snapshot is published or a fetch
     /// falls due, until the channel closes.
-    pub async fn run(mut self) {
-        let mut versions = self.engine.versions();
-        loop {
-            let wanted = self.engine.snapshot().request_authentication.remote_key_sets().clone();
-            if !self.reconcile(&wanted, Instant::now()).await {
-                return;
-            }
-            let next = self.due.values().map(|(at, _)| *at).min();
-            let wait = next.map_or(Duration::from_secs(3600), |at| at.saturating_duration_since(Instant::now()));
-            tokio::select! {
-                changed = versions.changed() => if changed.is_err() { return },
-                () = tokio::time::sleep(wait) => {}
-                () = self.changes.closed() => return,
-            }
-        }
+    pub async fn run(self) {
+        let (engine, changes) = (self.engine.clone(), self.changes.clone());
+        super::refresh::follow(self, &engine, &changes).await;
     }
 
     /// Fetches the due sets of `wanted` and writes what changed; drops what
@@ -154,6 +142,22 @@ impl JwksFetcher {
         }
         let changes = self.store.apply(writes);
         changes.is_empty() || self.changes.send(changes).await.is_ok()
+    }
+}
+
+impl super::refresh::Refreshing for JwksFetcher {
+    type Named = BTreeMap<(String, String), Duration>;
+
+    fn named(&self, ctx: &crate::push::PushContext) -> Self::Named {
+        ctx.request_authentication.remote_key_sets().clone()
+    }
+
+    fn reconcile(&mut self, named: &Self::Named, now: Instant) -> impl std::future::Future<Output = bool> + Send {
+        JwksFetcher::reconcile(self, named, now)
+    }
+
+    fn next_due(&self) -> Option<Instant> {
+        self.due.values().map(|(at, _)| *at).min()
     }
 }
 

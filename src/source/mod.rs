@@ -38,6 +38,7 @@ pub mod jwks;
 pub mod kube;
 pub mod mesh_config;
 pub mod references;
+mod refresh;
 pub mod registry;
 pub mod spiffe_bundle;
 

@@ -82,21 +82,9 @@ impl SpiffeBundleFetcher {
 
     /// Fetches what is due whenever a snapshot is published or a fetch
     /// falls due, until the channel closes.
-    pub async fn run(mut self) {
-        let mut versions = self.engine.versions();
-        loop {
-            let listed = self.engine.snapshot().mesh.trust_anchors.bundle_urls.clone();
-            if !self.reconcile(&listed, Instant::now()).await {
-                return;
-            }
-            let next = self.due.values().map(|(at, _)| *at).min();
-            let wait = next.map_or(Duration::from_secs(3600), |at| at.saturating_duration_since(Instant::now()));
-            tokio::select! {
-                changed = versions.changed() => if changed.is_err() { return },
-                () = tokio::time::sleep(wait) => {}
-                () = self.changes.closed() => return,
-            }
-        }
+    pub async fn run(self) {
+        let (engine, changes) = (self.engine.clone(), self.changes.clone());
+        super::refresh::follow(self, &engine, &changes).await;
     }
 
     /// Fetches the due URLs of `listed` and writes what changed; deletes
@@ -177,6 +165,22 @@ impl SpiffeBundleFetcher {
         }
         let changes = self.store.apply(writes);
         changes.is_empty() || self.changes.send(changes).await.is_ok()
+    }
+}
+
+impl super::refresh::Refreshing for SpiffeBundleFetcher {
+    type Named = Vec<Arc<str>>;
+
+    fn named(&self, ctx: &crate::push::PushContext) -> Self::Named {
+        ctx.mesh.trust_anchors.bundle_urls.to_vec()
+    }
+
+    fn reconcile(&mut self, named: &Self::Named, now: Instant) -> impl std::future::Future<Output = bool> + Send {
+        SpiffeBundleFetcher::reconcile(self, named, now)
+    }
+
+    fn next_due(&self) -> Option<Instant> {
+        self.due.values().map(|(at, _)| *at).min()
     }
 }
 
