@@ -117,7 +117,7 @@ pub fn view_key(ctx: &PushContext, cluster_name: &str, view: &EndpointView) -> O
     if !locality && network.is_none() && !cluster {
         return None;
     }
-    let locality = if locality { &*view.key } else { "" };
+    let locality = if locality { &*view.locality_key } else { "" };
     let cluster = if cluster { &*view.cluster } else { "" };
     Some(format!("{cluster_name}\u{1f}{locality}\u{1f}{}\u{1f}{cluster}", network.unwrap_or("")))
 }

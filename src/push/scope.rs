@@ -104,8 +104,11 @@ pub struct EndpointView {
     pub locality: Locality,
     /// Values of the failover-priority labels the proxy has.
     pub labels: BTreeMap<String, String>,
-    /// The locality part as a cache key: `region/zone/subzone|k=v,…`.
+    /// The whole view as a key (every part below): streams whose views
+    /// have equal keys share what they resolved of a name list.
     pub key: Arc<str>,
+    /// The locality part as a cache key: `region/zone/subzone|k=v,…`.
+    pub locality_key: Arc<str>,
     /// The proxy's network (`""`: the default network).
     pub network: Arc<str>,
     /// The networks it asks to see (`None`: all).
@@ -155,14 +158,24 @@ pub fn endpoint_view(ctx: &PushContext, proxy: &Proxy) -> Option<Arc<EndpointVie
         .filter_map(|l| topology_label(proxy, &cluster, l).map(|v| (l.clone(), v.to_string())))
         .collect();
     let listed: Vec<String> = labels.iter().map(|(k, v)| format!("{k}={v}")).collect();
-    let key = format!("{locality}|{}", listed.join(","));
+    let locality_key: Arc<str> = format!("{locality}|{}", listed.join(",")).into();
     let network: Arc<str> = proxy.network().into();
     let requested: Option<Vec<Arc<str>>> = requested.map(|r| r.into_iter().map(Arc::from).collect());
     let network_key = (split_horizon || requested.is_some()).then(|| {
         let seen = requested.as_ref().map(|r| r.join(",")).unwrap_or_default();
         Arc::from(format!("{}|{seen}", if split_horizon { &*network } else { "" }))
     });
-    Some(Arc::new(EndpointView { locality, labels, key: key.into(), network, requested, network_key, cluster }))
+    let key = format!("{locality_key}\u{1f}{}\u{1f}{cluster}", network_key.as_deref().unwrap_or(""));
+    Some(Arc::new(EndpointView {
+        locality,
+        labels,
+        key: key.into(),
+        locality_key,
+        network,
+        requested,
+        network_key,
+        cluster,
+    }))
 }
 
 /// The value of the proxy's label `key`, with the topology labels istiod

@@ -74,14 +74,24 @@ struct Eds {
 
 impl Eds {
     async fn open(mesh: &Meshpush) -> Eds {
+        Eds::open_in(mesh, None).await
+    }
+
+    /// [`Eds::open`] for a sidecar on `network` (its `NETWORK` metadata).
+    async fn open_in(mesh: &Meshpush, network: Option<&str>) -> Eds {
         let addr = mesh.xds_addr().to_string();
         let mut client = AggregatedDiscoveryServiceClient::connect(format!("http://{addr}")).await.unwrap();
         let (tx, rx) = mpsc::channel(16);
-        let node = meshpush::testing::memory::node(
+        let mut node = meshpush::testing::memory::node(
             "sidecar~127.0.0.50~productpage-1.shop~shop.svc.cluster.local",
             "NONE",
             &[("app", "productpage")],
         );
+        if let (Some(network), Some(metadata)) = (network, node.metadata.as_mut()) {
+            use envoy_types::pb::google::protobuf::{Value, value::Kind};
+            let value = Value { kind: Some(Kind::StringValue(network.into())) };
+            metadata.fields.insert("NETWORK".into(), value);
+        }
         tx.send(DiscoveryRequest {
             type_url: TypeUrl::Endpoint.as_str().into(),
             resource_names: vec![REVIEWS.into()],
@@ -266,4 +276,43 @@ fn create_remote_secret_prints_the_secret_a_primary_reads_the_remote_cluster_by(
     assert!(!out.status.success());
     let why = String::from_utf8_lossy(&out.stderr);
     assert!(why.contains("no token Secret of service account istio-system/meshpush-reader"), "{why}");
+}
+
+/// Sidecars of two networks watching the same cluster name are each sent
+/// their own network's split horizon, though their streams share the
+/// resolution of that name list per view (a bug once shared it across
+/// networks of one locality).
+#[test]
+fn sidecars_of_two_networks_watching_the_same_names_get_their_own_split_horizon() {
+    let dir = tempfile::TempDir::new().unwrap();
+    let (config, mesh_file, networks) =
+        (dir.path().join("mesh"), dir.path().join("mesh.yaml"), dir.path().join("nets"));
+    std::fs::create_dir(&config).unwrap();
+    let mut objects = service();
+    for (name, ip, network) in [("reviews-1", "10.1.0.1", "n1"), ("reviews-2", "10.2.0.1", "n2")] {
+        let pod = pod(name, ip).replace(
+            "labels: {app: reviews}",
+            &format!(
+                "labels: {{app: reviews, security.istio.io/tlsMode: istio, topology.istio.io/network: {network}}}"
+            ),
+        );
+        objects.push_str("---\n");
+        objects.push_str(&pod);
+    }
+    std::fs::write(config.join("reviews.yaml"), objects).unwrap();
+    std::fs::write(&mesh_file, "rootNamespace: istio-system\n").unwrap();
+    std::fs::write(
+        &networks,
+        "networks:\n  n1: {gateways: [{address: 192.0.2.1, port: 15443}]}\n  n2: {gateways: [{address: 192.0.2.2, port: 15443}]}\n",
+    )
+    .unwrap();
+    let (mesh_arg, networks_arg) = (mesh_file.display().to_string(), networks.display().to_string());
+    let mesh = Meshpush::start_with_flags(&config, &["--mesh-config", &mesh_arg, "--mesh-networks", &networks_arg]);
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    rt.block_on(async {
+        let mut n1 = Eds::open_in(&mesh, Some("n1")).await;
+        n1.wait_for(&["10.1.0.1", "192.0.2.2"], &mesh).await;
+        let mut n2 = Eds::open_in(&mesh, Some("n2")).await;
+        n2.wait_for(&["10.2.0.1", "192.0.2.1"], &mesh).await;
+    });
 }
