@@ -8,6 +8,11 @@
 //! - ztunnel's workload API (`proto/ztunnel/`, vendored unchanged from
 //!   istio/ztunnel: `istio.workload` and `istio.security`), the resources
 //!   meshpush serves ztunnel, as Rust types.
+//! - Istio's config API (`proto/istio-api/`, vendored unchanged from
+//!   istio/api): the MCP envelope (`istio.mcp.v1alpha1.Resource`) as Rust
+//!   types, and every body it carries (the networking, security and
+//!   telemetry kinds) as one encoded `FileDescriptorSet`
+//!   (`$OUT_DIR/istio_api.bin`) that `istio_api` reads bodies through.
 //! - Envoy's whole API, from the `.proto` files envoy-types ships, as one
 //!   encoded `FileDescriptorSet` (`$OUT_DIR/envoy_api.bin`) that
 //!   `envoy_api` decodes into a descriptor pool at first use. The two
@@ -51,7 +56,39 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     }
     let descriptors = protox::compile(ZTUNNEL, ["proto/ztunnel"])?;
     tonic_prost_build::configure().build_server(false).build_client(false).compile_fds(descriptors)?;
+    istio_api()?;
     envoy_api()
+}
+
+/// The files of `proto/istio-api/` whose messages meshpush reads and
+/// writes: the MCP envelope and the config kinds' bodies (their imports
+/// come along).
+const ISTIO_API: [&str; 15] = [
+    "mcp/v1alpha1/resource.proto",
+    "networking/v1alpha3/destination_rule.proto",
+    "networking/v1alpha3/envoy_filter.proto",
+    "networking/v1alpha3/gateway.proto",
+    "networking/v1alpha3/service_entry.proto",
+    "networking/v1alpha3/sidecar.proto",
+    "networking/v1alpha3/virtual_service.proto",
+    "networking/v1alpha3/workload_entry.proto",
+    "networking/v1alpha3/workload_group.proto",
+    "networking/v1beta1/proxy_config.proto",
+    "security/v1beta1/authorization_policy.proto",
+    "security/v1beta1/peer_authentication.proto",
+    "security/v1beta1/request_authentication.proto",
+    "telemetry/v1alpha1/telemetry.proto",
+    "type/v1beta1/selector.proto",
+];
+
+fn istio_api() -> Result<(), Box<dyn std::error::Error>> {
+    println!("cargo:rerun-if-changed=proto/istio-api");
+    let descriptors = protox::compile(ISTIO_API, ["proto/istio-api"])?;
+    let out = PathBuf::from(std::env::var("OUT_DIR")?).join("istio_api.bin");
+    std::fs::write(out, descriptors.encode_to_vec())?;
+    let envelope = protox::compile(["mcp/v1alpha1/resource.proto"], ["proto/istio-api"])?;
+    tonic_prost_build::configure().build_server(false).build_client(false).compile_fds(envelope)?;
+    Ok(())
 }
 
 /// The include roots of envoy-types' `proto/` folder, and the files each holds.

@@ -310,6 +310,9 @@ def check_objects(variant, values, objects):
                  "--server-san=meshpush.istio-system.svc", f"--mesh-configmap=istio-system/{mesh_name}"]:
         if flag not in args:
             fail(f"{variant}: the container's flags lack {flag}: {args}")
+    account = pod.get("serviceAccountName", "default")
+    if f"--service-account={account}" not in args:
+        fail(f"{variant}: the container's flags lack --service-account={account} (its Pod's service account)")
     if revision and f"--revision={revision}" not in args:
         fail(f"{variant}: the container's flags lack --revision={revision}")
     ambient = values.get("ambient", {}).get("enabled", False)

@@ -19,6 +19,7 @@ pub mod engine;
 pub mod envoy_api;
 pub mod generate;
 pub mod inject;
+pub mod istio_api;
 pub mod metrics;
 pub mod model;
 pub mod os;

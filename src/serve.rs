@@ -13,6 +13,7 @@
 //! at their maximum age and at shutdown.
 
 pub mod connections;
+mod secure;
 
 use std::fmt;
 use std::io;
@@ -37,6 +38,7 @@ use crate::source::spiffe_bundle::SpiffeBundleFetcher;
 use crate::xds::AdsService;
 use crate::xds::server::StreamLimits;
 use connections::{ConnectionPolicy, XdsListener};
+use secure::SecurePort;
 
 /// Options of `meshpush serve`.
 #[derive(Debug, Clone)]
@@ -55,6 +57,11 @@ pub struct ServeOptions {
     pub cluster_id: String,
     /// meshpush's own namespace: where remote secrets are read.
     pub system_namespace: String,
+    /// The service account meshpush runs as: the mesh identity it gives
+    /// itself (`ISTIO_MUTUAL` config sources) names it.
+    pub service_account: String,
+    /// The node meshpush's MCP clients introduce themselves as.
+    pub mcp_node: envoy_types::pb::envoy::config::core::v3::Node,
     /// How long readiness waits for a remote cluster (zero: for ever).
     pub remote_cluster_timeout: Duration,
     /// ADS address.
@@ -173,107 +180,14 @@ fn bind_xds(addr: &ListenAddr) -> io::Result<XdsListener> {
     }
 }
 
-/// The secure port, bound, with what it serves.
-struct SecurePort {
-    listener: XdsListener,
-    /// The mesh roots (PEM), for what hands them out in Kubernetes.
-    roots_pem: String,
-    webhook: Option<tokio::net::TcpListener>,
-    tls: crate::ca::ServerTls,
-    ca: crate::ca::CaService,
-    /// Checks the bearer tokens of ADS clients without a certificate (the
-    /// CA's own authenticators).
-    tokens: Arc<crate::ca::Authenticators>,
-    registry_writers: Vec<crate::model::Identity>,
-}
-
-impl SecurePort {
-    /// Opens the CA (creating a self-signed root when its directory has
-    /// none), sets up TLS and binds the port.
-    async fn open(
-        secure: &SecureXds,
-        kube: Option<(kube::Client, &str, crate::ca::authn::ClusterClients)>,
-        engine: Arc<PushEngine>,
-    ) -> anyhow::Result<SecurePort> {
-        use crate::ca::{Authenticators, CaMaterial, CaService, CertificateAuthority, Impersonation, ServerTls};
-        let plug_in = CaMaterial::read(&secure.ca_dir)
-            .with_context(|| format!("reading the CA directory {}", secure.ca_dir.display()))?
-            .is_some();
-        let ca = match (&secure.ca_secret, &kube) {
-            (Some((namespace, name)), Some((client, ..))) if !plug_in => {
-                let (material, created) =
-                    crate::source::ca_bundle::root_secret(client.clone(), namespace, name, &secure.trust_domain)
-                        .await
-                        .map_err(anyhow::Error::msg)?;
-                let origin = std::path::PathBuf::from(format!("Secret {namespace}/{name}"));
-                let ca = CertificateAuthority::from_material(
-                    &origin,
-                    &material,
-                    &secure.trust_domain,
-                    secure.lifetimes,
-                    created,
-                )?;
-                tracing::info!(secret = %origin.display(), created, "the self-signed root is kept in a Secret");
-                ca
-            }
-            (Some(_), None) => anyhow::bail!("--ca-secret needs Kubernetes (--kubeconfig or --in-cluster)"),
-            _ => CertificateAuthority::open(&secure.ca_dir, &secure.trust_domain, secure.lifetimes)
-                .with_context(|| format!("opening the CA directory {}", secure.ca_dir.display()))?,
-        };
-        if ca.created_root() {
-            tracing::info!(
-                dir = %secure.ca_dir.display(),
-                trust_domain = %secure.trust_domain,
-                "created a self-signed root CA (ca-cert.pem, ca-key.pem, root-cert.pem); workloads trust root-cert.pem"
-            );
-        } else {
-            tracing::info!(dir = %secure.ca_dir.display(), trust_domain = %secure.trust_domain, "CA key material loaded");
-        }
-        let mut authenticators = Authenticators::new(&secure.trust_domain);
-        if let Some(jwks) = &secure.jwks {
-            authenticators = authenticators.with_jwks(jwks).with_context(|| format!("--jwks {}", jwks.display()))?;
-        }
-        if let Some((client, cluster_id, remotes)) = kube {
-            authenticators = authenticators.with_token_review(client).with_remote_clusters(cluster_id, remotes);
-        }
-        let authenticators = Arc::new(authenticators);
-        if !authenticators.accepts_tokens() {
-            tracing::warn!(
-                "the CA accepts no tokens (no --jwks and no Kubernetes cluster): only workloads that already hold a \
-                 certificate can get one"
-            );
-        }
-        let ca = Arc::new(ca);
-        let tls = ServerTls::new(ca.clone(), secure.server_names.clone())?;
-        let listener =
-            bind_xds(&secure.addr).with_context(|| format!("binding the secure xDS address {}", secure.addr))?;
-        let webhook = match secure.webhook_addr {
-            Some(addr) => Some(
-                std::net::TcpListener::bind(addr)
-                    .and_then(|l| l.set_nonblocking(true).map(|()| l))
-                    .and_then(tokio::net::TcpListener::from_std)
-                    .with_context(|| format!("binding the webhook address {addr}"))?,
-            ),
-            None => None,
-        };
-        Ok(SecurePort {
-            listener,
-            roots_pem: ca.roots_pem().to_string(),
-            webhook,
-            tls,
-            ca: CaService::new(ca, authenticators.clone(), engine.metrics().clone()).with_impersonation(
-                Impersonation::new(secure.trusted_node_accounts.clone(), &secure.trust_domain, engine),
-            ),
-            tokens: authenticators,
-            registry_writers: secure.registry_writers.clone(),
-        })
-    }
-}
-
 /// Worker threads of the admin runtime.
 const ADMIN_WORKERS: usize = 1;
 /// Blocking threads of the admin runtime (config dumps are built on them).
 const ADMIN_BLOCKING_THREADS: usize = 2;
+
+/// How long readiness waits for the MCP config sources listed at startup
+/// to send their first full state.
+const MCP_SYNC_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// Change sets buffered between the sources and the debouncer.
 const CHANGE_QUEUE: usize = 1024;
@@ -316,10 +230,16 @@ pub async fn run(options: ServeOptions) -> anyhow::Result<()> {
     };
     // The remote clusters' clients, which the CA reviews their workloads' tokens with.
     let remote_clients = crate::ca::authn::ClusterClients::default();
+    let mut own_identity = None;
     let secure = match &options.secure {
         Some(secure) => {
             let kube = kube_client.clone().map(|c| (c, options.cluster_id.as_str(), remote_clients.clone()));
-            Some(SecurePort::open(secure, kube, engine.clone()).await?)
+            let port = SecurePort::open(secure, kube, engine.clone()).await?;
+            let identity =
+                crate::model::Identity::new(&secure.trust_domain, &options.system_namespace, &options.service_account)
+                    .map_err(|e| anyhow::anyhow!("--service-account: {e}"))?;
+            own_identity = Some(crate::source::mcp::MeshIdentity { ca: port.authority.clone(), identity });
+            Some(port)
         }
         None => None,
     };
@@ -481,8 +401,28 @@ pub async fn run(options: ServeOptions) -> anyhow::Result<()> {
         }
         None => (None, Vec::new()),
     };
+    // The MCP-over-xDS servers of the mesh config (`configSources`): those
+    // listed at startup are connected now, so that readiness can wait for them.
+    let mut mcp = crate::source::mcp::McpSources::new(
+        store.clone(),
+        engine.clone(),
+        changes_tx.clone(),
+        crate::source::mcp::McpOptions {
+            transport: crate::source::mcp::TransportContext {
+                mesh: own_identity,
+                system_namespace: options.system_namespace.as_str().into(),
+            },
+            revision: options.revision.as_deref().filter(|r| !r.is_empty()).map(Arc::from),
+            node: options.mcp_node.clone(),
+        },
+    );
+    mcp.reconcile(&options.mesh.config_sources).await;
+    let mcp_status = mcp.status();
+    admin_state.set_mcp(mcp_status.clone());
+    let mcp = tokio::spawn(mcp.run());
+    let mcp_listed = !options.mesh.config_sources.is_empty();
     let unread = source.as_ref().map(|s| s.status().unread_files()).unwrap_or_default();
-    let readiness = if unread.is_empty() && kube.is_none() {
+    let readiness = if unread.is_empty() && kube.is_none() && !mcp_listed {
         announce_ready(&engine, version);
         None
     } else {
@@ -501,6 +441,24 @@ pub async fn run(options: ServeOptions) -> anyhow::Result<()> {
             if let Some(status) = status {
                 while !status.unread_files().is_empty() {
                     tokio::time::sleep(Duration::from_millis(200)).await;
+                }
+            }
+            if mcp_listed {
+                // As istiod waits for its config sources to sync, but not
+                // for ever: a server that is down at startup keeps being
+                // retried (its state is on /debug/configz).
+                if tokio::time::timeout(MCP_SYNC_TIMEOUT, mcp_status.wait_synced()).await.is_err() {
+                    tracing::warn!(
+                        servers = %mcp_status.pending().iter().map(|a| a.to_string()).collect::<Vec<_>>().join(", "),
+                        "MCP config sources not synced after {MCP_SYNC_TIMEOUT:?}: ready without their config"
+                    );
+                }
+                let revision = store_revision.snapshot().revision();
+                let mut versions = engine.versions();
+                while engine.snapshot().store.revision() < revision {
+                    if versions.changed().await.is_err() {
+                        return;
+                    }
                 }
             }
             if let Some((kube, remotes)) = kube {
@@ -586,6 +544,7 @@ pub async fn run(options: ServeOptions) -> anyhow::Result<()> {
     pusher.abort();
     checker.abort();
     registration.abort();
+    mcp.abort();
     jwks.abort();
     gateway_dns.abort();
     if let Some(spiffe_bundles) = spiffe_bundles {

@@ -27,6 +27,21 @@ impl fmt::Display for Shown<'_> {
     }
 }
 
+/// An error with its causes, outermost first, as one line
+/// (`connecting: tcp connect error: Connection refused`): hyper's and
+/// tonic's own text is only the outermost. A peer's words may be in it, so
+/// where one may be, show it [`shown`].
+pub fn error_chain(error: &dyn std::error::Error) -> String {
+    let mut text = error.to_string();
+    let mut source = error.source();
+    while let Some(cause) = source {
+        text.push_str(": ");
+        text.push_str(&cause.to_string());
+        source = cause.source();
+    }
+    text
+}
+
 /// The string as [`Shown`] displays it.
 pub fn shown(text: &str) -> Cow<'_, str> {
     let clean = !text.chars().any(char::is_control);

@@ -15,7 +15,7 @@ use std::path::{Path, PathBuf};
 /// meshpush's layers, bottom first: a module may use the modules of the
 /// layers before its own.
 const MESHPUSH: &[&[&str]] = &[
-    &["resource", "text", "os", "envoy_api", "workload_api"],
+    &["resource", "text", "os", "envoy_api", "workload_api", "istio_api"],
     &["metrics"],
     &["config"],
     &["model"],

@@ -377,10 +377,13 @@ pub async fn configz(State(state): State<AdminState>) -> Json<Value> {
             "notRead": r.skipped(),
         })
     });
+    // The MCP-over-xDS servers read: each one's connection, objects and problems.
+    let config_sources = state.mcp().map(|m| m.reports());
     Json(json!({
         "revision": ctx.store.revision(),
         "mesh": ctx.mesh,
         "remoteClusters": remote_clusters,
+        "configSources": config_sources,
         // Each cluster's network, the network gateways, and what gives none.
         "networks": ctx.networks,
         "objects": objects,

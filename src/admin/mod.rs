@@ -38,6 +38,7 @@ use crate::config::Problem;
 use crate::engine::PushEngine;
 use crate::source::kube::KubeStatus;
 use crate::source::kube::remote::RemoteClusters;
+use crate::source::mcp::McpStatus;
 use crate::source::mesh_config::MeshConfigStatus;
 use crate::source::{ReferenceReport, SourceStatus};
 use crate::xds::AdsService;
@@ -68,6 +69,8 @@ pub struct AdminState {
     references: ReferenceReport,
     /// What the mesh config file sets that meshpush does not apply.
     mesh: Arc<OnceLock<MeshConfigStatus>>,
+    /// The MCP-over-xDS servers read (`configSources`).
+    mcp: Arc<OnceLock<McpStatus>>,
 }
 
 impl AdminState {
@@ -81,6 +84,7 @@ impl AdminState {
             remotes: Arc::new(OnceLock::new()),
             references: ReferenceReport::new(),
             mesh: Arc::new(OnceLock::new()),
+            mcp: Arc::new(OnceLock::new()),
         }
     }
 
@@ -102,6 +106,16 @@ impl AdminState {
     /// Attaches the remote clusters' controller (once; later calls are ignored).
     pub fn set_remote_clusters(&self, remotes: RemoteClusters) {
         let _ = self.remotes.set(remotes);
+    }
+
+    /// Attaches the MCP config sources' reports (once; later calls are ignored).
+    pub fn set_mcp(&self, status: McpStatus) {
+        let _ = self.mcp.set(status);
+    }
+
+    /// The MCP config sources' reports, when serving.
+    pub fn mcp(&self) -> Option<&McpStatus> {
+        self.mcp.get()
     }
 
     /// meshpush's own cluster id (`--cluster-id`), as the served mesh says it.
@@ -142,6 +156,13 @@ impl AdminState {
                 waits
                     .push(format!("the remote clusters (each up to --remote-cluster-timeout): {}", waiting.join(", ")));
             }
+        }
+        if let Some(pending) = self.mcp.get().map(McpStatus::pending).filter(|p| !p.is_empty()) {
+            let servers: Vec<String> = pending.iter().map(|a| a.to_string()).collect();
+            waits.push(format!(
+                "the first full state of the MCP config sources (each up to 30 s): {}",
+                servers.join(", ")
+            ));
         }
         if waits.is_empty() {
             waits.push("the first snapshot of the sources to be published".to_string());

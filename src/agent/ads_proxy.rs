@@ -439,12 +439,5 @@ fn status_text(status: &Status) -> String {
 }
 
 fn error_chain(error: &dyn std::error::Error) -> String {
-    let mut text = error.to_string();
-    let mut source = error.source();
-    while let Some(e) = source {
-        text.push_str(": ");
-        text.push_str(&e.to_string());
-        source = e.source();
-    }
-    crate::text::shown(&text).into_owned()
+    crate::text::shown(&crate::text::error_chain(error)).into_owned()
 }

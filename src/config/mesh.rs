@@ -13,6 +13,7 @@
 //! on it serves it: a snapshot stays a function of its store.
 
 pub mod cluster_local;
+pub mod config_sources;
 pub mod ext_authz;
 pub mod file;
 pub mod networks;
@@ -101,6 +102,8 @@ pub struct MeshConfig {
     pub system_namespace: Arc<str>,
     /// `meshNetworks`, read beside the mesh config (`networks`).
     pub networks: Arc<networks::MeshNetworks>,
+    /// `configSources`: the MCP-over-xDS servers config is read from.
+    pub config_sources: Arc<[config_sources::McpServer]>,
 }
 
 /// Istio's cluster id when none is set.
@@ -141,6 +144,7 @@ impl Default for MeshConfig {
             cluster_id: DEFAULT_CLUSTER_ID.into(),
             system_namespace: DEFAULT_ROOT_NAMESPACE.into(),
             networks: Arc::default(),
+            config_sources: Arc::from([]),
         }
     }
 }

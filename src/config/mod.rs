@@ -18,6 +18,7 @@ pub mod gateway_api;
 pub mod ingress;
 pub mod istio;
 pub mod k8s;
+pub mod mcp;
 pub mod mesh;
 pub mod parse;
 pub mod problem;

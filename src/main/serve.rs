@@ -81,6 +81,12 @@ pub(crate) struct ServeArgs {
     /// cluster's network.
     #[arg(long, env = "POD_NAMESPACE", default_value = "istio-system")]
     system_namespace: String,
+    /// The service account meshpush runs as (istiod's is `istiod`): the
+    /// mesh certificate meshpush gives itself names it, in
+    /// `--system-namespace`. It presents that certificate to the
+    /// `ISTIO_MUTUAL` config sources of the mesh config.
+    #[arg(long, env = "SERVICE_ACCOUNT", default_value = "istiod")]
+    service_account: String,
     /// How long readiness waits for a remote cluster's first lists (Istio's
     /// `PILOT_REMOTE_CLUSTER_TIMEOUT`); `0s`: for ever. A cluster that takes
     /// longer keeps syncing.
@@ -424,6 +430,14 @@ pub(crate) fn run(args: ServeArgs, log_level: &str, log_format: LogFormat) -> Ex
         discovery_selectors: settings.discovery_selectors.clone().unwrap_or_default(),
         cluster_id: args.cluster_id.clone(),
         system_namespace: args.system_namespace.clone(),
+        service_account: args.service_account.clone(),
+        // As istiod's config source client names itself: its pod and IP.
+        mcp_node: meshpush::source::mcp::node(
+            &args.system_namespace,
+            &std::env::var("POD_NAME").unwrap_or_else(|_| "meshpush".into()),
+            &std::env::var("INSTANCE_IP").unwrap_or_else(|_| "127.0.0.1".into()),
+            args.revision.as_deref().filter(|r| !r.is_empty()),
+        ),
         remote_cluster_timeout: args.remote_cluster_timeout,
         config_dir: match (args.config.clone(), args.kube_access()) {
             (Some(dir), _) => Some(dir),

@@ -89,6 +89,10 @@ pub enum Write {
     Put(ConfigObject, SourceRef),
     /// Remove an object (absent keys are ignored).
     Delete(ConfigKey),
+    /// Remove an object if it is still the version `source` wrote (the
+    /// `file` of its [`SourceRef`]): a source that shares keys with others
+    /// withdraws its own objects and never one another source wrote since.
+    Withdraw(ConfigKey, Arc<str>),
 }
 
 /// The keys a batch changed, and the store as it was right after the batch.
@@ -179,6 +183,13 @@ impl ConfigStore {
                         keys.push(key);
                     }
                 }
+                Write::Withdraw(key, source) => {
+                    let map = &mut current.kinds[key.kind as usize];
+                    if map.get(&key).is_some_and(|old| old.source.file == source) {
+                        map.remove(&key);
+                        keys.push(key);
+                    }
+                }
             }
         }
         keys.sort();
@@ -214,6 +225,21 @@ mod tests {
         let again = store.apply([Write::Put(vs("r", "reviews"), src())]);
         assert!(again.is_empty());
         assert_eq!(again.revision, first.revision);
+    }
+
+    #[test]
+    fn a_withdrawal_removes_only_what_its_source_still_holds() {
+        let store = ConfigStore::new();
+        let mcp = SourceRef { file: "mcp:xds://a:1/VirtualService/default/r".into(), doc: 0 };
+        store.apply([Write::Put(vs("r", "reviews"), mcp.clone())]);
+        // Another source writes the key since: the withdrawal leaves it.
+        store.apply([Write::Put(vs("r", "ratings"), src())]);
+        assert!(store.apply([Write::Withdraw(vs("r", "").key(), mcp.file.clone())]).is_empty());
+        assert!(store.snapshot().get(&vs("r", "").key()).is_some());
+        store.apply([Write::Put(vs("r", "reviews"), mcp.clone())]);
+        let gone = store.apply([Write::Withdraw(vs("r", "").key(), mcp.file)]);
+        assert_eq!(gone.keys, vec![vs("r", "").key()]);
+        assert!(store.snapshot().get(&vs("r", "").key()).is_none());
     }
 
     #[test]

@@ -86,7 +86,7 @@ pub async fn get(client: &HttpClient, uri: &str) -> Result<Bytes, String> {
     {
         return Err(format!("{ip} is a link-local or cloud metadata address: not fetched"));
     }
-    let response = client.get(parsed).await.map_err(|e| describe(&e))?;
+    let response = client.get(parsed).await.map_err(|e| crate::text::error_chain(&e))?;
     if response.status() != http::StatusCode::OK {
         return Err(format!("answered {}", response.status()));
     }
@@ -95,18 +95,6 @@ pub async fn get(client: &HttpClient, uri: &str) -> Result<Bytes, String> {
         .await
         .map_err(|e| format!("reading the answer: {e} (at most {MAX_BODY} bytes are read)"))?;
     Ok(body.to_bytes())
-}
-
-/// An error with its causes (hyper's own text is only the outermost).
-fn describe(error: &(dyn std::error::Error + 'static)) -> String {
-    let mut text = error.to_string();
-    let mut source = error.source();
-    while let Some(cause) = source {
-        text.push_str(": ");
-        text.push_str(&cause.to_string());
-        source = cause.source();
-    }
-    text
 }
 
 /// Addresses nothing is fetched from: link-local ones (cloud instance

@@ -1,9 +1,10 @@
 //! Config sources: where typed config objects come from.
 //!
 //! Role in the data flow: a source is the only writer of the [`ConfigStore`].
-//! There are three: the watched YAML directory ([`FileSource`]), the
-//! registry gRPC API ([`RegistryService`]) and a Kubernetes API server
-//! ([`kube`]). Each turns documents into
+//! The main ones are the watched YAML directory ([`FileSource`]), the
+//! registry gRPC API ([`RegistryService`]), a Kubernetes API server
+//! ([`kube`]) and the MCP-over-xDS servers of the mesh config ([`mcp`]).
+//! Each turns documents into
 //! validated [`ConfigObject`](crate::config::ConfigObject)s, applies them in
 //! atomic batches and hands each resulting
 //! [`ChangeSet`](crate::model::ChangeSet) to the push side, both down the
@@ -36,6 +37,7 @@ pub mod gateway_dns;
 pub mod gateway_status;
 pub mod jwks;
 pub mod kube;
+pub mod mcp;
 pub mod mesh_config;
 pub mod references;
 mod refresh;

@@ -11,6 +11,7 @@
 //! * [`wait`]: the one way a test waits for a condition, with a deadline.
 //! * `certs` (unit tests only): fresh certificates and Secrets.
 //! * [`https`]: an HTTPS server of an axum app, for what meshpush fetches or probes.
+//! * [`mcp`]: a stand-in MCP-over-xDS server.
 //!
 //! This module sits outside the layers: it may use any of them, and only
 //! test code uses it.
@@ -19,6 +20,7 @@ pub mod bookinfo;
 #[cfg(test)]
 pub mod certs;
 pub mod https;
+pub mod mcp;
 pub mod memory;
 pub mod synth;
 pub mod wait;

@@ -25,7 +25,7 @@ use serde::Deserialize;
 
 use super::cluster_local::{self, ServiceSettings};
 use super::ext_authz;
-use super::providers::{self, DefaultProvidersPatch, ExtensionProvider, ProviderUse};
+use super::providers::{self, DefaultProvidersPatch, ExtensionProvider};
 use super::proxy_config::ProxyConfig;
 use super::traffic::{
     self, ExportToDefaults, H2UpgradePolicy, InboundTrafficMode, OutboundTrafficMode, TrafficSettings,
@@ -105,6 +105,8 @@ pub struct MeshSettings {
     pub enable_tracing: Option<bool>,
     /// `caCertificates`.
     pub ca_certificates: Option<Vec<CaCertificate>>,
+    /// `configSources`: the MCP-over-xDS servers it names.
+    pub config_sources: Option<Vec<super::config_sources::McpServer>>,
     /// istiod's `ISTIO_MULTIROOT_MESH` (a flag, never the file).
     pub multi_root_mesh: Option<bool>,
     /// istiod's `PILOT_SKIP_VALIDATE_TRUST_DOMAIN` (a flag, never the file).
@@ -187,6 +189,8 @@ struct Document {
     enable_tracing: Option<bool>,
     #[serde(alias = "ca_certificates")]
     ca_certificates: Option<Vec<CaCertificate>>,
+    #[serde(alias = "config_sources")]
+    config_sources: Option<Vec<super::config_sources::ConfigSourceEntry>>,
 }
 
 /// `inboundTrafficPolicy` and `outboundTrafficPolicy`: a mode of Istio's
@@ -263,11 +267,11 @@ impl MeshSettings {
             }
         }
         if let Some(all) = &doc.extension_providers {
-            problems.extend(provider_problems(file, all));
+            problems.extend(provider_checks::provider_problems(file, all));
         }
         if let Some(defaults) = &doc.default_providers {
             let all = providers::merge_with_builtins(doc.extension_providers.as_deref().unwrap_or_default());
-            problems.extend(default_provider_problems(file, defaults, &all));
+            problems.extend(provider_checks::default_provider_problems(file, defaults, &all));
         }
         if mode == Some(IngressControllerMode::Off) {
             for (path, set) in [
@@ -326,6 +330,11 @@ impl MeshSettings {
         if let Some(entries) = doc.service_settings.as_deref().filter(|e| !e.is_empty()) {
             cluster_local::check(entries).map_err(|(path, why)| format!("{file}: {path}: {why}"))?;
         }
+        let config_sources = doc.config_sources.as_deref().map(|entries| {
+            let (servers, unused) = super::config_sources::resolve(entries);
+            problems.extend(unused.into_iter().map(|(path, message)| warning(file, &path, message)));
+            servers
+        });
         let dns_refresh_rate = doc.dns_refresh_rate.filter(|rate| match traffic::check_dns_refresh_rate(*rate) {
             Ok(()) => true,
             Err(e) => {
@@ -366,6 +375,7 @@ impl MeshSettings {
             enable_tracing: doc.enable_tracing,
             locality_lb_setting: doc.locality_lb_setting,
             ca_certificates: doc.ca_certificates,
+            config_sources,
             multi_root_mesh: None,
             skip_validate_trust_domain: None,
             enable_ambient: None,
@@ -415,6 +425,7 @@ impl MeshSettings {
             enable_tracing: over.enable_tracing.or(self.enable_tracing),
             locality_lb_setting: over.locality_lb_setting.or(self.locality_lb_setting),
             ca_certificates: over.ca_certificates.or(self.ca_certificates),
+            config_sources: over.config_sources.or(self.config_sources),
             multi_root_mesh: over.multi_root_mesh.or(self.multi_root_mesh),
             skip_validate_trust_domain: over.skip_validate_trust_domain.or(self.skip_validate_trust_domain),
             enable_ambient: over.enable_ambient.or(self.enable_ambient),
@@ -542,111 +553,9 @@ impl MeshSettings {
             cluster_id: self.cluster_id.as_deref().map_or(default.cluster_id, Arc::from),
             system_namespace: self.system_namespace.as_deref().map_or(default.system_namespace, Arc::from),
             networks: self.networks.clone().unwrap_or(default.networks),
+            config_sources: self.config_sources.as_deref().map_or(default.config_sources, Arc::from),
         }
     }
-}
-
-/// What is wrong with extension providers, as istiod's validation warns
-/// (a provider it cannot use is ignored, and said to be): one without a
-/// name, one a later one of the same name replaces, a kind that makes
-/// nothing, a collector without a service or port, what a provider sets
-/// that is not sent; and an external authorizer istiod's builder cannot
-/// use (and its fields that do not do what they say, `ext_authz::issues`).
-fn provider_problems(file: &str, all: &[ExtensionProvider]) -> Vec<Problem> {
-    let warn = |path: String, message: String| warning(file, &path, message);
-    let mut out = Vec::new();
-    for (i, p) in all.iter().enumerate() {
-        let path = format!("extensionProviders[{i}]");
-        if p.name.is_empty() {
-            out.push(warn(format!("{path}.name"), "is empty: no Telemetry can name this provider".into()));
-        } else if let Some(later) = all[i + 1..].iter().position(|q| q.name == p.name) {
-            let message = format!(
-                "is ignored: extensionProviders[{}] has the same name {:?} and replaces it, as in Istio",
-                i + 1 + later,
-                p.name
-            );
-            out.push(warn(path.clone(), message));
-        }
-        // Parsed so that a Telemetry naming them is told why they give
-        // nothing; istiod generates nothing for either any more.
-        if p.lightstep.is_some() {
-            out.push(warn(
-                format!("{path}.lightstep"),
-                "Istio no longer generates a Lightstep tracer: this provider has no effect (in Istio either)".into(),
-            ));
-        }
-        if p.stackdriver.is_some() {
-            out.push(warn(
-                format!("{path}.stackdriver"),
-                "Istio no longer generates anything for Stackdriver: this provider has no effect (in Istio either)"
-                    .into(),
-            ));
-        }
-        if p.prometheus.is_some() {
-            out.push(warn(
-                format!("{path}.prometheus"),
-                crate::config::problem::not_supported(Some(providers::METRICS_INSTEAD)),
-            ));
-        }
-        if p.skywalking.as_ref().is_some_and(|s| s.access_token.as_deref().is_some_and(|t| !t.is_empty())) {
-            out.push(warn(
-                format!("{path}.skywalking.accessToken"),
-                "is not sent: Istio's SkyWalking tracer names only the collector, and so does meshpush's (ignored)"
-                    .into(),
-            ));
-        }
-        if let Some(authorizer) = p.authorizer() {
-            for issue in ext_authz::issues(&p.name, authorizer) {
-                let field = match issue.field.as_str() {
-                    "" => format!("{path}.name"),
-                    field => format!("{path}.{}.{field}", authorizer.key()),
-                };
-                let message = match issue.kind {
-                    ext_authz::IssueKind::Fault => format!("{}: {}", issue.message, ext_authz::DENIES),
-                    ext_authz::IssueKind::Note => issue.message,
-                };
-                out.push(warn(field, message));
-            }
-        }
-        if let Some((service, port)) = p.collector() {
-            if service.is_empty() {
-                out.push(warn(path.clone(), "names no collector service: it is not used".into()));
-            }
-            if port == 0 || port > 65535 {
-                out.push(warn(path.clone(), format!("port {port} is not a port: it is not used")));
-            }
-        }
-    }
-    out
-}
-
-/// What `defaultProviders` names that gives nothing, among the providers
-/// the mesh serves (`all`: the built-ins and the file's): a name no
-/// provider has or one of the wrong kind, a tracer after the first (istiod
-/// uses the first), and any metrics provider (meshpush makes no request
-/// metrics).
-fn default_provider_problems(file: &str, defaults: &DefaultProvidersPatch, all: &[ExtensionProvider]) -> Vec<Problem> {
-    let mut out = Vec::new();
-    for (i, name) in defaults.tracing.iter().flatten().enumerate() {
-        let path = format!("defaultProviders.tracing[{i}]");
-        if i > 0 {
-            out.push(warning(file, &path, "is not used: only the first tracing provider is, as in Istio".into()));
-        } else if let Some(why) = providers::unusable(all, name, ProviderUse::Tracing) {
-            let message = format!("{why}: where no Telemetry names a tracer, nothing is traced (as in Istio)");
-            out.push(warning(file, &path, message));
-        }
-    }
-    for (i, name) in defaults.access_logging.iter().flatten().enumerate() {
-        if let Some(why) = providers::unusable(all, name, ProviderUse::AccessLog) {
-            let path = format!("defaultProviders.accessLogging[{i}]");
-            out.push(warning(file, &path, format!("{why}: ignored, as in Istio")));
-        }
-    }
-    if defaults.metrics.as_ref().is_some_and(|m| !m.is_empty()) {
-        let message = crate::config::problem::not_supported(Some(providers::METRICS_INSTEAD));
-        out.push(warning(file, "defaultProviders.metrics", message));
-    }
-    out
 }
 
 /// The report of a field the file sets that [`Document`] does not model.
@@ -690,5 +599,6 @@ fn camel_path(path: &str) -> String {
     out
 }
 
+mod provider_checks;
 #[cfg(test)]
 mod test;

@@ -68,6 +68,14 @@ const NO_EFFECT: &[(&str, &str, &str)] = &[
         "with one cluster every endpoint is the proxy's own cluster's",
     ),
     ("MeshConfig", "serviceSettings[].hosts[]", "with one cluster every endpoint is the proxy's own cluster's"),
+    // These secure the connection to an MCP config source, not what proxies
+    // are sent: `source::mcp`'s tests check each (roots, names, identities).
+    ("MeshConfig", "configSources[].tlsSettings.caCertificates", "secures the connection to the MCP server"),
+    ("MeshConfig", "configSources[].tlsSettings.credentialName", "secures the connection to the MCP server"),
+    ("MeshConfig", "configSources[].tlsSettings.subjectAltNames[]", "secures the connection to the MCP server"),
+    ("MeshConfig", "configSources[].tlsSettings.sni", "secures the connection to the MCP server"),
+    ("MeshConfig", "configSources[].tlsSettings.insecureSkipVerify", "secures the connection to the MCP server"),
+    ("MeshConfig", "configSources[].tlsSettings.caCrl", "secures the connection to the MCP server"),
 ];
 
 /// The Secrets the Gateway variants name (`web-cert`, `web-cert-2`,
