@@ -376,7 +376,17 @@ pub struct ObjectMeta {
     /// it, never by the object's text).
     #[serde(skip)]
     pub cluster: ClusterId,
+    /// An Istio config object's `spec` exactly as its source wrote it
+    /// (set by the parser for the kinds MCP-over-xDS carries): what
+    /// meshpush serves its MCP clients, every field included, not only
+    /// those its types model.
+    #[serde(skip)]
+    pub written_spec: Option<WrittenSpec>,
 }
+
+/// A `spec` as its source wrote it, as JSON; shared, compared by value.
+#[derive(Debug, Clone, PartialEq)]
+pub struct WrittenSpec(pub Arc<serde_json::Value>);
 
 /// `metadata.ownerReferences[]` (the part meshpush reads).
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]

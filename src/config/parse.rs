@@ -181,6 +181,11 @@ impl FileReader {
         };
         let key = peek_key(config_kind, &map);
         let mut ignored = Vec::new();
+        // The spec as written, kept for what MCP-over-xDS serves.
+        let written = super::mcp::istio_kind(config_kind)
+            .and_then(|_| map.get("spec"))
+            .and_then(|spec| serde_json::to_value(spec).ok())
+            .map(|spec| super::WrittenSpec(Arc::new(spec)));
         let value = Value::Mapping(map);
         let object =
             match config_kind {
@@ -268,6 +273,7 @@ impl FileReader {
                 return self.problem(Severity::Error, doc, key, &field(prefix, &path), message);
             }
         };
+        object.meta_mut().written_spec = written;
         // Nothing meshpush does reads the annotations of the kinds a large
         // mesh has most of (but two): they are not kept.
         // Nor their creation times (only routes are ordered by them).

@@ -237,20 +237,44 @@ pub fn body_to_spec(kind: &IstioKind, body: &prost_types::Any) -> Result<Value, 
     let decoded = DynamicMessage::decode(descriptor, body.value.as_slice())
         .map_err(|e| BodyError::Decode { message: kind.message.to_string(), reason: e.to_string() })?;
     let options = SerializeOptions::new().skip_default_fields(true).stringify_64_bit_integers(false);
-    decoded
+    let mut spec = decoded
         .serialize_with_options(serde_json::value::Serializer, &options)
-        .map_err(|e| BodyError::Field { path: ".".into(), reason: e.to_string() })
+        .map_err(|e| BodyError::Field { path: ".".into(), reason: e.to_string() })?;
+    whole_numbers(&mut spec);
+    Ok(spec)
+}
+
+/// Every whole floating-point number of `value` written as an integer, as
+/// protobuf's JSON printer writes them: a `Struct` holds only doubles, and
+/// an EnvoyFilter's `port_value: 8081` must not come back as `8081.0`.
+fn whole_numbers(value: &mut Value) {
+    match value {
+        Value::Number(n) => {
+            if let Some(f) = n.as_f64().filter(|f| n.is_f64() && f.fract() == 0.0 && f.abs() < 9.0e15) {
+                *n = serde_json::Number::from(f as i64);
+            }
+        }
+        Value::Array(items) => items.iter_mut().for_each(whole_numbers),
+        Value::Object(map) => map.values_mut().for_each(whole_numbers),
+        _ => {}
+    }
+}
+
+/// The descriptor of a kind's body.
+pub fn message_descriptor(kind: &IstioKind) -> prost_reflect::MessageDescriptor {
+    message(kind)
 }
 
 /// The JSON of a `spec` of `kind` as its body: an `Any` of the kind's
-/// message. A field the message does not have is an error naming its path.
-pub fn spec_to_body(kind: &IstioKind, spec: &Value) -> Result<prost_types::Any, BodyError> {
+/// message. A field the message does not have is an error naming its path
+/// when `strict`, else left out.
+pub fn spec_to_body(kind: &IstioKind, spec: &Value, strict: bool) -> Result<prost_types::Any, BodyError> {
     let mut track = serde_path_to_error::Track::new();
     let deserializer = serde_path_to_error::Deserializer::new(spec, &mut track);
     let message = DynamicMessage::deserialize_with_options(
         message(kind),
         deserializer,
-        &DeserializeOptions::new().deny_unknown_fields(true),
+        &DeserializeOptions::new().deny_unknown_fields(strict),
     )
     .map_err(|e| BodyError::Field { path: track.path().to_string(), reason: e.to_string() })?;
     Ok(prost_types::Any { type_url: format!("type.googleapis.com/{}", kind.message), value: message.encode_to_vec() })
@@ -295,7 +319,7 @@ mod tests {
                 "retries": {"attempts": 3, "perTryTimeout": "2s"},
             }],
         });
-        let body = spec_to_body(vs, &spec).unwrap();
+        let body = spec_to_body(vs, &spec, true).unwrap();
         assert_eq!(body.type_url, "type.googleapis.com/istio.networking.v1alpha3.VirtualService");
         assert_eq!(body_to_spec(vs, &body).unwrap(), spec);
     }
@@ -304,9 +328,9 @@ mod tests {
     fn a_wrong_body_or_an_unknown_field_is_named() {
         let vs = kind_named("VirtualService").unwrap();
         let dr = kind_named("DestinationRule").unwrap();
-        let body = spec_to_body(dr, &json!({"host": "reviews"})).unwrap();
+        let body = spec_to_body(dr, &json!({"host": "reviews"}), true).unwrap();
         assert!(matches!(body_to_spec(vs, &body), Err(BodyError::WrongType { .. })));
-        let err = spec_to_body(vs, &json!({"hosts": ["a"], "http": [{"rout": []}]})).unwrap_err();
+        let err = spec_to_body(vs, &json!({"hosts": ["a"], "http": [{"rout": []}]}), true).unwrap_err();
         assert!(matches!(&err, BodyError::Field { path, .. } if path.starts_with("http[0]")), "{err}");
         let garbage = prost_types::Any {
             type_url: body.type_url.replace("DestinationRule", "VirtualService"),

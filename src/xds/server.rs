@@ -38,6 +38,7 @@ use tonic::body::Body;
 use tonic::server::NamedService;
 use tracing::Instrument;
 
+use super::api::{self, ApiRequest};
 use super::delta::{DeltaConnection, DeltaRequest, DeltaResponse};
 use super::sotw::{Connection, OutgoingResponse, SotwRequest};
 use super::stream::admission::{Admission, AdmissionRate};
@@ -197,6 +198,9 @@ pub trait Protocol: Send + Sized + 'static {
     fn on_push(&mut self, view: &Published<'_>, push: &PendingPush) -> Vec<Self::Response>;
     /// What the stream keeps whichever its protocol.
     fn core(&self) -> &ConnectionCore;
+    /// The request as an MCP client's stream reads it, if the protocol
+    /// serves MCP clients (state of the world does; delta does not).
+    fn api_request(req: Self::Request) -> Option<ApiRequest>;
 }
 
 impl Protocol for Connection {
@@ -224,6 +228,13 @@ impl Protocol for Connection {
     fn core(&self) -> &ConnectionCore {
         &self.core
     }
+    fn api_request(req: SotwRequest) -> Option<ApiRequest> {
+        Some(ApiRequest {
+            type_url: req.type_url,
+            response_nonce: req.response_nonce,
+            error: req.error_detail.map(|e| e.message),
+        })
+    }
 }
 
 impl Protocol for DeltaConnection {
@@ -250,6 +261,9 @@ impl Protocol for DeltaConnection {
     }
     fn core(&self) -> &ConnectionCore {
         &self.core
+    }
+    fn api_request(_: DeltaRequest) -> Option<ApiRequest> {
+        None
     }
 }
 
@@ -315,6 +329,9 @@ where
         ))
         .into_http();
     }
+    if api::is_api_client(&proxy) {
+        return open_api::<P>(&ads, proxy, first, requests, &peer, &transport, tokens.zip(authorization), drain).await;
+    }
     if let Transport::Mtls { identities } = &transport
         && let Err(refusal) = authorize_secure(shared, &proxy, identities, tokens.zip(authorization)).await
     {
@@ -327,6 +344,76 @@ where
     let mut response = http::Response::new(Body::new(ResponseStreamBody::new(rx, end)));
     response.headers_mut().insert(http::header::CONTENT_TYPE, http::HeaderValue::from_static("application/grpc"));
     response
+}
+
+/// Opens an MCP client's stream (`api`): authorized to the root
+/// namespace's identities on the secure port, state of the world only.
+#[allow(clippy::too_many_arguments, reason = "one stream's parts, passed once")]
+async fn open_api<P: Protocol>(
+    ads: &AdsService,
+    proxy: Arc<Proxy>,
+    first: P::Request,
+    requests: impl futures::Stream<Item = Result<P::Request, Status>> + Unpin + Send + 'static,
+    peer: &str,
+    transport: &Transport,
+    token: Option<(Arc<dyn TokenAuthenticator>, String)>,
+    drain: Drain,
+) -> http::Response<Body> {
+    let shared = &ads.shared;
+    let Some(first) = P::api_request(first) else {
+        return Status::unimplemented(
+            "MCP-over-xDS (GENERATOR: api) is served over state-of-the-world ADS (StreamAggregatedResources), as \
+             istiod's MCP clients speak it",
+        )
+        .into_http();
+    };
+    let proven;
+    let identities: &[Identity] = match (transport, token) {
+        (Transport::Mtls { identities }, Some((tokens, header))) if identities.is_empty() => {
+            match tokens.authenticate(&header).await {
+                Ok(found) => {
+                    proven = found;
+                    &proven
+                }
+                Err(why) => return refuse(shared, peer, &proxy, authorize::token_refused(why)),
+            }
+        }
+        (Transport::Mtls { identities }, _) => identities,
+        _ => &[],
+    };
+    let root = shared.engine.snapshot().mesh.root_namespace.clone();
+    let checked = if identities.is_empty() {
+        api::authorize(identities, &root)
+    } else {
+        authorize::node_identity(&proxy, identities).and_then(|id| api::authorize(std::slice::from_ref(id), &root))
+    };
+    if let Err(refusal) = checked {
+        return refuse(shared, peer, &proxy, refusal);
+    }
+    tracing::info!(%peer, node_id = %Shown(&proxy.id), "an MCP client connected");
+    let (tx, rx) = mpsc::channel(STREAM_BUFFER);
+    let end = EndStatus::default();
+    let requests = futures::StreamExt::map(requests, |r| {
+        r.and_then(|r| P::api_request(r).ok_or_else(|| Status::internal("not a state-of-the-world request")))
+    });
+    let (engine, ended, peer) = (shared.engine.clone(), end.clone(), peer.to_string());
+    tokio::spawn(async move {
+        let (reason, failure) = api::serve(engine, proxy, first, requests, tx, drain).await;
+        tracing::debug!(%peer, reason = %reason, "MCP client stream ended");
+        if let Some(failure) = failure {
+            let _ = ended.set(failure);
+        }
+    });
+    let mut response = http::Response::new(Body::new(ResponseStreamBody::new(rx, end)));
+    response.headers_mut().insert(http::header::CONTENT_TYPE, http::HeaderValue::from_static("application/grpc"));
+    response
+}
+
+/// Counts, logs and answers a refused secure stream.
+fn refuse(shared: &Shared, peer: &str, proxy: &Proxy, refusal: Refusal) -> http::Response<Body> {
+    shared.engine.metrics().streams_refused.get_or_create(&[("reason", refusal.reason)]).inc();
+    tracing::warn!(%peer, node_id = %Shown(&proxy.id), "refused an ADS stream: {}", refusal.message);
+    refusal.status().into_http()
 }
 
 /// Whether a secure-port client may be `proxy`

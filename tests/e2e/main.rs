@@ -28,6 +28,7 @@ mod istio_sidecar;
 mod jwt;
 mod kubernetes;
 mod many;
+mod mcp;
 mod mesh_config;
 mod mtls;
 mod multi_root;

@@ -36,8 +36,30 @@ pub struct PeerAuthenticationSpec {
     /// The mode of every port.
     pub mtls: Option<PeerMtls>,
     /// Modes of single ports (the workload's own port numbers); Istio
-    /// applies them only with a selector.
+    /// applies them only with a selector. A port is a YAML number or, as
+    /// JSON (and MCP-over-xDS) writes map keys, a string of one.
+    #[serde(deserialize_with = "port_keys")]
     pub port_level_mtls: BTreeMap<u32, PeerMtls>,
+}
+
+/// A map keyed by port, its keys numbers or strings of numbers.
+fn port_keys<'de, D: serde::Deserializer<'de>>(deserializer: D) -> Result<BTreeMap<u32, PeerMtls>, D::Error> {
+    #[derive(Deserialize, PartialEq, Eq, PartialOrd, Ord)]
+    #[serde(untagged)]
+    enum Port {
+        Number(u32),
+        Text(String),
+    }
+    let raw = <BTreeMap<Port, PeerMtls> as Deserialize>::deserialize(deserializer)?;
+    raw.into_iter()
+        .map(|(port, mode)| match port {
+            Port::Number(n) => Ok((n, mode)),
+            Port::Text(text) => text
+                .parse::<u32>()
+                .map(|n| (n, mode))
+                .map_err(|_| serde::de::Error::custom(format!("port {:?} is not a number", crate::text::shown(&text)))),
+        })
+        .collect()
 }
 
 impl PeerAuthenticationSpec {

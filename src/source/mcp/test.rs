@@ -174,7 +174,7 @@ async fn a_refused_resource_keeps_its_last_good_version_and_the_rest_applies() {
     let kind = crate::istio_api::kind_named("VirtualService").unwrap();
     let spec = serde_json::json!({"hosts": ["reviews"], "http": [{"route": [{"destination": {"host": "reviews"}, "weight": -5}]}]});
     let mut invalid = good_vs.clone();
-    invalid.body = Some(crate::istio_api::spec_to_body(kind, &spec).unwrap());
+    invalid.body = Some(crate::istio_api::spec_to_body(kind, &spec, true).unwrap());
     stand_in.edit(|state| {
         state.insert("networking.istio.io/v1/VirtualService".into(), vec![invalid]);
     });
