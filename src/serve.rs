@@ -62,6 +62,8 @@ pub struct ServeOptions {
     pub service_account: String,
     /// The node meshpush's MCP clients introduce themselves as.
     pub mcp_node: envoy_types::pb::envoy::config::core::v3::Node,
+    /// Consul's catalog, read as a service registry.
+    pub consul: Option<crate::source::consul::ConsulOptions>,
     /// How long readiness waits for a remote cluster (zero: for ever).
     pub remote_cluster_timeout: Duration,
     /// ADS address.
@@ -186,8 +188,8 @@ const ADMIN_WORKERS: usize = 1;
 const ADMIN_BLOCKING_THREADS: usize = 2;
 
 /// How long readiness waits for the MCP config sources listed at startup
-/// to send their first full state.
-const MCP_SYNC_TIMEOUT: Duration = Duration::from_secs(30);
+/// to send their first full state, and for Consul's first catalog.
+const SOURCE_SYNC_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// Change sets buffered between the sources and the debouncer.
 const CHANGE_QUEUE: usize = 1024;
@@ -421,8 +423,15 @@ pub async fn run(options: ServeOptions) -> anyhow::Result<()> {
     admin_state.set_mcp(mcp_status.clone());
     let mcp = tokio::spawn(mcp.run());
     let mcp_listed = !options.mesh.config_sources.is_empty();
+    // Consul's catalog, when asked for.
+    let consul = options.consul.clone().map(|consul| {
+        let source = crate::source::consul::ConsulSource::new(consul, store.clone(), changes_tx.clone());
+        admin_state.set_consul(source.status());
+        (source.status(), tokio::spawn(source.run()))
+    });
+    let consul_status = consul.as_ref().map(|(status, _)| status.clone());
     let unread = source.as_ref().map(|s| s.status().unread_files()).unwrap_or_default();
-    let readiness = if unread.is_empty() && kube.is_none() && !mcp_listed {
+    let readiness = if unread.is_empty() && kube.is_none() && !mcp_listed && consul_status.is_none() {
         announce_ready(&engine, version);
         None
     } else {
@@ -443,15 +452,20 @@ pub async fn run(options: ServeOptions) -> anyhow::Result<()> {
                     tokio::time::sleep(Duration::from_millis(200)).await;
                 }
             }
-            if mcp_listed {
+            if mcp_listed || consul_status.is_some() {
                 // As istiod waits for its config sources to sync, but not
                 // for ever: a server that is down at startup keeps being
                 // retried (its state is on /debug/configz).
-                if tokio::time::timeout(MCP_SYNC_TIMEOUT, mcp_status.wait_synced()).await.is_err() {
+                if mcp_listed && tokio::time::timeout(SOURCE_SYNC_TIMEOUT, mcp_status.wait_synced()).await.is_err() {
                     tracing::warn!(
                         servers = %mcp_status.pending().iter().map(|a| a.to_string()).collect::<Vec<_>>().join(", "),
-                        "MCP config sources not synced after {MCP_SYNC_TIMEOUT:?}: ready without their config"
+                        "MCP config sources not synced after {SOURCE_SYNC_TIMEOUT:?}: ready without their config"
                     );
+                }
+                if let Some(consul) = &consul_status
+                    && tokio::time::timeout(SOURCE_SYNC_TIMEOUT, consul.wait_synced()).await.is_err()
+                {
+                    tracing::warn!("Consul's catalog not read after {SOURCE_SYNC_TIMEOUT:?}: ready without it");
                 }
                 let revision = store_revision.snapshot().revision();
                 let mut versions = engine.versions();
@@ -545,6 +559,9 @@ pub async fn run(options: ServeOptions) -> anyhow::Result<()> {
     checker.abort();
     registration.abort();
     mcp.abort();
+    if let Some((_, consul)) = consul {
+        consul.abort();
+    }
     jwks.abort();
     gateway_dns.abort();
     if let Some(spiffe_bundles) = spiffe_bundles {

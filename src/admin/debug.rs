@@ -384,6 +384,8 @@ pub async fn configz(State(state): State<AdminState>) -> Json<Value> {
         "mesh": ctx.mesh,
         "remoteClusters": remote_clusters,
         "configSources": config_sources,
+        // Consul's catalog: its state, index, services and what is not used.
+        "consul": state.consul().map(|c| c.report()),
         // Each cluster's network, the network gateways, and what gives none.
         "networks": ctx.networks,
         "objects": objects,

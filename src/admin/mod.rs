@@ -36,6 +36,7 @@ use axum::routing::get;
 
 use crate::config::Problem;
 use crate::engine::PushEngine;
+use crate::source::consul::ConsulStatus;
 use crate::source::kube::KubeStatus;
 use crate::source::kube::remote::RemoteClusters;
 use crate::source::mcp::McpStatus;
@@ -71,6 +72,8 @@ pub struct AdminState {
     mesh: Arc<OnceLock<MeshConfigStatus>>,
     /// The MCP-over-xDS servers read (`configSources`).
     mcp: Arc<OnceLock<McpStatus>>,
+    /// Consul's catalog, when read.
+    consul: Arc<OnceLock<ConsulStatus>>,
 }
 
 impl AdminState {
@@ -85,6 +88,7 @@ impl AdminState {
             references: ReferenceReport::new(),
             mesh: Arc::new(OnceLock::new()),
             mcp: Arc::new(OnceLock::new()),
+            consul: Arc::new(OnceLock::new()),
         }
     }
 
@@ -116,6 +120,16 @@ impl AdminState {
     /// The MCP config sources' reports, when serving.
     pub fn mcp(&self) -> Option<&McpStatus> {
         self.mcp.get()
+    }
+
+    /// Attaches Consul's catalog state (once; later calls are ignored).
+    pub fn set_consul(&self, status: ConsulStatus) {
+        let _ = self.consul.set(status);
+    }
+
+    /// Consul's catalog state, when it is read.
+    pub fn consul(&self) -> Option<&ConsulStatus> {
+        self.consul.get()
     }
 
     /// meshpush's own cluster id (`--cluster-id`), as the served mesh says it.
@@ -163,6 +177,9 @@ impl AdminState {
                 "the first full state of the MCP config sources (each up to 30 s): {}",
                 servers.join(", ")
             ));
+        }
+        if let Some(consul) = self.consul.get().map(ConsulStatus::report).filter(|r| !r.synced_once) {
+            waits.push(format!("Consul's first catalog (up to 30 s) from {}", consul.address));
         }
         if waits.is_empty() {
             waits.push("the first snapshot of the sources to be published".to_string());

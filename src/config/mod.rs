@@ -13,6 +13,7 @@
 //! [`validate`] — generators may rely on its fields
 //! being well-formed (weights non-negative, ports in range, durations parsed).
 
+pub mod consul;
 pub mod duration;
 pub mod gateway_api;
 pub mod ingress;

@@ -87,6 +87,15 @@ pub(crate) struct ServeArgs {
     /// `ISTIO_MUTUAL` config sources of the mesh config.
     #[arg(long, env = "SERVICE_ACCOUNT", default_value = "istiod")]
     service_account: String,
+    /// Consul's HTTP API (`http://HOST:8500`): its catalog's services are
+    /// served as `NAME.service.consul`, as Istio 1.7's Consul registry
+    /// served them, and followed with blocking queries.
+    #[arg(long, value_parser = parse_consul_address)]
+    consul_address: Option<String>,
+    /// A file holding the ACL token sent to Consul (`X-Consul-Token`),
+    /// read for every request.
+    #[arg(long, requires = "consul_address")]
+    consul_token_file: Option<PathBuf>,
     /// How long readiness waits for a remote cluster's first lists (Istio's
     /// `PILOT_REMOTE_CLUSTER_TIMEOUT`); `0s`: for ever. A cluster that takes
     /// longer keeps syncing.
@@ -431,6 +440,10 @@ pub(crate) fn run(args: ServeArgs, log_level: &str, log_format: LogFormat) -> Ex
         cluster_id: args.cluster_id.clone(),
         system_namespace: args.system_namespace.clone(),
         service_account: args.service_account.clone(),
+        consul: args.consul_address.clone().map(|address| meshpush::source::consul::ConsulOptions {
+            address,
+            token_file: args.consul_token_file.clone(),
+        }),
         // As istiod's config source client names itself: its pod and IP.
         mcp_node: meshpush::source::mcp::node(
             &args.system_namespace,
@@ -464,5 +477,16 @@ pub(crate) fn run(args: ServeArgs, log_level: &str, log_format: LogFormat) -> Ex
             tracing::error!("{e:#}");
             ExitCode::FAILURE
         }
+    }
+}
+
+/// `--consul-address`: `http://HOST:PORT` or `https://HOST:PORT`.
+fn parse_consul_address(text: &str) -> Result<String, String> {
+    let uri: http::Uri = text.parse().map_err(|e| format!("not a URL ({e}): expected http://HOST:8500"))?;
+    match (uri.scheme_str(), uri.host()) {
+        (Some("http" | "https"), Some(_)) if uri.path() == "/" || uri.path().is_empty() => {
+            Ok(text.trim_end_matches('/').to_string())
+        }
+        _ => Err("expected http://HOST:PORT or https://HOST:PORT (Consul's HTTP API), without a path".into()),
     }
 }

@@ -31,6 +31,7 @@ use crate::model::check_references;
 
 pub mod autoregistration;
 pub mod ca_bundle;
+pub mod consul;
 mod fetch;
 pub mod file;
 pub mod gateway_dns;

@@ -12,6 +12,7 @@
 //! * `certs` (unit tests only): fresh certificates and Secrets.
 //! * [`https`]: an HTTPS server of an axum app, for what meshpush fetches or probes.
 //! * [`mcp`]: a stand-in MCP-over-xDS server.
+//! * [`consul`]: a stand-in Consul server (its catalog API, blocking queries).
 //!
 //! This module sits outside the layers: it may use any of them, and only
 //! test code uses it.
@@ -19,6 +20,7 @@
 pub mod bookinfo;
 #[cfg(test)]
 pub mod certs;
+pub mod consul;
 pub mod https;
 pub mod mcp;
 pub mod memory;

@@ -14,6 +14,7 @@ mod bad_input;
 mod bookinfo;
 mod bookinfo_example;
 mod capture;
+mod consul;
 mod endpoints;
 mod envoy_filter;
 mod envoy_install;

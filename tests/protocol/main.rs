@@ -1,6 +1,7 @@
 //! In-process tests of the server: the real ADS service on a loopback port,
-//! or its stream task over in-memory channels, against the real engine. No
-//! other process runs. `tests/README.md` says what each module covers.
+//! or its stream task over in-memory channels, against the real engine. The
+//! only other processes are the real clients that check the stand-ins
+//! (`kubectl`, py-consul). `tests/README.md` says what each module covers.
 
 #[path = "../support/mod.rs"]
 mod support;
@@ -9,6 +10,7 @@ mod admin_endpoints;
 mod ads_delta;
 mod ads_protocol;
 mod connections;
+mod consul;
 mod delta_bytes;
 mod kube_source;
 mod multicluster;
