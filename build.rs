@@ -87,7 +87,11 @@ fn istio_api() -> Result<(), Box<dyn std::error::Error>> {
     let out = PathBuf::from(std::env::var("OUT_DIR")?).join("istio_api.bin");
     std::fs::write(out, descriptors.encode_to_vec())?;
     let envelope = protox::compile(["mcp/v1alpha1/resource.proto"], ["proto/istio-api"])?;
-    tonic_prost_build::configure().build_server(false).build_client(false).compile_fds(envelope)?;
+    // Its `name` field's comment holds indented examples of names, which
+    // rustdoc would run as Rust: the proto file documents the field.
+    let mut config = tonic_prost_build::Config::new();
+    config.disable_comments(["istio.mcp.v1alpha1.Metadata.name"]);
+    tonic_prost_build::configure().build_server(false).build_client(false).compile_fds_with_config(envelope, config)?;
     Ok(())
 }
 

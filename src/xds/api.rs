@@ -13,6 +13,11 @@
 //!   merged view of every source, each an `istio.mcp.v1alpha1.Resource`
 //!   named `NS/NAME`, its version the store revision that wrote it. Any
 //!   other type URL is answered with an empty list, as istiod answers it.
+//! - **Synthetic ServiceEntries.** ServiceEntries also list, as istiod's
+//!   generator does, a `synthetic-NAME` entry for each Kubernetes Service
+//!   the client's namespace sees (its hosts, addresses, ports, location,
+//!   resolution, workload selector and `exportTo`; no endpoints), so that
+//!   a consumer knows the registry's services.
 //! - **When.** At once for a new subscription; then each time a published
 //!   snapshot changes the objects of a subscribed kind (the kind's map is
 //!   compared by pointer, so an unchanged kind costs nothing), the kind's
@@ -36,6 +41,7 @@ use tonic::Status;
 use super::stream::authorize::Refusal;
 use super::stream::body::{FRAME_HEADER_LEN, Framed};
 use super::stream::drain::Drain;
+use crate::config::ConfigKind;
 use crate::config::mcp as mcp_config;
 use crate::engine::PushEngine;
 use crate::istio_api::{self, IstioKind};
@@ -108,6 +114,8 @@ struct Subscription {
     kind: Option<&'static IstioKind>,
     /// The kind's objects as last sent, compared by pointer.
     sent: Option<KindMap>,
+    /// For ServiceEntries: the Kubernetes Services as last sent.
+    sent_services: Option<KindMap>,
     /// The nonce of the last response.
     nonce: String,
 }
@@ -145,7 +153,8 @@ pub async fn serve(
                 );
             } else if !subscribed {
                 let kind = istio_api::kind_of_type_url(&request.type_url).map(|(k, _)| k);
-                subscriptions.insert(request.type_url.clone(), Subscription { kind, sent: None, nonce: String::new() });
+                let sub = Subscription { kind, sent: None, sent_services: None, nonce: String::new() };
+                subscriptions.insert(request.type_url.clone(), sub);
                 send.push(request.type_url);
             }
         } else {
@@ -165,8 +174,12 @@ pub async fn serve(
                     }
                     let ctx = engine.snapshot();
                     for (type_url, sub) in &subscriptions {
+                        let services = ctx.store.kind(ConfigKind::Service);
                         let changed = match (sub.kind, &sub.sent) {
-                            (Some(kind), Some(sent)) => !sent.ptr_eq(ctx.store.kind(mcp_config::config_kind(kind))),
+                            (Some(kind), Some(sent)) => {
+                                !sent.ptr_eq(ctx.store.kind(mcp_config::config_kind(kind)))
+                                    || sub.sent_services.as_ref().is_some_and(|s| !s.ptr_eq(services))
+                            }
                             _ => false,
                         };
                         if changed {
@@ -181,7 +194,12 @@ pub async fn serve(
             let Some(sub) = subscriptions.get_mut(&type_url) else { continue };
             nonces += 1;
             let map = sub.kind.map(|k| ctx.store.kind(mcp_config::config_kind(k)).clone());
-            let response = state_of(&type_url, sub.kind, map.as_ref(), nonces);
+            let entries = sub.kind.is_some_and(|k| mcp_config::config_kind(k) == ConfigKind::ServiceEntry);
+            let mut response = state_of(&type_url, sub.kind, map.as_ref(), nonces);
+            if entries {
+                synthetic_entries(&ctx, &proxy.namespace, &mut response);
+                sub.sent_services = Some(ctx.store.kind(ConfigKind::Service).clone());
+            }
             sub.nonce = response.nonce.clone();
             sub.sent = map;
             if tx.send(ApiResponse(framed(&response))).await.is_err() {
@@ -216,6 +234,88 @@ fn state_of(type_url: &str, kind: Option<&IstioKind>, map: Option<&KindMap>, non
         type_url: type_url.to_string(),
         ..Default::default()
     }
+}
+
+/// Adds to `response` (the ServiceEntries) a synthetic entry for each
+/// Kubernetes Service a client in `namespace` sees, as istiod's generator
+/// adds them, and folds them into its version.
+fn synthetic_entries(ctx: &crate::push::PushContext, namespace: &str, response: &mut DiscoveryResponse) {
+    use crate::model::service::{ExportTo, Location, Resolution};
+    let Some(kind) = istio_api::kind_named("ServiceEntry") else { return };
+    let mut hasher = xxhash_rust::xxh3::Xxh3::new();
+    hasher.update(response.version_info.as_bytes());
+    for service in ctx.services.all() {
+        let visible = match &service.export_to {
+            ExportTo::All => true,
+            ExportTo::Namespaces(list) => &*service.namespace == namespace || list.iter().any(|n| &**n == namespace),
+        };
+        if !service.is_kubernetes() || service.is_alias() || !visible {
+            continue;
+        }
+        let resolution = match service.resolution {
+            Resolution::Passthrough => "NONE",
+            Resolution::Dns => "DNS",
+            Resolution::DnsRoundRobin => "DNS_ROUND_ROBIN",
+            Resolution::Static | Resolution::Alias => "STATIC",
+        };
+        let location = match service.location {
+            Location::MeshInternal => "MESH_INTERNAL",
+            Location::MeshExternal => "MESH_EXTERNAL",
+        };
+        let ports: Vec<serde_json::Value> = service
+            .ports
+            .iter()
+            .map(|p| {
+                let mut port = serde_json::json!({"number": p.port, "name": &*p.name});
+                if let Some(protocol) = protocol_name(p.protocol) {
+                    port["protocol"] = protocol.into();
+                }
+                port
+            })
+            .collect();
+        let mut spec = serde_json::json!({
+            "hosts": [service.hostname.to_string()],
+            "addresses": service.addresses.iter().map(|a| a.to_string()).collect::<Vec<_>>(),
+            "ports": ports,
+            "location": location,
+            "resolution": resolution,
+        });
+        if !service.selector.is_empty() {
+            spec["workloadSelector"] = serde_json::json!({"labels": service.selector});
+        }
+        if let ExportTo::Namespaces(list) = &service.export_to {
+            spec["exportTo"] = list.iter().map(|n| n.to_string()).collect::<Vec<_>>().into();
+        }
+        let Ok(body) = istio_api::spec_to_body(kind, &spec, true) else { continue };
+        let version = ctx.store.get(&service.source).map_or(0, |s| s.revision);
+        let resource = istio_api::mcp::Resource {
+            metadata: Some(istio_api::mcp::Metadata {
+                name: format!("{}/synthetic-{}", service.namespace, service.source.name),
+                version: version.to_string(),
+                ..Default::default()
+            }),
+            body: Some(body),
+        };
+        let value = resource.encode_to_vec();
+        hasher.update(&value);
+        response.resources.push(Any { type_url: istio_api::RESOURCE_TYPE_URL.into(), value });
+    }
+    let version = format!("{:016x}", hasher.digest());
+    response.nonce = response.nonce.replacen(&response.version_info, &version, 1);
+    response.version_info = version;
+}
+
+/// A port's protocol as a ServiceEntry names it (none when undeclared).
+fn protocol_name(protocol: crate::config::protocol::Protocol) -> Option<&'static str> {
+    use crate::config::protocol::Protocol;
+    Some(match protocol {
+        Protocol::Http => "HTTP",
+        Protocol::Http2 => "HTTP2",
+        Protocol::Grpc => "GRPC",
+        Protocol::Tcp => "TCP",
+        Protocol::Tls => "TLS",
+        Protocol::Unknown => return None,
+    })
 }
 
 /// A message as gRPC frames it.

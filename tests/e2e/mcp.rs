@@ -8,8 +8,9 @@
 //!   going away.
 //! - One meshpush feeds another: B reads A's secure port with
 //!   `ISTIO_MUTUAL` (the same mesh root, plug-in layout), and serves what
-//!   A holds; A refuses an MCP client on its plaintext port and one of
-//!   another namespace.
+//!   A holds, A's Kubernetes Service as a synthetic ServiceEntry; A
+//!   refuses an MCP client on its plaintext port and one of another
+//!   namespace.
 //!
 //! The Envoy scenario uses service port 18170 and backends on 127.0.170.0/24.
 
@@ -173,6 +174,13 @@ fn one_meshpush_feeds_another_over_mutual_tls_and_refuses_other_clients() {
     let expected = |kind: &str, name: &str| format!("mcp:{address}/{kind}/shop/{name}");
     assert_eq!(sources(&b, "VirtualService").get("cart"), Some(&expected("VirtualService", "cart")), "ready with A's");
     assert_eq!(sources(&b, "DestinationRule").get("cart"), Some(&expected("DestinationRule", "cart")));
+    // A's Kubernetes Service reaches B as istiod's synthetic ServiceEntry.
+    assert_eq!(
+        sources(&b, "ServiceEntry").get("synthetic-cart"),
+        Some(&expected("ServiceEntry", "synthetic-cart")),
+        "{:?}",
+        sources(&b, "ServiceEntry")
+    );
     let report = &configz(&b)["configSources"][&address];
     assert_eq!((report["state"].as_str(), report["synced"].as_bool()), (Some("connected"), Some(true)), "{report}");
     let served = configz(&b)["objects"].as_array().unwrap().iter().find(|o| o["kind"] == "VirtualService").cloned();

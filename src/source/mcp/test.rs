@@ -345,3 +345,37 @@ async fn simple_tls_checks_the_server_against_the_given_roots_and_names() {
     .await;
     assert!(stand_in.seen().peers.iter().all(Vec::is_empty), "no client certificate in SIMPLE");
 }
+
+#[tokio::test]
+async fn mutual_tls_presents_the_settings_own_certificate() {
+    let dir = tempfile::TempDir::new().unwrap();
+    let (ca, tls) = tls_server(dir.path(), true);
+    let stand_in = McpStandIn::start_tls(tls).await;
+    stand_in.set_yaml("v1", &vs(90, 10));
+    // A client certificate of the server's CA, in files, as an operator mounts one.
+    let key = rcgen::KeyPair::generate().unwrap();
+    let identity = crate::model::Identity::new("cluster.local", "registry", "feeder").unwrap();
+    let mut params = rcgen::CertificateParams::default();
+    params.subject_alt_names = vec![rcgen::SanType::URI(identity.to_string().try_into().unwrap())];
+    let csr = params.serialize_request(&key).unwrap().pem().unwrap();
+    let issued = ca.sign_workload(&csr, std::slice::from_ref(&identity), Duration::ZERO).unwrap();
+    let (cert, private, roots) =
+        (dir.path().join("cert.pem"), dir.path().join("key.pem"), dir.path().join("roots.pem"));
+    std::fs::write(&cert, issued.chain[..issued.chain.len() - 1].join("")).unwrap();
+    std::fs::write(&private, key.serialize_pem()).unwrap();
+    std::fs::write(&roots, ca.roots_pem()).unwrap();
+    let settings = format!(
+        "{{mode: MUTUAL, clientCertificate: {}, privateKey: {}, caCertificates: {}}}",
+        cert.display(),
+        private.display(),
+        roots.display()
+    );
+    let mut f = fixture(None);
+    f.sources.reconcile(&[tls_entry(stand_in.addr, &settings)]).await;
+    wait_until_async(deadline(), "the VirtualService over mutual TLS with the settings' certificate", || {
+        let found = stored_weights(&f.store).is_some();
+        async move { found }
+    })
+    .await;
+    assert_eq!(stand_in.seen().peers[0], [identity.to_string()]);
+}
