@@ -114,9 +114,12 @@ async fn objects_arrive_change_and_go_with_the_servers_full_state() {
         async move { weights == Some(vec![Some(10), Some(90)]) && !rule }
     })
     .await;
+    // Every type URL's first state and the one after the change, each ACKed.
+    let subscribed = stand_in.seen().subscribed.len();
+    assert_eq!(subscribed, crate::istio_api::KINDS.iter().flat_map(|k| k.type_urls()).count());
     wait_until_async(deadline(), "ACKs of every type", || {
         let acks = stand_in.seen().acks.len();
-        async move { acks >= 2 * 27 }
+        async move { acks >= 2 * subscribed }
     })
     .await;
     assert!(stand_in.seen().nacks.is_empty());
