@@ -26,7 +26,7 @@ use std::time::Duration;
 
 use axum::Router;
 use axum::extract::{Path, Query, State};
-use axum::http::{HeaderMap, StatusCode};
+use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, put};
 use parking_lot::Mutex;
@@ -94,6 +94,7 @@ impl ConsulStandIn {
             .route("/v1/catalog/deregister", put(deregister))
             .route("/v1/agent/service/register", put(agent_register))
             .route("/v1/agent/service/deregister/{id}", put(agent_deregister))
+            .layer(axum::middleware::from_fn_with_state(shared.clone(), acl))
             .with_state(shared.clone());
         // Each connection is a task of this one: stopping the server drops
         // them all, as a Consul that goes away drops its clients' queries.
@@ -179,12 +180,27 @@ fn text(object: &Value, key: &str) -> String {
     field(object, key).and_then(Value::as_str).unwrap_or_default().to_string()
 }
 
-fn denied(shared: &Shared, headers: &HeaderMap, query: &BTreeMap<String, String>) -> Option<Response> {
-    let want = shared.token.as_deref()?;
+/// With a token set, refuses every request that does not carry it, as
+/// Consul's ACLs refuse it (`X-Consul-Token`, `Authorization: Bearer`, or
+/// the old `?token=`).
+async fn acl(State(shared): State<Shared>, request: axum::extract::Request, next: axum::middleware::Next) -> Response {
+    let Some(want) = shared.token.as_deref() else { return next.run(request).await };
+    let headers = request.headers();
     let header = headers.get("x-consul-token").and_then(|v| v.to_str().ok());
     let bearer = headers.get("authorization").and_then(|v| v.to_str().ok()).and_then(|v| v.strip_prefix("Bearer "));
-    let given = header.or(bearer).or(query.get("token").map(String::as_str));
-    (given != Some(want)).then(|| (StatusCode::FORBIDDEN, "ACL not found").into_response())
+    let query = request.uri().query().unwrap_or_default();
+    let param = query.split('&').find_map(|kv| kv.strip_prefix("token="));
+    if header.or(bearer).or(param) == Some(want) {
+        next.run(request).await
+    } else {
+        (StatusCode::FORBIDDEN, "ACL not found").into_response()
+    }
+}
+
+/// A request body as Consul reads it: JSON, whatever its content type says.
+#[allow(clippy::result_large_err, reason = "the error is the response itself, made once per bad request")]
+fn json_body(body: &[u8]) -> Result<Value, Response> {
+    serde_json::from_slice(body).map_err(|_| (StatusCode::BAD_REQUEST, "Request decode failed").into_response())
 }
 
 /// Go's duration syntax, as Consul parses `wait` (a unit required).
@@ -225,14 +241,7 @@ fn answer(index: u64, body: Value) -> Response {
     response
 }
 
-async fn services(
-    State(shared): State<Shared>,
-    headers: HeaderMap,
-    Query(query): Query<BTreeMap<String, String>>,
-) -> Response {
-    if let Some(denied) = denied(&shared, &headers, &query) {
-        return denied;
-    }
+async fn services(State(shared): State<Shared>, Query(query): Query<BTreeMap<String, String>>) -> Response {
     let index = match block(&shared, &query).await {
         Ok(index) => index,
         Err(bad) => return bad,
@@ -252,12 +261,8 @@ async fn services(
 async fn service(
     State(shared): State<Shared>,
     Path(name): Path<String>,
-    headers: HeaderMap,
     Query(query): Query<BTreeMap<String, String>>,
 ) -> Response {
-    if let Some(denied) = denied(&shared, &headers, &query) {
-        return denied;
-    }
     let index = match block(&shared, &query).await {
         Ok(index) => index,
         Err(bad) => return bad,
@@ -304,18 +309,10 @@ fn instance_of(node: &str, service: &Value) -> Result<Instance, Response> {
     })
 }
 
-async fn register(
-    State(shared): State<Shared>,
-    headers: HeaderMap,
-    Query(query): Query<BTreeMap<String, String>>,
-    body: axum::body::Bytes,
-) -> Response {
-    if let Some(denied) = denied(&shared, &headers, &query) {
-        return denied;
-    }
-    // Consul reads the body whatever its content type says.
-    let Ok(body) = serde_json::from_slice::<Value>(&body) else {
-        return (StatusCode::BAD_REQUEST, "Request decode failed").into_response();
+async fn register(State(shared): State<Shared>, body: axum::body::Bytes) -> Response {
+    let body = match json_body(&body) {
+        Ok(body) => body,
+        Err(bad) => return bad,
     };
     let (node, address) = (text(&body, "Node"), text(&body, "Address"));
     if node.is_empty() || address.is_empty() {
@@ -340,18 +337,10 @@ async fn register(
     axum::Json(true).into_response()
 }
 
-async fn deregister(
-    State(shared): State<Shared>,
-    headers: HeaderMap,
-    Query(query): Query<BTreeMap<String, String>>,
-    body: axum::body::Bytes,
-) -> Response {
-    if let Some(denied) = denied(&shared, &headers, &query) {
-        return denied;
-    }
-    // Consul reads the body whatever its content type says.
-    let Ok(body) = serde_json::from_slice::<Value>(&body) else {
-        return (StatusCode::BAD_REQUEST, "Request decode failed").into_response();
+async fn deregister(State(shared): State<Shared>, body: axum::body::Bytes) -> Response {
+    let body = match json_body(&body) {
+        Ok(body) => body,
+        Err(bad) => return bad,
     };
     let node = text(&body, "Node");
     if node.is_empty() {
@@ -370,18 +359,10 @@ async fn deregister(
     axum::Json(true).into_response()
 }
 
-async fn agent_register(
-    State(shared): State<Shared>,
-    headers: HeaderMap,
-    Query(query): Query<BTreeMap<String, String>>,
-    body: axum::body::Bytes,
-) -> Response {
-    if let Some(denied) = denied(&shared, &headers, &query) {
-        return denied;
-    }
-    // Consul reads the body whatever its content type says.
-    let Ok(body) = serde_json::from_slice::<Value>(&body) else {
-        return (StatusCode::BAD_REQUEST, "Request decode failed").into_response();
+async fn agent_register(State(shared): State<Shared>, body: axum::body::Bytes) -> Response {
+    let body = match json_body(&body) {
+        Ok(body) => body,
+        Err(bad) => return bad,
     };
     let instance = match instance_of(AGENT_NODE, &body) {
         Ok(instance) => instance,
@@ -392,15 +373,7 @@ async fn agent_register(
     StatusCode::OK.into_response()
 }
 
-async fn agent_deregister(
-    State(shared): State<Shared>,
-    Path(id): Path<String>,
-    headers: HeaderMap,
-    Query(query): Query<BTreeMap<String, String>>,
-) -> Response {
-    if let Some(denied) = denied(&shared, &headers, &query) {
-        return denied;
-    }
+async fn agent_deregister(State(shared): State<Shared>, Path(id): Path<String>) -> Response {
     shared.catalog.lock().instances.retain(|i| !(i.node == AGENT_NODE && i.id == id));
     shared.index.send_modify(|i| *i += 1);
     StatusCode::OK.into_response()
