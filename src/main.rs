@@ -17,6 +17,7 @@ mod serve;
 
 use serve::ServeArgs;
 
+#[cfg(not(feature = "system-allocator"))]
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 

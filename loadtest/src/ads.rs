@@ -13,7 +13,7 @@
 //! on both is `envoy`'s. Nothing is abbreviated to spare the harness or
 //! the server: every request carries the node, every response is ACKed.
 
-use std::net::SocketAddr;
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
@@ -38,10 +38,32 @@ const CONNECTION_WINDOW: u32 = 24 * 1024 * 1024;
 /// Requests queued per stream before its task waits.
 const REQUEST_QUEUE: usize = 8;
 
-/// Opens one HTTP/2 connection to the server, with Envoy's flow-control windows.
-pub async fn connect(addr: SocketAddr) -> Result<Channel, tonic::transport::Error> {
+/// Connections opened from one loopback source address. Each source
+/// address has its own ephemeral ports towards the server's one address
+/// and port (28,232 on this machine's default range), so many connections
+/// spread over several addresses never run out of them.
+const CONNECTIONS_PER_SOURCE: u32 = 16_384;
+
+/// The source address of connection `c` to `server`: for a loopback IPv4
+/// server, `127.0.1.N` with N counting blocks of
+/// [`CONNECTIONS_PER_SOURCE`] connections; otherwise the system's choice.
+pub fn source_address(server: SocketAddr, c: u32) -> Option<IpAddr> {
+    match server.ip() {
+        IpAddr::V4(ip) if ip.is_loopback() => {
+            let block = c / CONNECTIONS_PER_SOURCE;
+            let [hi, lo] = u16::try_from(block + 1).unwrap_or(u16::MAX).to_be_bytes();
+            Some(IpAddr::V4(Ipv4Addr::new(127, 1, hi, lo)))
+        }
+        _ => None,
+    }
+}
+
+/// Opens one HTTP/2 connection to the server from `source` (if given), with
+/// Envoy's flow-control windows.
+pub async fn connect(addr: SocketAddr, source: Option<IpAddr>) -> Result<Channel, tonic::transport::Error> {
     Endpoint::from_shared(format!("http://{addr}"))
         .expect("a socket address is a valid URI")
+        .local_address(source)
         .initial_stream_window_size(STREAM_WINDOW)
         .initial_connection_window_size(CONNECTION_WINDOW)
         .tcp_nodelay(true)

@@ -100,6 +100,10 @@ struct Cli {
     /// instead of state-of-the-world StreamAggregatedResources.
     #[arg(long)]
     delta: bool,
+    /// Run the harness on CPU 0 and the meshpush it starts on CPU 1 (through `taskset`), so that
+    /// neither takes the other's core: each side's CPU share is then its own core's.
+    #[arg(long, conflicts_with = "targets")]
+    pin: bool,
 }
 
 fn main() -> ExitCode {
@@ -135,9 +139,16 @@ fn main() -> ExitCode {
         lean_node: cli.lean_node,
         delta: cli.delta,
         changes_via: cli.changes_via,
+        pin: cli.pin,
         command: std::env::args().collect::<Vec<_>>().join(" "),
         ..defaults
     };
+    if options.pin
+        && let Err(e) = loadtest::server::pin_harness()
+    {
+        eprintln!("loadtest: {e:#}");
+        return ExitCode::from(2);
+    }
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().expect("tokio runtime");
     let report = match runtime.block_on(loadtest::run(options)) {
         Ok(report) => report,

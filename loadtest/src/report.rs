@@ -90,6 +90,8 @@ pub struct PhaseReport {
     pub wall_s: f64,
     /// Server CPU during the phase (with 300 ms of quiet after it).
     pub server_cpu_s: Option<f64>,
+    /// Server resident memory at the phase's end (after its 300 ms of quiet).
+    pub server_rss_mib: Option<f64>,
     /// Harness CPU during the phase.
     pub harness_cpu_s: Option<f64>,
     /// Responses received by all streams.
@@ -135,6 +137,7 @@ impl PhaseReport {
             wall_s: if summary.count > 0 && summary.count >= expected { summary.max_ms / 1e3 } else { wall_s },
             latency: (summary.count > 0).then_some(summary),
             server_cpu_s,
+            server_rss_mib: None,
             harness_cpu_s,
             responses,
             bytes,
@@ -223,6 +226,10 @@ pub struct Report {
     pub rds_lists: usize,
     /// Server resident memory once the mesh was loaded, before any stream.
     pub server_rss_loaded_mib: Option<f64>,
+    /// Server resident memory once every stream had synced (after the
+    /// storm's 300 ms of quiet): the loaded mesh plus what the idle,
+    /// synced connections and streams hold.
+    pub server_rss_synced_mib: Option<f64>,
     /// Server peak resident memory (VmHWM) at the end.
     pub server_peak_rss_mib: Option<f64>,
     /// Server CPU since it started.
@@ -286,6 +293,14 @@ pub fn machine() -> String {
 }
 
 impl Report {
+    /// What each synced stream adds to the server's resident memory: (synced
+    /// − loaded) ÷ streams, in KiB. With one stream per connection, the
+    /// memory per connected proxy.
+    pub fn synced_kib_per_stream(&self) -> Option<f64> {
+        let grown = self.server_rss_synced_mib? - self.server_rss_loaded_mib?;
+        (self.streams > 0).then(|| grown * 1024.0 / f64::from(self.streams))
+    }
+
     /// The summary table printed at the end of a run.
     pub fn table(&self) -> String {
         let mut out = String::new();
@@ -344,6 +359,7 @@ impl Report {
             "max ms",
             "wall s",
             "server CPU s",
+            "server RSS MiB",
             "harness CPU s",
             "responses",
             "MiB",
@@ -361,6 +377,7 @@ impl Report {
                 opt(l.map(|l| l.max_ms), 1),
                 format!("{:.2}", phase.wall_s),
                 opt(phase.server_cpu_s, 2),
+                opt(phase.server_rss_mib, 0),
                 opt(phase.harness_cpu_s, 2),
                 phase.responses.to_string(),
                 format!("{:.1}", mib(phase.bytes)),
@@ -406,8 +423,11 @@ impl Report {
         }
         let _ = writeln!(
             out,
-            "\nserver: RSS loaded {} MiB, peak {} MiB, CPU total {} s; harness: CPU total {} s, peak RSS {} MiB; {} requests sent",
+            "\nserver: RSS loaded {} MiB, synced {} MiB ({} KiB a stream over loaded), peak {} MiB, CPU total {} s; \
+             harness: CPU total {} s, peak RSS {} MiB; {} requests sent",
             opt(self.server_rss_loaded_mib, 0),
+            opt(self.server_rss_synced_mib, 0),
+            opt(self.synced_kib_per_stream(), 1),
             opt(self.server_peak_rss_mib, 0),
             opt(self.server_cpu_total_s, 2),
             opt(self.harness_cpu_total_s, 2),

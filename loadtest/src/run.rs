@@ -150,6 +150,7 @@ pub async fn run(mut options: Options) -> anyhow::Result<Report> {
         ));
     }
     options.streams_per_connection = per_connection;
+    notes.extend(options.pin.then(server::pinned_note));
     let connections = streams.div_ceil(per_connection);
     for note in &notes {
         eprintln!("loadtest: {note}");
@@ -217,6 +218,9 @@ pub async fn run(mut options: Options) -> anyhow::Result<Report> {
 
     let (sync, tasks) = run.connect_storm(connections, per_connection, &mut failures).await?;
     let synced = sync.converged == sync.expected;
+    // Every stream synced, nothing in flight: what the connections
+    // themselves hold, over the loaded mesh.
+    let server_rss_synced = if synced { sum_all(&run.targets, |t| t.memory("VmRSS")) } else { None };
     phases.push(sync);
     if synced {
         for step in steps(options.scenario, &run.shape, &options) {
@@ -312,6 +316,7 @@ pub async fn run(mut options: Options) -> anyhow::Result<Report> {
         eds_lists: run.shared.names.distinct(XdsType::Endpoint),
         rds_lists: run.shared.names.distinct(XdsType::Route),
         server_rss_loaded_mib: server_rss_loaded.map(report::mib),
+        server_rss_synced_mib: server_rss_synced.map(report::mib),
         server_peak_rss_mib: server_peak_rss.map(report::mib),
         server_cpu_total_s: server_cpu_total.map(|d| d.as_secs_f64()),
         harness_cpu_total_s: server::cpu_time("self").map(|d| d.as_secs_f64()),
@@ -397,7 +402,7 @@ fn start_targets(options: &Options, shape: &Shape) -> anyhow::Result<Vec<Target>
         shape.endpoints(),
         shape.streams()
     );
-    let process = ServerProcess::start(&binary, &shape.files())?;
+    let process = ServerProcess::start(&binary, &shape.files(), options.pin)?;
     let pid = Some(process.pid());
     let xds = process.xds;
     let description = format!("{} (started by the harness, pid {})", binary.display(), process.pid());
@@ -426,6 +431,8 @@ async fn load_mesh(registry: &mut Registry, shape: &Shape) -> anyhow::Result<()>
 struct Mark {
     at: Instant,
     server_cpu: Option<Duration>,
+    /// The server's resident memory (`VmRSS`).
+    server_rss: Option<u64>,
     harness_cpu: Option<Duration>,
     responses: u64,
     bytes: u64,
@@ -437,6 +444,7 @@ impl Run {
         Mark {
             at: Instant::now(),
             server_cpu: sum_all(&self.targets, Target::cpu),
+            server_rss: sum_all(&self.targets, |t| t.memory("VmRSS")),
             harness_cpu: server::cpu_time("self"),
             responses: stats.responses_total(),
             bytes: stats.bytes.load(std::sync::atomic::Ordering::Relaxed),
@@ -470,6 +478,7 @@ impl Run {
             to.responses - from.responses,
             to.bytes - from.bytes,
         );
+        phase.server_rss_mib = to.server_rss.map(report::mib);
         phase.split_by_replica(self.targets.len(), &samples, streams, |s| self.replica_of(s));
         phase
     }
@@ -494,7 +503,9 @@ impl Run {
         );
         let replicas: Vec<SocketAddr> = self.targets.iter().map(|t| t.xds).collect();
         let xds = |c: u32| replicas[c as usize % replicas.len()];
-        let channels = futures::future::join_all((0..connections).map(|c| ads::connect(xds(c)))).await;
+        let channels =
+            futures::future::join_all((0..connections).map(|c| ads::connect(xds(c), ads::source_address(xds(c), c))))
+                .await;
         let channels: Vec<_> = channels
             .into_iter()
             .enumerate()

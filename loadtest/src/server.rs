@@ -28,21 +28,42 @@ pub struct ServerProcess {
     /// Where ADS and the registry listen.
     pub xds: SocketAddr,
     admin: SocketAddr,
+    /// The CPU it runs on, if pinned ([`SERVER_CPU`]).
+    pin: bool,
+}
+
+/// The CPU a pinned server runs on (`--pin`); the harness takes [`HARNESS_CPU`].
+pub const SERVER_CPU: usize = 1;
+/// The CPU a pinned harness runs on.
+pub const HARNESS_CPU: usize = 0;
+
+/// What the report says of a pinned run.
+pub fn pinned_note() -> String {
+    format!("the harness runs on CPU {HARNESS_CPU} alone, the server on CPU {SERVER_CPU} alone (--pin)")
+}
+
+/// Pins this process (the harness) to [`HARNESS_CPU`]; call it before any
+/// thread starts, as threads inherit it.
+pub fn pin_harness() -> anyhow::Result<()> {
+    let mut cpus = rustix::thread::CpuSet::new();
+    cpus.set(HARNESS_CPU);
+    rustix::thread::sched_setaffinity(None, &cpus).context("pinning the harness to CPU 0")
 }
 
 impl ServerProcess {
     /// Writes `files` into a fresh config directory and starts `binary
     /// serve` on it, on free loopback ports. Returns once the process runs;
     /// the caller waits for readiness through the registry API.
-    pub fn start(binary: &Path, files: &[(String, String)]) -> anyhow::Result<ServerProcess> {
+    /// With `pin`, it runs on [`SERVER_CPU`] alone (through `taskset`).
+    pub fn start(binary: &Path, files: &[(String, String)], pin: bool) -> anyhow::Result<ServerProcess> {
         let dir = tempfile::Builder::new().prefix("loadtest-meshpush-").tempdir().context("creating a config dir")?;
         std::fs::create_dir(dir.path().join("config"))?;
         for (name, text) in files {
             write_config(dir.path(), name, text)?;
         }
         let (xds, admin) = (free_addr()?, free_addr()?);
-        let child = spawn(binary, dir.path(), xds, admin)?;
-        Ok(ServerProcess { child, binary: binary.into(), dir, xds, admin })
+        let child = spawn(binary, dir.path(), xds, admin, pin)?;
+        Ok(ServerProcess { child, binary: binary.into(), dir, xds, admin, pin })
     }
 
     /// Writes (or replaces) one file of its config directory.
@@ -66,7 +87,7 @@ impl ServerProcess {
     /// Starts the server again after [`ServerProcess::kill`]: the same
     /// binary, config directory and ports.
     pub fn restart(&mut self) -> anyhow::Result<()> {
-        self.child = spawn(&self.binary, self.dir.path(), self.xds, self.admin)?;
+        self.child = spawn(&self.binary, self.dir.path(), self.xds, self.admin, self.pin)?;
         Ok(())
     }
 
@@ -127,10 +148,18 @@ pub fn write_file(config: &Path, name: &str, text: &str) -> anyhow::Result<()> {
 
 /// Starts `binary serve` on the config directory under `dir` and these
 /// ports, its output appended to `dir`'s log, leading a process group of
-/// its own.
-fn spawn(binary: &Path, dir: &Path, xds: SocketAddr, admin: SocketAddr) -> anyhow::Result<Child> {
+/// its own; with `pin`, through `taskset`, which leaves it on
+/// [`SERVER_CPU`] with the same pid.
+fn spawn(binary: &Path, dir: &Path, xds: SocketAddr, admin: SocketAddr, pin: bool) -> anyhow::Result<Child> {
     let log = std::fs::OpenOptions::new().create(true).append(true).open(dir.join("meshpush.log"))?;
-    Command::new(binary)
+    let mut command = if pin {
+        let mut taskset = Command::new("taskset");
+        taskset.arg("--cpu-list").arg(SERVER_CPU.to_string()).arg(binary);
+        taskset
+    } else {
+        Command::new(binary)
+    };
+    command
         .arg("serve")
         .arg("--config")
         .arg(dir.join("config"))

@@ -433,7 +433,7 @@ async fn a_refused_stream_is_retried_after_a_backoff_and_counted_refused_not_los
             .add_service(Refuser)
             .serve_with_incoming(tokio_stream::wrappers::TcpListenerStream::new(listener)),
     );
-    let channel = crate::ads::connect(addr).await.unwrap();
+    let channel = crate::ads::connect(addr, None).await.unwrap();
     let (_, _, own, common) = smoke_node(0, wire::SOTW_NODE_FIELD);
     let shared = Shared::new(common, NodeSending::FirstRequest, false);
     let identity = Identity { id: 0, namespace: 0, node: own };
@@ -584,4 +584,21 @@ pub(crate) fn framed(message: &[u8]) -> Vec<u8> {
     out.extend_from_slice(&(message.len() as u32).to_be_bytes());
     out.extend_from_slice(message);
     out
+}
+
+/// Connections to a loopback server come from a new source address every
+/// 16,384 connections, so that no address runs out of ephemeral ports;
+/// another server's connections use the system's choice.
+#[test]
+fn connections_spread_over_loopback_source_addresses() {
+    use crate::ads::source_address;
+    let server: std::net::SocketAddr = "127.0.0.1:15010".parse().unwrap();
+    let at = |c| source_address(server, c).unwrap().to_string();
+    assert_eq!(at(0), "127.1.0.1");
+    assert_eq!(at(16_383), "127.1.0.1");
+    assert_eq!(at(16_384), "127.1.0.2");
+    assert_eq!(at(99_999), "127.1.0.7");
+    let distinct: std::collections::BTreeSet<String> = (0..100_000).step_by(1000).map(at).collect();
+    assert_eq!(distinct.len(), 7, "100,000 connections from 7 addresses: {distinct:?}");
+    assert_eq!(source_address("10.0.0.1:15010".parse().unwrap(), 5), None);
 }
