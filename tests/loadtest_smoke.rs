@@ -85,7 +85,10 @@ async fn smoke_via(delta: bool, changes_via: ChangesVia) {
     assert_eq!(report.protocol, protocol, "{table}");
     assert!(report.failures.is_empty(), "smoke failed:{table}");
     assert_eq!(report.phases.len(), 5, "{table}");
+    assert!(report.server_rss_synced_mib.is_some(), "no RSS once synced: {table}");
+    assert!(report.synced_kib_per_stream().is_some(), "no memory per synced stream: {table}");
     for phase in &report.phases {
+        assert!(phase.server_rss_mib.is_some_and(|rss| rss > 0.0), "{}: no server RSS: {table}", phase.name);
         assert_eq!(phase.converged, phase.expected, "{}: {table}", phase.name);
         assert!(phase.expected >= 50, "{}: too few streams expected: {table}", phase.name);
         assert_eq!(phase.unexpected, 0, "{}: reached streams outside its scope: {table}", phase.name);
