@@ -218,9 +218,9 @@ pub async fn run(mut options: Options) -> anyhow::Result<Report> {
 
     let (sync, tasks) = run.connect_storm(connections, per_connection, &mut failures).await?;
     let synced = sync.converged == sync.expected;
-    // Every stream synced, nothing in flight: what the connections
-    // themselves hold, over the loaded mesh.
-    let server_rss_synced = if synced { sum_all(&run.targets, |t| t.memory("VmRSS")) } else { None };
+    // Every stream synced, nothing in flight: the storm's closing figure is
+    // what the connections themselves hold, over the loaded mesh.
+    let server_rss_synced_mib = if synced { sync.server_rss_mib } else { None };
     phases.push(sync);
     if synced {
         for step in steps(options.scenario, &run.shape, &options) {
@@ -316,7 +316,7 @@ pub async fn run(mut options: Options) -> anyhow::Result<Report> {
         eds_lists: run.shared.names.distinct(XdsType::Endpoint),
         rds_lists: run.shared.names.distinct(XdsType::Route),
         server_rss_loaded_mib: server_rss_loaded.map(report::mib),
-        server_rss_synced_mib: server_rss_synced.map(report::mib),
+        server_rss_synced_mib,
         server_peak_rss_mib: server_peak_rss.map(report::mib),
         server_cpu_total_s: server_cpu_total.map(|d| d.as_secs_f64()),
         harness_cpu_total_s: server::cpu_time("self").map(|d| d.as_secs_f64()),
