@@ -185,6 +185,7 @@ async fn serve(args: Args, replay: Arc<Replay>) -> anyhow::Result<()> {
         Arc::new(meshpush::metrics::Metrics::new()),
         shutdown_rx,
         None,
+        Arc::new(meshpush::xds::stream::admission::Admission::unlimited()),
     )
     .await;
     Ok(())

@@ -238,6 +238,9 @@ pub struct Metrics {
     pub streams_admitted: Counter,
     /// `meshpush_xds_streams_awaiting_admission`: new streams waiting for their admission slot.
     pub streams_awaiting_admission: Gauge,
+    /// `meshpush_xds_streams_unanswered`: streams arrived whose first
+    /// request is not yet handled (at their bound no connection is accepted).
+    pub streams_unanswered: Gauge,
     /// `meshpush_xds_connections_drained_total{reason}`: connections told to go
     /// away (GOAWAY, their streams ended UNAVAILABLE), by why.
     pub connections_drained: Family<Label, Counter>,
@@ -290,6 +293,7 @@ impl Metrics {
             unanswered_pushes: Counter::default(),
             streams_admitted: Counter::default(),
             streams_awaiting_admission: Gauge::default(),
+            streams_unanswered: Gauge::default(),
             connections_drained: Family::default(),
             requests_refused: Family::default(),
             tls_handshakes_refused: Counter::default(),
@@ -359,6 +363,12 @@ impl Metrics {
             "meshpush_xds_streams_awaiting_admission",
             "New ADS streams waiting, in arrival order, for their admission slot",
             m.streams_awaiting_admission.clone(),
+        );
+        r.register(
+            "meshpush_xds_streams_unanswered",
+            "ADS streams arrived whose first request is not yet handled; while they are at \
+             --max-unanswered-streams the xDS ports accept no new connection",
+            m.streams_unanswered.clone(),
         );
         r.register(
             "meshpush_xds_connections_drained",

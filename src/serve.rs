@@ -282,6 +282,7 @@ pub async fn run(options: ServeOptions) -> anyhow::Result<()> {
         engine.metrics().clone(),
         shutdown_rx.clone(),
         None,
+        ads_service.admission(),
     ));
     let secure_ads = secure.map(|mut port| {
         // On Kubernetes, the mesh root goes where pods and the API server
@@ -316,6 +317,7 @@ pub async fn run(options: ServeOptions) -> anyhow::Result<()> {
                 acceptor: port.tls.acceptor(),
                 tokens: Some(port.tokens.clone()).filter(|t| t.accepts_tokens()).map(|t| t as _),
             }),
+            ads_service.admission(),
         ))
     });
     let admin_state = crate::admin::AdminState::new(ads_service);

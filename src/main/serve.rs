@@ -131,6 +131,11 @@ pub(crate) struct ServeArgs {
     /// New streams that may start at once after a quiet spell (default: a second's worth).
     #[arg(long)]
     new_stream_burst: Option<u32>,
+    /// ADS streams that may be unanswered (arrived, first request not yet
+    /// handled) before the xDS ports stop accepting connections until one
+    /// is answered (0: no bound). Default: 256 per core.
+    #[arg(long)]
+    max_unanswered_streams: Option<u32>,
     /// Age at which an xDS connection is drained (GOAWAY; its streams end
     /// UNAVAILABLE and Envoy reconnects), jittered ±10 %; `0s`: never.
     #[arg(long, default_value = "30m", value_parser = parse_duration)]
@@ -371,8 +376,14 @@ impl ServeArgs {
             }
             None => AdmissionRate { burst: self.new_stream_burst.unwrap_or(default.burst), ..default },
         };
+        let max_unanswered = match self.max_unanswered_streams {
+            Some(0) => None,
+            Some(n) => Some(n),
+            None => Some(meshpush::xds::stream::admission::default_max_unanswered()),
+        };
         meshpush::xds::server::StreamLimits {
             admission,
+            max_unanswered,
             max_request_bytes: usize::try_from(self.max_request_bytes).unwrap_or(usize::MAX),
             request_budget_bytes: usize::try_from(self.request_budget_bytes).unwrap_or(usize::MAX),
             ..Default::default()

@@ -31,6 +31,7 @@ use tokio::sync::watch;
 use tokio::task::JoinSet;
 
 use crate::metrics::Metrics;
+use crate::xds::stream::admission::{Admission, EntryPlace, FIRST_REQUEST_HOLD};
 use crate::xds::stream::drain::{DrainReason, DrainSignal};
 use crate::xds::stream::peer::{ConnectionContext, TokenAuthenticator, Transport};
 
@@ -125,6 +126,8 @@ pub struct SecureTransport {
 /// Accepts and serves connections with `routes` until `shutdown` turns
 /// true; then drains every connection and returns once all are closed.
 /// With `secure`, every connection is mutual TLS first (the secure port).
+/// Every connection is accepted at once, and served once `admission` gives
+/// it a place among the unanswered streams, in arrival order.
 pub async fn serve(
     listener: XdsListener,
     routes: tonic::service::Routes,
@@ -132,6 +135,7 @@ pub async fn serve(
     metrics: Arc<Metrics>,
     shutdown: watch::Receiver<bool>,
     secure: Option<SecureTransport>,
+    admission: Arc<Admission>,
 ) {
     let builder = policy.http2();
     let mut connections = JoinSet::new();
@@ -157,6 +161,7 @@ pub async fn serve(
             policy,
             metrics: metrics.clone(),
             shutdown: shutdown.clone(),
+            admission: admission.clone(),
         };
         let plain = |transport| (transport, None);
         match (io, secure.clone()) {
@@ -196,6 +201,7 @@ struct Connection {
     policy: ConnectionPolicy,
     metrics: Arc<Metrics>,
     shutdown: watch::Receiver<bool>,
+    admission: Arc<Admission>,
 }
 
 impl Connection {
@@ -238,8 +244,14 @@ impl Connection {
     ) where
         IO: AsyncRead + AsyncWrite + Unpin + Send + 'static,
     {
+        // Served, HTTP/2 and all, only once admitted: until then the
+        // client's requests wait in the kernel's socket buffers.
+        let place = tokio::select! {
+            place = self.admission.enter() => EntryPlace::new(place),
+            _ = self.shutdown.wait_for(|s| *s) => return,
+        };
         let (signal, drain) = DrainSignal::new();
-        let context = ConnectionContext { peer, drain, transport, tokens };
+        let context = ConnectionContext { peer, drain, transport, tokens, place: place.clone() };
         let routes = self.routes;
         let service = hyper::service::service_fn(move |mut req: http::Request<hyper::body::Incoming>| {
             req.extensions_mut().insert(context.clone());
@@ -248,16 +260,25 @@ impl Connection {
         });
         let conn = self.builder.serve_connection(TokioIo::new(io), service);
         let mut conn = std::pin::pin!(conn);
-        let age = self.policy.age();
-        let reason = tokio::select! {
-            served = conn.as_mut() => {
-                if let Err(e) = served {
-                    tracing::debug!(?peer, "xDS connection ended: {e}");
+        let mut age = std::pin::pin!(sleep_or_never(self.policy.age()));
+        // A connection that opens no stream gives its place back.
+        let mut hold = std::pin::pin!(tokio::time::sleep(FIRST_REQUEST_HOLD));
+        let mut holding = true;
+        let reason = loop {
+            tokio::select! {
+                served = conn.as_mut() => {
+                    if let Err(e) = served {
+                        tracing::debug!(?peer, "xDS connection ended: {e}");
+                    }
+                    return;
                 }
-                return;
+                () = hold.as_mut(), if holding => {
+                    holding = false;
+                    drop(place.take());
+                }
+                () = age.as_mut() => break DrainReason::MaxAge,
+                _ = self.shutdown.wait_for(|s| *s) => break DrainReason::Shutdown,
             }
-            () = sleep_or_never(age) => DrainReason::MaxAge,
-            _ = self.shutdown.wait_for(|s| *s) => DrainReason::Shutdown,
         };
         tracing::debug!(
             ?peer,

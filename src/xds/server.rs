@@ -41,7 +41,7 @@ use tracing::Instrument;
 use super::api::{self, ApiRequest};
 use super::delta::{DeltaConnection, DeltaRequest, DeltaResponse};
 use super::sotw::{Connection, OutgoingResponse, SotwRequest};
-use super::stream::admission::{Admission, AdmissionRate};
+use super::stream::admission::{Admission, AdmissionRate, FIRST_REQUEST_HOLD, Unanswered};
 use super::stream::authorize::{self, Refusal};
 use super::stream::bodies::BodyCache;
 use super::stream::body::EndStatus;
@@ -79,6 +79,10 @@ pub const MAX_REQUEST_BYTES: usize = 4 * 1024 * 1024;
 pub struct StreamLimits {
     /// How fast new streams start.
     pub admission: AdmissionRate,
+    /// Streams that may be unanswered (arrived, first request not yet
+    /// handled) before the xDS ports stop accepting connections; `None`:
+    /// no bound ([`admission`](super::stream::admission)).
+    pub max_unanswered: Option<u32>,
     /// Largest request message.
     pub max_request_bytes: usize,
     /// Request bytes all streams together may be receiving or handling.
@@ -95,6 +99,7 @@ impl Default for StreamLimits {
     fn default() -> Self {
         StreamLimits {
             admission: AdmissionRate::UNLIMITED,
+            max_unanswered: None,
             max_request_bytes: MAX_REQUEST_BYTES,
             request_budget_bytes: DEFAULT_BUDGET_BYTES,
             budget_wait: BUDGET_WAIT,
@@ -123,7 +128,7 @@ struct Shared {
     engine: Arc<PushEngine>,
     bodies: BodyCache,
     statuses: Arc<StatusBoard>,
-    admission: Admission,
+    admission: Arc<Admission>,
     budget: RequestBudget,
     max_request_bytes: usize,
 }
@@ -138,15 +143,25 @@ impl AdsService {
     pub fn with_limits(engine: Arc<PushEngine>, limits: StreamLimits) -> AdsService {
         AdsService {
             shared: Arc::new(Shared {
-                engine,
+                engine: engine.clone(),
                 bodies: BodyCache::new(),
                 statuses: Arc::new(StatusBoard::default()),
-                admission: Admission::new(limits.admission),
+                admission: Arc::new(Admission::new(
+                    limits.admission,
+                    limits.max_unanswered,
+                    engine.metrics().streams_unanswered.clone(),
+                )),
                 budget: RequestBudget::new(limits.request_budget_bytes)
                     .with_timeouts(limits.budget_wait, limits.partial_timeout),
                 max_request_bytes: limits.max_request_bytes,
             }),
         }
+    }
+
+    /// The admission of new streams, which the xDS ports' accept loops
+    /// wait on.
+    pub fn admission(&self) -> Arc<Admission> {
+        self.shared.admission.clone()
     }
 
     /// The request budget the streams share.
@@ -276,6 +291,9 @@ where
     B::Error: Into<Box<dyn std::error::Error + Send + Sync>> + Send + 'static,
 {
     let connection = req.extensions().get::<ConnectionContext>().cloned();
+    // Unanswered until its first request is handled (or refused), in the
+    // place its connection was admitted with if it is the first stream.
+    let mut unanswered = ads.shared.admission.arrive(connection.as_ref().and_then(|c| c.place.take()));
     let peer = connection.as_ref().and_then(|c| c.peer).map(|a| a.to_string()).unwrap_or_default();
     let transport = connection.as_ref().map(|c| c.transport.clone()).unwrap_or_default();
     let tokens = connection.as_ref().and_then(|c| c.tokens.clone());
@@ -295,7 +313,19 @@ where
     let undecodable = |e: RequestError| Status::invalid_argument(format!("undecodable request: {e}"));
     let mut messages =
         RequestMessages::new(req.into_body(), shared.max_request_bytes).with_budget(shared.budget.clone());
-    let (first, node) = match futures::StreamExt::next(&mut messages).await {
+    let first = {
+        let next = futures::StreamExt::next(&mut messages);
+        let mut next = std::pin::pin!(next);
+        match tokio::time::timeout(FIRST_REQUEST_HOLD, next.as_mut()).await {
+            Ok(first) => first,
+            // A client that says nothing does not hold the ports closed.
+            Err(_) => {
+                unanswered.answered();
+                next.await
+            }
+        }
+    };
+    let (first, node) = match first {
         Some(Ok(message)) => match P::read(message, true) {
             Ok(decoded) => decoded,
             Err(e) => return undecodable(e).into_http(),
@@ -340,7 +370,7 @@ where
         return refusal.status().into_http();
     }
     let end = EndStatus::default();
-    let rx = spawn::<P>(&ads, proxy, first, requests, peer, end.clone(), drain);
+    let rx = spawn::<P>(&ads, proxy, first, requests, peer, end.clone(), drain, unanswered);
     let mut response = http::Response::new(Body::new(ResponseStreamBody::new(rx, end)));
     response.headers_mut().insert(http::header::CONTENT_TYPE, http::HeaderValue::from_static("application/grpc"));
     response
@@ -460,7 +490,8 @@ pub fn spawn_stream(
     peer: String,
 ) -> mpsc::Receiver<OutgoingResponse> {
     let requests = futures::StreamExt::map(requests, |r| r.map(SotwRequest::from));
-    spawn::<Connection>(ads, proxy, first.into(), requests, peer, EndStatus::default(), Drain::never())
+    let unanswered = ads.shared.admission.arrive(None);
+    spawn::<Connection>(ads, proxy, first.into(), requests, peer, EndStatus::default(), Drain::never(), unanswered)
 }
 
 /// [`spawn_stream`] for a delta stream.
@@ -472,9 +503,11 @@ pub fn spawn_delta_stream(
     peer: String,
 ) -> mpsc::Receiver<DeltaResponse> {
     let requests = futures::StreamExt::map(requests, |r| r.map(DeltaRequest::from));
-    spawn::<DeltaConnection>(ads, proxy, first.into(), requests, peer, EndStatus::default(), Drain::never())
+    let unanswered = ads.shared.admission.arrive(None);
+    spawn::<DeltaConnection>(ads, proxy, first.into(), requests, peer, EndStatus::default(), Drain::never(), unanswered)
 }
 
+#[allow(clippy::too_many_arguments, reason = "one stream's parts, passed once")]
 fn spawn<P: Protocol>(
     ads: &AdsService,
     proxy: Arc<Proxy>,
@@ -483,6 +516,7 @@ fn spawn<P: Protocol>(
     peer: String,
     end: EndStatus,
     drain: Drain,
+    unanswered: Unanswered,
 ) -> mpsc::Receiver<P::Response> {
     let (tx, rx) = mpsc::channel(STREAM_BUFFER);
     let shared = ads.shared.clone();
@@ -497,7 +531,8 @@ fn spawn<P: Protocol>(
                 shared.engine.wait_ready().await;
             }
             let conn = P::open(handle.id, proxy);
-            let (reason, failure) = serve_stream(&shared, conn, &handle, &status, first, requests, tx, drain).await;
+            let (reason, failure) =
+                serve_stream(&shared, conn, &handle, &status, first, requests, tx, drain, unanswered).await;
             shared.engine.queue().unregister(handle.id);
             shared.statuses.close(handle.id);
             match failure {
@@ -546,6 +581,7 @@ async fn serve_stream<P: Protocol>(
     mut requests: impl futures::Stream<Item = Result<P::Request, Status>> + Unpin,
     tx: mpsc::Sender<P::Response>,
     mut drain: Drain,
+    mut unanswered: Unanswered,
 ) -> (String, Option<Status>) {
     let engine = &shared.engine;
     let mut pending = Some(first);
@@ -602,6 +638,8 @@ async fn serve_stream<P: Protocol>(
         }
         recorder.finish(conn.core(), sent_bytes);
         status.lock().update(conn.core());
+        // The first request has been answered (later passes: no-op).
+        unanswered.answered();
     }
 }
 

@@ -85,6 +85,7 @@ impl AdsServer {
             engine.metrics().clone(),
             stopped,
             None,
+            ads.admission(),
         ));
         AdsServer { engine, ads, store, addr, server, _stop: stop }
     }

@@ -17,6 +17,7 @@ use std::sync::Arc;
 
 use futures::future::BoxFuture;
 
+use super::admission::EntryPlace;
 use super::drain::Drain;
 use crate::model::Identity;
 
@@ -63,4 +64,7 @@ pub struct ConnectionContext {
     /// How a bearer token is checked on this connection (the secure port's;
     /// `None` on the plaintext port, where nothing is proven).
     pub tokens: Option<Arc<dyn TokenAuthenticator>>,
+    /// The place among the unanswered streams the connection was admitted
+    /// with, for its first stream to take over.
+    pub place: EntryPlace,
 }
