@@ -1,7 +1,10 @@
 //! The xDS port's connection policy, over real HTTP/2: a connection
 //! carries at most `max_streams` streams at once (a client multiplexing
-//! more waits for a free one), and a peer that stops answering HTTP/2
-//! PINGs is disconnected after the keepalive interval and timeout.
+//! more waits for a free one), a peer that stops answering HTTP/2
+//! PINGs is disconnected after the keepalive interval and timeout, and a
+//! new connection is served only once it has a place among the unanswered
+//! streams (a silent client holds one only briefly, an answered stream
+//! gives its place to the next connection).
 
 use std::time::{Duration, Instant};
 
@@ -9,6 +12,9 @@ use envoy_types::pb::envoy::service::discovery::v3::DiscoveryRequest;
 use envoy_types::pb::envoy::service::discovery::v3::aggregated_discovery_service_client::AggregatedDiscoveryServiceClient;
 use meshpush::resource::TypeUrl;
 use meshpush::serve::connections::ConnectionPolicy;
+use meshpush::testing::wait::wait_until_async;
+use meshpush::xds::server::StreamLimits;
+use meshpush::xds::stream::admission::FIRST_REQUEST_HOLD;
 use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 use tokio_stream::wrappers::ReceiverStream;
 
@@ -85,4 +91,58 @@ async fn a_peer_that_stops_answering_pings_is_disconnected() {
     assert!(closed.is_ok(), "the silent peer was still connected after 10 s");
     assert!(pings >= 1, "the server closed without pinging");
     assert!(started.elapsed() >= Duration::from_millis(500), "closed before a ping could go unanswered");
+}
+
+/// A server with a single place for unanswered streams.
+async fn one_place() -> AdsServer {
+    AdsServer::bookinfo_with(StreamLimits { max_unanswered: Some(1), ..StreamLimits::default() }).await
+}
+
+#[tokio::test]
+async fn a_connection_waits_for_a_place_and_a_silent_client_holds_one_only_briefly() {
+    let server = one_place().await;
+    let admission = server.ads.admission();
+    // A client that connects and says nothing is accepted and takes the place.
+    let _silent = tokio::net::TcpStream::connect(server.addr).await.unwrap();
+    let taken = Instant::now();
+    wait_until_async(Instant::now() + Duration::from_secs(5), "the silent connection to hold the place", || async {
+        if admission.taken() == 1 { Ok(()) } else { Err(format!("{} places taken", admission.taken())) }
+    })
+    .await;
+    // An Envoy connecting now is served only once the silent client's hold has passed.
+    let addr = server.addr;
+    let served = tokio::spawn(async move {
+        let mut client = AggregatedDiscoveryServiceClient::connect(format!("http://{addr}")).await.unwrap();
+        let opened = first_response(&mut client, FIRST_REQUEST_HOLD + Duration::from_secs(10)).await;
+        (opened.map(|(tx, _)| tx), Instant::now())
+    });
+    let (opened, at) = served.await.unwrap();
+    assert!(opened.is_some(), "the waiting connection was never served");
+    let waited = at.duration_since(taken);
+    assert!(
+        waited >= FIRST_REQUEST_HOLD - Duration::from_millis(500),
+        "served after {waited:?}, while the silent client held the only place"
+    );
+    wait_until_async(Instant::now() + Duration::from_secs(5), "the place to be free again", || async {
+        let (taken, unanswered) = (admission.taken(), server.engine.metrics().streams_unanswered.get());
+        if (taken, unanswered) == (0, 0) { Ok(()) } else { Err(format!("{taken} taken, {unanswered} unanswered")) }
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn an_answered_stream_gives_its_place_to_the_next_connection() {
+    let server = one_place().await;
+    let connect = || AggregatedDiscoveryServiceClient::connect(format!("http://{}", server.addr));
+    let mut a = connect().await.unwrap();
+    let _a = first_response(&mut a, Duration::from_secs(10)).await.expect("the first connection is served");
+    // A's stream stays open, answered: B (a connection of its own) is served
+    // at once, not after A's hold.
+    let started = Instant::now();
+    let mut b = connect().await.unwrap();
+    let _b = first_response(&mut b, FIRST_REQUEST_HOLD - Duration::from_secs(1))
+        .await
+        .expect("the second connection is served while the first stream is open");
+    assert!(started.elapsed() < FIRST_REQUEST_HOLD, "{:?}", started.elapsed());
+    assert_eq!(server.ads.admission().taken(), 0);
 }

@@ -275,7 +275,11 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn a_waiting_stream_is_counted_until_it_starts_or_leaves() {
         let metrics = Metrics::new();
-        let admission = std::sync::Arc::new(Admission::new(AdmissionRate { per_second: Some(10.0), burst: 1 }, None, Gauge::default()));
+        let admission = std::sync::Arc::new(Admission::new(
+            AdmissionRate { per_second: Some(10.0), burst: 1 },
+            None,
+            Gauge::default(),
+        ));
         admission.admit(&metrics).await;
         let waiting = {
             let (admission, metrics) = (admission.clone(), std::sync::Arc::new(Metrics::new()));
