@@ -239,7 +239,7 @@ pub struct Metrics {
     /// `meshpush_xds_streams_awaiting_admission`: new streams waiting for their admission slot.
     pub streams_awaiting_admission: Gauge,
     /// `meshpush_xds_streams_unanswered`: streams arrived whose first
-    /// request is not yet handled (at their bound no connection is accepted).
+    /// request is not yet handled (at their bound new connections wait).
     pub streams_unanswered: Gauge,
     /// `meshpush_xds_connections_drained_total{reason}`: connections told to go
     /// away (GOAWAY, their streams ended UNAVAILABLE), by why.
@@ -367,7 +367,7 @@ impl Metrics {
         r.register(
             "meshpush_xds_streams_unanswered",
             "ADS streams arrived whose first request is not yet handled; while they are at \
-             --max-unanswered-streams the xDS ports accept no new connection",
+             --max-unanswered-streams, new xDS connections wait to be served",
             m.streams_unanswered.clone(),
         );
         r.register(

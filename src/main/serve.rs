@@ -132,8 +132,9 @@ pub(crate) struct ServeArgs {
     #[arg(long)]
     new_stream_burst: Option<u32>,
     /// ADS streams that may be unanswered (arrived, first request not yet
-    /// handled) before the xDS ports stop accepting connections until one
-    /// is answered (0: no bound). Default: 256 per core.
+    /// handled) at once: a new xDS connection is served, in arrival order,
+    /// only when one of these places is free (0: no bound). Default: 256
+    /// per core.
     #[arg(long)]
     max_unanswered_streams: Option<u32>,
     /// Age at which an xDS connection is drained (GOAWAY; its streams end

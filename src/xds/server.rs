@@ -80,8 +80,9 @@ pub struct StreamLimits {
     /// How fast new streams start.
     pub admission: AdmissionRate,
     /// Streams that may be unanswered (arrived, first request not yet
-    /// handled) before the xDS ports stop accepting connections; `None`:
-    /// no bound ([`admission`](super::stream::admission)).
+    /// handled) at once; a new connection waits for one of these places
+    /// before it is served. `None`: no bound
+    /// ([`admission`](super::stream::admission)).
     pub max_unanswered: Option<u32>,
     /// Largest request message.
     pub max_request_bytes: usize,
@@ -158,8 +159,8 @@ impl AdsService {
         }
     }
 
-    /// The admission of new streams, which the xDS ports' accept loops
-    /// wait on.
+    /// The admission of new streams, whose places the xDS ports' new
+    /// connections wait for.
     pub fn admission(&self) -> Arc<Admission> {
         self.shared.admission.clone()
     }
