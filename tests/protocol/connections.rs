@@ -138,11 +138,9 @@ async fn an_answered_stream_gives_its_place_to_the_next_connection() {
     let _a = first_response(&mut a, Duration::from_secs(10)).await.expect("the first connection is served");
     // A's stream stays open, answered: B (a connection of its own) is served
     // at once, not after A's hold.
-    let started = Instant::now();
     let mut b = connect().await.unwrap();
     let _b = first_response(&mut b, FIRST_REQUEST_HOLD - Duration::from_secs(1))
         .await
         .expect("the second connection is served while the first stream is open");
-    assert!(started.elapsed() < FIRST_REQUEST_HOLD, "{:?}", started.elapsed());
     assert_eq!(server.ads.admission().taken(), 0);
 }

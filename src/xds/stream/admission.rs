@@ -82,7 +82,7 @@ pub const FIRST_REQUEST_HOLD: Duration = Duration::from_secs(5);
 /// served.
 pub fn default_max_unanswered() -> u32 {
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
-    256 * u32::try_from(cores).unwrap_or(u32::MAX / 256).min(u32::MAX / 256)
+    256u32.saturating_mul(u32::try_from(cores).unwrap_or(u32::MAX))
 }
 
 /// The admission of one server: its rate schedule and the places of
@@ -156,7 +156,7 @@ impl Admission {
     pub fn new(rate: AdmissionRate, max_unanswered: Option<u32>, gauge: Gauge) -> Admission {
         let interval = rate.per_second.filter(|r| *r > 0.0).map(|r| Duration::from_secs_f64(1.0 / r));
         let tolerance = interval.map_or(Duration::ZERO, |i| i * rate.burst.max(1).saturating_sub(1));
-        let max_unanswered = max_unanswered.map(|n| n.clamp(1, Semaphore::MAX_PERMITS as u32));
+        let max_unanswered = max_unanswered.map(|n| n.max(1));
         Admission {
             interval,
             tolerance,
