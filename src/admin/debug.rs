@@ -90,12 +90,12 @@ fn type_sync(t: TypeUrl, s: &TypeStatus) -> TypeSync {
     TypeSync {
         type_short: t.short().to_string(),
         status: s.sync_state().as_str().to_string(),
-        nonce_sent: s.nonce_sent.clone(),
-        nonce_acked: s.nonce_acked.clone(),
-        version_sent: s.version_sent.clone(),
-        version_acked: s.version_acked.clone(),
+        nonce_sent: s.nonce_sent.map(|n| n.to_string()),
+        nonce_acked: s.nonce_acked.map(|n| n.to_string()),
+        version_sent: s.version_sent.as_deref().map(str::to_string),
+        version_acked: s.version_acked.as_deref().map(str::to_string),
         last_nack: s.last_nack.as_ref().map(|n| n.message.clone()),
-        last_nack_nonce: s.last_nack.as_ref().map(|n| n.nonce.clone()),
+        last_nack_nonce: s.last_nack.as_ref().map(|n| n.nonce.map(|n| n.to_string()).unwrap_or_default()),
         responses: s.responses,
     }
 }

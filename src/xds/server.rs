@@ -531,9 +531,12 @@ fn spawn<P: Protocol>(
                 tracing::debug!("waiting for the first snapshot before answering");
                 shared.engine.wait_ready().await;
             }
-            let conn = P::open(handle.id, proxy);
-            let (reason, failure) =
-                serve_stream(&shared, conn, &handle, &status, first, requests, tx, drain, unanswered).await;
+            // Lent, not moved: an async fn's arguments would be kept twice
+            // in this task's state, once here and once in `serve_stream`'s.
+            let (mut requests, mut drain, mut unanswered) = (requests, drain, unanswered);
+            let parts =
+                StreamParts { requests: &mut requests, tx: &tx, drain: &mut drain, unanswered: &mut unanswered };
+            let (reason, failure) = serve_stream::<P>(&shared, proxy, &handle, &status, first, parts).await;
             shared.engine.queue().unregister(handle.id);
             shared.statuses.close(handle.id);
             match failure {
@@ -569,22 +572,32 @@ fn note_refusal(shared: &Shared, status: &Status, peer: &str, conn_id: Option<u6
     true
 }
 
+/// What a stream task lends [`serve_stream`] for the stream's life.
+struct StreamParts<'a, R, T> {
+    requests: &'a mut R,
+    tx: &'a mpsc::Sender<T>,
+    drain: &'a mut Drain,
+    unanswered: &'a mut Unanswered,
+}
+
 /// Serves one stream until the client goes away or its connection is
 /// drained; returns why it ended, and the status to end it with when a
 /// request could not be read or the connection was drained.
-#[allow(clippy::too_many_arguments, reason = "one stream's parts, passed once")]
+///
+/// The stream's protocol state is made here, not passed in: it lives in
+/// this future's state once (an argument would be kept twice, in the
+/// caller's state and in this one's, and it is most of the task's size).
 async fn serve_stream<P: Protocol>(
     shared: &Shared,
-    mut conn: P,
+    proxy: Arc<Proxy>,
     handle: &Arc<ConnectionHandle>,
     status: &parking_lot::Mutex<StreamStatus>,
     first: P::Request,
-    mut requests: impl futures::Stream<Item = Result<P::Request, Status>> + Unpin,
-    tx: mpsc::Sender<P::Response>,
-    mut drain: Drain,
-    mut unanswered: Unanswered,
+    parts: StreamParts<'_, impl futures::Stream<Item = Result<P::Request, Status>> + Unpin, P::Response>,
 ) -> (String, Option<Status>) {
+    let StreamParts { requests, tx, drain, unanswered } = parts;
     let engine = &shared.engine;
+    let mut conn = P::open(handle.id, proxy);
     let mut pending = Some(first);
     let mut recorder = StreamRecorder::new(engine.metrics().clone());
     // When the last responses were handed to the stream: a push waits for
@@ -603,7 +616,7 @@ async fn serve_stream<P: Protocol>(
             let may_push = conn.core().answered() || tokio::time::Instant::now() >= answer_deadline;
             tokio::select! {
                 biased;
-                msg = futures::StreamExt::next(&mut requests) => match msg {
+                msg = futures::StreamExt::next(requests) => match msg {
                     Some(Ok(req)) => { pending = Some(req); continue; }
                     None => return ("client closed the stream".into(), None),
                     Some(Err(status)) => return (format!("stream error: {}", status.message()), Some(status)),

@@ -164,8 +164,8 @@ impl SotwClient {
                 let req = if req.response_nonce.is_empty() {
                     let w = &self.conn.core.watches[TypeUrl::parse(&req.type_url).expect("served").index()];
                     SotwRequest {
-                        response_nonce: w.nonce_sent.clone().unwrap_or_default(),
-                        version_info: w.version_acked.clone().unwrap_or_default(),
+                        response_nonce: w.nonce_sent.map(|n| n.to_string()).unwrap_or_default(),
+                        version_info: w.version_acked.as_deref().unwrap_or_default().to_string(),
                         ..req
                     }
                 } else {

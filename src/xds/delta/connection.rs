@@ -91,11 +91,10 @@ impl DeltaConnection {
                 // subscription changes below still apply.
                 self.core.record_stale();
             } else if let Some(err) = &req.error_detail {
-                let kept = self.core.watches[t.index()].version_acked.clone().unwrap_or_default();
-                self.core.record_nack(t, &req.response_nonce, &kept, &err.message);
+                let kept = self.core.watches[t.index()].version_acked.clone();
+                self.core.record_nack(t, &req.response_nonce, kept.as_deref().unwrap_or_default(), &err.message);
             } else {
-                let version = self.core.watches[t.index()].version_sent.as_deref().map(str::to_string);
-                self.core.record_ack(t, &req.response_nonce, version);
+                self.core.record_ack(t, None);
                 acked = true;
             }
         }

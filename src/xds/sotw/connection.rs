@@ -198,11 +198,11 @@ impl Connection {
             return Vec::new();
         }
         if self.is_ack(t, req) {
-            self.core.record_ack(t, &req.response_nonce, Some(req.version_info.clone()));
+            self.core.record_ack(t, Some(&req.version_info));
             return self.after_ack(view, t);
         }
         if is_latest_nonce {
-            self.core.record_ack(t, &req.response_nonce, Some(req.version_info.clone()));
+            self.core.record_ack(t, Some(&req.version_info));
         }
         let reconnect = req.response_nonce.is_empty() && !req.version_info.is_empty();
         let mut out = self.apply_names(view, t, req, reconnect);
@@ -244,7 +244,7 @@ impl Connection {
             let (w, sent) = (&mut self.core.watches[t.index()], &mut self.sent[t.index()]);
             if current.version().as_ref() == req.version_info {
                 w.version_sent = Some(current.version().clone());
-                w.version_acked = Some(req.version_info.clone());
+                w.version_acked = w.version_sent.clone();
                 match current {
                     Current::Set(set) => sent.resources = set,
                     Current::Watched(resolved) => {

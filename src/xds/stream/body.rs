@@ -25,6 +25,8 @@ use http::HeaderMap;
 use http_body::Frame;
 use tokio::sync::mpsc;
 
+use crate::xds::watch::Nonce;
+
 /// Length of a gRPC frame header.
 pub const FRAME_HEADER_LEN: usize = 5;
 /// Hex digits of a nonce.
@@ -32,10 +34,10 @@ pub const NONCE_LEN: usize = 8;
 /// Encoded length of a nonce field (tag, length, digits).
 pub const NONCE_FIELD_LEN: usize = 2 + NONCE_LEN;
 
-/// A nonce as sent: fixed-width hex, so a body's frame length is known
-/// before any stream's nonce is.
+/// A nonce as sent ([`Nonce`]'s text): fixed-width hex, so a body's frame
+/// length is known before any stream's nonce is.
 pub fn nonce_text(nonce: u32) -> String {
-    format!("{nonce:08x}")
+    Nonce(nonce).to_string()
 }
 
 /// A response as it goes on the wire: a shared, framed body (the frame

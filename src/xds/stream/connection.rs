@@ -25,10 +25,9 @@ use crate::model::Proxy;
 use crate::push::{InboundId, PendingPush, PushContext, Scope};
 use crate::resource::TypeUrl;
 use crate::text::Shown;
-use crate::xds::stream::body::nonce_text;
 use crate::xds::stream::placement::Placement;
 use crate::xds::watch::push_plan::{self, Step};
-use crate::xds::watch::{NackRecord, RequestCounts, Watch};
+use crate::xds::watch::{NackRecord, Nonce, RequestCounts, Watch};
 
 /// The state both protocols keep for one ADS stream.
 #[derive(Debug)]
@@ -93,7 +92,8 @@ impl ConnectionCore {
 
     /// Whether `nonce` is the last one sent for `t` (an empty one never is).
     pub fn is_latest_nonce(&self, t: TypeUrl, nonce: &str) -> bool {
-        self.watches[t.index()].nonce_sent.as_deref() == Some(nonce)
+        let sent = self.watches[t.index()].nonce_sent;
+        sent.is_some() && Nonce::parse(nonce) == sent
     }
 
     /// Counts a request whose nonce is not the latest of its type.
@@ -101,12 +101,19 @@ impl ConnectionCore {
         self.counts.stale += 1;
     }
 
-    /// Records an ACK of `nonce` for `t`, with the version the client now
-    /// holds.
-    pub fn record_ack(&mut self, t: TypeUrl, nonce: &str, version: Option<String>) {
+    /// Records an ACK of the last response sent of `t` (the caller has
+    /// checked the request's nonce with [`Self::is_latest_nonce`]). The
+    /// client holds `version` (SotW's `version_info`), or, where it does
+    /// not say (delta), the version sent. An ACK of the version sent
+    /// shares its text.
+    pub fn record_ack(&mut self, t: TypeUrl, version: Option<&str>) {
         let w = &mut self.watches[t.index()];
-        w.nonce_acked = Some(nonce.to_string());
-        w.version_acked = version;
+        w.nonce_acked = w.nonce_sent;
+        w.version_acked = match (version, &w.version_sent) {
+            (None, sent) => sent.clone(),
+            (Some(v), Some(sent)) if **sent == *v => Some(sent.clone()),
+            (Some(v), _) => Some(Arc::from(v)),
+        };
         self.counts.acks += 1;
     }
 
@@ -116,12 +123,12 @@ impl ConnectionCore {
     pub fn record_nack(&mut self, t: TypeUrl, nonce: &str, version: &str, message: &str) {
         tracing::warn!(conn_id = self.id, node_id = %Shown(&self.proxy.id), type_url = %t, nonce = %Shown(nonce),
             version = %Shown(version), "NACK: {}", Shown(message));
-        self.watches[t.index()].last_nack = Some(NackRecord {
-            nonce: crate::text::shown(nonce).into_owned(),
+        self.watches[t.index()].last_nack = Some(Arc::new(NackRecord {
+            nonce: Nonce::parse(nonce),
             version: crate::text::shown(version).into_owned(),
             message: crate::text::shown(message).into_owned(),
             at: SystemTime::now(),
-        });
+        }));
         self.counts.nacks += 1;
     }
 
@@ -130,7 +137,7 @@ impl ConnectionCore {
     pub fn record_sent(&mut self, t: TypeUrl, version: Arc<str>) -> u32 {
         self.nonce = self.nonce.wrapping_add(1);
         let w = &mut self.watches[t.index()];
-        w.nonce_sent = Some(nonce_text(self.nonce));
+        w.nonce_sent = Some(Nonce(self.nonce));
         w.version_sent = Some(version);
         w.responses += 1;
         self.nonce

@@ -14,6 +14,7 @@ use crate::metrics::{Metrics, SHORT_ORDER};
 use crate::push::PendingPush;
 use crate::resource::TypeUrl;
 use crate::xds::stream::connection::ConnectionCore;
+use crate::xds::watch::Nonce;
 
 /// Per-type counters of a connection at one moment.
 #[derive(Debug, Default, Clone, Copy)]
@@ -48,7 +49,7 @@ enum Serving {
 #[derive(Debug)]
 struct Converging {
     first_change: Instant,
-    awaiting: [Option<String>; TypeUrl::COUNT],
+    awaiting: [Option<Nonce>; TypeUrl::COUNT],
 }
 
 /// One stream's metric bookkeeping, owned by its task. It reads the
@@ -130,7 +131,7 @@ impl StreamRecorder {
         let c = self.converging.get_or_insert_with(|| Converging { first_change, awaiting: Default::default() });
         c.first_change = c.first_change.min(first_change);
         for t in sent {
-            c.awaiting[t.index()] = conn.watches[t.index()].nonce_sent.clone();
+            c.awaiting[t.index()] = conn.watches[t.index()].nonce_sent;
         }
     }
 
@@ -141,15 +142,15 @@ impl StreamRecorder {
         let nacked = after.nacks > self.mark.nacks;
         for t in SHORT_ORDER {
             let w = &conn.watches[t.index()];
-            let Some(nonce) = c.awaiting[t.index()].clone() else { continue };
-            if nacked && w.last_nack.as_ref().is_some_and(|n| n.nonce == nonce) {
+            let Some(nonce) = c.awaiting[t.index()] else { continue };
+            if nacked && w.last_nack.as_ref().is_some_and(|n| n.nonce == Some(nonce)) {
                 // Rejected: this change did not converge on this proxy.
                 self.converging = None;
                 return;
             }
-            if w.nonce_sent.as_deref() != Some(nonce.as_str()) {
+            if w.nonce_sent != Some(nonce) {
                 // A later response of this type replaced it and carries the change too.
-                c.awaiting[t.index()] = w.nonce_sent.clone();
+                c.awaiting[t.index()] = w.nonce_sent;
             }
             if c.awaiting[t.index()].is_some() && w.nonce_acked == c.awaiting[t.index()] {
                 c.awaiting[t.index()] = None;

@@ -2,8 +2,9 @@
 //! endpoints can read without touching the stream task.
 //!
 //! The stream task owns its protocol state; after every request or push it
-//! brings a small copy (a few strings per type, no resource names) up to
-//! date in the [`StatusBoard`], keyed by connection id. `/debug/syncz`,
+//! brings a small copy (per type: nonces, shared versions, counts; no
+//! resource names) up to date in the [`StatusBoard`], keyed by connection
+//! id. `/debug/syncz`,
 //! `/debug/connections`, `proxy-status` and the status page read those
 //! copies; they never wait on a stream.
 //!
@@ -20,7 +21,7 @@ use serde::Serialize;
 use crate::push::ConnId;
 use crate::resource::TypeUrl;
 use crate::xds::stream::connection::ConnectionCore;
-use crate::xds::watch::{NackRecord, Watch};
+use crate::xds::watch::{NackRecord, Nonce, Watch};
 
 /// Istio's sync states, as `istioctl proxy-status` prints them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -67,51 +68,45 @@ pub struct TypeStatus {
     /// Names the client watches explicitly.
     pub watched: usize,
     /// Last nonce sent.
-    pub nonce_sent: Option<String>,
+    pub nonce_sent: Option<Nonce>,
     /// Version of the last response.
-    pub version_sent: Option<String>,
+    pub version_sent: Option<Arc<str>>,
     /// Last nonce ACKed.
-    pub nonce_acked: Option<String>,
+    pub nonce_acked: Option<Nonce>,
     /// Last version ACKed.
-    pub version_acked: Option<String>,
+    pub version_acked: Option<Arc<str>>,
     /// Last NACK.
-    pub last_nack: Option<NackRecord>,
+    pub last_nack: Option<Arc<NackRecord>>,
     /// Responses sent.
     pub responses: u64,
 }
 
-/// Sets `dst` to `src`, reusing `dst`'s allocation (what `clone_from` does
-/// for the `String` fields, for the version the watch keeps as `Arc<str>`).
-fn copy_text(dst: &mut Option<String>, src: Option<&str>) {
-    match (dst.as_mut(), src) {
-        (Some(d), Some(s)) => {
-            if d != s {
-                d.clear();
-                d.push_str(s);
-            }
-        }
-        (_, s) => *dst = s.map(str::to_string),
+/// Sets `dst` to `src` unless it already holds the same allocation: the
+/// versions are shared by every stream of a scope, and an unchanged one is
+/// not counted again.
+fn share<T: ?Sized>(dst: &mut Option<Arc<T>>, src: &Option<Arc<T>>) {
+    let same = match (&*dst, src) {
+        (Some(a), Some(b)) => Arc::ptr_eq(a, b),
+        (None, None) => true,
+        _ => false,
+    };
+    if !same {
+        dst.clone_from(src);
     }
 }
 
 impl TypeStatus {
-    /// Brings this copy up to date with `w`, without allocating when only
-    /// nonces and versions moved (a stream publishes its state after every
-    /// request and push).
+    /// Brings this copy up to date with `w`, without allocating (a stream
+    /// publishes its state after every request and push).
     fn update(&mut self, w: &Watch) {
         self.subscribed = w.subscribed;
         self.wildcard = w.wildcard;
         self.watched = w.names.len();
-        self.nonce_sent.clone_from(&w.nonce_sent);
-        copy_text(&mut self.version_sent, w.version_sent.as_deref());
-        self.nonce_acked.clone_from(&w.nonce_acked);
-        self.version_acked.clone_from(&w.version_acked);
-        let same_nack = |a: &NackRecord, b: &NackRecord| a.nonce == b.nonce && a.at == b.at;
-        match (&self.last_nack, &w.last_nack) {
-            (Some(a), Some(b)) if same_nack(a, b) => {}
-            (None, None) => {}
-            _ => self.last_nack = w.last_nack.clone(),
-        }
+        self.nonce_sent = w.nonce_sent;
+        share(&mut self.version_sent, &w.version_sent);
+        self.nonce_acked = w.nonce_acked;
+        share(&mut self.version_acked, &w.version_acked);
+        share(&mut self.last_nack, &w.last_nack);
         self.responses = w.responses;
     }
 
@@ -120,9 +115,9 @@ impl TypeStatus {
     /// current version, so nothing needed sending); STALE when it was sent
     /// and not ACKed yet; NOT SENT when nothing was sent.
     pub fn sync_state(&self) -> SyncState {
-        match &self.nonce_sent {
-            Some(sent) if self.last_nack.as_ref().is_some_and(|n| &n.nonce == sent) => SyncState::Error,
-            Some(sent) if self.nonce_acked.as_ref() == Some(sent) => SyncState::Synced,
+        match self.nonce_sent {
+            Some(sent) if self.last_nack.as_ref().is_some_and(|n| n.nonce == Some(sent)) => SyncState::Error,
+            Some(sent) if self.nonce_acked == Some(sent) => SyncState::Synced,
             Some(_) => SyncState::Stale,
             None if self.version_sent.is_some() && self.version_sent == self.version_acked => SyncState::Synced,
             None => SyncState::NotSent,
@@ -204,50 +199,49 @@ impl StatusBoard {
 mod tests {
     use super::*;
 
-    fn status(sent: Option<&str>, acked: Option<&str>, nacked: Option<&str>) -> TypeStatus {
+    fn nack(nonce: u32, version: &str) -> Arc<NackRecord> {
+        Arc::new(NackRecord {
+            nonce: Some(Nonce(nonce)),
+            version: version.into(),
+            message: "bad".into(),
+            at: SystemTime::now(),
+        })
+    }
+
+    fn status(sent: Option<u32>, acked: Option<u32>, nacked: Option<u32>) -> TypeStatus {
         TypeStatus {
-            nonce_sent: sent.map(Into::into),
-            nonce_acked: acked.map(Into::into),
-            last_nack: nacked.map(|n| NackRecord {
-                nonce: n.into(),
-                version: String::new(),
-                message: "bad".into(),
-                at: SystemTime::now(),
-            }),
+            nonce_sent: sent.map(Nonce),
+            nonce_acked: acked.map(Nonce),
+            last_nack: nacked.map(|n| nack(n, "")),
             ..Default::default()
         }
     }
 
     #[test]
     fn an_update_in_place_leaves_what_the_watch_holds() {
-        let mut w =
-            Watch { nonce_sent: Some("00000001".into()), version_sent: Some("a1".into()), ..Default::default() };
+        let mut w = Watch { nonce_sent: Some(Nonce(1)), version_sent: Some("a1".into()), ..Default::default() };
         let mut status = TypeStatus::default();
         status.update(&w);
-        assert_eq!((status.nonce_sent.as_deref(), status.version_sent.as_deref()), (Some("00000001"), Some("a1")));
+        assert_eq!((status.nonce_sent, status.version_sent.as_deref()), (Some(Nonce(1)), Some("a1")));
         assert_eq!(status.sync_state(), SyncState::Stale);
 
-        w.nonce_acked = w.nonce_sent.clone();
-        w.version_acked = Some("a1".into());
-        w.nonce_sent = Some("00000002".into());
+        w.nonce_acked = w.nonce_sent;
+        w.version_acked = w.version_sent.clone();
+        w.nonce_sent = Some(Nonce(2));
         w.version_sent = Some("b2-longer".into());
-        w.last_nack = Some(NackRecord {
-            nonce: "00000002".into(),
-            version: "a1".into(),
-            message: "bad".into(),
-            at: SystemTime::now(),
-        });
+        w.last_nack = Some(nack(2, "a1"));
         status.update(&w);
-        assert_eq!(status.nonce_sent.as_deref(), Some("00000002"));
+        assert_eq!(status.nonce_sent, Some(Nonce(2)));
         assert_eq!(status.version_sent.as_deref(), Some("b2-longer"));
-        assert_eq!(status.nonce_acked.as_deref(), Some("00000001"));
+        assert_eq!(status.nonce_acked, Some(Nonce(1)));
         assert_eq!(status.version_acked.as_deref(), Some("a1"));
+        assert!(Arc::ptr_eq(status.version_acked.as_ref().unwrap(), w.version_acked.as_ref().unwrap()), "shared");
         assert_eq!(status.sync_state(), SyncState::Error);
 
         w.nonce_sent = None;
         w.last_nack = None;
         status.update(&w);
-        assert_eq!((status.nonce_sent.as_deref(), status.last_nack.is_none()), (None, true));
+        assert_eq!((status.nonce_sent, status.last_nack.is_none()), (None, true));
     }
 
     #[test]
@@ -264,11 +258,11 @@ mod tests {
     #[test]
     fn sync_states_follow_istio() {
         assert_eq!(status(None, None, None).sync_state(), SyncState::NotSent);
-        assert_eq!(status(Some("2"), Some("2"), None).sync_state(), SyncState::Synced);
-        assert_eq!(status(Some("3"), Some("2"), None).sync_state(), SyncState::Stale);
-        assert_eq!(status(Some("3"), Some("2"), Some("3")).sync_state(), SyncState::Error);
+        assert_eq!(status(Some(2), Some(2), None).sync_state(), SyncState::Synced);
+        assert_eq!(status(Some(3), Some(2), None).sync_state(), SyncState::Stale);
+        assert_eq!(status(Some(3), Some(2), Some(3)).sync_state(), SyncState::Error);
         // An old NACK does not taint a later, ACKed response.
-        assert_eq!(status(Some("4"), Some("4"), Some("3")).sync_state(), SyncState::Synced);
+        assert_eq!(status(Some(4), Some(4), Some(3)).sync_state(), SyncState::Synced);
         let reconnected =
             TypeStatus { version_sent: Some("v".into()), version_acked: Some("v".into()), ..Default::default() };
         assert_eq!(reconnected.sync_state(), SyncState::Synced);

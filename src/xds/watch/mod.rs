@@ -8,6 +8,7 @@
 //! so a SotW and a delta stream look alike to status and metrics.
 
 pub mod name_list;
+pub mod nonce;
 pub mod push_plan;
 
 use std::sync::Arc;
@@ -16,12 +17,13 @@ use std::time::SystemTime;
 use serde::Serialize;
 
 use name_list::NameList;
+pub use nonce::Nonce;
 
 /// A recorded NACK.
 #[derive(Debug, Clone, Serialize)]
 pub struct NackRecord {
-    /// The nonce that was rejected.
-    pub nonce: String,
+    /// The nonce that was rejected (none when the request named none).
+    pub nonce: Option<Nonce>,
     /// The version the client kept.
     pub version: String,
     /// Envoy's message.
@@ -31,6 +33,10 @@ pub struct NackRecord {
 }
 
 /// Per-type state of a stream, SotW or delta.
+///
+/// Kept small (nine per stream, and nine more in the stream's status
+/// copy): nonces are numbers, versions are shared `Arc`s (an ACK of the
+/// version sent shares its text), and a NACK, rare, is behind a pointer.
 #[derive(Debug, Default, Clone, Serialize)]
 pub struct Watch {
     /// The client asked for this type.
@@ -40,15 +46,15 @@ pub struct Watch {
     /// Explicit names (without `*`), shared with every stream watching the same list.
     pub names: Arc<NameList>,
     /// Last nonce sent.
-    pub nonce_sent: Option<String>,
+    pub nonce_sent: Option<Nonce>,
     /// Version of the last response (delta: its `system_version_info`).
     pub version_sent: Option<Arc<str>>,
     /// Last version the client ACKed.
-    pub version_acked: Option<String>,
+    pub version_acked: Option<Arc<str>>,
     /// Last nonce the client ACKed.
-    pub nonce_acked: Option<String>,
+    pub nonce_acked: Option<Nonce>,
     /// Last NACK.
-    pub last_nack: Option<NackRecord>,
+    pub last_nack: Option<Arc<NackRecord>>,
     /// Responses sent.
     pub responses: u64,
 }
@@ -61,7 +67,7 @@ impl Watch {
     }
 
     fn last_nack_is_latest(&self) -> bool {
-        self.last_nack.as_ref().is_some_and(|n| Some(&n.nonce) == self.nonce_sent.as_ref())
+        self.last_nack.as_ref().is_some_and(|n| n.nonce.is_some() && n.nonce == self.nonce_sent)
     }
 }
 
@@ -84,20 +90,20 @@ mod tests {
     fn a_watch_is_settled_once_its_last_response_is_answered() {
         let mut w = Watch::default();
         assert!(w.settled(), "nothing sent, nothing outstanding");
-        w.nonce_sent = Some("00000002".into());
-        w.nonce_acked = Some("00000001".into());
+        w.nonce_sent = Some(Nonce(2));
+        w.nonce_acked = Some(Nonce(1));
         assert!(!w.settled(), "the last response is not answered");
-        w.last_nack = Some(NackRecord {
-            nonce: "00000001".into(),
-            version: String::new(),
-            message: "old".into(),
-            at: SystemTime::now(),
-        });
+        let nack = |nonce| {
+            Some(Arc::new(NackRecord { nonce, version: String::new(), message: "old".into(), at: SystemTime::now() }))
+        };
+        w.last_nack = nack(Some(Nonce(1)));
         assert!(!w.settled(), "a NACK of an older response answers nothing");
-        w.last_nack.as_mut().expect("set").nonce = "00000002".into();
+        w.last_nack = nack(None);
+        assert!(!w.settled(), "a NACK that names no response answers nothing");
+        w.last_nack = nack(Some(Nonce(2)));
         assert!(w.settled(), "a NACK answers");
         w.last_nack = None;
-        w.nonce_acked = Some("00000002".into());
+        w.nonce_acked = Some(Nonce(2));
         assert!(w.settled(), "an ACK answers");
     }
 }
