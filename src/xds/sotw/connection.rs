@@ -33,6 +33,9 @@ use crate::xds::stream::published::Published;
 use crate::xds::watch::name_list::{self, NameList, Resolved};
 use crate::xds::watch::push_plan::Step;
 
+/// `Sent::hashes`' mark of a resource not sent.
+const NOT_SENT: u64 = 0;
+
 /// What a SotW stream remembers of one type beyond the shared [`Watch`]:
 /// what it sent, so that it sends only what changed and can tell an ACK
 /// from a new subscription.
@@ -44,8 +47,11 @@ struct Sent {
     /// Hash of the last request's name list (cheap ACK detection).
     names_hash: u64,
     /// EDS and RDS: the hash of each watched name's resource as last sent,
-    /// by position in the watch's names (`None`: not sent).
-    hashes: Vec<Option<u64>>,
+    /// by position in the watch's names ([`NOT_SENT`]: not sent). Eight
+    /// bytes a watched name, not sixteen as an `Option<u64>`: a resource
+    /// whose hash is 0 reads as not sent and is sent again, a cost paid
+    /// once in 2^64 resources.
+    hashes: Vec<u64>,
     /// EDS and RDS: the sum of `mix` over `hashes`, so a change of a few
     /// resources updates the version without visiting every name.
     sum: u64,
@@ -62,17 +68,23 @@ impl Sent {
 
     /// EDS and RDS: the hash of `name` of `names` as last sent.
     fn hash(&self, names: &NameList, name: &str) -> Option<u64> {
-        names.position(name).and_then(|i| self.hashes.get(i).copied().flatten())
+        names.position(name).and_then(|i| self.sent_hash(i))
+    }
+
+    /// EDS and RDS: the hash of the resource at position `i` as last sent.
+    fn sent_hash(&self, i: usize) -> Option<u64> {
+        self.hashes.get(i).copied().filter(|&h| h != NOT_SENT)
     }
 
     /// EDS and RDS: records that the resource at position `i` of `names`
     /// was sent with `hash` (`None`: it is gone), moving `sum` by the difference.
     fn record(&mut self, names: &NameList, i: usize, hash: Option<u64>) {
         let key = names.key(i);
-        if let Some(old) = std::mem::replace(&mut self.hashes[i], hash) {
+        let old = std::mem::replace(&mut self.hashes[i], hash.unwrap_or(NOT_SENT));
+        if old != NOT_SENT {
             self.sum = self.sum.wrapping_sub(mix(key, old));
         }
-        if let Some(new) = hash {
+        if let Some(new) = hash.filter(|&h| h != NOT_SENT) {
             self.sum = self.sum.wrapping_add(mix(key, new));
         }
     }
@@ -83,14 +95,14 @@ impl Sent {
     /// recomputes `sum`.
     fn rewatch(&mut self, old: &NameList, new: &NameList) {
         let (before, after) = (old.names(), new.names());
-        let mut hashes = vec![None; after.len()];
+        let mut hashes = vec![NOT_SENT; after.len()];
         let (mut i, mut j) = (0, 0);
         while i < before.len() && j < after.len() {
             match before[i].cmp(&after[j]) {
                 std::cmp::Ordering::Less => i += 1,
                 std::cmp::Ordering::Greater => j += 1,
                 std::cmp::Ordering::Equal => {
-                    hashes[j] = self.hashes.get(i).copied().flatten();
+                    hashes[j] = self.hashes.get(i).copied().unwrap_or(NOT_SENT);
                     i += 1;
                     j += 1;
                 }
@@ -101,7 +113,8 @@ impl Sent {
             .hashes
             .iter()
             .enumerate()
-            .filter_map(|(i, h)| h.map(|h| mix(new.key(i), h)))
+            .filter(|&(_, &h)| h != NOT_SENT)
+            .map(|(i, &h)| mix(new.key(i), h))
             .fold(0u64, u64::wrapping_add);
     }
 }
@@ -355,7 +368,7 @@ impl Connection {
             let i = i as usize;
             match view.endpoint(&w.names.names()[i], eds_view) {
                 Some(r) => {
-                    if sent.hashes[i] != Some(r.hash) || self.eds_resend.contains(&r.name) {
+                    if sent.sent_hash(i) != Some(r.hash) || self.eds_resend.contains(&r.name) {
                         sent.record(&w.names, i, Some(r.hash));
                         changed.push(r);
                     }
@@ -416,7 +429,7 @@ impl Connection {
                     let clusters = &self.sent[t.index()];
                     let (watched, endpoints) =
                         (&self.core.watches[TypeUrl::Endpoint.index()].names, &self.sent[TypeUrl::Endpoint.index()]);
-                    if endpoints.hashes.iter().any(Option::is_some) {
+                    if endpoints.hashes.iter().any(|&h| h != NOT_SENT) {
                         for r in &set.resources {
                             if clusters.resource_hash(&r.name) != Some(r.hash)
                                 && endpoints.hash(watched, &r.name).is_some()
@@ -438,7 +451,7 @@ impl Connection {
                 let changed: Vec<usize> = (0..resolved.resources.len())
                     .filter(|&k| {
                         let r = &resolved.resources[k];
-                        sent.hashes[resolved.positions[k] as usize] != Some(r.hash) || resend(r)
+                        sent.sent_hash(resolved.positions[k] as usize) != Some(r.hash) || resend(r)
                     })
                     .collect();
                 if changed.is_empty() && !first {
