@@ -640,7 +640,7 @@ mod tests {
         };
         let proxy = Proxy::from_node(&node).unwrap();
         assert_eq!(proxy.proxy_config.as_deref(), opts.proxy_config.as_ref());
-        assert!(!proxy.metadata.contains_key("PROXY_CONFIG"));
+        assert!(proxy.metadata.get("PROXY_CONFIG").is_none());
         // Without one, neither tracer nor matcher: Envoy keeps every stat.
         let plain = parsed(&BootstrapOptions::new(SIDECAR, "127.0.0.1:1"));
         assert!(plain.get("tracing").is_none() && plain.get("stats_config").is_none());

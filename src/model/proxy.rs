@@ -13,7 +13,7 @@ use envoy_types::pb::envoy::config::core::v3::Node;
 use envoy_types::pb::google::protobuf::{Struct, Value, value::Kind};
 use serde::Serialize;
 
-use super::Locality;
+use super::{Locality, NodeMetadata};
 use crate::config::mesh::proxy_config::{PROXY_CONFIG_METADATA, ProxyConfig};
 use crate::text::Shown;
 
@@ -125,7 +125,7 @@ pub struct Proxy {
     /// a gRPC client's short names (`foo:8080`) expand with it, as Istio's do.
     pub dns_domain: Arc<str>,
     /// Every other metadata value, flattened to strings.
-    pub metadata: BTreeMap<String, String>,
+    pub metadata: NodeMetadata,
 }
 
 /// The metadata key that says whether a proxy's agent serves it a
@@ -138,12 +138,12 @@ impl Proxy {
     /// The network it is on (metadata `NETWORK`, which the injector sets
     /// from `ISTIO_META_NETWORK`); `""`: the default network.
     pub fn network(&self) -> &str {
-        self.metadata.get("NETWORK").map_or("", String::as_str)
+        self.metadata.get("NETWORK").unwrap_or_default()
     }
 
     /// The id of the cluster it runs in (metadata `CLUSTER_ID`), when it says.
     pub fn cluster_id(&self) -> Option<&str> {
-        self.metadata.get("CLUSTER_ID").map(String::as_str).filter(|c| !c.is_empty())
+        self.metadata.get("CLUSTER_ID").filter(|c| !c.is_empty())
     }
 
     /// The networks whose endpoints it asks to see (metadata
@@ -170,8 +170,8 @@ impl Proxy {
         if ip.is_empty() || workload.is_empty() {
             return Err(bad_id());
         }
-        let mut metadata = node.metadata.as_ref().map(flatten).unwrap_or_default();
-        metadata.remove(PROXY_CONFIG_METADATA);
+        // PROXY_CONFIG is read into `proxy_config` below, not kept as text.
+        let metadata = node.metadata.as_ref().map(flatten).unwrap_or_default();
         let proxy_config = match node.metadata.as_ref().and_then(|m| m.fields.get(PROXY_CONFIG_METADATA)) {
             None => None,
             Some(v) => Some(Arc::new(proxy_config_from(v).map_err(|reason| NodeError::BadMetadata {
@@ -182,7 +182,7 @@ impl Proxy {
         };
         let namespace = metadata
             .get("NAMESPACE")
-            .cloned()
+            .map(str::to_string)
             .or_else(|| workload.split_once('.').map(|(_, ns)| ns.to_string()))
             .or_else(|| domain.split('.').next().filter(|s| !s.is_empty()).map(str::to_string))
             .unwrap_or_else(|| "default".to_string());
@@ -194,7 +194,7 @@ impl Proxy {
                 reason,
             })?,
         };
-        let interception = match metadata.get("INTERCEPTION_MODE").map(String::as_str) {
+        let interception = match metadata.get("INTERCEPTION_MODE") {
             None | Some("REDIRECT") => InterceptionMode::Redirect,
             Some("TPROXY") => InterceptionMode::Tproxy,
             Some("NONE") => InterceptionMode::None,
@@ -222,7 +222,7 @@ impl Proxy {
                 .unwrap_or_default(),
             mesh_certificates: metadata.get(SDS_METADATA).is_none_or(|v| v != "false"),
             proxy_config,
-            client: match metadata.get(GENERATOR_METADATA).map(String::as_str) {
+            client: match metadata.get(GENERATOR_METADATA) {
                 Some(GRPC_GENERATOR) => XdsClient::Grpc,
                 _ => XdsClient::Envoy,
             },
@@ -233,9 +233,14 @@ impl Proxy {
 }
 
 /// Flattens metadata to strings: strings stay, numbers and booleans print,
-/// lists and structs become JSON.
-fn flatten(s: &Struct) -> BTreeMap<String, String> {
-    s.fields.iter().map(|(k, v)| (k.clone(), value_to_string(v))).collect()
+/// lists and structs become JSON. `PROXY_CONFIG` is left out.
+fn flatten(s: &Struct) -> NodeMetadata {
+    flat(s).filter(|(k, _)| *k != PROXY_CONFIG_METADATA).collect()
+}
+
+/// A struct's fields, flattened to strings as [`flatten`] says.
+fn flat(s: &Struct) -> impl Iterator<Item = (&str, String)> {
+    s.fields.iter().map(|(k, v)| (k.as_str(), value_to_string(v)))
 }
 
 fn value_to_string(v: &Value) -> String {
@@ -277,7 +282,7 @@ fn proxy_config_from(v: &Value) -> Result<ProxyConfig, String> {
 /// `LABELS` is a struct of strings in Istio; a JSON string of an object is accepted too.
 fn labels_from(v: &Value) -> Result<BTreeMap<String, String>, String> {
     match &v.kind {
-        Some(Kind::StructValue(s)) => Ok(flatten(s)),
+        Some(Kind::StructValue(s)) => Ok(flat(s).map(|(k, v)| (k.to_string(), v)).collect()),
         Some(Kind::StringValue(text)) if text.trim().is_empty() => Ok(BTreeMap::new()),
         Some(Kind::StringValue(text)) => {
             serde_json::from_str(text).map_err(|e| format!("not a JSON object of strings: {e}"))

@@ -143,7 +143,7 @@ pub fn entry_for(snapshot: &crate::model::StoreSnapshot, proxy: &Proxy) -> Optio
     let mut labels = template.labels.clone();
     labels.extend(group.spec.metadata.labels.clone());
     labels.extend(proxy.labels.clone());
-    let mut annotations = BTreeMap::from([(GROUP_ANNOTATION.to_string(), group_name.clone())]);
+    let mut annotations = BTreeMap::from([(GROUP_ANNOTATION.to_string(), group_name.to_string())]);
     annotations.extend(group.spec.metadata.annotations.clone());
     // The proxy's own locality, when its node has one, over the template's.
     let locality = if proxy.locality.is_empty() {
@@ -188,7 +188,7 @@ mod tests {
             "REDIRECT",
             &[("os", "linux")],
         );
-        p.metadata.insert(GROUP_METADATA.to_string(), group.to_string());
+        p.metadata.insert(GROUP_METADATA, group);
         p
     }
 

@@ -252,7 +252,7 @@ fn proxies(group: Option<&str>) -> Vec<crate::model::Proxy> {
     v1.mesh_certificates = true;
     // What EnvoyFilter proxy matches read: the two sidecars of `cov`
     // differ in version and team.
-    v1.metadata.insert("ISTIO_VERSION".into(), "1.24.0".into());
+    v1.metadata.insert("ISTIO_VERSION", "1.24.0");
 
     let mut v2 = proxy(
         "sidecar~10.50.0.2~client-v2.cov~cov.svc.cluster.local",
@@ -260,8 +260,8 @@ fn proxies(group: Option<&str>) -> Vec<crate::model::Proxy> {
         &[("app", "client"), ("version", "v2")],
     );
     v2.locality = Locality::parse("eu-west/zone-b");
-    v2.metadata.insert("ISTIO_VERSION".into(), "2.0.0".into());
-    v2.metadata.insert("TEAM".into(), "cov".into());
+    v2.metadata.insert("ISTIO_VERSION", "2.0.0");
+    v2.metadata.insert("TEAM", "cov");
     let other = proxy(
         "sidecar~10.50.0.3~client.other~other.svc.cluster.local",
         "REDIRECT",
@@ -273,7 +273,7 @@ fn proxies(group: Option<&str>) -> Vec<crate::model::Proxy> {
     let mut all = vec![v1, v2, other, router];
     if let Some(group) = group {
         let mut vm = proxy("sidecar~10.50.0.5~vm-1.cov~cov.svc.cluster.local", "REDIRECT", &[]);
-        vm.metadata.insert(crate::source::autoregistration::GROUP_METADATA.to_string(), group.to_string());
+        vm.metadata.insert(crate::source::autoregistration::GROUP_METADATA, group);
         all.push(vm);
     }
     all

@@ -49,9 +49,9 @@ fn service_with_pods(name: &str, port: u32, target: u32, prefix: &str, pods: usi
 
 fn sidecar_in(network: &str, cluster: Option<&str>) -> Proxy {
     let mut p = proxy("sidecar~10.99.0.1~client.default~default.svc.cluster.local", "REDIRECT", &[]);
-    p.metadata.insert("NETWORK".into(), network.into());
+    p.metadata.insert("NETWORK", network);
     if let Some(cluster) = cluster {
-        p.metadata.insert("CLUSTER_ID".into(), cluster.into());
+        p.metadata.insert("CLUSTER_ID", cluster);
     }
     p
 }
@@ -250,9 +250,9 @@ fn an_east_west_gateway_sees_its_own_network_and_only_what_mesh_mtls_reaches() {
     ));
     let ctx = context(writes);
     let mut gateway = proxy("router~10.2.0.100~eastwest.istio-system~istio-system.svc.cluster.local", "REDIRECT", &[]);
-    gateway.metadata.insert("NETWORK".into(), "net-west".into());
-    gateway.metadata.insert("CLUSTER_ID".into(), "west".into());
-    gateway.metadata.insert("REQUESTED_NETWORK_VIEW".into(), "net-west".into());
+    gateway.metadata.insert("NETWORK", "net-west");
+    gateway.metadata.insert("CLUSTER_ID", "west");
+    gateway.metadata.insert("REQUESTED_NETWORK_VIEW", "net-west");
     let sni = "outbound_.80_._.books.default.svc.cluster.local";
     assert_eq!(sent(&ctx, sni, &gateway), owned(&[("10.2.0.1", 8080, 1)]));
     // The sidecar's own cluster of west's Pods still holds the plain one.

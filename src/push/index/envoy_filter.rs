@@ -137,14 +137,14 @@ impl ResolvedPatch {
 
     /// Whether the patch wants `proxy`, by version and metadata.
     pub fn wants(&self, proxy: &Proxy) -> bool {
-        let version = proxy.metadata.get(ISTIO_VERSION).map(String::as_str).unwrap_or_default();
+        let version = proxy.metadata.get(ISTIO_VERSION).unwrap_or_default();
         let version_ok = match &self.version {
             VersionMatch::Any => true,
             VersionMatch::Never => false,
             VersionMatch::Pattern(re) => !version.is_empty() && re.is_match(version),
         };
         let metadata = self.matches.proxy.as_ref().map(|p| &p.metadata);
-        version_ok && metadata.into_iter().flatten().all(|(k, v)| proxy.metadata.get(k) == Some(v))
+        version_ok && metadata.into_iter().flatten().all(|(k, v)| proxy.metadata.get(k) == Some(v.as_str()))
     }
 }
 

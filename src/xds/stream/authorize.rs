@@ -149,10 +149,10 @@ mod tests {
     fn a_node_naming_a_service_account_must_be_that_account() {
         let sleep: Identity = "spiffe://cluster.local/ns/default/sa/sleep".parse().unwrap();
         let mut claims = proxy("sidecar~10.0.0.1~sleep-1.default~default.svc.cluster.local");
-        claims.metadata.insert("SERVICE_ACCOUNT".into(), "httpbin".into());
+        claims.metadata.insert("SERVICE_ACCOUNT", "httpbin");
         let refusal = node_identity(&claims, std::slice::from_ref(&sleep)).unwrap_err();
         assert!(refusal.message.contains("service account httpbin"), "{}", refusal.message);
-        claims.metadata.insert("SERVICE_ACCOUNT".into(), "sleep".into());
+        claims.metadata.insert("SERVICE_ACCOUNT", "sleep");
         assert!(node_identity(&claims, std::slice::from_ref(&sleep)).is_ok());
     }
 

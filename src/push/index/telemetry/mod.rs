@@ -645,7 +645,7 @@ fn tag_value(tag: &crate::config::istio::CustomTag) -> Option<TagValue> {
 /// authorization policies (left in the request's metadata by the RBAC filter).
 fn istio_tag_values(proxy: &Proxy) -> Vec<(Arc<str>, TagValue)> {
     let label = |name: &str, default: &str| Arc::from(proxy.labels.get(name).map_or(default, String::as_str));
-    let meta = |name: &str| Arc::from(proxy.metadata.get(name).map_or("unknown", String::as_str));
+    let meta = |name: &str| Arc::from(proxy.metadata.get(name).unwrap_or("unknown"));
     let literal = |name: &str, value: Arc<str>| (Arc::from(name), TagValue::Literal(value));
     let mut tags = vec![
         literal("istio.canonical_revision", label("service.istio.io/canonical-revision", "latest")),
