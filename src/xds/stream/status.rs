@@ -245,6 +245,12 @@ mod tests {
     }
 
     #[test]
+    fn a_types_status_stays_small() {
+        // Nine per stream; as `Watch`, with the watched count for the names.
+        assert!(std::mem::size_of::<TypeStatus>() <= 80, "TypeStatus is {} bytes", std::mem::size_of::<TypeStatus>());
+    }
+
+    #[test]
     fn the_board_holds_a_streams_copy_while_it_is_open() {
         let board = StatusBoard::default();
         let copy = board.open(7);
