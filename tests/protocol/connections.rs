@@ -4,7 +4,8 @@
 //! PINGs is disconnected after the keepalive interval and timeout, and a
 //! new connection is served only once it has a place among the unanswered
 //! streams (a silent client holds one only briefly, an answered stream
-//! gives its place to the next connection).
+//! gives its place to the next connection, and every stream a waiting
+//! connection multiplexes is served once it has its place).
 
 use std::time::{Duration, Instant};
 
@@ -143,4 +144,53 @@ async fn an_answered_stream_gives_its_place_to_the_next_connection() {
         .await
         .expect("the second connection is served while the first stream is open");
     assert_eq!(server.ads.admission().taken(), 0);
+}
+
+#[tokio::test]
+async fn every_stream_of_a_waiting_connection_is_served_once_it_has_a_place() {
+    // As the loadtest's s4 connections: six streams on one connection, each
+    // opening with a request of about 62 KB (an Envoy 1.40 node's size), so
+    // that together they pass the 65,535 bytes a client may send before the
+    // server's first SETTINGS and WINDOW_UPDATE; the connection waits for
+    // its place behind a silent client meanwhile.
+    use envoy_types::pb::google::protobuf::{Value, value::Kind};
+    let server = one_place().await;
+    let _silent = tokio::net::TcpStream::connect(server.addr).await.unwrap();
+    let admission = server.ads.admission();
+    wait_until_async(Instant::now() + Duration::from_secs(5), "the silent connection to hold the place", || async {
+        if admission.taken() == 1 { Ok(()) } else { Err(format!("{} places taken", admission.taken())) }
+    })
+    .await;
+    let client = AggregatedDiscoveryServiceClient::connect(format!("http://{}", server.addr)).await.unwrap();
+    let streams: Vec<_> = (0..6)
+        .map(|i| {
+            let mut client = client.clone();
+            tokio::spawn(async move {
+                let (tx, rx) = tokio::sync::mpsc::channel(4);
+                let mut node = meshpush::testing::memory::node(PRODUCTPAGE, "NONE", &[("app", "productpage")]);
+                let pad = Value { kind: Some(Kind::StringValue(format!("{i}").repeat(62_000))) };
+                node.metadata.as_mut().unwrap().fields.insert("PAD".into(), pad);
+                let first = DiscoveryRequest {
+                    node: Some(node),
+                    type_url: TypeUrl::Cluster.as_str().into(),
+                    ..Default::default()
+                };
+                tx.send(first).await.unwrap();
+                let mut responses = client.stream_aggregated_resources(ReceiverStream::new(rx)).await?.into_inner();
+                responses.message().await?.ok_or_else(|| tonic::Status::cancelled("no response"))?;
+                Ok::<_, tonic::Status>(tx)
+            })
+        })
+        .collect();
+    // Served once the silent client's hold has passed: well within the 30 s
+    // a begun request has to arrive whole.
+    let deadline = FIRST_REQUEST_HOLD + Duration::from_secs(10);
+    for (i, stream) in streams.into_iter().enumerate() {
+        match tokio::time::timeout(deadline, stream).await {
+            Ok(Ok(Ok(_open))) => {}
+            Ok(Ok(Err(status))) => panic!("stream {i} was refused: {status}"),
+            Ok(Err(e)) => panic!("stream {i}'s task failed: {e}"),
+            Err(_) => panic!("stream {i} had no response within {deadline:?}"),
+        }
+    }
 }
