@@ -533,6 +533,9 @@ fn spawn<P: Protocol>(
             }
             // Lent, not moved: an async fn's arguments would be kept twice
             // in this task's state, once here and once in `serve_stream`'s.
+            // `tx` so outlives `serve_stream` and is dropped when this task
+            // ends, after `end` is set below: the body reads `end` once the
+            // channel closes, so it always finds the status set.
             let (mut requests, mut drain, mut unanswered) = (requests, drain, unanswered);
             let parts =
                 StreamParts { requests: &mut requests, tx: &tx, drain: &mut drain, unanswered: &mut unanswered };
