@@ -26,13 +26,18 @@
 //!   the floor replays endpoint changes only.
 //!
 //! ```text
-//! cargo run --release --example replay_floor -- --scenario s1 --xds-addr 127.0.0.1:15110 --admin-addr 127.0.0.1:15114 &
+//! cargo build --release --example replay_floor && cargo build --release -p loadtest
+//! target/release/examples/replay_floor --scenario s1 --xds-addr 127.0.0.1:15110 --admin-addr 127.0.0.1:15114 &
+//! until curl -s -o /dev/null http://127.0.0.1:15114/; do sleep 0.2; done   # generated, listening
 //! target/release/loadtest s1 --target 127.0.0.1:15110 --server-pid $! \
 //!     --trigger 'curl -sf http://127.0.0.1:15114/change/%n' \
 //!     --expect 'eds:outbound|9080||svc-0.ns-0.svc.cluster.local:127.250.0.%n'
+//! kill $!
 //!
-//! cargo run --release --example replay_floor -- --scenario churn --xds-addr 127.0.0.1:15110 --admin-addr 127.0.0.1:15114 &
+//! target/release/examples/replay_floor --scenario churn --xds-addr 127.0.0.1:15110 --admin-addr 127.0.0.1:15114 &
+//! until curl -s -o /dev/null http://127.0.0.1:15114/; do sleep 0.2; done   # generated, listening
 //! target/release/loadtest churn --target 127.0.0.1:15110 --server-pid $! --no-load
+//! kill $!
 //! ```
 
 use std::collections::{HashMap, HashSet};
@@ -286,6 +291,9 @@ fn address_of(endpoint: &LbEndpoint) -> Option<&str> {
 }
 
 async fn serve(args: Args, replay: Arc<Replay>) -> anyhow::Result<()> {
+    // The ADS listener first: once the admin address answers, ADS
+    // connections are queued too.
+    let listener = connections::XdsListener::bind_tcp(args.xds_addr)?;
     let admin = axum::Router::new()
         .route(
             "/change/{n}",
@@ -302,7 +310,6 @@ async fn serve(args: Args, replay: Arc<Replay>) -> anyhow::Result<()> {
         .with_state(replay.clone());
     let admin_listener = tokio::net::TcpListener::bind(args.admin_addr).await?;
     tokio::spawn(async move { axum::serve(admin_listener, admin).await });
-    let listener = connections::XdsListener::bind_tcp(args.xds_addr)?;
     eprintln!("replay_floor: serving ADS and the registry API on {} (pid {})", args.xds_addr, std::process::id());
     // Served as meshpush serves its xDS port: the same connection handling
     // (its accept queue, hyper, keepalive), so the floor moves with the stack.
