@@ -56,7 +56,9 @@ use envoy_types::pb::envoy::config::endpoint::v3::{ClusterLoadAssignment, LbEndp
 use futures::future::BoxFuture;
 use loadtest::mesh::Shape;
 use loadtest::scenario::Scenario;
+use meshpush::config::k8s::SERVICE_NAME_LABEL;
 use meshpush::config::parse::parse_documents;
+use meshpush::config::{ConfigObject, Severity};
 use meshpush::generate::cache::ScopedCache;
 use meshpush::model::store::Write;
 use meshpush::model::{ConfigStore, Proxy};
@@ -64,6 +66,7 @@ use meshpush::push::{PushChanges, PushContext, ScopeInterner};
 use meshpush::resource::TypeUrl;
 use meshpush::resource::{EncodedResource, version_of};
 use meshpush::serve::connections;
+use meshpush::source::registry::REGISTRY_SOURCE;
 use meshpush::source::registry::proto::registry_server::{Registry, RegistryServer};
 use meshpush::source::registry::proto::{
     ApplyRequest, ApplyResponse, GetVersionRequest, VersionResponse, WaitForRevisionRequest,
@@ -329,58 +332,37 @@ async fn serve(args: Args, replay: Arc<Replay>) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// The fields of an `EndpointSlice` that a change sets.
-#[derive(serde::Deserialize)]
-struct Slice {
-    kind: String,
-    metadata: SliceMetadata,
-    #[serde(default)]
-    ports: Vec<SlicePort>,
-    #[serde(default)]
-    endpoints: Vec<SliceEndpoint>,
-}
-
-#[derive(serde::Deserialize)]
-struct SliceMetadata {
-    #[serde(default)]
-    namespace: Option<String>,
-    #[serde(default)]
-    labels: HashMap<String, String>,
-}
-
-#[derive(serde::Deserialize)]
-struct SlicePort {
-    port: u16,
-}
-
-#[derive(serde::Deserialize)]
-struct SliceEndpoint {
-    #[serde(default)]
-    addresses: Vec<String>,
-}
-
 /// `text` cut to [`QUOTED`] characters, to quote a client's text back.
 fn quoted(text: &str) -> String {
     text.chars().take(QUOTED).collect()
 }
 
-/// The change an `EndpointSlice` document makes.
+/// The change an `EndpointSlice` document makes, read by meshpush's own
+/// parser and checks.
 fn slice_change(replay: &Replay, document: &str) -> Result<Arc<Change>, Status> {
-    let slice: Slice = serde_yaml_ng::from_str(document)
-        .map_err(|e| Status::invalid_argument(format!("not an EndpointSlice: {}", quoted(&e.to_string()))))?;
-    if slice.kind != "EndpointSlice" {
-        let kind = quoted(&slice.kind);
-        return Err(Status::unimplemented(format!("the replay floor replays endpoint changes only, not a {kind}")));
+    let parsed = parse_documents(REGISTRY_SOURCE, document);
+    if let Some(problem) = parsed.problems.iter().find(|p| p.severity == Severity::Error) {
+        return Err(Status::invalid_argument(quoted(&problem.to_string())));
     }
-    let namespace = slice.metadata.namespace.as_deref().unwrap_or("default");
+    let [(object, _)] = parsed.objects.as_slice() else {
+        return Err(Status::invalid_argument("each put is one object"));
+    };
+    let ConfigObject::EndpointSlice(slice) = object else {
+        let kind = object.kind();
+        return Err(Status::unimplemented(format!("the replay floor replays endpoint changes only, not a {kind}")));
+    };
     let service = slice
         .metadata
         .labels
-        .get("kubernetes.io/service-name")
-        .ok_or_else(|| Status::invalid_argument("an EndpointSlice without kubernetes.io/service-name"))?;
-    let port = slice.ports.first().ok_or_else(|| Status::invalid_argument("an EndpointSlice without ports"))?.port;
-    let cluster = format!("outbound|{port}||{service}.{namespace}.svc.cluster.local");
-    let addresses: Vec<String> = slice.endpoints.into_iter().filter_map(|e| e.addresses.into_iter().next()).collect();
+        .get(SERVICE_NAME_LABEL)
+        .ok_or_else(|| Status::invalid_argument(format!("an EndpointSlice without {SERVICE_NAME_LABEL}")))?;
+    let port = slice
+        .ports
+        .first()
+        .and_then(|p| p.port)
+        .ok_or_else(|| Status::invalid_argument("an EndpointSlice without a port"))?;
+    let cluster = format!("outbound|{port}||{service}.{}.svc.cluster.local", slice.metadata.namespace());
+    let addresses: Vec<String> = slice.endpoints.iter().filter_map(|e| e.addresses.first().cloned()).collect();
     replay.with_addresses(&cluster, &addresses).map_err(|e| Status::not_found(quoted(&format!("{e:#}"))))
 }
 
