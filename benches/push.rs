@@ -46,7 +46,7 @@ fn source() -> SourceRef {
 
 fn store_of(objects: Vec<ConfigObject>) -> ConfigStore {
     let store = ConfigStore::new();
-    store.apply(objects.into_iter().map(|o| Write::Put(o, source())));
+    store.apply(objects.into_iter().map(|o| Write::put(o, source())));
     store
 }
 
@@ -116,12 +116,12 @@ fn push_context(c: &mut Criterion) {
             for k in 0..spec.namespaces {
                 prev.scope_for(&sidecar(&spec, k));
             }
-            let vs_change = store.apply([Write::Put(spec.virtual_service(spec.namespaces + 1, 50), source())]);
+            let vs_change = store.apply([Write::put(spec.virtual_service(spec.namespaces + 1, 50), source())]);
             let vs_request = PushRequest::new(vs_change);
             group.bench_function(BenchmarkId::new("next_after_virtual_service", &label), |b| {
                 b.iter_with_large_drop(|| PushContext::next(&prev, vs_request.store.clone(), &vs_request))
             });
-            let ep_change = store.apply([Write::Put(spec.pod(1, 0, "10.254.0.1"), source())]);
+            let ep_change = store.apply([Write::put(spec.pod(1, 0, "10.254.0.1"), source())]);
             let ep_request = PushRequest::new(ep_change);
             let prev2 = PushContext::next(&prev, vs_request.store.clone(), &vs_request).0;
             group.bench_function(BenchmarkId::new("next_after_endpoint", &label), |b| {
@@ -137,7 +137,7 @@ fn push_context(c: &mut Criterion) {
     let store = store_of(spec.objects().into_iter().chain(spec.slices()).collect());
     let prev = PushContext::build(store.snapshot(), 1, Arc::new(ScopeInterner::default()));
     let moved = [MeshSpec::address(1, 0), "10.254.0.1".to_string()];
-    let request = PushRequest::new(store.apply([Write::Put(spec.slice(1, &moved), source())]));
+    let request = PushRequest::new(store.apply([Write::put(spec.slice(1, &moved), source())]));
     group.bench_function(BenchmarkId::new("next_after_endpoint_slice", format!("{services}/open")), |b| {
         b.iter_with_large_drop(|| PushContext::next(&prev, request.store.clone(), &request))
     });
@@ -259,7 +259,7 @@ fn envoy_filters(c: &mut Criterion) {
     let filters = ten_mesh_wide_filters(&target.hostname, target.ports[0].port);
     let parsed = meshpush::config::parse::parse_documents("bench.yaml", &filters);
     assert!(!parsed.has_errors(), "{:?}", parsed.problems);
-    store.apply(parsed.objects.into_iter().map(|(o, s)| Write::Put(o, s)));
+    store.apply(parsed.objects.into_iter().map(|(o, s)| Write::put(o, s)));
     let ctx = PushContext::build(store.snapshot(), 1, Arc::new(ScopeInterner::default()));
     let scope = ctx.scope_for(&sidecar(&spec, 5));
     assert_eq!(scope.key.envoy_filters.len(), 9, "every outbound patch applies to the scope");
@@ -351,7 +351,7 @@ fn full_push(c: &mut Criterion) {
     let store = store_of(Vec::new());
     let ads = AdsService::new(PushEngine::new());
     let engine = ads.engine();
-    let changes = store.apply(spec.objects().into_iter().map(|o| Write::Put(o, source())));
+    let changes = store.apply(spec.objects().into_iter().map(|o| Write::put(o, source())));
     let routes = Arc::new(AtomicUsize::new(0));
     let bytes = Arc::new(AtomicUsize::new(0));
     runtime.block_on(async {
@@ -385,7 +385,7 @@ fn full_push(c: &mut Criterion) {
         b.iter_custom(|iters| {
             timed_pushes(&runtime, engine, &routes, streams, iters, || {
                 weight = (weight + 7) % 100;
-                store.apply([Write::Put(spec.virtual_service(0, weight), source())])
+                store.apply([Write::put(spec.virtual_service(0, weight), source())])
             })
         })
     });
@@ -435,8 +435,8 @@ fn secret_rotation(c: &mut Criterion) {
     let store = store_of(Vec::new());
     let ads = AdsService::new(PushEngine::new());
     let engine = ads.engine();
-    let mut writes: Vec<Write> = gateway.objects.into_iter().map(|(o, s)| Write::Put(o, s)).collect();
-    writes.push(Write::Put(secrets[0].clone(), source()));
+    let mut writes: Vec<Write> = gateway.objects.into_iter().map(|(o, s)| Write::put(o, s)).collect();
+    writes.push(Write::put(secrets[0].clone(), source()));
     let changes = store.apply(writes);
     let received = Arc::new(AtomicUsize::new(0));
     runtime.block_on(async {
@@ -470,7 +470,7 @@ fn secret_rotation(c: &mut Criterion) {
         b.iter_custom(|iters| {
             timed_pushes(&runtime, engine, &received, streams, iters, || {
                 which = 1 - which;
-                store.apply([Write::Put(secrets[which].clone(), source())])
+                store.apply([Write::put(secrets[which].clone(), source())])
             })
         })
     });

@@ -166,7 +166,7 @@ fn generate(scenario: Scenario) -> anyhow::Result<Replay> {
     for (file, text) in shape.files() {
         let parsed = parse_documents(&file, &text);
         anyhow::ensure!(!parsed.has_errors(), "{file}: {:?}", parsed.problems);
-        store.apply(parsed.objects.into_iter().map(|(object, source)| Write::Put(object, source)));
+        store.apply(parsed.objects.into_iter().map(|(object, source)| Write::put(object, source)));
     }
     let ctx = PushContext::build(store.snapshot(), 1, Arc::new(ScopeInterner::default()));
     let cache = ScopedCache::new();

@@ -82,7 +82,7 @@ impl Impersonation {
         }
         let ctx = self.engine.snapshot();
         let key = ConfigKey::new(ConfigKind::Pod, account.namespace(), &pod.name);
-        let Some(ConfigObject::Pod(own)) = ctx.store.get(&key).map(|s| &s.object) else {
+        let Some(ConfigObject::Pod(own)) = ctx.store.get(&key).map(|s| &*s.object) else {
             return Err(format!("the caller's Pod {}/{} does not exist", account.namespace(), Shown(&pod.name)));
         };
         if service_account(own) != account.service_account() {
@@ -126,7 +126,7 @@ fn on_node(store: &crate::model::StoreSnapshot, identity: &Identity, node: &str)
     let range = (Bound::Included(key(namespace)), Bound::Excluded(key(&format!("{namespace}\0"))));
     // A node name is its cluster's: only Pods of the CA's own cluster count.
     store.kind(ConfigKind::Pod).range(range).filter(|(key, _)| key.cluster.is_local()).any(|(_, stored)| {
-        matches!(&stored.object, ConfigObject::Pod(pod)
+        matches!(&*stored.object, ConfigObject::Pod(pod)
             if pod.spec.node_name.as_deref() == Some(node)
                 && service_account(pod) == identity.service_account()
                 && pod.status.phase.as_deref() != Some("Failed"))

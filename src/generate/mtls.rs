@@ -167,7 +167,7 @@ pub(crate) fn identities(ctx: &PushContext, svc: &Service) -> Vec<String> {
         .map(|account| ctx.mesh.spiffe_id(&svc.namespace, account))
         .collect();
     if let Some(stored) = ctx.store.get(&svc.source)
-        && let crate::config::ConfigObject::ServiceEntry(entry) = &stored.object
+        && let crate::config::ConfigObject::ServiceEntry(entry) = &*stored.object
     {
         out.extend(entry.spec.subject_alt_names.iter().cloned());
     }

@@ -41,7 +41,7 @@ pub fn proxy_config(ctx: &PushContext) -> Option<ProxyConfig> {
     }
     let fetched = anchors.bundle_urls.iter().filter_map(|url| {
         let key = ConfigKey::new(ConfigKind::FetchedTrustBundle, "", &fetched_trust_bundle_name(url));
-        match ctx.store.get(&key).map(|s| &s.object) {
+        match ctx.store.get(&key).map(|s| &*s.object) {
             Some(ConfigObject::FetchedTrustBundle(f)) if *f.url == **url => Some(&f.roots),
             _ => None,
         }
@@ -93,7 +93,7 @@ mod test {
             roots: roots.iter().map(|r| r.to_string()).collect(),
             ..Default::default()
         };
-        Write::Put(ConfigObject::FetchedTrustBundle(Box::new(object)), SourceRef { file: "test".into(), doc: 0 })
+        Write::put(ConfigObject::FetchedTrustBundle(Box::new(object)), SourceRef { file: "test".into(), doc: 0 })
     }
 
     #[test]

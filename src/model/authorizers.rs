@@ -132,7 +132,7 @@ fn registry(snapshot: &StoreSnapshot) -> Registry {
         out.entry(host::service_fqdn(&meta.name, meta.namespace())).or_default().insert(meta.namespace().into());
     }
     for stored in snapshot.kind(ConfigKind::ServiceEntry).values() {
-        let ConfigObject::ServiceEntry(se) = &stored.object else { continue };
+        let ConfigObject::ServiceEntry(se) = &*stored.object else { continue };
         let namespace: Arc<str> = se.metadata.namespace().into();
         for h in &se.spec.hosts {
             out.entry(host::resolve(h, &namespace)).or_default().insert(namespace.clone());

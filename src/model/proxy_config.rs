@@ -33,7 +33,7 @@ pub fn effective(
     let mut objects: Vec<&ProxyConfigObject> = snapshot
         .kind(ConfigKind::ProxyConfig)
         .values()
-        .filter_map(|stored| match &stored.object {
+        .filter_map(|stored| match &*stored.object {
             ConfigObject::ProxyConfig(o) => Some(&**o),
             _ => None,
         })

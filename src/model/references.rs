@@ -35,7 +35,7 @@ pub fn check_references(snapshot: &StoreSnapshot) -> Vec<Problem> {
     let default_export = &mesh.export_to.virtual_services;
     let mut problems = Vec::new();
     for stored in snapshot.kind(ConfigKind::VirtualService).values() {
-        let ConfigObject::VirtualService(vs) = &stored.object else {
+        let ConfigObject::VirtualService(vs) = &*stored.object else {
             continue;
         };
         let namespace = vs.metadata.namespace();
@@ -60,7 +60,7 @@ pub fn check_references(snapshot: &StoreSnapshot) -> Vec<Problem> {
             if let Some(delegate) = &route.delegate {
                 let ns = delegate.namespace.as_deref().filter(|n| !n.is_empty()).unwrap_or(namespace);
                 let found = snapshot.get(&ConfigKey::new(ConfigKind::VirtualService, ns, &delegate.name));
-                let why = match found.map(|s| &s.object) {
+                let why = match found.map(|s| &*s.object) {
                     None => Some(format!("VirtualService {ns}/{} does not exist", delegate.name)),
                     Some(ConfigObject::VirtualService(d)) if !d.spec.hosts.is_empty() => {
                         Some(format!("VirtualService {ns}/{} has hosts, so it is not a delegate", delegate.name))
@@ -118,7 +118,7 @@ pub fn check_references(snapshot: &StoreSnapshot) -> Vec<Problem> {
         }
     }
     for stored in snapshot.kind(ConfigKind::Sidecar).values() {
-        let ConfigObject::Sidecar(sidecar) = &stored.object else {
+        let ConfigObject::Sidecar(sidecar) = &*stored.object else {
             continue;
         };
         if let Some(proxy) = sidecar.spec.outbound_traffic_policy.as_ref().and_then(|p| p.egress_proxy.as_ref()) {
@@ -143,20 +143,20 @@ fn gateway_port_conflicts(snapshot: &StoreSnapshot, problems: &mut Vec<Problem>)
     use crate::config::istio::{Server, port_conflicts};
     let mut groups: BTreeMap<&BTreeMap<String, String>, Vec<&Arc<StoredObject>>> = BTreeMap::new();
     for stored in snapshot.kind(ConfigKind::Gateway).values() {
-        if let ConfigObject::Gateway(gw) = &stored.object {
+        if let ConfigObject::Gateway(gw) = &*stored.object {
             groups.entry(&gw.spec.selector).or_default().push(stored);
         }
     }
     for members in groups.values().filter(|m| m.len() > 1) {
         let mut servers: Vec<(String, &Server, usize, usize)> = Vec::new();
         for (g, stored) in members.iter().enumerate() {
-            let ConfigObject::Gateway(gw) = &stored.object else { continue };
+            let ConfigObject::Gateway(gw) = &*stored.object else { continue };
             for (i, s) in gw.spec.servers.iter().enumerate() {
                 servers.push((format!("{} spec.servers[{i}]", stored.object.key()), s, g, i));
             }
         }
         let own = |g: usize, i: usize| {
-            let ConfigObject::Gateway(gw) = &members[g].object else { return false };
+            let ConfigObject::Gateway(gw) = &*members[g].object else { return false };
             let labelled = gw.spec.servers.iter().enumerate().map(|(i, s)| (i.to_string(), s));
             port_conflicts(labelled).iter().any(|(j, _)| *j == i)
         };
@@ -182,12 +182,12 @@ fn gateway_port_conflicts(snapshot: &StoreSnapshot, problems: &mut Vec<Problem>)
 fn gateway_credentials(snapshot: &StoreSnapshot, problems: &mut Vec<Problem>) {
     use crate::config::secret::TlsMaterial;
     for stored in snapshot.kind(ConfigKind::Gateway).values() {
-        let ConfigObject::Gateway(gw) = &stored.object else { continue };
+        let ConfigObject::Gateway(gw) = &*stored.object else { continue };
         let namespace = gw.metadata.namespace();
         let material = |name: &str| -> Option<TlsMaterial> {
             let name = name.strip_prefix("kubernetes://").unwrap_or(name);
             let (ns, name) = name.split_once('/').unwrap_or((namespace, name));
-            match &snapshot.get(&ConfigKey::new(ConfigKind::Secret, ns, name))?.object {
+            match &*snapshot.get(&ConfigKey::new(ConfigKind::Secret, ns, name))?.object {
                 ConfigObject::Secret(s) => Some(s.material()),
                 _ => None,
             }
@@ -260,7 +260,7 @@ impl Registry {
             hosts.insert(host::service_fqdn(&meta.name, meta.namespace()));
         }
         for stored in snapshot.kind(ConfigKind::ServiceEntry).values() {
-            let ConfigObject::ServiceEntry(se) = &stored.object else {
+            let ConfigObject::ServiceEntry(se) = &*stored.object else {
                 continue;
             };
             for h in &se.spec.hosts {
@@ -269,7 +269,7 @@ impl Registry {
         }
         let mut rules: BTreeMap<Hostname, Vec<_>> = BTreeMap::new();
         for (key, stored) in snapshot.kind(ConfigKind::DestinationRule).iter() {
-            let ConfigObject::DestinationRule(dr) = &stored.object else {
+            let ConfigObject::DestinationRule(dr) = &*stored.object else {
                 continue;
             };
             let subsets = dr.spec.subsets.iter().map(|s| s.name.clone()).collect();
@@ -329,7 +329,7 @@ type SidecarScope<'a> = (Arc<str>, Option<Vec<(&'a str, &'a str)>>);
 fn sidecar_collisions(snapshot: &StoreSnapshot, problems: &mut Vec<Problem>) {
     let mut seen: BTreeMap<SidecarScope<'_>, &ConfigKey> = BTreeMap::new();
     for (key, stored) in snapshot.kind(ConfigKind::Sidecar).iter() {
-        let ConfigObject::Sidecar(sidecar) = &stored.object else {
+        let ConfigObject::Sidecar(sidecar) = &*stored.object else {
             continue;
         };
         let selector = sidecar
@@ -386,7 +386,7 @@ mod tests {
         let parsed = parse_documents("refs.yaml", yaml);
         assert!(!parsed.has_errors(), "{:#?}", parsed.problems);
         let store = ConfigStore::new();
-        store.apply(parsed.objects.into_iter().map(|(o, s)| Write::Put(o, s)));
+        store.apply(parsed.objects.into_iter().map(|(o, s)| Write::put(o, s)));
         check_references(&store.snapshot())
     }
 
@@ -448,13 +448,13 @@ spec: {servers: [{port: {number: 80, name: http, protocol: HTTP}, hosts: ["*"]}]
         );
         let parsed = parse_documents("refs.yaml", &yaml);
         let store = ConfigStore::new();
-        store.apply(parsed.objects.into_iter().map(|(o, s)| Write::Put(o, s)));
+        store.apply(parsed.objects.into_iter().map(|(o, s)| Write::put(o, s)));
         assert_eq!(check_references(&store.snapshot()), vec![], "Istio's default: exported everywhere");
 
         let mut mesh = crate::config::mesh::MeshConfig::default();
         mesh.export_to.virtual_services = vec![".".into()];
         let object = ConfigObject::MeshConfig(Box::new(crate::config::mesh::MeshConfigObject::new(mesh)));
-        store.apply([Write::Put(object, crate::config::SourceRef { file: "mesh.yaml".into(), doc: 0 })]);
+        store.apply([Write::put(object, crate::config::SourceRef { file: "mesh.yaml".into(), doc: 0 })]);
         let problems = check_references(&store.snapshot());
         assert_eq!(problems.iter().map(|p| p.path.as_str()).collect::<Vec<_>>(), ["spec.http[0].delegate"]);
         assert!(problems[0].message.contains("not exported to namespace edge"), "{}", problems[0].message);

@@ -19,8 +19,9 @@ use crate::config::{ConfigKey, ConfigKind, ConfigObject, SourceRef};
 /// One object in the store.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct StoredObject {
-    /// The object.
-    pub object: ConfigObject,
+    /// The object, shared with the source that read it (a file source
+    /// keeps each file's objects to re-put them; sharing keeps one copy).
+    pub object: Arc<ConfigObject>,
     /// Where it came from.
     pub source: SourceRef,
     /// Store revision at which this version was written.
@@ -72,7 +73,7 @@ impl StoreSnapshot {
     /// the mesh config source writes), if any.
     pub fn mesh_config(&self) -> Option<Arc<crate::config::mesh::MeshConfig>> {
         let key = ConfigKey::new(ConfigKind::MeshConfig, "", crate::config::mesh::MESH_CONFIG_NAME);
-        match &self.get(&key)?.object {
+        match &*self.get(&key)?.object {
             ConfigObject::MeshConfig(o) => Some(o.mesh.clone()),
             _ => None,
         }
@@ -80,19 +81,23 @@ impl StoreSnapshot {
 }
 
 /// One write of a batch.
-// Writes live only for the length of a batch; boxing every object to shrink
-// the rare Delete would cost more than the size difference.
-#[allow(clippy::large_enum_variant)]
 #[derive(Debug, Clone)]
 pub enum Write {
     /// Insert or replace an object.
-    Put(ConfigObject, SourceRef),
+    Put(Arc<ConfigObject>, SourceRef),
     /// Remove an object (absent keys are ignored).
     Delete(ConfigKey),
     /// Remove an object if it is still the version `source` wrote (the
     /// `file` of its [`SourceRef`]): a source that shares keys with others
     /// withdraws its own objects and never one another source wrote since.
     Withdraw(ConfigKey, Arc<str>),
+}
+
+impl Write {
+    /// A [`Write::Put`] of `object`, owned or already shared.
+    pub fn put(object: impl Into<Arc<ConfigObject>>, source: SourceRef) -> Write {
+        Write::Put(object.into(), source)
+    }
 }
 
 /// The keys a batch changed, and the store as it was right after the batch.
@@ -220,9 +225,9 @@ mod tests {
     #[test]
     fn identical_put_changes_nothing() {
         let store = ConfigStore::new();
-        let first = store.apply([Write::Put(vs("r", "reviews"), src())]);
+        let first = store.apply([Write::put(vs("r", "reviews"), src())]);
         assert_eq!(first.keys.len(), 1);
-        let again = store.apply([Write::Put(vs("r", "reviews"), src())]);
+        let again = store.apply([Write::put(vs("r", "reviews"), src())]);
         assert!(again.is_empty());
         assert_eq!(again.revision, first.revision);
     }
@@ -231,12 +236,12 @@ mod tests {
     fn a_withdrawal_removes_only_what_its_source_still_holds() {
         let store = ConfigStore::new();
         let mcp = SourceRef { file: "mcp:xds://a:1/VirtualService/default/r".into(), doc: 0 };
-        store.apply([Write::Put(vs("r", "reviews"), mcp.clone())]);
+        store.apply([Write::put(vs("r", "reviews"), mcp.clone())]);
         // Another source writes the key since: the withdrawal leaves it.
-        store.apply([Write::Put(vs("r", "ratings"), src())]);
+        store.apply([Write::put(vs("r", "ratings"), src())]);
         assert!(store.apply([Write::Withdraw(vs("r", "").key(), mcp.file.clone())]).is_empty());
         assert!(store.snapshot().get(&vs("r", "").key()).is_some());
-        store.apply([Write::Put(vs("r", "reviews"), mcp.clone())]);
+        store.apply([Write::put(vs("r", "reviews"), mcp.clone())]);
         let gone = store.apply([Write::Withdraw(vs("r", "").key(), mcp.file)]);
         assert_eq!(gone.keys, vec![vs("r", "").key()]);
         assert!(store.snapshot().get(&vs("r", "").key()).is_none());
@@ -245,11 +250,11 @@ mod tests {
     #[test]
     fn snapshots_do_not_see_later_writes() {
         let store = ConfigStore::new();
-        store.apply([Write::Put(vs("r", "reviews"), src())]);
+        store.apply([Write::put(vs("r", "reviews"), src())]);
         let before = store.snapshot();
-        let changes = store.apply([Write::Put(vs("r", "ratings"), src()), Write::Delete(vs("x", "y").key())]);
+        let changes = store.apply([Write::put(vs("r", "ratings"), src()), Write::Delete(vs("x", "y").key())]);
         assert_eq!(changes.keys, vec![vs("r", "").key()]);
-        let ConfigObject::VirtualService(old) = &before.get(&vs("r", "").key()).unwrap().object else {
+        let ConfigObject::VirtualService(old) = &*before.get(&vs("r", "").key()).unwrap().object else {
             panic!("wrong kind")
         };
         assert_eq!(old.spec.hosts, vec!["reviews".to_string()]);

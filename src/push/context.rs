@@ -348,7 +348,7 @@ impl PushContext {
         if gateway_api_moved {
             for index in [&prev.gateway_api, &gateway_api] {
                 for stored in &index.virtual_services {
-                    if let ConfigObject::VirtualService(vs) = &stored.object
+                    if let ConfigObject::VirtualService(vs) = &*stored.object
                         && vs.spec.gateways.iter().any(|g| g == crate::config::istio::MESH_GATEWAY)
                     {
                         mesh_route_hosts.extend(vs.spec.hosts.iter().map(|h| Hostname::from(h.as_str())));
@@ -365,8 +365,8 @@ impl PushContext {
             ..Default::default()
         };
         for key in &request.keys {
-            let old = prev.store.get(key).map(|s| &s.object);
-            let new = store.get(key).map(|s| &s.object);
+            let old = prev.store.get(key).map(|s| &*s.object);
+            let new = store.get(key).map(|s| &*s.object);
             for object in [old, new].into_iter().flatten() {
                 affected_hosts(object, &prev.store, &prev.services, &services, &mut changes.dirty_hosts);
             }

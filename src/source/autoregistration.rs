@@ -100,9 +100,9 @@ impl AutoRegistration {
         for (key, entry) in &wanted {
             self.owned.insert(key.clone(), None);
             let object = ConfigObject::WorkloadEntry(entry.clone());
-            let current = snapshot.get(key).map(|s| &s.object);
+            let current = snapshot.get(key).map(|s| &*s.object);
             if current != Some(&object) {
-                writes.push(Write::Put(object, SourceRef { file: SOURCE.into(), doc: 0 }));
+                writes.push(Write::put(object, SourceRef { file: SOURCE.into(), doc: 0 }));
             }
         }
         let mut gone = Vec::new();
@@ -138,7 +138,7 @@ impl AutoRegistration {
 pub fn entry_for(snapshot: &crate::model::StoreSnapshot, proxy: &Proxy) -> Option<WorkloadEntry> {
     let group_name = proxy.metadata.get(GROUP_METADATA).filter(|g| !g.is_empty())?;
     let key = ConfigKey::new(ConfigKind::WorkloadGroup, &proxy.namespace, group_name);
-    let ConfigObject::WorkloadGroup(group) = &snapshot.get(&key)?.object else { return None };
+    let ConfigObject::WorkloadGroup(group) = &*snapshot.get(&key)?.object else { return None };
     let template = &group.spec.template;
     let mut labels = template.labels.clone();
     labels.extend(group.spec.metadata.labels.clone());
@@ -205,7 +205,7 @@ mod tests {
         let start = Instant::now();
         assert!(source.reconcile(start).await);
         let key = ConfigKey::new(ConfigKind::WorkloadEntry, "default", "ratings-vm-10.9.0.7");
-        let Some(ConfigObject::WorkloadEntry(entry)) = store.snapshot().get(&key).map(|s| s.object.clone()) else {
+        let Some(ConfigObject::WorkloadEntry(entry)) = store.snapshot().get(&key).map(|s| (*s.object).clone()) else {
             panic!("the entry is registered")
         };
         assert_eq!(entry.spec.address, "10.9.0.7");
@@ -242,7 +242,7 @@ mod tests {
         engine.queue().unregister(handle.id);
         assert!(source.reconcile(now + Duration::from_secs(1)).await);
         let key = ConfigKey::new(ConfigKind::WorkloadEntry, "default", "ratings-vm-10.9.0.7");
-        let Some(ConfigObject::WorkloadEntry(entry)) = store.snapshot().get(&key).map(|s| s.object.clone()) else {
+        let Some(ConfigObject::WorkloadEntry(entry)) = store.snapshot().get(&key).map(|s| (*s.object).clone()) else {
             panic!()
         };
         assert_eq!(entry.spec.address, "10.1.1.1", "the file's entry stays as written");

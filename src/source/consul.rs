@@ -239,7 +239,7 @@ impl ConsulSource {
                 let key = ConfigKey::new(ConfigKind::ServiceEntry, consul::NAMESPACE, &format!("consul-{name}"));
                 // Refused, there is none: the last good version stays.
                 if let Some((object, source)) = parsed.objects.into_iter().next() {
-                    writes.push(Write::Put(object, source));
+                    writes.push(Write::put(object, source));
                 }
                 if self.held.contains_key(name) || !found.iter().any(|p| p.starts_with("error")) {
                     held.insert(name.clone(), key);
@@ -346,7 +346,7 @@ mod tests {
     /// The endpoints of the served `reviews` entry, as `address:labels`.
     fn endpoints(store: &ConfigStore) -> Option<Vec<String>> {
         let snapshot = store.snapshot();
-        let ConfigObject::ServiceEntry(se) = &snapshot.get(&key())?.object else { return None };
+        let ConfigObject::ServiceEntry(se) = &*snapshot.get(&key())?.object else { return None };
         Some(
             se.spec
                 .endpoints

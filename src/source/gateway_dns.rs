@@ -105,7 +105,7 @@ impl GatewayResolver {
         for (host, result) in due.iter().zip(results) {
             let name = resolved_gateway_host_name(host);
             let previous = match snapshot.get(&ConfigKey::new(ConfigKind::ResolvedGatewayHost, "", &name)) {
-                Some(stored) => match &stored.object {
+                Some(stored) => match &*stored.object {
                     ConfigObject::ResolvedGatewayHost(r) => Some(r.as_ref().clone()),
                     _ => None,
                 },
@@ -144,14 +144,14 @@ impl GatewayResolver {
             };
             self.due.insert(Arc::clone(host), (next, failures));
             if previous.as_ref() != Some(&object) {
-                writes.push(Write::Put(
+                writes.push(Write::put(
                     ConfigObject::ResolvedGatewayHost(Box::new(object)),
                     SourceRef { file: SOURCE.into(), doc: 0 },
                 ));
             }
         }
         for stored in snapshot.kind(ConfigKind::ResolvedGatewayHost).values() {
-            if let ConfigObject::ResolvedGatewayHost(r) = &stored.object
+            if let ConfigObject::ResolvedGatewayHost(r) = &*stored.object
                 && !listed.iter().any(|host| **host == *r.host)
             {
                 writes.push(Write::Delete(stored.object.key()));
@@ -202,7 +202,7 @@ mod tests {
         snapshot
             .kind(ConfigKind::ResolvedGatewayHost)
             .values()
-            .filter_map(|s| match &s.object {
+            .filter_map(|s| match &*s.object {
                 ConfigObject::ResolvedGatewayHost(h) => Some((h.host.clone(), h.addresses.clone(), h.error.clone())),
                 _ => None,
             })

@@ -96,7 +96,7 @@ impl JwksFetcher {
         for (((issuer, uri), _), result) in due.iter().zip(results) {
             let name = fetched_jwks_name(issuer, uri);
             let key = crate::config::ConfigKey::new(ConfigKind::FetchedJwks, "", &name);
-            let previous = match snapshot.get(&key).map(|s| &s.object) {
+            let previous = match snapshot.get(&key).map(|s| &*s.object) {
                 Some(ConfigObject::FetchedJwks(f)) => Some(f.as_ref().clone()),
                 _ => None,
             };
@@ -124,14 +124,14 @@ impl JwksFetcher {
                 if object.error.is_none() {
                     tracing::info!("fetched the JWKS of issuer {}", text::shown(issuer));
                 }
-                writes.push(Write::Put(
+                writes.push(Write::put(
                     ConfigObject::FetchedJwks(Box::new(object)),
                     SourceRef { file: SOURCE.into(), doc: 0 },
                 ));
             }
         }
         for stored in snapshot.kind(ConfigKind::FetchedJwks).values() {
-            if let ConfigObject::FetchedJwks(f) = &stored.object
+            if let ConfigObject::FetchedJwks(f) = &*stored.object
                 && !wanted.contains_key(&(f.issuer.clone(), f.jwks_uri.clone()))
             {
                 writes.push(Write::Delete(stored.object.key()));
@@ -219,7 +219,7 @@ mod tests {
         let mut out: Vec<FetchedJwks> = snapshot
             .kind(ConfigKind::FetchedJwks)
             .values()
-            .filter_map(|s| match &s.object {
+            .filter_map(|s| match &*s.object {
                 ConfigObject::FetchedJwks(f) => Some(f.as_ref().clone()),
                 _ => None,
             })

@@ -392,7 +392,7 @@ impl MeshConfigSource {
         }
         tracing::info!(file, "mesh config changed: a full push follows");
         self.served = mesh.clone();
-        Some(Write::Put(
+        Some(Write::put(
             ConfigObject::MeshConfig(Box::new(MeshConfigObject::new(mesh))),
             SourceRef { file: file.into(), doc: 0 },
         ))

@@ -274,7 +274,7 @@ fn prepare(request: &ApplyRequest) -> Result<Batch, Vec<ObjectProblem>> {
             refused.push(refuse(format!("puts[{first}] puts the same object; each object once per batch"), Some(&key)));
             continue;
         }
-        writes.push(Write::Put(object, SourceRef { file: file.clone(), doc: index }));
+        writes.push(Write::put(object, SourceRef { file: file.clone(), doc: index }));
     }
 
     for (index, delete) in request.deletes.iter().enumerate() {

@@ -109,7 +109,7 @@ impl SpiffeBundleFetcher {
         for (url, result) in due.iter().zip(results) {
             let name = fetched_trust_bundle_name(url);
             let previous = match snapshot.get(&ConfigKey::new(ConfigKind::FetchedTrustBundle, "", &name)) {
-                Some(stored) => match &stored.object {
+                Some(stored) => match &*stored.object {
                     ConfigObject::FetchedTrustBundle(f) => Some(f.as_ref().clone()),
                     _ => None,
                 },
@@ -147,14 +147,14 @@ impl SpiffeBundleFetcher {
             };
             self.due.insert(Arc::clone(url), (next, failures));
             if previous.as_ref() != Some(&object) {
-                writes.push(Write::Put(
+                writes.push(Write::put(
                     ConfigObject::FetchedTrustBundle(Box::new(object)),
                     SourceRef { file: SOURCE.into(), doc: 0 },
                 ));
             }
         }
         for stored in snapshot.kind(ConfigKind::FetchedTrustBundle).values() {
-            if let ConfigObject::FetchedTrustBundle(f) = &stored.object
+            if let ConfigObject::FetchedTrustBundle(f) = &*stored.object
                 && !listed.iter().any(|url| **url == *f.url)
             {
                 writes.push(Write::Delete(stored.object.key()));

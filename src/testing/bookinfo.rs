@@ -22,7 +22,7 @@ pub fn writes() -> Vec<Write> {
         let text = std::fs::read_to_string(path).expect("a readable example file");
         let parsed = parse_documents(&path.display().to_string(), &text);
         assert!(!parsed.has_errors(), "{}: {:?}", path.display(), parsed.problems);
-        writes.extend(parsed.objects.into_iter().map(|(o, s)| Write::Put(o, s)));
+        writes.extend(parsed.objects.into_iter().map(|(o, s)| Write::put(o, s)));
     }
     writes
 }
@@ -38,7 +38,7 @@ pub fn store() -> ConfigStore {
 pub fn puts(yaml: &str) -> Vec<Write> {
     let parsed = parse_documents("edit.yaml", yaml);
     assert!(!parsed.has_errors(), "{:?}", parsed.problems);
-    parsed.objects.into_iter().map(|(o, s)| Write::Put(o, s)).collect()
+    parsed.objects.into_iter().map(|(o, s)| Write::put(o, s)).collect()
 }
 
 /// An engine that published the bookinfo mesh (not marked ready: streams
@@ -66,7 +66,7 @@ pub fn with_cases() -> Vec<Write> {
     let parsed = parse_documents("mesh-cases.yaml", &text);
     assert!(!parsed.has_errors(), "mesh-cases.yaml: {:?}", parsed.problems);
     let mut all = writes();
-    all.extend(parsed.objects.into_iter().map(|(o, s)| Write::Put(o, s)));
+    all.extend(parsed.objects.into_iter().map(|(o, s)| Write::put(o, s)));
     all
 }
 

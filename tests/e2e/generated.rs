@@ -291,7 +291,7 @@ fn envoy_accepts_what_istio_s_tls_manifests_generate() {
         }
         let parsed = parse_documents(file, &text);
         assert!(!parsed.has_errors(), "{file}: {:#?}", parsed.problems);
-        store.apply(parsed.objects.into_iter().map(|(o, s)| Write::Put(o, s)).collect::<Vec<_>>());
+        store.apply(parsed.objects.into_iter().map(|(o, s)| Write::put(o, s)).collect::<Vec<_>>());
     }
     let ctx = PushContext::build(store.snapshot(), 1, Arc::new(ScopeInterner::default()));
     let router = |id: &str, labels: &[(&str, &str)]| {
@@ -486,7 +486,7 @@ spec:
     assert!(!parsed.has_errors(), "{:#?}", parsed.problems);
     let store = ConfigStore::new();
     store.apply(bookinfo::with_cases());
-    store.apply(parsed.objects.into_iter().map(|(o, s)| Write::Put(o, s)).collect::<Vec<_>>());
+    store.apply(parsed.objects.into_iter().map(|(o, s)| Write::put(o, s)).collect::<Vec<_>>());
     let ctx = PushContext::build(store.snapshot(), 1, Arc::new(ScopeInterner::default()));
     // The cluster the mesh secrets come from (its socket need not exist to validate).
     let sds = Cluster {
@@ -681,7 +681,7 @@ spec:
     assert!(!parsed.has_errors(), "{:#?}", parsed.problems);
     let store = ConfigStore::new();
     store.apply(bookinfo::with_cases());
-    store.apply(parsed.objects.into_iter().map(|(o, s)| Write::Put(o, s)).collect::<Vec<_>>());
+    store.apply(parsed.objects.into_iter().map(|(o, s)| Write::put(o, s)).collect::<Vec<_>>());
     let mesh = meshpush::config::mesh::MeshSettings::parse("mesh.yaml", MESH_CONFIG).unwrap().mesh_config();
     let ctx = PushContext::build_with(store.snapshot(), 1, Arc::new(ScopeInterner::default()), Arc::new(mesh));
     // Every filter's name and, of connection managers, every HTTP filter's; with rule names.

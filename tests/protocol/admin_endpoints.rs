@@ -88,7 +88,7 @@ impl Server {
     async fn apply(&self, yaml: &str) {
         let parsed = parse_documents("test.yaml", yaml);
         assert!(parsed.problems.iter().all(|p| !p.is_error()), "{:?}", parsed.problems);
-        let changes = self.store.apply(parsed.objects.into_iter().map(|(o, s)| Write::Put(o, s)));
+        let changes = self.store.apply(parsed.objects.into_iter().map(|(o, s)| Write::put(o, s)));
         assert!(!changes.is_empty());
         self.engine.push(PushRequest::new(changes)).await;
     }
@@ -606,7 +606,7 @@ async fn configz_says_what_ztunnel_does_not_enforce_of_a_policy_where_ambient_mo
     let object =
         meshpush::config::ConfigObject::MeshConfig(Box::new(meshpush::config::mesh::MeshConfigObject::new(mesh)));
     let source = meshpush::config::SourceRef { file: "mesh".into(), doc: 0 };
-    let changes = s.store.apply([Write::Put(object, source)]);
+    let changes = s.store.apply([Write::put(object, source)]);
     s.engine.push(PushRequest::new(changes)).await;
     let notes = notes(&s.json("/debug/configz").await).expect("the policy's notes");
     let text = notes[0].as_str().unwrap();

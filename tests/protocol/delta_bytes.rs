@@ -153,12 +153,12 @@ async fn delta_sends_no_more_than_a_resource_header_over_sotw_and_far_less_for_a
     println!("{:<28} {:>12} {:>12}", "change", "SotW bytes", "delta bytes");
     println!("{:<28} {:>12} {:>12}", "initial sync", sotw_initial, delta_initial);
 
-    let mut svc_1000 = vec![Write::Put(spec.service(1000), src())];
-    svc_1000.push(Write::Put(spec.pod(1000, 0, "10.254.0.1"), src()));
+    let mut svc_1000 = vec![Write::put(spec.service(1000), src())];
+    svc_1000.push(Write::put(spec.pod(1000, 0, "10.254.0.1"), src()));
     let changes: [(&str, Vec<Write>); 3] = [
-        ("one endpoint added", vec![Write::Put(spec.pod(1, 99, "10.254.0.2"), src())]),
+        ("one endpoint added", vec![Write::put(spec.pod(1, 99, "10.254.0.2"), src())]),
         ("one new service", svc_1000),
-        ("one VirtualService edited", vec![Write::Put(spec.virtual_service(0, 50), src())]),
+        ("one VirtualService edited", vec![Write::put(spec.virtual_service(0, 50), src())]),
     ];
     for (what, writes) in changes {
         server.write(writes).await;

@@ -26,7 +26,7 @@ const DEADLINE: Duration = Duration::from_secs(60);
 async fn engine_with(spec: &MeshSpec) -> (AdsService, ConfigStore) {
     let store = ConfigStore::new();
     let source = meshpush::config::SourceRef { file: "synth".into(), doc: 0 };
-    let changes = store.apply(spec.objects().into_iter().map(|o| Write::Put(o, source.clone())));
+    let changes = store.apply(spec.objects().into_iter().map(|o| Write::put(o, source.clone())));
     let engine = PushEngine::new();
     engine.push(PushRequest::new(changes)).await;
     engine.set_ready();
@@ -35,7 +35,7 @@ async fn engine_with(spec: &MeshSpec) -> (AdsService, ConfigStore) {
 
 async fn apply(engine: &Arc<PushEngine>, store: &ConfigStore, objects: Vec<meshpush::config::ConfigObject>) {
     let source = meshpush::config::SourceRef { file: "synth".into(), doc: 0 };
-    let changes = store.apply(objects.into_iter().map(|o| Write::Put(o, source.clone())));
+    let changes = store.apply(objects.into_iter().map(|o| Write::put(o, source.clone())));
     assert!(!changes.is_empty());
     engine.push(PushRequest::new(changes)).await;
 }
@@ -188,7 +188,7 @@ async fn a_stream_opened_before_the_first_load_is_answered_from_the_loaded_snaps
         tokio::task::yield_now().await;
     }
     let source = meshpush::config::SourceRef { file: "synth".into(), doc: 0 };
-    let changes = store.apply(spec.objects().into_iter().map(|o| Write::Put(o, source.clone())));
+    let changes = store.apply(spec.objects().into_iter().map(|o| Write::put(o, source.clone())));
     engine.push(PushRequest::new(changes)).await;
     engine.set_ready();
     let (first, _) = tokio::time::timeout(DEADLINE, client.recv())

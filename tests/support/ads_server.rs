@@ -58,7 +58,7 @@ impl AdsServer {
     pub async fn with_objects(objects: Vec<ConfigObject>) -> AdsServer {
         let store = Arc::new(ConfigStore::new());
         let source = SourceRef { file: "test".into(), doc: 0 };
-        let changes = store.apply(objects.into_iter().map(|o| Write::Put(o, source.clone())));
+        let changes = store.apply(objects.into_iter().map(|o| Write::put(o, source.clone())));
         AdsServer::serve(store, changes, StreamLimits::default(), ConnectionPolicy::default()).await
     }
 
@@ -101,7 +101,7 @@ impl AdsServer {
     pub async fn apply(&self, yaml: &str) {
         let parsed = parse_documents("test.yaml", yaml);
         assert!(parsed.problems.iter().all(|p| !p.is_error()), "{:?}", parsed.problems);
-        let changes = self.store.apply(parsed.objects.into_iter().map(|(o, s)| Write::Put(o, s)));
+        let changes = self.store.apply(parsed.objects.into_iter().map(|(o, s)| Write::put(o, s)));
         assert!(!changes.is_empty(), "the edit changed something");
         self.engine.push(PushRequest::new(changes)).await;
     }

@@ -287,13 +287,13 @@ fn generate(text: &str, group: Option<&str>, served: &Served) -> (Vec<u8>, Vec<P
     let text = format!("{text}\n---\n{}", secrets());
     let parsed = parse_documents("coverage.yaml", &text);
     let store = ConfigStore::new();
-    store.apply(parsed.objects.into_iter().map(|(o, s)| Write::Put(o, s)).collect::<Vec<_>>());
+    store.apply(parsed.objects.into_iter().map(|(o, s)| Write::put(o, s)).collect::<Vec<_>>());
     // A member of the group registers, as the server's auto-registration would make it.
     let registered: Vec<Write> = proxies(group)
         .iter()
         .filter_map(|p| crate::source::autoregistration::entry_for(&store.snapshot(), p))
         .map(|e| {
-            Write::Put(
+            Write::put(
                 crate::config::ConfigObject::WorkloadEntry(e),
                 crate::config::SourceRef { file: "registered".into(), doc: 0 },
             )

@@ -4,6 +4,7 @@
 //! Services, an east-west gateway's own view, and cluster-local hosts.
 
 use super::*;
+use std::sync::Arc;
 use crate::config::mesh::networks::MeshNetworks;
 use crate::config::mesh::{MeshConfig, MeshConfigObject};
 use crate::config::{ClusterId, ConfigObject, SourceRef};
@@ -14,7 +15,7 @@ fn in_cluster(cluster: Option<&str>, yaml: &str) -> Vec<Write> {
     let mut writes = crate::testing::bookinfo::puts(yaml);
     for w in &mut writes {
         if let (Write::Put(object, _), Some(id)) = (w, cluster) {
-            object.meta_mut().cluster = ClusterId::remote(id);
+            Arc::make_mut(object).meta_mut().cluster = ClusterId::remote(id);
         }
     }
     writes
@@ -24,7 +25,7 @@ fn mesh_config(cluster_id: &str, networks: &str) -> Write {
     let (networks, problems) = MeshNetworks::parse("meshNetworks", networks).unwrap();
     assert!(problems.is_empty(), "{problems:?}");
     let mesh = MeshConfig { cluster_id: cluster_id.into(), networks: Arc::new(networks), ..MeshConfig::default() };
-    Write::Put(
+    Write::put(
         ConfigObject::MeshConfig(Box::new(MeshConfigObject::new(mesh))),
         SourceRef { file: "mesh".into(), doc: 0 },
     )
@@ -367,7 +368,7 @@ fn a_gateway_known_by_host_name_takes_the_addresses_resolved_for_it() {
             addresses: addresses.iter().map(|a| a.to_string()).collect(),
             error: None,
         };
-        Write::Put(ConfigObject::ResolvedGatewayHost(Box::new(object)), SourceRef { file: "dns".into(), doc: 0 })
+        Write::put(ConfigObject::ResolvedGatewayHost(Box::new(object)), SourceRef { file: "dns".into(), doc: 0 })
     };
     writes.push(resolved("ew.west.example", &["198.51.100.7"]));
     writes.push(resolved("lb-1.elb.example", &["203.0.113.5", "203.0.113.6"]));

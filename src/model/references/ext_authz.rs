@@ -27,7 +27,7 @@ pub fn check_ext_authz(snapshot: &StoreSnapshot, mesh: &MeshConfig) -> Vec<Probl
         .kind(ConfigKind::AuthorizationPolicy)
         .values()
         .filter_map(|stored| {
-            let ConfigObject::AuthorizationPolicy(policy) = &stored.object else { return None };
+            let ConfigObject::AuthorizationPolicy(policy) = &*stored.object else { return None };
             let spec = &policy.spec;
             // Policies with targets apply to no workload (reported by validation).
             let applies = spec.target_ref.is_none() && spec.target_refs.is_empty();

@@ -18,7 +18,7 @@ pub fn check_telemetry(snapshot: &StoreSnapshot, mesh: &MeshConfig) -> Vec<Probl
     let registry = Registry::new(snapshot);
     let mut problems = Vec::new();
     for stored in snapshot.kind(ConfigKind::Telemetry).values() {
-        let ConfigObject::Telemetry(telemetry) = &stored.object else { continue };
+        let ConfigObject::Telemetry(telemetry) = &*stored.object else { continue };
         for (path, name, wanted) in named_providers(telemetry) {
             if let Some(message) = provider_problem(mesh, &registry, &name, wanted) {
                 problems.push(problem(stored, Severity::Warning, path, message));

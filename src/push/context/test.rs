@@ -99,7 +99,7 @@ fn a_fetched_trust_bundle_regenerates_only_the_pcds_of_every_scope() {
         roots: vec!["root".into()],
         ..Default::default()
     };
-    let changes = store.apply(vec![crate::model::store::Write::Put(
+    let changes = store.apply(vec![crate::model::store::Write::put(
         ConfigObject::FetchedTrustBundle(Box::new(bundle)),
         crate::config::SourceRef { file: "test".into(), doc: 0 },
     )]);
@@ -195,7 +195,7 @@ fn a_mesh_config_change_rebuilds_on_the_stored_mesh_config_and_regenerates_every
     let mesh = MeshConfig { root_namespace: "mesh-root".into(), ..MeshConfig::default() };
     let object = crate::config::ConfigObject::MeshConfig(Box::new(crate::config::mesh::MeshConfigObject::new(mesh)));
     let changes = store
-        .apply([crate::model::store::Write::Put(object, crate::config::SourceRef { file: "mesh".into(), doc: 0 })]);
+        .apply([crate::model::store::Write::put(object, crate::config::SourceRef { file: "mesh".into(), doc: 0 })]);
     let (next, pushed) = PushContext::next(&prev, changes.snapshot.clone(), &PushRequest::new(changes));
     assert_eq!(&*next.mesh.root_namespace, "mesh-root", "the snapshot serves the stored mesh config");
     assert!(pushed.full && pushed.rescope && pushed.types == TypeSet::ALL, "{pushed:?}");
@@ -233,7 +233,7 @@ fn a_custom_policy_s_authorizer_follows_the_mesh_config_and_the_service_it_names
     .mesh_config();
     let object = crate::config::ConfigObject::MeshConfig(Box::new(crate::config::mesh::MeshConfigObject::new(mesh)));
     let changes = store
-        .apply([crate::model::store::Write::Put(object, crate::config::SourceRef { file: "mesh".into(), doc: 0 })]);
+        .apply([crate::model::store::Write::put(object, crate::config::SourceRef { file: "mesh".into(), doc: 0 })]);
     let (next, pushed) = PushContext::next(&prev, changes.snapshot.clone(), &PushRequest::new(changes));
     assert!(pushed.full && pushed.rescope);
     let why = productpage_authorizer(&next).unwrap().unwrap_err();

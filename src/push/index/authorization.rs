@@ -78,7 +78,7 @@ impl AuthorizationIndex {
         // Resolved only when a CUSTOM policy needs them: it reads every service.
         let mut authorizers: Option<Authorizers> = None;
         for stored in store.kind(ConfigKind::AuthorizationPolicy).values() {
-            let ConfigObject::AuthorizationPolicy(policy) = &stored.object else { continue };
+            let ConfigObject::AuthorizationPolicy(policy) = &*stored.object else { continue };
             let spec = &policy.spec;
             let targets: Vec<_> = spec.target_ref.iter().chain(&spec.target_refs).collect();
             let namespace: Arc<str> = policy.metadata.namespace().into();
@@ -213,7 +213,7 @@ mod tests {
         .concat();
         let store = ConfigStore::new();
         let parsed = crate::config::parse::parse_documents("authz.yaml", &yaml);
-        store.apply(parsed.objects.into_iter().map(|(o, s)| crate::model::store::Write::Put(o, s)).collect::<Vec<_>>());
+        store.apply(parsed.objects.into_iter().map(|(o, s)| crate::model::store::Write::put(o, s)).collect::<Vec<_>>());
         let index = AuthorizationIndex::build(&store.snapshot(), &MeshConfig::default());
         let names = |ns: &str, app: &str| -> Vec<String> {
             let labels = [("app".to_string(), app.to_string())].into();

@@ -53,7 +53,7 @@ fn slices_in<'a>(snapshot: &'a StoreSnapshot, namespaces: &HashSet<&str>) -> Sli
 
 fn add_slices<'a>(map: &mut SliceMap<'a>, stored: impl Iterator<Item = &'a Arc<StoredObject>>) {
     for stored in stored {
-        if let ConfigObject::EndpointSlice(slice) = &stored.object
+        if let ConfigObject::EndpointSlice(slice) = &*stored.object
             && let Some(svc) = slice.metadata.labels.get(k8s::SERVICE_NAME_LABEL)
         {
             map.entry((slice.metadata.namespace(), svc.as_str())).or_default().push(slice);
@@ -264,7 +264,7 @@ fn endpoints_of(svc: &Service, inputs: &Inputs<'_>) -> ServiceEndpoints {
         }
         ConfigKind::ServiceEntry => {
             if let Some(stored) = snapshot.get(&svc.source)
-                && let ConfigObject::ServiceEntry(se) = &stored.object
+                && let ConfigObject::ServiceEntry(se) = &*stored.object
             {
                 for e in inline_endpoints(svc, se) {
                     push(e, &mut out);

@@ -172,7 +172,7 @@ impl EnvoyFilterIndex {
     pub fn build(store: &StoreSnapshot, mesh: &MeshConfig) -> EnvoyFilterIndex {
         let mut index = EnvoyFilterIndex { root_namespace: mesh.root_namespace.clone(), ..Default::default() };
         for stored in store.kind(ConfigKind::EnvoyFilter).values() {
-            let ConfigObject::EnvoyFilter(filter) = &stored.object else { continue };
+            let ConfigObject::EnvoyFilter(filter) = &*stored.object else { continue };
             let indexed = indexed(filter, stored.object.key(), revision(filter));
             index.by_namespace.entry(filter.metadata.namespace().into()).or_default().push(Arc::new(indexed));
         }
@@ -395,7 +395,7 @@ mod tests {
         let store = ConfigStore::new();
         let parsed = crate::config::parse::parse_documents("filters.yaml", yaml);
         assert!(parsed.problems.iter().all(|p| !p.is_error()), "{:#?}", parsed.problems);
-        store.apply(parsed.objects.into_iter().map(|(o, s)| crate::model::store::Write::Put(o, s)).collect::<Vec<_>>());
+        store.apply(parsed.objects.into_iter().map(|(o, s)| crate::model::store::Write::put(o, s)).collect::<Vec<_>>());
         EnvoyFilterIndex::build(&store.snapshot(), &MeshConfig::default())
     }
 

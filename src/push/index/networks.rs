@@ -175,7 +175,7 @@ impl NetworkIndex {
             }
         }
         for stored in store.kind(ConfigKind::Service).values() {
-            let ConfigObject::Service(svc) = &stored.object else { continue };
+            let ConfigObject::Service(svc) = &*stored.object else { continue };
             if !index.clusters.contains(&svc.metadata.cluster) {
                 index.clusters.insert(svc.metadata.cluster.clone());
             }
@@ -275,7 +275,7 @@ impl NetworkIndex {
     fn resolve(&mut self, store: &StoreSnapshot, host: &str, source: &str) -> Vec<Arc<str>> {
         self.gateway_hosts.insert(host.to_ascii_lowercase().into());
         let key = ConfigKey::new(ConfigKind::ResolvedGatewayHost, "", &resolved_gateway_host_name(host));
-        let resolved = match store.get(&key).map(|s| &s.object) {
+        let resolved = match store.get(&key).map(|s| &*s.object) {
             Some(ConfigObject::ResolvedGatewayHost(r)) => Some(r),
             _ => None,
         };

@@ -58,7 +58,7 @@ impl PeerAuthenticationIndex {
         let mut mesh_policy_seen = false;
         // The store's map is ordered by key: by namespace, then name.
         for stored in store.kind(ConfigKind::PeerAuthentication).values() {
-            let ConfigObject::PeerAuthentication(policy) = &stored.object else { continue };
+            let ConfigObject::PeerAuthentication(policy) = &*stored.object else { continue };
             let namespace: Arc<str> = policy.metadata.namespace().into();
             let mode = MtlsMode::of(policy.spec.mtls.as_ref());
             if policy.spec.has_selector() {
@@ -120,7 +120,7 @@ mod tests {
         let store = ConfigStore::new();
         let parsed = crate::config::parse::parse_documents("policies.yaml", yaml);
         assert!(parsed.problems.is_empty(), "{:?}", parsed.problems);
-        store.apply(parsed.objects.into_iter().map(|(o, s)| crate::model::store::Write::Put(o, s)).collect::<Vec<_>>());
+        store.apply(parsed.objects.into_iter().map(|(o, s)| crate::model::store::Write::put(o, s)).collect::<Vec<_>>());
         PeerAuthenticationIndex::build(&store.snapshot(), &MeshConfig::default())
     }
 

@@ -82,7 +82,7 @@ impl RequestAuthenticationIndex {
     pub fn build(store: &StoreSnapshot, mesh: &MeshConfig) -> RequestAuthenticationIndex {
         let mut fetched: HashMap<(&str, &str), &FetchedJwks> = HashMap::new();
         for stored in store.kind(ConfigKind::FetchedJwks).values() {
-            if let ConfigObject::FetchedJwks(f) = &stored.object {
+            if let ConfigObject::FetchedJwks(f) = &*stored.object {
                 fetched.insert((&f.issuer, &f.jwks_uri), f);
             }
         }
@@ -92,7 +92,7 @@ impl RequestAuthenticationIndex {
         let mut resolved: HashMap<&JwtRule, Arc<ResolvedJwtRule>> = HashMap::new();
         let mut policies: BTreeMap<(Arc<str>, &str), Policy> = BTreeMap::new();
         for stored in store.kind(ConfigKind::RequestAuthentication).values() {
-            let ConfigObject::RequestAuthentication(policy) = &stored.object else { continue };
+            let ConfigObject::RequestAuthentication(policy) = &*stored.object else { continue };
             let spec = &policy.spec;
             if spec.target_ref.is_some() || !spec.target_refs.is_empty() {
                 continue;
@@ -164,10 +164,10 @@ mod tests {
         let store = ConfigStore::new();
         let parsed = crate::config::parse::parse_documents("ra.yaml", yaml);
         assert!(parsed.problems.iter().all(|p| p.severity != crate::config::Severity::Error), "{:?}", parsed.problems);
-        let mut writes: Vec<Write> = parsed.objects.into_iter().map(|(o, s)| Write::Put(o, s)).collect();
+        let mut writes: Vec<Write> = parsed.objects.into_iter().map(|(o, s)| Write::put(o, s)).collect();
         for f in fetched {
             let source = crate::config::SourceRef { file: "jwks".into(), doc: 0 };
-            writes.push(Write::Put(ConfigObject::FetchedJwks(Box::new(f.clone())), source));
+            writes.push(Write::put(ConfigObject::FetchedJwks(Box::new(f.clone())), source));
         }
         store.apply(writes);
         store.snapshot()

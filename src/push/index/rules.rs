@@ -57,7 +57,7 @@ impl RouteSemantics {
 impl ResolvedVirtualService {
     /// The spec as written.
     pub fn spec(&self) -> &istio::VirtualServiceSpec {
-        match &self.object.object {
+        match &*self.object.object {
             ConfigObject::VirtualService(vs) => &vs.spec,
             _ => unreachable!("a ResolvedVirtualService is built from a VirtualService"),
         }
@@ -127,7 +127,7 @@ impl VirtualServiceIndex {
             .kind(ConfigKind::VirtualService)
             .iter()
             .chain(derived.iter().map(|(k, s)| (k, *s)))
-            .filter_map(|(key, stored)| match &stored.object {
+            .filter_map(|(key, stored)| match &*stored.object {
                 ConfigObject::VirtualService(vs) => Some((key, stored, vs)),
                 _ => None,
             })
@@ -295,7 +295,7 @@ impl DestinationRuleIndex {
         let default_export = &mesh.export_to.destination_rules;
         let mut index = DestinationRuleIndex::default();
         for stored in snapshot.kind(ConfigKind::DestinationRule).values() {
-            if let ConfigObject::DestinationRule(dr) = &stored.object {
+            if let ConfigObject::DestinationRule(dr) = &*stored.object {
                 let ns = dr.metadata.namespace();
                 let rule = Arc::new(ResolvedDestinationRule {
                     key: ConfigKey::new(ConfigKind::DestinationRule, ns, &dr.metadata.name),
@@ -500,7 +500,7 @@ impl GatewayIndex {
     /// Builds the index: the store's Gateways, then those translated from
     /// the Gateway API and from Ingresses.
     pub fn build(snapshot: &StoreSnapshot, gateway_api: &GatewayApiIndex, ingress: &IngressIndex) -> GatewayIndex {
-        let own = snapshot.kind(ConfigKind::Gateway).values().filter_map(|stored| match &stored.object {
+        let own = snapshot.kind(ConfigKind::Gateway).values().filter_map(|stored| match &*stored.object {
             ConfigObject::Gateway(gw) => {
                 Some(resolve_gateway(gw, GatewaySelector::Labels(gw.spec.selector.clone()), &[]))
             }
@@ -597,7 +597,7 @@ impl SidecarIndex {
     pub fn build(snapshot: &StoreSnapshot) -> SidecarIndex {
         let mut index = SidecarIndex::default();
         for stored in snapshot.kind(ConfigKind::Sidecar).values() {
-            if let ConfigObject::Sidecar(sc) = &stored.object {
+            if let ConfigObject::Sidecar(sc) = &*stored.object {
                 let key = stored.object.key();
                 index.by_namespace.entry(key.namespace.clone()).or_default().push((key, Arc::new((**sc).clone())));
             }

@@ -109,7 +109,7 @@ impl SecretIndex {
         let by_key = snapshot
             .kind(ConfigKind::Secret)
             .values()
-            .filter_map(|stored| match &stored.object {
+            .filter_map(|stored| match &*stored.object {
                 ConfigObject::Secret(secret) => {
                     let key = stored.object.key();
                     Some(((key.namespace, key.name), secret.material()))
@@ -119,7 +119,7 @@ impl SecretIndex {
             .collect();
         let mut granted = Vec::new();
         for stored in snapshot.kind(ConfigKind::ReferenceGrant).values() {
-            let ConfigObject::ReferenceGrant(grant) = &stored.object else { continue };
+            let ConfigObject::ReferenceGrant(grant) = &*stored.object else { continue };
             let from = grant.spec.from.iter().filter(|f| f.group == gateway_api::GROUP && f.kind == "Gateway");
             for f in from {
                 for t in grant.spec.to.iter().filter(|t| t.group.is_empty() && t.kind == "Secret") {

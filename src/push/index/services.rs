@@ -78,7 +78,7 @@ impl ServiceIndex {
         let mut others: Vec<(Hostname, ClusterId, Vec<Arc<str>>)> = Vec::new();
         let mut first: Option<&ConfigKey> = None;
         for (key, stored) in snapshot.kind(ConfigKind::Service).iter() {
-            if let ConfigObject::Service(svc) = &stored.object {
+            if let ConfigObject::Service(svc) = &*stored.object {
                 let s = from_kubernetes(svc, default_export);
                 match first {
                     Some(f) if f.namespace == key.namespace && f.name == key.name => {
@@ -92,7 +92,7 @@ impl ServiceIndex {
             }
         }
         for stored in snapshot.kind(ConfigKind::ServiceEntry).values() {
-            if let ConfigObject::ServiceEntry(se) = &stored.object {
+            if let ConfigObject::ServiceEntry(se) = &*stored.object {
                 for s in from_service_entry(se, default_export) {
                     services.entry(s.hostname.clone()).or_insert(s);
                 }
@@ -377,7 +377,7 @@ mod tests {
             service("other", "cart", "{app: cart}"),
         ];
         store.apply(
-            objects.into_iter().enumerate().map(|(doc, o)| Write::Put(o, SourceRef { file: "t.yaml".into(), doc })),
+            objects.into_iter().enumerate().map(|(doc, o)| Write::put(o, SourceRef { file: "t.yaml".into(), doc })),
         );
         let index = ServiceIndex::build(&store.snapshot(), &Default::default());
         let hosts = |ns: &str, pairs: &[(&str, &str)]| -> Vec<String> {

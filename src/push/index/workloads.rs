@@ -106,7 +106,7 @@ fn from_pod(pod: &k8s::Pod, snapshot: &StoreSnapshot) -> Option<Workload> {
         // A Node of the Pod's own cluster.
         let node = node
             .and_then(|name| snapshot.get(&ConfigKey::in_cluster(ConfigKind::Node, "", name, &pod.metadata.cluster)));
-        match node.map(|stored| &stored.object) {
+        match node.map(|stored| &*stored.object) {
             Some(ConfigObject::Node(node)) => node.locality(),
             _ => String::new(),
         }

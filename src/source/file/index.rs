@@ -49,7 +49,7 @@ pub(super) struct FileIndex {
 
 #[derive(Debug, Default)]
 struct FileEntry {
-    objects: BTreeMap<ConfigKey, Contribution>,
+    objects: FileObjects,
     problems: Vec<Problem>,
     /// The file was read whole at least once.
     read_once: bool,
@@ -61,7 +61,8 @@ struct FileEntry {
 /// One object as a file last defined it successfully.
 #[derive(Debug)]
 struct Contribution {
-    object: ConfigObject,
+    /// Shared with the store, which holds the same object when it wins.
+    object: Arc<ConfigObject>,
     source: SourceRef,
     /// The read that first produced this content: the highest wins a key
     /// defined twice.
@@ -95,11 +96,13 @@ impl FileIndex {
         let mut objects: BTreeMap<ConfigKey, Contribution> = BTreeMap::new();
         for (object, source) in parsed.objects {
             let key = object.key();
-            let read = match previous.objects.get(&key) {
-                Some(old) if old.object == object => old.read,
-                _ => read,
+            let contribution = match previous.objects.get(&key) {
+                Some(old) if *old.object == object => {
+                    Contribution { object: old.object.clone(), source, read: old.read }
+                }
+                _ => Contribution { object: Arc::new(object), source, read },
             };
-            objects.insert(key, Contribution { object, source, read });
+            objects.insert(key, contribution);
         }
         touched.extend(objects.keys().cloned());
 
@@ -110,7 +113,7 @@ impl FileIndex {
             parsed.problems.iter().filter(|p| p.is_error()).filter_map(|p| p.object.as_ref()).collect();
         let keyless_error = parsed.problems.iter().any(|p| p.is_error() && p.object.is_none());
         let mut kept = Vec::new();
-        for (key, old) in previous.objects {
+        for (key, old) in previous.objects.0 {
             if !objects.contains_key(&key) && (keyless_error || failed_keys.contains(&key)) {
                 kept.push(key.clone());
                 objects.insert(key, old);
@@ -122,6 +125,7 @@ impl FileIndex {
             log_problems(file, &parsed.problems, &kept);
         }
         let read_once = previous.read_once || !parsed.unread;
+        let objects = FileObjects(objects.into_iter().collect());
         self.files.insert(file.into(), FileEntry { objects, problems: parsed.problems, read_once, content });
         touched
     }
@@ -152,7 +156,7 @@ impl FileIndex {
                         winner.source
                     );
                 }
-                Write::Put(winner.object.clone(), winner.source.clone())
+                Write::put(winner.object.clone(), winner.source.clone())
             })
             .collect()
     }
@@ -163,7 +167,7 @@ impl FileIndex {
         let mut problems: Vec<Problem> = self.files.values().flat_map(|f| f.problems.iter().cloned()).collect();
         let mut keys: BTreeMap<&ConfigKey, Vec<&Contribution>> = BTreeMap::new();
         for entry in self.files.values() {
-            for (key, contribution) in &entry.objects {
+            for (key, contribution) in entry.objects.0.iter() {
                 keys.entry(key).or_default().push(contribution);
             }
         }
@@ -219,6 +223,36 @@ impl FileIndex {
 
     fn contributions(&self, key: &ConfigKey) -> Vec<&Contribution> {
         self.files.values().filter_map(|f| f.objects.get(key)).collect()
+    }
+
+    /// The object `file` defines as `key`, as the index holds it.
+    #[cfg(test)]
+    pub(super) fn object(&self, file: &str, key: &ConfigKey) -> Option<&Arc<ConfigObject>> {
+        self.files.get(file)?.objects.get(key).map(|c| &c.object)
+    }
+}
+
+/// A file's objects, sorted by key, one each: held for every file of the
+/// directory, so kept to exactly their size (a map would give a file of
+/// one Service and its EndpointSlice room for eleven).
+#[derive(Debug, Default)]
+struct FileObjects(Box<[(ConfigKey, Contribution)]>);
+
+impl FileObjects {
+    fn get(&self, key: &ConfigKey) -> Option<&Contribution> {
+        self.0.binary_search_by(|(k, _)| k.cmp(key)).ok().map(|i| &self.0[i].1)
+    }
+
+    fn keys(&self) -> impl Iterator<Item = &ConfigKey> {
+        self.0.iter().map(|(k, _)| k)
+    }
+
+    fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    fn len(&self) -> usize {
+        self.0.len()
     }
 }
 

@@ -531,7 +531,7 @@ impl KindWatch {
             })
             .find(|(o, _)| o.key() == key)
             .filter(|_| !refused)
-            .map(|(object, source)| Write::Put(object, source));
+            .map(|(object, source)| Write::put(object, source));
         Parsed { key, resource_version, put, problems: parsed.problems }
     }
 

@@ -211,7 +211,7 @@ impl Client {
             problems.extend(parsed.problems);
             listed.extend(key);
             for (object, source) in parsed.objects {
-                writes.push(Write::Put(object, source));
+                writes.push(Write::put(object, source));
             }
         }
         let previous = self.held.insert(response.type_url.clone(), listed);

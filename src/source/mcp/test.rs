@@ -68,7 +68,7 @@ fn key(kind: ConfigKind, name: &str) -> ConfigKey {
 fn stored_weights(store: &ConfigStore) -> Option<(Vec<Option<i64>>, String)> {
     let snapshot = store.snapshot();
     let stored = snapshot.get(&key(ConfigKind::VirtualService, "reviews"))?;
-    let ConfigObject::VirtualService(vs) = &stored.object else { return None };
+    let ConfigObject::VirtualService(vs) = &*stored.object else { return None };
     let weights = vs.spec.http[0].route.iter().map(|r| r.weight).collect();
     Some((weights, stored.source.file.to_string()))
 }

@@ -199,7 +199,7 @@ fn secret_material(
     name: &str,
 ) -> Result<crate::config::secret::TlsMaterial, String> {
     let key = crate::config::ConfigKey::new(crate::config::ConfigKind::Secret, namespace, name);
-    match store.get(&key).map(|s| &s.object) {
+    match store.get(&key).map(|s| &*s.object) {
         Some(crate::config::ConfigObject::Secret(secret)) => Ok(secret.material()),
         _ => Err(format!("credentialName: no Secret {namespace}/{} is read", crate::text::shown(name))),
     }

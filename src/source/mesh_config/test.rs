@@ -19,8 +19,8 @@ fn source(dir: &tempfile::TempDir, text: &str, flags: MeshSettings) -> MeshConfi
 }
 
 fn served(write: Option<Write>) -> Arc<MeshConfig> {
-    match write {
-        Some(Write::Put(ConfigObject::MeshConfig(o), _)) => o.mesh.clone(),
+    match &write {
+        Some(Write::Put(object, _)) if let ConfigObject::MeshConfig(o) = &**object => o.mesh.clone(),
         other => panic!("expected the mesh config written, got {other:?}"),
     }
 }

@@ -114,7 +114,7 @@ async fn apply_puts_and_deletes_objects_and_the_revision_gets_published() {
     let stored = server.store.snapshot();
     let web = stored.get(&ConfigKey::new(ConfigKind::Service, "default", "web")).expect("the Service is stored");
     assert_eq!(web.source, SourceRef { file: REGISTRY_SOURCE.into(), doc: 0 });
-    assert!(matches!(web.object, ConfigObject::Service(_)));
+    assert!(matches!(*web.object, ConfigObject::Service(_)));
 
     let published = client
         .wait_for_revision(WaitForRevisionRequest { revision: applied.revision, timeout_ms: 5_000 })

@@ -72,7 +72,7 @@ fn stored(store: &ConfigStore) -> Option<FetchedTrustBundle> {
     let mut all: Vec<FetchedTrustBundle> = snapshot
         .kind(ConfigKind::FetchedTrustBundle)
         .values()
-        .filter_map(|s| match &s.object {
+        .filter_map(|s| match &*s.object {
             ConfigObject::FetchedTrustBundle(f) => Some(f.as_ref().clone()),
             _ => None,
         })

@@ -88,7 +88,7 @@ impl AmbientIndex {
         let mut selector_policies = Vec::new();
         let mut authorizations = Vec::new();
         for stored in store.kind(ConfigKind::AuthorizationPolicy).values() {
-            let ConfigObject::AuthorizationPolicy(ap) = &stored.object else { continue };
+            let ConfigObject::AuthorizationPolicy(ap) = &*stored.object else { continue };
             let translated = policy::translate(&in_namespace_ap(ap), root, mesh.ambient.dry_run_policies);
             if !translated.notes.is_empty() {
                 index.notes.insert(stored.object.key(), translated.notes);
@@ -107,7 +107,7 @@ impl AmbientIndex {
         let peer_authentications: Vec<PeerAuthentication> = store
             .kind(ConfigKind::PeerAuthentication)
             .values()
-            .filter_map(|s| match &s.object {
+            .filter_map(|s| match &*s.object {
                 ConfigObject::PeerAuthentication(pa) => Some(in_namespace_pa(pa)),
                 _ => None,
             })

@@ -268,7 +268,7 @@ fn addresses_of(yaml: &str) -> std::collections::BTreeMap<String, crate::workloa
     let store = crate::model::ConfigStore::new();
     let parsed = crate::config::parse::parse_documents("test.yaml", yaml);
     assert!(!parsed.has_errors(), "{:?}", parsed.problems);
-    let changes = store.apply(parsed.objects.into_iter().map(|(o, s)| crate::model::store::Write::Put(o, s)));
+    let changes = store.apply(parsed.objects.into_iter().map(|(o, s)| crate::model::store::Write::put(o, s)));
     addresses_in(&changes.snapshot, &crate::config::mesh::MeshConfig::default())
 }
 
@@ -449,7 +449,7 @@ fn services_and_workloads_bind_to_a_ready_waypoint_as_istiod_binds_them() {
     // What cannot hold is said, for the object that asked.
     let store = crate::model::ConfigStore::new();
     let parsed = crate::config::parse::parse_documents("test.yaml", WAYPOINTS);
-    let changes = store.apply(parsed.objects.into_iter().map(|(o, s)| crate::model::store::Write::Put(o, s)));
+    let changes = store.apply(parsed.objects.into_iter().map(|(o, s)| crate::model::store::Write::put(o, s)));
     let index = AmbientIndex::build(&changes.snapshot, &crate::config::mesh::MeshConfig::default());
     let said = |kind: ConfigKind, ns: &str, name: &str| index.bindings.get(&ConfigKey::new(kind, ns, name)).cloned();
     assert!(said(ConfigKind::Service, "other", "cross").unwrap().contains("does not allow namespace other"));
@@ -476,7 +476,7 @@ fn pods_of_two_clusters_with_one_name_are_two_workloads_each_of_its_cluster() {
         pod.status.pod_ip = Some("10.1.0.1".into());
     }
     use crate::model::store::Write;
-    let changes = store.apply([Write::Put(local, source.clone()), Write::Put(remote, source)]);
+    let changes = store.apply([Write::put(local, source.clone()), Write::put(remote, source)]);
     let mesh = crate::config::mesh::MeshConfig { cluster_id: "west".into(), ..Default::default() };
     let found = addresses_in(&changes.snapshot, &mesh);
     let names: Vec<&str> = found.keys().map(String::as_str).collect();

@@ -157,14 +157,14 @@ impl Waypoints {
     pub fn build(store: &StoreSnapshot, network: &str) -> Waypoints {
         let mut classes: BTreeMap<&str, (bool, Option<&str>)> = BTreeMap::new();
         for stored in store.kind(ConfigKind::GatewayClass).values() {
-            if let ConfigObject::GatewayClass(c) = &stored.object {
+            if let ConfigObject::GatewayClass(c) = &*stored.object {
                 let mesh = c.spec.controller_name == api::ISTIO_MESH_CONTROLLER;
                 classes.insert(&c.metadata.name, (mesh, c.metadata.labels.get(WAYPOINT_FOR).map(String::as_str)));
             }
         }
         let mut out = Waypoints::default();
         for stored in store.kind(ConfigKind::KubernetesGateway).values() {
-            let ConfigObject::KubernetesGateway(gw) = &stored.object else { continue };
+            let ConfigObject::KubernetesGateway(gw) = &*stored.object else { continue };
             let class = classes.get(gw.spec.gateway_class_name.as_str());
             let is_waypoint = match class {
                 Some((mesh, _)) => *mesh,
@@ -287,7 +287,7 @@ pub fn any_declared(store: &StoreSnapshot) -> bool {
     let mesh_classes: Vec<&str> = store
         .kind(ConfigKind::GatewayClass)
         .values()
-        .filter_map(|s| match &s.object {
+        .filter_map(|s| match &*s.object {
             ConfigObject::GatewayClass(c) if c.spec.controller_name == api::ISTIO_MESH_CONTROLLER => {
                 Some(c.metadata.name.as_str())
             }
@@ -295,7 +295,7 @@ pub fn any_declared(store: &StoreSnapshot) -> bool {
         })
         .collect();
     store.kind(ConfigKind::KubernetesGateway).values().any(|s| {
-        matches!(&s.object, ConfigObject::KubernetesGateway(gw)
+        matches!(&*s.object, ConfigObject::KubernetesGateway(gw)
             if gw.spec.gateway_class_name == WAYPOINT_CLASS || mesh_classes.contains(&gw.spec.gateway_class_name.as_str()))
     })
 }

@@ -43,7 +43,7 @@ pub(super) fn attach_routes(
 ) -> RulesByHost {
     // Namespace labels, for `allowedRoutes` selectors.
     let namespace_labels = |ns: &str| -> BTreeMap<String, String> {
-        match store.get(&ConfigKey::new(ConfigKind::Namespace, "", ns)).map(|s| &s.object) {
+        match store.get(&ConfigKey::new(ConfigKind::Namespace, "", ns)).map(|s| &*s.object) {
             Some(ConfigObject::Namespace(n)) => n.metadata.labels.clone(),
             // A namespace meshpush has no object for has only the name label.
             _ => BTreeMap::new(),

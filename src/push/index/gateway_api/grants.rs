@@ -20,7 +20,7 @@ impl<'a> Grants<'a> {
             store
                 .kind(ConfigKind::ReferenceGrant)
                 .values()
-                .filter_map(|s| match &s.object {
+                .filter_map(|s| match &*s.object {
                     ConfigObject::ReferenceGrant(g) => Some(&**g),
                     _ => None,
                 })

@@ -68,7 +68,7 @@ pub(super) fn served_classes<'a>(
 ) -> BTreeSet<&'a str> {
     let mut classes = BTreeSet::from([DEFAULT_CLASS]);
     for stored in store.kind(ConfigKind::GatewayClass).values() {
-        let ConfigObject::GatewayClass(class) = &stored.object else { continue };
+        let ConfigObject::GatewayClass(class) = &*stored.object else { continue };
         if class.spec.controller_name != api::ISTIO_CONTROLLER {
             if class.metadata.name == DEFAULT_CLASS {
                 classes.remove(DEFAULT_CLASS);
@@ -153,7 +153,7 @@ pub(super) fn served_gateways<'a>(
 ) -> Gateways<'a> {
     let mut gateways = Gateways::new();
     for stored in store.kind(ConfigKind::KubernetesGateway).values() {
-        let ConfigObject::KubernetesGateway(gw) = &stored.object else { continue };
+        let ConfigObject::KubernetesGateway(gw) = &*stored.object else { continue };
         if !classes.contains(gw.spec.gateway_class_name.as_str()) {
             continue;
         }
@@ -297,7 +297,7 @@ fn listener_state<'a>(
                 // does not tell whether another namespace's Secret exists.
                 Some(("RefNotPermitted", format!("certificateRef {ns}/{} is not granted by a ReferenceGrant", r.name)))
             } else {
-                match store.get(&ConfigKey::new(ConfigKind::Secret, ns, &r.name)).map(|s| &s.object) {
+                match store.get(&ConfigKey::new(ConfigKind::Secret, ns, &r.name)).map(|s| &*s.object) {
                     Some(ConfigObject::Secret(s)) => s.material().check_identity().err().map(|e| {
                         (
                             "InvalidCertificateRef",

@@ -36,7 +36,7 @@ pub(super) fn mesh_parent(
     let ns = parent.namespace(route_ns);
     let no_parent = |m: String| Condition::new("Accepted", false, "NoMatchingParent", m);
     let Some(ConfigObject::Service(svc)) =
-        store.get(&ConfigKey::new(ConfigKind::Service, ns, &parent.name)).map(|s| &s.object)
+        store.get(&ConfigKey::new(ConfigKind::Service, ns, &parent.name)).map(|s| &*s.object)
     else {
         return no_parent(format!("Service {ns}/{} does not exist", parent.name));
     };

@@ -65,7 +65,7 @@ fn build(extra: &str) -> GatewayApiIndex {
 }
 
 fn vs<'a>(index: &'a GatewayApiIndex, name: &str) -> &'a istio::VirtualService {
-    let found = index.virtual_services.iter().find_map(|s| match &s.object {
+    let found = index.virtual_services.iter().find_map(|s| match &*s.object {
         ConfigObject::VirtualService(v) if v.metadata.name == name => Some(v),
         _ => None,
     });

@@ -93,7 +93,7 @@ pub(super) fn virtual_services(per_host: RulesByHost) -> Vec<Arc<StoredObject>> 
             spec: istio::VirtualServiceSpec { hosts: vec![h], gateways: vec![gateway], http, tcp, tls, export_to },
         };
         out.push(Arc::new(StoredObject {
-            object: ConfigObject::VirtualService(vs),
+            object: ConfigObject::VirtualService(vs).into(),
             source: SourceRef { file: Arc::from(format!("gateway-api:{}", parents.join(","))), doc: 0 },
             revision,
         }));

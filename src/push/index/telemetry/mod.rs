@@ -337,7 +337,7 @@ impl TelemetryIndex {
         let mut all: Vec<(Option<String>, Arc<str>, Policy)> = store
             .kind(ConfigKind::Telemetry)
             .values()
-            .filter_map(|stored| match &stored.object {
+            .filter_map(|stored| match &*stored.object {
                 ConfigObject::Telemetry(t) => Some(policy_of(t)),
                 _ => None,
             })

@@ -113,7 +113,7 @@ pub fn addresses(store: &StoreSnapshot, inputs: &Inputs<'_>) -> Vec<(String, Add
     let pods: Vec<&Pod> = store
         .kind(ConfigKind::Pod)
         .values()
-        .filter_map(|s| match &s.object {
+        .filter_map(|s| match &*s.object {
             ConfigObject::Pod(pod) => Some(pod),
             _ => None,
         })
@@ -121,12 +121,12 @@ pub fn addresses(store: &StoreSnapshot, inputs: &Inputs<'_>) -> Vec<(String, Add
     let mut out: Vec<(String, Address)> =
         pods.par_iter().filter_map(|pod| builder.pod(pod)).map(|w| (w.uid.clone(), wrap_workload(w))).collect();
     for stored in store.kind(ConfigKind::EndpointSlice).values() {
-        if let ConfigObject::EndpointSlice(slice) = &stored.object {
+        if let ConfigObject::EndpointSlice(slice) = &*stored.object {
             out.extend(builder.slice_endpoints(slice).into_iter().map(|w| (w.uid.clone(), wrap_workload(w))));
         }
     }
     for stored in store.kind(ConfigKind::WorkloadEntry).values() {
-        if let ConfigObject::WorkloadEntry(we) = &stored.object {
+        if let ConfigObject::WorkloadEntry(we) = &*stored.object {
             let uid = format!(
                 "{}/networking.istio.io/WorkloadEntry/{}/{}",
                 builder.cluster(&we.metadata),
@@ -138,7 +138,7 @@ pub fn addresses(store: &StoreSnapshot, inputs: &Inputs<'_>) -> Vec<(String, Add
         }
     }
     for stored in store.kind(ConfigKind::ServiceEntry).values() {
-        if let ConfigObject::ServiceEntry(se) = &stored.object {
+        if let ConfigObject::ServiceEntry(se) = &*stored.object {
             for (endpoint, hosts) in service_entry_endpoints(se) {
                 let uid = format!(
                     "{}/networking.istio.io/ServiceEntry/{}/{}/{}",
@@ -155,7 +155,7 @@ pub fn addresses(store: &StoreSnapshot, inputs: &Inputs<'_>) -> Vec<(String, Add
         }
     }
     for stored in store.kind(ConfigKind::Service).values() {
-        if let ConfigObject::Service(svc) = &stored.object
+        if let ConfigObject::Service(svc) = &*stored.object
             && let Some(service) = builder.kubernetes_service(svc)
         {
             services.push((Origin::of(&svc.metadata, true), service));
@@ -216,7 +216,7 @@ impl<'a> Builder<'a> {
         };
         let mut services: HashMap<String, Vec<ServiceInfo>> = HashMap::new();
         for stored in store.kind(ConfigKind::Service).values() {
-            if let ConfigObject::Service(svc) = &stored.object {
+            if let ConfigObject::Service(svc) = &*stored.object {
                 if svc.spec.service_type.as_deref() == Some("ExternalName") {
                     continue;
                 }
@@ -245,7 +245,7 @@ impl<'a> Builder<'a> {
             }
         }
         for stored in store.kind(ConfigKind::ServiceEntry).values() {
-            if let ConfigObject::ServiceEntry(se) = &stored.object {
+            if let ConfigObject::ServiceEntry(se) = &*stored.object {
                 let ns = se.metadata.namespace();
                 let selector = se.spec.workload_selector.as_ref().map(|s| s.labels.clone()).unwrap_or_default();
                 for host in &se.spec.hosts {
@@ -273,7 +273,7 @@ impl<'a> Builder<'a> {
         }
         let mut sliced: HashMap<(String, String), Vec<String>> = HashMap::new();
         for stored in store.kind(ConfigKind::EndpointSlice).values() {
-            let ConfigObject::EndpointSlice(slice) = &stored.object else { continue };
+            let ConfigObject::EndpointSlice(slice) = &*stored.object else { continue };
             let Some(service) = slice.metadata.labels.get(k8s::SERVICE_NAME_LABEL) else { continue };
             let ns = slice.metadata.namespace();
             let key = format!("{ns}/{}", crate::model::host::service_fqdn(service, ns));
