@@ -57,6 +57,13 @@ pub struct Resolved {
 }
 
 impl NameList {
+    /// The list of no names, shared: a stream starts with one per type, and
+    /// lists the clients send are shared likewise ([`intern`]).
+    pub fn none() -> Arc<NameList> {
+        static NONE: LazyLock<Arc<NameList>> = LazyLock::new(Default::default);
+        NONE.clone()
+    }
+
     /// Sorted, unique names, without `*`.
     pub fn names(&self) -> &[Arc<str>] {
         &self.names
