@@ -606,8 +606,7 @@ impl PushContext {
 
     /// The scope of a proxy in this snapshot (computed once per scope).
     pub fn scope_for(&self, proxy: &Proxy) -> Arc<Scope> {
-        let key = self.scope_key(proxy);
-        let id = self.interner.intern(&key);
+        let (id, key) = self.scope_key_for(proxy);
         self.scope_of(id, &key)
     }
 
@@ -620,15 +619,16 @@ impl PushContext {
         self.scopes.write().entry(id).or_insert(scope).clone()
     }
 
-    /// Interns a scope key.
-    pub fn intern_scope(&self, key: &ScopeKey) -> ScopeId {
-        self.interner.intern(key)
+    /// The scope key of a proxy in this snapshot, interned: its id and the
+    /// shared key.
+    pub fn scope_key_for(&self, proxy: &Proxy) -> (ScopeId, Arc<ScopeKey>) {
+        self.interner.intern(self.scope_key(proxy))
     }
 
-    /// The inbound key of a proxy in this snapshot, and its interned id.
-    pub fn inbound_for(&self, proxy: &Proxy) -> (InboundId, InboundKey) {
-        let key = scope::inbound_key(self, proxy);
-        (self.interner.intern_inbound(&key), key)
+    /// The inbound key of a proxy in this snapshot, interned: its id and
+    /// the shared key.
+    pub fn inbound_for(&self, proxy: &Proxy) -> (InboundId, Arc<InboundKey>) {
+        self.interner.intern_inbound(scope::inbound_key(self, proxy))
     }
 
     /// A scope already computed in this snapshot.

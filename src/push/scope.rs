@@ -189,34 +189,40 @@ fn topology_label<'p>(proxy: &'p Proxy, cluster: &'p str, key: &str) -> Option<&
     }
 }
 
-/// Hands out [`ScopeId`]s and [`InboundId`]s; shared by every `PushContext` of a server.
+/// Hands out [`ScopeId`]s and [`InboundId`]s, and the one shared copy of
+/// each key: every stream keeps its keys, and the streams of one scope or
+/// one workload shape keep the same allocation. Shared by every
+/// `PushContext` of a server.
 #[derive(Debug, Default)]
 pub struct ScopeInterner {
-    ids: Mutex<HashMap<ScopeKey, ScopeId>>,
-    inbound: Mutex<HashMap<InboundKey, InboundId>>,
+    ids: Mutex<HashMap<Arc<ScopeKey>, ScopeId>>,
+    inbound: Mutex<HashMap<Arc<InboundKey>, InboundId>>,
 }
 
 impl ScopeInterner {
-    /// The id for `key`, allocating one the first time.
-    pub fn intern(&self, key: &ScopeKey) -> ScopeId {
+    /// The id for `key`, allocating one the first time, and the key shared.
+    pub fn intern(&self, key: ScopeKey) -> (ScopeId, Arc<ScopeKey>) {
         let mut ids = self.ids.lock();
-        if let Some(id) = ids.get(key) {
-            return *id;
+        if let Some((shared, id)) = ids.get_key_value(&key) {
+            return (*id, shared.clone());
         }
         let id = ScopeId(ids.len() as u32 + 1);
-        ids.insert(key.clone(), id);
-        id
+        let shared = Arc::new(key);
+        ids.insert(shared.clone(), id);
+        (id, shared)
     }
 
-    /// The id for an inbound key, allocating one the first time.
-    pub fn intern_inbound(&self, key: &InboundKey) -> InboundId {
+    /// The id for an inbound key, allocating one the first time, and the
+    /// key shared.
+    pub fn intern_inbound(&self, key: InboundKey) -> (InboundId, Arc<InboundKey>) {
         let mut ids = self.inbound.lock();
-        if let Some(id) = ids.get(key) {
-            return *id;
+        if let Some((shared, id)) = ids.get_key_value(&key) {
+            return (*id, shared.clone());
         }
         let id = InboundId(ids.len() as u32 + 1);
-        ids.insert(key.clone(), id);
-        id
+        let shared = Arc::new(key);
+        ids.insert(shared.clone(), id);
+        (id, shared)
     }
 
     /// Number of scopes ever interned.

@@ -40,7 +40,7 @@ fn productpage(ctx: &PushContext, mode: &str) -> Arc<Scope> {
 }
 
 fn productpage_inbound(ctx: &PushContext, mode: &str) -> InboundKey {
-    ctx.inbound_for(&bookinfo::productpage_in(mode)).1
+    (*ctx.inbound_for(&bookinfo::productpage_in(mode)).1).clone()
 }
 
 fn ingress(ctx: &PushContext) -> Arc<Scope> {

@@ -295,7 +295,7 @@ fn every_group_of_endpoints_has_a_locality() {
 }
 
 fn inbound(ctx: &PushContext, proxy: &Proxy) -> InboundKey {
-    ctx.inbound_for(proxy).1
+    (*ctx.inbound_for(proxy).1).clone()
 }
 
 fn chain_of(listener: &Listener) -> (&str, HttpConnectionManager, Option<DownstreamTlsContext>) {

@@ -128,7 +128,7 @@ fn keys_not_fetched_yet_fail_closed_and_the_key_set_is_part_of_the_inbound_key()
     let with = |keys: &str| {
         let ctx =
             context(mesh_with(&format!("{WEB}{}", ra("jwt", &format!("  jwtRules: [{{issuer: i, jwks: '{keys}'}}]")))));
-        ctx.inbound_for(&web()).1
+        (*ctx.inbound_for(&web()).1).clone()
     };
     let other_keys = KEYS.replace("f83O", "AAAA");
     assert_ne!(with(KEYS), with(&other_keys), "rotated keys make a new inbound key");

@@ -109,7 +109,7 @@ fn productpage(ctx: &PushContext, mode: &str) -> Arc<Scope> {
 
 /// The inbound key of the productpage workload.
 fn productpage_inbound(ctx: &PushContext, mode: &str) -> crate::push::InboundKey {
-    ctx.inbound_for(&crate::testing::bookinfo::productpage_in(mode)).1
+    (*ctx.inbound_for(&crate::testing::bookinfo::productpage_in(mode)).1).clone()
 }
 
 fn ingress(ctx: &PushContext) -> Arc<Scope> {

@@ -14,8 +14,8 @@ use crate::push::{InboundId, InboundKey, PendingPush, PushContext, Scope, ScopeI
 /// A stream's scope and inbound key, kept current with the snapshot.
 #[derive(Debug, Default)]
 pub struct Placement {
-    key: Option<(ScopeId, ScopeKey)>,
-    inbound: Option<(InboundId, InboundKey)>,
+    key: Option<(ScopeId, Arc<ScopeKey>)>,
+    inbound: Option<(InboundId, Arc<InboundKey>)>,
     scope: Option<Arc<Scope>>,
     version: u64,
     /// The endpoint view, recomputed when the DestinationRules, the
@@ -29,8 +29,7 @@ impl Placement {
     /// Brings the placement to `ctx` for `proxy`; `rekey` recomputes the keys.
     pub fn refresh(&mut self, ctx: &PushContext, proxy: &Proxy, rekey: bool) -> Arc<Scope> {
         if rekey || self.key.is_none() || self.inbound.is_none() {
-            let key = ctx.scope_key(proxy);
-            self.key = Some((ctx.intern_scope(&key), key));
+            self.key = Some(ctx.scope_key_for(proxy));
             self.inbound = Some(ctx.inbound_for(proxy));
             self.scope = None;
         }
@@ -71,7 +70,7 @@ impl Placement {
     }
 
     /// The workload shape last generated for.
-    pub fn inbound(&self) -> Option<&(InboundId, InboundKey)> {
+    pub fn inbound(&self) -> Option<&(InboundId, Arc<InboundKey>)> {
         self.inbound.as_ref()
     }
 }

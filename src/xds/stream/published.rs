@@ -36,7 +36,7 @@ impl Published<'_> {
     }
 
     /// The CDS or LDS set of a proxy in `scope` with workload shape `inbound`.
-    pub fn proxy_set(&self, scope: &Scope, inbound: &(InboundId, InboundKey), type_url: TypeUrl) -> Arc<ResourceSet> {
+    pub fn proxy_set(&self, scope: &Scope, inbound: &(InboundId, Arc<InboundKey>), type_url: TypeUrl) -> Arc<ResourceSet> {
         self.cache.proxy_set(self.ctx, scope, inbound, type_url)
     }
 
@@ -47,7 +47,7 @@ impl Published<'_> {
     pub fn named<'n>(
         &self,
         scope: &Scope,
-        inbound: &(InboundId, InboundKey),
+        inbound: &(InboundId, Arc<InboundKey>),
         type_url: TypeUrl,
         names: impl IntoIterator<Item = &'n str>,
     ) -> Vec<Arc<EncodedResource>> {
