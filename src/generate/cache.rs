@@ -231,7 +231,11 @@ impl ScopedCache {
     /// The listener `name` of a proxyless gRPC server of shape `inbound`
     /// (`generate::grpc::lds::server_listener`); `None` when the name is
     /// not one of its server listeners.
-    pub fn grpc_server_listener(&self, inbound: &(InboundId, Arc<InboundKey>), name: &str) -> Option<Arc<EncodedResource>> {
+    pub fn grpc_server_listener(
+        &self,
+        inbound: &(InboundId, Arc<InboundKey>),
+        name: &str,
+    ) -> Option<Arc<EncodedResource>> {
         let (id, key) = inbound;
         if let Some(hit) = self.maps.read().grpc_servers.get(&(*id, Arc::from(name))) {
             CacheStats::count(&self.stats.hits, TypeUrl::Listener, 1);

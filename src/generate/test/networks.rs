@@ -4,11 +4,11 @@
 //! Services, an east-west gateway's own view, and cluster-local hosts.
 
 use super::*;
-use std::sync::Arc;
 use crate::config::mesh::networks::MeshNetworks;
 use crate::config::mesh::{MeshConfig, MeshConfigObject};
 use crate::config::{ClusterId, ConfigObject, SourceRef};
 use crate::push::scope::endpoint_view;
+use std::sync::Arc;
 
 /// Documents of `yaml`, read from cluster `cluster` (`None`: the local one).
 fn in_cluster(cluster: Option<&str>, yaml: &str) -> Vec<Write> {

@@ -36,7 +36,12 @@ impl Published<'_> {
     }
 
     /// The CDS or LDS set of a proxy in `scope` with workload shape `inbound`.
-    pub fn proxy_set(&self, scope: &Scope, inbound: &(InboundId, Arc<InboundKey>), type_url: TypeUrl) -> Arc<ResourceSet> {
+    pub fn proxy_set(
+        &self,
+        scope: &Scope,
+        inbound: &(InboundId, Arc<InboundKey>),
+        type_url: TypeUrl,
+    ) -> Arc<ResourceSet> {
         self.cache.proxy_set(self.ctx, scope, inbound, type_url)
     }
 
