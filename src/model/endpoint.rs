@@ -21,8 +21,9 @@ pub fn no_labels() -> Labels {
 pub struct Endpoint {
     /// IP address (or DNS name for DNS-resolved ServiceEntries).
     pub address: Arc<str>,
-    /// Service port number → port on this workload.
-    pub ports: BTreeMap<u32, u32>,
+    /// Service port number → port on this workload. Shared by the
+    /// endpoints of one EndpointSlice, which all have its ports.
+    pub ports: Arc<BTreeMap<u32, u32>>,
     /// Labels; DestinationRule subsets select on them. Shared with the
     /// workload they come from (a Pod's labels are held once however many
     /// services it backs).
