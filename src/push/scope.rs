@@ -202,27 +202,13 @@ pub struct ScopeInterner {
 impl ScopeInterner {
     /// The id for `key`, allocating one the first time, and the key shared.
     pub fn intern(&self, key: ScopeKey) -> (ScopeId, Arc<ScopeKey>) {
-        let mut ids = self.ids.lock();
-        if let Some((shared, id)) = ids.get_key_value(&key) {
-            return (*id, shared.clone());
-        }
-        let id = ScopeId(ids.len() as u32 + 1);
-        let shared = Arc::new(key);
-        ids.insert(shared.clone(), id);
-        (id, shared)
+        intern_in(&self.ids, key, ScopeId)
     }
 
     /// The id for an inbound key, allocating one the first time, and the
     /// key shared.
     pub fn intern_inbound(&self, key: InboundKey) -> (InboundId, Arc<InboundKey>) {
-        let mut ids = self.inbound.lock();
-        if let Some((shared, id)) = ids.get_key_value(&key) {
-            return (*id, shared.clone());
-        }
-        let id = InboundId(ids.len() as u32 + 1);
-        let shared = Arc::new(key);
-        ids.insert(shared.clone(), id);
-        (id, shared)
+        intern_in(&self.inbound, key, InboundId)
     }
 
     /// Number of scopes ever interned.
@@ -234,6 +220,23 @@ impl ScopeInterner {
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }
+}
+
+/// The id of `key` in `ids` and its shared copy; a new key gets the next
+/// id, counted from 1.
+fn intern_in<K: Eq + std::hash::Hash, I: Copy>(
+    ids: &Mutex<HashMap<Arc<K>, I>>,
+    key: K,
+    id: impl FnOnce(u32) -> I,
+) -> (I, Arc<K>) {
+    let mut ids = ids.lock();
+    if let Some((shared, id)) = ids.get_key_value(&key) {
+        return (*id, shared.clone());
+    }
+    let next = id(ids.len() as u32 + 1);
+    let shared = Arc::new(key);
+    ids.insert(shared.clone(), next);
+    (next, shared)
 }
 
 /// How a sidecar handles traffic to destinations it does not know.

@@ -167,7 +167,7 @@ impl FileIndex {
         let mut problems: Vec<Problem> = self.files.values().flat_map(|f| f.problems.iter().cloned()).collect();
         let mut keys: BTreeMap<&ConfigKey, Vec<&Contribution>> = BTreeMap::new();
         for entry in self.files.values() {
-            for (key, contribution) in entry.objects.0.iter() {
+            for (key, contribution) in entry.objects.iter() {
                 keys.entry(key).or_default().push(contribution);
             }
         }
@@ -245,6 +245,10 @@ impl FileObjects {
 
     fn keys(&self) -> impl Iterator<Item = &ConfigKey> {
         self.0.iter().map(|(k, _)| k)
+    }
+
+    fn iter(&self) -> impl Iterator<Item = &(ConfigKey, Contribution)> {
+        self.0.iter()
     }
 
     fn is_empty(&self) -> bool {
