@@ -25,6 +25,7 @@ use std::sync::Arc;
 
 use super::codec::OutgoingResponse;
 use super::request::SotwRequest;
+use super::sent::{REBASE_AFTER, Sent, mix, sum_version};
 use crate::model::Proxy;
 use crate::push::{PendingPush, Scope};
 use crate::resource::{EncodedResource, ResourceSet, TypeUrl};
@@ -32,92 +33,6 @@ use crate::xds::stream::connection::ConnectionCore;
 use crate::xds::stream::published::Published;
 use crate::xds::watch::name_list::{self, NameList, Resolved};
 use crate::xds::watch::push_plan::Step;
-
-/// `Sent::hashes`' mark of a resource not sent.
-const NOT_SENT: u64 = 0;
-
-/// What a SotW stream remembers of one type beyond the shared [`Watch`]:
-/// what it sent, so that it sends only what changed and can tell an ACK
-/// from a new subscription.
-#[derive(Debug, Default)]
-struct Sent {
-    /// The client has named resources explicitly at least once (CDS, LDS:
-    /// an empty list then means none, not all).
-    explicit_ever: bool,
-    /// Hash of the last request's name list (cheap ACK detection).
-    names_hash: u64,
-    /// EDS and RDS: the hash of each watched name's resource as last sent,
-    /// by position in the watch's names ([`NOT_SENT`]: not sent). Eight
-    /// bytes a watched name, not sixteen as an `Option<u64>`: a resource
-    /// whose hash is 0 reads as not sent and is sent again, a cost paid
-    /// once in 2^64 resources.
-    hashes: Vec<u64>,
-    /// EDS and RDS: the sum of `mix` over `hashes`, so a change of a few
-    /// resources updates the version without visiting every name.
-    sum: u64,
-    /// CDS and LDS: the set sent last, shared with the streams that were
-    /// sent the same (clusters are kept from it to delay their removal).
-    resources: Arc<ResourceSet>,
-}
-
-impl Sent {
-    /// CDS and LDS: the hash of `name` as last sent.
-    fn resource_hash(&self, name: &str) -> Option<u64> {
-        self.resources.get(name).map(|r| r.hash)
-    }
-
-    /// EDS and RDS: the hash of `name` of `names` as last sent.
-    fn hash(&self, names: &NameList, name: &str) -> Option<u64> {
-        names.position(name).and_then(|i| self.sent_hash(i))
-    }
-
-    /// EDS and RDS: the hash of the resource at position `i` as last sent.
-    fn sent_hash(&self, i: usize) -> Option<u64> {
-        self.hashes.get(i).copied().filter(|&h| h != NOT_SENT)
-    }
-
-    /// EDS and RDS: records that the resource at position `i` of `names`
-    /// was sent with `hash` (`None`: it is gone), moving `sum` by the difference.
-    fn record(&mut self, names: &NameList, i: usize, hash: Option<u64>) {
-        let key = names.key(i);
-        let old = std::mem::replace(&mut self.hashes[i], hash.unwrap_or(NOT_SENT));
-        if old != NOT_SENT {
-            self.sum = self.sum.wrapping_sub(mix(key, old));
-        }
-        if let Some(new) = hash.filter(|&h| h != NOT_SENT) {
-            self.sum = self.sum.wrapping_add(mix(key, new));
-        }
-    }
-
-    /// EDS and RDS: carries over what was sent for the names of `old` that
-    /// `new` still watches (a newly named resource is sent even if the
-    /// client may have it; names dropped are no longer its concern), and
-    /// recomputes `sum`.
-    fn rewatch(&mut self, old: &NameList, new: &NameList) {
-        let (before, after) = (old.names(), new.names());
-        let mut hashes = vec![NOT_SENT; after.len()];
-        let (mut i, mut j) = (0, 0);
-        while i < before.len() && j < after.len() {
-            match before[i].cmp(&after[j]) {
-                std::cmp::Ordering::Less => i += 1,
-                std::cmp::Ordering::Greater => j += 1,
-                std::cmp::Ordering::Equal => {
-                    hashes[j] = self.hashes.get(i).copied().unwrap_or(NOT_SENT);
-                    i += 1;
-                    j += 1;
-                }
-            }
-        }
-        self.hashes = hashes;
-        self.sum = self
-            .hashes
-            .iter()
-            .enumerate()
-            .filter(|&(_, &h)| h != NOT_SENT)
-            .map(|(i, &h)| mix(new.key(i), h))
-            .fold(0u64, u64::wrapping_add);
-    }
-}
 
 /// One SotW ADS stream's protocol state: the core both protocols keep,
 /// and what this stream sent of each type.
@@ -148,13 +63,6 @@ impl Current {
     }
 }
 
-/// One resource's share of an EDS or RDS version (`key` is the hash of its
-/// name): versions are order-free sums, so they can be updated for a few
-/// resources at a time.
-fn mix(key: u64, hash: u64) -> u64 {
-    key.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ hash
-}
-
 /// The resources of the watched `names` that `lookup` finds, their
 /// positions, and the version of the whole list (the sum of their `mix`es).
 fn resolve(names: &NameList, mut lookup: impl FnMut(&str) -> Option<Arc<EncodedResource>>) -> Resolved {
@@ -166,12 +74,7 @@ fn resolve(names: &NameList, mut lookup: impl FnMut(&str) -> Option<Arc<EncodedR
             positions.push(i as u32);
         }
     }
-    Resolved { resources, positions, version: sum_version(sum) }
-}
-
-/// The version text of a sum of `mix`es.
-fn sum_version(sum: u64) -> Arc<str> {
-    format!("{sum:016x}").into()
+    Resolved { resources, positions, version: sum_version(sum), sum }
 }
 
 impl Connection {
@@ -260,11 +163,7 @@ impl Connection {
                 w.version_acked = w.version_sent.clone();
                 match current {
                     Current::Set(set) => sent.resources = set,
-                    Current::Watched(resolved) => {
-                        for (r, &i) in resolved.resources.iter().zip(&resolved.positions) {
-                            sent.record(&w.names, i as usize, Some(r.hash));
-                        }
-                    }
+                    Current::Watched(resolved) => sent.rebase(resolved),
                 }
                 return Vec::new();
             }
@@ -376,6 +275,17 @@ impl Connection {
                 None => sent.record(&w.names, i, None),
             }
         }
+        let version = sum_version(sent.sum);
+        if sent.changes() > REBASE_AFTER {
+            // Pushes pile changes on the base; once the client holds the
+            // list's current resolution (shared with the streams watching
+            // the same list), that becomes the base and the changes go.
+            let key = eds_view.map_or("", |v| &*v.key);
+            let current = w.names.endpoints(view.ctx.id, key, |names| resolve(names, |n| view.endpoint(n, eds_view)));
+            if sent.holds(&current) {
+                sent.rebase(current);
+            }
+        }
         if changed.is_empty() {
             return None;
         }
@@ -384,7 +294,6 @@ impl Connection {
                 self.eds_resend.remove(&r.name);
             }
         }
-        let version = sum_version(sent.sum);
         let body = super::codec::body(view, t, &version, &changed, true);
         let nonce = self.core.record_sent(t, version);
         Some(OutgoingResponse { body, nonce })
@@ -429,7 +338,7 @@ impl Connection {
                     let clusters = &self.sent[t.index()];
                     let (watched, endpoints) =
                         (&self.core.watches[TypeUrl::Endpoint.index()].names, &self.sent[TypeUrl::Endpoint.index()]);
-                    if endpoints.hashes.iter().any(|&h| h != NOT_SENT) {
+                    if endpoints.holds_any() {
                         for r in &set.resources {
                             if clusters.resource_hash(&r.name) != Some(r.hash)
                                 && endpoints.hash(watched, &r.name).is_some()
@@ -447,14 +356,21 @@ impl Connection {
             Current::Watched(resolved) => {
                 let sent = &self.sent[t.index()];
                 let resend = |r: &EncodedResource| t == TypeUrl::Endpoint && self.eds_resend.contains(&r.name);
-                // Indices into `resolved` of what the client lacks.
-                let changed: Vec<usize> = (0..resolved.resources.len())
-                    .filter(|&k| {
-                        let r = &resolved.resources[k];
-                        sent.sent_hash(resolved.positions[k] as usize) != Some(r.hash) || resend(r)
-                    })
-                    .collect();
+                // Indices into `resolved` of what the client lacks (none
+                // when it holds this very resolution, the usual case).
+                let changed: Vec<usize> = if sent.is_based_on(&resolved) && self.eds_resend.is_empty() {
+                    Vec::new()
+                } else {
+                    (0..resolved.resources.len())
+                        .filter(|&k| {
+                            let r = &resolved.resources[k];
+                            sent.sent_hash(resolved.positions[k] as usize) != Some(r.hash) || resend(r)
+                        })
+                        .collect()
+                };
                 if changed.is_empty() && !first {
+                    // It holds all of it: this resolution becomes its base.
+                    self.sent[t.index()].rebase(resolved);
                     return None;
                 }
                 let partial = changed.len() != resolved.resources.len();
@@ -472,11 +388,11 @@ impl Connection {
                     }
                 }
                 let body = super::codec::body(view, t, &resolved.version, out, partial);
-                let (w, sent) = (&self.core.watches[t.index()], &mut self.sent[t.index()]);
-                for &k in &changed {
-                    sent.record(&w.names, resolved.positions[k] as usize, Some(resolved.resources[k].hash));
-                }
-                (body, resolved.version.clone())
+                let version = resolved.version.clone();
+                // The client now holds the whole resolution, shared with
+                // every stream that holds it too.
+                self.sent[t.index()].rebase(resolved);
+                (body, version)
             }
         };
         let nonce = self.core.record_sent(t, version);

@@ -54,6 +54,8 @@ pub struct Resolved {
     /// The version of the whole list in this snapshot (the protocol's sum
     /// over the resources), computed once with them.
     pub version: Arc<str>,
+    /// The sum `version` is the text of.
+    pub sum: u64,
 }
 
 impl NameList {
@@ -335,7 +337,12 @@ mod tests {
         let mut resolve = |id: u64| {
             list.endpoints(id, "", |l| {
                 calls += 1;
-                Resolved { resources: Vec::new(), positions: (0..l.len() as u32).collect(), version: "v".into() }
+                Resolved {
+                    resources: Vec::new(),
+                    positions: (0..l.len() as u32).collect(),
+                    version: "v".into(),
+                    sum: 0,
+                }
             })
         };
         let first = resolve(41);

@@ -108,3 +108,25 @@ async fn a_stream_that_reconnects_holding_the_current_version_is_sent_nothing() 
     let mut old = connection(3);
     assert_eq!(old.on_request(&view, &request(TypeUrl::Cluster, "0000000000000000", "")).len(), 1);
 }
+
+#[tokio::test]
+async fn streams_watching_one_list_share_what_they_were_sent_of_it() {
+    let (engine, bodies) = (engine().await, BodyCache::new());
+    let ctx = engine.snapshot();
+    let view = Published { ctx: &ctx, cache: engine.cache(), bodies: &bodies };
+    let names: Vec<String> =
+        ["details", "ratings", "reviews"].map(|s| format!("outbound|9080||{s}.default.svc.cluster.local")).into();
+    let mut eds = request(TypeUrl::Endpoint, "", "");
+    eds.resource_names = names.clone().into();
+    let (mut a, mut b) = (connection(1), connection(2));
+    for conn in [&mut a, &mut b] {
+        let sent = decoded(&conn.on_request(&view, &eds)[0]);
+        assert_eq!(sent.resources.len(), names.len(), "an assignment for each watched cluster");
+        let held = &conn.sent[TypeUrl::Endpoint.index()];
+        assert_eq!((held.changes(), held.holds_any()), (0, true));
+    }
+    let (a_base, b_base) =
+        (a.sent[TypeUrl::Endpoint.index()].base().unwrap(), b.sent[TypeUrl::Endpoint.index()].base().unwrap());
+    assert!(Arc::ptr_eq(a_base, b_base), "one resolution for both, no copy of it in either stream");
+    assert_eq!(a_base.resources.len(), names.len());
+}
