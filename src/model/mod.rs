@@ -29,7 +29,7 @@ pub mod service;
 pub mod store;
 pub mod workload_name;
 
-pub use endpoint::{Endpoint, Labels, ServiceEndpoints, no_labels};
+pub use endpoint::{Endpoint, Labels, ServiceEndpoints, no_labels, no_locality};
 pub use host::Hostname;
 pub use identity::Identity;
 pub use locality::Locality;
