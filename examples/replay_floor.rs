@@ -453,7 +453,7 @@ async fn next_change(changes: &mut Option<broadcast::Receiver<Arc<Change>>>) -> 
 async fn stream(
     replay: Arc<Replay>,
     mut requests: RequestMessages<tonic::body::Body>,
-    responses: mpsc::Sender<OutgoingResponse>,
+    responses: mpsc::Sender<Box<OutgoingResponse>>,
 ) {
     let mut scope = None;
     let mut changes = None;
@@ -510,7 +510,7 @@ async fn stream(
         };
         nonce += 1;
         in_flight = Some(Nonce(nonce));
-        if responses.send(OutgoingResponse { body, nonce }).await.is_err() {
+        if responses.send(Box::new(OutgoingResponse { body, nonce })).await.is_err() {
             return;
         }
     }

@@ -46,7 +46,7 @@ pub struct MemoryClient {
     /// Its node.
     pub node: Node,
     requests: mpsc::Sender<Result<DiscoveryRequest, Status>>,
-    responses: mpsc::Receiver<OutgoingResponse>,
+    responses: mpsc::Receiver<Box<OutgoingResponse>>,
     /// Per-type state, by `TypeUrl::index`.
     pub watches: [ClientWatch; TypeUrl::COUNT],
     /// Responses received.
@@ -211,7 +211,7 @@ impl MemoryClient {
         let r = self.responses.recv().await?;
         self.received += 1;
         self.bytes += r.wire_len() as u64;
-        Some(r)
+        Some(*r)
     }
 
     /// Receives and decodes the next response, records its version and

@@ -126,7 +126,7 @@ pub async fn serve(
     proxy: Arc<Proxy>,
     first: ApiRequest,
     mut requests: impl futures::Stream<Item = Result<ApiRequest, Status>> + Unpin,
-    tx: mpsc::Sender<ApiResponse>,
+    tx: mpsc::Sender<Box<ApiResponse>>,
     mut drain: Drain,
 ) -> (String, Option<Status>) {
     if !engine.is_ready() {
@@ -202,7 +202,7 @@ pub async fn serve(
             }
             sub.nonce = response.nonce.clone();
             sub.sent = map;
-            if tx.send(ApiResponse(framed(&response))).await.is_err() {
+            if tx.send(Box::new(ApiResponse(framed(&response)))).await.is_err() {
                 return ("response channel closed".into(), None);
             }
         }

@@ -194,7 +194,7 @@ impl NamedService for AdsService {
 /// task drives with requests and pushes.
 pub trait Protocol: Send + Sized + 'static {
     /// A request, as the stream reads it.
-    type Request: Send + 'static;
+    type Request: Default + Send + 'static;
     /// A response on its way to the stream.
     type Response: Framed + Send + 'static;
     /// The request's `node` field, read in a stream's first request only.
@@ -489,7 +489,7 @@ pub fn spawn_stream(
     first: DiscoveryRequest,
     requests: impl futures::Stream<Item = Result<DiscoveryRequest, Status>> + Unpin + Send + 'static,
     peer: String,
-) -> mpsc::Receiver<OutgoingResponse> {
+) -> mpsc::Receiver<Box<OutgoingResponse>> {
     let requests = futures::StreamExt::map(requests, |r| r.map(SotwRequest::from));
     let unanswered = ads.shared.admission.arrive(None);
     spawn::<Connection>(ads, proxy, first.into(), requests, peer, EndStatus::default(), Drain::never(), unanswered)
@@ -502,7 +502,7 @@ pub fn spawn_delta_stream(
     first: DeltaDiscoveryRequest,
     requests: impl futures::Stream<Item = Result<DeltaDiscoveryRequest, Status>> + Unpin + Send + 'static,
     peer: String,
-) -> mpsc::Receiver<DeltaResponse> {
+) -> mpsc::Receiver<Box<DeltaResponse>> {
     let requests = futures::StreamExt::map(requests, |r| r.map(DeltaRequest::from));
     let unanswered = ads.shared.admission.arrive(None);
     spawn::<DeltaConnection>(ads, proxy, first.into(), requests, peer, EndStatus::default(), Drain::never(), unanswered)
@@ -512,13 +512,13 @@ pub fn spawn_delta_stream(
 fn spawn<P: Protocol>(
     ads: &AdsService,
     proxy: Arc<Proxy>,
-    first: P::Request,
-    requests: impl futures::Stream<Item = Result<P::Request, Status>> + Unpin + Send + 'static,
+    mut first: P::Request,
+    mut requests: impl futures::Stream<Item = Result<P::Request, Status>> + Unpin + Send + 'static,
     peer: String,
     end: EndStatus,
-    drain: Drain,
-    unanswered: Unanswered,
-) -> mpsc::Receiver<P::Response> {
+    mut drain: Drain,
+    mut unanswered: Unanswered,
+) -> mpsc::Receiver<Box<P::Response>> {
     let (tx, rx) = mpsc::channel(STREAM_BUFFER);
     let shared = ads.shared.clone();
     let handle = shared.engine.queue().register(proxy.clone());
@@ -532,14 +532,20 @@ fn spawn<P: Protocol>(
                 shared.engine.wait_ready().await;
             }
             // Lent, not moved: an async fn's arguments would be kept twice
-            // in this task's state, once here and once in `serve_stream`'s.
+            // in this task's state, once here and once in `serve_stream`'s
+            // (and a variable moved into a new local keeps its place here
+            // too). The first request is taken out of its place.
             // `tx` so outlives `serve_stream` and is dropped when this task
             // ends, after `end` is set below: the body reads `end` once the
             // channel closes, so it always finds the status set.
-            let (mut requests, mut drain, mut unanswered) = (requests, drain, unanswered);
-            let parts =
-                StreamParts { requests: &mut requests, tx: &tx, drain: &mut drain, unanswered: &mut unanswered };
-            let (reason, failure) = serve_stream::<P>(&shared, proxy, &handle, &status, first, parts).await;
+            let parts = StreamParts {
+                first: &mut first,
+                requests: &mut requests,
+                tx: &tx,
+                drain: &mut drain,
+                unanswered: &mut unanswered,
+            };
+            let (reason, failure) = serve_stream::<P>(&shared, proxy, &handle, &status, parts).await;
             shared.engine.queue().unregister(handle.id);
             shared.statuses.close(handle.id);
             match failure {
@@ -576,9 +582,11 @@ fn note_refusal(shared: &Shared, status: &Status, peer: &str, conn_id: Option<u6
 }
 
 /// What a stream task lends [`serve_stream`] for the stream's life.
-struct StreamParts<'a, R, T> {
+struct StreamParts<'a, Q, R, T> {
+    /// The first request, taken (left as a default) when it is served.
+    first: &'a mut Q,
     requests: &'a mut R,
-    tx: &'a mpsc::Sender<T>,
+    tx: &'a mpsc::Sender<Box<T>>,
     drain: &'a mut Drain,
     unanswered: &'a mut Unanswered,
 }
@@ -595,13 +603,12 @@ async fn serve_stream<P: Protocol>(
     proxy: Arc<Proxy>,
     handle: &Arc<ConnectionHandle>,
     status: &parking_lot::Mutex<StreamStatus>,
-    first: P::Request,
-    parts: StreamParts<'_, impl futures::Stream<Item = Result<P::Request, Status>> + Unpin, P::Response>,
+    parts: StreamParts<'_, P::Request, impl futures::Stream<Item = Result<P::Request, Status>> + Unpin, P::Response>,
 ) -> (String, Option<Status>) {
-    let StreamParts { requests, tx, drain, unanswered } = parts;
+    let StreamParts { first, requests, tx, drain, unanswered } = parts;
     let engine = &shared.engine;
     let mut conn = P::open(handle.id, proxy);
-    let mut pending = Some(first);
+    let mut pending = Some(std::mem::take(first));
     let mut recorder = StreamRecorder::new(engine.metrics().clone());
     // When the last responses were handed to the stream: a push waits for
     // their answers, for at most ANSWER_WAIT after that.
@@ -645,7 +652,7 @@ async fn serve_stream<P: Protocol>(
         let sent_bytes: usize = responses.iter().map(Framed::wire_len).sum();
         let sent_any = !responses.is_empty();
         for response in responses {
-            if tx.send(response).await.is_err() {
+            if tx.send(Box::new(response)).await.is_err() {
                 return ("response channel closed".into(), None);
             }
         }
