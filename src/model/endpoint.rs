@@ -5,10 +5,22 @@ use std::sync::Arc;
 
 use serde::Serialize;
 
+use super::weak_table::WeakTable;
 use crate::config::ClusterId;
 
 /// A workload's labels, shared by the workload and its endpoints.
 pub type Labels = Arc<BTreeMap<String, String>>;
+
+/// The one live copy of a label set equal to `labels` (a Deployment's
+/// replicas' proxies send equal ones), else `labels`, shared from now on.
+pub fn intern_labels(labels: BTreeMap<String, String>) -> Labels {
+    static TABLE: std::sync::LazyLock<WeakTable<BTreeMap<String, String>>> = std::sync::LazyLock::new(Default::default);
+    if labels.is_empty() {
+        return no_labels();
+    }
+    let hash = std::hash::BuildHasher::hash_one(&foldhash::fast::FixedState::default(), &labels);
+    TABLE.intern(hash, labels)
+}
 
 /// The empty label set, shared.
 pub fn no_labels() -> Labels {

@@ -27,9 +27,10 @@ pub mod proxy_config;
 pub mod references;
 pub mod service;
 pub mod store;
+pub mod weak_table;
 pub mod workload_name;
 
-pub use endpoint::{Endpoint, Labels, ServiceEndpoints, no_labels, no_locality};
+pub use endpoint::{Endpoint, Labels, ServiceEndpoints, intern_labels, no_labels, no_locality};
 pub use host::Hostname;
 pub use identity::Identity;
 pub use locality::Locality;

@@ -13,7 +13,7 @@ use envoy_types::pb::envoy::config::core::v3::Node;
 use envoy_types::pb::google::protobuf::{Struct, Value, value::Kind};
 use serde::Serialize;
 
-use super::{Locality, NodeMetadata};
+use super::{Labels, Locality, NodeMetadata, intern_labels, no_labels};
 use crate::config::mesh::proxy_config::{PROXY_CONFIG_METADATA, ProxyConfig};
 use crate::text::Shown;
 
@@ -101,8 +101,9 @@ pub struct Proxy {
     pub workload: Arc<str>,
     /// Namespace (metadata `NAMESPACE`, else from the id).
     pub namespace: Arc<str>,
-    /// Workload labels (metadata `LABELS`).
-    pub labels: BTreeMap<String, String>,
+    /// Workload labels (metadata `LABELS`), held once for every proxy
+    /// that sends the same ([`intern_labels`]).
+    pub labels: Labels,
     /// Interception mode (metadata `INTERCEPTION_MODE`, default REDIRECT).
     pub interception: InterceptionMode,
     /// Envoy's `node.cluster` (shown by proxy-status).
@@ -187,12 +188,10 @@ impl Proxy {
             .or_else(|| domain.split('.').next().filter(|s| !s.is_empty()).map(str::to_string))
             .unwrap_or_else(|| "default".to_string());
         let labels = match node.metadata.as_ref().and_then(|m| m.fields.get("LABELS")) {
-            None => BTreeMap::new(),
-            Some(v) => labels_from(v).map_err(|reason| NodeError::BadMetadata {
-                id: node.id.clone(),
-                key: "LABELS",
-                reason,
-            })?,
+            None => no_labels(),
+            Some(v) => labels_from(v)
+                .map_err(|reason| NodeError::BadMetadata { id: node.id.clone(), key: "LABELS", reason })
+                .map(intern_labels)?,
         };
         let interception = match metadata.get("INTERCEPTION_MODE") {
             None | Some("REDIRECT") => InterceptionMode::Redirect,
@@ -325,6 +324,25 @@ mod tests {
         assert_eq!(&*p.namespace, "default");
         assert_eq!(p.labels["version"], "v1");
         assert_eq!(p.interception, InterceptionMode::None);
+    }
+
+    #[test]
+    fn proxies_that_send_the_same_labels_share_one_copy() {
+        let labels = |version: &str| Value {
+            kind: Some(Kind::StructValue(Struct {
+                fields: [("app".to_string(), s("ledger-shared")), ("version".to_string(), s(version))].into(),
+            })),
+        };
+        let proxy = |pod: &str, version: &str| {
+            let id = format!("sidecar~10.1.2.3~{pod}.default~default.svc.cluster.local");
+            Proxy::from_node(&node(&id, &[("LABELS", labels(version))])).unwrap()
+        };
+        let (a, b, c) = (proxy("ledger-a", "v1"), proxy("ledger-b", "v1"), proxy("ledger-c", "v2"));
+        assert!(Arc::ptr_eq(&a.labels, &b.labels), "two replicas, one map");
+        assert!(!Arc::ptr_eq(&a.labels, &c.labels));
+        assert_eq!(c.labels["version"], "v2");
+        let none = Proxy::from_node(&node("sidecar~10.1.2.4~bare.default~default.svc.cluster.local", &[])).unwrap();
+        assert!(none.labels.is_empty());
     }
 
     #[test]

@@ -142,7 +142,7 @@ pub fn entry_for(snapshot: &crate::model::StoreSnapshot, proxy: &Proxy) -> Optio
     let template = &group.spec.template;
     let mut labels = template.labels.clone();
     labels.extend(group.spec.metadata.labels.clone());
-    labels.extend(proxy.labels.clone());
+    labels.extend(proxy.labels.iter().map(|(k, v)| (k.clone(), v.clone())));
     let mut annotations = BTreeMap::from([(GROUP_ANNOTATION.to_string(), group_name.to_string())]);
     annotations.extend(group.spec.metadata.annotations.clone());
     // The proxy's own locality, when its node has one, over the template's.

@@ -300,7 +300,7 @@ fn envoy_accepts_what_istio_s_tls_manifests_generate() {
             ..Default::default()
         })
         .unwrap();
-        p.labels = labels.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+        p.labels = std::sync::Arc::new(labels.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect());
         p
     };
     let proxies = [

@@ -290,7 +290,7 @@ fn a_pod_binding_to_a_waypoint_regenerates_the_waypoint_s_listeners_even_when_on
     let prev = PushContext::build(store.snapshot(), 1, Arc::new(ScopeInterner::default()));
     let mut proxy = productpage();
     proxy.kind = crate::model::ProxyKind::Waypoint;
-    proxy.labels = [("gateway.networking.k8s.io/gateway-name".to_string(), "waypoint".to_string())].into();
+    proxy.labels = Arc::new([("gateway.networking.k8s.io/gateway-name".to_string(), "waypoint".to_string())].into());
     let scope = prev.scope_for(&proxy);
     let sidecar = prev.scope_for(&productpage());
     // A Pod of a known account takes the waypoint for its traffic: for

@@ -14,11 +14,12 @@
 //! table holds weak references, so a list lives while a stream watches it.
 
 use std::collections::HashMap;
-use std::sync::{Arc, LazyLock, OnceLock, Weak};
+use std::sync::{Arc, LazyLock, OnceLock};
 
 use parking_lot::Mutex;
 use serde::Serialize;
 
+use crate::model::weak_table::WeakTable;
 use crate::resource::EncodedResource;
 
 /// One watched list of names.
@@ -216,14 +217,8 @@ pub fn names_hash<'a>(names: impl IntoIterator<Item = &'a [u8]>) -> u64 {
     h.digest()
 }
 
-/// The live lists by request hash (a bucket, since hashes may collide).
-#[derive(Default)]
-struct Table {
-    lists: HashMap<u64, Vec<Weak<NameList>>>,
-    inserts_since_sweep: usize,
-}
-
-static TABLE: LazyLock<Mutex<Table>> = LazyLock::new(Default::default);
+/// The live lists by request hash.
+static TABLE: LazyLock<WeakTable<NameList>> = LazyLock::new(Default::default);
 
 /// The shared list for a request's names; `hash` is [`names_hash`] of them.
 /// Content-addressed, so one table serves every engine in the process.
@@ -233,31 +228,7 @@ where
     I::IntoIter: ExactSizeIterator + Clone,
 {
     let requested = requested.into_iter();
-    let mut table = TABLE.lock();
-    if let Some(bucket) = table.lists.get(&hash) {
-        for weak in bucket {
-            if let Some(list) = weak.upgrade()
-                && list.is_request(requested.clone())
-            {
-                return list;
-            }
-        }
-    }
-    let list = Arc::new(NameList::build(requested));
-    let table = &mut *table;
-    let bucket = table.lists.entry(hash).or_default();
-    bucket.retain(|w| w.strong_count() > 0);
-    bucket.push(Arc::downgrade(&list));
-    table.inserts_since_sweep += 1;
-    if table.inserts_since_sweep >= table.lists.len().max(64) {
-        // Amortized: sweep once the table could have doubled in dead entries.
-        table.lists.retain(|_, bucket| {
-            bucket.retain(|w| w.strong_count() > 0);
-            !bucket.is_empty()
-        });
-        table.inserts_since_sweep = 0;
-    }
-    list
+    TABLE.intern_with(hash, |list| list.is_request(requested.clone()), || NameList::build(requested.clone()))
 }
 
 #[cfg(test)]
