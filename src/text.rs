@@ -42,6 +42,13 @@ pub fn error_chain(error: &dyn std::error::Error) -> String {
     text
 }
 
+/// The empty text, shared: one allocation for every empty locality,
+/// network and the like, however many hold one.
+pub fn empty() -> std::sync::Arc<str> {
+    static EMPTY: std::sync::LazyLock<std::sync::Arc<str>> = std::sync::LazyLock::new(|| std::sync::Arc::from(""));
+    EMPTY.clone()
+}
+
 /// The string as [`Shown`] displays it.
 pub fn shown(text: &str) -> Cow<'_, str> {
     let clean = !text.chars().any(char::is_control);

@@ -28,13 +28,6 @@ pub fn no_labels() -> Labels {
     EMPTY.clone()
 }
 
-/// The empty locality, shared: a mesh without localities holds no text
-/// for any of its endpoints' (an endpoint without a Pod has none).
-pub fn no_locality() -> Arc<str> {
-    static EMPTY: std::sync::LazyLock<Arc<str>> = std::sync::LazyLock::new(|| Arc::from(""));
-    EMPTY.clone()
-}
-
 /// One workload instance reachable for a service.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize)]
 pub struct Endpoint {

@@ -30,7 +30,7 @@ pub mod store;
 pub mod weak_table;
 pub mod workload_name;
 
-pub use endpoint::{Endpoint, Labels, ServiceEndpoints, intern_labels, no_labels, no_locality};
+pub use endpoint::{Endpoint, Labels, ServiceEndpoints, intern_labels, no_labels};
 pub use host::Hostname;
 pub use identity::Identity;
 pub use locality::Locality;

@@ -17,9 +17,7 @@ use rayon::prelude::*;
 use super::{NetworkIndex, ServiceIndex, Workload, WorkloadIndex};
 use crate::config::{ConfigKey, ConfigKind, ConfigObject, k8s};
 use crate::model::endpoint::has_mesh_mtls;
-use crate::model::{
-    Endpoint, Hostname, Service, ServiceEndpoints, StoreSnapshot, StoredObject, no_labels, no_locality,
-};
+use crate::model::{Endpoint, Hostname, Service, ServiceEndpoints, StoreSnapshot, StoredObject, no_labels};
 
 /// Endpoints by service host, in a persistent map: the successor of an
 /// index after an endpoint change shares every untouched entry (O(1) clone,
@@ -243,7 +241,7 @@ fn endpoints_of(svc: &Service, inputs: &Inputs<'_>) -> ServiceEndpoints {
                         let labels = pod.map_or_else(no_labels, |w| w.labels.clone());
                         let service_account = pod.and_then(|w| w.service_account.clone());
                         // Istio takes the locality from the Pod (its Node), not the slice's zone.
-                        let locality = pod.map_or_else(no_locality, |w| w.locality.clone());
+                        let locality = pod.map_or_else(crate::text::empty, |w| w.locality.clone());
                         let cluster = slice.metadata.cluster.clone();
                         let network = match pod.and_then(|w| w.network.clone()) {
                             Some(network) => Some(network),
@@ -318,7 +316,7 @@ fn inline_endpoints(svc: &Service, se: &crate::config::istio::ServiceEntry) -> V
             address: svc.hostname.clone(),
             ports: Arc::new(svc.ports.iter().map(|p| (p.port, p.target_port.unwrap_or(p.port))).collect()),
             labels: no_labels(),
-            locality: no_locality(),
+            locality: crate::text::empty(),
             weight: 1,
             service_account: None,
             mesh_mtls: false,
@@ -435,7 +433,7 @@ spec: {address: 10.0.9.9, labels: {app: ledger}}
         assert!(!Arc::ptr_eq(&a.ports, &b.ports));
         // Slice endpoints without a Pod have no locality, and share its empty text.
         for ip in ["10.0.0.1", "10.0.0.2", "10.0.0.3", "10.0.0.4", "10.0.0.5"] {
-            assert!(Arc::ptr_eq(&of(ip).locality, &no_locality()), "{ip}");
+            assert!(Arc::ptr_eq(&of(ip).locality, &crate::text::empty()), "{ip}");
         }
         // Six endpoints (the five and MESH's WorkloadEntry), pushed one by
         // one, had room for eight.

@@ -110,8 +110,7 @@ type RegistryGateways = HashMap<(Arc<str>, Arc<str>), (Arc<str>, u32)>;
 
 /// The default network, shared.
 fn no_network() -> Arc<str> {
-    static EMPTY: std::sync::LazyLock<Arc<str>> = std::sync::LazyLock::new(|| Arc::from(""));
-    EMPTY.clone()
+    crate::text::empty()
 }
 
 impl NetworkIndex {

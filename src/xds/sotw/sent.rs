@@ -101,15 +101,17 @@ impl Sent {
     /// was sent with `hash` (`None`: it is gone), moving `sum` by the difference.
     pub fn record(&mut self, names: &NameList, i: usize, hash: Option<u64>) {
         let key = names.key(i);
-        if let Some(old) = self.sent_hash(i) {
+        let at = self.changes.binary_search_by_key(&(i as u32), |&(p, _)| p);
+        let base = self.base_hash(i).unwrap_or(NOT_SENT);
+        let old = at.map_or(base, |k| self.changes[k].1);
+        if old != NOT_SENT {
             self.sum = self.sum.wrapping_sub(mix(key, old));
         }
         let new = hash.unwrap_or(NOT_SENT);
         if new != NOT_SENT {
             self.sum = self.sum.wrapping_add(mix(key, new));
         }
-        let same_as_base = self.base_hash(i).unwrap_or(NOT_SENT) == new;
-        match (self.changes.binary_search_by_key(&(i as u32), |&(p, _)| p), same_as_base) {
+        match (at, base == new) {
             (Ok(k), true) => {
                 self.changes.remove(k);
             }
@@ -205,6 +207,14 @@ mod tests {
         Arc::new(Resolved { resources, positions, version: sum_version(sum), sum })
     }
 
+    /// A stream that holds the resolution of `names` to `found`.
+    fn based_on(names: &NameList, found: &[(&str, u64)]) -> (Sent, Arc<Resolved>) {
+        let resolved = resolution(names, found);
+        let mut sent = Sent::default();
+        sent.rebase(resolved.clone());
+        (sent, resolved)
+    }
+
     /// The sum over what `sent` holds, computed name by name.
     fn recomputed_sum(sent: &Sent, names: &NameList) -> u64 {
         (0..names.len()).filter_map(|i| sent.sent_hash(i).map(|h| mix(names.key(i), h))).fold(0, u64::wrapping_add)
@@ -213,9 +223,7 @@ mod tests {
     #[test]
     fn a_synced_stream_holds_the_shared_resolution_and_nothing_of_its_own() {
         let names = list(&["sent-a", "sent-b", "sent-c"]);
-        let shared = resolution(&names, &[("sent-a", 11), ("sent-c", 33)]);
-        let mut sent = Sent::default();
-        sent.rebase(shared.clone());
+        let (sent, shared) = based_on(&names, &[("sent-a", 11), ("sent-c", 33)]);
         assert!(sent.is_based_on(&shared));
         assert_eq!(sent.changes(), 0, "nothing is copied per stream");
         assert_eq!(
@@ -229,9 +237,7 @@ mod tests {
     #[test]
     fn changes_on_a_base_move_the_sum_and_vanish_when_they_match_it_again() {
         let names = list(&["chg-a", "chg-b", "chg-c"]);
-        let base = resolution(&names, &[("chg-a", 11), ("chg-b", 22)]);
-        let mut sent = Sent::default();
-        sent.rebase(base.clone());
+        let (mut sent, base) = based_on(&names, &[("chg-a", 11), ("chg-b", 22)]);
         sent.record(&names, names.position("chg-b").unwrap(), Some(23));
         sent.record(&names, names.position("chg-c").unwrap(), Some(33));
         sent.record(&names, names.position("chg-a").unwrap(), None);
@@ -261,8 +267,7 @@ mod tests {
     #[test]
     fn a_new_list_carries_over_what_the_client_holds_of_names_it_keeps() {
         let old = list(&["rw-a", "rw-b", "rw-c"]);
-        let mut sent = Sent::default();
-        sent.rebase(resolution(&old, &[("rw-a", 11), ("rw-b", 22), ("rw-c", 33)]));
+        let (mut sent, _) = based_on(&old, &[("rw-a", 11), ("rw-b", 22), ("rw-c", 33)]);
         sent.record(&old, old.position("rw-c").unwrap(), Some(34));
         let new = list(&["rw-0", "rw-b", "rw-c", "rw-d"]);
         sent.rewatch(&old, &new);
