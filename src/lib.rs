@@ -27,7 +27,6 @@ pub mod push;
 pub mod resource;
 pub mod serve;
 pub mod source;
-#[cfg(any(test, feature = "testing"))]
 pub mod testing;
 pub mod text;
 pub mod workload_api;

@@ -1,9 +1,11 @@
 //! Helpers for meshpush's own tests and benches, not part of the server.
 //!
-//! Compiled for the crate's unit tests and, through the `testing` feature,
-//! for its integration tests, benches and examples (the package enables
-//! the feature for itself as a dev-dependency); a build of the server
-//! never has them.
+//! Compiled in every build of the library, so that the crate's unit tests,
+//! integration tests, benches and examples all reach it without a feature.
+//! The server calls none of it, so none of it is linked into the
+//! `meshpush` binary. (It was behind a feature the package turned on for
+//! itself as a dev-dependency; that made the library's unit tests wait for
+//! a whole build of the library before their own could start.)
 //!
 //! * [`bookinfo`]: the bundled example mesh, in a store.
 //! * [`synth`]: synthetic meshes of any size.
