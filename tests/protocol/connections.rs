@@ -5,7 +5,8 @@
 //! new connection is served only once it has a place among the unanswered
 //! streams (a silent client holds one only briefly, an answered stream
 //! gives its place to the next connection, and every stream a waiting
-//! connection multiplexes is served once it has its place).
+//! connection multiplexes is served once it has its place, its request
+//! arriving whole even when the admission rate holds it unread a while).
 
 use std::time::{Duration, Instant};
 
@@ -193,4 +194,63 @@ async fn every_stream_of_a_waiting_connection_is_served_once_it_has_a_place() {
             Err(_) => panic!("stream {i} had no response within {deadline:?}"),
         }
     }
+}
+
+#[tokio::test]
+async fn streams_of_a_waiting_connection_that_then_wait_for_their_start_arrive_whole() {
+    // As s4 under a storm: the connection waits for its place (its six
+    // 62 KB first requests pass the 65,535 bytes a client may send before
+    // the server's SETTINGS), and once served its streams start one at a
+    // time at the admission rate, the last 2.5 s after the first. Each
+    // request must then arrive whole within the partial-request timeout.
+    use envoy_types::pb::google::protobuf::{Value, value::Kind};
+    use meshpush::xds::stream::admission::AdmissionRate;
+    let limits = StreamLimits {
+        max_unanswered: Some(1),
+        admission: AdmissionRate { per_second: Some(2.0), burst: 1 },
+        partial_timeout: Duration::from_secs(2),
+        ..StreamLimits::default()
+    };
+    let server = AdsServer::bookinfo_with(limits).await;
+    let _silent = tokio::net::TcpStream::connect(server.addr).await.unwrap();
+    let admission = server.ads.admission();
+    wait_until_async(Instant::now() + Duration::from_secs(5), "the silent connection to hold the place", || async {
+        if admission.taken() == 1 { Ok(()) } else { Err(format!("{} places taken", admission.taken())) }
+    })
+    .await;
+    let client = AggregatedDiscoveryServiceClient::connect(format!("http://{}", server.addr)).await.unwrap();
+    let streams: Vec<_> = (0..6)
+        .map(|i| {
+            let mut client = client.clone();
+            tokio::spawn(async move {
+                let (tx, rx) = tokio::sync::mpsc::channel(4);
+                let mut node = meshpush::testing::memory::node(PRODUCTPAGE, "NONE", &[("app", "productpage")]);
+                let pad = Value { kind: Some(Kind::StringValue(format!("{i}").repeat(62_000))) };
+                node.metadata.as_mut().unwrap().fields.insert("PAD".into(), pad);
+                let first = DiscoveryRequest {
+                    node: Some(node),
+                    type_url: TypeUrl::Cluster.as_str().into(),
+                    ..Default::default()
+                };
+                tx.send(first).await.unwrap();
+                let mut responses = client.stream_aggregated_resources(ReceiverStream::new(rx)).await?.into_inner();
+                responses.message().await?.ok_or_else(|| tonic::Status::cancelled("no response"))?;
+                Ok::<_, tonic::Status>((tx, Instant::now()))
+            })
+        })
+        .collect();
+    let deadline = FIRST_REQUEST_HOLD + Duration::from_secs(15);
+    let mut answered = Vec::new();
+    for (i, stream) in streams.into_iter().enumerate() {
+        match tokio::time::timeout(deadline, stream).await {
+            Ok(Ok(Ok((_open, at)))) => answered.push(at),
+            Ok(Ok(Err(status))) => panic!("stream {i} was refused: {status}"),
+            Ok(Err(e)) => panic!("stream {i}'s task failed: {e}"),
+            Err(_) => panic!("stream {i} had no response within {deadline:?}"),
+        }
+    }
+    // The rate spread them: the last started 2.5 s after the first, its
+    // request held unread in h2 meanwhile.
+    let spread = answered.iter().max().unwrap().duration_since(*answered.iter().min().unwrap());
+    assert!(spread >= Duration::from_secs(2), "the six streams were answered within {spread:?}: no rate applied");
 }
