@@ -95,6 +95,63 @@ async fn a_peer_that_stops_answering_pings_is_disconnected() {
     assert!(started.elapsed() >= Duration::from_millis(500), "closed before a ping could go unanswered");
 }
 
+/// A padded stream's task: its request sender (which keeps the stream
+/// open) and when its first response came, or why it was refused.
+type PaddedStream =
+    tokio::task::JoinHandle<Result<(tokio::sync::mpsc::Sender<DiscoveryRequest>, Instant), tonic::Status>>;
+
+/// Opens `n` streams on `client`'s one connection, each with a first
+/// request of about 62 KB (an Envoy 1.40 node's size), so that together
+/// they pass the 65,535 bytes a client may send before the server's first
+/// SETTINGS and WINDOW_UPDATE.
+fn padded_streams(client: &AggregatedDiscoveryServiceClient<tonic::transport::Channel>, n: usize) -> Vec<PaddedStream> {
+    use envoy_types::pb::google::protobuf::{Value, value::Kind};
+    (0..n)
+        .map(|i| {
+            let mut client = client.clone();
+            tokio::spawn(async move {
+                let (tx, rx) = tokio::sync::mpsc::channel(4);
+                let mut node = meshpush::testing::memory::node(PRODUCTPAGE, "NONE", &[("app", "productpage")]);
+                let pad = Value { kind: Some(Kind::StringValue(format!("{i}").repeat(62_000))) };
+                node.metadata.as_mut().unwrap().fields.insert("PAD".into(), pad);
+                let first = DiscoveryRequest {
+                    node: Some(node),
+                    type_url: TypeUrl::Cluster.as_str().into(),
+                    ..Default::default()
+                };
+                tx.send(first).await.unwrap();
+                let mut responses = client.stream_aggregated_resources(ReceiverStream::new(rx)).await?.into_inner();
+                responses.message().await?.ok_or_else(|| tonic::Status::cancelled("no response"))?;
+                Ok((tx, Instant::now()))
+            })
+        })
+        .collect()
+}
+
+/// Opens six padded streams ([`padded_streams`]) on a connection that
+/// waits for its place behind a silent client (which holds `server`'s one
+/// place until its hold passes), and waits up to `deadline` for each
+/// stream's first response: when each came, or a panic naming the stream.
+async fn served_behind_a_silent_client(server: &AdsServer, deadline: Duration) -> Vec<Instant> {
+    let _silent = tokio::net::TcpStream::connect(server.addr).await.unwrap();
+    let admission = server.ads.admission();
+    wait_until_async(Instant::now() + Duration::from_secs(5), "the silent connection to hold the place", || async {
+        if admission.taken() == 1 { Ok(()) } else { Err(format!("{} places taken", admission.taken())) }
+    })
+    .await;
+    let client = AggregatedDiscoveryServiceClient::connect(format!("http://{}", server.addr)).await.unwrap();
+    let mut answered = Vec::new();
+    for (i, stream) in padded_streams(&client, 6).into_iter().enumerate() {
+        match tokio::time::timeout(deadline, stream).await {
+            Ok(Ok(Ok((_open, at)))) => answered.push(at),
+            Ok(Ok(Err(status))) => panic!("stream {i} was refused: {status}"),
+            Ok(Err(e)) => panic!("stream {i}'s task failed: {e}"),
+            Err(_) => panic!("stream {i} had no response within {deadline:?}"),
+        }
+    }
+    answered
+}
+
 /// A server with a single place for unanswered streams.
 async fn one_place() -> AdsServer {
     AdsServer::bookinfo_with(StreamLimits { max_unanswered: Some(1), ..StreamLimits::default() }).await
@@ -154,46 +211,10 @@ async fn every_stream_of_a_waiting_connection_is_served_once_it_has_a_place() {
     // that together they pass the 65,535 bytes a client may send before the
     // server's first SETTINGS and WINDOW_UPDATE; the connection waits for
     // its place behind a silent client meanwhile.
-    use envoy_types::pb::google::protobuf::{Value, value::Kind};
     let server = one_place().await;
-    let _silent = tokio::net::TcpStream::connect(server.addr).await.unwrap();
-    let admission = server.ads.admission();
-    wait_until_async(Instant::now() + Duration::from_secs(5), "the silent connection to hold the place", || async {
-        if admission.taken() == 1 { Ok(()) } else { Err(format!("{} places taken", admission.taken())) }
-    })
-    .await;
-    let client = AggregatedDiscoveryServiceClient::connect(format!("http://{}", server.addr)).await.unwrap();
-    let streams: Vec<_> = (0..6)
-        .map(|i| {
-            let mut client = client.clone();
-            tokio::spawn(async move {
-                let (tx, rx) = tokio::sync::mpsc::channel(4);
-                let mut node = meshpush::testing::memory::node(PRODUCTPAGE, "NONE", &[("app", "productpage")]);
-                let pad = Value { kind: Some(Kind::StringValue(format!("{i}").repeat(62_000))) };
-                node.metadata.as_mut().unwrap().fields.insert("PAD".into(), pad);
-                let first = DiscoveryRequest {
-                    node: Some(node),
-                    type_url: TypeUrl::Cluster.as_str().into(),
-                    ..Default::default()
-                };
-                tx.send(first).await.unwrap();
-                let mut responses = client.stream_aggregated_resources(ReceiverStream::new(rx)).await?.into_inner();
-                responses.message().await?.ok_or_else(|| tonic::Status::cancelled("no response"))?;
-                Ok::<_, tonic::Status>(tx)
-            })
-        })
-        .collect();
     // Served once the silent client's hold has passed: well within the 30 s
     // a begun request has to arrive whole.
-    let deadline = FIRST_REQUEST_HOLD + Duration::from_secs(10);
-    for (i, stream) in streams.into_iter().enumerate() {
-        match tokio::time::timeout(deadline, stream).await {
-            Ok(Ok(Ok(_open))) => {}
-            Ok(Ok(Err(status))) => panic!("stream {i} was refused: {status}"),
-            Ok(Err(e)) => panic!("stream {i}'s task failed: {e}"),
-            Err(_) => panic!("stream {i} had no response within {deadline:?}"),
-        }
-    }
+    served_behind_a_silent_client(&server, FIRST_REQUEST_HOLD + Duration::from_secs(10)).await;
 }
 
 #[tokio::test]
@@ -203,7 +224,6 @@ async fn streams_of_a_waiting_connection_that_then_wait_for_their_start_arrive_w
     // the server's SETTINGS), and once served its streams start one at a
     // time at the admission rate, the last 2.5 s after the first. Each
     // request must then arrive whole within the partial-request timeout.
-    use envoy_types::pb::google::protobuf::{Value, value::Kind};
     use meshpush::xds::stream::admission::AdmissionRate;
     let limits = StreamLimits {
         max_unanswered: Some(1),
@@ -212,43 +232,7 @@ async fn streams_of_a_waiting_connection_that_then_wait_for_their_start_arrive_w
         ..StreamLimits::default()
     };
     let server = AdsServer::bookinfo_with(limits).await;
-    let _silent = tokio::net::TcpStream::connect(server.addr).await.unwrap();
-    let admission = server.ads.admission();
-    wait_until_async(Instant::now() + Duration::from_secs(5), "the silent connection to hold the place", || async {
-        if admission.taken() == 1 { Ok(()) } else { Err(format!("{} places taken", admission.taken())) }
-    })
-    .await;
-    let client = AggregatedDiscoveryServiceClient::connect(format!("http://{}", server.addr)).await.unwrap();
-    let streams: Vec<_> = (0..6)
-        .map(|i| {
-            let mut client = client.clone();
-            tokio::spawn(async move {
-                let (tx, rx) = tokio::sync::mpsc::channel(4);
-                let mut node = meshpush::testing::memory::node(PRODUCTPAGE, "NONE", &[("app", "productpage")]);
-                let pad = Value { kind: Some(Kind::StringValue(format!("{i}").repeat(62_000))) };
-                node.metadata.as_mut().unwrap().fields.insert("PAD".into(), pad);
-                let first = DiscoveryRequest {
-                    node: Some(node),
-                    type_url: TypeUrl::Cluster.as_str().into(),
-                    ..Default::default()
-                };
-                tx.send(first).await.unwrap();
-                let mut responses = client.stream_aggregated_resources(ReceiverStream::new(rx)).await?.into_inner();
-                responses.message().await?.ok_or_else(|| tonic::Status::cancelled("no response"))?;
-                Ok::<_, tonic::Status>((tx, Instant::now()))
-            })
-        })
-        .collect();
-    let deadline = FIRST_REQUEST_HOLD + Duration::from_secs(15);
-    let mut answered = Vec::new();
-    for (i, stream) in streams.into_iter().enumerate() {
-        match tokio::time::timeout(deadline, stream).await {
-            Ok(Ok(Ok((_open, at)))) => answered.push(at),
-            Ok(Ok(Err(status))) => panic!("stream {i} was refused: {status}"),
-            Ok(Err(e)) => panic!("stream {i}'s task failed: {e}"),
-            Err(_) => panic!("stream {i} had no response within {deadline:?}"),
-        }
-    }
+    let answered = served_behind_a_silent_client(&server, FIRST_REQUEST_HOLD + Duration::from_secs(15)).await;
     // The rate spread them: the last started 2.5 s after the first, its
     // request held unread in h2 meanwhile.
     let spread = answered.iter().max().unwrap().duration_since(*answered.iter().min().unwrap());
