@@ -13,6 +13,7 @@
 //! at their maximum age and at shutdown.
 
 pub mod connections;
+mod liveness;
 mod secure;
 
 use std::fmt;
