@@ -13,7 +13,6 @@
 //! at their maximum age and at shutdown.
 
 pub mod connections;
-mod liveness;
 mod secure;
 
 use std::fmt;

@@ -12,11 +12,6 @@
 //! not ended [`ConnectionPolicy::grace`] after the drain are cut off with
 //! the connection. A server shutdown drains every connection the same way.
 //!
-//! A client is alive while anything arrives from it ([`liveness`](super::liveness)):
-//! after [`ConnectionPolicy::keepalive_interval`] without a frame it is
-//! sent a PING, and it is closed when nothing has come
-//! [`ConnectionPolicy::keepalive_timeout`] after that.
-//!
 //! On the secure port each connection first completes a TLS handshake
 //! (within [`HANDSHAKE_TIMEOUT`]; one that does not is closed), and the
 //! identities of the client certificate it verified go with the
@@ -35,7 +30,6 @@ use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::sync::watch;
 use tokio::task::JoinSet;
 
-use super::liveness::{LastRead, PING_ACK_WAIT, Reading, silence};
 use crate::metrics::Metrics;
 use crate::xds::stream::admission::{Admission, EntryPlace, FIRST_REQUEST_HOLD};
 use crate::xds::stream::drain::{DrainReason, DrainSignal};
@@ -48,11 +42,9 @@ pub struct ConnectionPolicy {
     pub max_age: Option<Duration>,
     /// How long a drained connection's streams have to end before it is closed.
     pub grace: Duration,
-    /// HTTP/2 PING interval on a connection from which nothing arrives.
+    /// HTTP/2 PING interval on an idle connection.
     pub keepalive_interval: Duration,
-    /// How long a connection may stay silent after a PING before it is
-    /// closed. Anything the client sends counts, not only the PING's ACK
-    /// (gRPC's rule: [`liveness`](super::liveness)).
+    /// How long a PING may go unanswered before the connection is closed.
     pub keepalive_timeout: Duration,
     /// Concurrent streams one connection may open (HTTP/2
     /// `SETTINGS_MAX_CONCURRENT_STREAMS`; Envoy opens one ADS stream per
@@ -62,8 +54,7 @@ pub struct ConnectionPolicy {
 
 impl Default for ConnectionPolicy {
     /// Istio's: connections drained at 30 minutes, 10 s of grace; a PING
-    /// after 30 s without a frame from the client, which must then send
-    /// something within 10 s; 100 streams per connection.
+    /// every 30 s answered within 10 s; 100 streams per connection.
     fn default() -> Self {
         ConnectionPolicy {
             max_age: Some(Duration::from_secs(30 * 60)),
@@ -86,7 +77,7 @@ impl ConnectionPolicy {
         builder
             .timer(TokioTimer::new())
             .keep_alive_interval(Some(self.keepalive_interval))
-            .keep_alive_timeout(PING_ACK_WAIT)
+            .keep_alive_timeout(self.keepalive_timeout)
             .max_concurrent_streams(self.max_streams);
         builder
     }
@@ -267,28 +258,18 @@ impl Connection {
             let mut routes = routes.clone();
             tower_service::Service::call(&mut routes, req.map(tonic::body::Body::new))
         });
-        let last_read = LastRead::now();
-        let conn = self.builder.serve_connection(TokioIo::new(Reading::new(io, last_read.clone())), service);
+        let conn = self.builder.serve_connection(TokioIo::new(io), service);
         let mut conn = std::pin::pin!(conn);
-        let quiet = self.policy.keepalive_interval + self.policy.keepalive_timeout;
-        let mut silent = std::pin::pin!(silence(&last_read, quiet));
         let mut age = std::pin::pin!(sleep_or_never(self.policy.age()));
         // A connection that opens no stream gives its place back.
         let mut hold = std::pin::pin!(tokio::time::sleep(FIRST_REQUEST_HOLD));
         let mut holding = true;
         let reason = loop {
             tokio::select! {
-                // The connection first: what has arrived is read, and so
-                // counted, before its silence is judged.
-                biased;
                 served = conn.as_mut() => {
                     if let Err(e) = served {
                         tracing::debug!(?peer, "xDS connection ended: {}", crate::text::error_chain(&e));
                     }
-                    return;
-                }
-                () = silent.as_mut() => {
-                    tracing::debug!(?peer, ?quiet, "closing an xDS connection from which nothing arrived");
                     return;
                 }
                 () = hold.as_mut(), if holding => {

@@ -1,8 +1,7 @@
 //! The xDS port's connection policy, over real HTTP/2: a connection
 //! carries at most `max_streams` streams at once (a client multiplexing
-//! more waits for a free one), a peer from which nothing arrives is
-//! disconnected after the keepalive interval and timeout while one that
-//! keeps sending stays though it answers no HTTP/2 PING, and a
+//! more waits for a free one), a peer that stops answering HTTP/2
+//! PINGs is disconnected after the keepalive interval and timeout, and a
 //! new connection is served only once it has a place among the unanswered
 //! streams (a silent client holds one only briefly, an answered stream
 //! gives its place to the next connection, and every stream a waiting
@@ -76,7 +75,8 @@ async fn a_peer_that_stops_answering_pings_is_disconnected() {
     // An HTTP/2 peer that says hello (preface, empty SETTINGS) and then
     // reads without ever answering: no SETTINGS ACK, no PING ACK.
     let mut peer = tokio::net::TcpStream::connect(server.addr).await.unwrap();
-    say_hello(&mut peer).await;
+    peer.write_all(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n").await.unwrap();
+    peer.write_all(&[0, 0, 0, 4, 0, 0, 0, 0, 0]).await.unwrap();
     let started = Instant::now();
     let mut buf = [0u8; 4096];
     let mut pings = 0;
@@ -84,7 +84,8 @@ async fn a_peer_that_stops_answering_pings_is_disconnected() {
         loop {
             match peer.read(&mut buf).await {
                 Ok(0) | Err(_) => return,
-                Ok(n) => pings += pings_in(&buf[..n]),
+                // Frame type 6 is PING (a rough count: frames may share a read).
+                Ok(n) => pings += buf[..n].windows(4).filter(|w| w[0..3] == [0, 0, 8] && w[3] == 6).count(),
             }
         }
     })
@@ -92,59 +93,6 @@ async fn a_peer_that_stops_answering_pings_is_disconnected() {
     assert!(closed.is_ok(), "the silent peer was still connected after 10 s");
     assert!(pings >= 1, "the server closed without pinging");
     assert!(started.elapsed() >= Duration::from_millis(500), "closed before a ping could go unanswered");
-}
-
-/// An HTTP/2 peer's hello: the preface and an empty SETTINGS.
-async fn say_hello(peer: &mut tokio::net::TcpStream) {
-    peer.write_all(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n").await.unwrap();
-    peer.write_all(&[0, 0, 0, 4, 0, 0, 0, 0, 0]).await.unwrap();
-}
-
-/// The PING frames in what a peer read (a rough count: frames may share a
-/// read, or be split between two).
-fn pings_in(read: &[u8]) -> usize {
-    read.windows(4).filter(|w| w[0..3] == [0, 0, 8] && w[3] == 6).count()
-}
-
-#[tokio::test]
-async fn a_peer_that_keeps_sending_stays_though_it_answers_no_ping() {
-    let policy = ConnectionPolicy {
-        keepalive_interval: Duration::from_millis(300),
-        keepalive_timeout: Duration::from_millis(300),
-        ..ConnectionPolicy::default()
-    };
-    let server = AdsServer::bookinfo_with_policy(policy).await;
-    let mut peer = tokio::net::TcpStream::connect(server.addr).await.unwrap();
-    say_hello(&mut peer).await;
-    let (mut reader, mut writer) = peer.into_split();
-    let read_until_closed = tokio::spawn(async move {
-        let (mut buf, mut pings) = ([0u8; 4096], 0);
-        loop {
-            match reader.read(&mut buf).await {
-                Ok(0) | Err(_) => return pings,
-                Ok(n) => pings += pings_in(&buf[..n]),
-            }
-        }
-    });
-    // For five times interval + timeout: a connection WINDOW_UPDATE every
-    // 100 ms, and never a PING's ACK.
-    let sending = Instant::now();
-    while sending.elapsed() < Duration::from_secs(3) {
-        let window_update = [0, 0, 4, 8, 0, 0, 0, 0, 0, 0, 0, 0, 1];
-        let written = writer.write_all(&window_update).await;
-        assert!(
-            written.is_ok() && !read_until_closed.is_finished(),
-            "a peer that kept sending was closed after {:?}",
-            sending.elapsed()
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    // Then nothing: closed once interval + timeout have passed.
-    let pings = tokio::time::timeout(Duration::from_secs(10), read_until_closed)
-        .await
-        .expect("a peer silent for 10 s was still connected")
-        .unwrap();
-    assert!(pings >= 1, "no PING was sent, so none went unanswered");
 }
 
 /// A padded stream's task: its request sender (which keeps the stream
